@@ -1,0 +1,384 @@
+"""Broker operations over remoting: one coroutine per request type.
+
+This layer knows request headers and response fields, nothing about consumer or
+producer policy (retries, fault tolerance, rebalance): those live in the layers above.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aiorocket.client.results import PullResult, PullStatus, SendResult, SendStatus
+from aiorocket.errors import BrokerResponseError, ProtocolError, error_for_response
+from aiorocket.message import MessageExt, MessageQueue
+from aiorocket.protocol.codes import RequestCode, ResponseCode
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.message_codec import decode_messages
+from aiorocket.remoting.pool import ConnectionPool
+
+# PullSysFlag bits.
+PULL_COMMIT_OFFSET = 0x1
+PULL_SUSPEND = 0x2
+PULL_SUBSCRIPTION = 0x4
+
+_SEND_OK_CODES = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+DEFAULT_TOPIC = "TBW102"
+
+
+def _check(resp: RemotingCommand, request_code: int) -> RemotingCommand:
+    if resp.code != ResponseCode.SUCCESS:
+        raise error_for_response(resp.code, resp.remark, request_code)
+    return resp
+
+
+def _mq_json(mq: MessageQueue) -> dict[str, Any]:
+    return {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id}
+
+
+class BrokerClient:
+    """Typed broker requests on top of a :class:`ConnectionPool`."""
+
+    def __init__(self, pool: ConnectionPool, timeout: float = 3.0) -> None:
+        self.pool = pool
+        self.timeout = timeout
+
+    async def _call(
+        self,
+        addr: str,
+        code: int,
+        ext: dict[str, str],
+        body: bytes = b"",
+        timeout: float | None = None,
+    ) -> RemotingCommand:
+        return await self.pool.request(
+            addr, RemotingCommand.request(code, ext, body), timeout or self.timeout
+        )
+
+    # -- producing -----------------------------------------------------------------
+
+    async def send_message(
+        self,
+        addr: str,
+        mq: MessageQueue,
+        body: bytes,
+        properties: str,
+        *,
+        producer_group: str,
+        msg_id: str,
+        flag: int = 0,
+        sys_flag: int = 0,
+        reconsume_times: int | None = None,
+        max_reconsume_times: int | None = None,
+        batch: bool = False,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE when ``batch``); ``properties`` is pre-encoded."""
+        ext = {
+            "a": producer_group,
+            "b": mq.topic,
+            "c": DEFAULT_TOPIC,
+            "d": "4",
+            "e": str(mq.queue_id),
+            "f": str(sys_flag),
+            "g": str(time.time_ns() // 1_000_000),
+            "h": str(flag),
+            "i": properties,
+            "j": str(reconsume_times or 0),
+            "k": "false",
+            "m": "true" if batch else "false",
+            "n": mq.broker_name,
+        }
+        if max_reconsume_times is not None:
+            ext["l"] = str(max_reconsume_times)
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        resp = await self._call(addr, code, ext, body, timeout)
+        status = _SEND_OK_CODES.get(resp.code)  # type: ignore[call-overload]
+        if status is None:
+            raise error_for_response(resp.code, resp.remark, code)
+        return SendResult(
+            status=status,
+            msg_id=msg_id,
+            queue=MessageQueue(mq.topic, mq.broker_name, resp.ext_int("queueId", mq.queue_id)),
+            queue_offset=resp.ext_int("queueOffset", -1),
+            offset_msg_id=resp.ext_fields.get("msgId", ""),
+            transaction_id=resp.ext_fields.get("transactionId"),
+        )
+
+    async def end_transaction(
+        self,
+        addr: str,
+        *,
+        producer_group: str,
+        tran_state_table_offset: int,
+        commit_log_offset: int,
+        commit_or_rollback: int,
+        msg_id: str,
+        transaction_id: str | None,
+        from_check: bool,
+        topic: str = "",
+    ) -> None:
+        ext = {
+            "producerGroup": producer_group,
+            "tranStateTableOffset": str(tran_state_table_offset),
+            "commitLogOffset": str(commit_log_offset),
+            "commitOrRollback": str(commit_or_rollback),
+            "fromTransactionCheck": "true" if from_check else "false",
+            "msgId": msg_id,
+        }
+        if transaction_id:
+            ext["transactionId"] = transaction_id
+        if topic:
+            ext["topic"] = topic
+        await self.pool.oneway(addr, RemotingCommand.request(RequestCode.END_TRANSACTION, ext))
+
+    # -- pulling -------------------------------------------------------------------
+
+    async def pull(
+        self,
+        addr: str,
+        group: str,
+        mq: MessageQueue,
+        offset: int,
+        *,
+        max_nums: int = 32,
+        sys_flag: int = PULL_SUSPEND,
+        commit_offset: int = 0,
+        suspend_timeout_ms: int = 15_000,
+        sub_version: int = 0,
+        subscription: str | None = None,
+        expression_type: str | None = None,
+        timeout: float = 30.0,
+        decode: bool = True,
+    ) -> PullResult:
+        ext = {
+            "consumerGroup": group,
+            "topic": mq.topic,
+            "queueId": str(mq.queue_id),
+            "queueOffset": str(offset),
+            "maxMsgNums": str(max_nums),
+            "sysFlag": str(sys_flag),
+            "commitOffset": str(commit_offset),
+            "suspendTimeoutMillis": str(suspend_timeout_ms),
+            "subVersion": str(sub_version),
+            "bname": mq.broker_name,
+        }
+        if subscription is not None:
+            ext["subscription"] = subscription
+            ext["expressionType"] = expression_type or "TAG"
+        resp = await self._call(addr, RequestCode.PULL_MESSAGE, ext, timeout=timeout)
+        status = _PULL_STATUS.get(resp.code)  # type: ignore[call-overload]
+        if status is None:
+            raise error_for_response(resp.code, resp.remark, RequestCode.PULL_MESSAGE)
+        messages: list[MessageExt] = []
+        if status is PullStatus.FOUND and decode:
+            messages = decode_messages(resp.body, broker_name=mq.broker_name)
+        return PullResult(
+            status=status,
+            next_begin_offset=resp.ext_int("nextBeginOffset", offset),
+            min_offset=resp.ext_int("minOffset", 0),
+            max_offset=resp.ext_int("maxOffset", 0),
+            messages=messages,
+            suggest_which_broker_id=resp.ext_int("suggestWhichBrokerId", 0),
+        )
+
+    # -- offsets -------------------------------------------------------------------
+
+    async def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue) -> int | None:
+        """The group's committed offset, or None when it has none (QUERY_NOT_FOUND)."""
+        ext = {
+            "consumerGroup": group,
+            "topic": mq.topic,
+            "queueId": str(mq.queue_id),
+            "bname": mq.broker_name,
+        }
+        resp = await self._call(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext)
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        return _check(resp, RequestCode.QUERY_CONSUMER_OFFSET).ext_int("offset")
+
+    async def update_consumer_offset(
+        self, addr: str, group: str, mq: MessageQueue, offset: int, *, oneway: bool = False
+    ) -> None:
+        ext = {
+            "consumerGroup": group,
+            "topic": mq.topic,
+            "queueId": str(mq.queue_id),
+            "commitOffset": str(offset),
+            "bname": mq.broker_name,
+        }
+        cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+        if oneway:
+            await self.pool.oneway(addr, cmd)
+        else:
+            _check(
+                await self.pool.request(addr, cmd, self.timeout), RequestCode.UPDATE_CONSUMER_OFFSET
+            )
+
+    async def get_max_offset(self, addr: str, mq: MessageQueue) -> int:
+        ext = {
+            "topic": mq.topic,
+            "queueId": str(mq.queue_id),
+            "committed": "true",
+            "bname": mq.broker_name,
+        }
+        resp = await self._call(addr, RequestCode.GET_MAX_OFFSET, ext)
+        return _check(resp, RequestCode.GET_MAX_OFFSET).ext_int("offset")
+
+    async def get_min_offset(self, addr: str, mq: MessageQueue) -> int:
+        ext = {"topic": mq.topic, "queueId": str(mq.queue_id), "bname": mq.broker_name}
+        resp = await self._call(addr, RequestCode.GET_MIN_OFFSET, ext)
+        return _check(resp, RequestCode.GET_MIN_OFFSET).ext_int("offset")
+
+    async def search_offset(
+        self, addr: str, mq: MessageQueue, timestamp_ms: int, *, upper: bool = False
+    ) -> int:
+        """The first offset stored at or after ``timestamp_ms`` (LOWER boundary by default)."""
+        ext = {
+            "topic": mq.topic,
+            "queueId": str(mq.queue_id),
+            "timestamp": str(timestamp_ms),
+            "boundaryType": "UPPER" if upper else "LOWER",
+            "bname": mq.broker_name,
+        }
+        resp = await self._call(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext)
+        return _check(resp, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP).ext_int("offset")
+
+    # -- membership ----------------------------------------------------------------
+
+    async def heartbeat(self, addr: str, data: Mapping[str, Any]) -> RemotingCommand:
+        body = json.dumps(data, separators=(",", ":")).encode()
+        resp = await self._call(addr, RequestCode.HEART_BEAT, {}, body)
+        return _check(resp, RequestCode.HEART_BEAT)
+
+    async def unregister_client(
+        self, addr: str, client_id: str, *, producer_group: str = "", consumer_group: str = ""
+    ) -> None:
+        ext = {"clientID": client_id}
+        if producer_group:
+            ext["producerGroup"] = producer_group
+        if consumer_group:
+            ext["consumerGroup"] = consumer_group
+        resp = await self._call(addr, RequestCode.UNREGISTER_CLIENT, ext)
+        _check(resp, RequestCode.UNREGISTER_CLIENT)
+
+    async def get_consumer_ids(self, addr: str, group: str) -> list[str]:
+        resp = await self._call(
+            addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}
+        )
+        if resp.code == ResponseCode.SYSTEM_ERROR and "no consumer" in (resp.remark or ""):
+            return []
+        _check(resp, RequestCode.GET_CONSUMER_LIST_BY_GROUP)
+        try:
+            ids = json.loads(resp.body).get("consumerIdList") or []
+        except (ValueError, AttributeError) as exc:
+            raise ProtocolError(f"consumer list of {group!r} is malformed: {exc}") from None
+        return [str(i) for i in ids]
+
+    async def lock_batch(
+        self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue]
+    ) -> set[MessageQueue]:
+        body = json.dumps(
+            {
+                "consumerGroup": group,
+                "clientId": client_id,
+                "onlyThisBroker": False,
+                "mqSet": [_mq_json(mq) for mq in mqs],
+            }
+        ).encode()
+        resp = _check(
+            await self._call(addr, RequestCode.LOCK_BATCH_MQ, {}, body), RequestCode.LOCK_BATCH_MQ
+        )
+        try:
+            locked = json.loads(resp.body).get("lockOKMQSet") or []
+            return {MessageQueue(m["topic"], m["brokerName"], int(m["queueId"])) for m in locked}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ProtocolError(f"lock answer is malformed: {exc!r}") from None
+
+    async def unlock_batch(
+        self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue]
+    ) -> None:
+        body = json.dumps(
+            {
+                "consumerGroup": group,
+                "clientId": client_id,
+                "onlyThisBroker": False,
+                "mqSet": [_mq_json(mq) for mq in mqs],
+            }
+        ).encode()
+        resp = await self._call(addr, RequestCode.UNLOCK_BATCH_MQ, {}, body)
+        _check(resp, RequestCode.UNLOCK_BATCH_MQ)
+
+    # -- retry -----------------------------------------------------------------------
+
+    async def send_back(
+        self,
+        addr: str,
+        msg: MessageExt,
+        group: str,
+        *,
+        delay_level: int,
+        max_reconsume_times: int,
+        origin_topic: str | None = None,
+    ) -> None:
+        """CONSUMER_SEND_MSG_BACK: re-deliver later through ``%RETRY%<group>`` (or the DLQ)."""
+        ext = {
+            "offset": str(msg.commit_log_offset),
+            "group": group,
+            "delayLevel": str(delay_level),
+            "originMsgId": msg.msg_id,
+            "originTopic": origin_topic or msg.topic,
+            "unitMode": "false",
+            "maxReconsumeTimes": str(max_reconsume_times),
+            "bname": msg.broker_name,
+        }
+        resp = await self._call(addr, RequestCode.CONSUMER_SEND_MSG_BACK, ext)
+        _check(resp, RequestCode.CONSUMER_SEND_MSG_BACK)
+
+    # -- admin -----------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        addr: str,
+        topic: str,
+        *,
+        read_queues: int = 8,
+        write_queues: int = 8,
+        perm: int = 6,
+        order: bool = False,
+        attributes: str | None = None,
+    ) -> None:
+        ext = {
+            "topic": topic,
+            "defaultTopic": DEFAULT_TOPIC,
+            "readQueueNums": str(read_queues),
+            "writeQueueNums": str(write_queues),
+            "perm": str(perm),
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": "0",
+            "order": "true" if order else "false",
+        }
+        if attributes:
+            ext["attributes"] = attributes
+        _check(
+            await self._call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext),
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+        )
+
+
+__all__ = ["BrokerClient", "BrokerResponseError"]

@@ -1,0 +1,120 @@
+"""NameServer client: topic routes with failover across addresses and a refreshed cache.
+
+Routes change when brokers come and go or topics are re-created; the Java client polls
+every 30 s (``pollNameServerInterval``) and so do we, from :meth:`run_refresher`,
+which an owner runs in its task group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import anyio.abc
+
+from aiorocket._log import get_logger
+from aiorocket.errors import (
+    ConfigError,
+    ConnectionClosedError,
+    RequestTimeoutError,
+    error_for_response,
+)
+from aiorocket.protocol.codes import RequestCode, ResponseCode
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.route import TopicRoute
+from aiorocket.remoting.pool import ConnectionPool
+
+ROUTE_REFRESH_INTERVAL = 30.0
+
+
+def parse_namesrv_addrs(addrs: str | Sequence[str]) -> list[str]:
+    """Accept ``"a:9876;b:9876"`` (the Java form), a comma list, or a sequence."""
+    items = addrs.replace(",", ";").split(";") if isinstance(addrs, str) else list(addrs)
+    out = [a.strip() for a in items if a and a.strip()]
+    if not out:
+        raise ConfigError("at least one NameServer address is required")
+    for a in out:
+        host, sep, port = a.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"NameServer address {a!r} is not host:port")
+    return out
+
+
+class NameServerClient:
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        addrs: str | Sequence[str],
+        *,
+        timeout: float = 3.0,
+        refresh_interval: float = ROUTE_REFRESH_INTERVAL,
+    ) -> None:
+        self._pool = pool
+        self._addrs = parse_namesrv_addrs(addrs)
+        self._current = 0
+        self._timeout = timeout
+        self._refresh_interval = refresh_interval
+        self._routes: dict[str, TopicRoute] = {}
+        self._log = get_logger("namesrv")
+
+    @property
+    def addrs(self) -> list[str]:
+        return list(self._addrs)
+
+    async def query_route(self, topic: str) -> TopicRoute:
+        """Ask the NameServers (the last good one first) for the route of ``topic``."""
+        if not topic:
+            raise ConfigError("topic must not be empty")
+        cmd_ext = {"topic": topic, "acceptStandardJsonOnly": "true"}
+        last_error: Exception | None = None
+        for attempt in range(len(self._addrs)):
+            index = (self._current + attempt) % len(self._addrs)
+            addr = self._addrs[index]
+            try:
+                resp = await self._pool.request(
+                    addr,
+                    RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, dict(cmd_ext)),
+                    self._timeout,
+                )
+            except (ConnectionClosedError, RequestTimeoutError) as exc:
+                self._log.warning("namesrv_unreachable", namesrv=addr, error=str(exc))
+                last_error = exc
+                continue
+            self._current = index
+            if resp.code != ResponseCode.SUCCESS:
+                raise error_for_response(resp.code, resp.remark, RequestCode.GET_ROUTEINFO_BY_TOPIC)
+            route = TopicRoute.from_json(topic, resp.body)
+            self._routes[topic] = route
+            return route
+        assert last_error is not None
+        raise ConnectionClosedError(
+            f"no NameServer of {self._addrs} answered: {last_error}"
+        ) from last_error
+
+    async def get_route(self, topic: str) -> TopicRoute:
+        """The cached route of ``topic``, queried on first use."""
+        route = self._routes.get(topic)
+        if route is None:
+            route = await self.query_route(topic)
+        return route
+
+    def cached_route(self, topic: str) -> TopicRoute | None:
+        return self._routes.get(topic)
+
+    def forget(self, topic: str) -> None:
+        self._routes.pop(topic, None)
+
+    async def refresh_all(self) -> None:
+        for topic in list(self._routes):
+            try:
+                await self.query_route(topic)
+            except Exception as exc:  # one topic's failure must not stop the others
+                self._log.warning("route_refresh_failed", topic=topic, error=str(exc))
+
+    async def run_refresher(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        while True:
+            await anyio.sleep(self._refresh_interval)
+            await self.refresh_all()

@@ -1,0 +1,91 @@
+"""Typed exceptions raised by aiorocket.
+
+Every error a caller can see derives from :class:`RocketMQError`, so one ``except``
+clause is enough to catch "anything the client library raised". Errors that come
+from a broker or NameServer answer carry the response ``code`` and ``remark``.
+"""
+
+from __future__ import annotations
+
+
+class RocketMQError(Exception):
+    """Base class of every aiorocket error."""
+
+
+class ProtocolError(RocketMQError):
+    """Bytes on the wire do not follow the remoting protocol.
+
+    The connection that produced them is closed; other connections are unaffected.
+    """
+
+
+class FrameTooLargeError(ProtocolError):
+    """A frame announces a length above the 16 MiB limit (or below the minimum)."""
+
+
+class MessageDecodeError(ProtocolError):
+    """A stored-message record in a pull response is truncated or corrupt."""
+
+
+class ConnectionClosedError(RocketMQError):
+    """The connection closed (or failed) while a request was waiting for its answer."""
+
+
+class RequestTimeoutError(RocketMQError, TimeoutError):
+    """No answer arrived within the request's timeout."""
+
+
+class ConfigError(RocketMQError, ValueError):
+    """A client was configured with an invalid value."""
+
+
+class MessageTooLargeError(RocketMQError, ValueError):
+    """A message body exceeds the maximum size; nothing was sent."""
+
+
+class BrokerResponseError(RocketMQError):
+    """The broker or NameServer answered a request with a non-success code."""
+
+    def __init__(self, code: int, remark: str | None, *, request_code: int | None = None) -> None:
+        self.code = code
+        self.remark = remark
+        self.request_code = request_code
+        name = _response_name(code)
+        super().__init__(f"{name} ({code}): {remark or ''}".rstrip(": "))
+
+
+class TopicNotExistError(BrokerResponseError):
+    """The NameServer has no route for the topic (TOPIC_NOT_EXIST, 17)."""
+
+
+class ServiceNotAvailableError(BrokerResponseError):
+    """The broker refuses service (SERVICE_NOT_AVAILABLE, 14), e.g. a full disk."""
+
+
+class NoRouteError(RocketMQError):
+    """No broker can serve the request (no route, no writable queue, no master)."""
+
+
+class ClientClosedError(RocketMQError):
+    """The client (producer, consumer or connection pool) has been closed."""
+
+
+def _response_name(code: int) -> str:
+    from aiorocket.protocol.codes import ResponseCode
+
+    try:
+        return ResponseCode(code).name
+    except ValueError:
+        return "RESPONSE"
+
+
+def error_for_response(
+    code: int, remark: str | None, request_code: int | None = None
+) -> BrokerResponseError:
+    """The most specific :class:`BrokerResponseError` subclass for a response code."""
+    cls: type[BrokerResponseError] = BrokerResponseError
+    if code == 17:
+        cls = TopicNotExistError
+    elif code == 14:
+        cls = ServiceNotAvailableError
+    return cls(code, remark, request_code=request_code)

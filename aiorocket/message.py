@@ -1,0 +1,132 @@
+"""Message data types shared by producers, consumers and the wire codecs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+# Property names (apache/rocketmq MessageConst).
+PROPERTY_TAGS = "TAGS"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_DELAY_LEVEL = "DELAY"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+
+KEY_SEPARATOR = " "
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    """One queue of a topic on one broker; the unit of ordering, offsets and rebalance."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.broker_name}:{self.queue_id}"
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to send.
+
+    ``keys`` are indexed by the broker for lookup; ``tags`` is the single tag consumers
+    filter on. ``delay_level`` (1..18 on a default broker) and ``deliver_time_ms`` (an
+    absolute epoch-millisecond time, 5.x timer messages) postpone delivery.
+    """
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: Sequence[str] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    delay_level: int = 0
+    deliver_time_ms: int | None = None
+    flag: int = 0
+
+    def wire_properties(self) -> dict[str, str]:
+        """User properties merged with the system properties that this message's fields imply."""
+        props = dict(self.properties)
+        if self.tags:
+            props[PROPERTY_TAGS] = self.tags
+        if self.keys:
+            props[PROPERTY_KEYS] = KEY_SEPARATOR.join(self.keys)
+        if self.delay_level > 0:
+            props[PROPERTY_DELAY_LEVEL] = str(self.delay_level)
+        if self.deliver_time_ms is not None:
+            props[PROPERTY_TIMER_DELIVER_MS] = str(self.deliver_time_ms)
+        return props
+
+
+@dataclass(slots=True, eq=False)
+class MessageExt:
+    """A message as the broker stored it, decoded from a pull response.
+
+    ``queue_offset`` is the logical offset within its queue (what consumers commit);
+    ``commit_log_offset`` is the physical offset in the broker's commit log (what
+    send-back and offset message ids use).
+    """
+
+    topic: str
+    body: bytes
+    properties: Mapping[str, str]
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = ""
+    store_timestamp: int = 0
+    store_host: str = ""
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    body_crc: int = 0
+    store_size: int = 0
+    broker_name: str = ""
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(PROPERTY_KEYS)
+        return [k for k in raw.split(KEY_SEPARATOR) if k] if raw else []
+
+    @property
+    def offset_msg_id(self) -> str:
+        from aiorocket.protocol.message_codec import offset_message_id
+
+        return offset_message_id(self.store_host, self.commit_log_offset)
+
+    @property
+    def msg_id(self) -> str:
+        """The client-assigned unique id (``UNIQ_KEY``), else the offset message id."""
+        uniq = self.properties.get(PROPERTY_UNIQ_KEY)
+        return uniq if uniq else self.offset_msg_id
+
+    @property
+    def queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"MessageExt(topic={self.topic!r}, queue={self.broker_name}:{self.queue_id}, "
+            f"offset={self.queue_offset}, tags={self.tags!r}, body={len(self.body)}B)"
+        )

@@ -1,0 +1,70 @@
+"""The remoting command: one request or response of the remoting protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aiorocket.protocol.codes import CLIENT_VERSION, LANGUAGE, RemotingFlag, ResponseCode
+
+
+@dataclass(slots=True)
+class RemotingCommand:
+    """A request or response: a header (code, opaque, flag, remark, ext fields) and a body.
+
+    ``ext_fields`` values are always strings on the wire; callers convert numbers.
+    """
+
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    ext_fields: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    language: str = LANGUAGE
+    version: int = CLIENT_VERSION
+
+    @classmethod
+    def request(
+        cls, code: int, ext_fields: dict[str, str] | None = None, body: bytes = b""
+    ) -> RemotingCommand:
+        return cls(code=code, ext_fields=ext_fields if ext_fields is not None else {}, body=body)
+
+    @classmethod
+    def response_to(
+        cls,
+        request: RemotingCommand,
+        code: int = ResponseCode.SUCCESS,
+        remark: str | None = None,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+    ) -> RemotingCommand:
+        return cls(
+            code=code,
+            opaque=request.opaque,
+            flag=RemotingFlag.RESPONSE,
+            remark=remark,
+            ext_fields=ext_fields if ext_fields is not None else {},
+            body=body,
+        )
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & RemotingFlag.RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & RemotingFlag.ONEWAY)
+
+    def ext_int(self, name: str, default: int | None = None) -> int:
+        """An ext field as an int; missing (without default) or malformed: ProtocolError."""
+        from aiorocket.errors import ProtocolError
+
+        raw = self.ext_fields.get(name)
+        if raw is None:
+            if default is None:
+                raise ProtocolError(f"response field {name!r} is missing (code {self.code})")
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise ProtocolError(f"response field {name!r} is not an integer: {raw!r}") from None

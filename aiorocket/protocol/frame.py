@@ -1,0 +1,300 @@
+"""Remoting frames: length prefix, serialize type + header length, header, body.
+
+Layout (all big-endian)::
+
+    int32 total length L (4 + header length + body length; not counting itself)
+    int32 (serialize type << 24) | header length
+    header: JSON (type 0) or the ROCKETMQ binary form (type 1)
+    body
+
+Encoding always uses JSON (the binary form cannot carry request codes above 32767);
+decoding accepts both, because a broker answers in *its* configured serialize type.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from aiorocket.errors import FrameTooLargeError, ProtocolError
+from aiorocket.protocol.command import RemotingCommand
+
+MAX_FRAME_LENGTH = 16 * 1024 * 1024
+SERIALIZE_JSON = 0
+SERIALIZE_ROCKETMQ = 1
+
+# Language codes by ordinal (LanguageCode.java), for the binary header form.
+_LANGUAGES = (
+    "JAVA",
+    "CPP",
+    "DOTNET",
+    "PYTHON",
+    "DELPHI",
+    "ERLANG",
+    "RUBY",
+    "OTHER",
+    "HTTP",
+    "GO",
+    "PHP",
+    "OMS",
+    "RUST",
+    "NODE_JS",
+)
+
+_INT = struct.Struct(">i")
+_TWO_INTS = struct.Struct(">iI")
+_BIN_FIXED = struct.Struct(">hbhii")
+
+
+def _json_dumps(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _json_loads(data: bytes) -> Any:
+    return json.loads(data)
+
+
+_Dumps = Callable[[dict[str, Any]], bytes]
+_Loads = Callable[[bytes], Any]
+
+try:  # optional accelerated JSON; the pure path is first-class and tested too
+    import orjson
+
+    HAVE_ORJSON = True
+    _dumps: _Dumps = orjson.dumps
+    _loads: _Loads = orjson.loads
+except ImportError:  # pragma: no cover - exercised when orjson is absent
+    HAVE_ORJSON = False
+    _dumps = _json_dumps
+    _loads = _json_loads
+
+
+def use_orjson(enabled: bool) -> None:
+    """Switch between orjson and the standard library (tests exercise both paths)."""
+    global _dumps, _loads
+    if enabled and HAVE_ORJSON:
+        import orjson
+
+        _dumps, _loads = orjson.dumps, orjson.loads
+    else:
+        _dumps, _loads = _json_dumps, _json_loads
+
+
+def encode_header(cmd: RemotingCommand) -> bytes:
+    header: dict[str, Any] = {
+        "code": cmd.code,
+        "language": cmd.language,
+        "version": cmd.version,
+        "opaque": cmd.opaque,
+        "flag": cmd.flag,
+    }
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    if cmd.ext_fields:
+        header["extFields"] = cmd.ext_fields
+    return _dumps(header)
+
+
+def encode_command(cmd: RemotingCommand) -> bytes:
+    """The complete frame, length prefix included."""
+    header = encode_header(cmd)
+    body = cmd.body
+    total = 4 + len(header) + len(body)
+    if total > MAX_FRAME_LENGTH:
+        raise FrameTooLargeError(
+            f"frame of {total} bytes exceeds the {MAX_FRAME_LENGTH} byte limit"
+        )
+    return b"".join((_TWO_INTS.pack(total, (SERIALIZE_JSON << 24) | len(header)), header, body))
+
+
+def check_frame_length(length: int) -> None:
+    """Validate a length prefix before reading the frame it announces."""
+    if length < 4 or length > MAX_FRAME_LENGTH:
+        raise FrameTooLargeError(
+            f"frame length {length} outside the allowed range 4..{MAX_FRAME_LENGTH}"
+        )
+
+
+def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
+    """Decode one frame *without* its 4-byte length prefix."""
+    if len(frame) < 4:
+        raise ProtocolError(f"frame of {len(frame)} bytes is shorter than its header length field")
+    (mark,) = _INT.unpack_from(frame, 0)
+    serialize_type = (mark >> 24) & 0xFF
+    header_len = mark & 0xFFFFFF
+    if header_len > len(frame) - 4:
+        raise ProtocolError(
+            f"header length {header_len} exceeds the frame's remaining {len(frame) - 4} bytes"
+        )
+    header = bytes(frame[4 : 4 + header_len])
+    body = bytes(frame[4 + header_len :])
+    if serialize_type == SERIALIZE_JSON:
+        cmd = _decode_json_header(header)
+    elif serialize_type == SERIALIZE_ROCKETMQ:
+        cmd = _decode_binary_header(header)
+    else:
+        raise ProtocolError(f"unknown serialize type {serialize_type}")
+    cmd.body = body
+    return cmd
+
+
+def _decode_json_header(header: bytes) -> RemotingCommand:
+    try:
+        obj = _loads(header)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"frame header is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("frame header is not a JSON object")
+    try:
+        code = obj["code"]
+        if not isinstance(code, int) or isinstance(code, bool):
+            raise ProtocolError(f"frame header code is not an integer: {code!r}")
+        opaque = obj.get("opaque", 0)
+        flag = obj.get("flag", 0)
+        if not isinstance(opaque, int) or not isinstance(flag, int):
+            raise ProtocolError("frame header opaque/flag are not integers")
+        remark = obj.get("remark")
+        if remark is not None and not isinstance(remark, str):
+            remark = str(remark)
+        ext_raw = obj.get("extFields") or {}
+        if not isinstance(ext_raw, dict):
+            raise ProtocolError("frame header extFields is not an object")
+        ext = {str(k): v if isinstance(v, str) else _scalar_to_str(v) for k, v in ext_raw.items()}
+        language = obj.get("language", "JAVA")
+        version = obj.get("version", 0)
+    except KeyError:
+        raise ProtocolError("frame header has no code") from None
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=ext,
+        language=str(language),
+        version=version if isinstance(version, int) else 0,
+    )
+
+
+def _scalar_to_str(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    raise ProtocolError(f"extFields value is not a scalar: {value!r}")
+
+
+def _decode_binary_header(header: bytes) -> RemotingCommand:
+    try:
+        code, lang, version, opaque, flag = _BIN_FIXED.unpack_from(header, 0)
+        pos = _BIN_FIXED.size
+        (remark_len,) = _INT.unpack_from(header, pos)
+        pos += 4
+        remark: str | None = None
+        if remark_len > 0:
+            remark = _take(header, pos, remark_len).decode()
+            pos += remark_len
+        (ext_len,) = _INT.unpack_from(header, pos)
+        pos += 4
+        if ext_len < 0 or pos + ext_len > len(header):
+            raise ProtocolError("binary header ext fields overrun the header")
+        end = pos + ext_len
+        ext: dict[str, str] = {}
+        while pos < end:
+            (key_len,) = struct.unpack_from(">h", header, pos)
+            pos += 2
+            key = _take(header, pos, key_len).decode()
+            pos += key_len
+            (val_len,) = _INT.unpack_from(header, pos)
+            pos += 4
+            val = _take(header, pos, val_len).decode()
+            pos += val_len
+            ext[key] = val
+        if pos != end:
+            raise ProtocolError("binary header ext fields overrun their length")
+    except struct.error as exc:
+        raise ProtocolError(f"binary header is truncated: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"binary header holds invalid UTF-8: {exc}") from None
+    language = _LANGUAGES[lang] if 0 <= lang < len(_LANGUAGES) else "OTHER"
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=ext,
+        language=language,
+        version=version,
+    )
+
+
+def _take(buf: bytes, pos: int, length: int) -> bytes:
+    if length < 0 or pos + length > len(buf):
+        raise ProtocolError("binary header field overruns the header")
+    return buf[pos : pos + length]
+
+
+def encode_binary_header(cmd: RemotingCommand) -> bytes:
+    """The ROCKETMQ binary header form; used by tests to build broker-style answers."""
+    lang = _LANGUAGES.index(cmd.language) if cmd.language in _LANGUAGES else 7
+    parts = [_BIN_FIXED.pack(cmd.code, lang, cmd.version, cmd.opaque, cmd.flag)]
+    remark = (cmd.remark or "").encode()
+    parts.append(_INT.pack(len(remark)) + remark)
+    ext = b"".join(
+        struct.pack(">h", len(k.encode())) + k.encode() + _INT.pack(len(v.encode())) + v.encode()
+        for k, v in cmd.ext_fields.items()
+    )
+    parts.append(_INT.pack(len(ext)) + ext)
+    return b"".join(parts)
+
+
+def encode_command_binary(cmd: RemotingCommand) -> bytes:
+    header = encode_binary_header(cmd)
+    total = 4 + len(header) + len(cmd.body)
+    return b"".join(
+        (_TWO_INTS.pack(total, (SERIALIZE_ROCKETMQ << 24) | len(header)), header, cmd.body)
+    )
+
+
+class FrameDecoder:
+    """Incremental decoder: feed bytes as they arrive, get whole commands out.
+
+    A bad length prefix raises before any of the announced bytes are buffered, so a
+    garbage stream cannot make us allocate 2 GiB.
+    """
+
+    __slots__ = ("_buf", "_need")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._need = -1
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        self._buf += data
+        out: list[RemotingCommand] = []
+        buf = self._buf
+        pos = 0
+        while True:
+            if self._need < 0:
+                if len(buf) - pos < 4:
+                    break
+                (length,) = _INT.unpack_from(buf, pos)
+                check_frame_length(length)
+                self._need = length
+                pos += 4
+            if len(buf) - pos < self._need:
+                break
+            end = pos + self._need
+            out.append(decode_frame(memoryview(buf)[pos:end]))
+            pos = end
+            self._need = -1
+        if pos:
+            del buf[:pos]
+        return out
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)

@@ -1,0 +1,243 @@
+"""One remoting TCP connection: requests multiplexed by ``opaque``.
+
+A connection is *run* by an owner (a task group, usually the pool's): :meth:`Connection.run`
+reads frames until the peer goes away, routes responses to the requests waiting for
+them and dispatches server-initiated requests to a handler. When the connection
+ends for any reason every pending request fails at once with
+:class:`~aiorocket.errors.ConnectionClosedError`; nothing waits for its timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Awaitable, Callable
+
+import anyio
+import anyio.abc
+
+from aiorocket._log import get_logger
+from aiorocket.errors import (
+    ClientClosedError,
+    ConnectionClosedError,
+    ProtocolError,
+    RequestTimeoutError,
+)
+from aiorocket.protocol.codes import RemotingFlag, ResponseCode
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.frame import FrameDecoder, encode_command
+
+#: Handles a request the server sent us. Return the response, or None for oneway requests.
+RequestHandler = Callable[["Connection", RemotingCommand], Awaitable["RemotingCommand | None"]]
+
+_READ_SIZE = 256 * 1024
+_opaque_counter = itertools.count(1)
+
+
+def next_opaque() -> int:
+    # Opaque is an int32 on the Java side; wrap before overflowing it.
+    return next(_opaque_counter) & 0x7FFFFFFF
+
+
+class _Pending:
+    __slots__ = ("error", "event", "response")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.response: RemotingCommand | None = None
+        self.error: BaseException | None = None
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class Connection:
+    """A multiplexed remoting connection over an anyio byte stream."""
+
+    def __init__(
+        self,
+        stream: anyio.abc.ByteStream,
+        address: str,
+        handler: RequestHandler | None = None,
+    ) -> None:
+        self.address = address
+        self._stream = stream
+        self._handler = handler
+        self._pending: dict[int, _Pending] = {}
+        self._send_lock = anyio.Lock()
+        self._closed = False
+        self._close_reason: BaseException | None = None
+        self._done = anyio.Event()
+        self._log = get_logger("connection", address=address)
+
+    @classmethod
+    async def connect(
+        cls, address: str, handler: RequestHandler | None = None, timeout: float = 3.0
+    ) -> Connection:
+        host, port = parse_address(address)
+        try:
+            with anyio.fail_after(timeout):
+                stream = await anyio.connect_tcp(host, port)
+        except TimeoutError:
+            raise ConnectionClosedError(
+                f"connect to {address} timed out after {timeout}s"
+            ) from None
+        except OSError as exc:
+            raise ConnectionClosedError(f"cannot connect to {address}: {exc}") from exc
+        return cls(stream, address, handler)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Read and dispatch frames until the connection ends. Owned by a task group."""
+        decoder = FrameDecoder()
+        task_status.started()
+        try:
+            async with anyio.create_task_group() as handlers:
+                try:
+                    while True:
+                        data = await self._stream.receive(_READ_SIZE)
+                        for cmd in decoder.feed(data):
+                            if cmd.is_response:
+                                self._on_response(cmd)
+                            else:
+                                handlers.start_soon(self._serve, cmd)
+                except (anyio.EndOfStream, anyio.ClosedResourceError):
+                    self._close_reason = self._close_reason or ConnectionClosedError(
+                        f"connection to {self.address} closed by peer"
+                    )
+                except anyio.BrokenResourceError as exc:
+                    self._close_reason = ConnectionClosedError(
+                        f"connection to {self.address} broke: {exc}"
+                    )
+                except ProtocolError as exc:
+                    self._log.warning("protocol_error", error=str(exc))
+                    self._close_reason = exc
+                except OSError as exc:
+                    self._close_reason = ConnectionClosedError(
+                        f"connection to {self.address} failed: {exc}"
+                    )
+                finally:
+                    handlers.cancel_scope.cancel()
+        finally:
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        self._closed = True
+        reason = self._close_reason or ConnectionClosedError(f"connection to {self.address} closed")
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            p.error = reason
+            p.event.set()
+        with anyio.CancelScope(shield=True):
+            await self._stream.aclose()
+        self._done.set()
+
+    def _on_response(self, cmd: RemotingCommand) -> None:
+        pending = self._pending.pop(cmd.opaque, None)
+        if pending is None:
+            # The request timed out before the answer came; nothing waits for it.
+            self._log.debug("late_response", opaque=cmd.opaque, code=cmd.code)
+            return
+        pending.response = cmd
+        pending.event.set()
+
+    async def _serve(self, request: RemotingCommand) -> None:
+        response: RemotingCommand | None
+        if self._handler is None:
+            response = None
+            if not request.is_oneway:
+                response = RemotingCommand.response_to(
+                    request,
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    f"request code {request.code} not supported by aiorocket",
+                )
+        else:
+            try:
+                response = await self._handler(self, request)
+            except Exception as exc:
+                self._log.exception("request_handler_failed", code=request.code)
+                response = RemotingCommand.response_to(
+                    request, ResponseCode.SYSTEM_ERROR, f"handler failed: {exc!r}"
+                )
+        if response is not None and not request.is_oneway:
+            response.opaque = request.opaque
+            response.flag |= RemotingFlag.RESPONSE
+            with contextlib.suppress(ConnectionClosedError):
+                await self._send(encode_command(response))
+
+    async def _send(self, frame: bytes) -> None:
+        if self._closed:
+            raise self._closed_error()
+        try:
+            async with self._send_lock:
+                await self._stream.send(frame)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            self._close_reason = self._close_reason or ConnectionClosedError(
+                f"send to {self.address} failed: {exc}"
+            )
+            await self.aclose()
+            raise self._closed_error() from exc
+
+    def _closed_error(self) -> ConnectionClosedError:
+        reason = self._close_reason
+        if isinstance(reason, ConnectionClosedError):
+            return ConnectionClosedError(str(reason))
+        return ConnectionClosedError(f"connection to {self.address} is closed: {reason}")
+
+    async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send ``cmd`` and wait for its response (any code; callers interpret it)."""
+        cmd.opaque = next_opaque()
+        cmd.flag &= ~RemotingFlag.ONEWAY
+        pending = _Pending()
+        self._pending[cmd.opaque] = pending
+        try:
+            await self._send(encode_command(cmd))
+            with anyio.move_on_after(timeout):
+                await pending.event.wait()
+        finally:
+            self._pending.pop(cmd.opaque, None)
+        if pending.response is not None:
+            return pending.response
+        if pending.error is not None:
+            err = pending.error
+            if isinstance(err, ConnectionClosedError):
+                raise ConnectionClosedError(str(err)) from err
+            raise ConnectionClosedError(f"connection to {self.address} failed: {err}") from err
+        raise RequestTimeoutError(
+            f"request code {cmd.code} to {self.address} got no answer within {timeout}s"
+        )
+
+    async def oneway(self, cmd: RemotingCommand) -> None:
+        cmd.opaque = next_opaque()
+        cmd.flag |= RemotingFlag.ONEWAY
+        await self._send(encode_command(cmd))
+
+    async def aclose(self) -> None:
+        """Close the stream; :meth:`run` then fails whatever is pending and returns."""
+        if not self._closed:
+            self._closed = True
+            self._close_reason = self._close_reason or ClientClosedError(
+                f"connection to {self.address} closed locally"
+            )
+            with anyio.CancelScope(shield=True):
+                await self._stream.aclose()
+
+    async def wait_closed(self) -> None:
+        await self._done.wait()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Connection {self.address} {state} pending={len(self._pending)}>"

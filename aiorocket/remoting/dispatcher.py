@@ -1,0 +1,41 @@
+"""Routes requests the server sends us (broker → client) to handlers by request code."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiorocket.protocol.codes import ResponseCode
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.remoting.connection import Connection
+
+CodeHandler = Callable[[Connection, RemotingCommand], Awaitable["RemotingCommand | None"]]
+
+
+class RequestDispatcher:
+    """A registry of per-code handlers; unknown codes get REQUEST_CODE_NOT_SUPPORTED.
+
+    Several clients (a consumer and a producer) may share one pool, so handlers are
+    registered and removed at run time rather than fixed at construction.
+    """
+
+    def __init__(self) -> None:
+        self._handlers: dict[int, CodeHandler] = {}
+
+    def register(self, code: int, handler: CodeHandler) -> None:
+        self._handlers[code] = handler
+
+    def unregister(self, code: int, handler: CodeHandler | None = None) -> None:
+        if handler is None or self._handlers.get(code) is handler:
+            self._handlers.pop(code, None)
+
+    async def __call__(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
+        handler = self._handlers.get(request.code)
+        if handler is None:
+            if request.is_oneway:
+                return None
+            return RemotingCommand.response_to(
+                request,
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f"request code {request.code} not supported by aiorocket",
+            )
+        return await handler(conn, request)

@@ -1,0 +1,109 @@
+"""A pool holding one connection per address, reconnecting after failures.
+
+The pool is an async context manager that owns a task group; every connection's
+reader runs in it, so closing the pool stops every reader and fails every pending
+request. Connections that die are dropped from the pool and the next request to
+that address connects again.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import anyio
+import anyio.abc
+
+from aiorocket._log import get_logger
+from aiorocket.errors import ClientClosedError, ConnectionClosedError
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.remoting.connection import Connection, RequestHandler
+
+
+class ConnectionPool:
+    """One :class:`Connection` per ``host:port``, created on first use."""
+
+    def __init__(self, handler: RequestHandler | None = None, connect_timeout: float = 3.0) -> None:
+        self._handler = handler
+        self._connect_timeout = connect_timeout
+        self._connections: dict[str, Connection] = {}
+        self._connecting: dict[str, anyio.Lock] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closed = False
+        self._log = get_logger("pool")
+
+    async def __aenter__(self) -> ConnectionPool:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose_connections()
+        assert self._tg is not None
+        return await self._tg.__aexit__(exc_type, exc, tb)
+
+    async def aclose_connections(self) -> None:
+        self._closed = True
+        conns, self._connections = list(self._connections.values()), {}
+        with anyio.CancelScope(shield=True):
+            for conn in conns:
+                await conn.aclose()
+
+    @property
+    def addresses(self) -> list[str]:
+        return list(self._connections)
+
+    async def get(self, address: str) -> Connection:
+        """The live connection to ``address``, connecting first if there is none."""
+        if self._closed or self._tg is None:
+            raise ClientClosedError("connection pool is closed or not started")
+        conn = self._connections.get(address)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._connecting.setdefault(address, anyio.Lock())
+        async with lock:
+            conn = self._connections.get(address)
+            if conn is not None and not conn.closed:
+                return conn
+            conn = await Connection.connect(address, self._handler, self._connect_timeout)
+            if self._closed:
+                await conn.aclose()
+                raise ClientClosedError("connection pool closed while connecting")
+            self._connections[address] = conn
+            await self._tg.start(self._run, conn)
+            self._log.debug("connected", address=address)
+            return conn
+
+    async def _run(
+        self,
+        conn: Connection,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        try:
+            await conn.run(task_status=task_status)
+        finally:
+            if self._connections.get(conn.address) is conn:
+                del self._connections[conn.address]
+            self._log.debug("disconnected", address=conn.address)
+
+    async def request(self, address: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        conn = await self.get(address)
+        return await conn.request(cmd, timeout)
+
+    async def oneway(self, address: str, cmd: RemotingCommand) -> None:
+        conn = await self.get(address)
+        await conn.oneway(cmd)
+
+    async def drop(self, address: str) -> None:
+        """Close the connection to ``address`` (e.g. after a timeout that suggests it is stuck)."""
+        conn = self._connections.pop(address, None)
+        if conn is not None:
+            await conn.aclose()
+
+
+__all__ = ["ConnectionClosedError", "ConnectionPool"]

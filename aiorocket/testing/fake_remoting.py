@@ -1,0 +1,100 @@
+"""A scriptable in-process remoting server for fault-injection tests.
+
+Real behaviour is tested against a real broker; this server exists for what a real
+broker will not do on demand: answer out of order, stay silent, send garbage, or
+hang up mid-frame. Users of aiorocket can use it in their own tests too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+from types import TracebackType
+
+import anyio
+import anyio.abc
+
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.frame import FrameDecoder, encode_command
+
+
+class ServerSession:
+    """One accepted client connection, as seen by the fake server's handler."""
+
+    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        self.stream = stream
+        self._lock = anyio.Lock()
+
+    async def send(self, cmd: RemotingCommand) -> None:
+        await self.send_raw(encode_command(cmd))
+
+    async def send_raw(self, data: bytes) -> None:
+        async with self._lock:
+            await self.stream.send(data)
+
+    async def close(self) -> None:
+        await self.stream.aclose()
+
+
+#: Called for every command a client sends; may answer, stay silent, or misbehave.
+ServerHandler = Callable[[ServerSession, RemotingCommand], Coroutine[Any, Any, None]]
+
+
+async def echo_handler(session: ServerSession, cmd: RemotingCommand) -> None:
+    """Answer every non-oneway request with SUCCESS, echoing ext fields and body."""
+    if not cmd.is_oneway and not cmd.is_response:
+        await session.send(
+            RemotingCommand.response_to(cmd, ext_fields=dict(cmd.ext_fields), body=cmd.body)
+        )
+
+
+class FakeRemotingServer:
+    """``async with FakeRemotingServer(handler) as server:`` listens on ``server.address``."""
+
+    def __init__(self, handler: ServerHandler = echo_handler) -> None:
+        self.handler = handler
+        self.sessions: list[ServerSession] = []
+        self.received: list[RemotingCommand] = []
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
+        self.address = ""
+
+    async def __aenter__(self) -> FakeRemotingServer:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        self._listener = listener
+        self.address = f"127.0.0.1:{port}"
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(listener.serve, self._serve_client)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None and self._listener is not None
+        self._tg.cancel_scope.cancel()
+        try:
+            return await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            with anyio.CancelScope(shield=True):
+                for session in self.sessions:
+                    await session.stream.aclose()
+                await self._listener.aclose()
+
+    async def _serve_client(self, stream: anyio.abc.SocketStream) -> None:
+        session = ServerSession(stream)
+        self.sessions.append(session)
+        decoder = FrameDecoder()
+        async with anyio.create_task_group() as tg:
+            try:
+                while True:
+                    data = await stream.receive()
+                    for cmd in decoder.feed(data):
+                        self.received.append(cmd)
+                        tg.start_soon(self.handler, session, cmd)
+            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass

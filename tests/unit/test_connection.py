@@ -1,0 +1,202 @@
+"""Connection and pool behaviour against a scripted in-process server."""
+
+from __future__ import annotations
+
+import struct
+
+import anyio
+import pytest
+
+from aiorocket.errors import ConnectionClosedError, RequestTimeoutError
+from aiorocket.protocol.codes import ResponseCode
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.frame import MAX_FRAME_LENGTH, encode_command
+from aiorocket.remoting.connection import Connection
+from aiorocket.remoting.dispatcher import RequestDispatcher
+from aiorocket.remoting.pool import ConnectionPool
+from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession, echo_handler
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_out_of_order_responses_reach_their_requests() -> None:
+    release = anyio.Event()
+
+    async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.ext_fields.get("slow") == "1":
+            await release.wait()
+        await session.send(RemotingCommand.response_to(cmd, ext_fields=dict(cmd.ext_fields)))
+        if cmd.ext_fields.get("slow") == "0":
+            release.set()
+
+    async with FakeRemotingServer(handler) as server, ConnectionPool() as pool:
+        results: dict[str, str] = {}
+
+        async def call(tag: str, slow: str) -> None:
+            resp = await pool.request(
+                server.address, RemotingCommand.request(1, {"tag": tag, "slow": slow}), 5
+            )
+            results[tag] = resp.ext_fields["tag"]
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, "first", "1")
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(call, "second", "0")
+        assert results == {"first": "first", "second": "second"}
+
+
+async def test_timeout_leaves_connection_usable() -> None:
+    async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.code == 2:
+            return  # never answer
+        await echo_handler(session, cmd)
+
+    async with FakeRemotingServer(handler) as server, ConnectionPool() as pool:
+        with pytest.raises(RequestTimeoutError):
+            await pool.request(server.address, RemotingCommand.request(2), 0.2)
+        resp = await pool.request(server.address, RemotingCommand.request(1, {"a": "b"}), 5)
+        assert resp.ext_fields == {"a": "b"}
+        conn = await pool.get(server.address)
+        assert conn.pending_count == 0
+
+
+async def test_peer_close_fails_pending_at_once() -> None:
+    async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+        await session.close()
+
+    async with FakeRemotingServer(handler) as server, ConnectionPool() as pool:
+        with anyio.fail_after(5):  # far below the request timeout: failure must be prompt
+            with pytest.raises(ConnectionClosedError):
+                await pool.request(server.address, RemotingCommand.request(1), 60)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        pytest.param(struct.pack(">i", MAX_FRAME_LENGTH + 10) + b"\0" * 8, id="oversized"),
+        pytest.param(struct.pack(">ii", 12, 8) + b"{not json", id="bad-json"),
+        pytest.param(struct.pack(">ii", 6, 100) + b"{}", id="header-overrun"),
+        pytest.param(struct.pack(">ii", 6, (9 << 24) | 2) + b"{}", id="serialize-type"),
+    ],
+)
+async def test_garbage_closes_only_that_connection(garbage: bytes) -> None:
+    async def bad(session: ServerSession, cmd: RemotingCommand) -> None:
+        await session.send_raw(garbage)
+
+    async with (
+        FakeRemotingServer(bad) as bad_server,
+        FakeRemotingServer() as good_server,
+        ConnectionPool() as pool,
+    ):
+        good_conn = await pool.get(good_server.address)
+
+        async def slow_good_request() -> None:
+            resp = await good_conn.request(RemotingCommand.request(1, {"ok": "1"}), 5)
+            assert resp.ext_fields == {"ok": "1"}
+
+        with anyio.fail_after(5):
+            with pytest.raises(ConnectionClosedError):
+                await pool.request(bad_server.address, RemotingCommand.request(1), 60)
+            await slow_good_request()
+        assert not good_conn.closed
+        assert bad_server.address not in pool.addresses
+
+
+async def test_truncated_frame_then_hangup_fails_request() -> None:
+    async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+        data = encode_command(RemotingCommand.response_to(cmd, body=b"x" * 100))
+        await session.send_raw(data[:-10])
+        await session.close()
+
+    async with FakeRemotingServer(handler) as server, ConnectionPool() as pool:
+        with anyio.fail_after(5), pytest.raises(ConnectionClosedError):
+            await pool.request(server.address, RemotingCommand.request(1), 60)
+
+
+async def test_pool_reconnects_after_failure() -> None:
+    calls = 0
+
+    async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await session.close()
+        else:
+            await echo_handler(session, cmd)
+
+    async with FakeRemotingServer(handler) as server, ConnectionPool() as pool:
+        with pytest.raises(ConnectionClosedError):
+            await pool.request(server.address, RemotingCommand.request(1), 5)
+        resp = await pool.request(server.address, RemotingCommand.request(1, {"x": "y"}), 5)
+        assert resp.ext_fields == {"x": "y"}
+        assert len(server.sessions) == 2
+
+
+async def test_connect_refused_is_typed() -> None:
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    await listener.aclose()
+    async with ConnectionPool() as pool:
+        with pytest.raises(ConnectionClosedError):
+            await pool.request(f"127.0.0.1:{port}", RemotingCommand.request(1), 5)
+
+
+async def test_server_request_dispatch_and_unknown_code() -> None:
+    answers: list[RemotingCommand] = []
+    got_oneway = anyio.Event()
+    dispatcher = RequestDispatcher()
+
+    async def on_check(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return RemotingCommand.response_to(cmd, ext_fields={"seen": cmd.ext_fields["v"]})
+
+    async def on_notify(conn: Connection, cmd: RemotingCommand) -> None:
+        got_oneway.set()
+
+    dispatcher.register(39, on_check)
+    dispatcher.register(40, on_notify)
+    all_answered = anyio.Event()
+
+    async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            answers.append(cmd)
+            if len(answers) == 2:
+                all_answered.set()
+            return
+        await session.send(RemotingCommand(code=39, opaque=9001, ext_fields={"v": "42"}))
+        await session.send(RemotingCommand(code=12345, opaque=9002))
+        await session.send(RemotingCommand(code=40, opaque=9003, flag=2))
+        await echo_handler(session, cmd)
+
+    async with FakeRemotingServer(handler) as server, ConnectionPool(dispatcher) as pool:
+        await pool.request(server.address, RemotingCommand.request(1), 5)
+        with anyio.fail_after(5):
+            await all_answered.wait()
+            await got_oneway.wait()
+    by_opaque = {a.opaque: a for a in answers}
+    assert by_opaque[9001].code == ResponseCode.SUCCESS
+    assert by_opaque[9001].ext_fields == {"seen": "42"}
+    assert by_opaque[9002].code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert 9003 not in by_opaque  # oneway requests get no answer
+
+
+async def test_pool_close_fails_pending_requests() -> None:
+    async def silent(session: ServerSession, cmd: RemotingCommand) -> None:
+        return
+
+    async with FakeRemotingServer(silent) as server:
+        errors: list[BaseException] = []
+        with anyio.fail_after(5):
+            async with ConnectionPool() as pool:
+                conn = await pool.get(server.address)
+
+                async def call() -> None:
+                    try:
+                        await conn.request(RemotingCommand.request(1), 60)
+                    except ConnectionClosedError as exc:
+                        errors.append(exc)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(call)
+                    await anyio.wait_all_tasks_blocked()
+                    await pool.aclose_connections()
+        assert len(errors) == 1

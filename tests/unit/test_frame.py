@@ -1,0 +1,178 @@
+"""Frame codec: round trips (both header forms, both JSON paths) and every broken case."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aiorocket.errors import FrameTooLargeError, ProtocolError
+from aiorocket.protocol import frame
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.frame import (
+    MAX_FRAME_LENGTH,
+    FrameDecoder,
+    decode_frame,
+    encode_command,
+    encode_command_binary,
+)
+
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+commands = st.builds(
+    RemotingCommand,
+    code=st.integers(-(2**15), 2**15 - 1),
+    opaque=st.integers(0, 2**31 - 1),
+    flag=st.integers(0, 3),
+    remark=st.none() | text,
+    ext_fields=st.dictionaries(text, text, max_size=6),
+    body=st.binary(max_size=300),
+)
+
+
+@pytest.fixture(params=[True, False], ids=["orjson", "stdlib-json"])
+def json_impl(request: pytest.FixtureRequest) -> Iterator[None]:
+    frame.use_orjson(request.param)
+    yield
+    frame.use_orjson(True)
+
+
+def _same(a: RemotingCommand, b: RemotingCommand) -> None:
+    assert (a.code, a.opaque, a.flag, a.ext_fields, a.body) == (
+        b.code,
+        b.opaque,
+        b.flag,
+        b.ext_fields,
+        b.body,
+    )
+    assert (a.remark or None) == (b.remark or None)
+
+
+@given(cmd=commands)
+def test_json_round_trip(cmd: RemotingCommand) -> None:
+    for use in (True, False):
+        frame.use_orjson(use)
+        data = encode_command(cmd)
+        (length,) = struct.unpack(">i", data[:4])
+        assert length == len(data) - 4
+        _same(decode_frame(data[4:]), cmd)
+    frame.use_orjson(True)
+
+
+@given(cmd=commands)
+def test_binary_header_round_trip(cmd: RemotingCommand) -> None:
+    data = encode_command_binary(cmd)
+    _same(decode_frame(data[4:]), cmd)
+
+
+@given(cmds=st.lists(commands, min_size=1, max_size=5), cut=st.lists(st.integers(1, 50)))
+def test_incremental_decoder_any_split(cmds: list[RemotingCommand], cut: list[int]) -> None:
+    stream = b"".join(encode_command(c) for c in cmds)
+    decoder = FrameDecoder()
+    out: list[RemotingCommand] = []
+    pos = 0
+    for n in cut:
+        out += decoder.feed(stream[pos : pos + n])
+        pos += n
+    out += decoder.feed(stream[pos:])
+    assert len(out) == len(cmds)
+    for a, b in zip(out, cmds, strict=True):
+        _same(a, b)
+    assert decoder.buffered == 0
+
+
+@given(garbage=st.binary(max_size=200))
+def test_garbage_raises_protocol_error_or_waits(garbage: bytes) -> None:
+    decoder = FrameDecoder()
+    try:
+        decoder.feed(garbage)
+    except ProtocolError:
+        pass  # the only acceptable failure
+
+
+def test_oversized_length_rejected_before_buffering(json_impl: None) -> None:
+    decoder = FrameDecoder()
+    with pytest.raises(FrameTooLargeError):
+        decoder.feed(struct.pack(">i", MAX_FRAME_LENGTH + 1) + b"x")
+
+
+def test_negative_and_tiny_lengths_rejected() -> None:
+    for length in (-1, 0, 3):
+        with pytest.raises(FrameTooLargeError):
+            FrameDecoder().feed(struct.pack(">i", length))
+
+
+def test_encode_refuses_frame_over_limit() -> None:
+    with pytest.raises(FrameTooLargeError):
+        encode_command(RemotingCommand(code=1, body=b"x" * MAX_FRAME_LENGTH))
+
+
+def test_truncated_frame_waits_for_more() -> None:
+    data = encode_command(RemotingCommand(code=11, ext_fields={"a": "b"}, body=b"body"))
+    decoder = FrameDecoder()
+    assert decoder.feed(data[:-1]) == []
+    assert len(decoder.feed(data[-1:])) == 1
+
+
+def test_header_length_beyond_frame() -> None:
+    payload = struct.pack(">i", 100) + b"{}"
+    with pytest.raises(ProtocolError, match="header length"):
+        decode_frame(payload)
+
+
+def test_header_not_json(json_impl: None) -> None:
+    header = b"{not json"
+    payload = struct.pack(">i", len(header)) + header
+    with pytest.raises(ProtocolError, match="not valid JSON"):
+        decode_frame(payload)
+
+
+def test_header_json_but_not_object(json_impl: None) -> None:
+    header = b"[1,2]"
+    with pytest.raises(ProtocolError, match="not a JSON object"):
+        decode_frame(struct.pack(">i", len(header)) + header)
+
+
+def test_header_without_code(json_impl: None) -> None:
+    header = b'{"opaque":1}'
+    with pytest.raises(ProtocolError, match="no code"):
+        decode_frame(struct.pack(">i", len(header)) + header)
+
+
+def test_header_code_wrong_type(json_impl: None) -> None:
+    header = b'{"code":"x"}'
+    with pytest.raises(ProtocolError, match="code"):
+        decode_frame(struct.pack(">i", len(header)) + header)
+
+
+def test_unknown_serialize_type() -> None:
+    with pytest.raises(ProtocolError, match="serialize type"):
+        decode_frame(struct.pack(">i", (7 << 24) | 2) + b"{}")
+
+
+def test_binary_header_truncated() -> None:
+    good = encode_command_binary(RemotingCommand(code=1, remark="hi", ext_fields={"k": "v"}))
+    header_len = struct.unpack(">i", good[4:8])[0] & 0xFFFFFF
+    header = good[8 : 8 + header_len]
+    for cut in range(len(header)):
+        payload = struct.pack(">i", (1 << 24) | cut) + header[:cut]
+        with pytest.raises(ProtocolError):
+            decode_frame(payload)
+
+
+def test_json_ext_values_coerced_to_strings(json_impl: None) -> None:
+    header = b'{"code":0,"flag":1,"opaque":3,"extFields":{"n":5,"b":true}}'
+    cmd = decode_frame(struct.pack(">i", len(header)) + header)
+    assert cmd.ext_fields == {"n": "5", "b": "true"}
+    assert cmd.is_response and cmd.opaque == 3
+
+
+def test_ext_int_errors() -> None:
+    cmd = RemotingCommand(code=0, ext_fields={"x": "abc"})
+    with pytest.raises(ProtocolError):
+        cmd.ext_int("x")
+    with pytest.raises(ProtocolError):
+        cmd.ext_int("missing")
+    assert cmd.ext_int("missing", 7) == 7
