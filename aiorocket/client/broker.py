@@ -165,6 +165,7 @@ class BrokerClient:
         expression_type: str | None = None,
         timeout: float = 30.0,
         decode: bool = True,
+        message_class: type[MessageExt] = MessageExt,
     ) -> PullResult:
         ext = {
             "consumerGroup": group,
@@ -187,7 +188,9 @@ class BrokerClient:
             raise error_for_response(resp.code, resp.remark, RequestCode.PULL_MESSAGE)
         messages: list[MessageExt] = []
         if status is PullStatus.FOUND and decode:
-            messages = decode_messages(resp.body, broker_name=mq.broker_name)
+            messages = decode_messages(
+                resp.body, broker_name=mq.broker_name, message_class=message_class
+            )
         return PullResult(
             status=status,
             next_begin_offset=resp.ext_int("nextBeginOffset", offset),
@@ -206,6 +209,9 @@ class BrokerClient:
             "topic": mq.topic,
             "queueId": str(mq.queue_id),
             "bname": mq.broker_name,
+            # Without this the broker answers 0 for a new group whose queue still has
+            # its first message in memory, overriding consume-from-where.
+            "setZeroIfNotFound": "false",
         }
         resp = await self._call(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext)
         if resp.code == ResponseCode.QUERY_NOT_FOUND:

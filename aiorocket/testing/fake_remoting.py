@@ -8,8 +8,8 @@ hang up mid-frame. Users of aiorocket can use it in their own tests too.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Any
 from types import TracebackType
+from typing import Any
 
 import anyio
 import anyio.abc

@@ -1,0 +1,90 @@
+"""The shared client core: one connection pool, one NameServer client, one broker client.
+
+Producers and consumers each own one :class:`ClientInstance`; its task group runs the
+connections' readers and the route refresher, so closing the instance stops them all.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Sequence
+from types import TracebackType
+
+import anyio
+import anyio.abc
+
+from aiorocket.client.broker import BrokerClient
+from aiorocket.client.namesrv import NameServerClient
+from aiorocket.errors import ClientClosedError
+from aiorocket.remoting.dispatcher import RequestDispatcher
+from aiorocket.remoting.pool import ConnectionPool
+
+
+def local_ip() -> str:
+    """The address other peers would see us as; loopback when there is no route out."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+def make_client_id(instance_name: str | None = None) -> str:
+    """``ip@instance``: unique per client object, so several consumers can share a process."""
+    name = instance_name or f"{os.getpid()}#{secrets.token_hex(4)}"
+    return f"{local_ip()}@{name}"
+
+
+class ClientInstance:
+    def __init__(
+        self,
+        namesrv: str | Sequence[str],
+        *,
+        client_id: str | None = None,
+        request_timeout: float = 3.0,
+        route_refresh_interval: float = 30.0,
+    ) -> None:
+        self.client_id = client_id or make_client_id()
+        self.dispatcher = RequestDispatcher()
+        self.pool = ConnectionPool(self.dispatcher)
+        self.namesrv = NameServerClient(
+            self.pool, namesrv, timeout=request_timeout, refresh_interval=route_refresh_interval
+        )
+        self.broker = BrokerClient(self.pool, request_timeout)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._started = False
+
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup:
+        if self._tg is None:
+            raise ClientClosedError("client is not started")
+        return self._tg
+
+    async def __aenter__(self) -> ClientInstance:
+        await self.pool.__aenter__()
+        try:
+            self._tg = anyio.create_task_group()
+            await self._tg.__aenter__()
+            self._tg.start_soon(self.namesrv.run_refresher)
+        except BaseException as exc:
+            await self.pool.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._started = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        try:
+            await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            await self.pool.__aexit__(exc_type, exc, tb)
+        return None

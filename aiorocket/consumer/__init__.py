@@ -1,0 +1,36 @@
+"""Consumers: the push consumer engine, allocation strategies, offsets."""
+
+from aiorocket.consumer.allocation import (
+    AllocateAveragely,
+    AllocateAveragelyByCircle,
+    AllocateByConfig,
+    AllocateByMachineRoom,
+    AllocateConsistentHash,
+    AllocateMachineRoomNearby,
+    AllocateStrategy,
+)
+from aiorocket.consumer.config import ConsumeFromWhere, ConsumerConfig, MessageModel
+from aiorocket.consumer.consumer import Consumer, QueueStats, RebalanceListener
+from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.consumer.results import RECONSUME_LATER, SUCCESS, ConsumeStatus, Reconsume
+
+__all__ = [
+    "RECONSUME_LATER",
+    "SUCCESS",
+    "AllocateAveragely",
+    "AllocateAveragelyByCircle",
+    "AllocateByConfig",
+    "AllocateByMachineRoom",
+    "AllocateConsistentHash",
+    "AllocateMachineRoomNearby",
+    "AllocateStrategy",
+    "ConsumeFromWhere",
+    "ConsumeStatus",
+    "Consumer",
+    "ConsumerConfig",
+    "ConsumerMessage",
+    "MessageModel",
+    "QueueStats",
+    "RebalanceListener",
+    "Reconsume",
+]

@@ -1,0 +1,88 @@
+"""Consumer settings. Defaults are the Java client's (DefaultMQPushConsumer, ClientConfig)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from aiorocket.errors import ConfigError
+
+
+class MessageModel(str, enum.Enum):
+    CLUSTERING = "CLUSTERING"
+    BROADCASTING = "BROADCASTING"
+
+
+class ConsumeFromWhere(str, enum.Enum):
+    """Where a group with *no stored offset* starts; ignored once the group has one."""
+
+    LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+@dataclass(slots=True)
+class ConsumerConfig:
+    message_model: MessageModel = MessageModel.CLUSTERING
+    consume_from_where: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET
+    #: epoch milliseconds for CONSUME_FROM_TIMESTAMP; None means "30 minutes ago" (Java).
+    consume_timestamp_ms: int | None = None
+    pull_batch_size: int = 32
+    pull_threshold_for_queue: int = 1000
+    pull_threshold_size_for_queue: int = 100 * 1024 * 1024
+    #: process-wide cap on cached messages; None = no cap beyond the per-queue ones.
+    pull_threshold_for_all: int | None = None
+    consume_concurrently_max_span: int = 2000
+    consume_concurrency: int = 20
+    consume_batch_size: int = 1
+    max_reconsume_times: int = 16
+    consume_timeout: float = 15 * 60.0
+    persist_offset_interval: float = 5.0
+    heartbeat_interval: float = 30.0
+    rebalance_interval: float = 20.0
+    route_refresh_interval: float = 30.0
+    long_poll_timeout: float = 15.0
+    pull_request_timeout: float = 30.0
+    pull_backoff_on_error: float = 1.0
+    #: when a send-back fails, retry the message locally after this many seconds (Java: 5).
+    local_retry_delay: float = 5.0
+    request_timeout: float = 3.0
+    #: how long close() and a queue drop wait for running handlers.
+    shutdown_timeout: float = 30.0
+    orderly: bool = False
+    suspend_current_queue_time: float = 1.0
+
+    def validate(self) -> None:
+        positive_ints = {
+            "pull_batch_size": self.pull_batch_size,
+            "pull_threshold_for_queue": self.pull_threshold_for_queue,
+            "pull_threshold_size_for_queue": self.pull_threshold_size_for_queue,
+            "consume_concurrently_max_span": self.consume_concurrently_max_span,
+            "consume_concurrency": self.consume_concurrency,
+            "consume_batch_size": self.consume_batch_size,
+        }
+        for name, value in positive_ints.items():
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.pull_batch_size > 1024:
+            raise ConfigError("pull_batch_size must be at most 1024")
+        if self.max_reconsume_times < -1:
+            raise ConfigError("max_reconsume_times must be >= -1")
+        positive_floats = {
+            "consume_timeout": self.consume_timeout,
+            "persist_offset_interval": self.persist_offset_interval,
+            "heartbeat_interval": self.heartbeat_interval,
+            "rebalance_interval": self.rebalance_interval,
+            "long_poll_timeout": self.long_poll_timeout,
+            "pull_request_timeout": self.pull_request_timeout,
+            "request_timeout": self.request_timeout,
+        }
+        for name, fvalue in positive_floats.items():
+            if not fvalue > 0:
+                raise ConfigError(f"{name} must be positive, got {fvalue!r}")
+        if self.pull_request_timeout <= self.long_poll_timeout:
+            raise ConfigError("pull_request_timeout must exceed long_poll_timeout")
+        if self.shutdown_timeout < 0:
+            raise ConfigError("shutdown_timeout must be >= 0")
+        self.message_model = MessageModel(self.message_model)
+        self.consume_from_where = ConsumeFromWhere(self.consume_from_where)

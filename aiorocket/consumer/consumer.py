@@ -1,0 +1,664 @@
+"""The push consumer: subscriptions, lifecycle, heartbeats, rebalance, dispatch, offsets.
+
+Everything runs in one task group owned by the consumer (entered by ``async with``):
+
+* a heartbeat loop (every 30 s) and a rebalance loop (every 20 s and at once when a
+  broker says the group changed);
+* one pull task per assigned queue (ProcessQueue), each in its own cancel scope so a
+  rebalance can stop exactly that queue;
+* ``consume_concurrency`` worker tasks running the handler (this replaces the Java
+  consume thread pool), or, without a handler, the ``async for`` iterator;
+* an offset flusher (every 5 s) committing, per queue, the lowest unfinished offset.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, fields
+from types import TracebackType
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from aiorocket._log import get_logger
+from aiorocket.client.instance import ClientInstance
+from aiorocket.consumer import rebalance as _rebalance
+from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
+from aiorocket.consumer.config import ConsumerConfig, MessageModel
+from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.consumer.offset_store import OffsetStore, RemoteOffsetStore
+from aiorocket.consumer.process_queue import ProcessQueue
+from aiorocket.consumer.puller import pull_loop
+from aiorocket.consumer.results import HandlerResult, failure_delay_level
+from aiorocket.consumer.signal import Signal
+from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError, TopicNotExistError
+from aiorocket.message import MessageQueue
+from aiorocket.protocol.codes import RequestCode
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, Subscription
+from aiorocket.remoting.connection import Connection
+
+MessageHandler = Callable[[ConsumerMessage], Awaitable[HandlerResult] | HandlerResult]
+BatchHandler = Callable[[list[ConsumerMessage]], Awaitable[HandlerResult] | HandlerResult]
+
+
+class RebalanceListener(Protocol):
+    """Awaited around queue ownership changes (like aiokafka's ConsumerRebalanceListener).
+
+    ``on_queues_revoked`` runs before a dropped queue's offset is flushed (and, when
+    orderly, before its lock is released); ``on_queues_assigned`` after new queues
+    started pulling.
+    """
+
+    async def on_queues_revoked(self, queues: list[MessageQueue]) -> None: ...
+
+    async def on_queues_assigned(self, queues: list[MessageQueue]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: MessageQueue
+    cached: int
+    cached_bytes: int
+    running: int
+    committed_offset: int
+    next_offset: int
+    pulled: int
+    consumed: int
+    pull_rate: float
+    consume_rate: float
+
+
+def retry_topic(group: str) -> str:
+    return f"%RETRY%{group}"
+
+
+def dlq_topic(group: str) -> str:
+    return f"%DLQ%{group}"
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
+    )
+
+
+class Consumer:
+    """A push consumer for one group.
+
+    >>> consumer = Consumer("my-group", namesrv="127.0.0.1:9876")
+    >>> consumer.subscribe("orders", "paid || refunded")
+    >>> async with consumer:
+    ...     async for msg in consumer:
+    ...         print(msg.body)
+
+    or with a handler (run concurrently, up to ``consume_concurrency`` at a time)::
+
+        async def handle(msg: ConsumerMessage) -> None: ...
+        async with Consumer("my-group", namesrv=..., handler=handle) as consumer: ...
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv: str | Sequence[str],
+        *,
+        handler: MessageHandler | None = None,
+        batch_handler: BatchHandler | None = None,
+        config: ConsumerConfig | None = None,
+        allocate: AllocateStrategy = allocate_averagely,
+        listener: RebalanceListener | None = None,
+        client_id: str | None = None,
+        **settings: Any,
+    ) -> None:
+        if not group or any(c in group for c in " \t\r\n%"):
+            raise ConfigError(f"invalid consumer group {group!r}")
+        if handler is not None and batch_handler is not None:
+            raise ConfigError("pass either handler or batch_handler, not both")
+        cfg = config or ConsumerConfig()
+        known = {f.name for f in fields(ConsumerConfig)}
+        for name, value in settings.items():
+            if name not in known:
+                raise ConfigError(f"unknown consumer setting {name!r}")
+            setattr(cfg, name, value)
+        cfg.validate()
+        self.group = group
+        self.config = cfg
+        self.allocate = allocate
+        self.listener = listener
+        self._namesrv = namesrv
+        self._client_id = client_id
+        self._handler: Callable[..., Any] | None = handler or batch_handler
+        self._batch = batch_handler is not None
+        self.subscriptions: dict[str, Subscription] = {}
+        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        self.log = get_logger("consumer", group=group)
+        self._client: ClientInstance | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._workers_scope: anyio.CancelScope | None = None
+        self._loops_scope = anyio.CancelScope()
+        self._work_send: MemoryObjectSendStream[list[ConsumerMessage]] | None = None
+        self._work_recv: MemoryObjectReceiveStream[list[ConsumerMessage]] | None = None
+        self._rebalance_signal = Signal()
+        self._rebalance_requested = False
+        self._capacity = Signal()
+        self._workers_done: anyio.Event | None = None
+        self._closing = False
+        self._closed = False
+        self._thread_limiter: anyio.CapacityLimiter | None = None
+        self._last_stats: tuple[float, dict[MessageQueue, tuple[int, int]]] | None = None
+        self.offset_store: OffsetStore
+        self.started_at_ms = 0
+        self.dropped_messages = 0
+
+    # -- configuration -------------------------------------------------------------
+
+    def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
+        """Subscribe to ``topic`` with a tag expression (``"a || b"``) or an SQL92 ``sql``."""
+        if self._client is not None:
+            raise ConfigError("subscribe before starting the consumer")
+        if sql is not None:
+            sub = Subscription(topic, sql, EXPRESSION_SQL92)
+        else:
+            sub = Subscription(topic, expression, EXPRESSION_TAG)
+        self.subscriptions[topic] = sub
+
+    def handler(self, fn: MessageHandler) -> MessageHandler:
+        """Decorator form of ``handler=``."""
+        if self._client is not None:
+            raise ConfigError("set the handler before starting the consumer")
+        self._handler, self._batch = fn, False
+        return fn
+
+    @property
+    def client(self) -> ClientInstance:
+        if self._client is None:
+            raise ClientClosedError("consumer is not started")
+        return self._client
+
+    @property
+    def client_id(self) -> str:
+        return self.client.client_id
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def __aenter__(self) -> Consumer:
+        if self._client is not None or self._closed:
+            raise ClientClosedError("a consumer can be started once")
+        if not self.subscriptions:
+            raise ConfigError("subscribe to at least one topic before starting")
+        cfg = self.config
+        if cfg.message_model is MessageModel.CLUSTERING:
+            self.subscriptions.setdefault(
+                retry_topic(self.group), Subscription(retry_topic(self.group))
+            )
+        self.started_at_ms = time.time_ns() // 1_000_000
+        client = ClientInstance(
+            self._namesrv,
+            client_id=self._client_id,
+            request_timeout=cfg.request_timeout,
+            route_refresh_interval=cfg.route_refresh_interval,
+        )
+        await client.__aenter__()
+        self._client = client
+        self.log = self.log.bind(client_id=client.client_id)
+        self.offset_store = RemoteOffsetStore(client, self.group)
+        client.dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
+        send, recv = anyio.create_memory_object_stream[list[ConsumerMessage]](math.inf)
+        self._work_send, self._work_recv = send, recv
+        self._thread_limiter = anyio.CapacityLimiter(cfg.consume_concurrency)
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        try:
+            await self.send_heartbeats()
+            await _rebalance.rebalance(self)
+            tg.start_soon(self._run_loops)
+            if self._handler is not None:
+                self._workers_done = anyio.Event()
+                await tg.start(self._run_workers)
+        except BaseException as exc:
+            await self._teardown(type(exc), exc, exc.__traceback__, graceful=False)
+            raise
+        self.log.info("consumer_started", topics=sorted(self.subscriptions))
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        graceful = (
+            exc_type is None
+            or not issubclass(exc_type, BaseException)
+            or issubclass(exc_type, Exception)
+        )
+        await self._teardown(exc_type, exc, tb, graceful=graceful)
+        return None
+
+    async def run(self) -> None:
+        """Start, consume until cancelled, then close (draining what was in flight)."""
+        async with self:
+            await anyio.sleep_forever()
+
+    async def _teardown(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        *,
+        graceful: bool,
+    ) -> None:
+        """Stop pulling, drain handlers (bounded), flush offsets, unregister, stop tasks."""
+        self._closing = True
+        self._closed = True
+        self._loops_scope.cancel()
+        for pq in self.process_queues.values():
+            if pq.pull_scope is not None:
+                pq.pull_scope.cancel()
+        if self._work_send is not None:
+            self._work_send.close()
+        cfg = self.config
+        with anyio.CancelScope(shield=True):
+            if graceful and self._workers_done is not None:
+                with anyio.move_on_after(cfg.shutdown_timeout) as drain:
+                    await self._workers_done.wait()
+                if drain.cancelled_caught:
+                    self.log.warning("shutdown_timeout", timeout=cfg.shutdown_timeout)
+            if self._workers_scope is not None:
+                self._workers_scope.cancel()
+            with anyio.move_on_after(max(cfg.request_timeout * 2, 5.0)):
+                await self.persist_all()
+                await self._unregister()
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+            try:
+                await self._tg.__aexit__(exc_type, exc, tb)
+            finally:
+                self._tg = None
+        if self._client is not None:
+            await self._client.__aexit__(exc_type, exc, tb)
+        self.log.info("consumer_closed", graceful=graceful)
+
+    async def _run_loops(self) -> None:
+        with self._loops_scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._heartbeat_loop)
+                tg.start_soon(self._rebalance_loop)
+                tg.start_soon(self._flush_loop)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.config.heartbeat_interval)
+            await self.send_heartbeats()
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            if not self._rebalance_requested:
+                with anyio.move_on_after(self.config.rebalance_interval):
+                    await self._rebalance_signal.wait()
+            self._rebalance_requested = False
+            await _rebalance.rebalance(self)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.config.persist_offset_interval)
+            await self.persist_all()
+
+    def request_rebalance(self) -> None:
+        self._rebalance_requested = True
+        self._rebalance_signal.notify()
+
+    async def _on_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
+        if cmd.ext_fields.get("consumerGroup") == self.group:
+            self.log.debug("consumer_ids_changed", broker=conn.address)
+            self.request_rebalance()
+        return None
+
+    # -- brokers -------------------------------------------------------------------
+
+    def heartbeat_data(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "clientID": self.client_id,
+            "producerDataSet": [],
+            "consumerDataSet": [
+                {
+                    "groupName": self.group,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": cfg.message_model.value,
+                    "consumeFromWhere": cfg.consume_from_where.value,
+                    "subscriptionDataSet": [s.to_heartbeat() for s in self.subscriptions.values()],
+                    "unitMode": False,
+                }
+            ],
+            "heartbeatFingerprint": 0,
+        }
+
+    async def _broker_addrs(self) -> set[str]:
+        addrs: set[str] = set()
+        for topic in self.subscriptions:
+            try:
+                route = await self.client.namesrv.get_route(topic)
+            except TopicNotExistError:
+                continue
+            except RocketMQError as exc:
+                self.log.warning("route_failed", topic=topic, error=str(exc))
+                continue
+            addrs.update(route.all_master_addrs().values())
+        return addrs
+
+    async def send_heartbeats(self) -> None:
+        data = self.heartbeat_data()
+        for addr in sorted(await self._broker_addrs()):
+            try:
+                await self.client.broker.heartbeat(addr, data)
+            except RocketMQError as exc:
+                self.log.warning("heartbeat_failed", broker=addr, error=str(exc))
+
+    async def _unregister(self) -> None:
+        if self._client is None:
+            return
+        for addr in sorted(await self._broker_addrs()):
+            try:
+                await self.client.broker.unregister_client(
+                    addr, self.client_id, consumer_group=self.group
+                )
+            except RocketMQError as exc:
+                self.log.warning("unregister_failed", broker=addr, error=str(exc))
+
+    async def broker_addr(self, mq: MessageQueue) -> str | None:
+        route = self.client.namesrv.cached_route(mq.topic)
+        addr = route.master_addr(mq.broker_name) if route else None
+        if addr is None:
+            try:
+                route = await self.client.namesrv.query_route(mq.topic)
+            except RocketMQError:
+                return None
+            addr = route.master_addr(mq.broker_name)
+        return addr
+
+    # -- queues ----------------------------------------------------------------------
+
+    async def start_pulling(self, pq: ProcessQueue, sub: Subscription) -> None:
+        assert self._tg is not None
+        await self._tg.start(functools.partial(pull_loop, self, pq, sub))
+
+    async def revoke(self, pqs: list[ProcessQueue]) -> None:
+        """Drop queues: stop pulling, await running handlers (bounded), persist, forget."""
+        if self.listener is not None:
+            await self.listener.on_queues_revoked([pq.mq for pq in pqs])
+        for pq in pqs:
+            pq.drop()
+        with anyio.move_on_after(self.config.shutdown_timeout):
+            for pq in pqs:
+                while pq.running:
+                    await pq.wait_changed()
+        for pq in pqs:
+            await self.persist_offset(pq)
+            if self.process_queues.get(pq.mq) is pq:
+                del self.process_queues[pq.mq]
+        if self.config.orderly:
+            await self.unlock_queues([pq.mq for pq in pqs])
+
+    async def on_assigned(self, mqs: list[MessageQueue]) -> None:
+        if self.listener is not None and mqs:
+            await self.listener.on_queues_assigned(mqs)
+
+    async def lock_queues(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        return set(mqs)  # orderly consumption arrives with its own issue
+
+    async def unlock_queues(self, mqs: list[MessageQueue]) -> None:
+        return None
+
+    async def wait_locked(self, pq: ProcessQueue) -> None:
+        await pq.wait_changed()
+
+    def has_global_capacity(self) -> bool:
+        limit = self.config.pull_threshold_for_all
+        if limit is None:
+            return True
+        return sum(pq.cached_count for pq in self.process_queues.values()) < limit
+
+    async def wait_capacity(self, pq: ProcessQueue) -> None:
+        if not pq.has_capacity(self.config):
+            await pq.wait_changed()
+        else:
+            await self._capacity.wait()
+
+    # -- offsets ---------------------------------------------------------------------
+
+    async def persist_offset(self, pq: ProcessQueue) -> None:
+        offset = pq.tracker.take_if_changed()
+        if offset is None:
+            return
+        try:
+            await self.offset_store.persist(pq.mq, offset)
+        except RocketMQError as exc:
+            pq.tracker.mark_dirty()
+            self.log.warning(
+                "offset_persist_failed",
+                topic=pq.mq.topic,
+                broker=pq.mq.broker_name,
+                queue=pq.mq.queue_id,
+                error=str(exc),
+            )
+
+    async def persist_all(self) -> None:
+        for pq in list(self.process_queues.values()):
+            await self.persist_offset(pq)
+
+    # -- dispatch ----------------------------------------------------------------------
+
+    def dispatch(self, pq: ProcessQueue, messages: list[ConsumerMessage]) -> None:
+        send = self._work_send
+        if send is None or self._closing:
+            return  # unsettled: never committed, so redelivered
+        size = self.config.consume_batch_size if self._batch else 1
+        try:
+            if size == 1:
+                for m in messages:
+                    send.send_nowait([m])
+            else:
+                for i in range(0, len(messages), size):
+                    send.send_nowait(messages[i : i + size])
+        except anyio.ClosedResourceError:
+            return
+
+    async def _run_workers(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        assert self._work_recv is not None and self._workers_done is not None
+        try:
+            with anyio.CancelScope() as scope:
+                self._workers_scope = scope
+                async with anyio.create_task_group() as tg:
+                    for _ in range(self.config.consume_concurrency):
+                        tg.start_soon(self._worker, self._work_recv)
+                    task_status.started()
+        finally:
+            self._workers_done.set()
+
+    async def _worker(self, recv: MemoryObjectReceiveStream[list[ConsumerMessage]]) -> None:
+        async for batch in recv:
+            await self._consume(batch)
+
+    async def _consume(self, batch: list[ConsumerMessage]) -> None:
+        pq = batch[0]._pq
+        assert pq is not None
+        if pq.dropped:
+            return
+        live = [m for m in batch if not m._settled and m._generation == pq.tracker.generation]
+        if not live:
+            return
+        cfg = self.config
+        level: int | None = None
+        pq.running += 1
+        try:
+            with anyio.move_on_after(cfg.consume_timeout) as scope:
+                try:
+                    level = failure_delay_level(await self._invoke(live))
+                except Exception as exc:
+                    level = 0
+                    self.log.warning(
+                        "handler_failed",
+                        topic=pq.mq.topic,
+                        broker=pq.mq.broker_name,
+                        queue=pq.mq.queue_id,
+                        offset=live[0].queue_offset,
+                        error=repr(exc),
+                    )
+            if scope.cancelled_caught:
+                level = 0
+                self.log.warning(
+                    "consume_timeout",
+                    topic=pq.mq.topic,
+                    queue=pq.mq.queue_id,
+                    offset=live[0].queue_offset,
+                    timeout=cfg.consume_timeout,
+                )
+        finally:
+            pq.running -= 1
+            pq.notify()
+        for m in live:
+            await self.settle(m, level)
+
+    async def _invoke(self, live: list[ConsumerMessage]) -> HandlerResult:
+        handler = self._handler
+        assert handler is not None
+        arg: Any = live if self._batch else live[0]
+        if _is_async(handler):
+            return await handler(arg)  # type: ignore[no-any-return]
+        result = await anyio.to_thread.run_sync(
+            handler, arg, abandon_on_cancel=True, limiter=self._thread_limiter
+        )
+        if inspect.isawaitable(result):
+            return await result  # type: ignore[no-any-return]
+        return result  # type: ignore[no-any-return]
+
+    async def settle(self, msg: ConsumerMessage, delay_level: int | None) -> None:
+        """Finish a message: success commits past it; failure sends it back first."""
+        if msg._settled:
+            return
+        msg._settled = True
+        pq = msg._pq
+        if pq is None:
+            return
+        if delay_level is not None:
+            if self.config.message_model is MessageModel.BROADCASTING:
+                self.dropped_messages += 1
+                self.log.warning(
+                    "broadcast_message_dropped", topic=msg.topic, offset=msg.queue_offset
+                )
+            elif not await self._send_back(pq, msg, delay_level):
+                msg._settled = False
+                self._retry_locally(msg)
+                return
+        pq.on_done(msg, msg._generation)
+        if self.config.pull_threshold_for_all is not None:
+            self._capacity.notify()
+
+    async def _send_back(self, pq: ProcessQueue, msg: ConsumerMessage, delay_level: int) -> bool:
+        addr = await self.broker_addr(pq.mq)
+        if addr is None:
+            return False
+        try:
+            await self.client.broker.send_back(
+                addr,
+                msg,
+                self.group,
+                delay_level=delay_level,
+                max_reconsume_times=self.config.max_reconsume_times,
+            )
+            return True
+        except (RocketMQError, ClientClosedError) as exc:
+            self.log.warning(
+                "send_back_failed", topic=msg.topic, offset=msg.queue_offset, error=str(exc)
+            )
+            return False
+
+    def _retry_locally(self, msg: ConsumerMessage) -> None:
+        if self._tg is None or self._closing:
+            return
+        self._tg.start_soon(self._redeliver_later, msg)
+
+    async def _redeliver_later(self, msg: ConsumerMessage) -> None:
+        await anyio.sleep(self.config.local_retry_delay)
+        pq = msg._pq
+        if pq is not None and not pq.dropped:
+            self.dispatch(pq, [msg])
+
+    # -- iteration -------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[ConsumerMessage]:
+        return self.messages()
+
+    async def messages(self) -> AsyncIterator[ConsumerMessage]:
+        """Yield messages one by one.
+
+        A yielded message is acked when you ask for the next one (the loop body finished
+        without raising). Take manual control with ``async with msg:``, ``msg.hold()``,
+        ``await msg.ack()`` or ``await msg.nack()``. A message you leave unsettled (you
+        broke out of the loop, or the body raised) is never committed past, so it is
+        redelivered after a restart or rebalance.
+        """
+        if self._handler is not None:
+            raise ConfigError("this consumer has a handler; iterate a consumer without one")
+        recv = self._work_recv
+        if recv is None:
+            raise ClientClosedError("start the consumer (async with) before iterating")
+        previous: ConsumerMessage | None = None
+        while True:
+            if previous is not None and not previous._settled and not previous._held:
+                await previous.ack()
+            previous = None
+            try:
+                batch = await recv.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            for msg in batch:
+                pq = msg._pq
+                if pq is None or pq.dropped or msg._settled:
+                    continue
+                if msg._generation != pq.tracker.generation:
+                    continue
+                previous = msg
+                yield msg
+
+    # -- introspection -----------------------------------------------------------------
+
+    def assignment(self) -> set[MessageQueue]:
+        return {mq for mq, pq in self.process_queues.items() if not pq.dropped}
+
+    def stats(self) -> list[QueueStats]:
+        now = time.monotonic()
+        prev_t, prev = self._last_stats or (now, {})
+        dt = now - prev_t
+        out = []
+        snapshot: dict[MessageQueue, tuple[int, int]] = {}
+        for mq, pq in sorted(self.process_queues.items()):
+            pulled0, consumed0 = prev.get(mq, (0, 0))
+            snapshot[mq] = (pq.pulled_total, pq.consumed_total)
+            out.append(
+                QueueStats(
+                    queue=mq,
+                    cached=pq.cached_count,
+                    cached_bytes=pq.cached_bytes,
+                    running=pq.running,
+                    committed_offset=pq.tracker.committable(),
+                    next_offset=pq.tracker.next_offset,
+                    pulled=pq.pulled_total,
+                    consumed=pq.consumed_total,
+                    pull_rate=(pq.pulled_total - pulled0) / dt if dt > 0 else 0.0,
+                    consume_rate=(pq.consumed_total - consumed0) / dt if dt > 0 else 0.0,
+                )
+            )
+        self._last_stats = (now, snapshot)
+        return out

@@ -1,0 +1,206 @@
+"""Per-queue in-flight offset tracking for the push consumer.
+
+A queue's messages are pulled in increasing queue-offset order but handled
+concurrently, so they finish out of order. The offset we may commit is the lowest
+offset still being handled: committing anything higher would lose that message if the
+consumer died now. This is the Java client's ``ProcessQueue`` rule (commit
+``msgTreeMap.firstKey()``, or the end of what was pulled once nothing is cached), with
+one refinement: when nothing is in flight we commit the last pull's
+``nextBeginOffset``, which also skips a trailing run of filtered-out messages (Java
+gets the same effect from ``correctTagsOffset`` on NO_MATCHED_MSG).
+
+Offsets in a batch may have gaps (the broker filtered messages out by tag or SQL);
+those offsets were never ours and are simply skipped.
+
+Cost per message is amortised O(1): offsets are appended to a deque in pull order and
+completed offsets are removed from a set; the deque is trimmed from either end only
+past finished offsets, so each offset is appended and popped once, and both ends of
+the deque are always unfinished offsets (giving min, max and span in O(1)).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+__all__ = ["OffsetTracker"]
+
+
+class OffsetTracker:
+    """In-flight offsets of one queue and the offset that is safe to commit.
+
+    Not thread-safe; meant to be driven from one event loop.
+
+    Contract with the pull loop: :meth:`add` each pull's messages (possibly none) and
+    its ``nextBeginOffset``; every offset must be at or above the previous
+    ``next_offset`` and batches must be strictly increasing. A violation raises
+    :class:`ValueError` and leaves the tracker unchanged; the pull loop should then
+    :meth:`reset`. (With 5.x inner-batch messages a pull that starts mid-batch may
+    return offsets below the requested one; drop those before calling :meth:`add`.)
+
+    Commit flow: the flusher calls :meth:`take_if_changed` and commits the value it
+    returns; if that commit fails it calls :meth:`mark_dirty` so the next flush
+    retries. Alternatively read :meth:`committable` and call :meth:`mark_committed`
+    after the broker accepted it.
+
+    :meth:`reset` (OFFSET_ILLEGAL, seek, reset-offset request) bumps
+    :attr:`generation`. Handlers still running for the old generation should pass the
+    generation they were started under to :meth:`done`, so a late completion cannot
+    mark a re-pulled message with the same offset as finished.
+    """
+
+    __slots__ = ("_committed", "_generation", "_next", "_order", "_pending")
+
+    def __init__(self, start_offset: int) -> None:
+        _check_offset("start_offset", start_offset)
+        self._order: deque[int] = deque()  # in-flight offsets in pull order, ends unfinished
+        self._pending: set[int] = set()  # offsets not yet done
+        self._next = start_offset  # highest next_offset seen: commit point when idle
+        # The start offset normally came from the broker (QUERY_CONSUMER_OFFSET), so it
+        # is already committed; call mark_dirty() if it was computed locally instead.
+        self._committed: int | None = start_offset
+        self._generation = 0
+
+    # ----------------------------------------------------------------- pull side
+
+    def add(self, offsets: Iterable[int], next_offset: int) -> None:
+        """Record one pull: its (filtered) message offsets and its ``nextBeginOffset``.
+
+        An empty ``offsets`` is normal (NO_MATCHED_MSG, or everything filtered) and
+        only advances the idle commit point.
+        """
+        batch = offsets if isinstance(offsets, (list, tuple)) else tuple(offsets)
+        prev = self._next - 1
+        for offset in batch:
+            if offset <= prev:
+                raise ValueError(
+                    f"offset {offset} is not above {prev}: offsets must increase "
+                    f"and start at or after the previous next_offset {self._next}"
+                )
+            prev = offset
+        if next_offset <= prev:
+            raise ValueError(
+                f"next_offset {next_offset} must be above {prev} "
+                f"(the last offset added, and at least the previous next_offset)"
+            )
+        if batch:
+            self._order.extend(batch)
+            self._pending.update(batch)
+        self._next = next_offset
+
+    def reset(self, offset: int) -> None:
+        """Forget everything in flight and restart at ``offset`` (may move backwards).
+
+        The new offset is not marked committed, so the next flush stores it, as the
+        Java client does after OFFSET_ILLEGAL.
+        """
+        _check_offset("offset", offset)
+        self._order.clear()
+        self._pending.clear()
+        self._next = offset
+        self._generation += 1
+
+    # -------------------------------------------------------------- handler side
+
+    def done(self, offset: int, generation: int | None = None) -> bool:
+        """Mark ``offset`` finished; ``True`` if it was in flight.
+
+        Idempotent: an unknown offset, one already done, or one from an older
+        ``generation`` is ignored and returns ``False`` (so accounting such as the
+        cached-bytes total should only be adjusted on ``True``).
+        """
+        if generation is not None and generation != self._generation:
+            return False
+        pending = self._pending
+        if offset not in pending:
+            return False
+        pending.remove(offset)
+        order = self._order
+        if offset == order[0]:
+            order.popleft()
+            while order and order[0] not in pending:
+                order.popleft()
+        elif offset == order[-1]:
+            order.pop()
+            while order[-1] not in pending:  # order[0] is pending, so this stops
+                order.pop()
+        return True
+
+    # --------------------------------------------------------------------- queries
+
+    def committable(self) -> int:
+        """The offset safe to commit now: lowest unfinished, else the last next_offset."""
+        order = self._order
+        return order[0] if order else self._next
+
+    @property
+    def in_flight(self) -> int:
+        """Messages pulled and not yet done (the pullThresholdForQueue count)."""
+        return len(self._pending)
+
+    @property
+    def min_in_flight(self) -> int | None:
+        order = self._order
+        return order[0] if order else None
+
+    @property
+    def max_in_flight(self) -> int | None:
+        order = self._order
+        return order[-1] if order else None
+
+    def span(self) -> int:
+        """Max minus min unfinished offset, for ``consumeConcurrentlyMaxSpan``.
+
+        A single slow message holds back the commit point; the span bounds how far
+        ahead pulling may run past it, and so how much is redelivered after a crash.
+        """
+        order = self._order
+        return order[-1] - order[0] if order else 0
+
+    @property
+    def next_offset(self) -> int:
+        """Where the next pull of this queue starts."""
+        return self._next
+
+    @property
+    def generation(self) -> int:
+        """Incremented by every :meth:`reset`."""
+        return self._generation
+
+    # ---------------------------------------------------------------- commit side
+
+    @property
+    def dirty(self) -> bool:
+        """Whether :meth:`committable` differs from the last committed value."""
+        return self.committable() != self._committed
+
+    def take_if_changed(self) -> int | None:
+        """The committable offset if it changed since last taken/committed, else ``None``.
+
+        Records the returned value as committed (optimistically); call
+        :meth:`mark_dirty` if committing it fails.
+        """
+        offset = self.committable()
+        if offset == self._committed:
+            return None
+        self._committed = offset
+        return offset
+
+    def mark_committed(self, offset: int) -> None:
+        """Record that ``offset`` is now stored on the broker."""
+        self._committed = offset
+
+    def mark_dirty(self) -> None:
+        """Forget the last committed value so the next flush commits again."""
+        self._committed = None
+
+    def __repr__(self) -> str:
+        return (
+            f"OffsetTracker(committable={self.committable()}, in_flight={self.in_flight}, "
+            f"span={self.span()}, next_offset={self._next}, generation={self._generation})"
+        )
+
+
+def _check_offset(what: str, offset: int) -> None:
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"{what} must be a non-negative int, got {offset!r}")

@@ -1,0 +1,109 @@
+"""ProcessQueue: the consumer's state for one assigned message queue.
+
+One pull task per ProcessQueue keeps it fed; handlers drain it. The queue's cache
+limits (count, bytes, span) are what the pull task waits on, so a slow handler slows
+pulling instead of growing memory.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+
+from aiorocket.consumer.offsets import OffsetTracker
+from aiorocket.consumer.signal import Signal
+from aiorocket.message import MessageExt, MessageQueue
+
+if TYPE_CHECKING:
+    from aiorocket.consumer.config import ConsumerConfig
+
+
+class ProcessQueue:
+    __slots__ = (
+        "_changed",
+        "cached_bytes",
+        "cached_count",
+        "consumed_total",
+        "created_at",
+        "dropped",
+        "last_lock_time",
+        "locked",
+        "mq",
+        "order_lock",
+        "pull_scope",
+        "pulled_total",
+        "running",
+        "suspended_until",
+        "tracker",
+    )
+
+    def __init__(self, mq: MessageQueue, start_offset: int) -> None:
+        self.mq = mq
+        self.tracker = OffsetTracker(start_offset)
+        self.cached_count = 0
+        self.cached_bytes = 0
+        self.running = 0  # handlers currently running for this queue
+        self.dropped = False
+        self.pull_scope: anyio.CancelScope | None = None
+        self.pulled_total = 0
+        self.consumed_total = 0
+        self.created_at = time.monotonic()
+        # Orderly consumption: broker lock state and one-handler-at-a-time lock.
+        self.locked = False
+        self.last_lock_time = 0.0
+        self.order_lock = anyio.Lock()
+        self.suspended_until = 0.0
+        self._changed = Signal()
+
+    # -- pull side -----------------------------------------------------------------
+
+    def has_capacity(self, cfg: ConsumerConfig) -> bool:
+        return (
+            self.cached_count < cfg.pull_threshold_for_queue
+            and self.cached_bytes < cfg.pull_threshold_size_for_queue
+            and self.tracker.span() <= cfg.consume_concurrently_max_span
+        )
+
+    async def wait_changed(self) -> None:
+        """Wait until a message of this queue finishes (or the queue is dropped)."""
+        await self._changed.wait()
+
+    def on_pulled(self, messages: list[MessageExt], next_offset: int) -> None:
+        self.tracker.add([m.queue_offset for m in messages], next_offset)
+        self.cached_count += len(messages)
+        self.cached_bytes += sum(len(m.body) for m in messages)
+        self.pulled_total += len(messages)
+
+    def on_done(self, msg: MessageExt, generation: int) -> bool:
+        """Mark a message finished; False if it belonged to an older generation (reset)."""
+        if not self.tracker.done(msg.queue_offset, generation):
+            return False
+        self.cached_count -= 1
+        self.cached_bytes -= len(msg.body)
+        self.consumed_total += 1
+        self._changed.notify()
+        return True
+
+    def reset(self, offset: int) -> None:
+        """Forget everything cached (OFFSET_ILLEGAL or seek) and restart at ``offset``."""
+        self.tracker.reset(offset)
+        self.cached_count = 0
+        self.cached_bytes = 0
+        self._changed.notify()
+
+    def drop(self) -> None:
+        self.dropped = True
+        if self.pull_scope is not None:
+            self.pull_scope.cancel()
+        self._changed.notify()
+
+    def notify(self) -> None:
+        self._changed.notify()
+
+    def __repr__(self) -> str:
+        return (
+            f"<ProcessQueue {self.mq} cached={self.cached_count} running={self.running} "
+            f"commit={self.tracker.committable()}{' dropped' if self.dropped else ''}>"
+        )

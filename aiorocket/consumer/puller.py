@@ -1,0 +1,114 @@
+"""The pull task of one ProcessQueue: long-poll the broker, hand messages to dispatch."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+
+from aiorocket.client.broker import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
+from aiorocket.client.results import PullStatus
+from aiorocket.consumer.config import MessageModel
+from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.errors import BrokerResponseError, ConnectionClosedError, RocketMQError
+from aiorocket.message import PROPERTY_RETRY_TOPIC
+from aiorocket.protocol.subscription import Subscription
+
+if TYPE_CHECKING:
+    from aiorocket.consumer.consumer import Consumer
+    from aiorocket.consumer.process_queue import ProcessQueue
+
+RETRY_PREFIX = "%RETRY%"
+
+
+async def pull_loop(
+    consumer: Consumer,
+    pq: ProcessQueue,
+    sub: Subscription,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run until the queue is dropped (its cancel scope is cancelled) or the consumer closes."""
+    cfg = consumer.config
+    log = consumer.log.bind(topic=pq.mq.topic, broker=pq.mq.broker_name, queue=pq.mq.queue_id)
+    with anyio.CancelScope() as scope:
+        pq.pull_scope = scope
+        task_status.started()
+        is_retry_topic = pq.mq.topic.startswith(RETRY_PREFIX)
+        clustering = cfg.message_model is MessageModel.CLUSTERING
+        sql = sub.expression_type != "TAG"
+        while not pq.dropped:
+            while not (pq.has_capacity(cfg) and consumer.has_global_capacity()):
+                await consumer.wait_capacity(pq)
+            if cfg.orderly and not pq.locked:
+                await consumer.wait_locked(pq)
+                continue
+            addr = await consumer.broker_addr(pq.mq)
+            if addr is None:
+                log.warning("pull_no_broker")
+                await anyio.sleep(cfg.pull_backoff_on_error)
+                continue
+            offset = pq.tracker.next_offset
+            commit = pq.tracker.committable() if clustering else 0
+            sys_flag = PULL_SUSPEND
+            if commit > 0:
+                sys_flag |= PULL_COMMIT_OFFSET
+            if sql:
+                sys_flag |= PULL_SUBSCRIPTION
+            try:
+                result = await consumer.client.broker.pull(
+                    addr,
+                    consumer.group,
+                    pq.mq,
+                    offset,
+                    max_nums=cfg.pull_batch_size,
+                    sys_flag=sys_flag,
+                    commit_offset=commit,
+                    suspend_timeout_ms=int(cfg.long_poll_timeout * 1000),
+                    sub_version=sub.sub_version,
+                    subscription=sub.expression if sql else None,
+                    expression_type=sub.expression_type if sql else None,
+                    timeout=cfg.pull_request_timeout,
+                    message_class=ConsumerMessage,
+                )
+            except (ConnectionClosedError, BrokerResponseError, RocketMQError) as exc:
+                log.warning("pull_failed", offset=offset, error=str(exc))
+                await anyio.sleep(cfg.pull_backoff_on_error)
+                continue
+            if pq.dropped:
+                break
+            status = result.status
+            if status is PullStatus.FOUND:
+                accepted: list[ConsumerMessage] = []
+                generation = pq.tracker.generation
+                for m in result.messages:
+                    if m.queue_offset < offset:
+                        continue  # inner-batch records before the requested offset
+                    assert isinstance(m, ConsumerMessage)
+                    if not sub.accepts_tag(m.tags):
+                        continue
+                    if is_retry_topic:
+                        original = m.properties.get(PROPERTY_RETRY_TOPIC)
+                        if original:
+                            m.topic = original
+                    m._pq = pq
+                    m._generation = generation
+                    m._settler = consumer
+                    accepted.append(m)
+                pq.on_pulled(accepted, result.next_begin_offset)  # type: ignore[arg-type]
+                if accepted:
+                    consumer.dispatch(pq, accepted)
+            elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
+                pq.tracker.add((), max(result.next_begin_offset, offset))
+            else:  # OFFSET_ILLEGAL: the stored offset fell out of the queue's range
+                log.warning(
+                    "pull_offset_illegal",
+                    offset=offset,
+                    next_offset=result.next_begin_offset,
+                    min_offset=result.min_offset,
+                    max_offset=result.max_offset,
+                )
+                pq.reset(result.next_begin_offset)
+                pq.tracker.mark_dirty()
+                await consumer.persist_offset(pq)

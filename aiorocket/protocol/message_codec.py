@@ -1,0 +1,426 @@
+"""Stored-message codec: the records in a PULL_MESSAGE body, properties and message ids.
+
+A pull body is a concatenation of commit-log records, all big-endian (apache/rocketmq
+``MessageDecoder``)::
+
+    int32 TOTALSIZE   int32 MAGICCODE   int32 BODYCRC   int32 QUEUEID   int32 FLAG
+    int64 QUEUEOFFSET   int64 PHYSICALOFFSET   int32 SYSFLAG   int64 BORNTIMESTAMP
+    BORNHOST (4 or 16 IP bytes + int32 port)   int64 STORETIMESTAMP
+    STOREHOST (4 or 16 IP bytes + int32 port)   int32 RECONSUMETIMES
+    int64 PREPARED_TRANSACTION_OFFSET   int32 BODYLEN + body
+    TOPICLEN (int8 for magic V1, int16 for V2) + topic   int16 PROPERTIESLEN + properties
+
+Decoding is strict where Java is lenient: every record must be exactly TOTALSIZE bytes,
+and any truncated, overlong or malformed field raises :class:`MessageDecodeError` for the
+whole body (Java silently returns the records before the first bad one).
+As in Java, a decompressed message has the COMPRESSED bit (0x1) cleared in ``sys_flag``
+(the compression-type bits are kept) and ``body_crc`` stays the CRC of the stored
+(compressed) body. The topic length is read unsigned in V1 (Java reads a signed byte,
+but brokers switch to V2 above 127 bytes anyway).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import os
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from types import ModuleType
+
+from aiorocket.errors import ConfigError, MessageDecodeError
+from aiorocket.message import MessageExt
+
+MAGIC_V1 = 0xDAA320A7  # -626843481 as a Java int
+MAGIC_V2 = 0xDAA320AB  # -626843477; 2-byte topic length, used for topics > 127 bytes
+V1_MAX_TOPIC_BYTES = 127
+MAX_TOPIC_BYTES = 32767
+MAX_PROPERTIES_BYTES = 32767  # Java writes the length as a signed short
+
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
+SYSFLAG_COMPRESSION_MASK = 0x7 << 8
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+COMPRESSION_EXTRA_HINT = "install the optional extra: pip install 'aiorocket[compression]'"
+
+
+class CompressionType(enum.IntEnum):
+    """Body compression algorithm, stored in ``(sys_flag >> 8) & 7`` (0 also means ZLIB)."""
+
+    LZ4 = 1  # LZ4 *frame* format (Java: net.jpountz.lz4.LZ4FrameOutputStream)
+    ZSTD = 2  # zstd frames (Java: zstd-jni ZstdOutputStream, no content size in header)
+    ZLIB = 3  # zlib-wrapped deflate (Java: java.util.zip.DeflaterOutputStream)
+
+
+# Fixed part up to and including BORNTIMESTAMP (48 bytes).
+_HEAD = struct.Struct(">iIiiiqqiq")
+# BORNHOST .. BODYLEN, indexed by (sys_flag >> 4) & 3: born v6 is bit 0, store v6 bit 1.
+_TAILS = (
+    struct.Struct(">4siq4siiqi"),
+    struct.Struct(">16siq4siiqi"),
+    struct.Struct(">4siq16siiqi"),
+    struct.Struct(">16siq16siiqi"),
+)
+_FIXED_V4 = struct.Struct(">iIiiiqqiq4siq4siiqi")  # _HEAD + _TAILS[0]: IPv4 hosts
+_U16 = struct.Struct(">H")
+_HEAD_SIZE = _HEAD.size
+# Smallest legal record: V1 magic, IPv4 hosts, empty body, topic and properties.
+MIN_RECORD_SIZE = _HEAD_SIZE + _TAILS[0].size + 1 + 2  # 91, as in Java
+
+_inet_ntoa = socket.inet_ntoa
+_inet_ntop = socket.inet_ntop
+_AF_INET6 = socket.AF_INET6
+
+
+def _fail(pos: int, what: str) -> MessageDecodeError:
+    return MessageDecodeError(f"corrupt stored message at byte {pos}: {what}")
+
+
+def decode_messages(
+    body: bytes | bytearray | memoryview,
+    *,
+    broker_name: str = "",
+    check_crc: bool = False,
+    decompress: bool = True,
+    message_class: type[MessageExt] = MessageExt,
+) -> list[MessageExt]:
+    """Decode the concatenated store records of a PULL_MESSAGE (FOUND) response body.
+
+    ``check_crc`` verifies BODYCRC against the stored body; ``decompress=False`` keeps
+    compressed bodies (and the COMPRESSED bit) as stored. ``message_class`` may be a
+    MessageExt subclass whose extra fields all have defaults. Raises
+    :class:`MessageDecodeError` for any truncated or corrupt input.
+    """
+    data = body if type(body) is bytes else bytes(body)
+    end = len(data)
+    pos = 0
+    out: list[MessageExt] = []
+    append = out.append
+    unpack_v4 = _FIXED_V4.unpack_from
+    ntoa = _inet_ntoa
+    # Consecutive records mostly share hosts: reuse the last rendered strings.
+    last_born = last_store = (b"", -1)
+    born = store = ""
+    try:
+        while pos < end:
+            if end - pos < MIN_RECORD_SIZE:
+                raise _fail(pos, f"truncated: {end - pos} bytes left, a record needs >= 91")
+            # Optimistically unpack the IPv4 layout (the record is >= 91 bytes, so it fits).
+            (total, magic, crc, queue_id, flag, queue_offset, cl_offset, sys_flag, born_ts,
+             born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared,
+             body_len) = unpack_v4(data, pos)  # fmt: skip
+            rec_end = pos + total
+            if total < MIN_RECORD_SIZE:
+                raise _fail(pos, f"TOTALSIZE {total} below the minimum {MIN_RECORD_SIZE}")
+            if rec_end > end:
+                raise _fail(pos, f"TOTALSIZE {total} exceeds the {end - pos} bytes left")
+            if magic == MAGIC_V1:
+                topic_len_size = 1
+            elif magic == MAGIC_V2:
+                topic_len_size = 2
+            else:
+                raise _fail(pos, f"unknown magic code 0x{magic:08X}")
+            if sys_flag & 0x30:
+                tail = _TAILS[(sys_flag >> 4) & 3]
+                p = pos + _HEAD_SIZE + tail.size
+                if p + topic_len_size + 2 > rec_end:
+                    raise _fail(pos, f"TOTALSIZE {total} too small for the fixed fields")
+                (born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared,
+                 body_len) = tail.unpack_from(data, pos + _HEAD_SIZE)  # fmt: skip
+                born = _host_str(born_ip, born_port)
+                store = _host_str(store_ip, store_port)
+                last_born = last_store = (b"", -1)
+            else:
+                p = pos + _FIXED_V4.size
+                if p + topic_len_size + 2 > rec_end:
+                    raise _fail(pos, f"TOTALSIZE {total} too small for the fixed fields")
+                if born_port != last_born[1] or born_ip != last_born[0]:
+                    born = f"{ntoa(born_ip)}:{born_port}"
+                    last_born = (born_ip, born_port)
+                if store_port != last_store[1] or store_ip != last_store[0]:
+                    store = f"{ntoa(store_ip)}:{store_port}"
+                    last_store = (store_ip, store_port)
+            if body_len < 0 or p + body_len + topic_len_size + 2 > rec_end:
+                raise _fail(pos, f"body length {body_len} runs past the record")
+            msg_body = data[p : p + body_len]
+            p += body_len
+            if topic_len_size == 1:
+                topic_len = data[p]
+                p += 1
+            else:
+                topic_len = _U16.unpack_from(data, p)[0]
+                p += 2
+            if p + topic_len + 2 > rec_end:
+                raise _fail(pos, f"topic length {topic_len} runs past the record")
+            topic = data[p : p + topic_len].decode()
+            p += topic_len
+            props_len = (data[p] << 8) | data[p + 1]
+            p += 2
+            if p + props_len != rec_end:
+                if p + props_len > rec_end:
+                    raise _fail(pos, f"properties length {props_len} runs past the record")
+                raise _fail(pos, f"TOTALSIZE {total} larger than the record's fields")
+            if props_len:
+                props: dict[str, str] = {}
+                for item in data[p:rec_end].decode().split(PROPERTY_SEPARATOR):
+                    name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+                    if name and value:
+                        props[name] = value
+            else:
+                props = {}
+            if body_len:
+                if check_crc and (zlib.crc32(msg_body) & 0x7FFFFFFF) != crc:
+                    raise _fail(pos, f"body CRC mismatch (stored {crc})")
+                if decompress and sys_flag & SYSFLAG_COMPRESSED:
+                    msg_body = _decompress_at(pos, msg_body, sys_flag)
+                    sys_flag &= ~SYSFLAG_COMPRESSED
+            # Positional for speed; the field order is pinned by a unit test.
+            # fmt: off
+            append(message_class(
+                topic, msg_body, props, queue_id, queue_offset, cl_offset, flag, sys_flag,
+                born_ts, born, store_ts, store, reconsume, prepared, crc, total, broker_name,
+            ))
+            # fmt: on
+            pos = rec_end
+    except MessageDecodeError:
+        raise
+    except UnicodeDecodeError as exc:
+        raise _fail(pos, f"invalid UTF-8 in topic or properties ({exc.reason})") from exc
+    except (struct.error, IndexError, ValueError, OverflowError) as exc:  # defensive net
+        raise _fail(pos, f"{type(exc).__name__}: {exc}") from exc
+    return out
+
+
+def _host_str(ip: bytes, port: int) -> str:
+    if len(ip) == 4:
+        return f"{_inet_ntoa(ip)}:{port}"
+    return f"[{_inet_ntop(_AF_INET6, ip)}]:{port}"
+
+
+def _decompress_at(pos: int, data: bytes, sys_flag: int) -> bytes:
+    try:
+        return decompress_body(data, sys_flag)
+    except MessageDecodeError as exc:
+        raise _fail(pos, str(exc)) from exc
+
+
+_MODULES: dict[str, ModuleType] = {}
+
+
+def _optional_module(name: str, error: type[Exception]) -> ModuleType:
+    mod = _MODULES.get(name)
+    if mod is None:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError as exc:
+            raise error(f"{name} is needed for this body; {COMPRESSION_EXTRA_HINT}") from exc
+        _MODULES[name] = mod
+    return mod
+
+
+def _each_frame(data: bytes, decompress_one: Callable[[bytes], tuple[bytes, bytes]]) -> bytes:
+    """Decompress concatenated frames (Java's stream readers accept several)."""
+    parts = []
+    while data:
+        part, rest = decompress_one(data)
+        if len(rest) >= len(data):
+            raise MessageDecodeError("compressed body has no complete frame")
+        parts.append(part)
+        data = rest
+    return b"".join(parts)
+
+
+def _lz4_frame(data: bytes) -> tuple[bytes, bytes]:
+    lz4_frame = _optional_module("lz4.frame", MessageDecodeError)
+    out, used = lz4_frame.decompress(data, return_bytes_read=True)
+    return out, data[used:]
+
+
+_ZSTD_LOCAL = threading.local()
+
+
+def _zstd_frame(data: bytes) -> tuple[bytes, bytes]:
+    # zstd-jni's ZstdOutputStream omits the content size, so ZstdDecompressor.decompress
+    # cannot be used; a decompressobj can. Decompressors are not thread-safe: one per thread.
+    decompressor = getattr(_ZSTD_LOCAL, "decompressor", None)
+    if decompressor is None:
+        zstd = _optional_module("zstandard", MessageDecodeError)
+        decompressor = _ZSTD_LOCAL.decompressor = zstd.ZstdDecompressor()
+    dobj = decompressor.decompressobj()
+    out = dobj.decompress(data)
+    if not dobj.eof:
+        raise MessageDecodeError("compressed body is truncated")
+    return out, dobj.unused_data
+
+
+def decompress_body(data: bytes, sys_flag: int) -> bytes:
+    """Decompress a stored body with the algorithm named in ``sys_flag`` bits 8-10."""
+    algorithm = (sys_flag >> 8) & 7
+    try:
+        if algorithm in (0, 3):
+            return zlib.decompress(data)
+        if algorithm == 1:
+            return _each_frame(data, _lz4_frame)
+        if algorithm == 2:
+            return _each_frame(data, _zstd_frame)
+    except MessageDecodeError:
+        raise
+    except Exception as exc:  # zlib.error, lz4's RuntimeError, zstandard.ZstdError, ...
+        raise MessageDecodeError(f"cannot decompress body (algorithm {algorithm}): {exc}") from exc
+    raise MessageDecodeError(f"unknown compression algorithm {algorithm} in sys_flag")
+
+
+def compress_body(body: bytes, compression: CompressionType, level: int = 5) -> bytes:
+    """Compress a body the way the Java producer does (its default level is 5)."""
+    if compression == CompressionType.ZLIB:
+        return zlib.compress(body, level)
+    if compression == CompressionType.LZ4:
+        return bytes(_optional_module("lz4.frame", ConfigError).compress(body))
+    if compression == CompressionType.ZSTD:
+        zstd = _optional_module("zstandard", ConfigError)
+        return bytes(zstd.ZstdCompressor(level=level).compress(body))
+    raise ConfigError(f"unknown compression type {compression!r}")
+
+
+def decode_properties(data: bytes | str) -> dict[str, str]:
+    """Parse ``name\\x01value\\x02...`` like Java's ``string2messageProperties``.
+
+    Items without a separator or with an empty name or value are dropped; a value may
+    contain ``\\x01`` (only the first one separates); a later duplicate name wins.
+    """
+    if not isinstance(data, str):
+        try:
+            data = data.decode()
+        except UnicodeDecodeError as exc:
+            raise MessageDecodeError(f"invalid UTF-8 in properties ({exc.reason})") from exc
+    props: dict[str, str] = {}
+    for item in data.split(PROPERTY_SEPARATOR):
+        name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+        if name and value:
+            props[name] = value
+    return props
+
+
+def encode_properties(props: Mapping[str, str]) -> str:
+    """``name\\x01value\\x02`` per property, trailing separator included (as Java emits).
+
+    Raises :class:`ConfigError` if a name or value contains ``\\x01`` or ``\\x02``.
+    Empty names or values are emitted but are dropped by every decoder (Java's too).
+    """
+    text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
+    n = len(props)
+    if text.count(NAME_VALUE_SEPARATOR) != n or text.count(PROPERTY_SEPARATOR) != n:
+        for k, v in props.items():
+            if "\x01" in k or "\x02" in k or "\x01" in v or "\x02" in v:
+                raise ConfigError(f"property {k!r} contains a reserved separator (\\x01 or \\x02)")
+    return text
+
+
+@lru_cache(maxsize=1024)
+def pack_host(host: str) -> bytes:
+    """``"ip:port"`` / ``"[ipv6]:port"`` to IP bytes (4 or 16) + int32 port, as stored."""
+    addr, sep, port_text = host.rpartition(":")
+    if addr.startswith("[") and addr.endswith("]"):
+        addr = addr[1:-1]
+    try:
+        if not sep or not (port_text.isascii() and port_text.isdigit()):
+            raise ValueError
+        port = int(port_text)
+        if port > 0xFFFF:
+            raise ValueError
+        family = _AF_INET6 if ":" in addr else socket.AF_INET
+        return socket.inet_pton(family, addr) + port.to_bytes(4, "big")
+    except (OSError, ValueError):
+        raise ValueError(f"not a numeric 'ip:port' or '[ipv6]:port' address: {host!r}") from None
+
+
+@lru_cache(maxsize=256)
+def _host_hex(host: str) -> str:
+    return pack_host(host).hex().upper()
+
+
+def offset_message_id(store_host: str, commit_log_offset: int) -> str:
+    """The broker's offset message id: hex of store IP + int32 port + int64 commit-log offset.
+
+    32 hex chars for an IPv4 store host, 56 for IPv6. Raises ValueError for a host that
+    is not a numeric ``ip:port``.
+    """
+    return f"{_host_hex(store_host)}{commit_log_offset & 0xFFFFFFFFFFFFFFFF:016X}"
+
+
+def decode_offset_message_id(msg_id: str) -> tuple[str, int]:
+    """Inverse of :func:`offset_message_id`: ``("ip:port", commit_log_offset)``."""
+    if len(msg_id) not in (32, 56) or not msg_id.isascii():
+        raise ValueError(f"not an offset message id: {msg_id!r}")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ValueError(f"not an offset message id: {msg_id!r}") from None
+    if len(raw) * 2 != len(msg_id):
+        raise ValueError(f"not an offset message id: {msg_id!r}")
+    ip_len = len(raw) - 12
+    port, offset = struct.unpack_from(">iq", raw, ip_len)
+    return _host_str(raw[:ip_len], port), offset
+
+
+# create_unique_id state: MessageClientIDSetter layout, IP(4) pid(2) random(4) fixed once,
+# then ms-since-start-of-month(4) and a 16-bit sequence. Java uses one global counter;
+# here the sequence restarts each millisecond and the time part never goes backwards (a
+# full sequence borrows the next millisecond), so ids cannot repeat within the process
+# even if the wall clock steps back.
+_uid_lock = threading.Lock()
+_uid_prefix = ""
+_uid_last_ms = -1
+_uid_seq = 0
+_uid_month = (0, -1)  # (start of this month, start of the next one), local time, in ms
+
+
+def _month_bounds(ms: int) -> tuple[int, int]:
+    lt = time.localtime(ms / 1000)
+    year, month = lt.tm_year, lt.tm_mon
+    nyear, nmonth = (year + 1, 1) if month == 12 else (year, month + 1)
+    start = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
+    return int(start * 1000), int(time.mktime((nyear, nmonth, 1, 0, 0, 0, 0, 0, -1)) * 1000)
+
+
+def _local_ipv4() -> bytes:
+    """The IPv4 address of the default route's interface (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("192.0.2.1", 9))  # TEST-NET-1; connect() on UDP only picks a route
+            return socket.inet_aton(sock.getsockname()[0])
+    except OSError:  # no route: Java's createFakeIP, the low 4 bytes of the time in ms
+        return (time.time_ns() // 1_000_000 & 0xFFFFFFFF).to_bytes(4, "big")
+
+
+def create_unique_id() -> str:
+    """A new ``UNIQ_KEY`` (client message id): 32 uppercase hex chars, unique per process."""
+    global _uid_prefix, _uid_last_ms, _uid_seq, _uid_month
+    now = time.time_ns() // 1_000_000
+    with _uid_lock:
+        if now > _uid_last_ms:
+            _uid_last_ms = ms = now
+            _uid_seq = seq = 0
+        else:
+            ms, seq = _uid_last_ms, _uid_seq + 1
+            if seq > 0xFFFF:
+                _uid_last_ms = ms = ms + 1
+                seq = 0
+            _uid_seq = seq
+        if ms >= _uid_month[1]:
+            if not _uid_prefix:
+                fixed = _local_ipv4() + (os.getpid() & 0xFFFF).to_bytes(2, "big") + os.urandom(4)
+                _uid_prefix = fixed.hex().upper()
+            _uid_month = _month_bounds(ms)
+        diff = (ms - _uid_month[0]) & 0xFFFFFFFF
+    return f"{_uid_prefix}{diff:08X}{seq:04X}"

@@ -1,0 +1,651 @@
+"""Stored-message codec: records, properties, offset message ids and unique ids."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import re
+import struct
+import sys
+import threading
+import time
+import zlib
+from typing import Any
+
+import lz4.frame
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aiorocket.errors import ConfigError, MessageDecodeError
+from aiorocket.message import MessageExt
+from aiorocket.protocol import message_codec
+from aiorocket.protocol.message_codec import (
+    MAGIC_V1,
+    MAGIC_V2,
+    MIN_RECORD_SIZE,
+    CompressionType,
+    compress_body,
+    create_unique_id,
+    decode_messages,
+    decode_offset_message_id,
+    decode_properties,
+    decompress_body,
+    encode_properties,
+    offset_message_id,
+    pack_host,
+)
+from aiorocket.protocol.store_record import encode_stored_message
+
+
+def crc(data: bytes) -> int:
+    return zlib.crc32(data) & 0x7FFFFFFF
+
+
+def raw_record(
+    *,
+    topic: bytes = b"TopicTest",
+    body: bytes = b"hello",
+    props: bytes = b"TAGS\x01TagA\x02UNIQ_KEY\x01ABC\x02",
+    magic: int = MAGIC_V1,
+    sys_flag: int = 0,
+    born: bytes = bytes([10, 0, 0, 1]),
+    store: bytes = bytes([127, 0, 0, 1]),
+    total: int | None = None,
+    body_crc: int | None = None,
+    body_len: int | None = None,
+    topic_len: int | None = None,
+    props_len: int | None = None,
+    padding: bytes = b"",
+) -> bytes:
+    """A record built field by field, independently of encode_stored_message."""
+    topic_len = len(topic) if topic_len is None else topic_len
+    topic_field = (
+        struct.pack(">B", topic_len) if magic == MAGIC_V1 else struct.pack(">H", topic_len)
+    )
+    rest = b"".join(
+        [
+            struct.pack(">i", crc(body) if body_crc is None else body_crc),
+            struct.pack(">i", 3),  # queue id
+            struct.pack(">i", 7),  # flag
+            struct.pack(">q", 42),  # queue offset
+            struct.pack(">q", 0x1234),  # commit-log offset
+            struct.pack(">i", sys_flag),
+            struct.pack(">q", 1_700_000_000_000),  # born timestamp
+            born,
+            struct.pack(">i", 1234),
+            struct.pack(">q", 1_700_000_000_001),  # store timestamp
+            store,
+            struct.pack(">i", 10911),
+            struct.pack(">i", 2),  # reconsume times
+            struct.pack(">q", 99),  # prepared transaction offset
+            struct.pack(">i", len(body) if body_len is None else body_len),
+            body,
+            topic_field,
+            topic,
+            struct.pack(">H", len(props) if props_len is None else props_len),
+            props,
+            padding,
+        ]
+    )
+    size = 8 + len(rest) if total is None else total
+    return struct.pack(">iI", size, magic) + rest
+
+
+# --------------------------------------------------------------------------- golden record
+
+
+def test_messageext_field_order_is_what_the_decoder_passes_positionally() -> None:
+    assert [f.name for f in dataclasses.fields(MessageExt)] == [
+        "topic", "body", "properties", "queue_id", "queue_offset", "commit_log_offset",
+        "flag", "sys_flag", "born_timestamp", "born_host", "store_timestamp", "store_host",
+        "reconsume_times", "prepared_transaction_offset", "body_crc", "store_size",
+        "broker_name",
+    ]  # fmt: skip
+
+
+def test_hand_built_record_decodes_field_by_field() -> None:
+    record = raw_record()
+    assert len(record) == MIN_RECORD_SIZE + 5 + 9 + 23  # body, topic, properties
+    [msg] = decode_messages(record, broker_name="broker-a", check_crc=True)
+    assert msg.topic == "TopicTest"
+    assert msg.body == b"hello"
+    assert msg.properties == {"TAGS": "TagA", "UNIQ_KEY": "ABC"}
+    assert (msg.queue_id, msg.flag, msg.queue_offset, msg.commit_log_offset) == (3, 7, 42, 0x1234)
+    assert msg.sys_flag == 0
+    assert msg.born_timestamp == 1_700_000_000_000
+    assert msg.store_timestamp == 1_700_000_000_001
+    assert msg.born_host == "10.0.0.1:1234"
+    assert msg.store_host == "127.0.0.1:10911"
+    assert (msg.reconsume_times, msg.prepared_transaction_offset) == (2, 99)
+    assert msg.body_crc == crc(b"hello")
+    assert msg.store_size == len(record)
+    assert msg.broker_name == "broker-a"
+    assert msg.offset_msg_id == "7F00000100002A9F0000000000001234"
+    assert msg.msg_id == "ABC"
+    assert msg.tags == "TagA"
+
+
+def test_encoder_matches_the_hand_built_record() -> None:
+    built = encode_stored_message(
+        "TopicTest",
+        b"hello",
+        {"TAGS": "TagA", "UNIQ_KEY": "ABC"},
+        queue_id=3,
+        flag=7,
+        queue_offset=42,
+        commit_log_offset=0x1234,
+        born_timestamp=1_700_000_000_000,
+        born_host="10.0.0.1:1234",
+        store_timestamp=1_700_000_000_001,
+        store_host="127.0.0.1:10911",
+        reconsume_times=2,
+        prepared_transaction_offset=99,
+    )
+    assert built == raw_record()
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class _Subclass(MessageExt):
+    extra: int = 5
+
+
+def test_message_class_subclass() -> None:
+    [msg] = decode_messages(raw_record(), message_class=_Subclass)
+    assert isinstance(msg, _Subclass)
+    assert (msg.topic, msg.broker_name, msg.extra) == ("TopicTest", "", 5)
+
+
+def test_accepts_memoryview_and_bytearray() -> None:
+    record = raw_record() * 2
+    assert len(decode_messages(memoryview(record))) == 2
+    assert len(decode_messages(bytearray(record))) == 2
+    assert decode_messages(b"") == []
+
+
+def test_ipv6_hosts_set_flags_and_render_bracketed() -> None:
+    record = encode_stored_message(
+        "T", b"x", born_host="[2001:db8::1]:5000", store_host="[::1]:10911"
+    )
+    [msg] = decode_messages(record)
+    assert msg.sys_flag & 0x30 == 0x30
+    assert msg.born_host == "[2001:db8::1]:5000"
+    assert msg.store_host == "[::1]:10911"
+    assert len(msg.offset_msg_id) == 56
+    assert decode_offset_message_id(msg.offset_msg_id) == ("[::1]:10911", 0)
+    [mixed] = decode_messages(encode_stored_message("T", b"x", born_host="[::1]:1"))
+    assert mixed.sys_flag & 0x30 == 0x10
+    assert mixed.store_host == "127.0.0.1:10911"
+
+
+def test_magic_version_follows_topic_length() -> None:
+    short = encode_stored_message("a" * 127, b"")
+    long = encode_stored_message("a" * 128, b"")
+    assert struct.unpack_from(">I", short, 4)[0] == MAGIC_V1
+    assert struct.unpack_from(">I", long, 4)[0] == MAGIC_V2
+    forced = encode_stored_message("short", b"", version=2)
+    assert struct.unpack_from(">I", forced, 4)[0] == MAGIC_V2
+    topics = [m.topic for m in decode_messages(short + long + forced)]
+    assert topics == ["a" * 127, "a" * 128, "short"]
+    with pytest.raises(ConfigError):
+        encode_stored_message("a" * 128, b"", version=1)
+    with pytest.raises(ConfigError):
+        encode_stored_message("a", b"", version=3)
+
+
+def test_encoder_rejects_values_the_format_cannot_carry() -> None:
+    with pytest.raises(ConfigError):
+        encode_stored_message("T", b"", store_host="broker.local:10911")
+    with pytest.raises(ConfigError):
+        encode_stored_message("T", b"", {"k": "v" * 40000})
+    with pytest.raises(ConfigError):
+        encode_stored_message("T", b"", {"k\x01": "v"})
+    with pytest.raises(ConfigError):
+        encode_stored_message("T", b"", queue_id=2**31)
+
+
+# --------------------------------------------------------------------------- hypothesis round trip
+
+_prop_text = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_characters="\x01\x02"), min_size=1, max_size=20
+)
+_int32 = st.integers(-(2**31), 2**31 - 1)
+_int64 = st.integers(-(2**63), 2**63 - 1)
+
+
+def _host(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> str:
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+
+
+_hosts = st.builds(_host, st.ip_addresses(), st.integers(0, 65535))
+
+
+@st.composite
+def stored_messages(draw: st.DrawFn) -> dict[str, Any]:
+    return {
+        "topic": draw(
+            st.one_of(
+                st.text(alphabet=st.characters(codec="utf-8"), max_size=40),
+                st.text(alphabet=st.characters(codec="utf-8"), min_size=128, max_size=200),
+            )
+        ),
+        "body": draw(st.binary(max_size=2048)),
+        "properties": draw(st.dictionaries(_prop_text, _prop_text, max_size=6)),
+        "queue_id": draw(_int32),
+        "queue_offset": draw(_int64),
+        "commit_log_offset": draw(_int64),
+        "flag": draw(_int32),
+        # any flag bits except COMPRESSED, the host-v6 bits and the compression type
+        "sys_flag": draw(_int32) & ~0x731,
+        "born_timestamp": draw(_int64),
+        "born_host": draw(_hosts),
+        "store_timestamp": draw(_int64),
+        "store_host": draw(_hosts),
+        "reconsume_times": draw(_int32),
+        "prepared_transaction_offset": draw(_int64),
+        "compression": draw(st.sampled_from([None, *CompressionType])),
+    }
+
+
+def _same_host(a: str, b: str) -> bool:
+    return pack_host(a) == pack_host(b)
+
+
+def _check(msg: MessageExt, spec: dict[str, Any], record: bytes) -> None:
+    assert msg.topic == spec["topic"]
+    assert msg.body == spec["body"]
+    assert msg.properties == spec["properties"]
+    for name in (
+        "queue_id", "queue_offset", "commit_log_offset", "flag", "born_timestamp",
+        "store_timestamp", "reconsume_times", "prepared_transaction_offset",
+    ):  # fmt: skip
+        assert getattr(msg, name) == spec[name], name
+    assert _same_host(msg.born_host, spec["born_host"])
+    assert _same_host(msg.store_host, spec["store_host"])
+    expected_flag = spec["sys_flag"]
+    expected_flag |= 0x10 if msg.born_host.startswith("[") else 0
+    expected_flag |= 0x20 if msg.store_host.startswith("[") else 0
+    if spec["compression"] is not None:
+        expected_flag |= spec["compression"] << 8  # the COMPRESSED bit is cleared
+    assert msg.sys_flag == expected_flag
+    assert msg.store_size == len(record)
+    assert msg.broker_name == "b"
+
+
+@given(st.lists(stored_messages(), min_size=1, max_size=4))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_round_trip(specs: list[dict[str, Any]]) -> None:
+    records = [encode_stored_message(**spec) for spec in specs]
+    msgs = decode_messages(b"".join(records), broker_name="b", check_crc=True)
+    assert len(msgs) == len(specs)
+    for msg, spec, record in zip(msgs, specs, records, strict=True):
+        _check(msg, spec, record)
+
+
+# --------------------------------------------------------------------------- compression
+
+
+@pytest.mark.parametrize("compression", list(CompressionType))
+def test_compressed_body_is_decompressed_and_flag_cleared(compression: CompressionType) -> None:
+    body = b"compressible " * 200
+    record = encode_stored_message("T", body, sys_flag=0x2, compression=compression)
+    stored_flag = struct.unpack_from(">i", record, 36)[0]
+    assert stored_flag == 0x2 | 0x1 | compression << 8
+    [msg] = decode_messages(record, check_crc=True)
+    assert msg.body == body
+    assert msg.sys_flag == 0x2 | compression << 8
+    [raw] = decode_messages(record, decompress=False)
+    assert msg.body_crc == raw.body_crc == crc(raw.body)  # CRC of the stored (compressed) body
+    assert raw.sys_flag == stored_flag
+    assert raw.body != body
+    assert decompress_body(raw.body, raw.sys_flag) == body
+
+
+def test_java_style_streams_decode() -> None:
+    body = b"java " * 300
+    # zstd-jni's ZstdOutputStream writes no content size; several frames may follow.
+    zstd_frame = zstandard.ZstdCompressor(level=5, write_content_size=False).compress(body)
+    lz4_frame = lz4.frame.compress(body, content_checksum=True)
+    cases = [
+        (0x1 | 2 << 8, zstd_frame + zstd_frame, body * 2),
+        (0x1 | 1 << 8, lz4_frame + lz4_frame, body * 2),
+        (0x1, zlib.compress(body), body),  # algorithm 0: pre-4.9.x brokers, means ZLIB
+    ]
+    for sys_flag, stored, expected in cases:
+        record = encode_stored_message("T", stored, sys_flag=sys_flag)
+        [msg] = decode_messages(record, check_crc=True)
+        assert msg.body == expected
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "stored"),
+    [
+        (3, b"not zlib at all"),
+        (3, zlib.compress(b"x" * 100)[:-4]),
+        (1, b"not an lz4 frame"),
+        (1, lz4.frame.compress(b"x" * 100)[:-3]),
+        (2, b"not a zstd frame"),
+        (2, zstandard.ZstdCompressor(write_content_size=False).compress(b"x" * 100)[:-3]),
+        (2, zstandard.ZstdCompressor().compress(b"x" * 100) + b"junk"),
+        (4, zlib.compress(b"x")),  # no such algorithm
+    ],
+)
+def test_corrupt_compressed_body(algorithm: int, stored: bytes) -> None:
+    record = encode_stored_message("T", stored, sys_flag=0x1 | algorithm << 8)
+    with pytest.raises(MessageDecodeError):
+        decode_messages(record)
+    assert decode_messages(record, decompress=False)[0].body == stored
+
+
+@pytest.mark.parametrize(("module", "algorithm"), [("lz4.frame", 1), ("zstandard", 2)])
+def test_missing_optional_package_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, module: str, algorithm: int
+) -> None:
+    body = compress_body(b"abc", CompressionType(algorithm))
+    record = encode_stored_message("T", body, sys_flag=0x1 | algorithm << 8)
+    monkeypatch.setattr(message_codec, "_MODULES", {})
+    monkeypatch.setattr(message_codec, "_ZSTD_LOCAL", threading.local())
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(MessageDecodeError, match=re.escape("aiorocket[compression]")):
+        decode_messages(record)
+    with pytest.raises(ConfigError, match=re.escape("aiorocket[compression]")):
+        compress_body(b"abc", CompressionType(algorithm))
+    assert decode_messages(record, decompress=False)[0].body == body
+
+
+# --------------------------------------------------------------------------- broken input
+
+
+def _two_message_buffers() -> list[tuple[bytes, int]]:
+    first = encode_stored_message("TopicA", b"a" * 50, {"TAGS": "x", "KEYS": "k1 k2"})
+    second = encode_stored_message(
+        "B" * 130,
+        b"b" * 300,
+        {"UNIQ_KEY": create_unique_id()},
+        born_host="[fe80::1]:1",
+        store_host="[::1]:10911",
+        compression=CompressionType.LZ4,
+    )
+    third = encode_stored_message("é", b"z" * 200, compression=CompressionType.ZSTD)
+    fourth = encode_stored_message("T", b"", compression=CompressionType.ZLIB)
+    return [(first + second, len(first)), (third + fourth, len(third))]
+
+
+@pytest.mark.parametrize("case", range(2))
+def test_every_truncation_raises_decode_error(case: int) -> None:
+    buf, boundary = _two_message_buffers()[case]
+    assert len(decode_messages(buf, check_crc=True)) == 2
+    for cut in range(1, len(buf)):
+        if cut == boundary:
+            assert len(decode_messages(buf[:cut])) == 1
+            continue
+        with pytest.raises(MessageDecodeError):
+            decode_messages(buf[:cut], check_crc=True)
+
+
+@pytest.mark.parametrize("magic", [0, 0xCBD43194, MAGIC_V1 ^ 1, 0xDAA320A8])
+def test_bad_magic(magic: int) -> None:
+    with pytest.raises(MessageDecodeError, match="magic"):
+        decode_messages(raw_record(magic=magic))
+
+
+def test_totalsize_below_minimum() -> None:
+    for total in (0, -5, MIN_RECORD_SIZE - 1):
+        buf = raw_record(total=total)
+        with pytest.raises(MessageDecodeError, match="TOTALSIZE"):
+            decode_messages(buf)
+
+
+def test_totalsize_beyond_buffer() -> None:
+    record = raw_record()
+    with pytest.raises(MessageDecodeError, match="TOTALSIZE"):
+        decode_messages(raw_record(total=len(record) + 1))
+    with pytest.raises(MessageDecodeError, match="TOTALSIZE"):
+        decode_messages(raw_record(total=2**31 - 1) + record)
+
+
+def test_totalsize_smaller_than_fields() -> None:
+    record = raw_record()
+    # The record claims to end 4 bytes early; the rest would look like the next record.
+    with pytest.raises(MessageDecodeError):
+        decode_messages(raw_record(total=len(record) - 4))
+    # >= the IPv4 minimum, but IPv6 hosts need 24 more fixed bytes.
+    v6 = raw_record(sys_flag=0x30, born=bytes(16), store=bytes(16), body=b"", topic=b"", props=b"")
+    assert len(decode_messages(v6)) == 1
+    with pytest.raises(MessageDecodeError, match="fixed fields"):
+        decode_messages(raw_record(sys_flag=0x30, born=bytes(16), store=bytes(16), total=100))
+
+
+def test_totalsize_larger_than_fields() -> None:
+    record = raw_record()
+    padded = raw_record(total=len(record) + 4, padding=b"\0\0\0\0")
+    with pytest.raises(MessageDecodeError, match="larger"):
+        decode_messages(padded)
+
+
+def test_body_length_beyond_record() -> None:
+    with pytest.raises(MessageDecodeError, match="body length"):
+        decode_messages(raw_record(body_len=10_000))
+    with pytest.raises(MessageDecodeError, match="body length"):
+        decode_messages(raw_record(body_len=-1))
+    # Within the record, but leaving no room for the topic and properties lengths.
+    record = raw_record()
+    with pytest.raises(MessageDecodeError):
+        decode_messages(raw_record(body_len=len(record)) + record)
+
+
+def test_topic_length_beyond_record() -> None:
+    with pytest.raises(MessageDecodeError, match="topic length"):
+        decode_messages(raw_record(topic_len=200))
+    with pytest.raises(MessageDecodeError, match="topic length"):
+        decode_messages(raw_record(magic=MAGIC_V2, topic_len=60_000))
+
+
+def test_properties_length_beyond_record() -> None:
+    with pytest.raises(MessageDecodeError, match="properties length"):
+        decode_messages(raw_record(props_len=500))
+    # Overlong properties reaching into a following, otherwise valid, record.
+    with pytest.raises(MessageDecodeError):
+        decode_messages(raw_record(props_len=40) + raw_record())
+
+
+def test_crc_mismatch_only_with_check_crc() -> None:
+    record = raw_record(body_crc=crc(b"hello") ^ 1)
+    assert decode_messages(record)[0].body == b"hello"
+    with pytest.raises(MessageDecodeError, match="CRC"):
+        decode_messages(record, check_crc=True)
+
+
+def test_invalid_utf8_in_topic() -> None:
+    with pytest.raises(MessageDecodeError, match="UTF-8"):
+        decode_messages(raw_record(topic=b"bad\xff\xfe"))
+
+
+def test_invalid_utf8_in_properties() -> None:
+    with pytest.raises(MessageDecodeError, match="UTF-8"):
+        decode_messages(raw_record(props=b"TAGS\x01\xc3\x28\x02"))
+
+
+def test_corrupt_second_record_fails_the_whole_body() -> None:
+    with pytest.raises(MessageDecodeError, match="at byte"):
+        decode_messages(raw_record() + raw_record(magic=0))
+
+
+@given(st.binary(max_size=600))
+@settings(max_examples=500, deadline=None)
+def test_arbitrary_bytes_only_raise_decode_error(data: bytes) -> None:
+    for candidate in (data, struct.pack(">iI", len(data) + 8, MAGIC_V1) + data):
+        try:
+            result = decode_messages(candidate, check_crc=True)
+        except MessageDecodeError:
+            continue
+        assert isinstance(result, list)
+
+
+@given(st.data())
+@settings(max_examples=500, deadline=None)
+def test_mutated_records_only_raise_decode_error(data: st.DataObject) -> None:
+    buf, _ = data.draw(st.sampled_from(_two_message_buffers()))
+    mutable = bytearray(buf)
+    for _ in range(data.draw(st.integers(1, 4))):
+        mutable[data.draw(st.integers(0, len(buf) - 1))] = data.draw(st.integers(0, 255))
+    try:
+        result = decode_messages(bytes(mutable), check_crc=data.draw(st.booleans()))
+    except MessageDecodeError:
+        return
+    assert isinstance(result, list)
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@given(st.dictionaries(_prop_text, _prop_text, max_size=10))
+def test_properties_round_trip(props: dict[str, str]) -> None:
+    text = encode_properties(props)
+    assert decode_properties(text) == props
+    assert decode_properties(text.encode()) == props
+
+
+def test_properties_wire_form_matches_java() -> None:
+    assert encode_properties({}) == ""
+    assert encode_properties({"TAGS": "a", "KEYS": "k1 k2"}) == "TAGS\x01a\x02KEYS\x01k1 k2\x02"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("A\x011\x02B\x012", {"A": "1", "B": "2"}),  # no trailing separator
+        ("A\x011\x02\x02\x02B\x012\x02", {"A": "1", "B": "2"}),  # empty items
+        ("A\x02B\x012\x02", {"B": "2"}),  # item without a name/value separator
+        ("\x011\x02A\x01\x02B\x012\x02", {"B": "2"}),  # empty name, empty value
+        ("K\x01a\x01b\x02", {"K": "a\x01b"}),  # only the first \x01 separates
+        ("K\x011\x02K\x012\x02", {"K": "2"}),  # the later duplicate wins
+        ("ключ\x01值\x02", {"ключ": "值"}),
+        ("", {}),
+    ],
+)
+def test_decode_properties_is_java_compatible(text: str, expected: dict[str, str]) -> None:
+    assert decode_properties(text) == expected
+
+
+@pytest.mark.parametrize(
+    "props",
+    [{"a\x01": "v"}, {"a\x02": "v"}, {"a": "v\x01"}, {"a": "\x02v"}, {"ok": "1", "b": "\x01\x02"}],
+)
+def test_encode_properties_rejects_separators(props: dict[str, str]) -> None:
+    with pytest.raises(ConfigError):
+        encode_properties(props)
+    with pytest.raises(ValueError, match="separator"):
+        encode_properties(props)
+
+
+def test_record_properties_are_parsed_like_java() -> None:
+    record = raw_record(props=b"A\x01\x02\x01x\x02B\x012\x02C\x02D\x01a\x01b")
+    assert decode_messages(record)[0].properties == {"B": "2", "D": "a\x01b"}
+
+
+def test_decode_properties_rejects_invalid_utf8_bytes() -> None:
+    with pytest.raises(MessageDecodeError):
+        decode_properties(b"A\x01\xff\x02")
+
+
+# --------------------------------------------------------------------------- offset message ids
+
+
+def test_offset_message_id_layout() -> None:
+    assert offset_message_id("127.0.0.1:10911", 0x1234) == "7F00000100002A9F0000000000001234"
+    assert offset_message_id("10.0.0.7:10911", -1) == "0A00000700002A9FFFFFFFFFFFFFFFFF"
+    v6 = offset_message_id("[::1]:10911", 5)
+    assert v6 == "0" * 30 + "01" + "00002A9F" + "0000000000000005"
+    assert decode_offset_message_id("7f00000100002a9f0000000000001234") == (
+        "127.0.0.1:10911",
+        0x1234,
+    )
+
+
+@given(st.ip_addresses(), st.integers(0, 65535), _int64)
+def test_offset_message_id_round_trip(
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int, offset: int
+) -> None:
+    msg_id = offset_message_id(_host(ip, port), offset)
+    assert len(msg_id) == (32 if ip.version == 4 else 56)
+    assert msg_id == msg_id.upper()
+    host, decoded_offset = decode_offset_message_id(msg_id)
+    assert decoded_offset == offset
+    assert _same_host(host, _host(ip, port))
+
+
+@pytest.mark.parametrize("host", ["", "1.2.3.4", "1.2.3.4:x", "1.2.3.4:70000", "name:80", "[::1]"])
+def test_offset_message_id_rejects_non_numeric_hosts(host: str) -> None:
+    with pytest.raises(ValueError):
+        offset_message_id(host, 0)
+
+
+@pytest.mark.parametrize(
+    "msg_id", ["", "7F000001", "Z" * 32, "7F00000100002A9F000000000000123 ", "7F" * 20]
+)
+def test_decode_offset_message_id_rejects_garbage(msg_id: str) -> None:
+    with pytest.raises(ValueError):
+        decode_offset_message_id(msg_id)
+
+
+def test_message_ext_ids() -> None:
+    [with_uniq] = decode_messages(raw_record())
+    [without] = decode_messages(raw_record(props=b""))
+    assert with_uniq.msg_id == "ABC"
+    assert without.msg_id == without.offset_msg_id == "7F00000100002A9F0000000000001234"
+
+
+# --------------------------------------------------------------------------- unique ids
+
+_UNIQ = re.compile(r"[0-9A-F]{32}")
+
+
+def test_unique_ids_are_unique_and_well_formed() -> None:
+    ids = [create_unique_id() for _ in range(100_000)]
+    assert len(set(ids)) == len(ids)
+    assert all(_UNIQ.fullmatch(i) for i in ids)
+    assert len({i[:20] for i in ids}) == 1  # IP + pid + random part is fixed per process
+    assert ids[0][8:12] == f"{os.getpid() & 0xFFFF:04X}"
+    # The time part is milliseconds since the start of the local month.
+    lt = time.localtime()
+    month_start = time.mktime((lt.tm_year, lt.tm_mon, 1, 0, 0, 0, 0, 0, -1))
+    span_ms = int(ids[-1][20:28], 16)
+    assert abs((time.time() - month_start) * 1000 - span_ms) < 60_000
+
+
+def test_unique_ids_survive_a_frozen_or_backward_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(message_codec, "_uid_last_ms", message_codec._uid_last_ms)
+    monkeypatch.setattr(message_codec, "_uid_seq", message_codec._uid_seq)
+    frozen = time.time_ns() + 5_000_000_000
+    monkeypatch.setattr(time, "time_ns", lambda: frozen)
+    ids = [create_unique_id() for _ in range(70_000)]  # more than the 16-bit sequence
+    monkeypatch.setattr(time, "time_ns", lambda: frozen - 10_000_000_000)
+    ids += [create_unique_id() for _ in range(1_000)]
+    assert len(set(ids)) == len(ids)
+    assert ids[65_536][28:] == "0000"
+    assert int(ids[65_536][20:28], 16) == int(ids[0][20:28], 16) + 1
+
+
+def test_month_bounds_roll_over_the_year() -> None:
+    mid_december = time.mktime((2025, 12, 15, 12, 0, 0, 0, 0, -1))
+    start, end = message_codec._month_bounds(int(mid_december * 1000))
+    assert time.localtime(start / 1000)[:6] == (2025, 12, 1, 0, 0, 0)
+    assert time.localtime(end / 1000)[:6] == (2026, 1, 1, 0, 0, 0)
+
+
+def test_unique_ids_are_unique_across_threads() -> None:
+    results: list[list[str]] = [[] for _ in range(4)]
+
+    def work(out: list[str]) -> None:
+        out.extend(create_unique_id() for _ in range(20_000))
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in results]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    all_ids = [i for r in results for i in r]
+    assert len(set(all_ids)) == len(all_ids) == 80_000
