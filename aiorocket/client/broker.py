@@ -51,6 +51,37 @@ def _mq_json(mq: MessageQueue) -> dict[str, Any]:
     return {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id}
 
 
+def _send_ext(
+    mq: MessageQueue,
+    properties: str,
+    producer_group: str,
+    flag: int,
+    sys_flag: int,
+    reconsume_times: int | None,
+    max_reconsume_times: int | None,
+    batch: bool,
+) -> dict[str, str]:
+    """SendMessageRequestHeaderV2 (short field names, B.7)."""
+    ext = {
+        "a": producer_group,
+        "b": mq.topic,
+        "c": DEFAULT_TOPIC,
+        "d": "4",
+        "e": str(mq.queue_id),
+        "f": str(sys_flag),
+        "g": str(time.time_ns() // 1_000_000),
+        "h": str(flag),
+        "i": properties,
+        "j": str(reconsume_times or 0),
+        "k": "false",
+        "m": "true" if batch else "false",
+        "n": mq.broker_name,
+    }
+    if max_reconsume_times is not None:
+        ext["l"] = str(max_reconsume_times)
+    return ext
+
+
 class BrokerClient:
     """Typed broker requests on top of a :class:`ConnectionPool`."""
 
@@ -89,23 +120,10 @@ class BrokerClient:
         timeout: float | None = None,
     ) -> SendResult:
         """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE when ``batch``); ``properties`` is pre-encoded."""
-        ext = {
-            "a": producer_group,
-            "b": mq.topic,
-            "c": DEFAULT_TOPIC,
-            "d": "4",
-            "e": str(mq.queue_id),
-            "f": str(sys_flag),
-            "g": str(time.time_ns() // 1_000_000),
-            "h": str(flag),
-            "i": properties,
-            "j": str(reconsume_times or 0),
-            "k": "false",
-            "m": "true" if batch else "false",
-            "n": mq.broker_name,
-        }
-        if max_reconsume_times is not None:
-            ext["l"] = str(max_reconsume_times)
+        ext = _send_ext(
+            mq, properties, producer_group, flag, sys_flag, reconsume_times, max_reconsume_times,
+            batch,
+        )  # fmt: skip
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         resp = await self._call(addr, code, ext, body, timeout)
         status = _SEND_OK_CODES.get(resp.code)  # type: ignore[call-overload]
@@ -118,6 +136,23 @@ class BrokerClient:
             queue_offset=resp.ext_int("queueOffset", -1),
             offset_msg_id=resp.ext_fields.get("msgId", ""),
             transaction_id=resp.ext_fields.get("transactionId"),
+        )
+
+    async def send_message_oneway(
+        self,
+        addr: str,
+        mq: MessageQueue,
+        body: bytes,
+        properties: str,
+        *,
+        producer_group: str,
+        flag: int = 0,
+        sys_flag: int = 0,
+    ) -> None:
+        """SEND_MESSAGE_V2 as a oneway request: no answer, no result."""
+        ext = _send_ext(mq, properties, producer_group, flag, sys_flag, None, None, False)
+        await self.pool.oneway(
+            addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body)
         )
 
     async def end_transaction(

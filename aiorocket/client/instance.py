@@ -84,7 +84,7 @@ class ClientInstance:
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
         try:
-            await self._tg.__aexit__(exc_type, exc, tb)
+            await self._tg.__aexit__(None, None, None)  # body errors propagate unwrapped
         finally:
             await self.pool.__aexit__(exc_type, exc, tb)
         return None

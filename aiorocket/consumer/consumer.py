@@ -280,7 +280,7 @@ class Consumer:
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
             try:
-                await self._tg.__aexit__(exc_type, exc, tb)
+                await self._tg.__aexit__(None, None, None)  # body errors propagate unwrapped
             finally:
                 self._tg = None
         if self._client is not None:

@@ -44,7 +44,11 @@ class ConnectionPool:
     ) -> bool | None:
         await self.aclose_connections()
         assert self._tg is not None
-        return await self._tg.__aexit__(exc_type, exc, tb)
+        self._tg.cancel_scope.cancel()
+        # The body's own exception is not handed to the task group: it would come back
+        # wrapped in an ExceptionGroup, and callers expect to catch what they raised.
+        await self._tg.__aexit__(None, None, None)
+        return None
 
     async def aclose_connections(self) -> None:
         self._closed = True

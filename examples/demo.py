@@ -1,0 +1,138 @@
+"""aiorocket demo: send N messages to the local RocketMQ, then consume them back.
+
+Run through ``./scripts/demo.sh`` (which starts the broker first) or, with a broker
+already running, ``python examples/demo.py --count 20000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+import anyio
+import structlog
+
+from aiorocket.client.instance import ClientInstance
+from aiorocket.consumer import Consumer, ConsumeFromWhere
+from aiorocket.message import Message, MessageQueue
+from aiorocket.protocol.message_codec import create_unique_id, encode_properties
+from aiorocket.testing.broker import LocalRocketMQ
+
+
+class Progress:
+    """A one-line progress display with the running rate."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.done = label, total, 0
+        self.start = time.perf_counter()
+        self._last_draw = 0.0
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        now = time.perf_counter()
+        if now - self._last_draw > 0.1 or self.done >= self.total:
+            self._last_draw = now
+            self.draw()
+
+    @property
+    def rate(self) -> float:
+        return self.done / max(time.perf_counter() - self.start, 1e-9)
+
+    def draw(self) -> None:
+        width = 30
+        filled = int(width * self.done / max(self.total, 1))
+        bar = "#" * filled + "-" * (width - filled)
+        sys.stdout.write(
+            f"\r{self.label:<9} [{bar}] {self.done:>7}/{self.total} {self.rate:>10,.0f} msg/s"
+        )
+        sys.stdout.flush()
+
+    def finish(self) -> None:
+        self.draw()
+        sys.stdout.write("\n")
+
+
+async def produce(namesrv: str, topic: str, count: int, size: int) -> float:
+    """Send ``count`` messages round-robin over the topic's queues, 64 in flight."""
+    progress = Progress("produce", count)
+    body = b"x" * size
+    async with ClientInstance(namesrv) as client:
+        route = await client.namesrv.get_route(topic)
+        queues = route.write_queues()
+        limiter = anyio.Semaphore(64)
+
+        async def send_one(i: int, mq: MessageQueue) -> None:
+            try:
+                msg = Message(topic, body, tags="demo", keys=[f"k{i}"])
+                uniq = create_unique_id()
+                props = msg.wire_properties()
+                props["UNIQ_KEY"] = uniq
+                addr = route.master_addr(mq.broker_name)
+                assert addr is not None
+                await client.broker.send_message(
+                    addr, mq, body, encode_properties(props), producer_group="demo", msg_id=uniq
+                )
+                progress.advance()
+            finally:
+                limiter.release()
+
+        async with anyio.create_task_group() as tg:
+            for i in range(count):
+                await limiter.acquire()
+                tg.start_soon(send_one, i, queues[i % len(queues)])
+    progress.finish()
+    return progress.rate
+
+
+async def consume(namesrv: str, topic: str, count: int) -> float:
+    progress = Progress("consume", count)
+    consumer = Consumer(
+        f"demo-{topic}", namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
+    )
+    consumer.subscribe(topic, "demo")
+    first: list[str] = []
+    async with consumer:
+        with anyio.fail_after(120):
+            async for msg in consumer:
+                if len(first) < 3:
+                    first.append(
+                        f"  {msg.msg_id}  {msg.broker_name}:{msg.queue_id}@{msg.queue_offset}"
+                        f"  keys={msg.keys} {len(msg.body)} B"
+                    )
+                progress.advance()
+                if progress.done >= count:
+                    await msg.ack()
+                    break
+    progress.finish()
+    print("first messages:", *first, sep="\n")
+    return progress.rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--count", type=int, default=20_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--namesrv", help="NameServer address (default: the local broker)")
+    args = parser.parse_args()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    local = LocalRocketMQ.attach()
+    if args.namesrv is None and local is None:
+        sys.exit("no local broker: run `python -m aiorocket.testing.broker start` first")
+    namesrv = args.namesrv or (local.namesrv_addr if local else "")
+    topic = f"demo-{int(time.time())}"
+    anyio.run(run, local, namesrv, topic, args.count, args.size)
+
+
+async def run(local: LocalRocketMQ | None, namesrv: str, topic: str, count: int, size: int) -> None:
+    if local is not None:
+        await local.create_topic(topic, queues=8)
+    print(f"aiorocket demo: {count} messages of {size} B on {topic} via {namesrv}")
+    sent = await produce(namesrv, topic, count, size)
+    got = await consume(namesrv, topic, count)
+    print(f"produced {sent:,.0f} msg/s, consumed {got:,.0f} msg/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Shared helpers for integration tests against the real local RocketMQ."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from aiorocket.client.instance import ClientInstance
+from aiorocket.client.results import SendResult
+from aiorocket.message import Message, MessageQueue
+from aiorocket.protocol.message_codec import create_unique_id, encode_properties
+
+
+async def send_raw(
+    client: ClientInstance,
+    mq: MessageQueue,
+    msg: Message,
+    *,
+    sys_flag: int = 0,
+    body: bytes | None = None,
+) -> SendResult:
+    """One SEND_MESSAGE_V2 straight to ``mq`` (no producer logic)."""
+    route = await client.namesrv.get_route(mq.topic)
+    addr = route.master_addr(mq.broker_name)
+    assert addr is not None
+    uniq = create_unique_id()
+    props = msg.wire_properties()
+    props["UNIQ_KEY"] = uniq
+    return await client.broker.send_message(
+        addr,
+        mq,
+        msg.body if body is None else body,
+        encode_properties(props),
+        producer_group="it-producer",
+        msg_id=uniq,
+        sys_flag=sys_flag,
+    )
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]] | Callable[[], bool],
+    timeout: float = 30.0,
+    every: float = 0.1,
+) -> None:
+    """Poll ``check`` until it holds; for broker state that offers no event to wait on."""
+    with anyio.fail_after(timeout):
+        while True:
+            result = check()
+            if not isinstance(result, bool):
+                result = await result
+            if result:
+                return
+            await anyio.sleep(every)

@@ -1,0 +1,180 @@
+"""The local RocketMQ used by the integration tests really works, and cleans up after itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aiorocket.protocol.codes import RequestCode, ResponseCode
+from aiorocket.testing import _admin
+from aiorocket.testing._procs import Proc, alive, port_free, proc_start_time, spawn, stop_all
+from aiorocket.testing.broker import HEALTH_TOPIC, LocalRocketMQ
+
+pytestmark = pytest.mark.integration
+
+CLI = [sys.executable, "-m", "aiorocket.testing.broker"]
+
+
+@pytest.mark.anyio
+async def test_topic_route_lists_every_broker(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("route")
+    route = await rocketmq.create_topic(topic, queues=4)
+    assert _admin.route_queues(route) == {"broker-a": (4, 4), "broker-b": (4, 4)}
+    assert _admin.route_brokers(route) == rocketmq.broker_addrs
+    assert len(rocketmq.broker_addrs) == 2
+    assert all(q["perm"] == 6 for q in route["queueDatas"])
+
+
+@pytest.mark.anyio
+async def test_topic_on_selected_broker_with_message_type(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("fifo")
+    route = await rocketmq.create_topic(topic, queues=2, brokers=["broker-b"], message_type="FIFO")
+    assert _admin.route_queues(route) == {"broker-b": (2, 2)}
+    resp = await _admin.request(rocketmq.broker_addrs["broker-b"], 351, {"topic": topic})
+    assert resp.code == ResponseCode.SUCCESS  # GET_TOPIC_CONFIG
+    assert json.loads(resp.body)["attributes"] == {"message.type": "FIFO"}
+    assert await rocketmq.route(unique_name("missing")) is None
+
+
+@pytest.mark.anyio
+async def test_create_group(rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]) -> None:
+    group = unique_name("group")
+    before = await rocketmq.group_config(group)  # None, or auto-created with defaults
+    assert before is None or before["consumeMessageOrderly"] is False
+    await rocketmq.create_group(group, orderly=True, retry_max_times=3)
+    for name in rocketmq.broker_addrs:
+        config = await rocketmq.group_config(group, name)
+        assert config is not None
+        assert config["groupName"] == group
+        assert config["consumeMessageOrderly"] is True
+        assert config["retryMaxTimes"] == 3
+
+
+@pytest.mark.anyio
+async def test_every_endpoint_answers_on_loopback(rocketmq: LocalRocketMQ) -> None:
+    for addr in [rocketmq.namesrv_addr, rocketmq.proxy_remoting]:
+        resp = await _admin.request(addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": HEALTH_TOPIC})
+        assert resp.code == ResponseCode.SUCCESS, (addr, resp.remark)
+    for addr in [*rocketmq.broker_addrs.values(), rocketmq.proxy_grpc]:
+        assert addr.startswith("127.0.0.1:")
+        stream = await anyio.connect_tcp("127.0.0.1", int(addr.rpartition(":")[2]))
+        await stream.aclose()
+    assert await rocketmq.check_health()
+
+
+def test_state_file_and_status_cli(rocketmq: LocalRocketMQ) -> None:
+    state = json.loads((rocketmq.base_dir / "state.json").read_text())
+    assert state["status"] == "ready"
+    assert state["version"].startswith("5.")
+    assert state["brokers"] == rocketmq.broker_addrs
+    assert state["namesrv_addr"] == rocketmq.namesrv_addr
+    assert {p["name"] for p in state["processes"]} == {"namesrv", "broker-a+proxy", "broker-b"}
+    for proc in rocketmq.processes:
+        assert alive(proc), proc
+        assert not any(port_free(port) for port in proc.ports), proc  # all listening
+    out = subprocess.run(
+        [*CLI, "status", "--json", "--dir", str(rocketmq.base_dir)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["processes"] == state["processes"]
+
+
+def test_start_again_is_a_noop(rocketmq: LocalRocketMQ) -> None:
+    pids = [p.pid for p in rocketmq.processes]
+    again = LocalRocketMQ(rocketmq.base_dir)
+    assert again.start(brokers=2) is False
+    assert [p.pid for p in again.processes] == pids
+
+
+def test_status_and_stop_without_cluster(tmp_path: Path) -> None:
+    status = subprocess.run([*CLI, "status", "--dir", str(tmp_path)], capture_output=True,
+                            text=True, timeout=60, check=False)  # fmt: skip
+    assert status.returncode == 1 and "not running" in status.stdout
+    stop = subprocess.run([*CLI, "stop", "--dir", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert stop.returncode == 0
+
+
+_STUBBORN = textwrap.dedent("""
+    import signal, subprocess, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    print("ready", flush=True)
+    time.sleep(600)
+""")
+
+
+def _group_members(pgid: int, wait: float = 0.0) -> list[int]:
+    """Live (non-zombie) processes in process group ``pgid``, polling up to ``wait`` s for none."""
+    deadline = time.monotonic() + wait
+    while True:
+        out = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(pgid)],
+                             capture_output=True, text=True, check=False)  # fmt: skip
+        pids = [int(p) for p, st in (ln.split() for ln in out.stdout.splitlines()) if "Z" not in st]
+        if not pids or time.monotonic() >= deadline:
+            return pids
+        time.sleep(0.05)
+
+
+def test_stop_kills_every_recorded_process_group(tmp_path: Path) -> None:
+    """Pid bookkeeping of stop: SIGTERM, SIGKILL after the grace, children, pid reuse."""
+    polite, polite_pop = spawn("polite", [sys.executable, "-c", "import time; time.sleep(600)"],
+                               log=tmp_path / "polite.out", home=tmp_path, ports=[], env=dict(os.environ))  # fmt: skip
+    stubborn, stubborn_pop = spawn("stubborn", [sys.executable, "-c", _STUBBORN],
+                                   log=tmp_path / "stubborn.out", home=tmp_path, ports=[], env=dict(os.environ))  # fmt: skip
+    deadline = time.monotonic() + 20
+    while "ready" not in (tmp_path / "stubborn.out").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_group_members(stubborn.pid)) == 2  # the stubborn one and its child
+    # Same pid, other start time: a recycled pid must never be signalled.
+    impostor = Proc("impostor", os.getpid(), (proc_start_time(os.getpid()) or 0) + 1, "", "")
+    assert not alive(impostor)
+    # Via the state file, as `stop` from another process would see it.
+    state = {"status": "ready", "processes": [polite.to_json(), stubborn.to_json(), impostor.to_json()]}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    cluster = LocalRocketMQ(tmp_path)
+    started = time.monotonic()
+    killed = cluster.stop(timeout=1.0)
+    assert killed == ["stubborn"]
+    assert time.monotonic() - started < 10
+    for pop in (polite_pop, stubborn_pop):
+        pop.wait(timeout=5)
+    assert polite_pop.returncode == -signal.SIGTERM
+    assert stubborn_pop.returncode == -signal.SIGKILL
+    assert _group_members(stubborn.pid, wait=5.0) == []  # the child went with its group
+    assert not alive(polite) and not alive(stubborn)
+    assert json.loads((tmp_path / "state.json").read_text())["status"] == "stopped"
+    assert stop_all([polite, stubborn], timeout=0.1) == []  # idempotent
+
+
+@pytest.mark.skipif(os.environ.get("AIOROCKET_TEST_THROWAWAY") != "1",
+                    reason="starts a second real cluster (~20 s); set AIOROCKET_TEST_THROWAWAY=1")  # fmt: skip
+def test_throwaway_cluster_stops_cleanly(rocketmq: LocalRocketMQ, tmp_path: Path) -> None:
+    base = tmp_path / "rmq"
+    started = subprocess.run([*CLI, "start", "--dir", str(base)], capture_output=True, text=True,
+                             timeout=300, check=False)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    cluster = LocalRocketMQ(base)
+    assert cluster.load() and cluster.running()
+    assert set(cluster.broker_addrs.values()).isdisjoint(rocketmq.broker_addrs.values())
+    procs = cluster.processes
+    stopped = subprocess.run([*CLI, "stop", "--dir", str(base)], capture_output=True, text=True,
+                             timeout=120, check=False)  # fmt: skip
+    assert stopped.returncode == 0, stopped.stderr
+    assert not any(alive(p) for p in procs)
+    assert all(port_free(port) for p in procs for port in p.ports)

@@ -1,0 +1,219 @@
+"""The producer against the real 2-broker cluster: spreading, order, batches, delays.
+
+What lands where is checked by pulling the queues directly (no consumer involved).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import anyio
+import pytest
+
+from aiorocket.client.broker import PULL_SUBSCRIPTION
+from aiorocket.client.instance import ClientInstance
+from aiorocket.client.results import PullStatus, SendResult
+from aiorocket.message import Message, MessageExt, MessageQueue
+from aiorocket.producer import Producer
+from aiorocket.testing.broker import LocalRocketMQ
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+class Reader:
+    """Pulls queues of a topic from given offsets (a subscription-less PULL_MESSAGE)."""
+
+    def __init__(self, client: ClientInstance, topic: str) -> None:
+        self.client = client
+        self.topic = topic
+        self.group = f"reader_{topic}"[:120]
+
+    async def queues(self) -> list[MessageQueue]:
+        return (await self.client.namesrv.query_route(self.topic)).read_queues()
+
+    async def _addr(self, mq: MessageQueue) -> str:
+        addr = (await self.client.namesrv.get_route(self.topic)).master_addr(mq.broker_name)
+        assert addr is not None
+        return addr
+
+    async def max_offsets(self) -> dict[MessageQueue, int]:
+        return {
+            mq: await self.client.broker.get_max_offset(await self._addr(mq), mq)
+            for mq in await self.queues()
+        }
+
+    async def read(self, mq: MessageQueue, offset: int = 0) -> list[MessageExt]:
+        out: list[MessageExt] = []
+        addr = await self._addr(mq)
+        while True:
+            result = await self.client.broker.pull(
+                addr, self.group, mq, offset, sys_flag=PULL_SUBSCRIPTION, subscription="*",
+                max_nums=32, timeout=10,
+            )  # fmt: skip
+            if result.status is PullStatus.FOUND:
+                out.extend(result.messages)
+            elif result.status is not PullStatus.NO_MATCHED_MSG:
+                return out
+            offset = result.next_begin_offset
+
+    async def read_all(self, since: dict[MessageQueue, int] | None = None) -> list[MessageExt]:
+        out: list[MessageExt] = []
+        for mq in await self.queues():
+            out.extend(await self.read(mq, (since or {}).get(mq, 0)))
+        return out
+
+
+async def poll(
+    reader: Reader, since: dict[MessageQueue, int], want: set[str], timeout: float
+) -> dict[str, MessageExt]:
+    """Pull until every msg id in ``want`` is visible (there is no event to wait on)."""
+    found: dict[str, MessageExt] = {}
+    with anyio.fail_after(timeout):
+        while not want <= found.keys():
+            for msg in await reader.read_all(since):
+                found[msg.msg_id] = msg
+            if not want <= found.keys():
+                await anyio.sleep(0.2)
+    return found
+
+
+@pytest.fixture
+async def topic(rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]) -> str:
+    name = unique_name("ptopic")
+    await rocketmq.create_topic(name, queues=8)
+    return name
+
+
+async def test_round_robin_spreads_over_every_queue_of_both_brokers(
+    rocketmq: LocalRocketMQ, topic: str, unique_name: Callable[[str], str]
+) -> None:
+    # Fault tolerance off: a GC pause of the broker must not make the spread timing-dependent.
+    async with Producer(
+        unique_name("pg"), rocketmq.namesrv_addr, latency_fault_tolerance=False
+    ) as producer:
+        results = [await producer.send(Message(topic, b"m%d" % i)) for i in range(48)]
+    counts = Counter(r.queue for r in results)
+    assert {q.broker_name for q in counts} == {"broker-a", "broker-b"}
+    assert len(counts) == 16
+    assert set(counts.values()) == {3}
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+        stored = await Reader(client, topic).read_all()
+    assert Counter(m.queue for m in stored) == counts
+    assert {m.msg_id for m in stored} == {r.msg_id for r in results}
+
+
+async def test_send_result_and_stored_message_agree(
+    rocketmq: LocalRocketMQ, topic: str, unique_name: Callable[[str], str]
+) -> None:
+    msg = Message(topic, b"payload", tags="TagA", keys=["order-1", "user-9"], properties={"a": "1"})
+    async with Producer(unique_name("pg"), rocketmq.namesrv_addr) as producer:
+        result = await producer.send(msg)
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+        (stored,) = await Reader(client, topic).read(result.queue, result.queue_offset)
+    assert stored.queue_offset == result.queue_offset
+    assert stored.msg_id == result.msg_id
+    assert stored.offset_msg_id == result.offset_msg_id
+    assert (stored.body, stored.tags, stored.keys) == (b"payload", "TagA", ["order-1", "user-9"])
+    assert stored.properties["a"] == "1"
+
+
+async def test_compressed_body_is_stored_compressed_and_read_back_intact(
+    rocketmq: LocalRocketMQ, topic: str, unique_name: Callable[[str], str]
+) -> None:
+    body = b"compress me " * 2000
+    async with Producer(unique_name("pg"), rocketmq.namesrv_addr) as producer:
+        result = await producer.send(Message(topic, body))
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+        (stored,) = await Reader(client, topic).read(result.queue, result.queue_offset)
+    assert stored.body == body
+    assert stored.sys_flag & 0x700 == 0x300  # ZLIB, as the Java producer marks it
+    assert stored.store_size < len(body)
+
+
+async def test_ordered_sends_land_in_one_queue_in_send_order(
+    rocketmq: LocalRocketMQ, topic: str, unique_name: Callable[[str], str]
+) -> None:
+    keys = ["order-1", "order-2", "order-3"]
+    sent: dict[str, list[SendResult]] = {k: [] for k in keys}
+    async with Producer(unique_name("pg"), rocketmq.namesrv_addr) as producer:
+        for i in range(20):
+            for key in keys:
+                body = f"{key}:{i}".encode()
+                sent[key].append(await producer.send(Message(topic, body), sharding_key=key))
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+        reader = Reader(client, topic)
+        for key, results in sent.items():
+            (queue,) = {r.queue for r in results}
+            offsets = [r.queue_offset for r in results]
+            assert offsets == sorted(offsets)
+            stored = [m for m in await reader.read(queue) if m.body.startswith(key.encode())]
+            assert [m.body for m in stored] == [f"{key}:{i}".encode() for i in range(20)]
+            assert [m.queue_offset for m in stored] == offsets
+
+
+async def test_batch_is_stored_consecutively_in_one_queue(
+    rocketmq: LocalRocketMQ, topic: str, unique_name: Callable[[str], str]
+) -> None:
+    batch = [Message(topic, b"b%d" % i, tags="batch", keys=[f"k{i}"]) for i in range(10)]
+    async with Producer(unique_name("pg"), rocketmq.namesrv_addr) as producer:
+        results = await producer.send_batch(batch)
+    (queue,) = {r.queue for r in results}
+    first = results[0].queue_offset
+    assert [r.queue_offset for r in results] == list(range(first, first + 10))
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+        stored = await Reader(client, topic).read(queue, first)
+    assert [m.body for m in stored] == [m.body for m in batch]
+    assert [m.msg_id for m in stored] == [r.msg_id for r in results]
+    assert [m.offset_msg_id for m in stored] == [r.offset_msg_id for r in results]
+    assert [m.keys for m in stored] == [[f"k{i}"] for i in range(10)]
+
+
+async def test_many_sends_in_flight_from_one_task_group_stay_bounded(
+    rocketmq: LocalRocketMQ, topic: str, unique_name: Callable[[str], str]
+) -> None:
+    results: list[SendResult] = []
+    peak = 0
+    async with Producer(unique_name("pg"), rocketmq.namesrv_addr, max_in_flight=16) as producer:
+
+        def done(result: SendResult) -> None:
+            nonlocal peak
+            peak = max(peak, producer.in_flight)
+            results.append(result)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(300):
+                await producer.start_send(tg, Message(topic, b"%d" % i), on_result=done)
+                peak = max(peak, producer.in_flight)
+            await producer.send_oneway(Message(topic, b"oneway"))
+        assert producer.in_flight == 0
+    assert len({r.msg_id for r in results}) == 300
+    assert 1 < peak <= 16
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+        reader = Reader(client, topic)
+        with anyio.fail_after(30):  # the oneway message has no answer to wait for
+            while len(stored := await reader.read_all()) < 301:  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+    assert b"oneway" in {m.body for m in stored}
+
+
+@pytest.mark.parametrize("how", ["delay_level", "deliver_time"])
+async def test_delayed_message_is_not_consumable_before_its_time_and_is_after(
+    rocketmq: LocalRocketMQ, topic: str, unique_name: Callable[[str], str], how: str
+) -> None:
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+        reader = Reader(client, topic)
+        before = await reader.max_offsets()
+        if how == "delay_level":
+            msg = Message(topic, b"later", delay_level=1)  # 1 s
+        else:
+            msg = Message(topic, b"later", deliver_time_ms=int(time.time() * 1000) + 3000)
+        async with Producer(unique_name("pg"), rocketmq.namesrv_addr) as producer:
+            result = await producer.send(msg)
+            plain = await producer.send(Message(topic, b"now"))
+        # the plain message sent after it is visible at once; the delayed one is not
+        visible = await poll(reader, before, {plain.msg_id}, timeout=10)
+        assert result.msg_id not in visible
+        found = await poll(reader, before, {result.msg_id}, timeout=60)
+        assert found[result.msg_id].body == b"later"

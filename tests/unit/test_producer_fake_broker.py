@@ -1,0 +1,535 @@
+"""Producer behaviour against scripted in-process NameServer and brokers.
+
+The real broker tests (tests/integration/test_producer*.py) cover the happy paths end
+to end; these cover what a real broker will not do on demand: hang up, stay silent,
+answer with errors, hold answers back, or ask for a transaction check at a given time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from aiorocket.client.results import SendResult, SendStatus
+from aiorocket.errors import (
+    BrokerResponseError,
+    ClientClosedError,
+    ConfigError,
+    ConnectionClosedError,
+    MessageTooLargeError,
+    RequestTimeoutError,
+)
+from aiorocket.message import Message, MessageExt, MessageQueue
+from aiorocket.producer import Producer, TransactionState, hash_selector
+from aiorocket.producer.batch import decode_records
+from aiorocket.protocol.codes import RemotingFlag, RequestCode, ResponseCode
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.message_codec import (
+    decode_offset_message_id,
+    decode_properties,
+    decompress_body,
+    offset_message_id,
+)
+from aiorocket.protocol.store_record import encode_stored_message
+from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
+
+pytestmark = pytest.mark.anyio
+
+TOPIC = "orders"
+GROUP = "pg"
+SEND_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+
+
+class FakeBroker:
+    """A broker whose answer to sends is scripted by ``mode``.
+
+    ``"ok"``; ``"hangup"`` (close the connection); ``"silent"`` (never answer); or a
+    response code to answer with. ``hold`` makes successful sends wait for an event.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.mode: str | int = "ok"
+        self.requests: list[RemotingCommand] = []
+        self.next_offset: dict[int, int] = defaultdict(int)
+        self.hold: anyio.Event | None = None
+        self.holding = 0
+        self.max_holding = 0
+        self.session: ServerSession | None = None
+        self.server = FakeRemotingServer(self.handle)
+
+    @property
+    def addr(self) -> str:
+        return self.server.address
+
+    def received(self, *codes: int) -> list[RemotingCommand]:
+        return [c for c in self.requests if c.code in codes]
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        self.requests.append(cmd)
+        self.session = session
+        if cmd.code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT):
+            await session.send(RemotingCommand.response_to(cmd))
+        elif cmd.code in SEND_CODES:
+            await self._on_send(session, cmd)
+
+    async def _on_send(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if self.mode == "hangup":
+            await session.close()
+            return
+        if self.mode == "silent":
+            return
+        if isinstance(self.mode, int) and self.mode not in (10, 11, 12):
+            await session.send(RemotingCommand.response_to(cmd, self.mode, "scripted"))
+            return
+        if self.hold is not None:
+            self.holding += 1
+            self.max_holding = max(self.max_holding, self.holding)
+            await self.hold.wait()
+            self.holding -= 1
+        if cmd.is_oneway:
+            return
+        queue_id = int(cmd.ext_fields["e"])
+        count = len(decode_records(cmd.body)) if cmd.code == RequestCode.SEND_BATCH_MESSAGE else 1
+        first = self.next_offset[queue_id]
+        self.next_offset[queue_id] += count
+        ids = [offset_message_id(self.addr, 5000 + 100 * (first + i)) for i in range(count)]
+        ext = {"msgId": ",".join(ids), "queueId": str(queue_id), "queueOffset": str(first)}
+        if int(cmd.ext_fields["f"]) & 0x4:
+            ext["transactionId"] = "TX" + ids[0]
+        code = self.mode if isinstance(self.mode, int) else ResponseCode.SUCCESS
+        await session.send(RemotingCommand.response_to(cmd, code, ext_fields=ext))
+
+
+class FakeCluster:
+    """A NameServer serving one topic with 4 write queues on each broker."""
+
+    def __init__(self, brokers: int = 2) -> None:
+        self.brokers = [FakeBroker(f"broker-{chr(97 + i)}") for i in range(brokers)]
+        self.namesrv = FakeRemotingServer(self._namesrv)
+        self.route_queries = 0
+
+    def broker(self, name: str) -> FakeBroker:
+        return next(b for b in self.brokers if b.name == name)
+
+    async def _namesrv(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        self.route_queries += 1
+        route = {
+            "queueDatas": [
+                {"brokerName": b.name, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}
+                for b in self.brokers
+            ],
+            "brokerDatas": [
+                {"cluster": "c", "brokerName": b.name, "brokerAddrs": {"0": b.addr}}
+                for b in self.brokers
+            ],
+        }
+        await session.send(RemotingCommand.response_to(cmd, body=json.dumps(route).encode()))
+
+    def sends(self) -> dict[str, int]:
+        return {b.name: len(b.received(*SEND_CODES)) for b in self.brokers}
+
+
+@asynccontextmanager
+async def cluster(brokers: int = 2) -> AsyncIterator[FakeCluster]:
+    fake = FakeCluster(brokers)
+    async with AsyncExitStack() as stack:
+        for b in fake.brokers:
+            await stack.enter_async_context(b.server)
+        await stack.enter_async_context(fake.namesrv)
+        yield fake
+
+
+async def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> None:
+    """Poll ``condition`` (for effects of oneway requests, which have no answer)."""
+    with anyio.fail_after(timeout):
+        while not condition():  # noqa: ASYNC110 - a oneway request has no event to wait on
+            await anyio.sleep(0.01)
+
+
+def producer(fake: FakeCluster, **settings: Any) -> Producer:
+    return Producer(GROUP, fake.namesrv.address, **settings)
+
+
+# -- sending -----------------------------------------------------------------------------
+
+
+async def test_send_returns_id_queue_and_offset_and_sends_the_right_header() -> None:
+    async with cluster() as fake, producer(fake) as p:
+        msg = Message(TOPIC, b"hello", tags="t1", keys=["k"], properties={"u": "v"})
+        result = await p.send(msg)
+        assert result.status is SendStatus.SEND_OK
+        assert result.queue.topic == TOPIC and result.queue_offset == 0
+        (cmd,) = fake.broker(result.queue.broker_name).received(RequestCode.SEND_MESSAGE_V2)
+        ext = cmd.ext_fields
+        assert (ext["a"], ext["b"], ext["e"], ext["f"], ext["m"]) == (
+            GROUP, TOPIC, str(result.queue.queue_id), "0", "false",
+        )  # fmt: skip
+        assert ext["n"] == result.queue.broker_name
+        props = decode_properties(ext["i"])
+        assert props == {"u": "v", "TAGS": "t1", "KEYS": "k", "UNIQ_KEY": result.msg_id}
+        assert cmd.body == b"hello"
+        assert decode_offset_message_id(result.offset_msg_id)[1] == 5000
+
+
+async def test_large_body_goes_compressed() -> None:
+    async with cluster() as fake, producer(fake) as p:
+        body = b"abc" * 5000
+        result = await p.send(Message(TOPIC, body))
+        (cmd,) = fake.broker(result.queue.broker_name).received(RequestCode.SEND_MESSAGE_V2)
+        assert int(cmd.ext_fields["f"]) == 0x301
+        assert len(cmd.body) < len(body)
+        assert decompress_body(cmd.body, 0x301) == body
+
+
+async def test_too_large_message_fails_before_anything_is_sent() -> None:
+    async with cluster() as fake, producer(fake) as p:
+        with pytest.raises(MessageTooLargeError):
+            await p.send(Message(TOPIC, b"x" * (4 * 1024 * 1024 + 1)))
+        with pytest.raises(MessageTooLargeError):
+            await p.send_batch([Message(TOPIC, b"x" * (3 * 1024 * 1024))] * 2)
+        assert fake.route_queries == 0
+        assert fake.sends() == {"broker-a": 0, "broker-b": 0}
+
+
+async def test_failed_broker_is_retried_elsewhere_and_then_avoided() -> None:
+    async with cluster() as fake, producer(fake) as p:
+        fake.broker("broker-a").mode = "hangup"
+        results = [await p.send(Message(TOPIC, b"m")) for _ in range(12)]
+        assert {r.queue.broker_name for r in results} == {"broker-b"}
+        assert fake.sends()["broker-a"] == 1  # tried once, then isolated
+        assert not p.fault.is_available("broker-a")
+        assert p.fault.is_available("broker-b")
+
+
+async def test_without_fault_tolerance_retries_still_move_but_the_broker_is_not_avoided() -> None:
+    async with cluster() as fake, producer(fake, latency_fault_tolerance=False) as p:
+        fake.broker("broker-a").mode = ResponseCode.SYSTEM_BUSY
+        results = [await p.send(Message(TOPIC, b"m")) for _ in range(16)]
+        assert {r.queue.broker_name for r in results} == {"broker-b"}
+        assert fake.sends()["broker-a"] >= 4  # round-robin keeps landing on it
+
+
+async def test_all_attempts_failing_raises_the_last_error() -> None:
+    async with cluster() as fake, producer(fake, retries=2) as p:
+        for b in fake.brokers:
+            b.mode = "hangup"
+        with pytest.raises(ConnectionClosedError):
+            await p.send(Message(TOPIC, b"m"))
+        assert sum(fake.sends().values()) == 3
+
+
+async def test_non_retryable_answer_is_raised_at_once() -> None:
+    async with cluster() as fake, producer(fake) as p:
+        for b in fake.brokers:
+            b.mode = ResponseCode.MESSAGE_ILLEGAL
+        with pytest.raises(BrokerResponseError) as info:
+            await p.send(Message(TOPIC, b"m"))
+        assert info.value.code == ResponseCode.MESSAGE_ILLEGAL
+        assert sum(fake.sends().values()) == 1
+
+
+async def test_topic_not_exist_on_a_broker_refreshes_the_route() -> None:
+    async with cluster() as fake, producer(fake) as p:
+        await p.send(Message(TOPIC, b"warm"))
+        queries = fake.route_queries
+        fake.broker("broker-a").mode = ResponseCode.TOPIC_NOT_EXIST
+        fake.broker("broker-b").mode = ResponseCode.TOPIC_NOT_EXIST
+        with pytest.raises(BrokerResponseError):
+            await p.send(Message(TOPIC, b"m"))
+        assert fake.route_queries == queries + 3
+
+
+async def test_per_call_timeout_bounds_the_whole_send() -> None:
+    async with cluster() as fake, producer(fake) as p:
+        for b in fake.brokers:
+            b.mode = "silent"
+        with pytest.raises(RequestTimeoutError):
+            await p.send(Message(TOPIC, b"m"), timeout=0.3)
+        with pytest.raises(ConfigError):
+            await p.send(Message(TOPIC, b"m"), timeout=0)
+
+
+async def test_ordered_sends_stay_on_their_queue_and_are_not_retried() -> None:
+    async with cluster() as fake, producer(fake) as p:
+        results = [await p.send(Message(TOPIC, b"m"), sharding_key="user-1") for _ in range(10)]
+        queues = {r.queue for r in results}
+        expected = hash_selector(
+            [MessageQueue(TOPIC, b, i) for b in ("broker-a", "broker-b") for i in range(4)],
+            Message(TOPIC, b""),
+            "user-1",
+        )
+        assert queues == {expected}
+        assert [r.queue_offset for r in results] == list(range(10))
+        (cmd, *_) = fake.broker(expected.broker_name).received(RequestCode.SEND_MESSAGE_V2)
+        assert decode_properties(cmd.ext_fields["i"])["__SHARDINGKEY"] == "user-1"
+        fake.broker(expected.broker_name).mode = "hangup"
+        before = fake.sends()
+        with pytest.raises(ConnectionClosedError):
+            await p.send(Message(TOPIC, b"m"), sharding_key="user-1")
+        assert sum(fake.sends().values()) == sum(before.values()) + 1
+
+
+async def test_user_selector_gets_all_queues_and_must_return_one() -> None:
+    seen: list[list[MessageQueue]] = []
+
+    def last_queue(queues: Any, msg: Message, arg: Any) -> MessageQueue:
+        seen.append(list(queues))
+        return queues[-1] if arg is None else MessageQueue(TOPIC, "nowhere", 0)
+
+    async with cluster() as fake, producer(fake) as p:
+        result = await p.send(Message(TOPIC, b"m"), selector=last_queue)
+        assert result.queue == MessageQueue(TOPIC, "broker-b", 3)
+        assert len(seen[0]) == 8
+        with pytest.raises(ConfigError):
+            await p.send(Message(TOPIC, b"m"), selector=last_queue, selector_arg=1)
+        with pytest.raises(ConfigError):
+            await p.send(Message(TOPIC, b"m"), selector=last_queue, sharding_key="k")
+
+
+async def test_oneway_is_written_without_waiting() -> None:
+    async with cluster() as fake, producer(fake) as p:
+        await p.send_oneway(Message(TOPIC, b"fire"))
+        await wait_for(lambda: sum(fake.sends().values()) == 1)
+        cmd = next(c for b in fake.brokers for c in b.received(RequestCode.SEND_MESSAGE_V2))
+        assert cmd.flag & RemotingFlag.ONEWAY and cmd.body == b"fire"
+
+
+async def test_batch_is_one_request_with_per_message_results() -> None:
+    async with cluster() as fake, producer(fake) as p:
+        await p.send(Message(TOPIC, b"first"), sharding_key=1)
+        batch = [Message(TOPIC, f"b{i}".encode(), keys=[f"k{i}"]) for i in range(5)]
+        results = await p.send_batch(batch, sharding_key=1)
+        assert len({r.queue for r in results}) == 1
+        assert [r.queue_offset for r in results] == [1, 2, 3, 4, 5]
+        broker = fake.broker(results[0].queue.broker_name)
+        (cmd,) = broker.received(RequestCode.SEND_BATCH_MESSAGE)
+        assert cmd.ext_fields["m"] == "true"
+        records = decode_records(cmd.body)
+        assert [b for _, b, _ in records] == [m.body for m in batch]
+        assert [decode_properties(p)["UNIQ_KEY"] for _, _, p in records] == [
+            r.msg_id for r in results
+        ]
+        offsets = [decode_offset_message_id(r.offset_msg_id)[1] for r in results]
+        assert offsets == [5100, 5200, 5300, 5400, 5500]
+
+
+async def test_in_flight_requests_are_bounded() -> None:
+    async with cluster(brokers=1) as fake, producer(fake, max_in_flight=3) as p:
+        broker = fake.brokers[0]
+        broker.hold = anyio.Event()
+        started = 0
+        results: list[SendResult] = []
+        async with anyio.create_task_group() as tg:
+
+            async def feed() -> None:
+                nonlocal started
+                for i in range(10):
+                    await p.start_send(tg, Message(TOPIC, b"%d" % i), on_result=results.append)
+                    started += 1
+
+            tg.start_soon(feed)
+            await wait_for(lambda: broker.holding == 3)
+            assert p.in_flight == 3
+            assert started == 3  # the 4th start_send waits for a slot: nothing more spawned
+            for _ in range(5):
+                tg.start_soon(p.send, Message(TOPIC, b"direct"))
+            await anyio.wait_all_tasks_blocked()
+            assert broker.holding == 3
+            broker.hold.set()
+        assert broker.max_holding == 3
+        assert len(results) == 10 and p.in_flight == 0
+        assert len(broker.received(RequestCode.SEND_MESSAGE_V2)) == 15
+
+
+async def test_async_result_callback_and_failures_reach_the_task_group() -> None:
+    got: list[str] = []
+
+    async def on_result(result: SendResult) -> None:
+        await anyio.lowlevel.checkpoint()
+        got.append(result.msg_id)
+
+    async with cluster() as fake, producer(fake, retries=0) as p:
+        async with anyio.create_task_group() as tg:
+            await p.start_send(tg, Message(TOPIC, b"m"), on_result=on_result)
+        assert len(got) == 1
+        for b in fake.brokers:
+            b.mode = ResponseCode.MESSAGE_ILLEGAL
+        with pytest.raises(Exception) as info:  # an ExceptionGroup (BaseExceptionGroup: 3.11+)
+            async with anyio.create_task_group() as tg:
+                await p.start_send(tg, Message(TOPIC, b"m"))
+        assert info.group_contains(BrokerResponseError)
+        assert p.in_flight == 0
+
+
+async def test_closed_or_unstarted_producer_refuses_to_send() -> None:
+    async with cluster() as fake:
+        p = producer(fake)
+        with pytest.raises(ClientClosedError):
+            await p.send(Message(TOPIC, b"m"))
+        async with p:
+            pass
+        with pytest.raises(ClientClosedError):
+            await p.send(Message(TOPIC, b"m"))
+        with pytest.raises(ClientClosedError):
+            await p.__aenter__()
+
+
+def test_invalid_settings() -> None:
+    with pytest.raises(ConfigError):
+        Producer("", "127.0.0.1:9876")
+    with pytest.raises(ConfigError):
+        Producer("DEFAULT_PRODUCER", "127.0.0.1:9876")
+    with pytest.raises(ConfigError):
+        Producer("g", "127.0.0.1:9876", no_such_setting=1)
+    with pytest.raises(ConfigError):
+        Producer("g", "127.0.0.1:9876", retries=-1)
+
+
+# -- membership --------------------------------------------------------------------------
+
+
+async def test_group_heartbeats_to_brokers_it_uses_and_unregisters_on_close() -> None:
+    async with cluster() as fake:
+        async with producer(fake) as p:
+            await p.send(Message(TOPIC, b"m"))
+            for b in fake.brokers:  # the route names both brokers: both get the heartbeat
+                await wait_for(lambda b=b: b.received(RequestCode.HEART_BEAT))
+            body = json.loads(fake.brokers[0].received(RequestCode.HEART_BEAT)[0].body)
+            assert body["clientID"] == p.client.client_id
+            assert body["producerDataSet"] == [{"groupName": GROUP}]
+            assert body["consumerDataSet"] == []
+        for b in fake.brokers:
+            (unreg,) = b.received(RequestCode.UNREGISTER_CLIENT)
+            assert unreg.ext_fields["producerGroup"] == GROUP
+            assert unreg.ext_fields["clientID"] == p.client.client_id
+
+
+# -- transactions ------------------------------------------------------------------------
+
+
+def _end_of(fake: FakeCluster) -> list[RemotingCommand]:
+    return [c for b in fake.brokers for c in b.received(RequestCode.END_TRANSACTION)]
+
+
+@pytest.mark.parametrize("state", list(TransactionState))
+async def test_transaction_sends_half_runs_local_and_ends(state: TransactionState) -> None:
+    calls: list[tuple[Message, SendResult]] = []
+
+    async def local(msg: Message, result: SendResult) -> TransactionState:
+        calls.append((msg, result))
+        return state
+
+    async with cluster() as fake, producer(fake) as p:
+        msg = Message(TOPIC, b"tx")
+        tx = await p.send_in_transaction(msg, local)
+        assert tx.state is state and calls == [(msg, tx.send_result)]
+        broker = fake.broker(tx.send_result.queue.broker_name)
+        (half,) = broker.received(RequestCode.SEND_MESSAGE_V2)
+        assert int(half.ext_fields["f"]) == 0x4
+        props = decode_properties(half.ext_fields["i"])
+        assert (props["TRAN_MSG"], props["PGROUP"]) == ("true", GROUP)
+        assert broker.received(RequestCode.HEART_BEAT)  # registered before the local tx
+        await wait_for(lambda: _end_of(fake))
+        (end,) = _end_of(fake)
+        assert end.flag & RemotingFlag.ONEWAY
+        ext = end.ext_fields
+        assert ext["commitOrRollback"] == str(
+            {"COMMIT": 8, "ROLLBACK": 12, "UNKNOWN": 0}[state.value]
+        )
+        assert ext["producerGroup"] == GROUP and ext["fromTransactionCheck"] == "false"
+        assert ext["msgId"] == tx.msg_id and ext["transactionId"] == tx.transaction_id
+        assert ext["tranStateTableOffset"] == str(tx.send_result.queue_offset)
+        assert ext["commitLogOffset"] == "5000"
+
+
+async def test_failing_local_transaction_ends_unknown_and_raises() -> None:
+    async def local(msg: Message, result: SendResult) -> TransactionState:
+        raise RuntimeError("db down")
+
+    async with cluster() as fake, producer(fake) as p:
+        with pytest.raises(RuntimeError, match="db down"):
+            await p.send_in_transaction(Message(TOPIC, b"tx"), local)
+        await wait_for(lambda: _end_of(fake))
+        assert _end_of(fake)[0].ext_fields["commitOrRollback"] == "0"
+        with pytest.raises(ConfigError):
+            await p.send_in_transaction(Message(TOPIC, b"tx", delay_level=2), local)
+
+
+async def test_half_message_not_stored_ok_is_rolled_back_without_local_transaction() -> None:
+    async def local(msg: Message, result: SendResult) -> TransactionState:
+        raise AssertionError("must not run")
+
+    async with cluster() as fake, producer(fake) as p:
+        for b in fake.brokers:
+            b.mode = ResponseCode.FLUSH_DISK_TIMEOUT
+        tx = await p.send_in_transaction(Message(TOPIC, b"tx"), local)
+        assert tx.state is TransactionState.ROLLBACK
+        assert tx.send_result.status is SendStatus.FLUSH_DISK_TIMEOUT
+        await wait_for(lambda: _end_of(fake))
+        assert _end_of(fake)[0].ext_fields["commitOrRollback"] == "12"
+
+
+async def _check_back(broker: FakeBroker, uniq: str, commit_log_offset: int) -> None:
+    body = encode_stored_message(
+        TOPIC, b"half", {"UNIQ_KEY": uniq, "PGROUP": GROUP, "TRAN_MSG": "true"},
+        queue_offset=7, commit_log_offset=commit_log_offset, store_host=broker.addr,
+    )  # fmt: skip
+    ext = {
+        "tranStateTableOffset": "7", "commitLogOffset": str(commit_log_offset),
+        "msgId": uniq, "transactionId": "TX-" + uniq,
+        "offsetMsgId": offset_message_id(broker.addr, commit_log_offset),
+    }  # fmt: skip
+    assert broker.session is not None
+    cmd = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, ext, body)
+    cmd.flag = RemotingFlag.ONEWAY
+    await broker.session.send(cmd)
+
+
+async def test_check_back_is_answered_with_the_checkers_verdict() -> None:
+    checked: list[MessageExt] = []
+
+    async def checker(msg: MessageExt) -> TransactionState:
+        checked.append(msg)
+        if msg.msg_id == "BOOM":
+            raise RuntimeError("cannot tell")
+        return TransactionState.COMMIT if msg.msg_id == "ID1" else TransactionState.ROLLBACK
+
+    async with cluster(brokers=1) as fake, producer(fake, transaction_checker=checker) as p:
+        await p.send(Message(TOPIC, b"m"))
+        broker = fake.brokers[0]
+        await wait_for(lambda: broker.received(RequestCode.HEART_BEAT))
+        await _check_back(broker, "ID1", 111)
+        await _check_back(broker, "ID2", 222)
+        await _check_back(broker, "BOOM", 333)
+        await wait_for(lambda: len(_end_of(fake)) == 3)
+        ends = {e.ext_fields["msgId"]: e.ext_fields for e in _end_of(fake)}
+        assert {k: v["commitOrRollback"] for k, v in ends.items()} == {
+            "ID1": "8", "ID2": "12", "BOOM": "0",
+        }  # fmt: skip
+        assert ends["ID1"]["fromTransactionCheck"] == "true"
+        assert ends["ID1"]["commitLogOffset"] == "111"
+        assert ends["ID1"]["tranStateTableOffset"] == "7"
+        assert ends["ID1"]["transactionId"] == "TX-ID1"
+        assert ends["ID1"]["producerGroup"] == GROUP
+        assert sorted(m.body for m in checked) == [b"half"] * 3
+        assert p.checks is not None and p.checks.answered == 3
+
+
+async def test_check_back_without_checker_or_for_another_group_is_ignored() -> None:
+    async with cluster(brokers=1) as fake, producer(fake) as p:
+        await p.send(Message(TOPIC, b"m"))
+        broker = fake.brokers[0]
+        await wait_for(lambda: broker.received(RequestCode.HEART_BEAT))
+        await _check_back(broker, "ID1", 111)
+        assert p.checks is not None
+        # the request is oneway; a second request on the same connection is served after it
+        await p.send(Message(TOPIC, b"m"), sharding_key=0)
+        assert p.checks.answered == 0 and not _end_of(fake)

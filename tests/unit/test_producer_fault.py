@@ -1,0 +1,89 @@
+"""Latency fault tolerance: the Java table, isolation after failures, recovery."""
+
+from __future__ import annotations
+
+import pytest
+
+from aiorocket.producer.fault import (
+    FAILURE_LATENCY_MS,
+    LATENCY_MAX_MS,
+    NOT_AVAILABLE_MS,
+    LatencyFaultTolerance,
+    not_available_duration,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("latency", "expected"),
+    [
+        (0, 0), (49, 0), (50, 0), (549, 0), (550, 2000), (1799, 2000), (1800, 5000),
+        (3000, 6000), (4999, 6000), (5000, 10000), (15000, 30000), (10**9, 30000),
+    ],
+)  # fmt: skip
+def test_duration_follows_the_java_table(latency: int, expected: int) -> None:
+    assert not_available_duration(latency) == expected
+
+
+def test_table_is_the_java_5x_one() -> None:
+    assert LATENCY_MAX_MS == (50, 100, 550, 1800, 3000, 5000, 15000)
+    assert NOT_AVAILABLE_MS == (0, 0, 2000, 5000, 6000, 10000, 30000)
+
+
+def test_slow_broker_is_avoided_for_a_time_growing_with_latency() -> None:
+    clock = Clock()
+    ft = LatencyFaultTolerance(clock=clock)
+    assert ft.is_available("a")  # never seen
+    assert ft.record("a", 10) == 0
+    assert ft.is_available("a")
+    assert ft.record("a", 600) == 2.0
+    assert not ft.is_available("a")
+    assert ft.unavailable_for("a") == pytest.approx(2.0)
+    clock.now += 1.999
+    assert not ft.is_available("a")
+    clock.now += 0.001
+    assert ft.is_available("a")
+    assert ft.record("a", 2000) == 5.0
+
+
+def test_failure_isolates_for_the_longest_time_and_success_restores() -> None:
+    clock = Clock()
+    ft = LatencyFaultTolerance(clock=clock)
+    assert ft.record("a", 3, failed=True) == not_available_duration(FAILURE_LATENCY_MS) / 1000
+    assert ft.unavailable_for("a") == pytest.approx(30.0)
+    assert ft.snapshot()["a"].latency_ms == FAILURE_LATENCY_MS
+    ft.record("a", 5)  # a good send (e.g. an ordered one that had to go there) restores it
+    assert ft.is_available("a")
+    ft.record("a", 3, failed=True)
+    ft.forget("a")
+    assert ft.is_available("a")
+
+
+def test_least_bad_prefers_available_then_soonest_then_fastest() -> None:
+    clock = Clock()
+    ft = LatencyFaultTolerance(clock=clock)
+    assert ft.least_bad([]) is None
+    ft.record("a", 0, failed=True)  # 30 s
+    ft.record("b", 2000)  # 5 s
+    ft.record("c", 600)  # 2 s
+    assert ft.least_bad(["a", "b", "c"]) == "c"
+    assert ft.least_bad(["a", "b"]) == "b"
+    assert ft.least_bad(["a", "b", "new"]) == "new"
+    clock.now += 60
+    ft.record("x", 40)
+    ft.record("y", 10)
+    assert ft.least_bad(["x", "y"]) == "y"
+
+
+def test_rejects_inconsistent_tables() -> None:
+    with pytest.raises(ValueError):
+        LatencyFaultTolerance(latency_max=(1, 2), not_available=(0,))
+    with pytest.raises(ValueError):
+        LatencyFaultTolerance(latency_max=(5, 1), not_available=(0, 0))
