@@ -86,5 +86,5 @@ class ClientInstance:
         try:
             await self._tg.__aexit__(None, None, None)  # body errors propagate unwrapped
         finally:
-            await self.pool.__aexit__(exc_type, exc, tb)
+            await self.pool.__aexit__(None, None, None)
         return None

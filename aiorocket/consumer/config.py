@@ -36,6 +36,9 @@ class ConsumerConfig:
     consume_concurrency: int = 20
     consume_batch_size: int = 1
     max_reconsume_times: int = 16
+    #: delay level for failed messages when the handler does not choose one
+    #: (0: the broker's default, 3 + reconsume times, i.e. 10 s, 30 s, 1 min, ...).
+    retry_delay_level: int = 0
     consume_timeout: float = 15 * 60.0
     persist_offset_interval: float = 5.0
     heartbeat_interval: float = 30.0

@@ -277,15 +277,17 @@ class Consumer:
             with anyio.move_on_after(max(cfg.request_timeout * 2, 5.0)):
                 await self.persist_all()
                 await self._unregister()
-        if self._tg is not None:
-            self._tg.cancel_scope.cancel()
-            try:
+        # Every scope we entered is exited, innermost first, even when one of the exits
+        # raises (e.g. Cancelled under an outer cancel scope): trio requires it.
+        try:
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
                 await self._tg.__aexit__(None, None, None)  # body errors propagate unwrapped
-            finally:
-                self._tg = None
-        if self._client is not None:
-            await self._client.__aexit__(exc_type, exc, tb)
-        self.log.info("consumer_closed", graceful=graceful)
+        finally:
+            self._tg = None
+            if self._client is not None:
+                await self._client.__aexit__(None, None, None)
+            self.log.info("consumer_closed", graceful=graceful)
 
     async def _run_loops(self) -> None:
         with self._loops_scope:
@@ -504,9 +506,11 @@ class Consumer:
         try:
             with anyio.move_on_after(cfg.consume_timeout) as scope:
                 try:
-                    level = failure_delay_level(await self._invoke(live))
+                    level = failure_delay_level(
+                        await self._invoke(live), cfg.retry_delay_level
+                    )
                 except Exception as exc:
-                    level = 0
+                    level = cfg.retry_delay_level
                     self.log.warning(
                         "handler_failed",
                         topic=pq.mq.topic,
@@ -516,7 +520,7 @@ class Consumer:
                         error=repr(exc),
                     )
             if scope.cancelled_caught:
-                level = 0
+                level = cfg.retry_delay_level
                 self.log.warning(
                     "consume_timeout",
                     topic=pq.mq.topic,

@@ -31,12 +31,12 @@ RECONSUME_LATER = ConsumeStatus.RECONSUME_LATER
 HandlerResult = ConsumeStatus | Reconsume | bool | None
 
 
-def failure_delay_level(result: HandlerResult) -> int | None:
+def failure_delay_level(result: HandlerResult, default: int = 0) -> int | None:
     """None when the result means success, else the delay level to send back with."""
     if result is None or result is True or result is ConsumeStatus.SUCCESS:
         return None
     if isinstance(result, Reconsume):
         return result.delay_level
     if result is False or result is ConsumeStatus.RECONSUME_LATER:
-        return 0
+        return default
     raise TypeError(f"handler returned {result!r}; expected None, bool, ConsumeStatus or Reconsume")

@@ -52,3 +52,30 @@ async def eventually(
             if result:
                 return
             await anyio.sleep(every)
+
+
+async def send_many(
+    client: ClientInstance, topic: str, messages: list[Message]
+) -> list[SendResult]:
+    """Send ``messages`` round-robin over every writable queue of ``topic``."""
+    route = await client.namesrv.query_route(topic)
+    queues = route.write_queues()
+    return [await send_raw(client, queues[i % len(queues)], m) for i, m in enumerate(messages)]
+
+
+async def wait_dispatched(client: ClientInstance, topic: str, results: list[SendResult]) -> None:
+    """Wait until the brokers' consume queues show every sent message (built asynchronously)."""
+    route = await client.namesrv.query_route(topic)
+    need: dict[MessageQueue, int] = {}
+    for r in results:
+        need[r.queue] = max(need.get(r.queue, 0), r.queue_offset + 1)
+
+    async def done() -> bool:
+        for mq, n in need.items():
+            addr = route.master_addr(mq.broker_name)
+            assert addr is not None
+            if await client.broker.get_max_offset(addr, mq) < n:
+                return False
+        return True
+
+    await eventually(done)
