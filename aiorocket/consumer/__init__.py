@@ -12,6 +12,7 @@ from aiorocket.consumer.allocation import (
 from aiorocket.consumer.config import ConsumeFromWhere, ConsumerConfig, MessageModel
 from aiorocket.consumer.consumer import Consumer, QueueStats, RebalanceListener
 from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.consumer.pull_consumer import PullConsumer
 from aiorocket.consumer.results import RECONSUME_LATER, SUCCESS, ConsumeStatus, Reconsume
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "ConsumerConfig",
     "ConsumerMessage",
     "MessageModel",
+    "PullConsumer",
     "QueueStats",
     "RebalanceListener",
     "Reconsume",

@@ -53,7 +53,16 @@ class ConsumerConfig:
     #: how long close() and a queue drop wait for running handlers.
     shutdown_timeout: float = 30.0
     orderly: bool = False
+    #: orderly: how long a queue pauses after a failed message before retrying it.
     suspend_current_queue_time: float = 1.0
+    #: orderly: broker queue locks are renewed this often; a lock older than
+    #: ``lock_max_live_time`` without renewal stops dispatch (Java: 20 s / 30 s).
+    lock_renew_interval: float = 20.0
+    lock_max_live_time: float = 30.0
+    #: broadcasting: a failed message is retried locally this many times, then dropped.
+    broadcast_max_retries: int = 3
+    #: broadcasting: where the local offset files live (default ~/.aiorocket/offsets).
+    offset_store_dir: str | None = None
 
     def validate(self) -> None:
         positive_ints = {

@@ -17,8 +17,10 @@ import functools
 import inspect
 import math
 import time
+from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, fields
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -27,15 +29,17 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from aiorocket._log import get_logger
-from aiorocket.client.instance import ClientInstance
+from aiorocket.client.instance import ClientInstance, make_client_id
 from aiorocket.consumer import rebalance as _rebalance
 from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
 from aiorocket.consumer.config import ConsumerConfig, MessageModel
+from aiorocket.consumer.local_offsets import LocalFileOffsetStore, default_offset_dir
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.offset_store import OffsetStore, RemoteOffsetStore
+from aiorocket.consumer.orderly import orderly_consume_loop
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.consumer.puller import pull_loop
-from aiorocket.consumer.results import HandlerResult, failure_delay_level
+from aiorocket.consumer.results import HandlerResult, Reconsume, failure_delay_level
 from aiorocket.consumer.signal import Signal
 from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError, TopicNotExistError
 from aiorocket.message import MessageQueue
@@ -115,6 +119,7 @@ class Consumer:
         allocate: AllocateStrategy = allocate_averagely,
         listener: RebalanceListener | None = None,
         client_id: str | None = None,
+        instance_name: str | None = None,
         **settings: Any,
     ) -> None:
         if not group or any(c in group for c in " \t\r\n%"):
@@ -133,7 +138,16 @@ class Consumer:
         self.allocate = allocate
         self.listener = listener
         self._namesrv = namesrv
-        self._client_id = client_id
+        if instance_name is not None and (not instance_name or "@" in instance_name):
+            raise ConfigError(f"invalid instance name {instance_name!r}")
+        self.instance_name = instance_name
+        self._client_id = client_id or (make_client_id(instance_name) if instance_name else None)
+        #: pull-consumer mode: messages wait in per-queue buffers for getmany().
+        self.pull_mode = False
+        self.auto_commit = True
+        self.manual_assignment: set[MessageQueue] | None = None
+        self._available = Signal()
+        self._pending_locks = False
         self._handler: Callable[..., Any] | None = handler or batch_handler
         self._batch = batch_handler is not None
         self.subscriptions: dict[str, Subscription] = {}
@@ -194,10 +208,9 @@ class Consumer:
         if not self.subscriptions:
             raise ConfigError("subscribe to at least one topic before starting")
         cfg = self.config
-        if cfg.message_model is MessageModel.CLUSTERING:
-            self.subscriptions.setdefault(
-                retry_topic(self.group), Subscription(retry_topic(self.group))
-            )
+        if cfg.message_model is MessageModel.CLUSTERING and not self.pull_mode:
+            retry = retry_topic(self.group)
+            self.subscriptions.setdefault(retry, Subscription(retry))
         self.started_at_ms = time.time_ns() // 1_000_000
         client = ClientInstance(
             self._namesrv,
@@ -208,11 +221,18 @@ class Consumer:
         await client.__aenter__()
         self._client = client
         self.log = self.log.bind(client_id=client.client_id)
-        self.offset_store = RemoteOffsetStore(client, self.group)
+        if cfg.message_model is MessageModel.BROADCASTING:
+            directory = Path(cfg.offset_store_dir) if cfg.offset_store_dir else default_offset_dir()
+            local = LocalFileOffsetStore(directory, self.instance_name or "DEFAULT", self.group)
+            await local.load()
+            self.offset_store = local
+        else:
+            self.offset_store = RemoteOffsetStore(client, self.group)
         client.dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         send, recv = anyio.create_memory_object_stream[list[ConsumerMessage]](math.inf)
         self._work_send, self._work_recv = send, recv
         self._thread_limiter = anyio.CapacityLimiter(cfg.consume_concurrency)
+        self.orderly_slots = anyio.Semaphore(cfg.consume_concurrency)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -220,7 +240,7 @@ class Consumer:
             await self.send_heartbeats()
             await _rebalance.rebalance(self)
             tg.start_soon(self._run_loops)
-            if self._handler is not None:
+            if self._handler is not None and not cfg.orderly:
                 self._workers_done = anyio.Event()
                 await tg.start(self._run_workers)
         except BaseException as exc:
@@ -272,10 +292,17 @@ class Consumer:
                     await self._workers_done.wait()
                 if drain.cancelled_caught:
                     self.log.warning("shutdown_timeout", timeout=cfg.shutdown_timeout)
+            if graceful and (cfg.orderly or self.pull_mode):
+                with anyio.move_on_after(cfg.shutdown_timeout):
+                    for pq in list(self.process_queues.values()):
+                        while pq.running:
+                            await pq.wait_changed()
             if self._workers_scope is not None:
                 self._workers_scope.cancel()
             with anyio.move_on_after(max(cfg.request_timeout * 2, 5.0)):
                 await self.persist_all()
+                if cfg.orderly and self._client is not None:
+                    await self.unlock_queues(list(self.process_queues))
                 await self._unregister()
         # Every scope we entered is exited, innermost first, even when one of the exits
         # raises (e.g. Cancelled under an outer cancel scope): trio requires it.
@@ -295,6 +322,8 @@ class Consumer:
                 tg.start_soon(self._heartbeat_loop)
                 tg.start_soon(self._rebalance_loop)
                 tg.start_soon(self._flush_loop)
+                if self.config.orderly:
+                    tg.start_soon(self._lock_renew_loop)
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -304,7 +333,9 @@ class Consumer:
     async def _rebalance_loop(self) -> None:
         while True:
             if not self._rebalance_requested:
-                with anyio.move_on_after(self.config.rebalance_interval):
+                # Allocated queues another member still had locked are retried soon.
+                wait = 1.0 if self._pending_locks else self.config.rebalance_interval
+                with anyio.move_on_after(wait):
                     await self._rebalance_signal.wait()
             self._rebalance_requested = False
             await _rebalance.rebalance(self)
@@ -312,7 +343,8 @@ class Consumer:
     async def _flush_loop(self) -> None:
         while True:
             await anyio.sleep(self.config.persist_offset_interval)
-            await self.persist_all()
+            if self.auto_commit:
+                await self.persist_all()
 
     def request_rebalance(self) -> None:
         self._rebalance_requested = True
@@ -334,7 +366,7 @@ class Consumer:
             "consumerDataSet": [
                 {
                     "groupName": self.group,
-                    "consumeType": "CONSUME_PASSIVELY",
+                    "consumeType": "CONSUME_ACTIVELY" if self.pull_mode else "CONSUME_PASSIVELY",
                     "messageModel": cfg.message_model.value,
                     "consumeFromWhere": cfg.consume_from_where.value,
                     "subscriptionDataSet": [s.to_heartbeat() for s in self.subscriptions.values()],
@@ -358,6 +390,8 @@ class Consumer:
         return addrs
 
     async def send_heartbeats(self) -> None:
+        if self.manual_assignment is not None:
+            return  # a manually assigned pull consumer is not a group member
         data = self.heartbeat_data()
         for addr in sorted(await self._broker_addrs()):
             try:
@@ -366,7 +400,7 @@ class Consumer:
                 self.log.warning("heartbeat_failed", broker=addr, error=str(exc))
 
     async def _unregister(self) -> None:
-        if self._client is None:
+        if self._client is None or self.manual_assignment is not None:
             return
         for addr in sorted(await self._broker_addrs()):
             try:
@@ -392,6 +426,8 @@ class Consumer:
     async def start_pulling(self, pq: ProcessQueue, sub: Subscription) -> None:
         assert self._tg is not None
         await self._tg.start(functools.partial(pull_loop, self, pq, sub))
+        if self.config.orderly and self._handler is not None:
+            self._tg.start_soon(orderly_consume_loop, self, pq)
 
     async def revoke(self, pqs: list[ProcessQueue]) -> None:
         """Drop queues: stop pulling, await running handlers (bounded), persist, forget."""
@@ -414,11 +450,58 @@ class Consumer:
         if self.listener is not None and mqs:
             await self.listener.on_queues_assigned(mqs)
 
+    async def _by_broker(self, mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
+        grouped: dict[str, list[MessageQueue]] = defaultdict(list)
+        for mq in mqs:
+            addr = await self.broker_addr(mq)
+            if addr is not None:
+                grouped[addr].append(mq)
+        return grouped
+
     async def lock_queues(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
-        return set(mqs)  # orderly consumption arrives with its own issue
+        """LOCK_BATCH_MQ on each broker; the queues this consumer now holds."""
+        locked: set[MessageQueue] = set()
+        for addr, group in (await self._by_broker(mqs)).items():
+            try:
+                locked |= await self.client.broker.lock_batch(
+                    addr, self.group, self.client_id, group
+                )
+            except RocketMQError as exc:
+                self.log.warning("lock_failed", broker=addr, error=str(exc))
+        self._pending_locks = len(locked) < len(mqs)
+        return locked & set(mqs)
 
     async def unlock_queues(self, mqs: list[MessageQueue]) -> None:
-        return None
+        for addr, group in (await self._by_broker(mqs)).items():
+            try:
+                await self.client.broker.unlock_batch(addr, self.group, self.client_id, group)
+            except RocketMQError as exc:
+                self.log.warning("unlock_failed", broker=addr, error=str(exc))
+
+    async def _lock_renew_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.config.lock_renew_interval)
+            await self.renew_locks()
+
+    async def renew_locks(self) -> None:
+        pqs = [pq for pq in self.process_queues.values() if not pq.dropped]
+        if not pqs:
+            return
+        locked = await self.lock_queues([pq.mq for pq in pqs])
+        now = anyio.current_time()
+        for pq in pqs:
+            was = pq.locked
+            pq.locked = pq.mq in locked
+            if pq.locked:
+                pq.last_lock_time = now
+            if was != pq.locked:
+                self.log.warning("queue_lock_changed", queue=str(pq.mq), locked=pq.locked)
+            pq.notify()
+
+    def lock_valid(self, pq: ProcessQueue) -> bool:
+        return (
+            pq.locked and anyio.current_time() - pq.last_lock_time <= self.config.lock_max_live_time
+        )
 
     async def wait_locked(self, pq: ProcessQueue) -> None:
         await pq.wait_changed()
@@ -456,13 +539,24 @@ class Consumer:
     async def persist_all(self) -> None:
         for pq in list(self.process_queues.values()):
             await self.persist_offset(pq)
+        try:
+            await self.offset_store.flush()
+        except OSError as exc:
+            self.log.warning("offset_flush_failed", error=str(exc))
 
     # -- dispatch ----------------------------------------------------------------------
 
     def dispatch(self, pq: ProcessQueue, messages: list[ConsumerMessage]) -> None:
-        send = self._work_send
-        if send is None or self._closing:
+        if self._closing:
             return  # unsettled: never committed, so redelivered
+        if self.config.orderly or self.pull_mode:
+            pq.buffer.extend(messages)
+            pq.notify()
+            self._available.notify()
+            return
+        send = self._work_send
+        if send is None:
+            return
         size = self.config.consume_batch_size if self._batch else 1
         try:
             if size == 1:
@@ -500,15 +594,25 @@ class Consumer:
         live = [m for m in batch if not m._settled and m._generation == pq.tracker.generation]
         if not live:
             return
+        level, _ = await self.run_handler(pq, live)
+        for m in live:
+            await self.settle(m, level)
+
+    async def run_handler(
+        self, pq: ProcessQueue, live: list[ConsumerMessage]
+    ) -> tuple[int | None, float | None]:
+        """Run the handler under the consume timeout: (failure delay level, suspend)."""
         cfg = self.config
         level: int | None = None
+        suspend: float | None = None
         pq.running += 1
         try:
             with anyio.move_on_after(cfg.consume_timeout) as scope:
                 try:
-                    level = failure_delay_level(
-                        await self._invoke(live), cfg.retry_delay_level
-                    )
+                    result = await self._invoke(live)
+                    level = failure_delay_level(result, cfg.retry_delay_level)
+                    if isinstance(result, Reconsume):
+                        suspend = result.suspend
                 except Exception as exc:
                     level = cfg.retry_delay_level
                     self.log.warning(
@@ -531,8 +635,7 @@ class Consumer:
         finally:
             pq.running -= 1
             pq.notify()
-        for m in live:
-            await self.settle(m, level)
+        return level, suspend
 
     async def _invoke(self, live: list[ConsumerMessage]) -> HandlerResult:
         handler = self._handler
@@ -557,9 +660,19 @@ class Consumer:
             return
         if delay_level is not None:
             if self.config.message_model is MessageModel.BROADCASTING:
+                # No shared retry topic in broadcasting: retry here, a bounded number of times.
+                if msg.reconsume_times < self.config.broadcast_max_retries:
+                    msg.reconsume_times += 1
+                    msg._settled = False
+                    self._retry_locally(msg)
+                    return
                 self.dropped_messages += 1
                 self.log.warning(
-                    "broadcast_message_dropped", topic=msg.topic, offset=msg.queue_offset
+                    "broadcast_message_dropped",
+                    topic=msg.topic,
+                    queue=pq.mq.queue_id,
+                    offset=msg.queue_offset,
+                    attempts=msg.reconsume_times + 1,
                 )
             elif not await self._send_back(pq, msg, delay_level):
                 msg._settled = False
@@ -587,6 +700,13 @@ class Consumer:
                 "send_back_failed", topic=msg.topic, offset=msg.queue_offset, error=str(exc)
             )
             return False
+
+    async def send_to_dead_letter(self, pq: ProcessQueue, msg: ConsumerMessage) -> bool:
+        return await self._send_back(pq, msg, -1)
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
 
     def _retry_locally(self, msg: ConsumerMessage) -> None:
         if self._tg is None or self._closing:

@@ -16,6 +16,9 @@ class OffsetStore(Protocol):
     async def persist(self, mq: MessageQueue, offset: int) -> None:
         """Store ``offset`` for ``mq``; raises on failure so the caller can retry later."""
 
+    async def flush(self) -> None:
+        """Make persisted offsets durable (a no-op where persist already is)."""
+
 
 class RemoteOffsetStore:
     """Offsets of a clustering group, stored by the broker that hosts each queue."""
@@ -43,3 +46,6 @@ class RemoteOffsetStore:
         await self._client.broker.update_consumer_offset(
             await self._addr(mq), self._group, mq, offset
         )
+
+    async def flush(self) -> None:
+        return None

@@ -8,7 +8,8 @@ pulling instead of growing memory.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections import deque
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 class ProcessQueue:
     __slots__ = (
         "_changed",
+        "buffer",
         "cached_bytes",
         "cached_count",
         "consumed_total",
@@ -32,8 +34,10 @@ class ProcessQueue:
         "locked",
         "mq",
         "order_lock",
+        "paused",
         "pull_scope",
         "pulled_total",
+        "request_scope",
         "running",
         "suspended_until",
         "tracker",
@@ -55,6 +59,11 @@ class ProcessQueue:
         self.last_lock_time = 0.0
         self.order_lock = anyio.Lock()
         self.suspended_until = 0.0
+        # Orderly and pull-consumer modes keep their messages here, in offset order,
+        # instead of the shared work channel.
+        self.buffer: deque[Any] = deque()
+        self.paused = False
+        self.request_scope: anyio.CancelScope | None = None
         self._changed = Signal()
 
     # -- pull side -----------------------------------------------------------------
@@ -91,6 +100,9 @@ class ProcessQueue:
         self.tracker.reset(offset)
         self.cached_count = 0
         self.cached_bytes = 0
+        self.buffer.clear()
+        if self.request_scope is not None:
+            self.request_scope.cancel()  # a pull in flight was for the old position
         self._changed.notify()
 
     def drop(self) -> None:

@@ -37,10 +37,16 @@ async def pull_loop(
         task_status.started()
         is_retry_topic = pq.mq.topic.startswith(RETRY_PREFIX)
         clustering = cfg.message_model is MessageModel.CLUSTERING
-        sql = sub.expression_type != "TAG"
+        # Without a registered heartbeat subscription (SQL92 filters, the pull consumer)
+        # the broker needs the expression with every request.
+        with_sub = sub.expression_type != "TAG" or consumer.pull_mode
         while not pq.dropped:
-            while not (pq.has_capacity(cfg) and consumer.has_global_capacity()):
+            if pq.paused:
+                await pq.wait_changed()
+                continue
+            if not (pq.has_capacity(cfg) and consumer.has_global_capacity()):
                 await consumer.wait_capacity(pq)
+                continue
             if cfg.orderly and not pq.locked:
                 await consumer.wait_locked(pq)
                 continue
@@ -50,38 +56,44 @@ async def pull_loop(
                 await anyio.sleep(cfg.pull_backoff_on_error)
                 continue
             offset = pq.tracker.next_offset
-            commit = pq.tracker.committable() if clustering else 0
+            commit = pq.tracker.committable() if clustering and consumer.auto_commit else 0
             sys_flag = PULL_SUSPEND
             if commit > 0:
                 sys_flag |= PULL_COMMIT_OFFSET
-            if sql:
+            if with_sub:
                 sys_flag |= PULL_SUBSCRIPTION
+            generation = pq.tracker.generation
             try:
-                result = await consumer.client.broker.pull(
-                    addr,
-                    consumer.group,
-                    pq.mq,
-                    offset,
-                    max_nums=cfg.pull_batch_size,
-                    sys_flag=sys_flag,
-                    commit_offset=commit,
-                    suspend_timeout_ms=int(cfg.long_poll_timeout * 1000),
-                    sub_version=sub.sub_version,
-                    subscription=sub.expression if sql else None,
-                    expression_type=sub.expression_type if sql else None,
-                    timeout=cfg.pull_request_timeout,
-                    message_class=ConsumerMessage,
-                )
+                with anyio.CancelScope() as request_scope:
+                    pq.request_scope = request_scope
+                    result = await consumer.client.broker.pull(
+                        addr,
+                        consumer.group,
+                        pq.mq,
+                        offset,
+                        max_nums=cfg.pull_batch_size,
+                        sys_flag=sys_flag,
+                        commit_offset=commit,
+                        suspend_timeout_ms=int(cfg.long_poll_timeout * 1000),
+                        sub_version=sub.sub_version,
+                        subscription=sub.expression if with_sub else None,
+                        expression_type=sub.expression_type if with_sub else None,
+                        timeout=cfg.pull_request_timeout,
+                        message_class=ConsumerMessage,
+                    )
             except (ConnectionClosedError, BrokerResponseError, RocketMQError) as exc:
                 log.warning("pull_failed", offset=offset, error=str(exc))
                 await anyio.sleep(cfg.pull_backoff_on_error)
                 continue
+            finally:
+                pq.request_scope = None
             if pq.dropped:
                 break
+            if request_scope.cancelled_caught or generation != pq.tracker.generation:
+                continue  # seeked or reset while the pull was in flight
             status = result.status
             if status is PullStatus.FOUND:
                 accepted: list[ConsumerMessage] = []
-                generation = pq.tracker.generation
                 for m in result.messages:
                     if m.queue_offset < offset:
                         continue  # inner-batch records before the requested offset

@@ -35,7 +35,9 @@ async def rebalance(consumer: Consumer) -> None:
 async def rebalance_topic(consumer: Consumer, topic: str, sub: Subscription) -> None:
     route = await consumer.client.namesrv.query_route(topic)
     all_queues = route.read_queues()
-    if consumer.config.message_model is MessageModel.BROADCASTING:
+    if consumer.manual_assignment is not None:
+        mine = {mq for mq in consumer.manual_assignment if mq.topic == topic}
+    elif consumer.config.message_model is MessageModel.BROADCASTING:
         mine = set(all_queues)
     else:
         masters = list(route.all_master_addrs().values())

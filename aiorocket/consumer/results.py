@@ -21,6 +21,8 @@ class Reconsume:
     """
 
     delay_level: int = 0
+    #: orderly consumption: suspend the queue this many seconds before the retry.
+    suspend: float | None = None
 
 
 SUCCESS = ConsumeStatus.SUCCESS

@@ -263,8 +263,10 @@ async def test_consume_from_where_for_new_groups(
         mq = route.read_queues()[0]
         addr = route.master_addr(mq.broker_name)
         assert addr is not None
-        res = await client.broker.pull(addr, "peek", mq, 0, sys_flag=PULL_SUBSCRIPTION,
-                                       subscription="*", suspend_timeout_ms=0, timeout=5)  # fmt: skip
+        res = await client.broker.pull(
+            addr, "peek", mq, 0, sys_flag=PULL_SUBSCRIPTION, subscription="*",
+            suspend_timeout_ms=0, timeout=5,
+        )  # fmt: skip
         stamps = [m.store_timestamp for m in res.messages]
     probe = stamps[2]
     from_probe = min(i for i, ts in enumerate(stamps) if ts >= probe)
@@ -374,11 +376,10 @@ async def test_close_drains_running_handlers(
         await eventually(lambda: consumer._closing, timeout=30, every=0.01)
         release.set()
 
-    async with anyio.create_task_group() as tg:
-        async with consumer:
-            with anyio.fail_after(30):
-                await running.wait()
-            tg.start_soon(release_when_closing)
+    async with anyio.create_task_group() as tg, consumer:
+        with anyio.fail_after(30):
+            await running.wait()
+        tg.start_soon(release_when_closing)
     assert finished == [b"one"]
     async with ClientInstance(rocketmq.namesrv_addr) as client:
         route = await client.namesrv.query_route(topic)
