@@ -92,8 +92,9 @@ class ConsumerConfig:
         for name, fvalue in positive_floats.items():
             if not fvalue > 0:
                 raise ConfigError(f"{name} must be positive, got {fvalue!r}")
-        if self.pull_request_timeout <= self.long_poll_timeout:
-            raise ConfigError("pull_request_timeout must exceed long_poll_timeout")
+        # The broker sweeps held pulls every 5 s, so a long poll can last that much longer.
+        if self.pull_request_timeout < self.long_poll_timeout + 5:
+            raise ConfigError("pull_request_timeout must exceed long_poll_timeout by 5 s or more")
         if self.shutdown_timeout < 0:
             raise ConfigError("shutdown_timeout must be >= 0")
         self.message_model = MessageModel(self.message_model)

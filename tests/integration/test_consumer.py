@@ -19,7 +19,7 @@ from .helpers import eventually, send_many, wait_dispatched
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 FAST = {"rebalance_interval": 20.0, "persist_offset_interval": 0.5, "long_poll_timeout": 2.0,
-        "pull_request_timeout": 5.0}  # fmt: skip
+        "pull_request_timeout": 12.0}  # fmt: skip
 
 
 async def produce(namesrv: str, topic: str, bodies: list[bytes], **kw: object) -> None:
