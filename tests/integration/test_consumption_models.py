@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict
 from collections.abc import Callable
@@ -183,7 +184,7 @@ async def test_orderly_strict_order_with_failures_and_rebalance(
             by_queue[mq].append(off)
         for mq, offs in by_queue.items():
             # Within one consumer: non-decreasing; a repeat only right after a failure.
-            for prev, cur in zip(offs, offs[1:], strict=False):
+            for prev, cur in itertools.pairwise(offs):
                 assert cur > prev or (cur == prev and (mq, cur) in failed_once), (name, mq, offs)
     for mq in queues:
         offs = sorted(set(successes()[mq]))

@@ -67,7 +67,9 @@ async def test_create_group(rocketmq: LocalRocketMQ, unique_name: Callable[[str]
 @pytest.mark.anyio
 async def test_every_endpoint_answers_on_loopback(rocketmq: LocalRocketMQ) -> None:
     for addr in [rocketmq.namesrv_addr, rocketmq.proxy_remoting]:
-        resp = await _admin.request(addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": HEALTH_TOPIC})
+        resp = await _admin.request(
+            addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": HEALTH_TOPIC}
+        )
         assert resp.code == ResponseCode.SUCCESS, (addr, resp.remark)
     for addr in [*rocketmq.broker_addrs.values(), rocketmq.proxy_grpc]:
         assert addr.startswith("127.0.0.1:")
@@ -133,10 +135,15 @@ def _group_members(pgid: int, wait: float = 0.0) -> list[int]:
 
 def test_stop_kills_every_recorded_process_group(tmp_path: Path) -> None:
     """Pid bookkeeping of stop: SIGTERM, SIGKILL after the grace, children, pid reuse."""
-    polite, polite_pop = spawn("polite", [sys.executable, "-c", "import time; time.sleep(600)"],
-                               log=tmp_path / "polite.out", home=tmp_path, ports=[], env=dict(os.environ))  # fmt: skip
-    stubborn, stubborn_pop = spawn("stubborn", [sys.executable, "-c", _STUBBORN],
-                                   log=tmp_path / "stubborn.out", home=tmp_path, ports=[], env=dict(os.environ))  # fmt: skip
+    env = dict(os.environ)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    polite, polite_pop = spawn(
+        "polite", sleeper, log=tmp_path / "polite.out", home=tmp_path, ports=[], env=env
+    )
+    stubborn, stubborn_pop = spawn(
+        "stubborn", [sys.executable, "-c", _STUBBORN], log=tmp_path / "stubborn.out",
+        home=tmp_path, ports=[], env=env,
+    )  # fmt: skip
     deadline = time.monotonic() + 20
     while "ready" not in (tmp_path / "stubborn.out").read_text() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -145,7 +152,10 @@ def test_stop_kills_every_recorded_process_group(tmp_path: Path) -> None:
     impostor = Proc("impostor", os.getpid(), (proc_start_time(os.getpid()) or 0) + 1, "", "")
     assert not alive(impostor)
     # Via the state file, as `stop` from another process would see it.
-    state = {"status": "ready", "processes": [polite.to_json(), stubborn.to_json(), impostor.to_json()]}
+    state = {
+        "status": "ready",
+        "processes": [polite.to_json(), stubborn.to_json(), impostor.to_json()],
+    }
     (tmp_path / "state.json").write_text(json.dumps(state))
     cluster = LocalRocketMQ(tmp_path)
     started = time.monotonic()
@@ -162,8 +172,10 @@ def test_stop_kills_every_recorded_process_group(tmp_path: Path) -> None:
     assert stop_all([polite, stubborn], timeout=0.1) == []  # idempotent
 
 
-@pytest.mark.skipif(os.environ.get("AIOROCKET_TEST_THROWAWAY") != "1",
-                    reason="starts a second real cluster (~20 s); set AIOROCKET_TEST_THROWAWAY=1")  # fmt: skip
+@pytest.mark.skipif(
+    os.environ.get("AIOROCKET_TEST_THROWAWAY") != "1",
+    reason="starts and stops a second real cluster (~35 s); set AIOROCKET_TEST_THROWAWAY=1",
+)
 def test_throwaway_cluster_stops_cleanly(rocketmq: LocalRocketMQ, tmp_path: Path) -> None:
     base = tmp_path / "rmq"
     started = subprocess.run([*CLI, "start", "--dir", str(base)], capture_output=True, text=True,

@@ -16,10 +16,12 @@ from aiorocket.client.broker import PULL_SUBSCRIPTION
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.results import PullStatus, SendResult
 from aiorocket.message import Message, MessageExt, MessageQueue
-from aiorocket.producer import Producer
+from aiorocket.producer import LocalTransaction, Producer, TransactionState
 from aiorocket.testing.broker import LocalRocketMQ
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+ROLLBACK = TransactionState.ROLLBACK
 
 
 class Reader:
@@ -43,6 +45,18 @@ class Reader:
             mq: await self.client.broker.get_max_offset(await self._addr(mq), mq)
             for mq in await self.queues()
         }
+
+    async def settle(self, results: list[SendResult]) -> None:
+        """Wait until the consume queues show ``results`` (the broker builds them a moment
+        after it answers a send; there is no event to wait on)."""
+        need: dict[MessageQueue, int] = {}
+        for r in results:
+            need[r.queue] = max(need.get(r.queue, 0), r.queue_offset + 1)
+        with anyio.fail_after(30):
+            for mq, n in need.items():
+                addr = await self._addr(mq)
+                while await self.client.broker.get_max_offset(addr, mq) < n:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
 
     async def read(self, mq: MessageQueue, offset: int = 0) -> list[MessageExt]:
         out: list[MessageExt] = []
@@ -99,7 +113,9 @@ async def test_round_robin_spreads_over_every_queue_of_both_brokers(
     assert len(counts) == 16
     assert set(counts.values()) == {3}
     async with ClientInstance(rocketmq.namesrv_addr) as client:
-        stored = await Reader(client, topic).read_all()
+        reader = Reader(client, topic)
+        await reader.settle(results)
+        stored = await reader.read_all()
     assert Counter(m.queue for m in stored) == counts
     assert {m.msg_id for m in stored} == {r.msg_id for r in results}
 
@@ -111,7 +127,9 @@ async def test_send_result_and_stored_message_agree(
     async with Producer(unique_name("pg"), rocketmq.namesrv_addr) as producer:
         result = await producer.send(msg)
     async with ClientInstance(rocketmq.namesrv_addr) as client:
-        (stored,) = await Reader(client, topic).read(result.queue, result.queue_offset)
+        reader = Reader(client, topic)
+        await reader.settle([result])
+        (stored,) = await reader.read(result.queue, result.queue_offset)
     assert stored.queue_offset == result.queue_offset
     assert stored.msg_id == result.msg_id
     assert stored.offset_msg_id == result.offset_msg_id
@@ -126,7 +144,9 @@ async def test_compressed_body_is_stored_compressed_and_read_back_intact(
     async with Producer(unique_name("pg"), rocketmq.namesrv_addr) as producer:
         result = await producer.send(Message(topic, body))
     async with ClientInstance(rocketmq.namesrv_addr) as client:
-        (stored,) = await Reader(client, topic).read(result.queue, result.queue_offset)
+        reader = Reader(client, topic)
+        await reader.settle([result])
+        (stored,) = await reader.read(result.queue, result.queue_offset)
     assert stored.body == body
     assert stored.sys_flag & 0x700 == 0x300  # ZLIB, as the Java producer marks it
     assert stored.store_size < len(body)
@@ -144,6 +164,7 @@ async def test_ordered_sends_land_in_one_queue_in_send_order(
                 sent[key].append(await producer.send(Message(topic, body), sharding_key=key))
     async with ClientInstance(rocketmq.namesrv_addr) as client:
         reader = Reader(client, topic)
+        await reader.settle([r for results in sent.values() for r in results])
         for key, results in sent.items():
             (queue,) = {r.queue for r in results}
             offsets = [r.queue_offset for r in results]
@@ -163,7 +184,9 @@ async def test_batch_is_stored_consecutively_in_one_queue(
     first = results[0].queue_offset
     assert [r.queue_offset for r in results] == list(range(first, first + 10))
     async with ClientInstance(rocketmq.namesrv_addr) as client:
-        stored = await Reader(client, topic).read(queue, first)
+        reader = Reader(client, topic)
+        await reader.settle(results)
+        stored = await reader.read(queue, first)
     assert [m.body for m in stored] == [m.body for m in batch]
     assert [m.msg_id for m in stored] == [r.msg_id for r in results]
     assert [m.offset_msg_id for m in stored] == [r.offset_msg_id for r in results]
@@ -217,3 +240,51 @@ async def test_delayed_message_is_not_consumable_before_its_time_and_is_after(
         assert result.msg_id not in visible
         found = await poll(reader, before, {result.msg_id}, timeout=60)
         assert found[result.msg_id].body == b"later"
+
+
+async def test_transactions_commit_rollback_and_check_back(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("ptx")
+    await rocketmq.create_topic(topic, queues=4, message_type="TRANSACTION")
+    verdicts = {b"unknown-commit": TransactionState.COMMIT, b"unknown-rollback": ROLLBACK}
+    checked: list[bytes] = []
+    all_checked = anyio.Event()
+
+    async def checker(msg: MessageExt) -> TransactionState:
+        checked.append(msg.body)
+        if verdicts.keys() <= set(checked):
+            all_checked.set()
+        return verdicts.get(msg.body, TransactionState.UNKNOWN)
+
+    def local(state: TransactionState) -> LocalTransaction:
+        async def run(msg: Message, result: SendResult) -> TransactionState:
+            assert result.transaction_id
+            return state
+
+        return run
+
+    async with (
+        Producer(unique_name("pg"), rocketmq.namesrv_addr, transaction_checker=checker) as p,
+        ClientInstance(rocketmq.namesrv_addr) as client,
+    ):
+        sent = {
+            body: await p.send_in_transaction(Message(topic, body), local(state))
+            for body, state in [
+                (b"commit", TransactionState.COMMIT),
+                (b"rollback", ROLLBACK),
+                (b"unknown-commit", TransactionState.UNKNOWN),
+                (b"unknown-rollback", TransactionState.UNKNOWN),
+            ]
+        }
+        reader = Reader(client, topic)
+        found = await poll(reader, {}, {sent[b"commit"].msg_id}, timeout=30)
+        assert found[sent[b"commit"].msg_id].body == b"commit"
+        # The broker asks about half messages older than 6 s every 30 s (its defaults).
+        found = await poll(reader, {}, {sent[b"unknown-commit"].msg_id}, timeout=150)
+        assert found[sent[b"unknown-commit"].msg_id].body == b"unknown-commit"
+        with anyio.fail_after(150):
+            await all_checked.wait()
+        stored = {m.body for m in await reader.read_all()}
+    assert stored == {b"commit", b"unknown-commit"}  # rolled back ones never appear
+    assert set(checked) <= set(verdicts)  # ended transactions are not asked about

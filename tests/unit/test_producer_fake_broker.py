@@ -115,6 +115,8 @@ class FakeCluster:
         self.brokers = [FakeBroker(f"broker-{chr(97 + i)}") for i in range(brokers)]
         self.namesrv = FakeRemotingServer(self._namesrv)
         self.route_queries = 0
+        #: how many of the brokers the route names (the others are not in the cluster yet).
+        self.in_route = brokers
 
     def broker(self, name: str) -> FakeBroker:
         return next(b for b in self.brokers if b.name == name)
@@ -124,11 +126,11 @@ class FakeCluster:
         route = {
             "queueDatas": [
                 {"brokerName": b.name, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}
-                for b in self.brokers
+                for b in self.brokers[: self.in_route]
             ],
             "brokerDatas": [
                 {"cluster": "c", "brokerName": b.name, "brokerAddrs": {"0": b.addr}}
-                for b in self.brokers
+                for b in self.brokers[: self.in_route]
             ],
         }
         await session.send(RemotingCommand.response_to(cmd, body=json.dumps(route).encode()))
@@ -245,6 +247,19 @@ async def test_topic_not_exist_on_a_broker_refreshes_the_route() -> None:
         with pytest.raises(BrokerResponseError):
             await p.send(Message(TOPIC, b"m"))
         assert fake.route_queries == queries + 3
+
+
+async def test_route_refresh_brings_in_a_new_broker() -> None:
+    async with cluster(brokers=3) as fake, producer(fake, route_refresh_interval=0.1) as p:
+        fake.in_route = 2
+        first = [await p.send(Message(TOPIC, b"m")) for _ in range(8)]
+        assert {r.queue.broker_name for r in first} == {"broker-a", "broker-b"}
+        fake.in_route = 3  # broker-c joins; the refresher sees it within an interval
+        queries = fake.route_queries
+        await wait_for(lambda: fake.route_queries > queries + 1)
+        later = [await p.send(Message(TOPIC, b"m")) for _ in range(12)]
+        assert {r.queue.broker_name for r in later} == {"broker-a", "broker-b", "broker-c"}
+        await wait_for(lambda: fake.broker("broker-c").received(RequestCode.HEART_BEAT))
 
 
 async def test_per_call_timeout_bounds_the_whole_send() -> None:
@@ -400,8 +415,8 @@ async def test_group_heartbeats_to_brokers_it_uses_and_unregisters_on_close() ->
     async with cluster() as fake:
         async with producer(fake) as p:
             await p.send(Message(TOPIC, b"m"))
-            for b in fake.brokers:  # the route names both brokers: both get the heartbeat
-                await wait_for(lambda b=b: b.received(RequestCode.HEART_BEAT))
+            # the route names both brokers: both get the heartbeat
+            await wait_for(lambda: all(b.received(RequestCode.HEART_BEAT) for b in fake.brokers))
             body = json.loads(fake.brokers[0].received(RequestCode.HEART_BEAT)[0].body)
             assert body["clientID"] == p.client.client_id
             assert body["producerDataSet"] == [{"groupName": GROUP}]
