@@ -422,3 +422,42 @@ async def test_batch_and_sync_handlers(
     async with consumer:
         await eventually(lambda: len(sync_got) >= 40, timeout=30)
     assert sorted(sync_got) == sorted(bodies)
+
+
+async def test_flow_control_bounds_the_cache(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("flow"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[next(iter(rocketmq.broker_addrs))])
+    await produce(rocketmq.namesrv_addr, topic, [f"m{i}".encode() for i in range(60)])
+    threshold, batch = 10, 4
+    entered = anyio.Event()
+    gate = anyio.Semaphore(0)
+    handled = 0
+    peak = 0
+
+    async def handle(msg: ConsumerMessage) -> None:
+        nonlocal handled
+        entered.set()
+        await gate.acquire()
+        handled += 1
+
+    consumer = Consumer(group, rocketmq.namesrv_addr, handler=handle, consume_concurrency=1,
+                        pull_threshold_for_queue=threshold, pull_batch_size=batch,
+                        consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST)  # fmt: skip
+    consumer.subscribe(topic)
+    async with consumer:
+        for _ in range(40):
+            with anyio.fail_after(30):
+                await entered.wait()
+            entered = anyio.Event()
+            cached = sum(s.cached for s in consumer.stats() if s.queue.topic == topic)
+            peak = max(peak, cached)
+            # A pull starts only below the threshold and adds at most one batch.
+            assert cached <= threshold + batch - 1
+            gate.release()
+        gate.release()
+        for _ in range(30):
+            gate.release()
+    assert peak >= threshold  # the cache did fill up to the limit
+    assert handled >= 40
