@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from aiorocket.testing.broker import (
     BrokerSetupError,
@@ -28,6 +29,12 @@ from aiorocket.testing.broker import (
     LocalRocketMQ,
     MissingToolError,
 )
+
+# Shared, loaded machines: a per-example deadline only produces flaky failures.
+settings.register_profile(
+    "aiorocket", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("aiorocket")
 
 PRIVATE_PREFIX = f"aiorocket-test-broker-{os.getuid()}-"
 

@@ -1,0 +1,81 @@
+"""Command line of :mod:`aiorocket.testing.broker` (kept apart to keep files small)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from aiorocket.testing import _maven, broker
+from aiorocket.testing._maven import BrokerSetupError
+from aiorocket.testing.broker import LocalRocketMQ
+
+
+def env_lines(inst: LocalRocketMQ) -> str:
+    """Shell ``export`` lines with the endpoints (``eval "$(... status --env)"``)."""
+    brokers = ";".join(inst.broker_addrs.values())
+    return (
+        f"export AIOROCKET_NAMESRV_ADDR={inst.namesrv_addr}\n"
+        f"export AIOROCKET_BROKER_ADDRS='{brokers}'\n"
+        f"export AIOROCKET_PROXY_GRPC={inst.proxy_grpc}\n"
+        f"export AIOROCKET_PROXY_REMOTING={inst.proxy_remoting}"
+    )
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m aiorocket.testing.broker",
+        description=broker.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", choices=["start", "stop", "status", "resolve"])
+    parser.add_argument("--dir", default=None, help="home dir (default $AIOROCKET_BROKER_DIR "
+                        "or /tmp/aiorocket-broker-<uid>)")  # fmt: skip
+    parser.add_argument("--brokers", type=int, default=None,
+                        help="start: number of brokers (default 1; without it any running "
+                        "cluster is accepted)")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=None, help="start: readiness timeout "
+                        "(300 s); stop: SIGTERM grace before SIGKILL (20 s)")  # fmt: skip
+    parser.add_argument("--version", default=None, help="RocketMQ version (else newest 5.x that "
+                        "resolves, or $AIOROCKET_RMQ_VERSION)")  # fmt: skip
+    parser.add_argument("--refresh", action="store_true", help="resolve: re-probe Maven Central")
+    parser.add_argument("--json", action="store_true", help="status: print the state file")
+    parser.add_argument("--env", action="store_true", help="status: print shell exports")
+    args = parser.parse_args(argv)
+    inst = LocalRocketMQ(args.dir)
+    try:
+        if args.command == "resolve":
+            jars = _maven.resolve(args.version, refresh=args.refresh)
+            print(f"{jars.version} {jars.lib_dir}")
+        elif args.command == "start":
+            running = LocalRocketMQ.attach(args.dir) if args.brokers is None else None
+            if running is not None:  # no --brokers: any healthy cluster will do
+                inst, fresh = running, False
+            else:
+                brokers = args.brokers or 1
+                fresh = inst.start(brokers, timeout=args.timeout or 300.0, version=args.version)
+            took = f" in {inst.state.get('ready_seconds')}s" if fresh else " (already running)"
+            print(f"ready{took}\n{inst.describe()}")
+        elif args.command == "stop":
+            if not inst.load():
+                print(f"nothing recorded in {inst.base_dir}")
+                return 0
+            killed = inst.stop(timeout=args.timeout or 20.0)
+            print("stopped" + (f" (SIGKILL needed for {', '.join(killed)})" if killed else ""))
+        else:
+            if not inst.load() or not inst.running():
+                print(f"not running ({inst.base_dir})")
+                return 1
+            ok = inst.healthy()
+            if args.json:
+                print(json.dumps(inst.state, indent=2))
+            elif args.env:
+                print(env_lines(inst))
+            else:
+                print(inst.describe() + ("" if ok else "\n  UNHEALTHY: route/ports check failed"))
+            return 0 if ok else 2
+    except BrokerSetupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0

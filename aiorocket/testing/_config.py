@@ -1,0 +1,94 @@
+"""Config files and JVM command lines of the local RocketMQ processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+CLUSTER = "DefaultCluster"
+LOOPBACK = "127.0.0.1"
+#: Heap per JVM: small on purpose (CI boxes, shared 2-core machines). Override with
+#: AIOROCKET_RMQ_JAVA_OPTS, appended last so that its -Xmx/-Xms win.
+HEAP = {"namesrv": "256m", "proxy": "768m", "broker": "512m"}
+JVM_OPTS = (
+    "-XX:+UseSerialGC",
+    "-XX:MaxDirectMemorySize=512m",
+    "-XX:-OmitStackTraceInFastThrow",
+    "-Dfile.encoding=UTF-8",
+    # The shaded logback otherwise dumps ~170 status lines into stdout at start-up.
+    "-Dlogback.statusListenerClass="
+    "org.apache.rocketmq.logging.ch.qos.logback.core.status.NopStatusListener",
+)
+MAIN = {
+    "namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
+    "proxy": "org.apache.rocketmq.proxy.ProxyStartup",
+    "broker": "org.apache.rocketmq.broker.BrokerStartup",
+}
+#: The process's main log under <user.home>/logs/rocketmqlogs/.
+MAIN_LOG = {"namesrv": "namesrv.log", "proxy": "proxy.log", "broker": "broker.log"}
+
+
+def props(values: dict[str, object]) -> str:
+    """A Java properties file (booleans lower-case)."""
+    out = []
+    for key, value in values.items():
+        out.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}\n")
+    return "".join(out)
+
+
+def namesrv_conf(port: int) -> str:
+    return props({"listenPort": port, "bindAddress": LOOPBACK})
+
+
+def broker_conf(name: str, port: int, namesrv: str, store: Path, cluster: str = CLUSTER) -> str:
+    """broker.conf of a master broker on loopback, tuned for tests."""
+    return props({
+        "brokerClusterName": cluster, "brokerName": name, "brokerId": 0,
+        "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",
+        "namesrvAddr": namesrv, "brokerIP1": LOOPBACK, "bindAddress": LOOPBACK,
+        "listenPort": port, "storePathRootDir": store,
+        "autoCreateTopicEnable": True, "autoCreateSubscriptionGroup": True,
+        "enablePropertyFilter": True,  # SQL92 filters
+        "timerWheelEnable": True,  # 5.x timer (arbitrary delay) messages; default anyway
+        "mappedFileSizeCommitLog": 64 * 1024 * 1024,  # default 1 GiB
+        # Writes are refused above diskSpaceWarningLevelRatio, which is clamped to <= 90.
+        "diskSpaceWarningLevelRatio": 90, "diskSpaceCleanForciblyRatio": 90,
+        "diskMaxUsedSpaceRatio": 95,
+        # A busy shared CI box must not turn into SYSTEM_BUSY answers.
+        "waitTimeMillsInSendQueue": 1000, "osPageCacheBusyTimeOutMills": 5000,
+    })  # fmt: skip
+
+
+def proxy_json(namesrv: str, broker_conf_path: Path, grpc: int, remoting: int) -> str:
+    """rmq-proxy.json for ``ProxyStartup -pm local`` (proxy + broker in one JVM)."""
+    cfg = {
+        "rocketMQClusterName": CLUSTER, "namesrvAddr": namesrv, "proxyMode": "local",
+        "brokerConfigPath": str(broker_conf_path), "grpcServerPort": grpc,
+        "remotingListenPort": remoting, "localServeAddr": LOOPBACK,
+        "remotingAccessAddr": LOOPBACK, "enablePrintJstack": False,
+        # Negative route-cache entries last this long (default 20 s): pitfall 8.
+        "topicRouteServiceCacheRefreshSeconds": 5,
+    }  # fmt: skip
+    return json.dumps(cfg, indent=2) + "\n"
+
+
+def jvm_argv(java: str, kind: str, classpath: str, home: Path, rocketmq_home: Path,
+             args: list[str]) -> list[str]:  # fmt: skip
+    heap = HEAP[kind]
+    return [
+        java, "-server", f"-Xms{heap}", f"-Xmx{heap}", *JVM_OPTS,
+        f"-Duser.home={home}",  # logs -> <home>/logs/rocketmqlogs
+        f"-Drocketmq.home.dir={rocketmq_home}",
+        f"-Drmq.logback.configurationFile=rmq.{kind}.logback.xml",
+        *shlex.split(os.environ.get("AIOROCKET_RMQ_JAVA_OPTS", "")),
+        "-cp", classpath, MAIN[kind], *args,
+    ]  # fmt: skip
+
+
+def jvm_env(rocketmq_home: Path) -> dict[str, str]:
+    drop = ("NAMESRV_ADDR", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["ROCKETMQ_HOME"] = str(rocketmq_home)
+    return env
