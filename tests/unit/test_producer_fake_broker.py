@@ -27,7 +27,7 @@ from aiorocket.errors import (
     RequestTimeoutError,
 )
 from aiorocket.message import Message, MessageExt, MessageQueue
-from aiorocket.producer import Producer, TransactionState, hash_selector
+from aiorocket.producer import LatencyFaultTolerance, Producer, TransactionState, hash_selector
 from aiorocket.producer.batch import decode_records
 from aiorocket.protocol.codes import RemotingFlag, RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
@@ -59,6 +59,7 @@ class FakeBroker:
         self.mode: str | int = "ok"
         self.requests: list[RemotingCommand] = []
         self.next_offset: dict[int, int] = defaultdict(int)
+        self.busy_next = 0  # answer the next sends SYSTEM_BUSY, then go back to mode
         self.hold: anyio.Event | None = None
         self.holding = 0
         self.max_holding = 0
@@ -81,6 +82,10 @@ class FakeBroker:
             await self._on_send(session, cmd)
 
     async def _on_send(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if self.busy_next:
+            self.busy_next -= 1
+            await session.send(RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_BUSY, "busy"))
+            return
         if self.mode == "hangup":
             await session.close()
             return
@@ -202,13 +207,16 @@ async def test_too_large_message_fails_before_anything_is_sent() -> None:
 
 
 async def test_failed_broker_is_retried_elsewhere_and_then_avoided() -> None:
-    async with cluster() as fake, producer(fake) as p:
-        fake.broker("broker-a").mode = "hangup"
-        results = [await p.send(Message(TOPIC, b"m")) for _ in range(12)]
-        assert {r.queue.broker_name for r in results} == {"broker-b"}
-        assert fake.sends()["broker-a"] == 1  # tried once, then isolated
-        assert not p.fault.is_available("broker-a")
-        assert p.fault.is_available("broker-b")
+    async with cluster() as fake:
+        p = producer(fake)
+        p.fault = LatencyFaultTolerance(clock=lambda: 0.0)  # isolation cannot run out
+        async with p:
+            fake.broker("broker-a").mode = "hangup"
+            results = [await p.send(Message(TOPIC, b"m")) for _ in range(12)]
+            assert {r.queue.broker_name for r in results} == {"broker-b"}
+            assert fake.sends()["broker-a"] == 1  # tried once, then isolated
+            assert not p.fault.is_available("broker-a")
+            assert p.fault.is_available("broker-b")
 
 
 async def test_without_fault_tolerance_retries_still_move_but_the_broker_is_not_avoided() -> None:
@@ -272,7 +280,7 @@ async def test_per_call_timeout_bounds_the_whole_send() -> None:
             await p.send(Message(TOPIC, b"m"), timeout=0)
 
 
-async def test_ordered_sends_stay_on_their_queue_and_are_not_retried() -> None:
+async def test_ordered_sends_stay_on_their_queue_and_retry_only_definite_refusals() -> None:
     async with cluster() as fake, producer(fake) as p:
         results = [await p.send(Message(TOPIC, b"m"), sharding_key="user-1") for _ in range(10)]
         queues = {r.queue for r in results}
@@ -285,11 +293,16 @@ async def test_ordered_sends_stay_on_their_queue_and_are_not_retried() -> None:
         assert [r.queue_offset for r in results] == list(range(10))
         (cmd, *_) = fake.broker(expected.broker_name).received(RequestCode.SEND_MESSAGE_V2)
         assert decode_properties(cmd.ext_fields["i"])["__SHARDINGKEY"] == "user-1"
-        fake.broker(expected.broker_name).mode = "hangup"
-        before = fake.sends()
+        broker = fake.broker(expected.broker_name)
+        broker.busy_next = 2  # "not stored": retried, on the same queue, in order
+        again = await p.send(Message(TOPIC, b"m"), sharding_key="user-1")
+        assert (again.queue, again.queue_offset) == (expected, 10)
+        assert fake.sends()[expected.broker_name] == 13
+        broker.mode = "hangup"  # maybe stored: not retried, neither here nor elsewhere
+        before = sum(fake.sends().values())
         with pytest.raises(ConnectionClosedError):
             await p.send(Message(TOPIC, b"m"), sharding_key="user-1")
-        assert sum(fake.sends().values()) == sum(before.values()) + 1
+        assert sum(fake.sends().values()) == before + 1
 
 
 async def test_user_selector_gets_all_queues_and_must_return_one() -> None:

@@ -1,0 +1,78 @@
+"""Producer settings. Defaults follow the Java client (DefaultMQProducer, ClientConfig).
+
+One deliberate difference: latency fault tolerance (``sendLatencyFaultEnable``) is on by
+default here, so a slow or dead broker is avoided without configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiorocket.errors import ConfigError
+from aiorocket.protocol.message_codec import CompressionType
+
+KIB = 1024
+MIB = 1024 * KIB
+
+
+@dataclass(slots=True)
+class ProducerConfig:
+    #: default per-call budget of send(), retries and waiting for an in-flight slot included.
+    send_timeout: float = 3.0
+    #: extra attempts after a failed send, each on another broker when there is one.
+    retries: int = 2
+    #: largest body accepted (before compression); checked before anything is sent.
+    max_message_size: int = 4 * MIB
+    #: bodies of at least this many bytes are compressed (when that makes them smaller).
+    compress_over: int = 4 * KIB
+    compression: CompressionType = CompressionType.ZLIB
+    compression_level: int = 5
+    #: avoid, for a time growing with its latency, a broker whose last send was slow or failed.
+    latency_fault_tolerance: bool = True
+    #: requests (sends, oneway sends, batches) that may be waiting for a broker at once.
+    max_in_flight: int = 1024
+    heartbeat_interval: float = 30.0
+    route_refresh_interval: float = 30.0
+    #: timeout of the producer's other requests (routes, heartbeats, unregistering).
+    request_timeout: float = 3.0
+    #: transaction check-backs answered at once, and how many may wait (more are dropped:
+    #: the broker asks again later).
+    check_concurrency: int = 4
+    check_backlog: int = 2000
+    #: how long closing waits for the brokers to acknowledge the unregistration.
+    shutdown_timeout: float = 5.0
+
+    def validate(self) -> None:
+        if not isinstance(self.retries, int) or self.retries < 0:
+            raise ConfigError(f"retries must be an integer >= 0, got {self.retries!r}")
+        positive_ints = {
+            "max_message_size": self.max_message_size,
+            "compress_over": self.compress_over,
+            "max_in_flight": self.max_in_flight,
+            "check_concurrency": self.check_concurrency,
+            "check_backlog": self.check_backlog,
+        }
+        for name, value in positive_ints.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        positive_floats = {
+            "send_timeout": self.send_timeout,
+            "heartbeat_interval": self.heartbeat_interval,
+            "route_refresh_interval": self.route_refresh_interval,
+            "request_timeout": self.request_timeout,
+        }
+        for name, fvalue in positive_floats.items():
+            if not fvalue > 0:
+                raise ConfigError(f"{name} must be positive, got {fvalue!r}")
+        if self.shutdown_timeout < 0:
+            raise ConfigError("shutdown_timeout must be >= 0")
+        try:
+            self.compression = CompressionType(self.compression)
+        except ValueError:
+            raise ConfigError(f"unknown compression {self.compression!r}") from None
+        top = 9 if self.compression is CompressionType.ZLIB else 22
+        if not isinstance(self.compression_level, int) or not 0 <= self.compression_level <= top:
+            raise ConfigError(
+                f"compression_level must be 0..{top} for {self.compression.name}, "
+                f"got {self.compression_level!r}"
+            )

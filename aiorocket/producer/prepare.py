@@ -1,0 +1,117 @@
+"""Turning a :class:`Message` into what goes on the wire, validating it first.
+
+Everything that can make a send fail for a reason the broker need not be asked about is
+checked here, before any connection is made: topic name, empty or oversized body,
+conflicting delay settings, oversized properties.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from aiorocket.errors import ConfigError, MessageTooLargeError
+from aiorocket.message import PROPERTY_UNIQ_KEY, Message
+from aiorocket.producer.config import ProducerConfig
+from aiorocket.protocol.message_codec import (
+    MAX_PROPERTIES_BYTES,
+    compress_body,
+    create_unique_id,
+    encode_properties,
+)
+
+# MessageSysFlag bits a producer sets.
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_TRANSACTION_PREPARED = 0x4
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+
+TOPIC_MAX_LENGTH = 127
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+RETRY_TOPIC_PREFIX = "%RETRY%"
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A validated, encoded message (or batch) ready for SEND_MESSAGE_V2."""
+
+    topic: str
+    body: bytes
+    properties: str
+    sys_flag: int
+    msg_id: str
+    flag: int = 0
+
+
+def check_topic(topic: str) -> None:
+    if not topic:
+        raise ConfigError("topic must not be empty")
+    if len(topic) > TOPIC_MAX_LENGTH:
+        raise ConfigError(f"topic {topic[:20]!r}... is longer than {TOPIC_MAX_LENGTH} characters")
+    if not _TOPIC_RE.match(topic):
+        raise ConfigError(f"topic {topic!r} may only contain letters, digits, '%', '|', '-', '_'")
+
+
+def check_body(msg: Message, max_size: int) -> None:
+    if not isinstance(msg.body, (bytes, bytearray, memoryview)):
+        raise ConfigError(f"message body must be bytes, not {type(msg.body).__name__}")
+    size = len(msg.body)
+    if size == 0:
+        raise ConfigError("message body must not be empty")
+    if size > max_size:
+        raise MessageTooLargeError(
+            f"message body of {size} bytes exceeds the maximum of {max_size} bytes"
+        )
+
+
+def check_schedule(msg: Message) -> None:
+    if msg.delay_level < 0:
+        raise ConfigError(f"delay_level must be >= 0, got {msg.delay_level}")
+    if msg.delay_level and msg.deliver_time_ms is not None:
+        raise ConfigError("set either delay_level or deliver_time_ms, not both")
+    if msg.deliver_time_ms is not None and msg.deliver_time_ms < 0:
+        raise ConfigError(f"deliver_time_ms must be an epoch time in ms, got {msg.deliver_time_ms}")
+
+
+def encode_props(props: dict[str, str]) -> str:
+    text = encode_properties(props)
+    size = len(text.encode())
+    if size > MAX_PROPERTIES_BYTES:
+        raise MessageTooLargeError(
+            f"message properties take {size} bytes, more than the maximum {MAX_PROPERTIES_BYTES}"
+        )
+    return text
+
+
+def wire_properties(
+    msg: Message, extra: dict[str, str] | None = None
+) -> tuple[dict[str, str], str]:
+    """The message's properties with its ``UNIQ_KEY`` (kept if the caller set one)."""
+    props = msg.wire_properties()
+    if extra:
+        props.update(extra)
+    msg_id = props.get(PROPERTY_UNIQ_KEY) or create_unique_id()
+    props[PROPERTY_UNIQ_KEY] = msg_id
+    return props, msg_id
+
+
+def prepare_message(
+    msg: Message,
+    config: ProducerConfig,
+    *,
+    extra_properties: dict[str, str] | None = None,
+    sys_flag: int = 0,
+) -> Outgoing:
+    """Validate ``msg``, assign its client message id, compress a large body."""
+    check_topic(msg.topic)
+    check_body(msg, config.max_message_size)
+    check_schedule(msg)
+    props, msg_id = wire_properties(msg, extra_properties)
+    body = bytes(msg.body)
+    if len(body) >= config.compress_over:
+        packed = compress_body(body, config.compression, config.compression_level)
+        if len(packed) < len(body):
+            body = packed
+            sys_flag |= SYSFLAG_COMPRESSED | (int(config.compression) << 8)
+    return Outgoing(msg.topic, body, encode_props(props), sys_flag, msg_id, msg.flag)

@@ -1,0 +1,388 @@
+"""The producer: lifecycle and the public send API (plain, ordered, batch, transactional).
+
+``async with Producer(group, namesrv=...)`` owns a :class:`ClientInstance` (connections,
+route refresher) and a task group running the heartbeat loop and the transaction
+check-back workers; leaving the block unregisters the group and stops them all.
+
+However many tasks send at once, at most ``max_in_flight`` requests wait for brokers
+(see :mod:`aiorocket.producer.sender`); :meth:`Producer.start_send` waits for a slot
+*before* spawning, so a loop feeding a task group is held back too.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import fields
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from aiorocket._log import get_logger
+from aiorocket.client.instance import ClientInstance
+from aiorocket.client.results import SendResult, SendStatus
+from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError
+from aiorocket.message import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_TRANSACTION_PREPARED,
+    Message,
+)
+from aiorocket.producer.batch import prepare_batch
+from aiorocket.producer.config import ProducerConfig
+from aiorocket.producer.fault import LatencyFaultTolerance
+from aiorocket.producer.membership import Membership
+from aiorocket.producer.prepare import SYSFLAG_TRANSACTION_PREPARED, Outgoing, prepare_message
+from aiorocket.producer.routes import PublishRoutes
+from aiorocket.producer.selectors import QueueSelector
+from aiorocket.producer.sender import Plan, Sender
+from aiorocket.producer.transaction import (
+    CheckBacks,
+    LocalTransaction,
+    TransactionChecker,
+    TransactionResult,
+    TransactionState,
+    end_transaction,
+)
+from aiorocket.protocol.codes import RequestCode
+
+ResultCallback = Callable[[SendResult], "Awaitable[None] | None"]
+
+
+class Producer:
+    """Sends messages for one producer group.
+
+    >>> async with Producer("my-group", namesrv="127.0.0.1:9876") as producer:
+    ...     result = await producer.send(Message("orders", b"paid"))
+    ...     print(result.msg_id, result.queue, result.queue_offset)
+
+    Settings are :class:`ProducerConfig` fields, as ``config=`` or keyword arguments.
+    ``transaction_checker`` answers the brokers' check-backs of transactional messages.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv: str | Sequence[str],
+        *,
+        config: ProducerConfig | None = None,
+        transaction_checker: TransactionChecker | None = None,
+        client_id: str | None = None,
+        **settings: Any,
+    ) -> None:
+        if not group or any(c in group for c in " \t\r\n%") or group == "DEFAULT_PRODUCER":
+            raise ConfigError(f"invalid producer group {group!r}")
+        cfg = config or ProducerConfig()
+        known = {f.name for f in fields(ProducerConfig)}
+        for name, value in settings.items():
+            if name not in known:
+                raise ConfigError(f"unknown producer setting {name!r}")
+            setattr(cfg, name, value)
+        cfg.validate()
+        self.group = group
+        self.config = cfg
+        #: per-broker latency record, consulted when ``latency_fault_tolerance`` is on;
+        #: may be replaced (e.g. other thresholds) before the producer starts.
+        self.fault = LatencyFaultTolerance()
+        self.log = get_logger("producer", group=group)
+        self._namesrv = namesrv
+        self._client_id = client_id
+        self._checker = transaction_checker
+        self._client: ClientInstance | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._sender: Sender | None = None
+        self._membership: Membership | None = None
+        self._checks: CheckBacks | None = None
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    @property
+    def client(self) -> ClientInstance:
+        if self._client is None:
+            raise ClientClosedError("producer is not started")
+        return self._client
+
+    @property
+    def in_flight(self) -> int:
+        """Requests currently holding an in-flight slot."""
+        return 0 if self._sender is None else self._sender.in_flight
+
+    @property
+    def membership(self) -> Membership | None:
+        return self._membership
+
+    @property
+    def checks(self) -> CheckBacks | None:
+        return self._checks
+
+    async def __aenter__(self) -> Producer:
+        if self._client is not None or self._closed:
+            raise ClientClosedError("a producer can be started once")
+        cfg = self.config
+        client = ClientInstance(
+            self._namesrv,
+            client_id=self._client_id,
+            request_timeout=cfg.request_timeout,
+            route_refresh_interval=cfg.route_refresh_interval,
+        )
+        await client.__aenter__()
+        self._client = client
+        self.log = self.log.bind(client_id=client.client_id)
+        routes = PublishRoutes(client.namesrv)
+        self._membership = membership = Membership(
+            client.broker, client.client_id, self.group, routes.broker_addrs, self.log
+        )
+        self._sender = Sender(
+            client.broker, routes, membership,
+            group=self.group, config=cfg, fault=self.fault, log=self.log,
+        )  # fmt: skip
+        self._checks = CheckBacks(
+            client.broker, self.group, self._checker,
+            concurrency=cfg.check_concurrency, backlog=cfg.check_backlog, log=self.log,
+        )  # fmt: skip
+        client.dispatcher.register(RequestCode.CHECK_TRANSACTION_STATE, self._checks.on_request)
+        try:
+            self._tg = anyio.create_task_group()
+            await self._tg.__aenter__()
+            self._tg.start_soon(membership.run, cfg.heartbeat_interval)
+            self._tg.start_soon(self._checks.run)
+        except BaseException as exc:
+            await self._teardown(type(exc), exc, exc.__traceback__)
+            raise
+        self.log.info("producer_started")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        await self._teardown(exc_type, exc, tb)
+        return None
+
+    async def _teardown(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the background tasks, unregister the group (bounded), close the client."""
+        self._closed = True
+        if self._client is not None and self._checks is not None:
+            self._client.dispatcher.unregister(
+                RequestCode.CHECK_TRANSACTION_STATE, self._checks.on_request
+            )
+        try:
+            if self._tg is not None:
+                tg, self._tg = self._tg, None
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(exc_type, exc, tb)
+        finally:
+            if self._membership is not None:
+                limit = self.config.shutdown_timeout
+                with anyio.CancelScope(shield=True), anyio.move_on_after(limit):
+                    await self._membership.unregister_all()
+            if self._client is not None:
+                # Not inside a shield: the client's task groups were entered before it.
+                await self._client.__aexit__(exc_type, exc, tb)
+            self.log.info("producer_closed")
+
+    def _open_sender(self) -> Sender:
+        if self._closed:
+            raise ClientClosedError("producer is closed")
+        if self._sender is None:
+            raise ClientClosedError("producer is not started (use 'async with')")
+        return self._sender
+
+    # -- sending -------------------------------------------------------------------
+
+    def _plan(
+        self, msg: Message, sharding_key: object, selector: QueueSelector | None, arg: object
+    ) -> tuple[Sender, Outgoing, Plan]:
+        sender = self._open_sender()
+        plan = sender.plan(msg, sharding_key, selector, arg)
+        extra = None if sharding_key is None else {PROPERTY_SHARDING_KEY: str(sharding_key)}
+        return sender, prepare_message(msg, self.config, extra_properties=extra), plan
+
+    async def send(
+        self,
+        msg: Message,
+        *,
+        timeout: float | None = None,
+        sharding_key: object = None,
+        selector: QueueSelector | None = None,
+        selector_arg: object = None,
+    ) -> SendResult:
+        """Send ``msg`` and return where it landed (message id, queue, queue offset).
+
+        Without a selector the queue is chosen round-robin over every writable queue
+        (avoiding slow or failed brokers) and a failed attempt is retried up to
+        ``retries`` times on another broker. ``sharding_key`` (or ``selector`` with
+        ``selector_arg``) pins the message to one queue so that messages with the same
+        key keep their order; such sends never move, and are retried (on that queue)
+        only after a broker answer saying it did not store the message. ``timeout``
+        (default ``send_timeout``) bounds the whole call.
+        """
+        sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
+        deadline = sender.deadline(timeout)
+        await sender.acquire(deadline)
+        try:
+            return await sender.send(out, plan, deadline)
+        finally:
+            sender.release()
+
+    async def start_send(
+        self,
+        task_group: anyio.abc.TaskGroup,
+        msg: Message,
+        *,
+        on_result: ResultCallback | None = None,
+        timeout: float | None = None,
+        sharding_key: object = None,
+        selector: QueueSelector | None = None,
+        selector_arg: object = None,
+    ) -> None:
+        """Wait for an in-flight slot, then send ``msg`` in ``task_group``.
+
+        Returns once the send is under way; ``on_result`` (sync or async) gets its
+        result. A failed send raises in ``task_group`` (cancelling it, as any failed task).
+        """
+        sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
+        deadline = sender.deadline(timeout)
+        await sender.acquire(deadline)
+        try:
+            task_group.start_soon(self._send_in_slot, out, plan, deadline, on_result)
+        except BaseException:
+            sender.release()
+            raise
+
+    async def _send_in_slot(
+        self,
+        out: Outgoing,
+        plan: Plan,
+        deadline: float,
+        on_result: ResultCallback | None,
+    ) -> None:
+        assert self._sender is not None
+        try:
+            result = await self._sender.send(out, plan, deadline)
+        finally:
+            self._sender.release()
+        if on_result is not None:
+            ret = on_result(result)
+            if inspect.isawaitable(ret):
+                await ret
+
+    async def send_oneway(
+        self,
+        msg: Message,
+        *,
+        timeout: float | None = None,
+        sharding_key: object = None,
+        selector: QueueSelector | None = None,
+        selector_arg: object = None,
+    ) -> None:
+        """Write ``msg`` to a broker without waiting for an answer (one attempt)."""
+        sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
+        deadline = sender.deadline(timeout)
+        await sender.acquire(deadline)
+        try:
+            await sender.send_oneway(out, plan, deadline)
+        finally:
+            sender.release()
+
+    async def send_batch(
+        self,
+        messages: Sequence[Message],
+        *,
+        timeout: float | None = None,
+        sharding_key: object = None,
+        selector: QueueSelector | None = None,
+        selector_arg: object = None,
+    ) -> list[SendResult]:
+        """Send messages of one topic in one request; they land consecutively in one queue.
+
+        Returns one result per message, in order (own ids; offsets first .. first+n-1).
+        """
+        sender = self._open_sender()
+        out, ids = prepare_batch(messages, self.config)
+        plan = sender.plan(messages[0], sharding_key, selector, selector_arg)
+        deadline = sender.deadline(timeout)
+        await sender.acquire(deadline)
+        try:
+            result = await sender.send(out, plan, deadline, batch=True)
+        finally:
+            sender.release()
+        offset_ids = result.offset_msg_id.split(",") if result.offset_msg_id else []
+        if len(offset_ids) != len(ids):
+            offset_ids = [""] * len(ids)
+        return [
+            SendResult(
+                status=result.status,
+                msg_id=msg_id,
+                queue=result.queue,
+                queue_offset=result.queue_offset + i if result.queue_offset >= 0 else -1,
+                offset_msg_id=offset_ids[i],
+                transaction_id=result.transaction_id,
+            )
+            for i, msg_id in enumerate(ids)
+        ]
+
+    # -- transactions --------------------------------------------------------------
+
+    async def send_in_transaction(
+        self,
+        msg: Message,
+        local_transaction: LocalTransaction,
+        *,
+        timeout: float | None = None,
+    ) -> TransactionResult:
+        """Send ``msg`` as a half message, run ``local_transaction``, end the transaction.
+
+        ``await local_transaction(msg, send_result)`` returns COMMIT, ROLLBACK or
+        UNKNOWN; UNKNOWN leaves the outcome to ``transaction_checker`` when the broker
+        asks. If it raises, the transaction is ended UNKNOWN and the exception propagates.
+        A half message the broker did not store durably (status not SEND_OK) is rolled
+        back without running the local transaction.
+        """
+        if msg.delay_level or msg.deliver_time_ms is not None:
+            raise ConfigError("transactional messages cannot be delayed")
+        sender = self._open_sender()
+        extra = {PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: self.group}
+        out = prepare_message(
+            msg, self.config, extra_properties=extra, sys_flag=SYSFLAG_TRANSACTION_PREPARED
+        )
+        plan = sender.plan(msg, None, None, None)
+        deadline = sender.deadline(timeout)
+        await sender.acquire(deadline)
+        try:
+            result = await sender.send(out, plan, deadline)
+        finally:
+            sender.release()
+        addr = await sender.addr_of(result.queue)
+        if result.status is not SendStatus.SEND_OK:
+            state = TransactionState.ROLLBACK
+        else:
+            assert self._membership is not None
+            await self._membership.ensure(addr)  # so that a check-back can reach us
+            try:
+                state = await local_transaction(msg, result)
+                if not isinstance(state, TransactionState):
+                    raise ConfigError(f"local transaction returned {state!r}, not a state")
+            except Exception:
+                await self._end(addr, result, TransactionState.UNKNOWN)
+                raise
+        await self._end(addr, result, state)
+        return TransactionResult(result, state)
+
+    async def _end(self, addr: str, result: SendResult, state: TransactionState) -> None:
+        try:
+            await end_transaction(self.client.broker, addr, self.group, result, state)
+        except RocketMQError as exc:  # the broker will ask the checker instead
+            self.log.warning(
+                "end_transaction_failed", broker=addr, msg_id=result.msg_id, error=str(exc)
+            )

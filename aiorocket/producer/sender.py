@@ -1,0 +1,244 @@
+"""The send core: in-flight slots, queue choice, attempts, retries and fault records.
+
+Every request to a broker holds one of ``max_in_flight`` slots until its answer comes
+(or, oneway, until it is written). A send has one deadline covering the wait for a slot
+and every attempt. A failed attempt (connection lost, no answer in time, or a broker
+answer the Java client retries on) is recorded in the fault table and retried on a
+queue of another broker while attempts and time remain.
+
+Sends pinned to a queue (selector, sharding key) must not move: they are retried, on
+the same queue after a short pause, only after a broker answer that says the message
+was not stored (busy, not available, ...); a lost connection or a timeout, after which
+the message may or may not be stored, ends them at once (the Java client does not
+retry them at all).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from aiorocket.client.broker import BrokerClient
+from aiorocket.client.results import SendResult
+from aiorocket.errors import (
+    BrokerResponseError,
+    ConfigError,
+    ConnectionClosedError,
+    NoRouteError,
+    RequestTimeoutError,
+    RocketMQError,
+)
+from aiorocket.message import Message, MessageQueue
+from aiorocket.producer.config import ProducerConfig
+from aiorocket.producer.fault import LatencyFaultTolerance
+from aiorocket.producer.membership import Membership
+from aiorocket.producer.prepare import Outgoing
+from aiorocket.producer.routes import PublishInfo, PublishRoutes
+from aiorocket.producer.selectors import QueueSelector, check_selected, hash_selector
+from aiorocket.protocol.codes import ResponseCode
+
+#: Broker answers after which the Java client tries again (on another broker).
+RETRY_RESPONSE_CODES = frozenset({
+    ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
+    ResponseCode.SYSTEM_BUSY, ResponseCode.NO_PERMISSION,
+})  # fmt: skip
+
+#: Picks the queue of an attempt; the second argument is the broker to avoid, if any.
+Choose = Callable[[PublishInfo, "str | None"], MessageQueue]
+#: Pause before retrying a pinned send on its busy broker, times the attempt number.
+PINNED_RETRY_PAUSE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How a send picks its queues: ``choose`` per attempt, at most ``attempts`` times."""
+
+    choose: Choose
+    attempts: int
+    #: the queue is fixed by a selector: never move, retry only definite refusals.
+    pinned: bool = False
+
+
+def _ms_since(started: float) -> float:
+    return (time.monotonic() - started) * 1000
+
+
+async def _quietly(refresh: Awaitable[object]) -> None:
+    with contextlib.suppress(RocketMQError):
+        await refresh
+
+
+class Sender:
+    def __init__(
+        self,
+        broker: BrokerClient,
+        routes: PublishRoutes,
+        membership: Membership,
+        *,
+        group: str,
+        config: ProducerConfig,
+        fault: LatencyFaultTolerance,
+        log: Any,
+    ) -> None:
+        self._broker = broker
+        self.routes = routes
+        self._membership = membership
+        self._group = group
+        self._config = config
+        self._fault = fault
+        self._log = log
+        self._slots = anyio.Semaphore(config.max_in_flight)
+
+    # -- slots and deadlines ---------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        return self._config.max_in_flight - self._slots.value
+
+    def deadline(self, timeout: float | None) -> float:
+        timeout = self._config.send_timeout if timeout is None else timeout
+        if not timeout > 0:
+            raise ConfigError(f"timeout must be positive, got {timeout!r}")
+        return anyio.current_time() + timeout
+
+    async def acquire(self, deadline: float) -> None:
+        with anyio.move_on_after(deadline - anyio.current_time()):
+            await self._slots.acquire()
+            return
+        raise RequestTimeoutError(
+            f"no in-flight slot freed up in time ({self._config.max_in_flight} requests pending)"
+        )
+
+    def release(self) -> None:
+        self._slots.release()
+
+    # -- queue choice ----------------------------------------------------------------
+
+    def plan(
+        self, msg: Message, sharding_key: object, selector: QueueSelector | None, arg: object
+    ) -> Plan:
+        """How to pick each attempt's queue, and how many attempts a send gets."""
+        if sharding_key is not None and selector is not None:
+            raise ConfigError("pass either sharding_key or selector, not both")
+        if sharding_key is not None:
+            selector, arg = hash_selector, sharding_key
+        attempts = 1 + self._config.retries
+        if selector is not None:
+            user_selector = selector
+
+            def by_selector(info: PublishInfo, avoid: str | None) -> MessageQueue:
+                return check_selected(user_selector(info.queues, msg, arg), info.queues)
+
+            return Plan(by_selector, attempts, pinned=True)
+        fault = self._fault if self._config.latency_fault_tolerance else None
+
+        def round_robin(info: PublishInfo, avoid: str | None) -> MessageQueue:
+            return info.round_robin.select(info.queues, avoid=avoid, fault=fault)
+
+        return Plan(round_robin, attempts)
+
+    async def addr_of(self, queue: MessageQueue) -> str:
+        info = await self.routes.get(queue.topic)
+        return self._addr(info, queue.broker_name)
+
+    def _addr(self, info: PublishInfo, broker_name: str) -> str:
+        addr = info.broker_addr(broker_name)
+        if addr is None:
+            raise NoRouteError(
+                f"broker {broker_name!r} of topic {info.route.topic!r} has no master"
+            )
+        return addr
+
+    # -- sending ---------------------------------------------------------------------
+
+    async def send(
+        self, out: Outgoing, plan: Plan, deadline: float, *, batch: bool = False
+    ) -> SendResult:
+        """Send (holding a slot already) with up to ``plan.attempts`` attempts by ``deadline``."""
+        avoid: str | None = None
+        last_error: RocketMQError | None = None
+        tried: list[str] = []
+        for attempt in range(plan.attempts):
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0:
+                raise RequestTimeoutError(
+                    f"send to {out.topic!r} did not succeed within its timeout "
+                    f"(brokers tried: {tried})"
+                ) from last_error
+            info = await self.routes.get(out.topic)
+            mq = plan.choose(info, avoid)
+            addr = info.broker_addr(mq.broker_name)
+            if addr is None:
+                last_error = NoRouteError(f"broker {mq.broker_name!r} has no master")
+                avoid = mq.broker_name
+                await _quietly(self.routes.refresh(out.topic))
+                continue
+            self._membership.saw(addr)
+            tried.append(mq.broker_name)
+            started = time.monotonic()
+            try:
+                with anyio.fail_after(remaining):
+                    result = await self._broker.send_message(
+                        addr, mq, out.body, out.properties, producer_group=self._group,
+                        msg_id=out.msg_id, flag=out.flag, sys_flag=out.sys_flag, batch=batch,
+                        timeout=remaining,
+                    )  # fmt: skip
+            except BrokerResponseError as exc:
+                self._fault.record(mq.broker_name, _ms_since(started), failed=True)
+                if exc.code not in RETRY_RESPONSE_CODES:
+                    raise
+                last_error = exc
+                if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                    await _quietly(self.routes.refresh(out.topic))
+            except (ConnectionClosedError, TimeoutError) as exc:
+                self._fault.record(mq.broker_name, _ms_since(started), failed=True)
+                if isinstance(exc, RocketMQError):
+                    last_error = exc
+                else:
+                    last_error = RequestTimeoutError(
+                        f"send to {addr} got no answer in {remaining:.3f}s"
+                    )
+                if plan.pinned:  # it may have been stored: retrying could reorder
+                    if last_error is exc:
+                        raise
+                    raise last_error from exc
+            else:
+                self._fault.record(mq.broker_name, _ms_since(started))
+                return result
+            avoid = mq.broker_name
+            self._log.warning(
+                "send_failed", topic=out.topic, broker=mq.broker_name, addr=addr,
+                attempt=attempt + 1, attempts=plan.attempts,
+                avoid_for_s=round(self._fault.unavailable_for(mq.broker_name), 3),
+                error=str(last_error),
+            )  # fmt: skip
+            if plan.pinned and attempt + 1 < plan.attempts:
+                pause = min(PINNED_RETRY_PAUSE * (attempt + 1), deadline - anyio.current_time())
+                await anyio.sleep(max(pause, 0))
+        assert last_error is not None
+        raise last_error
+
+    async def send_oneway(self, out: Outgoing, plan: Plan, deadline: float) -> None:
+        """One oneway attempt (holding a slot already): done once the request is written."""
+        info = await self.routes.get(out.topic)
+        mq = plan.choose(info, None)
+        addr = self._addr(info, mq.broker_name)
+        self._membership.saw(addr)
+        started = time.monotonic()
+        try:
+            with anyio.fail_after(max(deadline - anyio.current_time(), 0)):
+                await self._broker.send_message_oneway(
+                    addr, mq, out.body, out.properties, producer_group=self._group,
+                    flag=out.flag, sys_flag=out.sys_flag,
+                )  # fmt: skip
+        except (ConnectionClosedError, TimeoutError) as exc:
+            self._fault.record(mq.broker_name, _ms_since(started), failed=True)
+            if isinstance(exc, RocketMQError):
+                raise
+            raise RequestTimeoutError(f"oneway send to {addr} timed out") from None
+        self._fault.record(mq.broker_name, _ms_since(started))
