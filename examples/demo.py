@@ -14,10 +14,9 @@ import time
 import anyio
 import structlog
 
-from aiorocket.client.instance import ClientInstance
-from aiorocket.consumer import Consumer, ConsumeFromWhere
-from aiorocket.message import Message, MessageQueue
-from aiorocket.protocol.message_codec import create_unique_id, encode_properties
+from aiorocket.consumer import ConsumeFromWhere, Consumer
+from aiorocket.message import Message
+from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
 
 
@@ -55,33 +54,14 @@ class Progress:
 
 
 async def produce(namesrv: str, topic: str, count: int, size: int) -> float:
-    """Send ``count`` messages round-robin over the topic's queues, 64 in flight."""
+    """Send ``count`` messages with at most 256 in flight (round-robin over all queues)."""
     progress = Progress("produce", count)
     body = b"x" * size
-    async with ClientInstance(namesrv) as client:
-        route = await client.namesrv.get_route(topic)
-        queues = route.write_queues()
-        limiter = anyio.Semaphore(64)
-
-        async def send_one(i: int, mq: MessageQueue) -> None:
-            try:
-                msg = Message(topic, body, tags="demo", keys=[f"k{i}"])
-                uniq = create_unique_id()
-                props = msg.wire_properties()
-                props["UNIQ_KEY"] = uniq
-                addr = route.master_addr(mq.broker_name)
-                assert addr is not None
-                await client.broker.send_message(
-                    addr, mq, body, encode_properties(props), producer_group="demo", msg_id=uniq
-                )
-                progress.advance()
-            finally:
-                limiter.release()
-
-        async with anyio.create_task_group() as tg:
-            for i in range(count):
-                await limiter.acquire()
-                tg.start_soon(send_one, i, queues[i % len(queues)])
+    producer = Producer("demo-producer", namesrv, max_in_flight=256)
+    async with producer, anyio.create_task_group() as tg:
+        for i in range(count):
+            msg = Message(topic, body, tags="demo", keys=[f"k{i}"])
+            await producer.start_send(tg, msg, on_result=lambda _: progress.advance())
     progress.finish()
     return progress.rate
 

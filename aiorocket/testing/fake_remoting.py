@@ -7,6 +7,7 @@ hang up mid-frame. Users of aiorocket can use it in their own tests too.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any
@@ -29,8 +30,10 @@ class ServerSession:
         await self.send_raw(encode_command(cmd))
 
     async def send_raw(self, data: bytes) -> None:
+        """Send bytes; a session that is already closed (by either side) drops them."""
         async with self._lock:
-            await self.stream.send(data)
+            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                await self.stream.send(data)
 
     async def close(self) -> None:
         await self.stream.aclose()
