@@ -10,10 +10,11 @@ from aiorocket.consumer.allocation import (
     AllocateStrategy,
 )
 from aiorocket.consumer.config import ConsumeFromWhere, ConsumerConfig, MessageModel
-from aiorocket.consumer.consumer import Consumer, QueueStats, RebalanceListener
+from aiorocket.consumer.consumer import Consumer, RebalanceListener
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.pull_consumer import PullConsumer
 from aiorocket.consumer.results import RECONSUME_LATER, SUCCESS, ConsumeStatus, Reconsume
+from aiorocket.consumer.stats import QueueStats
 
 __all__ = [
     "RECONSUME_LATER",

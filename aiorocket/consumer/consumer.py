@@ -14,12 +14,10 @@ Everything runs in one task group owned by the consumer (entered by ``async with
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import time
-from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -30,6 +28,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from aiorocket._log import get_logger
 from aiorocket.client.instance import ClientInstance, make_client_id
+from aiorocket.consumer import dispatch, locks, membership
 from aiorocket.consumer import rebalance as _rebalance
 from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
 from aiorocket.consumer.config import ConsumerConfig, MessageModel
@@ -39,9 +38,10 @@ from aiorocket.consumer.offset_store import OffsetStore, RemoteOffsetStore
 from aiorocket.consumer.orderly import orderly_consume_loop
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.consumer.puller import pull_loop
-from aiorocket.consumer.results import HandlerResult, Reconsume, failure_delay_level
+from aiorocket.consumer.results import HandlerResult
 from aiorocket.consumer.signal import Signal
-from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError, TopicNotExistError
+from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
+from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError
 from aiorocket.message import MessageQueue
 from aiorocket.protocol.codes import RequestCode
 from aiorocket.protocol.command import RemotingCommand
@@ -65,32 +65,12 @@ class RebalanceListener(Protocol):
     async def on_queues_assigned(self, queues: list[MessageQueue]) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class QueueStats:
-    queue: MessageQueue
-    cached: int
-    cached_bytes: int
-    running: int
-    committed_offset: int
-    next_offset: int
-    pulled: int
-    consumed: int
-    pull_rate: float
-    consume_rate: float
-
-
 def retry_topic(group: str) -> str:
     return f"%RETRY%{group}"
 
 
 def dlq_topic(group: str) -> str:
     return f"%DLQ%{group}"
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
-    )
 
 
 class Consumer:
@@ -147,26 +127,26 @@ class Consumer:
         self.auto_commit = True
         self.manual_assignment: set[MessageQueue] | None = None
         self._available = Signal()
-        self._pending_locks = False
-        self._handler: Callable[..., Any] | None = handler or batch_handler
-        self._batch = batch_handler is not None
+        self.pending_locks = False
+        self.handler_fn: Callable[..., Any] | None = handler or batch_handler
+        self.batch_mode = batch_handler is not None
         self.subscriptions: dict[str, Subscription] = {}
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self.log = get_logger("consumer", group=group)
         self._client: ClientInstance | None = None
         self._tg: anyio.abc.TaskGroup | None = None
-        self._workers_scope: anyio.CancelScope | None = None
+        self.workers_scope: anyio.CancelScope | None = None
         self._loops_scope = anyio.CancelScope()
         self._work_send: MemoryObjectSendStream[list[ConsumerMessage]] | None = None
-        self._work_recv: MemoryObjectReceiveStream[list[ConsumerMessage]] | None = None
+        self.work_recv: MemoryObjectReceiveStream[list[ConsumerMessage]] | None = None
         self._rebalance_signal = Signal()
         self._rebalance_requested = False
         self._capacity = Signal()
-        self._workers_done: anyio.Event | None = None
+        self.workers_done: anyio.Event | None = None
         self._closing = False
         self._closed = False
-        self._thread_limiter: anyio.CapacityLimiter | None = None
-        self._last_stats: tuple[float, dict[MessageQueue, tuple[int, int]]] | None = None
+        self.thread_limiter: anyio.CapacityLimiter | None = None
+        self._last_stats: Snapshot | None = None
         self.offset_store: OffsetStore
         self.started_at_ms = 0
         self.dropped_messages = 0
@@ -187,7 +167,7 @@ class Consumer:
         """Decorator form of ``handler=``."""
         if self._client is not None:
             raise ConfigError("set the handler before starting the consumer")
-        self._handler, self._batch = fn, False
+        self.handler_fn, self.batch_mode = fn, False
         return fn
 
     @property
@@ -195,6 +175,10 @@ class Consumer:
         if self._client is None:
             raise ClientClosedError("consumer is not started")
         return self._client
+
+    @property
+    def started(self) -> bool:
+        return self._client is not None
 
     @property
     def client_id(self) -> str:
@@ -230,19 +214,19 @@ class Consumer:
             self.offset_store = RemoteOffsetStore(client, self.group)
         client.dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         send, recv = anyio.create_memory_object_stream[list[ConsumerMessage]](math.inf)
-        self._work_send, self._work_recv = send, recv
-        self._thread_limiter = anyio.CapacityLimiter(cfg.consume_concurrency)
+        self._work_send, self.work_recv = send, recv
+        self.thread_limiter = anyio.CapacityLimiter(cfg.consume_concurrency)
         self.orderly_slots = anyio.Semaphore(cfg.consume_concurrency)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
         try:
-            await self.send_heartbeats()
+            await membership.send_heartbeats(self)
             await _rebalance.rebalance(self)
             tg.start_soon(self._run_loops)
-            if self._handler is not None and not cfg.orderly:
-                self._workers_done = anyio.Event()
-                await tg.start(self._run_workers)
+            if self.handler_fn is not None and not cfg.orderly:
+                self.workers_done = anyio.Event()
+                await tg.start(dispatch.run_workers, self)
         except BaseException as exc:
             await self._teardown(type(exc), exc, exc.__traceback__, graceful=False)
             raise
@@ -287,9 +271,9 @@ class Consumer:
             self._work_send.close()
         cfg = self.config
         with anyio.CancelScope(shield=True):
-            if graceful and self._workers_done is not None:
+            if graceful and self.workers_done is not None:
                 with anyio.move_on_after(cfg.shutdown_timeout) as drain:
-                    await self._workers_done.wait()
+                    await self.workers_done.wait()
                 if drain.cancelled_caught:
                     self.log.warning("shutdown_timeout", timeout=cfg.shutdown_timeout)
             if graceful and (cfg.orderly or self.pull_mode):
@@ -297,13 +281,13 @@ class Consumer:
                     for pq in list(self.process_queues.values()):
                         while pq.running:
                             await pq.wait_changed()
-            if self._workers_scope is not None:
-                self._workers_scope.cancel()
+            if self.workers_scope is not None:
+                self.workers_scope.cancel()
             with anyio.move_on_after(max(cfg.request_timeout * 2, 5.0)):
                 await self.persist_all()
                 if cfg.orderly and self._client is not None:
-                    await self.unlock_queues(list(self.process_queues))
-                await self._unregister()
+                    await locks.unlock_queues(self, list(self.process_queues))
+                await membership.unregister(self)
         # Every scope we entered is exited, innermost first, even when one of the exits
         # raises (e.g. Cancelled under an outer cancel scope): trio requires it.
         try:
@@ -328,13 +312,13 @@ class Consumer:
     async def _heartbeat_loop(self) -> None:
         while True:
             await anyio.sleep(self.config.heartbeat_interval)
-            await self.send_heartbeats()
+            await membership.send_heartbeats(self)
 
     async def _rebalance_loop(self) -> None:
         while True:
             if not self._rebalance_requested:
                 # Allocated queues another member still had locked are retried soon.
-                wait = 1.0 if self._pending_locks else self.config.rebalance_interval
+                wait = 1.0 if self.pending_locks else self.config.rebalance_interval
                 with anyio.move_on_after(wait):
                     await self._rebalance_signal.wait()
             self._rebalance_requested = False
@@ -358,58 +342,6 @@ class Consumer:
 
     # -- brokers -------------------------------------------------------------------
 
-    def heartbeat_data(self) -> dict[str, Any]:
-        cfg = self.config
-        return {
-            "clientID": self.client_id,
-            "producerDataSet": [],
-            "consumerDataSet": [
-                {
-                    "groupName": self.group,
-                    "consumeType": "CONSUME_ACTIVELY" if self.pull_mode else "CONSUME_PASSIVELY",
-                    "messageModel": cfg.message_model.value,
-                    "consumeFromWhere": cfg.consume_from_where.value,
-                    "subscriptionDataSet": [s.to_heartbeat() for s in self.subscriptions.values()],
-                    "unitMode": False,
-                }
-            ],
-            "heartbeatFingerprint": 0,
-        }
-
-    async def _broker_addrs(self) -> set[str]:
-        addrs: set[str] = set()
-        for topic in self.subscriptions:
-            try:
-                route = await self.client.namesrv.get_route(topic)
-            except TopicNotExistError:
-                continue
-            except RocketMQError as exc:
-                self.log.warning("route_failed", topic=topic, error=str(exc))
-                continue
-            addrs.update(route.all_master_addrs().values())
-        return addrs
-
-    async def send_heartbeats(self) -> None:
-        if self.manual_assignment is not None:
-            return  # a manually assigned pull consumer is not a group member
-        data = self.heartbeat_data()
-        for addr in sorted(await self._broker_addrs()):
-            try:
-                await self.client.broker.heartbeat(addr, data)
-            except RocketMQError as exc:
-                self.log.warning("heartbeat_failed", broker=addr, error=str(exc))
-
-    async def _unregister(self) -> None:
-        if self._client is None or self.manual_assignment is not None:
-            return
-        for addr in sorted(await self._broker_addrs()):
-            try:
-                await self.client.broker.unregister_client(
-                    addr, self.client_id, consumer_group=self.group
-                )
-            except RocketMQError as exc:
-                self.log.warning("unregister_failed", broker=addr, error=str(exc))
-
     async def broker_addr(self, mq: MessageQueue) -> str | None:
         route = self.client.namesrv.cached_route(mq.topic)
         addr = route.master_addr(mq.broker_name) if route else None
@@ -426,7 +358,7 @@ class Consumer:
     async def start_pulling(self, pq: ProcessQueue, sub: Subscription) -> None:
         assert self._tg is not None
         await self._tg.start(functools.partial(pull_loop, self, pq, sub))
-        if self.config.orderly and self._handler is not None:
+        if self.config.orderly and self.handler_fn is not None:
             self._tg.start_soon(orderly_consume_loop, self, pq)
 
     async def revoke(self, pqs: list[ProcessQueue]) -> None:
@@ -444,64 +376,16 @@ class Consumer:
             if self.process_queues.get(pq.mq) is pq:
                 del self.process_queues[pq.mq]
         if self.config.orderly:
-            await self.unlock_queues([pq.mq for pq in pqs])
+            await locks.unlock_queues(self, [pq.mq for pq in pqs])
 
     async def on_assigned(self, mqs: list[MessageQueue]) -> None:
         if self.listener is not None and mqs:
             await self.listener.on_queues_assigned(mqs)
 
-    async def _by_broker(self, mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
-        grouped: dict[str, list[MessageQueue]] = defaultdict(list)
-        for mq in mqs:
-            addr = await self.broker_addr(mq)
-            if addr is not None:
-                grouped[addr].append(mq)
-        return grouped
-
-    async def lock_queues(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
-        """LOCK_BATCH_MQ on each broker; the queues this consumer now holds."""
-        locked: set[MessageQueue] = set()
-        for addr, group in (await self._by_broker(mqs)).items():
-            try:
-                locked |= await self.client.broker.lock_batch(
-                    addr, self.group, self.client_id, group
-                )
-            except RocketMQError as exc:
-                self.log.warning("lock_failed", broker=addr, error=str(exc))
-        self._pending_locks = len(locked) < len(mqs)
-        return locked & set(mqs)
-
-    async def unlock_queues(self, mqs: list[MessageQueue]) -> None:
-        for addr, group in (await self._by_broker(mqs)).items():
-            try:
-                await self.client.broker.unlock_batch(addr, self.group, self.client_id, group)
-            except RocketMQError as exc:
-                self.log.warning("unlock_failed", broker=addr, error=str(exc))
-
     async def _lock_renew_loop(self) -> None:
         while True:
             await anyio.sleep(self.config.lock_renew_interval)
-            await self.renew_locks()
-
-    async def renew_locks(self) -> None:
-        pqs = [pq for pq in self.process_queues.values() if not pq.dropped]
-        if not pqs:
-            return
-        locked = await self.lock_queues([pq.mq for pq in pqs])
-        now = anyio.current_time()
-        for pq in pqs:
-            was = pq.locked
-            pq.locked = pq.mq in locked
-            if pq.locked:
-                pq.last_lock_time = now
-            if was != pq.locked:
-                self.log.warning("queue_lock_changed", queue=str(pq.mq), locked=pq.locked)
-            pq.notify()
-
-    def lock_valid(self, pq: ProcessQueue) -> bool:
-        return (
-            pq.locked and anyio.current_time() - pq.last_lock_time <= self.config.lock_max_live_time
-        )
+            await locks.renew_locks(self)
 
     async def wait_locked(self, pq: ProcessQueue) -> None:
         await pq.wait_changed()
@@ -557,7 +441,7 @@ class Consumer:
         send = self._work_send
         if send is None:
             return
-        size = self.config.consume_batch_size if self._batch else 1
+        size = self.config.consume_batch_size if self.batch_mode else 1
         try:
             if size == 1:
                 for m in messages:
@@ -567,88 +451,6 @@ class Consumer:
                     send.send_nowait(messages[i : i + size])
         except anyio.ClosedResourceError:
             return
-
-    async def _run_workers(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        assert self._work_recv is not None and self._workers_done is not None
-        try:
-            with anyio.CancelScope() as scope:
-                self._workers_scope = scope
-                async with anyio.create_task_group() as tg:
-                    for _ in range(self.config.consume_concurrency):
-                        tg.start_soon(self._worker, self._work_recv)
-                    task_status.started()
-        finally:
-            self._workers_done.set()
-
-    async def _worker(self, recv: MemoryObjectReceiveStream[list[ConsumerMessage]]) -> None:
-        async for batch in recv:
-            await self._consume(batch)
-
-    async def _consume(self, batch: list[ConsumerMessage]) -> None:
-        pq = batch[0]._pq
-        assert pq is not None
-        if pq.dropped:
-            return
-        live = [m for m in batch if not m._settled and m._generation == pq.tracker.generation]
-        if not live:
-            return
-        level, _ = await self.run_handler(pq, live)
-        for m in live:
-            await self.settle(m, level)
-
-    async def run_handler(
-        self, pq: ProcessQueue, live: list[ConsumerMessage]
-    ) -> tuple[int | None, float | None]:
-        """Run the handler under the consume timeout: (failure delay level, suspend)."""
-        cfg = self.config
-        level: int | None = None
-        suspend: float | None = None
-        pq.running += 1
-        try:
-            with anyio.move_on_after(cfg.consume_timeout) as scope:
-                try:
-                    result = await self._invoke(live)
-                    level = failure_delay_level(result, cfg.retry_delay_level)
-                    if isinstance(result, Reconsume):
-                        suspend = result.suspend
-                except Exception as exc:
-                    level = cfg.retry_delay_level
-                    self.log.warning(
-                        "handler_failed",
-                        topic=pq.mq.topic,
-                        broker=pq.mq.broker_name,
-                        queue=pq.mq.queue_id,
-                        offset=live[0].queue_offset,
-                        error=repr(exc),
-                    )
-            if scope.cancelled_caught:
-                level = cfg.retry_delay_level
-                self.log.warning(
-                    "consume_timeout",
-                    topic=pq.mq.topic,
-                    queue=pq.mq.queue_id,
-                    offset=live[0].queue_offset,
-                    timeout=cfg.consume_timeout,
-                )
-        finally:
-            pq.running -= 1
-            pq.notify()
-        return level, suspend
-
-    async def _invoke(self, live: list[ConsumerMessage]) -> HandlerResult:
-        handler = self._handler
-        assert handler is not None
-        arg: Any = live if self._batch else live[0]
-        if _is_async(handler):
-            return await handler(arg)  # type: ignore[no-any-return]
-        result = await anyio.to_thread.run_sync(
-            handler, arg, abandon_on_cancel=True, limiter=self._thread_limiter
-        )
-        if inspect.isawaitable(result):
-            return await result  # type: ignore[no-any-return]
-        return result  # type: ignore[no-any-return]
 
     async def settle(self, msg: ConsumerMessage, delay_level: int | None) -> None:
         """Finish a message: success commits past it; failure sends it back first."""
@@ -733,9 +535,9 @@ class Consumer:
         broke out of the loop, or the body raised) is never committed past, so it is
         redelivered after a restart or rebalance.
         """
-        if self._handler is not None:
+        if self.handler_fn is not None:
             raise ConfigError("this consumer has a handler; iterate a consumer without one")
-        recv = self._work_recv
+        recv = self.work_recv
         if recv is None:
             raise ClientClosedError("start the consumer (async with) before iterating")
         previous: ConsumerMessage | None = None
@@ -762,27 +564,6 @@ class Consumer:
         return {mq for mq, pq in self.process_queues.items() if not pq.dropped}
 
     def stats(self) -> list[QueueStats]:
-        now = time.monotonic()
-        prev_t, prev = self._last_stats or (now, {})
-        dt = now - prev_t
-        out = []
-        snapshot: dict[MessageQueue, tuple[int, int]] = {}
-        for mq, pq in sorted(self.process_queues.items()):
-            pulled0, consumed0 = prev.get(mq, (0, 0))
-            snapshot[mq] = (pq.pulled_total, pq.consumed_total)
-            out.append(
-                QueueStats(
-                    queue=mq,
-                    cached=pq.cached_count,
-                    cached_bytes=pq.cached_bytes,
-                    running=pq.running,
-                    committed_offset=pq.tracker.committable(),
-                    next_offset=pq.tracker.next_offset,
-                    pulled=pq.pulled_total,
-                    consumed=pq.consumed_total,
-                    pull_rate=(pq.pulled_total - pulled0) / dt if dt > 0 else 0.0,
-                    consume_rate=(pq.consumed_total - consumed0) / dt if dt > 0 else 0.0,
-                )
-            )
-        self._last_stats = (now, snapshot)
-        return out
+        """Per-queue cache, running handlers, offsets, and rates since the previous call."""
+        stats, self._last_stats = queue_stats(self.process_queues, self._last_stats)
+        return stats

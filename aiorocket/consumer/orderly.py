@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from aiorocket.consumer.dispatch import run_handler
+from aiorocket.consumer.locks import lock_valid
 from aiorocket.consumer.message import ConsumerMessage
 
 if TYPE_CHECKING:
@@ -28,7 +30,7 @@ async def orderly_consume_loop(consumer: Consumer, pq: ProcessQueue) -> None:
     log = consumer.log.bind(topic=pq.mq.topic, broker=pq.mq.broker_name, queue=pq.mq.queue_id)
     while not pq.dropped and not consumer.closing:
         now = anyio.current_time()
-        if not pq.buffer or not consumer.lock_valid(pq):
+        if not pq.buffer or not lock_valid(consumer, pq):
             await pq.wait_changed()
             continue
         if now < pq.suspended_until:
@@ -41,9 +43,9 @@ async def orderly_consume_loop(consumer: Consumer, pq: ProcessQueue) -> None:
             continue
         async with slots:
             # Re-check after waiting for a slot: a rebalance may have taken the queue.
-            if pq.dropped or consumer.closing or not consumer.lock_valid(pq):
+            if pq.dropped or consumer.closing or not lock_valid(consumer, pq):
                 continue
-            level, suspend = await consumer.run_handler(pq, [msg])
+            level, suspend = await run_handler(consumer, pq, [msg])
         if level is None:
             pq.buffer.popleft()
             await consumer.settle(msg, None)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from aiorocket.consumer import locks
 from aiorocket.consumer.config import ConsumeFromWhere, MessageModel
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import RocketMQError, TopicNotExistError
@@ -66,7 +67,7 @@ async def update_process_queues(
     if removed:
         await consumer.revoke(removed)
     if added and consumer.config.orderly:
-        added = sorted(await consumer.lock_queues(added))
+        added = sorted(await locks.lock_queues(consumer, added))
     started = []
     for mq in added:
         try:

@@ -1,0 +1,66 @@
+"""Group membership on the brokers: heartbeats (with subscriptions) and unregistering."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiorocket.errors import RocketMQError, TopicNotExistError
+
+if TYPE_CHECKING:
+    from aiorocket.consumer.consumer import Consumer
+
+
+def heartbeat_data(consumer: Consumer) -> dict[str, Any]:
+    cfg = consumer.config
+    return {
+        "clientID": consumer.client_id,
+        "producerDataSet": [],
+        "consumerDataSet": [
+            {
+                "groupName": consumer.group,
+                "consumeType": "CONSUME_ACTIVELY" if consumer.pull_mode else "CONSUME_PASSIVELY",
+                "messageModel": cfg.message_model.value,
+                "consumeFromWhere": cfg.consume_from_where.value,
+                "subscriptionDataSet": [s.to_heartbeat() for s in consumer.subscriptions.values()],
+                "unitMode": False,
+            }
+        ],
+        "heartbeatFingerprint": 0,
+    }
+
+
+async def broker_addrs(consumer: Consumer) -> set[str]:
+    addrs: set[str] = set()
+    for topic in consumer.subscriptions:
+        try:
+            route = await consumer.client.namesrv.get_route(topic)
+        except TopicNotExistError:
+            continue
+        except RocketMQError as exc:
+            consumer.log.warning("route_failed", topic=topic, error=str(exc))
+            continue
+        addrs.update(route.all_master_addrs().values())
+    return addrs
+
+
+async def send_heartbeats(consumer: Consumer) -> None:
+    if consumer.manual_assignment is not None:
+        return  # a manually assigned pull consumer is not a group member
+    data = heartbeat_data(consumer)
+    for addr in sorted(await broker_addrs(consumer)):
+        try:
+            await consumer.client.broker.heartbeat(addr, data)
+        except RocketMQError as exc:
+            consumer.log.warning("heartbeat_failed", broker=addr, error=str(exc))
+
+
+async def unregister(consumer: Consumer) -> None:
+    if not consumer.started or consumer.manual_assignment is not None:
+        return
+    for addr in sorted(await broker_addrs(consumer)):
+        try:
+            await consumer.client.broker.unregister_client(
+                addr, consumer.client_id, consumer_group=consumer.group
+            )
+        except RocketMQError as exc:
+            consumer.log.warning("unregister_failed", broker=addr, error=str(exc))
