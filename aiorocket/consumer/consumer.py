@@ -14,7 +14,6 @@ Everything runs in one task group owned by the consumer (entered by ``async with
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import fields
@@ -24,7 +23,7 @@ from typing import Any, Protocol
 
 import anyio
 import anyio.abc
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+import anyio.lowlevel
 
 from aiorocket._log import get_logger
 from aiorocket.client.instance import ClientInstance, make_client_id
@@ -41,6 +40,7 @@ from aiorocket.consumer.puller import pull_loop
 from aiorocket.consumer.results import HandlerResult
 from aiorocket.consumer.signal import Signal
 from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
+from aiorocket.consumer.work_queue import WorkQueue
 from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError
 from aiorocket.message import MessageQueue
 from aiorocket.protocol.codes import RequestCode
@@ -137,8 +137,7 @@ class Consumer:
         self._tg: anyio.abc.TaskGroup | None = None
         self.workers_scope: anyio.CancelScope | None = None
         self._loops_scope = anyio.CancelScope()
-        self._work_send: MemoryObjectSendStream[list[ConsumerMessage]] | None = None
-        self.work_recv: MemoryObjectReceiveStream[list[ConsumerMessage]] | None = None
+        self.work_queue: WorkQueue[list[ConsumerMessage]] | None = None
         self._rebalance_signal = Signal()
         self._rebalance_requested = False
         self._capacity = Signal()
@@ -213,8 +212,7 @@ class Consumer:
         else:
             self.offset_store = RemoteOffsetStore(client, self.group)
         client.dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
-        send, recv = anyio.create_memory_object_stream[list[ConsumerMessage]](math.inf)
-        self._work_send, self.work_recv = send, recv
+        self.work_queue = WorkQueue()
         self.thread_limiter = anyio.CapacityLimiter(cfg.consume_concurrency)
         self.orderly_slots = anyio.Semaphore(cfg.consume_concurrency)
         tg = anyio.create_task_group()
@@ -267,8 +265,8 @@ class Consumer:
         for pq in self.process_queues.values():
             if pq.pull_scope is not None:
                 pq.pull_scope.cancel()
-        if self._work_send is not None:
-            self._work_send.close()
+        if self.work_queue is not None:
+            self.work_queue.close()
         cfg = self.config
         with anyio.CancelScope(shield=True):
             if graceful and self.workers_done is not None:
@@ -438,19 +436,14 @@ class Consumer:
             pq.notify()
             self._available.notify()
             return
-        send = self._work_send
-        if send is None:
+        queue = self.work_queue
+        if queue is None or queue.closed:
             return
         size = self.config.consume_batch_size if self.batch_mode else 1
-        try:
-            if size == 1:
-                for m in messages:
-                    send.send_nowait([m])
-            else:
-                for i in range(0, len(messages), size):
-                    send.send_nowait(messages[i : i + size])
-        except anyio.ClosedResourceError:
-            return
+        if size == 1:
+            queue.put_many([m] for m in messages)
+        else:
+            queue.put_many(messages[i : i + size] for i in range(0, len(messages), size))
 
     async def settle(self, msg: ConsumerMessage, delay_level: int | None) -> None:
         """Finish a message: success commits past it; failure sends it back first."""
@@ -537,17 +530,18 @@ class Consumer:
         """
         if self.handler_fn is not None:
             raise ConfigError("this consumer has a handler; iterate a consumer without one")
-        recv = self.work_recv
-        if recv is None:
+        queue = self.work_queue
+        if queue is None:
             raise ClientClosedError("start the consumer (async with) before iterating")
         previous: ConsumerMessage | None = None
+        handed_out = 0
         while True:
             if previous is not None and not previous._settled and not previous._held:
-                await previous.ack()
+                await previous.ack()  # asking for the next message settles the last one
             previous = None
             try:
-                batch = await recv.receive()
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                batch = await queue.get()
+            except anyio.EndOfStream:
                 return
             for msg in batch:
                 pq = msg._pq
@@ -555,7 +549,12 @@ class Consumer:
                     continue
                 if msg._generation != pq.tracker.generation:
                     continue
+                if previous is not None and not previous._settled and not previous._held:
+                    await previous.ack()
                 previous = msg
+                handed_out += 1
+                if handed_out % 32 == 0:
+                    await anyio.lowlevel.checkpoint()  # let pulls run between bursts
                 yield msg
 
     # -- introspection -----------------------------------------------------------------

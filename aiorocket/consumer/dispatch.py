@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-from anyio.streams.memory import MemoryObjectReceiveStream
+import anyio.lowlevel
 
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.results import HandlerResult, Reconsume, failure_delay_level
+from aiorocket.consumer.work_queue import WorkQueue
 
 if TYPE_CHECKING:
     from aiorocket.consumer.consumer import Consumer
@@ -28,37 +29,125 @@ def is_async_callable(fn: Any) -> bool:
     )
 
 
+class WorkerSlot:
+    """What one worker is running, for the consume-timeout watchdog."""
+
+    __slots__ = ("batch", "deadline", "scope", "timed_out")
+
+    def __init__(self) -> None:
+        self.batch: list[ConsumerMessage] | None = None
+        self.deadline = 0.0
+        self.scope: anyio.CancelScope | None = None
+        self.timed_out = False
+
+
 async def run_workers(
     consumer: Consumer, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
-    assert consumer.work_recv is not None and consumer.workers_done is not None
+    assert consumer.work_queue is not None and consumer.workers_done is not None
+    slots = [WorkerSlot() for _ in range(consumer.config.consume_concurrency)]
     try:
         with anyio.CancelScope() as scope:
             consumer.workers_scope = scope
-            async with anyio.create_task_group() as tg:
-                for _ in range(consumer.config.consume_concurrency):
-                    tg.start_soon(worker, consumer, consumer.work_recv)
-                task_status.started()
+            async with anyio.create_task_group() as outer:
+                outer.start_soon(consume_timeout_watchdog, consumer, slots)
+                async with anyio.create_task_group() as workers:
+                    for slot in slots:
+                        workers.start_soon(worker, consumer, consumer.work_queue, slot)
+                    task_status.started()
+                outer.cancel_scope.cancel()  # every worker returned: stop the watchdog
     finally:
         consumer.workers_done.set()
 
 
+async def consume_timeout_watchdog(consumer: Consumer, slots: list[WorkerSlot]) -> None:
+    """Cancel handler calls that overran ``consume_timeout``.
+
+    One cheap periodic check for all workers replaces a timer-backed cancel scope per
+    handler call, which would be the most expensive step of dispatching a message.
+    """
+    timeout = consumer.config.consume_timeout
+    interval = min(max(timeout / 10, 0.05), 1.0)
+    while True:
+        await anyio.sleep(interval)
+        now = anyio.current_time()
+        for slot in slots:
+            if slot.batch is not None and now >= slot.deadline and slot.scope is not None:
+                slot.timed_out = True
+                slot.scope.cancel()
+
+
 async def worker(
-    consumer: Consumer, recv: MemoryObjectReceiveStream[list[ConsumerMessage]]
+    consumer: Consumer, queue: WorkQueue[list[ConsumerMessage]], slot: WorkerSlot
 ) -> None:
-    async for batch in recv:
-        await consume_batch(consumer, batch)
+    handled = 0
+    while True:
+        # One long-lived cancel scope per worker; the watchdog cancels it only when the
+        # running handler times out, and the worker then opens a new one.
+        with anyio.CancelScope() as scope:
+            slot.scope = scope
+            while True:
+                try:
+                    batch = await queue.get()
+                except anyio.EndOfStream:
+                    return
+                await consume_batch(consumer, batch, slot)
+                handled += 1
+                if handled % 32 == 0:
+                    # queue.get() does not yield while work is queued: let pulls and
+                    # reads run between bursts of handler calls.
+                    await anyio.lowlevel.checkpoint()
+        if slot.batch is not None:  # the handler overran consume_timeout
+            batch, slot.batch = slot.batch, None
+            slot.timed_out = False
+            await _settle_timed_out(consumer, batch)
 
 
-async def consume_batch(consumer: Consumer, batch: list[ConsumerMessage]) -> None:
+async def _settle_timed_out(consumer: Consumer, batch: list[ConsumerMessage]) -> None:
+    pq = batch[0]._pq
+    assert pq is not None
+    pq.running -= 1
+    pq.notify()
+    consumer.log.warning(
+        "consume_timeout",
+        topic=pq.mq.topic,
+        queue=pq.mq.queue_id,
+        offset=batch[0].queue_offset,
+        timeout=consumer.config.consume_timeout,
+    )
+    for m in batch:
+        await consumer.settle(m, consumer.config.retry_delay_level)
+
+
+async def consume_batch(consumer: Consumer, batch: list[ConsumerMessage], slot: WorkerSlot) -> None:
     pq = batch[0]._pq
     assert pq is not None
     if pq.dropped:
         return
-    live = [m for m in batch if not m._settled and m._generation == pq.tracker.generation]
+    generation = pq.tracker.generation
+    live = [m for m in batch if not m._settled and m._generation == generation]
     if not live:
         return
-    level, _ = await run_handler(consumer, pq, live)
+    cfg = consumer.config
+    level: int | None = None
+    pq.running += 1
+    slot.deadline = anyio.current_time() + cfg.consume_timeout
+    slot.batch = live
+    try:
+        level = failure_delay_level(await invoke(consumer, live), cfg.retry_delay_level)
+    except Exception as exc:
+        level = cfg.retry_delay_level
+        consumer.log.warning(
+            "handler_failed",
+            topic=pq.mq.topic,
+            broker=pq.mq.broker_name,
+            queue=pq.mq.queue_id,
+            offset=live[0].queue_offset,
+            error=repr(exc),
+        )
+    slot.batch = None  # not reached when cancelled: the worker settles the timeout
+    pq.running -= 1
+    pq.notify()
     for m in live:
         await consumer.settle(m, level)
 
