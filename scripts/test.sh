@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 .venv/bin/mypy --strict aiorocket
 # Integration tests must never be skipped for want of a broker when this script runs.
 export AIOROCKET_REQUIRE_BROKER=1
+# ...and the start/stop test of a throwaway second cluster runs too.
+export AIOROCKET_TEST_THROWAWAY=1
 set +e
 .venv/bin/python -m pytest "$@"
 status=$?

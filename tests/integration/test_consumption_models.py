@@ -137,7 +137,8 @@ async def test_orderly_strict_order_with_failures_and_rebalance(
             if msg.queue_offset % 7 == 3 and (mq, msg.queue_offset) not in failed_once:
                 failed_once.add((mq, msg.queue_offset))
                 return Reconsume(suspend=0.05)
-            await anyio.sleep(0.01)
+            # Until b has joined, a works slowly so the handover happens mid-stream.
+            await anyio.sleep(0.1 if name == "a" and not deliveries["b"] else 0.005)
             succeeded[mq].append(msg.queue_offset)
             return None
 
