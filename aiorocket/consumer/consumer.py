@@ -26,6 +26,7 @@ import anyio.abc
 import anyio.lowlevel
 
 from aiorocket._log import get_logger
+from aiorocket._signal import Signal
 from aiorocket.client.instance import ClientInstance, make_client_id
 from aiorocket.consumer import dispatch, locks, membership
 from aiorocket.consumer import rebalance as _rebalance
@@ -38,7 +39,6 @@ from aiorocket.consumer.orderly import orderly_consume_loop
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.consumer.puller import pull_loop
 from aiorocket.consumer.results import HandlerResult
-from aiorocket.consumer.signal import Signal
 from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
 from aiorocket.consumer.work_queue import WorkQueue
 from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError

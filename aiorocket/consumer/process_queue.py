@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from aiorocket._signal import Signal
 from aiorocket.consumer.offsets import OffsetTracker
-from aiorocket.consumer.signal import Signal
 from aiorocket.message import MessageExt, MessageQueue
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 
 import anyio
 
-from aiorocket.consumer.signal import Signal
+from aiorocket._signal import Signal
 
 T = TypeVar("T")
 

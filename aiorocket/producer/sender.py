@@ -182,12 +182,12 @@ class Sender:
             tried.append(mq.broker_name)
             started = time.monotonic()
             try:
-                with anyio.fail_after(remaining):
-                    result = await self._broker.send_message(
-                        addr, mq, out.body, out.properties, producer_group=self._group,
-                        msg_id=out.msg_id, flag=out.flag, sys_flag=out.sys_flag, batch=batch,
-                        timeout=remaining,
-                    )  # fmt: skip
+                # The request's own deadline bounds the wait for the answer.
+                result = await self._broker.send_message(
+                    addr, mq, out.body, out.properties, producer_group=self._group,
+                    msg_id=out.msg_id, flag=out.flag, sys_flag=out.sys_flag, batch=batch,
+                    timeout=remaining,
+                )  # fmt: skip
             except BrokerResponseError as exc:
                 self._fault.record(mq.broker_name, _ms_since(started), failed=True)
                 if exc.code not in RETRY_RESPONSE_CODES:

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from collections.abc import Awaitable, Callable
 
 import anyio
 import anyio.abc
 
 from aiorocket._log import get_logger
+from aiorocket._signal import Signal
 from aiorocket.errors import (
     ClientClosedError,
     ConnectionClosedError,
@@ -41,10 +43,11 @@ def next_opaque() -> int:
 
 
 class _Pending:
-    __slots__ = ("error", "event", "response")
+    __slots__ = ("deadline", "error", "event", "response")
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float) -> None:
         self.event = anyio.Event()
+        self.deadline = deadline
         self.response: RemotingCommand | None = None
         self.error: BaseException | None = None
 
@@ -75,6 +78,11 @@ class Connection:
         self._outbox: list[bytes] = []
         self._outbox_bytes = 0
         self._wake_writer = anyio.Event()
+        # Request timeouts are enforced by one sweeper task per connection (like the Java
+        # client's response-table scan) rather than a timer-backed cancel scope per
+        # request, which would cost more than the rest of a request's client work.
+        self._sweep = Signal()
+        self._next_sweep = math.inf
         self._drained = anyio.Event()
         self._closed = False
         self._close_reason: BaseException | None = None
@@ -114,6 +122,7 @@ class Connection:
         try:
             async with anyio.create_task_group() as handlers:
                 handlers.start_soon(self._write_loop)
+                handlers.start_soon(self._expire_loop)
                 try:
                     while True:
                         data = await self._stream.receive(_READ_SIZE)
@@ -199,6 +208,23 @@ class Connection:
         if self._closed:
             raise self._closed_error()
 
+    async def _expire_loop(self) -> None:
+        """Wake every pending request whose deadline passed; it then raises a timeout."""
+        while True:
+            now = anyio.current_time()
+            earliest = math.inf
+            expired = []
+            for opaque, pending in self._pending.items():
+                if pending.deadline <= now:
+                    expired.append(opaque)
+                elif pending.deadline < earliest:
+                    earliest = pending.deadline
+            for opaque in expired:
+                self._pending.pop(opaque).event.set()  # no response, no error: timed out
+            self._next_sweep = earliest
+            with anyio.move_on_after(earliest - now):
+                await self._sweep.wait()
+
     async def _write_loop(self) -> None:
         try:
             while True:
@@ -229,12 +255,14 @@ class Connection:
         """Send ``cmd`` and wait for its response (any code; callers interpret it)."""
         cmd.opaque = next_opaque()
         cmd.flag &= ~RemotingFlag.ONEWAY
-        pending = _Pending()
+        deadline = anyio.current_time() + timeout
+        pending = _Pending(deadline)
         self._pending[cmd.opaque] = pending
+        if deadline < self._next_sweep:
+            self._sweep.notify()  # the sweeper must wake earlier for this one
         try:
             await self._send(encode_command(cmd))
-            with anyio.move_on_after(timeout):
-                await pending.event.wait()
+            await pending.event.wait()
         finally:
             self._pending.pop(cmd.opaque, None)
         if pending.response is not None:

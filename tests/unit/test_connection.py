@@ -200,3 +200,20 @@ async def test_pool_close_fails_pending_requests() -> None:
                     await anyio.wait_all_tasks_blocked()
                     await pool.aclose_connections()
         assert len(errors) == 1
+
+
+async def test_short_timeout_fires_while_a_long_request_waits() -> None:
+    async def silent(session: ServerSession, cmd: RemotingCommand) -> None:
+        return
+
+    async with FakeRemotingServer(silent) as server, ConnectionPool() as pool:
+        conn = await pool.get(server.address)
+        async with anyio.create_task_group() as tg:
+            # A long poll is pending: the sweeper sleeps towards its far deadline...
+            tg.start_soon(conn.request, RemotingCommand.request(11), 600.0)
+            await anyio.wait_all_tasks_blocked()
+            # ...and must still wake for a request that expires much sooner.
+            with anyio.fail_after(5), pytest.raises(RequestTimeoutError):
+                await conn.request(RemotingCommand.request(1), 0.2)
+            tg.cancel_scope.cancel()
+        assert conn.pending_count == 0
