@@ -107,6 +107,13 @@ class Sender:
         return anyio.current_time() + timeout
 
     async def acquire(self, deadline: float) -> None:
+        # Fast path without a checkpoint: a caller spawning many sends then enqueues all
+        # of them in one event-loop pass, and the connection writes them in one syscall.
+        try:
+            self._slots.acquire_nowait()
+            return
+        except anyio.WouldBlock:
+            pass
         with anyio.move_on_after(deadline - anyio.current_time()):
             await self._slots.acquire()
             return
