@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -166,3 +167,24 @@ async def test_namesrv_failover_and_errors() -> None:
         before = len(first.received)
         await ns.query_route("t")
         assert len(first.received) == before
+
+
+@pytest.mark.anyio
+async def test_route_cache_is_refreshed_in_the_background() -> None:
+    queues = {"n": 2}
+
+    async def serve(session: ServerSession, cmd: RemotingCommand) -> None:
+        route = json.loads(json.dumps(ROUTE))
+        route["queueDatas"][0]["readQueueNums"] = queues["n"]
+        await session.send(RemotingCommand.response_to(cmd, body=json.dumps(route).encode()))
+
+    async with FakeRemotingServer(serve) as server, ConnectionPool() as pool:
+        ns = NameServerClient(pool, server.address, refresh_interval=0.05)
+        assert len((await ns.get_route("t")).read_queues()) == 5
+        queues["n"] = 6  # the topic grew on broker b
+        async with anyio.create_task_group() as tg:
+            await tg.start(ns.run_refresher)
+            with anyio.fail_after(5):
+                while len(ns.cached_route("t").read_queues()) != 9:  # type: ignore[union-attr]
+                    await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
