@@ -172,11 +172,18 @@ async def test_namesrv_failover_and_errors() -> None:
 @pytest.mark.anyio
 async def test_route_cache_is_refreshed_in_the_background() -> None:
     queues = {"n": 2}
+    served_after_change = 0
+    two_served = anyio.Event()
 
     async def serve(session: ServerSession, cmd: RemotingCommand) -> None:
+        nonlocal served_after_change
         route = json.loads(json.dumps(ROUTE))
         route["queueDatas"][0]["readQueueNums"] = queues["n"]
         await session.send(RemotingCommand.response_to(cmd, body=json.dumps(route).encode()))
+        if queues["n"] == 6:
+            served_after_change += 1
+            if served_after_change == 2:
+                two_served.set()
 
     async with FakeRemotingServer(serve) as server, ConnectionPool() as pool:
         ns = NameServerClient(pool, server.address, refresh_interval=0.05)
@@ -185,6 +192,9 @@ async def test_route_cache_is_refreshed_in_the_background() -> None:
         async with anyio.create_task_group() as tg:
             await tg.start(ns.run_refresher)
             with anyio.fail_after(5):
-                while len(ns.cached_route("t").read_queues()) != 9:  # type: ignore[union-attr]
-                    await anyio.sleep(0.01)
+                # Refreshes are sequential: once a second one was served, the first
+                # answer has been applied to the cache.
+                await two_served.wait()
             tg.cancel_scope.cancel()
+        route = ns.cached_route("t")
+        assert route is not None and len(route.read_queues()) == 9
