@@ -1,0 +1,223 @@
+"""Helpers shared by the benchmark scripts: the local cluster, pre-filling, child processes.
+
+Child processes talk to their parent through stdout lines: ``READY`` once subscribed or
+connected, ``PROGRESS <n>`` now and then, and one final ``RESULT <json>``. The parent
+reaps them with ``os.wait4`` to get their peak RSS and total CPU time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from aiorocket.message import Message
+from aiorocket.producer import Producer
+from aiorocket.testing.broker import LocalRocketMQ
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STAMP = 8  # bytes of big-endian epoch microseconds at the start of a timed body
+
+
+def quiet_logs() -> None:
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def stamped(payload: bytes) -> bytes:
+    return now_us().to_bytes(STAMP, "big") + payload[STAMP:]
+
+
+def latency_us(body: bytes) -> int:
+    return now_us() - int.from_bytes(body[:STAMP], "big")
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, max(0, round(p / 100 * len(sorted_values)) - 1))
+    return float(sorted_values[index])
+
+
+def rss_mb(pid: int | str = "self") -> float:
+    """Current resident set size (VmRSS) of ``pid`` in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def calibrate() -> float:
+    """CPU milliseconds of a fixed pure-Python workload: how slow this machine is right now
+    (noisy neighbours on 2 shared cores inflate every CPU figure by about this factor)."""
+    cpu = time.process_time()
+    for _ in range(5):
+        d = {str(i): i for i in range(20_000)}
+        json.loads(json.dumps(d))
+        sum(i * i for i in range(50_000))
+    return (time.process_time() - cpu) * 1000
+
+
+def cluster() -> LocalRocketMQ:
+    """The running local cluster, started (2 brokers) when none runs."""
+    found = LocalRocketMQ.attach()
+    if found is not None:
+        return found
+    log("no local RocketMQ running: starting one (2 brokers)")
+    inst = LocalRocketMQ()
+    inst.start(brokers=2)
+    return inst
+
+
+async def prefill(
+    namesrv: str,
+    topic: str,
+    count: int,
+    size: int,
+    *,
+    in_flight: int = 256,
+    batch: int = 16,
+    progress: Callable[[int], None] | None = None,
+) -> float:
+    """Send ``count`` messages of ``size`` bytes fast (batches of ``batch``); returns seconds.
+
+    Each body starts with its send time (epoch microseconds), as for latency runs.
+    """
+    payload = os.urandom(size)
+    sent = 0
+    started = time.perf_counter()
+    workers = max(1, min(64, in_flight // batch))
+    async with Producer("bench_prefill", namesrv, max_in_flight=in_flight) as producer:
+
+        async def worker(n: int) -> None:
+            nonlocal sent
+            while n > 0:
+                k = min(batch, n)
+                msgs = [Message(topic, stamped(payload)) for _ in range(k)]
+                if k == 1:
+                    await producer.send(msgs[0])
+                else:
+                    await producer.send_batch(msgs)
+                n -= k
+                sent += k
+
+        async def report() -> None:
+            while progress is not None:
+                await anyio.sleep(5)
+                progress(sent)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(report)
+            async with anyio.create_task_group() as inner:
+                share, extra = divmod(count, workers)
+                for i in range(workers):
+                    inner.start_soon(worker, share + (1 if i < extra else 0))
+            tg.cancel_scope.cancel()
+    return time.perf_counter() - started
+
+
+@dataclass
+class Child:
+    """A benchmark child process speaking the READY/PROGRESS/RESULT line protocol."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str] | None = None
+    progress_every: float = 5.0
+    result: dict[str, Any] | None = None
+    lines: list[str] = field(default_factory=list)
+    ready: threading.Event = field(default_factory=threading.Event)
+    proc: subprocess.Popen[str] | None = None
+    maxrss_mb: float = float("nan")
+    cpu_total: float = float("nan")
+    returncode: int | None = None
+    _reader: threading.Thread | None = None
+
+    def start(self) -> Child:
+        env = dict(os.environ, **(self.env or {}))
+        self.proc = subprocess.Popen(
+            self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        shown = time.monotonic()
+        for raw in self.proc.stdout:
+            line = raw.rstrip("\n")
+            if line == "READY":
+                self.ready.set()
+            elif line.startswith("RESULT "):
+                self.result = json.loads(line[7:])
+            elif line.startswith("PROGRESS "):
+                if time.monotonic() - shown >= self.progress_every:
+                    shown = time.monotonic()
+                    log(f"  {self.name}: {int(line.split()[1]):,}")
+            else:
+                self.lines.append(line)
+                del self.lines[:-50]
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        if not self.ready.wait(timeout):
+            self.kill()
+            raise RuntimeError(f"{self.name} not ready in {timeout}s:\n" + self.tail())
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """Reap the child (os.wait4: peak RSS, CPU) and return its RESULT."""
+        assert self.proc is not None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"{self.name} did not finish in {timeout}s:\n" + self.tail())
+            time.sleep(0.05)
+        self.proc.returncode = self.returncode = os.waitstatus_to_exitcode(status)
+        self.maxrss_mb = usage.ru_maxrss / 1024
+        self.cpu_total = usage.ru_utime + usage.ru_stime
+        if self._reader is not None:
+            self._reader.join(5)
+        if self.result is None:
+            raise RuntimeError(
+                f"{self.name} exited ({self.returncode}) without RESULT:\n" + self.tail()
+            )
+        return self.result
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+
+    def tail(self) -> str:
+        return "\n".join(self.lines[-20:])
+
+
+def emit_result(data: dict[str, Any]) -> None:
+    print("RESULT " + json.dumps(data), flush=True)
+
+
+def emit(line: str) -> None:
+    print(line, flush=True)

@@ -1,0 +1,130 @@
+"""compare.py's measurements: one child process per client and case."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import _common as c
+import _setup as s
+import anyio
+from consume import summarize
+
+from aiorocket.testing.broker import LocalRocketMQ
+
+PY = sys.executable
+Argv = tuple[list[str], dict[str, str] | None]
+
+
+@dataclass
+class Env:
+    cl: LocalRocketMQ
+    broker: str  # the broker holding the benchmark topics (the proxy's)
+    java: list[str] | None  # java command line up to the main class
+    size: int
+
+    def consumer(self, client: str, topic: str, group: str, n: int, latency: bool) -> Argv:
+        extra = ["--latency"] if latency else []
+        idle = "10" if latency else "20"  # stop after this many seconds without messages
+        if client in ("aiorocket", "aiorocket-iter"):
+            mode = "handler" if client == "aiorocket" else "iter"
+            script = os.path.join(c.HERE, "consume.py")
+            args = [self.cl.namesrv_addr, topic, group, str(n), mode, "--idle-timeout", idle]
+            return [PY, script, "child", *args, *extra], None
+        if client == "java":
+            assert self.java is not None
+            flag = "1" if latency else "0"
+            return [
+                *self.java,
+                "consume",
+                self.cl.namesrv_addr,
+                topic,
+                group,
+                str(n),
+                idle,
+                flag,
+            ], None
+        script = os.path.join(c.HERE, "official.py")
+        args = [self.cl.proxy_grpc, topic, group, str(n), "--idle-timeout", idle]
+        return [s.OFFICIAL_PY, script, "consume", *args, *extra], s.OFFICIAL_ENV
+
+    def producer(self, client: str, mode: str, topic: str, n: int, k: int) -> Argv:
+        args = [topic, str(n), str(self.size), str(k)]
+        if client == "aiorocket":
+            script = os.path.join(c.HERE, "aio_children.py")
+            return [PY, script, mode, self.cl.namesrv_addr, *args], None
+        if client == "java":
+            assert self.java is not None
+            return [*self.java, mode, self.cl.namesrv_addr, *args], None
+        script = os.path.join(c.HERE, "official.py")
+        return [s.OFFICIAL_PY, script, mode, self.cl.proxy_grpc, *args], s.OFFICIAL_ENV
+
+
+def consume(env: Env, client: str, topic: str, n: int) -> dict[str, Any]:
+    """Drain ``n`` pre-filled messages with a fresh group from the first offset."""
+    group = f"bench_{client.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+    if client == "official":
+        anyio.run(s.set_group_offsets, env.cl, topic, group, 0)
+    argv, extra_env = env.consumer(client, topic, group, n, latency=False)
+    child = c.Child(client, argv, extra_env).start()
+    return summarize(child.wait(timeout=7200), child)
+
+
+def produce(env: Env, client: str, topic: str, n: int, in_flight: int) -> dict[str, Any]:
+    argv, extra_env = env.producer(client, "produce", topic, n, in_flight)
+    child = c.Child(f"{client} producer", argv, extra_env).start()
+    r = child.wait(timeout=7200)
+    rate, cpu = r["count"] / r["elapsed"], r["cpu"] / r["count"] * 1e5
+    return {**r, "msgs_per_s": rate, "cpu_per_100k": cpu, "peak_rss_mb": child.maxrss_mb}
+
+
+def latency(env: Env, client: str, rate: int, seconds: float, warmup: float) -> dict[str, Any]:
+    """Paced producer -> consumer of one client on a fresh topic; steady-state percentiles.
+
+    The producer runs ``warmup + seconds``; consumers count latency only for messages sent
+    at least 1 s after their first message arrived (start-up and catch-up excluded).
+    """
+    topic = s.new_topic(env.cl, f"bench_lat_{client}", env.broker)
+    n = int(rate * (seconds + warmup))
+    group = f"bench_lat_{uuid.uuid4().hex[:8]}"
+    if client == "official":
+        anyio.run(lambda: env.cl.create_group(group))  # the proxy wants the group to exist
+    argv, extra_env = env.consumer(client, topic, group, n, latency=True)
+    consumer = c.Child(f"{client} e2e consumer", argv, extra_env).start()
+    consumer.wait_ready()
+    time.sleep(3)
+    argv, extra_env = env.producer(client, "paced", topic, n, rate)
+    p = c.Child(f"{client} paced producer", argv, extra_env).start().wait(timeout=600)
+    r = consumer.wait(timeout=600)
+    return {**r, "producer": p, "rate": rate, "messages": n}
+
+
+def idle(env: Env, topics: int, seconds: float) -> dict[str, Any]:
+    """One aiorocket consumer subscribed to ``topics`` x 8 queues, no traffic."""
+    names = [f"bench_idle_{i:03d}" for i in range(topics)]
+
+    async def create() -> None:
+        for t in names:
+            if not await env.cl.route(t):
+                await env.cl.create_topic(t, queues=8, brokers=[env.broker])
+
+    c.log(f"  creating/checking {len(names)} topics x 8 queues")
+    anyio.run(create)
+    group = f"bench_idle_{uuid.uuid4().hex[:8]}"
+    script = os.path.join(c.HERE, "aio_children.py")
+    argv = [PY, script, "idle", env.cl.namesrv_addr, group, str(seconds), *names]
+    child = c.Child("idle consumer", argv).start()
+    return {**child.wait(timeout=seconds + 300), "peak_rss_mb": child.maxrss_mb}
+
+
+def backlog(env: Env, topic: str, waiting: int, seconds: float, delay: float) -> dict[str, Any]:
+    group = f"bench_backlog_{uuid.uuid4().hex[:8]}"
+    script = os.path.join(c.HERE, "aio_children.py")
+    argv = [PY, script, "backlog", env.cl.namesrv_addr, topic, group, str(seconds), str(delay)]
+    child = c.Child("backlog consumer", argv).start()
+    r = child.wait(timeout=seconds + 300)
+    return {**r, "peak_rss_mb": child.maxrss_mb, "backlog": waiting, "delay": delay}

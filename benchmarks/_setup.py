@@ -1,0 +1,95 @@
+"""compare.py's setup: the Java build, the official client's venv, topics and offsets."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import _common as c
+import anyio
+
+from aiorocket.client.instance import ClientInstance
+from aiorocket.testing.broker import LocalRocketMQ
+
+JAVA_DIR = os.path.join(c.HERE, "java")
+OFFICIAL_VENV = os.path.join(c.HERE, ".venv-official")
+OFFICIAL_PY = os.path.join(OFFICIAL_VENV, "bin", "python")
+#: the official client logs to ~/logs/rocketmq_python: keep that inside its venv
+OFFICIAL_ENV = {"HOME": os.path.join(OFFICIAL_VENV, "home")}
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def build_java(version: str) -> list[str] | None:
+    """``mvn -q package`` once per broker version; the java command line, or None."""
+    from shutil import which
+
+    if not (which("java") and which("mvn")):
+        c.log("java/mvn not found: skipping the Java client")
+        return None
+    target = os.path.join(JAVA_DIR, "target")
+    stamp, cp_file = os.path.join(target, "rmq.version"), os.path.join(target, "classpath.txt")
+    jar = os.path.join(target, "java-bench-1.jar")
+    if not (os.path.exists(jar) and _read(stamp) == version):
+        c.log(f"building the Java benchmark (rocketmq-client {version}) with Maven")
+        argv = ["mvn", "-q", "-B", f"-Drmq.version={version}", "package"]
+        r = subprocess.run(argv, cwd=JAVA_DIR, capture_output=True, text=True)
+        if r.returncode != 0:
+            c.log("Maven build failed, skipping Java:\n" + (r.stdout + r.stderr)[-2000:])
+            return None
+        with open(stamp, "w") as f:
+            f.write(version)
+    cp = jar + ":" + _read(cp_file).strip()
+    home = os.path.join(target, "home")  # the client's logs go to ${user.home}/logs
+    return ["java", f"-Duser.home={home}", "-Xms256m", "-Xmx1g", "-cp", cp, "bench.Bench"]
+
+
+def ensure_official() -> bool:
+    """The official client in its own venv (its grpcio/protobuf pins stay out of ours)."""
+    if os.path.exists(OFFICIAL_PY):
+        return True
+    c.log(f"installing rocketmq-python-client into {OFFICIAL_VENV}")
+    try:
+        subprocess.run([sys.executable, "-m", "venv", OFFICIAL_VENV], check=True)
+        pip = [OFFICIAL_PY, "-m", "pip", "install", "-q", "rocketmq-python-client"]
+        subprocess.run(pip, check=True)
+    except (subprocess.CalledProcessError, OSError) as exc:
+        c.log(f"could not install the official client ({exc}): skipping it")
+        return False
+    return True
+
+
+async def set_group_offsets(cl: LocalRocketMQ, topic: str, group: str, offset: int) -> None:
+    """Give a new group a stored offset on every queue: the proxy's POP starts a new group
+    at the max offset, but starts at the stored offset when there is one."""
+    await cl.create_group(group)
+    async with ClientInstance(cl.namesrv_addr) as client:
+        route = await client.namesrv.get_route(topic)
+        for mq in route.read_queues():
+            addr = route.master_addr(mq.broker_name)
+            assert addr is not None
+            await client.broker.update_consumer_offset(addr, group, mq, offset)
+
+
+def new_topic(cl: LocalRocketMQ, prefix: str, broker: str) -> str:
+    topic = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    anyio.run(lambda: cl.create_topic(topic, queues=8, brokers=[broker]))
+    return topic
+
+
+def prefill(cl: LocalRocketMQ, topic: str, count: int, size: int) -> None:
+    c.log(f"pre-filling {topic} with {count:,} x {size} B")
+
+    def progress(n: int) -> None:
+        c.log(f"  sent {n:,}/{count:,}")
+
+    s = anyio.run(lambda: c.prefill(cl.namesrv_addr, topic, count, size, progress=progress))
+    c.log(f"  done in {s:.1f}s ({count / s:,.0f} msgs/s)")

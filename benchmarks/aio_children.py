@@ -1,0 +1,171 @@
+"""aiorocket child processes of compare.py (the consumer child lives in consume.py).
+
+    aio_children.py produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT   # produce.py's workers
+    aio_children.py paced   NAMESRV TOPIC COUNT SIZE RATE        # timed bodies, fixed rate
+    aio_children.py idle    NAMESRV GROUP SECONDS TOPIC...       # scale case: no traffic
+    aio_children.py backlog NAMESRV TOPIC GROUP SECONDS DELAY    # slow handler on a backlog
+
+Same line protocol as every child: READY, PROGRESS n, RESULT {json}.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import _common as c
+import anyio
+from produce import run_workers
+
+from aiorocket.consumer import Consumer, ConsumerMessage
+from aiorocket.consumer.config import ConsumeFromWhere
+from aiorocket.errors import RocketMQError
+from aiorocket.message import Message
+from aiorocket.producer import Producer
+
+
+async def produce(namesrv: str, topic: str, count: int, size: int, in_flight: int) -> None:
+    body = os.urandom(size)
+    async with Producer("bench_aio_producer", namesrv, max_in_flight=in_flight) as producer:
+        await run_workers(producer, topic, body, min(2000, count), in_flight)  # warm-up
+        c.emit("READY")
+        cpu0 = time.process_time()
+        elapsed, lat = await run_workers(producer, topic, body, count, in_flight)
+        cpu = time.process_time() - cpu0
+    lat.sort()
+    c.emit_result(
+        {
+            "count": len(lat),
+            "elapsed": elapsed,
+            "cpu": cpu,
+            "send_p50_ms": c.percentile(lat, 50) * 1e3,
+            "send_p99_ms": c.percentile(lat, 99) * 1e3,
+        }
+    )
+
+
+async def paced(namesrv: str, topic: str, count: int, size: int, rate: int) -> None:
+    payload = os.urandom(size)
+    failed = 0
+    async with Producer("bench_aio_paced", namesrv) as producer:
+
+        async def send(msg: Message) -> None:
+            nonlocal failed
+            try:
+                await producer.send(msg)
+            except RocketMQError:
+                failed += 1
+
+        c.emit("READY")
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        sent = 0
+        async with anyio.create_task_group() as tg:
+            while sent < count:
+                due = min(count, int((time.perf_counter() - t0) * rate) + 1)
+                while sent < due:
+                    tg.start_soon(send, Message(topic, c.stamped(payload)))
+                    sent += 1
+                await anyio.sleep(0.0005)
+        elapsed = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
+    c.emit_result({"count": count, "elapsed": elapsed, "cpu": cpu, "failed": failed})
+
+
+async def idle(namesrv: str, group: str, seconds: float, topics: list[str]) -> None:
+    """Subscribe to every topic, let start-up settle, then measure CPU and RSS at rest."""
+    rss_before = c.rss_mb()
+
+    async def nop(msg: ConsumerMessage) -> None:
+        return None
+
+    consumer = Consumer(group, namesrv, handler=nop)
+    for t in topics:
+        consumer.subscribe(t)
+    t_start = time.perf_counter()
+    async with consumer:
+        started = time.perf_counter() - t_start
+        queues = len(consumer.assignment())
+        c.emit("READY")
+        await anyio.sleep(min(10.0, seconds / 3))  # settle: first long polls under way
+        rss_settled = c.rss_mb()
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        peak = rss_settled
+        while time.perf_counter() - t0 < seconds:
+            await anyio.sleep(1.0)
+            peak = max(peak, c.rss_mb())
+            c.emit(f"PROGRESS {int(time.perf_counter() - t0)}")
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+        rss_end = c.rss_mb()
+    c.emit_result(
+        {
+            "queues": queues,
+            "start_seconds": started,
+            "seconds": wall,
+            "cpu": cpu,
+            "cpu_percent": 100 * cpu / wall,
+            "rss_before_mb": rss_before,
+            "rss_settled_mb": rss_settled,
+            "rss_end_mb": rss_end,
+            "rss_peak_mb": peak,
+            "rss_growth_mb": rss_end - rss_before,
+            "rss_growth_idle_mb": rss_end - rss_settled,
+        }
+    )
+
+
+async def backlog(namesrv: str, topic: str, group: str, seconds: float, delay: float) -> None:
+    """A slow handler on a big backlog: how far does memory grow?"""
+    consumed = 0
+
+    async def slow(msg: ConsumerMessage) -> None:
+        nonlocal consumed
+        await anyio.sleep(delay)
+        consumed += 1
+
+    consumer = Consumer(
+        group, namesrv, handler=slow, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
+    )
+    consumer.subscribe(topic)
+    peak = rss0 = c.rss_mb()
+    async with consumer:
+        c.emit("READY")
+        t0 = time.perf_counter()
+        cached = 0
+        while time.perf_counter() - t0 < seconds:
+            await anyio.sleep(0.5)
+            peak = max(peak, c.rss_mb())
+            cached = max(cached, sum(s.cached for s in consumer.stats()))
+            c.emit(f"PROGRESS {consumed}")
+        elapsed = time.perf_counter() - t0
+    c.emit_result(
+        {
+            "consumed": consumed,
+            "seconds": elapsed,
+            "rss_start_mb": rss0,
+            "rss_peak_sampled_mb": peak,
+            "max_cached_msgs": cached,
+        }
+    )
+
+
+def main(argv: list[str]) -> None:
+    c.quiet_logs()
+    cmd, namesrv, r = argv[0], argv[1], argv[2:]
+    run: Callable[[], Awaitable[None]]
+    if cmd in ("produce", "paced"):
+        fn = produce if cmd == "produce" else paced
+        run = partial(fn, namesrv, r[0], int(r[1]), int(r[2]), int(r[3]))
+    elif cmd == "idle":
+        run = partial(idle, namesrv, r[0], float(r[1]), r[2:])
+    elif cmd == "backlog":
+        run = partial(backlog, namesrv, r[0], r[1], float(r[2]), float(r[3]))
+    else:
+        raise SystemExit(__doc__)
+    anyio.run(run)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,140 @@
+"""aiorocket vs the Java client and the official Python client on one local cluster (issue 6).
+
+    .venv/bin/python benchmarks/compare.py                 # full: 500,000 x 1 KiB, 1M backlog
+    .venv/bin/python benchmarks/compare.py --quick         # 50,000 msgs, shorter cases
+
+Uses the local RocketMQ of ``python -m aiorocket.testing.broker`` (starts one with 2
+brokers when none runs). Every client runs in its own process; benchmarks/README.md says
+what is measured and how. Prints a table, writes benchmarks/results/compare-<time>.json
+and a PNG chart beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import _common as c
+import _report
+import _runs
+import _setup
+
+RESULTS = os.path.join(c.HERE, "results")
+CASES = {"consume", "produce", "latency", "idle", "backlog"}
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add = p.add_argument
+    add("--quick", action="store_true", help="50k messages, shorter cases")
+    add("--count", type=int, help="pre-filled messages (default 500000, quick 50000)")
+    add("--size", type=int, default=1024)
+    add("--runs", type=int, default=1, help="repeat consume and produce; the table: medians")
+    add("--official-count", type=int, help="the official client consumes min(count, this)")
+    add("--produce-count", type=int, help="messages per producer (default count/2)")
+    add("--in-flight", type=int, default=64)
+    add("--rate", type=int, default=5000, help="paced rate of the e2e latency case")
+    add("--latency-seconds", type=float, help="measured paced seconds (default 10, quick 5)")
+    add("--latency-warmup", type=float, default=5.0, help="paced seconds before that")
+    add("--idle-topics", type=int, default=125, help="x 8 queues for the scale case")
+    add("--idle-seconds", type=float, help="default 30, quick 15")
+    add("--backlog-count", type=int, help="default 1,000,000 (quick: --count)")
+    add("--backlog-seconds", type=float, help="default 30, quick 15")
+    add("--backlog-delay", type=float, default=0.01, help="the slow handler's sleep")
+    add("--skip", default="", help="comma list of java,official and/or cases")
+    add("--only", default="", help="comma list of cases: " + ",".join(sorted(CASES)))
+    a = p.parse_args()
+    q = a.quick
+    a.count = a.count or (50_000 if q else 500_000)
+    a.official_count = min(a.count, a.official_count or 50_000)
+    a.produce_count = a.produce_count or max(10_000, a.count // 2)
+    a.latency_seconds = a.latency_seconds or (5.0 if q else 10.0)
+    a.idle_seconds = a.idle_seconds or (15.0 if q else 30.0)
+    a.backlog_count = max(a.count, a.backlog_count or (a.count if q else 1_000_000))
+    a.backlog_seconds = a.backlog_seconds or (15.0 if q else 30.0)
+    a.skip = set(filter(None, a.skip.split(",")))
+    if a.only:
+        a.skip |= CASES - set(a.only.split(","))
+    return a
+
+
+def measure(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    c.log(f"{name} ...")
+    try:
+        r = fn()
+    except Exception as exc:  # one client failing must not lose the others' figures
+        c.log(f"  FAILED: {exc}")
+        return {"error": str(exc)[-2000:]}
+    keys = ("msgs_per_s", "cpu_per_100k", "peak_rss_mb", "lat_p50_ms", "lat_p99_ms")
+    c.log("  " + ", ".join(f"{k} {r[k]:,.2f}" for k in keys if k in r))
+    return r
+
+
+def main() -> None:
+    a = parse()
+    c.quiet_logs()
+    cl = c.cluster()
+    broker = str(cl.state.get("proxy_broker", next(iter(cl.broker_addrs))))
+    java = None if "java" in a.skip else _setup.build_java(cl.version)
+    official = "official" not in a.skip and _setup.ensure_official()
+    env = _runs.Env(cl, broker, java, a.size)
+    clients = ["aiorocket", "aiorocket-iter"] + ["java"] * bool(java) + ["official"] * official
+    senders = [x for x in clients if x != "aiorocket-iter"]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    meta = {k: v for k, v in vars(a).items() if k != "skip"}
+    meta.update(version=cl.version, started=stamp, broker=broker, cpus=os.cpu_count())
+    meta.update(loadavg_start=os.getloadavg(), calibrate_ms_start=c.calibrate())
+    res: dict[str, Any] = {"meta": meta, "consume": {}, "produce": {}, "latency": {}}
+
+    topic = _setup.new_topic(cl, "bench_compare", broker)
+    if not a.skip >= {"consume", "backlog"}:
+        _setup.prefill(cl, topic, a.count, a.size)
+    for run in range(0 if "consume" in a.skip else a.runs):
+        for cli in clients:
+            if cli == "official" and run > 0:
+                continue  # ~100x slower than the others: once is enough
+            n = a.official_count if cli == "official" else a.count
+            title = f"consume run {run + 1}: {cli} ({n:,} msgs)"
+            r = measure(title, partial(_runs.consume, env, cli, topic, n))
+            res["consume"].setdefault(cli, []).append(r)
+    if "produce" not in a.skip:
+        ptopic = _setup.new_topic(cl, "bench_produce", broker)
+        for run in range(a.runs):
+            for cli in senders:
+                n = min(a.produce_count, a.official_count) if cli == "official" else a.produce_count
+                title = f"produce run {run + 1}: {cli} ({n:,} msgs, {a.in_flight} in flight)"
+                r = measure(title, partial(_runs.produce, env, cli, ptopic, n, a.in_flight))
+                res["produce"].setdefault(cli, []).append(r)
+    if "latency" not in a.skip:
+        secs, warm = a.latency_seconds, a.latency_warmup
+        for cli in senders:
+            title = f"e2e latency: {cli} at {a.rate:,} msg/s for {warm:.0f}+{secs:.0f}s"
+            r = measure(title, partial(_runs.latency, env, cli, a.rate, secs, warm))
+            res["latency"].setdefault(cli, []).append(r)
+    if "idle" not in a.skip:
+        title = f"scale: 1 consumer, {a.idle_topics} x 8 idle queues"
+        res["idle"] = measure(title, partial(_runs.idle, env, a.idle_topics, a.idle_seconds))
+    if "backlog" not in a.skip:
+        if a.backlog_count > a.count:
+            _setup.prefill(cl, topic, a.backlog_count - a.count, a.size)
+        title = f"backlog: {a.backlog_count:,} waiting, slow handler"
+        args = (env, topic, a.backlog_count, a.backlog_seconds, a.backlog_delay)
+        res["backlog"] = measure(title, partial(_runs.backlog, *args))
+    meta.update(loadavg_end=os.getloadavg(), calibrate_ms_end=c.calibrate(), topic=topic)
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"compare-{stamp}.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    print(_report.table(res))
+    print(f"\nJSON  {path}")
+    png = path.replace(".json", ".png")
+    print(f"chart {png}" if _report.chart(res, png) else "no chart: pip install matplotlib")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""Consumer throughput (issue 3): one aiorocket consumer drains a pre-filled topic.
+
+    python benchmarks/consume.py [--count 200000] [--size 1024] [--mode handler|iter|both]
+                                 [--runs 1] [--reuse-topic TOPIC] [--profile FILE[.txt]]
+
+Pre-fills a fresh 8-queue topic on ``broker-a`` of the local cluster (or reuses
+``--reuse-topic``, which must already hold ``--count`` messages), then, for each mode and
+run, starts a child process running one consumer with a fresh group from the first
+offset and prints messages/s, CPU seconds of that process over the consume phase and
+its peak RSS. Only messages delivered to user code are counted.
+
+``handler`` = push consumer with a no-op async handler; ``iter`` = ``async for``.
+The child alone: ``python benchmarks/consume.py child NAMESRV TOPIC GROUP N MODE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+import _common as c
+import anyio
+
+from aiorocket.consumer import Consumer, ConsumerMessage
+from aiorocket.consumer.config import ConsumeFromWhere
+
+
+async def consume(
+    namesrv: str,
+    topic: str,
+    group: str,
+    expected: int,
+    mode: str,
+    *,
+    latency: bool = False,
+    idle_timeout: float = 20.0,
+    settings: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Consume ``expected`` messages; return count, timings, CPU (and latency percentiles)."""
+    count = 0
+    first = last = 0.0
+    lat: list[int] = []
+    steady_us = 0  # latency counts only messages sent 1 s after the first one arrived
+    done = anyio.Event()
+
+    def seen(msg: ConsumerMessage) -> None:
+        nonlocal count, first, last, steady_us
+        count += 1
+        if count == 1:
+            first = time.perf_counter()
+            steady_us = c.now_us() + 1_000_000
+        if latency and int.from_bytes(msg.body[: c.STAMP], "big") >= steady_us:
+            lat.append(c.latency_us(msg.body))
+        if count >= expected:
+            last = time.perf_counter()
+            done.set()
+
+    async def handler(msg: ConsumerMessage) -> None:
+        seen(msg)
+
+    async def watchdog() -> None:
+        shown = idle = 0
+        while not done.is_set():
+            await anyio.sleep(0.5)
+            idle = 0 if count != shown else idle + 1
+            if count != shown:
+                c.emit(f"PROGRESS {count}")
+            shown = count
+            if idle * 0.5 >= (idle_timeout if count else 90.0):  # stalled, or nothing in 90 s
+                done.set()
+
+    consumer = Consumer(
+        group,
+        namesrv,
+        handler=handler if mode == "handler" else None,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        **(settings or {}),
+    )
+    consumer.subscribe(topic)
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    async with consumer, anyio.create_task_group() as tg:
+        c.emit("READY")
+        tg.start_soon(watchdog)
+        if mode == "handler":
+            await done.wait()
+        else:
+            async for msg in consumer:
+                seen(msg)
+                if done.is_set():
+                    break
+        cpu, end = time.process_time() - cpu0, time.perf_counter()
+        tg.cancel_scope.cancel()
+    out: dict[str, Any] = {
+        "count": min(count, expected),
+        "elapsed": end - t0,
+        "first_to_last": (last or end) - first,
+        "startup": first - t0 if first else -1.0,
+        "cpu": cpu,
+    }
+    if latency:
+        lat.sort()
+        out["lat_p50_ms"] = c.percentile(lat, 50) / 1000
+        out["lat_p99_ms"] = c.percentile(lat, 99) / 1000
+        out["lat_samples"] = len(lat)
+    return out
+
+
+def child_main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(prog="consume.py child")
+    p.add_argument("namesrv")
+    p.add_argument("topic")
+    p.add_argument("group")
+    p.add_argument("expected", type=int)
+    p.add_argument("mode", choices=["handler", "iter"])
+    p.add_argument("--latency", action="store_true")
+    p.add_argument("--idle-timeout", type=float, default=20.0)
+    p.add_argument("--profile", default=None, help="FILE.txt: pyinstrument, else cProfile")
+    a = p.parse_args(argv)
+    c.quiet_logs()
+
+    def run() -> dict[str, Any]:
+        kw = {"latency": a.latency, "idle_timeout": a.idle_timeout}
+        return anyio.run(lambda: consume(a.namesrv, a.topic, a.group, a.expected, a.mode, **kw))
+
+    if a.profile and a.profile.endswith(".txt"):  # statistical: pyinstrument's call tree
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.0005)
+        profiler.start()
+        result = run()
+        profiler.stop()
+        with open(a.profile, "w") as f:
+            f.write(profiler.output_text(unicode=True, show_all=False))
+    elif a.profile:  # deterministic: a cProfile dump (pstats)
+        import cProfile
+
+        prof = cProfile.Profile()
+        result = prof.runcall(run)
+        prof.dump_stats(a.profile)
+    else:
+        result = run()
+    c.emit_result(result)
+
+
+def run_child(namesrv: str, topic: str, count: int, mode: str, **kw: Any) -> dict[str, Any]:
+    """One measured consumer run in a fresh process; adds rate, CPU/100k and peak RSS."""
+    group = f"bench_{mode}_{uuid.uuid4().hex[:8]}"
+    argv = [sys.executable, __file__, "child", namesrv, topic, group, str(count), mode]
+    if kw.get("profile"):
+        argv += ["--profile", kw["profile"]]
+    child = c.Child(f"aiorocket {mode}", argv).start()
+    r = child.wait(timeout=kw.get("timeout", 3600))
+    return summarize(r, child)
+
+
+def summarize(r: dict[str, Any], child: c.Child) -> dict[str, Any]:
+    n = r["count"]
+    span = r["first_to_last"] if r["first_to_last"] > 0 else r["elapsed"]
+    return {
+        **r,
+        "msgs_per_s": (n - 1) / span if n > 1 else 0.0,
+        "msgs_per_s_total": n / r["elapsed"],
+        "cpu_per_100k": r["cpu"] / n * 100_000 if n else float("nan"),
+        "us_cpu_per_msg": r["cpu"] / n * 1e6 if n else float("nan"),
+        "peak_rss_mb": child.maxrss_mb,
+        "cpu_process_total": child.cpu_total,
+    }
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "child":
+        child_main(sys.argv[2:])
+        return
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--count", type=int, default=200_000)
+    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--mode", choices=["handler", "iter", "both"], default="both")
+    p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--reuse-topic", default=None)
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="profile the first run: FILE.txt pyinstrument tree, else cProfile dump",
+    )
+    a = p.parse_args()
+    c.quiet_logs()
+    cl = c.cluster()
+    topic = a.reuse_topic
+    if topic is None:
+        topic = f"bench_consume_{uuid.uuid4().hex[:8]}"
+
+        async def fill() -> None:
+            await cl.create_topic(topic, queues=8, brokers=[next(iter(cl.broker_addrs))])
+            c.log(f"pre-filling {topic} with {a.count:,} x {a.size} B")
+            s = await c.prefill(
+                cl.namesrv_addr, topic, a.count, a.size, progress=lambda n: c.log(f"  sent {n:,}")
+            )
+            c.log(f"pre-filled in {s:.1f}s ({a.count / s:,.0f} msgs/s)")
+
+        anyio.run(fill)
+    modes = ["handler", "iter"] if a.mode == "both" else [a.mode]
+    rates: dict[str, list[float]] = {m: [] for m in modes}
+    for i in range(a.runs):
+        for mode in modes:
+            prof = a.profile if i == 0 and a.profile else None
+            r = run_child(cl.namesrv_addr, topic, a.count, mode, profile=prof)
+            rates[mode].append(r["msgs_per_s"])
+            print(
+                f"{mode:<8} run {i + 1}: {r['count']:,} msgs, {r['msgs_per_s']:,.0f} msgs/s "
+                f"(incl. start-up {r['msgs_per_s_total']:,.0f}), CPU {r['cpu']:.2f}s "
+                f"= {r['us_cpu_per_msg']:.1f} µs/msg, peak RSS {r['peak_rss_mb']:.0f} MiB",
+                flush=True,
+            )
+    for mode, xs in rates.items():
+        print(f"{mode:<8} median {statistics.median(xs):,.0f} msgs/s over {len(xs)} run(s)")
+    print(f"topic {topic} (reuse with --reuse-topic {topic} --count {a.count})")
+
+
+if __name__ == "__main__":
+    main()

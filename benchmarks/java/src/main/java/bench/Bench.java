@@ -1,0 +1,234 @@
+package bench;
+
+import java.lang.management.ManagementFactory;
+import java.nio.ByteBuffer;
+import java.time.Instant;
+import java.util.Arrays;
+import java.util.Random;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendCallback;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+
+/**
+ * The Java side of benchmarks/compare.py. Prints "READY" once started, "PROGRESS n" now
+ * and then, and one final line "RESULT {json}". CPU is this JVM's process CPU time
+ * (all threads: client, JIT, GC) over the measured phase.
+ *
+ * <pre>
+ * consume NAMESRV TOPIC GROUP EXPECTED IDLE_SECONDS LATENCY(0|1)
+ * produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT
+ * paced   NAMESRV TOPIC COUNT SIZE RATE
+ * </pre>
+ */
+public final class Bench {
+  private static final com.sun.management.OperatingSystemMXBean OS =
+      (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
+
+  public static void main(String[] args) throws Exception {
+    switch (args[0]) {
+      case "consume" -> consume(args[1], args[2], args[3], Integer.parseInt(args[4]),
+          Integer.parseInt(args[5]), args[6].equals("1"));
+      case "produce" -> produce(args[1], args[2], Integer.parseInt(args[3]),
+          Integer.parseInt(args[4]), Integer.parseInt(args[5]));
+      case "paced" -> paced(args[1], args[2], Integer.parseInt(args[3]),
+          Integer.parseInt(args[4]), Integer.parseInt(args[5]));
+      default -> throw new IllegalArgumentException(args[0]);
+    }
+    System.exit(0);
+  }
+
+  static long nowMicros() {
+    Instant now = Instant.now();
+    return now.getEpochSecond() * 1_000_000L + now.getNano() / 1000;
+  }
+
+  static void consume(String namesrv, String topic, String group, int expected, int idle,
+      boolean latency) throws Exception {
+    AtomicInteger count = new AtomicInteger();
+    AtomicLong firstNs = new AtomicLong();
+    AtomicLong lastNs = new AtomicLong();
+    long[] lat = new long[latency ? expected : 0];
+    AtomicInteger samples = new AtomicInteger();
+    AtomicLong steadyUs = new AtomicLong(Long.MAX_VALUE); // count messages sent 1 s after
+    // the first one arrived
+    DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+    consumer.setNamesrvAddr(namesrv);
+    consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+    consumer.subscribe(topic, "*");
+    consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+      for (MessageExt m : msgs) {
+        long t = System.nanoTime();
+        if (firstNs.compareAndSet(0, t)) {
+          steadyUs.set(nowMicros() + 1_000_000);
+        }
+        int n = count.incrementAndGet();
+        if (latency && m.getBody().length >= 8) {
+          long stamp = ByteBuffer.wrap(m.getBody(), 0, 8).getLong();
+          if (stamp >= steadyUs.get()) {
+            int i = samples.getAndIncrement();
+            if (i < lat.length) {
+              lat[i] = nowMicros() - stamp;
+            }
+          }
+        }
+        if (n <= expected) {
+          lastNs.set(t);
+        }
+      }
+      return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+    });
+    long cpu0 = OS.getProcessCpuTime();
+    long t0 = System.nanoTime();
+    consumer.start();
+    System.out.println("READY");
+    System.out.flush();
+    int seen = 0;
+    long progressAt = System.nanoTime();
+    while (count.get() < expected) {
+      Thread.sleep(50);
+      int n = count.get();
+      long now = System.nanoTime();
+      if (n != seen) {
+        seen = n;
+        progressAt = now;
+      } else if (now - progressAt > TimeUnit.SECONDS.toNanos(n == 0 ? 90 : idle)) {
+        break; // stalled (or nothing at all within 90 s)
+      }
+      if (now / 1_000_000_000L != (now - 50_000_000L) / 1_000_000_000L) {
+        System.out.println("PROGRESS " + n);
+        System.out.flush();
+      }
+    }
+    long cpu = OS.getProcessCpuTime() - cpu0;
+    long end = System.nanoTime();
+    int n = Math.min(count.get(), expected);
+    StringBuilder sb = new StringBuilder();
+    sb.append("{\"count\":").append(n)
+        .append(",\"elapsed\":").append((end - t0) / 1e9)
+        .append(",\"first_to_last\":").append((lastNs.get() - firstNs.get()) / 1e9)
+        .append(",\"startup\":").append(firstNs.get() == 0 ? -1 : (firstNs.get() - t0) / 1e9)
+        .append(",\"cpu\":").append(cpu / 1e9);
+    if (latency) {
+      long[] s = Arrays.copyOf(lat, Math.min(samples.get(), lat.length));
+      Arrays.sort(s);
+      sb.append(",\"lat_p50_ms\":").append(pct(s, 50) / 1000.0)
+          .append(",\"lat_p99_ms\":").append(pct(s, 99) / 1000.0)
+          .append(",\"lat_samples\":").append(s.length);
+    }
+    sb.append('}');
+    System.out.println("RESULT " + sb);
+    System.out.flush();
+    consumer.shutdown();
+  }
+
+  static long pct(long[] sorted, double p) {
+    if (sorted.length == 0) {
+      return -1;
+    }
+    int i = (int) Math.round(p / 100 * sorted.length) - 1;
+    return sorted[Math.max(0, Math.min(sorted.length - 1, i))];
+  }
+
+  static DefaultMQProducer producer(String namesrv) throws Exception {
+    DefaultMQProducer p = new DefaultMQProducer("bench_java_producer");
+    p.setNamesrvAddr(namesrv);
+    p.setCompressMsgBodyOverHowmuch(Integer.MAX_VALUE);
+    p.start();
+    return p;
+  }
+
+  static byte[] body(int size, Random rnd) {
+    byte[] b = new byte[size];
+    rnd.nextBytes(b);
+    return b;
+  }
+
+  static void produce(String namesrv, String topic, int count, int size, int inFlight)
+      throws Exception {
+    DefaultMQProducer p = producer(namesrv);
+    byte[] payload = body(size, new Random(1));
+    Semaphore slots = new Semaphore(inFlight);
+    AtomicInteger failed = new AtomicInteger();
+    SendCallback cb = new SendCallback() {
+      @Override public void onSuccess(SendResult r) {
+        slots.release();
+      }
+
+      @Override public void onException(Throwable e) {
+        failed.incrementAndGet();
+        slots.release();
+      }
+    };
+    for (int i = 0; i < 2000; i++) { // warm-up, not measured
+      slots.acquire();
+      p.send(new Message(topic, payload), cb);
+    }
+    slots.acquire(inFlight);
+    slots.release(inFlight);
+    System.out.println("READY");
+    long cpu0 = OS.getProcessCpuTime();
+    long t0 = System.nanoTime();
+    for (int i = 0; i < count; i++) {
+      slots.acquire();
+      p.send(new Message(topic, payload), cb);
+      if (i % 50_000 == 0) {
+        System.out.println("PROGRESS " + i);
+      }
+    }
+    slots.acquire(inFlight);
+    long elapsed = System.nanoTime() - t0;
+    long cpu = OS.getProcessCpuTime() - cpu0;
+    System.out.println("RESULT {\"count\":" + count + ",\"elapsed\":" + elapsed / 1e9
+        + ",\"cpu\":" + cpu / 1e9 + ",\"failed\":" + failed.get() + "}");
+    System.out.flush();
+    p.shutdown();
+  }
+
+  static void paced(String namesrv, String topic, int count, int size, int rate)
+      throws Exception {
+    DefaultMQProducer p = producer(namesrv);
+    byte[] payload = body(size, new Random(2));
+    AtomicInteger failed = new AtomicInteger();
+    SendCallback cb = new SendCallback() {
+      @Override public void onSuccess(SendResult r) {}
+
+      @Override public void onException(Throwable e) {
+        if (failed.incrementAndGet() == 1) {
+          System.out.println("first send error: " + e);
+        }
+      }
+    };
+    System.out.println("READY");
+    long cpu0 = OS.getProcessCpuTime();
+    long t0 = System.nanoTime();
+    int sent = 0;
+    while (sent < count) {
+      long due = Math.min(count, (System.nanoTime() - t0) * rate / 1_000_000_000L + 1);
+      while (sent < due) {
+        byte[] b = payload.clone();
+        ByteBuffer.wrap(b).putLong(0, nowMicros());
+        p.send(new Message(topic, b), cb);
+        sent++;
+      }
+      LockSupport.parkNanos(200_000);
+    }
+    long elapsed = System.nanoTime() - t0;
+    Thread.sleep(500);
+    long cpu = OS.getProcessCpuTime() - cpu0;
+    System.out.println("RESULT {\"count\":" + count + ",\"elapsed\":" + elapsed / 1e9
+        + ",\"cpu\":" + cpu / 1e9 + ",\"failed\":" + failed.get() + "}");
+    System.out.flush();
+    p.shutdown();
+  }
+}
