@@ -451,7 +451,14 @@ async def test_flow_control_bounds_the_cache(
             with anyio.fail_after(30):
                 await entered.wait()
             entered = anyio.Event()
-            cached = sum(s.cached for s in consumer.stats() if s.queue.topic == topic)
+
+            def cached_now() -> int:
+                return sum(s.cached for s in consumer.stats() if s.queue.topic == topic)
+
+            if handled == 0:
+                # While the first handler is held, pulling fills the cache to its limit.
+                await eventually(lambda: cached_now() >= threshold, timeout=30)
+            cached = cached_now()
             peak = max(peak, cached)
             # A pull starts only below the threshold and adds at most one batch.
             assert cached <= threshold + batch - 1
