@@ -8,7 +8,9 @@ import anyio
 
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.results import SendResult
+from aiorocket.errors import BrokerResponseError
 from aiorocket.message import Message, MessageQueue
+from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.message_codec import create_unique_id, encode_properties
 
 
@@ -27,15 +29,23 @@ async def send_raw(
     uniq = create_unique_id()
     props = msg.wire_properties()
     props["UNIQ_KEY"] = uniq
-    return await client.broker.send_message(
-        addr,
-        mq,
-        msg.body if body is None else body,
-        encode_properties(props),
-        producer_group="it-producer",
-        msg_id=uniq,
-        sys_flag=sys_flag,
-    )
+    for attempt in range(10):
+        try:
+            return await client.broker.send_message(
+                addr,
+                mq,
+                msg.body if body is None else body,
+                encode_properties(props),
+                producer_group="it-producer",
+                msg_id=uniq,
+                sys_flag=sys_flag,
+            )
+        except BrokerResponseError as exc:
+            # A loaded broker sheds load with SYSTEM_BUSY; the message was not stored.
+            if exc.code != ResponseCode.SYSTEM_BUSY or attempt == 9:
+                raise
+            await anyio.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 async def eventually(
