@@ -81,7 +81,7 @@ def table(results: dict[str, Any]) -> str:
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
     text = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in lines]
     text.insert(1, "  ".join("-" * w for w in widths))
-    extra = []
+    extra = notes(results)
     if "queues" in results.get("idle", {}):
         i = results["idle"]
         extra.append(
@@ -98,6 +98,25 @@ def table(results: dict[str, Any]) -> str:
             f"max cached {b['max_cached_msgs']:,} msgs; target <300 MB"
         )
     return "\n".join(text + extra)
+
+
+def notes(results: dict[str, Any]) -> list[str]:
+    """Failures and caveats that the medians hide."""
+    out = []
+    for case in ("consume", "produce", "latency"):
+        for client, runs in results.get(case, {}).items():
+            for r in runs:
+                if "error" in r:
+                    out.append(f"{case} {client}: FAILED: {r['error'].splitlines()[0][:150]}")
+                elif case == "latency":
+                    p = r.get("producer", {})
+                    out.append(
+                        f"latency {client}: {r.get('lat_samples', 0):,} steady samples of "
+                        f"{r['count']:,} received / {r['messages']:,} paced at {r['rate']:,}/s; "
+                        f"sends failed: {p.get('failed', 0):,}; producer took "
+                        f"{p.get('elapsed', 0):.1f}s"
+                    )
+    return out
 
 
 def chart(results: dict[str, Any], path: str) -> bool:

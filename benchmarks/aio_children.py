@@ -48,8 +48,11 @@ async def produce(namesrv: str, topic: str, count: int, size: int, in_flight: in
 
 
 async def paced(namesrv: str, topic: str, count: int, size: int, rate: int) -> None:
+    """Send at ``rate`` with timed bodies; at most 512 sends in flight (beyond that the
+    pacing loop waits, so an overloaded producer falls behind instead of timing out)."""
     payload = os.urandom(size)
     failed = 0
+    slots = anyio.Semaphore(512)
     async with Producer("bench_aio_paced", namesrv) as producer:
 
         async def send(msg: Message) -> None:
@@ -58,6 +61,8 @@ async def paced(namesrv: str, topic: str, count: int, size: int, rate: int) -> N
                 await producer.send(msg)
             except RocketMQError:
                 failed += 1
+            finally:
+                slots.release()
 
         c.emit("READY")
         cpu0, t0 = time.process_time(), time.perf_counter()
@@ -66,6 +71,7 @@ async def paced(namesrv: str, topic: str, count: int, size: int, rate: int) -> N
             while sent < count:
                 due = min(count, int((time.perf_counter() - t0) * rate) + 1)
                 while sent < due:
+                    await slots.acquire()
                     tg.start_soon(send, Message(topic, c.stamped(payload)))
                     sent += 1
                 await anyio.sleep(0.0005)

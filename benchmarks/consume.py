@@ -128,7 +128,11 @@ def child_main(argv: list[str]) -> None:
 
     if a.profile and a.profile.endswith(".txt"):  # statistical: pyinstrument's call tree
         from pyinstrument import Profiler
+        from pyinstrument.stack_sampler import get_stack_sampler
 
+        # Sample CPU time, not wall time: on a busy machine wall time mostly measures
+        # preemption inside syscalls.
+        get_stack_sampler().timer_func = time.process_time
         profiler = Profiler(interval=0.0005)
         profiler.start()
         result = run()
@@ -166,6 +170,7 @@ def summarize(r: dict[str, Any], child: c.Child) -> dict[str, Any]:
         "msgs_per_s_total": n / r["elapsed"],
         "cpu_per_100k": r["cpu"] / n * 100_000 if n else float("nan"),
         "us_cpu_per_msg": r["cpu"] / n * 1e6 if n else float("nan"),
+        "cpu_util": r["cpu"] / r["elapsed"],  # < 1: waiting on the broker or the CPU
         "peak_rss_mb": child.maxrss_mb,
         "cpu_process_total": child.cpu_total,
     }
@@ -204,19 +209,25 @@ def main() -> None:
         anyio.run(fill)
     modes = ["handler", "iter"] if a.mode == "both" else [a.mode]
     rates: dict[str, list[float]] = {m: [] for m in modes}
+    cpus: dict[str, list[float]] = {m: [] for m in modes}
     for i in range(a.runs):
         for mode in modes:
             prof = a.profile if i == 0 and a.profile else None
             r = run_child(cl.namesrv_addr, topic, a.count, mode, profile=prof)
             rates[mode].append(r["msgs_per_s"])
+            cpus[mode].append(r["us_cpu_per_msg"])
             print(
                 f"{mode:<8} run {i + 1}: {r['count']:,} msgs, {r['msgs_per_s']:,.0f} msgs/s "
                 f"(incl. start-up {r['msgs_per_s_total']:,.0f}), CPU {r['cpu']:.2f}s "
-                f"= {r['us_cpu_per_msg']:.1f} µs/msg, peak RSS {r['peak_rss_mb']:.0f} MiB",
+                f"= {r['us_cpu_per_msg']:.1f} µs/msg ({r['cpu_util']:.0%} of a core), "
+                f"peak RSS {r['peak_rss_mb']:.0f} MiB",
                 flush=True,
             )
     for mode, xs in rates.items():
-        print(f"{mode:<8} median {statistics.median(xs):,.0f} msgs/s over {len(xs)} run(s)")
+        print(
+            f"{mode:<8} median {statistics.median(xs):,.0f} msgs/s, "
+            f"{statistics.median(cpus[mode]):.1f} µs CPU/msg over {len(xs)} run(s)"
+        )
     print(f"topic {topic} (reuse with --reuse-topic {topic} --count {a.count})")
 
 

@@ -80,6 +80,21 @@ async def _in_loop(event: Callable[[], None], track: Callable[[], None], n: int)
     show("anyio.Event() creation", per_op(event, n))
     show("OffsetTracker add (per msg, batches of 32) + done", per_op(track, n))
 
+    async def clock() -> None:
+        for _ in range(n):
+            anyio.current_time()
+
+    show("anyio.current_time() (sniffio backend lookup each call)", await aper_op(clock, n))
+
+    async def noop() -> None:
+        return None
+
+    async def awaits() -> None:
+        for _ in range(n):
+            await noop()
+
+    show("await of a trivial coroutine (e.g. settle's success path)", await aper_op(awaits, n))
+
     async def scopes() -> None:
         for _ in range(n):
             with anyio.move_on_after(900):  # noqa: ASYNC100

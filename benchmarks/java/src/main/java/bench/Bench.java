@@ -62,35 +62,51 @@ public final class Bench {
     AtomicInteger samples = new AtomicInteger();
     AtomicLong steadyUs = new AtomicLong(Long.MAX_VALUE); // count messages sent 1 s after
     // the first one arrived
-    DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
-    consumer.setNamesrvAddr(namesrv);
-    consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-    consumer.subscribe(topic, "*");
-    consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
-      for (MessageExt m : msgs) {
-        long t = System.nanoTime();
-        if (firstNs.compareAndSet(0, t)) {
-          steadyUs.set(nowMicros() + 1_000_000);
-        }
-        int n = count.incrementAndGet();
-        if (latency && m.getBody().length >= 8) {
-          long stamp = ByteBuffer.wrap(m.getBody(), 0, 8).getLong();
-          if (stamp >= steadyUs.get()) {
-            int i = samples.getAndIncrement();
-            if (i < lat.length) {
-              lat[i] = nowMicros() - stamp;
+    java.util.concurrent.Callable<DefaultMQPushConsumer> make = () -> {
+      DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+      consumer.setNamesrvAddr(namesrv);
+      consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+      consumer.subscribe(topic, "*");
+      consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+        for (MessageExt m : msgs) {
+          long t = System.nanoTime();
+          if (firstNs.compareAndSet(0, t)) {
+            steadyUs.set(nowMicros() + 1_000_000);
+          }
+          int n = count.incrementAndGet();
+          if (latency && m.getBody().length >= 8) {
+            long stamp = ByteBuffer.wrap(m.getBody(), 0, 8).getLong();
+            if (stamp >= steadyUs.get()) {
+              int i = samples.getAndIncrement();
+              if (i < lat.length) {
+                lat[i] = nowMicros() - stamp;
+              }
             }
           }
+          if (n <= expected) {
+            lastNs.set(t);
+          }
         }
-        if (n <= expected) {
-          lastNs.set(t);
-        }
-      }
-      return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-    });
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+      });
+      return consumer;
+    };
     long cpu0 = OS.getProcessCpuTime();
     long t0 = System.nanoTime();
-    consumer.start();
+    DefaultMQPushConsumer consumer = make.call();
+    for (int attempt = 1; ; attempt++) { // start() throws when the route query times out
+      try {
+        consumer.start();
+        break;
+      } catch (IllegalStateException | org.apache.rocketmq.client.exception.MQClientException e) {
+        if (attempt == 3) {
+          throw e;
+        }
+        System.out.println("consumer start failed, retrying: " + e);
+        consumer.shutdown();
+        consumer = make.call();
+      }
+    }
     System.out.println("READY");
     System.out.flush();
     int seen = 0;
