@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import fields
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -26,6 +25,7 @@ import anyio.abc
 import anyio.lowlevel
 
 from aiorocket._log import get_logger
+from aiorocket._settings import apply_settings, check_group
 from aiorocket._signal import Signal
 from aiorocket.client.instance import ClientInstance, make_client_id
 from aiorocket.consumer import dispatch, locks, membership
@@ -102,17 +102,10 @@ class Consumer:
         instance_name: str | None = None,
         **settings: Any,
     ) -> None:
-        if not group or any(c in group for c in " \t\r\n%"):
-            raise ConfigError(f"invalid consumer group {group!r}")
+        check_group(group, "consumer")
         if handler is not None and batch_handler is not None:
             raise ConfigError("pass either handler or batch_handler, not both")
-        cfg = config or ConsumerConfig()
-        known = {f.name for f in fields(ConsumerConfig)}
-        for name, value in settings.items():
-            if name not in known:
-                raise ConfigError(f"unknown consumer setting {name!r}")
-            setattr(cfg, name, value)
-        cfg.validate()
+        cfg = apply_settings(config or ConsumerConfig(), settings, "consumer")
         self.group = group
         self.config = cfg
         self.allocate = allocate

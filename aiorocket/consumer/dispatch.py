@@ -128,15 +128,25 @@ async def consume_batch(consumer: Consumer, batch: list[ConsumerMessage], slot: 
     live = [m for m in batch if not m._settled and m._generation == generation]
     if not live:
         return
-    cfg = consumer.config
-    level: int | None = None
     pq.running += 1
-    slot.deadline = anyio.current_time() + cfg.consume_timeout
+    slot.deadline = anyio.current_time() + consumer.config.consume_timeout
     slot.batch = live
+    level, _ = await _call(consumer, pq, live)
+    slot.batch = None  # not reached when cancelled: the worker settles the timeout
+    pq.running -= 1
+    pq.notify()
+    for m in live:
+        await consumer.settle(m, level)
+
+
+async def _call(
+    consumer: Consumer, pq: ProcessQueue, live: list[ConsumerMessage]
+) -> tuple[int | None, float | None]:
+    """One handler call: (failure delay level or None on success, orderly suspend)."""
+    cfg = consumer.config
     try:
-        level = failure_delay_level(await invoke(consumer, live), cfg.retry_delay_level)
+        result = await invoke(consumer, live)
     except Exception as exc:
-        level = cfg.retry_delay_level
         consumer.log.warning(
             "handler_failed",
             topic=pq.mq.topic,
@@ -145,11 +155,9 @@ async def consume_batch(consumer: Consumer, batch: list[ConsumerMessage], slot: 
             offset=live[0].queue_offset,
             error=repr(exc),
         )
-    slot.batch = None  # not reached when cancelled: the worker settles the timeout
-    pq.running -= 1
-    pq.notify()
-    for m in live:
-        await consumer.settle(m, level)
+        return cfg.retry_delay_level, None
+    suspend = result.suspend if isinstance(result, Reconsume) else None
+    return failure_delay_level(result, cfg.retry_delay_level), suspend
 
 
 async def run_handler(
@@ -162,21 +170,7 @@ async def run_handler(
     pq.running += 1
     try:
         with anyio.move_on_after(cfg.consume_timeout) as scope:
-            try:
-                result = await invoke(consumer, live)
-                level = failure_delay_level(result, cfg.retry_delay_level)
-                if isinstance(result, Reconsume):
-                    suspend = result.suspend
-            except Exception as exc:
-                level = cfg.retry_delay_level
-                consumer.log.warning(
-                    "handler_failed",
-                    topic=pq.mq.topic,
-                    broker=pq.mq.broker_name,
-                    queue=pq.mq.queue_id,
-                    offset=live[0].queue_offset,
-                    error=repr(exc),
-                )
+            level, suspend = await _call(consumer, pq, live)
         if scope.cancelled_caught:
             level = cfg.retry_delay_level
             consumer.log.warning(

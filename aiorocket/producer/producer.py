@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import fields
 from types import TracebackType
 from typing import Any
 
@@ -21,6 +20,7 @@ import anyio
 import anyio.abc
 
 from aiorocket._log import get_logger
+from aiorocket._settings import apply_settings, check_group
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.results import SendResult, SendStatus
 from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError
@@ -72,15 +72,10 @@ class Producer:
         client_id: str | None = None,
         **settings: Any,
     ) -> None:
-        if not group or any(c in group for c in " \t\r\n%") or group == "DEFAULT_PRODUCER":
+        check_group(group, "producer")
+        if group == "DEFAULT_PRODUCER":  # reserved by the broker
             raise ConfigError(f"invalid producer group {group!r}")
-        cfg = config or ProducerConfig()
-        known = {f.name for f in fields(ProducerConfig)}
-        for name, value in settings.items():
-            if name not in known:
-                raise ConfigError(f"unknown producer setting {name!r}")
-            setattr(cfg, name, value)
-        cfg.validate()
+        cfg = apply_settings(config or ProducerConfig(), settings, "producer")
         self.group = group
         self.config = cfg
         #: per-broker latency record, consulted when ``latency_fault_tolerance`` is on;
