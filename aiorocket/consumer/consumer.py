@@ -32,6 +32,7 @@ from aiorocket.consumer import dispatch, locks, membership
 from aiorocket.consumer import rebalance as _rebalance
 from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
 from aiorocket.consumer.config import ConsumerConfig, MessageModel
+from aiorocket.consumer.dispatch import is_async_callable
 from aiorocket.consumer.local_offsets import LocalFileOffsetStore, default_offset_dir
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.offset_store import OffsetStore, RemoteOffsetStore
@@ -123,6 +124,7 @@ class Consumer:
         self.pending_locks = False
         self.handler_fn: Callable[..., Any] | None = handler or batch_handler
         self.batch_mode = batch_handler is not None
+        self.handler_is_async = is_async_callable(self.handler_fn)
         self.subscriptions: dict[str, Subscription] = {}
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self.log = get_logger("consumer", group=group)
@@ -160,6 +162,7 @@ class Consumer:
         if self._client is not None:
             raise ConfigError("set the handler before starting the consumer")
         self.handler_fn, self.batch_mode = fn, False
+        self.handler_is_async = is_async_callable(fn)
         return fn
 
     @property

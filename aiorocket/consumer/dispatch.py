@@ -8,6 +8,7 @@ concurrency without a semaphore; this replaces the Java consume thread pool.
 from __future__ import annotations
 
 import inspect
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -70,7 +71,7 @@ async def consume_timeout_watchdog(consumer: Consumer, slots: list[WorkerSlot]) 
     interval = min(max(timeout / 10, 0.05), 1.0)
     while True:
         await anyio.sleep(interval)
-        now = anyio.current_time()
+        now = time.monotonic()  # the same clock as the deadlines, cheaper than anyio's
         for slot in slots:
             if slot.batch is not None and now >= slot.deadline and slot.scope is not None:
                 slot.timed_out = True
@@ -129,7 +130,7 @@ async def consume_batch(consumer: Consumer, batch: list[ConsumerMessage], slot: 
     if not live:
         return
     pq.running += 1
-    slot.deadline = anyio.current_time() + consumer.config.consume_timeout
+    slot.deadline = time.monotonic() + consumer.config.consume_timeout
     slot.batch = live
     level, _ = await _call(consumer, pq, live)
     slot.batch = None  # not reached when cancelled: the worker settles the timeout
@@ -190,7 +191,7 @@ async def invoke(consumer: Consumer, live: list[ConsumerMessage]) -> HandlerResu
     handler = consumer.handler_fn
     assert handler is not None
     arg: Any = live if consumer.batch_mode else live[0]
-    if is_async_callable(handler):
+    if consumer.handler_is_async:
         return await handler(arg)  # type: ignore[no-any-return]
     result = await anyio.to_thread.run_sync(
         handler, arg, abandon_on_cancel=True, limiter=consumer.thread_limiter

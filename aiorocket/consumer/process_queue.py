@@ -82,7 +82,7 @@ class ProcessQueue:
     def on_pulled(self, messages: list[MessageExt], next_offset: int) -> None:
         self.tracker.add([m.queue_offset for m in messages], next_offset)
         self.cached_count += len(messages)
-        self.cached_bytes += sum(len(m.body) for m in messages)
+        self.cached_bytes += sum(map(len, [m.body for m in messages]))
         self.pulled_total += len(messages)
 
     def on_done(self, msg: MessageExt, generation: int) -> bool:

@@ -40,6 +40,7 @@ async def pull_loop(
         # Without a registered heartbeat subscription (SQL92 filters, the pull consumer)
         # the broker needs the expression with every request.
         with_sub = sub.expression_type != "TAG" or consumer.pull_mode
+        filter_tags = not sub.matches_all
         while not pq.dropped:
             if pq.paused:
                 await pq.wait_changed()
@@ -98,7 +99,7 @@ async def pull_loop(
                     if m.queue_offset < offset:
                         continue  # inner-batch records before the requested offset
                     assert isinstance(m, ConsumerMessage)
-                    if not sub.accepts_tag(m.tags):
+                    if filter_tags and not sub.accepts_tag(m.tags):
                         continue
                     if is_retry_topic:
                         original = m.properties.get(PROPERTY_RETRY_TOPIC)

@@ -34,7 +34,9 @@ async def rebalance(consumer: Consumer) -> None:
 
 
 async def rebalance_topic(consumer: Consumer, topic: str, sub: Subscription) -> None:
-    route = await consumer.client.namesrv.query_route(topic)
+    # The cached route: the NameServer client refreshes it every 30 s (as Java does), so
+    # a rebalance pass over many topics costs no route queries.
+    route = await consumer.client.namesrv.get_route(topic)
     all_queues = route.read_queues()
     if consumer.manual_assignment is not None:
         mine = {mq for mq in consumer.manual_assignment if mq.topic == topic}
