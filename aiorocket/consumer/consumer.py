@@ -465,10 +465,16 @@ class Consumer:
                     offset=msg.queue_offset,
                     attempts=msg.reconsume_times + 1,
                 )
-            elif not await self._send_back(pq, msg, delay_level):
-                msg._settled = False
-                self._retry_locally(msg)
-                return
+            else:
+                try:
+                    sent = await self._send_back(pq, msg, delay_level)
+                except BaseException:
+                    msg._settled = False  # interrupted: still unsettled, never committed
+                    raise
+                if not sent:
+                    msg._settled = False
+                    self._retry_locally(msg)
+                    return
         pq.on_done(msg, msg._generation)
         if self.config.pull_threshold_for_all is not None:
             self._capacity.notify()
