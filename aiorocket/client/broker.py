@@ -47,6 +47,31 @@ def _check(resp: RemotingCommand, request_code: int) -> RemotingCommand:
     return resp
 
 
+def create_topic_fields(
+    topic: str,
+    *,
+    read_queues: int,
+    write_queues: int,
+    perm: int,
+    order: bool,
+    attributes: str | None,
+) -> dict[str, str]:
+    """The UPDATE_AND_CREATE_TOPIC header (shared with the test-cluster admin helpers)."""
+    ext = {
+        "topic": topic,
+        "defaultTopic": DEFAULT_TOPIC,
+        "readQueueNums": str(read_queues),
+        "writeQueueNums": str(write_queues),
+        "perm": str(perm),
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": "0",
+        "order": "true" if order else "false",
+    }
+    if attributes:
+        ext["attributes"] = attributes
+    return ext
+
+
 def _mq_json(mq: MessageQueue) -> dict[str, Any]:
     return {"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id}
 
@@ -404,18 +429,14 @@ class BrokerClient:
         order: bool = False,
         attributes: str | None = None,
     ) -> None:
-        ext = {
-            "topic": topic,
-            "defaultTopic": DEFAULT_TOPIC,
-            "readQueueNums": str(read_queues),
-            "writeQueueNums": str(write_queues),
-            "perm": str(perm),
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": "0",
-            "order": "true" if order else "false",
-        }
-        if attributes:
-            ext["attributes"] = attributes
+        ext = create_topic_fields(
+            topic,
+            read_queues=read_queues,
+            write_queues=write_queues,
+            perm=perm,
+            order=order,
+            attributes=attributes,
+        )
         _check(
             await self._call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext),
             RequestCode.UPDATE_AND_CREATE_TOPIC,

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from aiorocket.client.broker import create_topic_fields
 from aiorocket.errors import RocketMQError
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
@@ -19,7 +20,6 @@ from aiorocket.remoting.connection import Connection
 
 #: Not (yet) in aiorocket.protocol.codes; RequestCode.java.
 GET_SUBSCRIPTIONGROUP_CONFIG = 352
-DEFAULT_TOPIC = "TBW102"
 PERM_READ_WRITE = 6
 
 
@@ -104,18 +104,14 @@ async def create_topic_on(
     timeout: float = 5.0,
 ) -> None:
     """UPDATE_AND_CREATE_TOPIC (17) on one broker (protocol doc B.10)."""
-    ext = {
-        "topic": topic,
-        "defaultTopic": DEFAULT_TOPIC,
-        "readQueueNums": str(read_queues),
-        "writeQueueNums": str(write_queues),
-        "perm": str(perm),
-        "topicFilterType": "SINGLE_TAG",
-        "topicSysFlag": "0",
-        "order": "true" if order else "false",
-    }
-    if attributes:
-        ext["attributes"] = attributes
+    ext = create_topic_fields(
+        topic,
+        read_queues=read_queues,
+        write_queues=write_queues,
+        perm=perm,
+        order=order,
+        attributes=attributes,
+    )
     resp = await request(broker_addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext, timeout=timeout)
     _check(resp, f"create topic {topic!r} on {broker_addr}")
 
