@@ -31,9 +31,7 @@ from aiorocket.testing.broker import (
 )
 
 # Shared, loaded machines: a per-example deadline only produces flaky failures.
-settings.register_profile(
-    "aiorocket", deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+settings.register_profile("aiorocket", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("aiorocket")
 
 PRIVATE_PREFIX = f"aiorocket-test-broker-{os.getuid()}-"

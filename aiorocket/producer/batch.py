@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
+from aiorocket.client.results import SendResult
 from aiorocket.errors import ConfigError, MessageTooLargeError
 from aiorocket.message import Message
 from aiorocket.producer.config import ProducerConfig
@@ -94,3 +95,21 @@ def prepare_batch(
     # nothing that must differ per message (no UNIQ_KEY).
     batch = Outgoing(topic, b"".join(records), "", 0, create_unique_id())
     return batch, ids
+
+
+def split_batch_result(result: SendResult, ids: Sequence[str]) -> list[SendResult]:
+    """One result per message of a batch, in order: own id, consecutive queue offsets."""
+    offset_ids = result.offset_msg_id.split(",") if result.offset_msg_id else []
+    if len(offset_ids) != len(ids):
+        offset_ids = [""] * len(ids)
+    return [
+        SendResult(
+            status=result.status,
+            msg_id=msg_id,
+            queue=result.queue,
+            queue_offset=result.queue_offset + i if result.queue_offset >= 0 else -1,
+            offset_msg_id=offset_ids[i],
+            transaction_id=result.transaction_id,
+        )
+        for i, msg_id in enumerate(ids)
+    ]

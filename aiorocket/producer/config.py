@@ -31,6 +31,15 @@ class ProducerConfig:
     latency_fault_tolerance: bool = True
     #: requests (sends, oneway sends, batches) that may be waiting for a broker at once.
     max_in_flight: int = 1024
+    #: group concurrent plain sends of a topic into batch requests (Java ``autoBatch``; see
+    #: :mod:`aiorocket.producer.accumulate`). Off by default, as in Java: a batch fails
+    #: or succeeds as a whole, and its messages land consecutively in one queue.
+    auto_batch: bool = False
+    #: the largest batch auto-batching builds (Java ``batchMaxBytes``).
+    batch_max_bytes: int = 32 * KIB
+    #: requests per topic under way at once with auto-batching; more messages wait and
+    #: leave together in the next request that frees up.
+    batch_in_flight: int = 4
     heartbeat_interval: float = 30.0
     route_refresh_interval: float = 30.0
     #: timeout of the producer's other requests (routes, heartbeats, unregistering).
@@ -49,6 +58,8 @@ class ProducerConfig:
             "max_message_size": self.max_message_size,
             "compress_over": self.compress_over,
             "max_in_flight": self.max_in_flight,
+            "batch_max_bytes": self.batch_max_bytes,
+            "batch_in_flight": self.batch_in_flight,
             "check_concurrency": self.check_concurrency,
             "check_backlog": self.check_backlog,
         }

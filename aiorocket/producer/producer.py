@@ -30,7 +30,8 @@ from aiorocket.message import (
     PROPERTY_TRANSACTION_PREPARED,
     Message,
 )
-from aiorocket.producer.batch import prepare_batch
+from aiorocket.producer.accumulate import AutoBatcher
+from aiorocket.producer.batch import prepare_batch, split_batch_result
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.fault import LatencyFaultTolerance
 from aiorocket.producer.membership import Membership
@@ -88,6 +89,7 @@ class Producer:
         self._client: ClientInstance | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._sender: Sender | None = None
+        self._batcher: AutoBatcher | None = None
         self._membership: Membership | None = None
         self._checks: CheckBacks | None = None
         self._closed = False
@@ -104,6 +106,15 @@ class Producer:
     def in_flight(self) -> int:
         """Requests currently holding an in-flight slot."""
         return 0 if self._sender is None else self._sender.in_flight
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def batcher(self) -> AutoBatcher | None:
+        """The auto-batcher (``auto_batch`` on, once started), with its batch counters."""
+        return self._batcher
 
     @property
     def membership(self) -> Membership | None:
@@ -142,6 +153,9 @@ class Producer:
         try:
             self._tg = anyio.create_task_group()
             await self._tg.__aenter__()
+            if cfg.auto_batch:
+                self._batcher = AutoBatcher(self._sender, cfg, self.log)
+                self._batcher.start(self._tg)
             self._tg.start_soon(membership.run, cfg.heartbeat_interval)
             self._tg.start_soon(self._checks.run)
         except BaseException as exc:
@@ -172,6 +186,14 @@ class Producer:
                 RequestCode.CHECK_TRANSACTION_STATE, self._checks.on_request
             )
         try:
+            if self._batcher is not None:
+                # Batches carry other callers' messages: let them finish, within bounds.
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(self.config.shutdown_timeout),
+                ):
+                    await self._batcher.drain()
+                self._batcher.close()
             if self._tg is not None:
                 tg, self._tg = self._tg, None
                 tg.cancel_scope.cancel()
@@ -221,7 +243,19 @@ class Producer:
         key keep their order; such sends never move, and are retried (on that queue)
         only after a broker answer saying it did not store the message. ``timeout``
         (default ``send_timeout``) bounds the whole call.
+
+        With ``auto_batch``, an unpinned message without delay whose body is below
+        ``compress_over`` may leave in one batch request with other sends of its topic
+        that wait at the same time (see :mod:`aiorocket.producer.accumulate`).
         """
+        batcher = self._batcher
+        if (
+            batcher is not None
+            and sharding_key is None
+            and selector is None
+            and batcher.accepts(msg)
+        ):
+            return await batcher.send(msg, self._open_sender().deadline(timeout))
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
         await sender.acquire(deadline)
@@ -312,20 +346,7 @@ class Producer:
             result = await sender.send(out, plan, deadline, batch=True)
         finally:
             sender.release()
-        offset_ids = result.offset_msg_id.split(",") if result.offset_msg_id else []
-        if len(offset_ids) != len(ids):
-            offset_ids = [""] * len(ids)
-        return [
-            SendResult(
-                status=result.status,
-                msg_id=msg_id,
-                queue=result.queue,
-                queue_offset=result.queue_offset + i if result.queue_offset >= 0 else -1,
-                offset_msg_id=offset_ids[i],
-                transaction_id=result.transaction_id,
-            )
-            for i, msg_id in enumerate(ids)
-        ]
+        return split_batch_result(result, ids)
 
     # -- transactions --------------------------------------------------------------
 

@@ -224,6 +224,36 @@ async def test_many_sends_in_flight_from_one_task_group_stay_bounded(
     assert b"oneway" in {m.body for m in stored}
 
 
+async def test_auto_batched_sends_are_stored_as_sent_and_match_their_results(
+    rocketmq: LocalRocketMQ, topic: str, unique_name: Callable[[str], str]
+) -> None:
+    sent = {i: Message(topic, b"auto-%d" % i, tags=f"t{i % 3}", keys=[f"k{i}"]) for i in range(400)}
+    results: dict[int, SendResult] = {}
+    async with Producer(
+        unique_name("pg"), rocketmq.namesrv_addr, auto_batch=True, batch_in_flight=1
+    ) as producer:
+
+        async def send(i: int) -> None:
+            results[i] = await producer.send(sent[i])
+
+        async with anyio.create_task_group() as tg:
+            for i in sent:
+                tg.start_soon(send, i)
+        batcher = producer.batcher
+        assert batcher is not None and batcher.batches > 0  # 400 at once: some waited
+    assert len({r.msg_id for r in results.values()}) == 400
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+        reader = Reader(client, topic)
+        await reader.settle(list(results.values()))
+        stored = {m.msg_id: m for m in await reader.read_all()}
+    for i, msg in sent.items():
+        r = results[i]
+        got = stored[r.msg_id]
+        assert (got.body, got.tags, got.keys) == (msg.body, msg.tags, msg.keys)
+        assert (got.queue_id, got.queue_offset) == (r.queue.queue_id, r.queue_offset)
+        assert got.offset_msg_id == r.offset_msg_id
+
+
 @pytest.mark.parametrize("how", ["delay_level", "deliver_time"])
 async def test_delayed_message_is_not_consumable_before_its_time_and_is_after(
     rocketmq: LocalRocketMQ, topic: str, unique_name: Callable[[str], str], how: str

@@ -20,6 +20,7 @@ from .helpers import eventually, send_raw
 async def _max_is(client: ClientInstance, addr: str, mq: MessageQueue, n: int) -> bool:
     return await client.broker.get_max_offset(addr, mq) == n
 
+
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 
@@ -210,6 +211,7 @@ async def test_create_topic_over_remoting(
     async with ClientInstance(rocketmq.namesrv_addr) as client:
         for addr in rocketmq.broker_addrs.values():
             await client.broker.create_topic(addr, topic, read_queues=3, write_queues=3)
+
         # The NameServer learns about it when the brokers re-register: poll for the route.
         async def visible() -> bool:
             try:

@@ -1,0 +1,239 @@
+"""Auto-batching: concurrent plain sends of one topic leave together in batch requests.
+
+A broker spends most of its effort per request, not per byte: on the local test
+cluster one 1 KiB message per request tops out near 6,000 msg/s, batches of 32 near
+50,000. So with ``auto_batch`` on, :meth:`Producer.send` hands eligible messages to an
+:class:`AutoBatcher`, and each caller still awaits its own :class:`SendResult`.
+
+There is no linger timer. A topic keeps at most ``batch_in_flight`` requests under
+way; a message that finds one of them free leaves at once, alone, exactly as without
+batching, so an idle producer adds no latency. Messages that arrive while all of them
+are busy wait, and the next request to free up takes everything waiting (up to
+``batch_max_bytes``): the batch size follows the load, as aiokafka's accumulator does.
+
+Batch requests run in the producer's task group (they carry several callers' messages,
+so no single caller owns them). A caller that is cancelled or times out while its
+message still waits takes it back; once the message is in a request it may be stored
+(at-least-once: as for any send whose answer was not awaited). A failed batch is
+retried as one request, on another broker, as a plain send would be; when all attempts
+fail, every caller in it gets the error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from aiorocket._loop import LoopShortcuts, capture
+from aiorocket._signal import Signal
+from aiorocket.client.results import SendResult
+from aiorocket.errors import ClientClosedError, RequestTimeoutError
+from aiorocket.message import Message
+from aiorocket.producer.batch import encode_record, split_batch_result
+from aiorocket.producer.config import ProducerConfig
+from aiorocket.producer.prepare import (
+    RETRY_TOPIC_PREFIX,
+    Outgoing,
+    check_body,
+    check_schedule,
+    check_topic,
+    encode_props,
+    prepare_message,
+    wire_properties,
+)
+from aiorocket.producer.sender import Plan, Sender
+from aiorocket.protocol.message_codec import create_unique_id
+
+
+@dataclass(eq=False, slots=True)
+class _Waiting:
+    msg: Message
+    record: bytes
+    msg_id: str
+    deadline: float
+    done: anyio.Event
+    result: SendResult | None = None
+    error: BaseException | None = None
+    taken: bool = False
+
+    def finish(self, result: SendResult | None, error: BaseException | None) -> None:
+        self.result, self.error = result, error
+        self.done.set()
+
+
+@dataclass(eq=False, slots=True)
+class _TopicLane:
+    waiting: deque[_Waiting] = field(default_factory=deque)
+    in_flight: int = 0
+
+
+class AutoBatcher:
+    """Groups the plain sends of each topic into batch requests while requests are busy."""
+
+    def __init__(self, sender: Sender, config: ProducerConfig, log: Any) -> None:
+        self._sender = sender
+        self._config = config
+        self._log = log
+        self._lanes: dict[str, _TopicLane] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._loop: LoopShortcuts | None = None
+        self._finished = Signal()  # after every request: wakes drain()
+        self._expiry = Signal()  # a message waits with an earlier deadline than any other
+        self._next_expiry = math.inf
+        #: batches sent and messages in them (the mean batch size is their ratio).
+        self.batches = 0
+        self.batched_messages = 0
+
+    def start(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Run batch requests, and the sweeper of overdue messages, in ``task_group``."""
+        self._tg = task_group
+        self._loop = capture()
+        task_group.start_soon(self._expire_loop)
+
+    def accepts(self, msg: Message) -> bool:
+        """Whether ``msg`` may share a batch: not delayed, not a retry, body uncompressed."""
+        return (
+            isinstance(msg.body, (bytes, bytearray, memoryview))
+            and not msg.delay_level
+            and msg.deliver_time_ms is None
+            and not msg.topic.startswith(RETRY_TOPIC_PREFIX)
+            and len(msg.body) < self._config.compress_over
+        )
+
+    async def send(self, msg: Message, deadline: float) -> SendResult:
+        """Send ``msg`` (for which :meth:`accepts` is true) alone or with others.
+
+        No cancel scope per call (the costliest part of a send here): a message that
+        outlives its deadline while waiting is failed by the sweeper, and one in a
+        request is answered by that request's deadline, which is at most its own.
+        """
+        loop = self._loop
+        if self._tg is None or loop is None:
+            raise ClientClosedError("producer is not started or closed")
+        cfg = self._config
+        check_topic(msg.topic)
+        check_body(msg, cfg.max_message_size)
+        check_schedule(msg)
+        props, msg_id = wire_properties(msg)
+        record = encode_record(bytes(msg.body), encode_props(props), msg.flag)
+        waiting = _Waiting(msg, record, msg_id, deadline, loop.new_event())
+        lane = self._lanes.get(msg.topic)
+        if lane is None:
+            lane = self._lanes[msg.topic] = _TopicLane()
+        lane.waiting.append(waiting)
+        self._pump(msg.topic, lane)
+        if not waiting.taken and deadline < self._next_expiry:
+            self._expiry.notify()
+        try:
+            await waiting.done.wait()
+        finally:
+            if not waiting.taken:  # cancelled while waiting: take it back
+                waiting.taken = True
+                lane.waiting.remove(waiting)
+        if waiting.error is not None:
+            raise waiting.error
+        assert waiting.result is not None
+        return waiting.result
+
+    async def _expire_loop(self) -> None:
+        """Fail messages still waiting at their deadline (they were never sent)."""
+        assert self._loop is not None
+        now_of = self._loop.now
+        while True:
+            now, earliest = now_of(), math.inf
+            for topic, lane in self._lanes.items():
+                overdue = [w for w in lane.waiting if w.deadline <= now]
+                for w in overdue:
+                    lane.waiting.remove(w)
+                    w.taken = True
+                    w.finish(None, RequestTimeoutError(
+                        f"send to {topic!r} waited for a batch past its timeout"
+                    ))  # fmt: skip
+                for w in lane.waiting:
+                    earliest = min(earliest, w.deadline)
+            self._next_expiry = earliest
+            with anyio.move_on_after(earliest - now):
+                await self._expiry.wait()
+
+    def _pump(self, topic: str, lane: _TopicLane) -> None:
+        """Start requests for waiting messages while the topic has requests to spare."""
+        if self._tg is None:  # closing: close() fails whatever still waits
+            return
+        limit, max_bytes = self._config.batch_in_flight, self._config.batch_max_bytes
+        assert self._loop is not None
+        now = self._loop.now()
+        while lane.waiting and lane.in_flight < limit:
+            batch: list[_Waiting] = []
+            size = 0
+            while lane.waiting:
+                nxt = lane.waiting[0]
+                if batch and size + len(nxt.record) > max_bytes:
+                    break
+                lane.waiting.popleft()
+                nxt.taken = True
+                if nxt.deadline <= now:  # its caller is giving up: do not send it
+                    nxt.finish(None, RequestTimeoutError(f"send to {topic!r} timed out waiting"))
+                    continue
+                batch.append(nxt)
+                size += len(nxt.record)
+            if batch:
+                lane.in_flight += 1
+                self._tg.start_soon(self._run, topic, lane, batch)
+
+    async def _run(self, topic: str, lane: _TopicLane, batch: list[_Waiting]) -> None:
+        sender = self._sender
+        try:
+            deadline = min(w.deadline for w in batch)
+            plan = sender.plan(batch[0].msg, None, None, None)
+            await sender.acquire(deadline)
+            try:
+                results = await self._request(topic, batch, plan, deadline)
+            finally:
+                sender.release()
+        except Exception as exc:  # every caller gets it; the producer's task group lives on
+            for w in batch:
+                w.finish(None, exc)
+        except BaseException:
+            closed = ClientClosedError("the producer closed before the batch was answered")
+            for w in batch:
+                w.finish(None, closed)
+            raise
+        else:
+            for w, result in zip(batch, results, strict=True):
+                w.finish(result, None)
+        finally:
+            lane.in_flight -= 1
+            self._finished.notify()
+        self._pump(topic, lane)
+
+    async def _request(
+        self, topic: str, batch: list[_Waiting], plan: Plan, deadline: float
+    ) -> list[SendResult]:
+        if len(batch) == 1:  # exactly what a send without batching would be
+            out = prepare_message(batch[0].msg, self._config)
+            return [await self._sender.send(out, plan, deadline)]
+        # The batch's own properties are appended to every message's: keep them empty.
+        out = Outgoing(topic, b"".join(w.record for w in batch), "", 0, create_unique_id())
+        self.batches += 1
+        self.batched_messages += len(batch)
+        result = await self._sender.send(out, plan, deadline, batch=True)
+        return split_batch_result(result, [w.msg_id for w in batch])
+
+    async def drain(self) -> None:
+        """Wait until no message waits and no request is under way."""
+        while any(lane.waiting or lane.in_flight for lane in self._lanes.values()):
+            await self._finished.wait()
+
+    def close(self) -> None:
+        """Fail the messages still waiting (the producer is closing)."""
+        self._tg = None
+        for lane in self._lanes.values():
+            while lane.waiting:
+                w = lane.waiting.popleft()
+                w.taken = True
+                w.finish(None, ClientClosedError("the producer closed before the message left"))

@@ -1,0 +1,203 @@
+"""Auto-batching against scripted brokers: what leaves together, and what never leaves.
+
+The fake broker can hold answers back, which is what makes messages wait: the tests
+fill a topic's requests, queue more sends behind them, and look at the next request.
+"""
+
+from __future__ import annotations
+
+import anyio
+import anyio.abc
+import pytest
+
+from aiorocket.client.results import SendResult
+from aiorocket.errors import BrokerResponseError, ClientClosedError, RequestTimeoutError
+from aiorocket.message import Message
+from aiorocket.producer import Producer
+from aiorocket.producer.batch import decode_records
+from aiorocket.protocol.codes import RequestCode, ResponseCode
+from aiorocket.protocol.message_codec import decode_offset_message_id, decode_properties
+from tests.unit.test_producer_fake_broker import TOPIC, FakeBroker, cluster, producer, wait_for
+
+pytestmark = pytest.mark.anyio
+
+V2, BATCH = RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE
+
+
+async def occupy_the_lane(
+    tg: anyio.abc.TaskGroup, p: Producer, broker: FakeBroker, body: bytes = b"first"
+) -> None:
+    """Send ``body`` and hold its answer: the topic's only request is then busy."""
+    broker.hold = anyio.Event()
+    tg.start_soon(p.send, Message(TOPIC, body))
+    await wait_for(lambda: broker.holding == 1)
+
+
+def bodies_of_batch(broker: FakeBroker, index: int = 0) -> list[bytes]:
+    return [body for _, body, _ in decode_records(broker.received(BATCH)[index].body)]
+
+
+async def test_idle_producer_sends_each_message_alone_and_at_once() -> None:
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True) as p:
+        results = [await p.send(Message(TOPIC, b"m%d" % i)) for i in range(3)]
+        broker = fake.brokers[0]
+        assert len(broker.received(V2)) == 3 and not broker.received(BATCH)
+        assert [r.queue_offset for r in results] == [0, 0, 0]  # round-robin over queues
+
+
+async def test_messages_waiting_behind_a_busy_request_leave_in_one_batch() -> None:
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, batch_in_flight=1) as p:
+        broker = fake.brokers[0]
+        broker.hold = anyio.Event()
+        results: dict[int, SendResult] = {}
+
+        async def send(i: int) -> None:
+            results[i] = await p.send(Message(TOPIC, b"m%d" % i, keys=[f"k{i}"]))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, 0)
+            await wait_for(lambda: broker.holding == 1)  # the first left alone, is held
+            for i in range(1, 6):
+                tg.start_soon(send, i)
+            await anyio.wait_all_tasks_blocked()
+            assert broker.holding == 1  # the other five wait: the topic's request is busy
+            broker.hold.set()
+        assert len(broker.received(V2)) == 1
+        (batch,) = broker.received(BATCH)
+        assert batch.ext_fields["m"] == "true"
+        records = decode_records(batch.body)  # in the order the callers queued up
+        order = [int(body[1:]) for _, body, _ in records]
+        assert sorted(order) == [1, 2, 3, 4, 5]
+        # Each caller gets its own id (its record's UNIQ_KEY), its keys, queue and offset.
+        assert [decode_properties(p)["UNIQ_KEY"] for _, _, p in records] == [
+            results[i].msg_id for i in order
+        ]
+        assert [decode_properties(p)["KEYS"] for _, _, p in records] == [f"k{i}" for i in order]
+        queue = results[order[0]].queue
+        assert all(results[i].queue == queue for i in order)
+        first = results[order[0]].queue_offset
+        assert [results[i].queue_offset for i in order] == list(range(first, first + 5))
+        offsets = [decode_offset_message_id(results[i].offset_msg_id)[1] for i in order]
+        assert offsets == [5000 + 100 * o for o in range(first, first + 5)]
+        assert (p.batcher.batches, p.batcher.batched_messages) == (1, 5)  # type: ignore[union-attr]
+
+
+async def test_batches_stay_under_batch_max_bytes() -> None:
+    body = b"x" * 100
+    async with (
+        cluster(brokers=1) as fake,
+        producer(fake, auto_batch=True, batch_in_flight=1, batch_max_bytes=400) as p,
+    ):
+        broker = fake.brokers[0]
+        async with anyio.create_task_group() as tg:
+            await occupy_the_lane(tg, p, broker, body)
+            for _ in range(7):
+                tg.start_soon(p.send, Message(TOPIC, body))
+            await anyio.wait_all_tasks_blocked()
+            broker.hold.set()
+        sizes = [len(decode_records(c.body)) for c in broker.received(BATCH)]
+        # A record is 100 bytes of body + header + ~50 of properties: 2 fit in 400 bytes.
+        assert sum(sizes) + len(broker.received(V2)) == 8
+        assert max(sizes) == 2
+        assert all(len(c.body) <= 400 for c in broker.received(BATCH))
+
+
+async def test_keyed_delayed_and_large_messages_never_wait_for_a_batch() -> None:
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, batch_in_flight=1) as p:
+        broker = fake.brokers[0]
+        async with anyio.create_task_group() as tg:
+            await occupy_the_lane(tg, p, broker, b"plain")
+            tg.start_soon(lambda: p.send(Message(TOPIC, b"keyed"), sharding_key="order-1"))
+            tg.start_soon(p.send, Message(TOPIC, b"delayed", delay_level=3))
+            tg.start_soon(p.send, Message(TOPIC, b"L" * 5000))  # compressed: never batched
+            # All four are at the broker at once: none queued behind the busy request.
+            await wait_for(lambda: broker.holding == 4)
+            broker.hold.set()
+        assert len(broker.received(V2)) == 4 and not broker.received(BATCH)
+
+
+async def test_a_message_that_outlives_its_timeout_while_waiting_is_never_sent() -> None:
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, batch_in_flight=1) as p:
+        broker = fake.brokers[0]
+        async with anyio.create_task_group() as tg:
+            await occupy_the_lane(tg, p, broker)
+            with pytest.raises(RequestTimeoutError):
+                await p.send(Message(TOPIC, b"late"), timeout=0.2)
+            broker.hold.set()
+        assert len(broker.received(V2)) == 1 and not broker.received(BATCH)
+        await p.send(Message(TOPIC, b"after"))  # the lane is free again
+        assert [c.body for c in broker.received(V2)] == [b"first", b"after"]
+
+
+async def test_a_cancelled_caller_takes_its_waiting_message_back() -> None:
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, batch_in_flight=1) as p:
+        broker = fake.brokers[0]
+        async with anyio.create_task_group() as tg:
+            await occupy_the_lane(tg, p, broker)
+            with anyio.CancelScope() as scope:
+                tg.start_soon(p.send, Message(TOPIC, b"kept"))
+                scope.cancel()
+                await p.send(Message(TOPIC, b"cancelled"))
+            assert scope.cancelled_caught
+            broker.hold.set()
+        sent = [c.body for c in broker.received(V2)]
+        sent += [b for c in broker.received(BATCH) for _, b, _ in decode_records(c.body)]
+        assert sorted(sent) == [b"first", b"kept"]
+
+
+async def test_a_refused_batch_fails_every_caller_and_the_producer_goes_on() -> None:
+    async with (
+        cluster(brokers=1) as fake,
+        producer(fake, auto_batch=True, batch_in_flight=1, retries=0) as p,
+    ):
+        broker = fake.brokers[0]
+        broker.hold = anyio.Event()
+        errors: list[BaseException] = []
+
+        async def send(body: bytes) -> None:
+            try:
+                await p.send(Message(TOPIC, body))
+            except BrokerResponseError as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, b"first")
+            await wait_for(lambda: broker.holding == 1)
+            for i in range(3):
+                tg.start_soon(send, b"w%d" % i)
+            await anyio.wait_all_tasks_blocked()
+            broker.mode = ResponseCode.MESSAGE_ILLEGAL  # the batch is refused
+            broker.hold.set()
+        assert len(errors) == 4  # the held single send is answered with the error too
+        assert sorted(bodies_of_batch(broker)) == [b"w0", b"w1", b"w2"]
+        assert all(getattr(e, "code", None) == ResponseCode.MESSAGE_ILLEGAL for e in errors)
+        broker.mode = "ok"
+        assert (await p.send(Message(TOPIC, b"again"))).queue_offset >= 0
+
+
+async def test_closing_sends_what_waits_before_it_returns() -> None:
+    async with cluster(brokers=1) as fake:
+        broker = fake.brokers[0]
+        results: list[SendResult] = []
+        p = producer(fake, auto_batch=True, batch_in_flight=1)
+        async with anyio.create_task_group() as tg, p:
+            broker.hold = anyio.Event()
+
+            async def send(body: bytes) -> None:
+                results.append(await p.send(Message(TOPIC, body)))
+
+            tg.start_soon(send, b"first")
+            await wait_for(lambda: broker.holding == 1)
+            for i in range(3):
+                tg.start_soon(send, b"w%d" % i)
+            await anyio.wait_all_tasks_blocked()
+
+            async def answer_once_closing() -> None:
+                await wait_for(lambda: p.closed)
+                broker.hold.set()  # type: ignore[union-attr]
+
+            tg.start_soon(answer_once_closing)
+        assert len(results) == 4
+        assert sorted(bodies_of_batch(broker)) == [b"w0", b"w1", b"w2"]
+        with pytest.raises(ClientClosedError):
+            await p.send(Message(TOPIC, b"closed"))
