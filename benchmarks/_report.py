@@ -8,7 +8,7 @@ from typing import Any
 
 Row = tuple[str, str, dict[str, float], str]  # metric, unit, value per client, target
 
-CLIENTS = ("aiorocket", "aiorocket-iter", "java", "official")
+CLIENTS = ("aiorocket", "aiorocket-iter", "aiorocket-plain", "java", "official")
 
 
 def median(runs: list[dict[str, Any]], key: str) -> float:
@@ -56,6 +56,7 @@ def table(results: dict[str, Any]) -> str:
         "unit",
         "aiorocket",
         "async for",
+        "plain send",
         "java",
         "aio/java",
         "official",
@@ -71,6 +72,7 @@ def table(results: dict[str, Any]) -> str:
                 unit,
                 fmt(a),
                 fmt(v["aiorocket-iter"]),
+                fmt(v["aiorocket-plain"]),
                 fmt(v["java"]),
                 ratio(a, v["java"]),
                 fmt(v["official"]),
@@ -130,11 +132,11 @@ def chart(results: dict[str, Any], path: str) -> bool:
         return False
     data = rows(results)
     fig, axes = plt.subplots(2, 4, figsize=(16, 7))
-    colors = ["#1f77b4", "#6baed6", "#d62728", "#2ca02c"]
+    colors = ["#1f77b4", "#6baed6", "#9ecae1", "#d62728", "#2ca02c"]
     for ax, (name, unit, v, _target) in zip(axes.flat, data, strict=False):
         vals = [0.0 if math.isnan(v[cl]) else v[cl] for cl in CLIENTS]
         ax.bar(range(len(CLIENTS)), vals, color=colors)
-        ax.set_xticks(range(len(CLIENTS)), ["aio", "aio iter", "java", "official"])
+        ax.set_xticks(range(len(CLIENTS)), ["aio", "aio iter", "aio plain", "java", "official"])
         ax.set_title(f"{name} ({unit})", fontsize=10)
         for i, x in enumerate(vals):
             ax.text(i, x, fmt(x) if x else "n/a", ha="center", va="bottom", fontsize=8)

@@ -30,8 +30,8 @@ class Env:
     def consumer(self, client: str, topic: str, group: str, n: int, latency: bool) -> Argv:
         extra = ["--latency"] if latency else []
         idle = "10" if latency else "20"  # stop after this many seconds without messages
-        if client in ("aiorocket", "aiorocket-iter"):
-            mode = "handler" if client == "aiorocket" else "iter"
+        if client.startswith("aiorocket"):  # -plain: the producer differs, not the consumer
+            mode = "iter" if client == "aiorocket-iter" else "handler"
             script = os.path.join(c.HERE, "consume.py")
             args = [self.cl.namesrv_addr, topic, group, str(n), mode, "--idle-timeout", idle]
             return [PY, script, "child", *args, *extra], None
@@ -54,9 +54,10 @@ class Env:
 
     def producer(self, client: str, mode: str, topic: str, n: int, k: int) -> Argv:
         args = [topic, str(n), str(self.size), str(k)]
-        if client == "aiorocket":
+        if client.startswith("aiorocket"):
             script = os.path.join(c.HERE, "aio_children.py")
-            return [PY, script, mode, self.cl.namesrv_addr, *args], None
+            batching = "plain" if client == "aiorocket-plain" else "auto"
+            return [PY, script, mode, self.cl.namesrv_addr, *args, batching], None
         if client == "java":
             assert self.java is not None
             return [*self.java, mode, self.cl.namesrv_addr, *args], None

@@ -1,9 +1,11 @@
 """aiorocket child processes of compare.py (the consumer child lives in consume.py).
 
-    aio_children.py produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT   # produce.py's workers
-    aio_children.py paced   NAMESRV TOPIC COUNT SIZE RATE        # timed bodies, fixed rate
-    aio_children.py idle    NAMESRV GROUP SECONDS TOPIC...       # scale case: no traffic
-    aio_children.py backlog NAMESRV TOPIC GROUP SECONDS DELAY    # slow handler on a backlog
+    aio_children.py produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT auto|plain  # send() workers
+    aio_children.py paced   NAMESRV TOPIC COUNT SIZE RATE auto|plain       # fixed rate
+    aio_children.py idle    NAMESRV GROUP SECONDS TOPIC...     # scale case: no traffic
+    aio_children.py backlog NAMESRV TOPIC GROUP SECONDS DELAY  # slow handler on a backlog
+
+``auto`` turns the producer's ``auto_batch`` on, ``plain`` leaves it off.
 
 Same line protocol as every child: READY, PROGRESS n, RESULT {json}.
 """
@@ -27,9 +29,13 @@ from aiorocket.message import Message
 from aiorocket.producer import Producer
 
 
-async def produce(namesrv: str, topic: str, count: int, size: int, in_flight: int) -> None:
+async def produce(
+    namesrv: str, topic: str, count: int, size: int, in_flight: int, auto_batch: bool
+) -> None:
+    """``in_flight`` tasks each awaiting ``send`` in a loop: that many messages in flight."""
     body = os.urandom(size)
-    async with Producer("bench_aio_producer", namesrv, max_in_flight=in_flight) as producer:
+    settings = {"max_in_flight": in_flight, "auto_batch": auto_batch}
+    async with Producer("bench_aio_producer", namesrv, **settings) as producer:
         await run_workers(producer, topic, body, min(2000, count), in_flight)  # warm-up
         c.emit("READY")
         cpu0 = time.process_time()
@@ -43,17 +49,27 @@ async def produce(namesrv: str, topic: str, count: int, size: int, in_flight: in
             "cpu": cpu,
             "send_p50_ms": c.percentile(lat, 50) * 1e3,
             "send_p99_ms": c.percentile(lat, 99) * 1e3,
+            **batch_counts(producer),
         }
     )
 
 
-async def paced(namesrv: str, topic: str, count: int, size: int, rate: int) -> None:
+def batch_counts(producer: Producer) -> dict[str, float]:
+    b = producer.batcher
+    if b is None:
+        return {}
+    return {"batches": b.batches, "mean_batch": b.batched_messages / max(b.batches, 1)}
+
+
+async def paced(
+    namesrv: str, topic: str, count: int, size: int, rate: int, auto_batch: bool
+) -> None:
     """Send at ``rate`` with timed bodies; at most 512 sends in flight (beyond that the
     pacing loop waits, so an overloaded producer falls behind instead of timing out)."""
     payload = os.urandom(size)
     failed = 0
     slots = anyio.Semaphore(512)
-    async with Producer("bench_aio_paced", namesrv) as producer:
+    async with Producer("bench_aio_paced", namesrv, auto_batch=auto_batch) as producer:
 
         async def send(msg: Message) -> None:
             nonlocal failed
@@ -71,13 +87,18 @@ async def paced(namesrv: str, topic: str, count: int, size: int, rate: int) -> N
             while sent < count:
                 due = min(count, int((time.perf_counter() - t0) * rate) + 1)
                 while sent < due:
-                    await slots.acquire()
+                    try:  # acquire() always yields: one loop pass per message is too slow
+                        slots.acquire_nowait()
+                    except anyio.WouldBlock:
+                        await slots.acquire()
                     tg.start_soon(send, Message(topic, c.stamped(payload)))
                     sent += 1
                 await anyio.sleep(0.0005)
         elapsed = time.perf_counter() - t0
         cpu = time.process_time() - cpu0
-    c.emit_result({"count": count, "elapsed": elapsed, "cpu": cpu, "failed": failed})
+    c.emit_result(
+        {"count": count, "elapsed": elapsed, "cpu": cpu, "failed": failed, **batch_counts(producer)}
+    )
 
 
 async def idle(namesrv: str, group: str, seconds: float, topics: list[str]) -> None:
@@ -163,7 +184,8 @@ def main(argv: list[str]) -> None:
     run: Callable[[], Awaitable[None]]
     if cmd in ("produce", "paced"):
         fn = produce if cmd == "produce" else paced
-        run = partial(fn, namesrv, r[0], int(r[1]), int(r[2]), int(r[3]))
+        auto = len(r) < 5 or r[4] == "auto"
+        run = partial(fn, namesrv, r[0], int(r[1]), int(r[2]), int(r[3]), auto)
     elif cmd == "idle":
         run = partial(idle, namesrv, r[0], float(r[1]), r[2:])
     elif cmd == "backlog":

@@ -84,7 +84,8 @@ def main() -> None:
     official = "official" not in a.skip and _setup.ensure_official()
     env = _runs.Env(cl, broker, java, a.size)
     clients = ["aiorocket", "aiorocket-iter"] + ["java"] * bool(java) + ["official"] * official
-    senders = [x for x in clients if x != "aiorocket-iter"]
+    # aiorocket produces with auto_batch on; "aiorocket-plain" is the same without it.
+    senders = ["aiorocket", "aiorocket-plain"] + ["java"] * bool(java) + ["official"] * official
     stamp = time.strftime("%Y%m%d-%H%M%S")
     meta = {k: v for k, v in vars(a).items() if k != "skip"}
     meta.update(version=cl.version, started=stamp, broker=broker, cpus=os.cpu_count())

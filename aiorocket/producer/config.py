@@ -39,7 +39,7 @@ class ProducerConfig:
     batch_max_bytes: int = 32 * KIB
     #: requests per topic under way at once with auto-batching; more messages wait and
     #: leave together in the next request that frees up.
-    batch_in_flight: int = 4
+    batch_in_flight: int = 2
     heartbeat_interval: float = 30.0
     route_refresh_interval: float = 30.0
     #: timeout of the producer's other requests (routes, heartbeats, unregistering).
