@@ -165,6 +165,8 @@ class AutoBatcher:
         if self._tg is None:  # closing: close() fails whatever still waits
             return
         limit, max_bytes = self._config.batch_in_flight, self._config.batch_max_bytes
+        if lane.in_flight >= limit:  # the common case under load: wait for a request
+            return
         assert self._loop is not None
         now = self._loop.now()
         while lane.waiting and lane.in_flight < limit:

@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from aiorocket._loop import capture
 from aiorocket.client.broker import BrokerClient
 from aiorocket.client.results import SendResult
 from aiorocket.errors import (
@@ -93,6 +94,8 @@ class Sender:
         self._fault = fault
         self._log = log
         self._slots = anyio.Semaphore(config.max_in_flight)
+        # Created inside the producer's event loop: its clock, without anyio's lookup.
+        self.now = capture().now
 
     # -- slots and deadlines ---------------------------------------------------------
 
@@ -104,7 +107,7 @@ class Sender:
         timeout = self._config.send_timeout if timeout is None else timeout
         if not timeout > 0:
             raise ConfigError(f"timeout must be positive, got {timeout!r}")
-        return anyio.current_time() + timeout
+        return self.now() + timeout
 
     async def acquire(self, deadline: float) -> None:
         # Fast path without a checkpoint: a caller spawning many sends then enqueues all
@@ -114,7 +117,7 @@ class Sender:
             return
         except anyio.WouldBlock:
             pass
-        with anyio.move_on_after(deadline - anyio.current_time()):
+        with anyio.move_on_after(deadline - self.now()):
             await self._slots.acquire()
             return
         raise RequestTimeoutError(
@@ -171,7 +174,7 @@ class Sender:
         last_error: RocketMQError | None = None
         tried: list[str] = []
         for attempt in range(plan.attempts):
-            remaining = deadline - anyio.current_time()
+            remaining = deadline - self.now()
             if remaining <= 0:
                 raise RequestTimeoutError(
                     f"send to {out.topic!r} did not succeed within its timeout "
@@ -225,7 +228,7 @@ class Sender:
                 error=str(last_error),
             )  # fmt: skip
             if plan.pinned and attempt + 1 < plan.attempts:
-                pause = min(PINNED_RETRY_PAUSE * (attempt + 1), deadline - anyio.current_time())
+                pause = min(PINNED_RETRY_PAUSE * (attempt + 1), deadline - self.now())
                 await anyio.sleep(max(pause, 0))
         assert last_error is not None
         raise last_error
@@ -238,7 +241,7 @@ class Sender:
         self._membership.saw(addr)
         started = time.monotonic()
         try:
-            with anyio.fail_after(max(deadline - anyio.current_time(), 0)):
+            with anyio.fail_after(max(deadline - self.now(), 0)):
                 await self._broker.send_message_oneway(
                     addr, mq, out.body, out.properties, producer_group=self._group,
                     flag=out.flag, sys_flag=out.sys_flag,
