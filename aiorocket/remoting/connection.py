@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 
 from aiorocket._log import get_logger
+from aiorocket._loop import LoopShortcuts, capture
 from aiorocket._signal import Signal
 from aiorocket.errors import (
     ClientClosedError,
@@ -37,6 +38,12 @@ _OUTBOX_HIGH_WATER = 4 * 1024 * 1024
 _opaque_counter = itertools.count(1)
 
 
+# Plain ints: IntFlag arithmetic costs a microsecond per operation, on every request.
+_ONEWAY = int(RemotingFlag.ONEWAY)
+_NOT_ONEWAY = ~_ONEWAY
+_RESPONSE = int(RemotingFlag.RESPONSE)
+
+
 def next_opaque() -> int:
     # Opaque is an int32 on the Java side; wrap before overflowing it.
     return next(_opaque_counter) & 0x7FFFFFFF
@@ -45,8 +52,8 @@ def next_opaque() -> int:
 class _Pending:
     __slots__ = ("deadline", "error", "event", "response")
 
-    def __init__(self, deadline: float) -> None:
-        self.event = anyio.Event()
+    def __init__(self, deadline: float, event: anyio.Event) -> None:
+        self.event = event
         self.deadline = deadline
         self.response: RemotingCommand | None = None
         self.error: BaseException | None = None
@@ -88,6 +95,7 @@ class Connection:
         self._close_reason: BaseException | None = None
         self._done = anyio.Event()
         self._log = get_logger("connection", address=address)
+        self._loop: LoopShortcuts | None = None  # captured by run(), inside the event loop
 
     @classmethod
     async def connect(
@@ -118,6 +126,7 @@ class Connection:
     ) -> None:
         """Read and dispatch frames until the connection ends. Owned by a task group."""
         decoder = FrameDecoder()
+        self._loop = capture()
         task_status.started()
         try:
             async with anyio.create_task_group() as handlers:
@@ -192,7 +201,7 @@ class Connection:
                 )
         if response is not None and not request.is_oneway:
             response.opaque = request.opaque
-            response.flag |= RemotingFlag.RESPONSE
+            response.flag |= _RESPONSE
             with contextlib.suppress(ConnectionClosedError):
                 await self._send(encode_command(response))
 
@@ -254,9 +263,10 @@ class Connection:
     async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send ``cmd`` and wait for its response (any code; callers interpret it)."""
         cmd.opaque = next_opaque()
-        cmd.flag &= ~RemotingFlag.ONEWAY
-        deadline = anyio.current_time() + timeout
-        pending = _Pending(deadline)
+        cmd.flag &= _NOT_ONEWAY
+        loop = self._loop or capture()
+        deadline = loop.now() + timeout
+        pending = _Pending(deadline, loop.new_event())
         self._pending[cmd.opaque] = pending
         if deadline < self._next_sweep:
             self._sweep.notify()  # the sweeper must wake earlier for this one
@@ -278,7 +288,7 @@ class Connection:
 
     async def oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = next_opaque()
-        cmd.flag |= RemotingFlag.ONEWAY
+        cmd.flag |= _ONEWAY
         await self._send(encode_command(cmd))
 
     async def aclose(self) -> None:
