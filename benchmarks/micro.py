@@ -4,21 +4,36 @@
 
 Each line is one primitive the push consumer pays per message today, next to a cheaper
 alternative, so that profile hot spots can be priced. No broker needed.
+
+The last lines run a real Consumer's whole client-side path (pull loop, decode, work
+queue, workers or ``async for``, settle, offset tracking) against a fake broker that
+answers pulls from memory: everything but the network and the remoting layer, in both
+modes and on both backends (``--path-only`` for just those). Being free of broker
+noise, it is the figure to compare before and after a change to that path; under
+``valgrind --tool=callgrind`` its instruction count is deterministic.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 
+from aiorocket.client.results import PullResult, PullStatus
+from aiorocket.consumer import dispatch
+from aiorocket.consumer.consumer import Consumer
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.offsets import OffsetTracker
+from aiorocket.consumer.process_queue import ProcessQueue
+from aiorocket.consumer.work_queue import WorkQueue
+from aiorocket.message import MessageQueue
 from aiorocket.protocol.message_codec import decode_messages
 from aiorocket.protocol.store_record import encode_stored_message
 
@@ -151,10 +166,107 @@ async def _in_loop(event: Callable[[], None], track: Callable[[], None], n: int)
     show("a task per message (tg.start_soon + run)", await aper_op(task_each, n))
 
 
+class _FakeRoute:
+    def master_addr(self, broker_name: str) -> str:
+        return "127.0.0.1:10911"
+
+
+class _FakeBroker:
+    """Answers pulls from pre-encoded records: the whole client-side consume path runs."""
+
+    def __init__(self, topic: str, per_queue: int, size: int) -> None:
+        props = {"UNIQ_KEY": "7F0000010C7F1B6B5B2A1C8B7E5A0000", "WAIT": "true"}
+        body = b"x" * size
+        self.chunks: dict[tuple[int, int], bytes] = {}
+        for qid in range(_QUEUES):
+            # One encoded record patched per offset (QUEUEOFFSET is at byte 20): cheap
+            # enough that building the data barely counts next to consuming it.
+            record = bytearray(
+                encode_stored_message(topic, body, props, queue_id=qid, born_host="127.0.0.1:5555")
+            )
+            for base in range(0, per_queue, 32):
+                chunk = bytearray()
+                for o in range(base, min(base + 32, per_queue)):
+                    struct.pack_into(">q", record, 20, o)
+                    chunk += record
+                self.chunks[qid, base] = bytes(chunk)
+        self.end = per_queue
+
+    async def pull(self, addr: str, group: str, mq: MessageQueue, offset: int, **kw: Any) -> Any:
+        await anyio.lowlevel.checkpoint()  # a pull is at least one loop round trip
+        chunk = self.chunks.get((mq.queue_id, offset))
+        if chunk is None:
+            await anyio.sleep_forever()
+        messages = decode_messages(
+            chunk, broker_name=mq.broker_name, message_class=kw["message_class"]
+        )
+        return PullResult(PullStatus.FOUND, messages[-1].queue_offset + 1, 0, self.end, messages)
+
+
+class _FakeClient:
+    def __init__(self, broker: _FakeBroker) -> None:
+        self.broker = broker
+        self.namesrv = self
+
+    def cached_route(self, topic: str) -> _FakeRoute:
+        return _FakeRoute()
+
+
+_QUEUES = 8
+
+
+async def consume_path(n: int, mode: str, size: int = 1024) -> float:
+    """CPU µs per message of pull -> decode -> dispatch -> handler -> settle, no network."""
+    topic = "bench_topic"
+    count = 0
+    done = anyio.Event()
+
+    async def handler(msg: ConsumerMessage) -> None:
+        nonlocal count
+        count += 1
+        if count == total:
+            done.set()
+
+    per_queue = n // _QUEUES
+    total = per_queue * _QUEUES
+    consumer = Consumer("bench_group", "127.0.0.1:1", handler=None if mode == "iter" else handler)
+    consumer.subscribe(topic)
+    consumer._client = _FakeClient(_FakeBroker(topic, per_queue, size))  # type: ignore[assignment]
+    consumer.work_queue = WorkQueue()
+    sub = consumer.subscriptions[topic]
+    cpu = time.process_time()
+    async with anyio.create_task_group() as tg:
+        consumer._tg = tg
+        if mode == "handler":
+            consumer.workers_done = anyio.Event()
+            await tg.start(dispatch.run_workers, consumer)
+        for qid in range(_QUEUES):
+            pq = ProcessQueue(MessageQueue(topic, "broker-a", qid), 0)
+            consumer.process_queues[pq.mq] = pq
+            await consumer.start_pulling(pq, sub)
+        if mode == "handler":
+            await done.wait()
+        else:
+            async for _ in consumer:
+                count += 1
+                if count == total:
+                    break
+        used = time.process_time() - cpu
+        tg.cancel_scope.cancel()
+    return used / total * 1e6
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=N)
-    sync_cases(p.parse_args().n)
+    p.add_argument("--path-only", action="store_true", help="only the no-broker consume path")
+    a = p.parse_args()
+    if not a.path_only:
+        sync_cases(a.n)
+    for backend in ("asyncio", "trio"):
+        for mode in ("handler", "iter"):
+            us = anyio.run(consume_path, a.n, mode, backend=backend)
+            show(f"consume path, no broker: {mode} mode, {backend} (pull..settle)", us)
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ class Consumer:
         self._tg: anyio.abc.TaskGroup | None = None
         self.workers_scope: anyio.CancelScope | None = None
         self._loops_scope = anyio.CancelScope()
-        self.work_queue: WorkQueue[list[ConsumerMessage]] | None = None
+        self.work_queue: WorkQueue[dispatch.WorkItem] | None = None
         self._rebalance_signal = Signal()
         self._rebalance_requested = False
         self._capacity = Signal()
@@ -437,47 +437,65 @@ class Consumer:
             return
         size = self.config.consume_batch_size if self.batch_mode else 1
         if size == 1:
-            queue.put_many([m] for m in messages)
+            queue.put_many(messages)  # unwrapped: most handlers take one message
         else:
             queue.put_many(messages[i : i + size] for i in range(0, len(messages), size))
 
     async def settle(self, msg: ConsumerMessage, delay_level: int | None) -> None:
         """Finish a message: success commits past it; failure sends it back first."""
+        if delay_level is None:
+            self.finish(msg)
+            return
         if msg._settled:
             return
         msg._settled = True
         pq = msg._pq
         if pq is None:
             return
-        if delay_level is not None:
-            if self.config.message_model is MessageModel.BROADCASTING:
-                # No shared retry topic in broadcasting: retry here, a bounded number of times.
-                if msg.reconsume_times < self.config.broadcast_max_retries:
-                    msg.reconsume_times += 1
-                    msg._settled = False
-                    self._retry_locally(msg)
-                    return
-                self.dropped_messages += 1
-                self.log.warning(
-                    "broadcast_message_dropped",
-                    topic=msg.topic,
-                    queue=pq.mq.queue_id,
-                    offset=msg.queue_offset,
-                    attempts=msg.reconsume_times + 1,
-                )
-            else:
-                try:
-                    sent = await self._send_back(pq, msg, delay_level)
-                except BaseException:
-                    msg._settled = False  # interrupted: still unsettled, never committed
-                    raise
-                if not sent:
-                    msg._settled = False
-                    self._retry_locally(msg)
-                    return
+        if self.config.message_model is MessageModel.BROADCASTING:
+            # No shared retry topic in broadcasting: retry here, a bounded number of times.
+            if msg.reconsume_times < self.config.broadcast_max_retries:
+                msg.reconsume_times += 1
+                msg._settled = False
+                self._retry_locally(msg)
+                return
+            self.dropped_messages += 1
+            self.log.warning(
+                "broadcast_message_dropped",
+                topic=msg.topic,
+                queue=pq.mq.queue_id,
+                offset=msg.queue_offset,
+                attempts=msg.reconsume_times + 1,
+            )
+        else:
+            try:
+                sent = await self._send_back(pq, msg, delay_level)
+            except BaseException:
+                msg._settled = False  # interrupted: still unsettled, never committed
+                raise
+            if not sent:
+                msg._settled = False
+                self._retry_locally(msg)
+                return
         pq.on_done(msg, msg._generation)
         if self.config.pull_threshold_for_all is not None:
             self._capacity.notify()
+
+    def finish(self, msg: ConsumerMessage) -> bool:
+        """Settle a message as consumed; False if it was settled already or is stale.
+
+        Synchronous, so the per-message success path of workers and ``async for``
+        awaits nothing.
+        """
+        if msg._settled:
+            return False
+        msg._settled = True
+        pq = msg._pq
+        if pq is None or not pq.on_done(msg, msg._generation):
+            return False
+        if self.config.pull_threshold_for_all is not None:
+            self._capacity.notify()
+        return True
 
     async def _send_back(self, pq: ProcessQueue, msg: ConsumerMessage, delay_level: int) -> bool:
         addr = await self.broker_addr(pq.mq)
@@ -536,26 +554,32 @@ class Consumer:
         if queue is None:
             raise ClientClosedError("start the consumer (async with) before iterating")
         previous: ConsumerMessage | None = None
-        handed_out = 0
+        finish = self.finish
+        pop_nowait = queue.pop_nowait
+        countdown = 32
         while True:
-            if previous is not None and not previous._settled and not previous._held:
-                await previous.ack()  # asking for the next message settles the last one
+            if previous is not None and not previous._held:
+                finish(previous)  # asking for the next message settles the last one
             previous = None
             try:
-                batch = await queue.get()
-            except anyio.EndOfStream:
-                return
-            for msg in batch:
+                item = pop_nowait()
+            except IndexError:
+                try:
+                    item = await queue.get()
+                except anyio.EndOfStream:
+                    return
+            for msg in item if isinstance(item, list) else (item,):
                 pq = msg._pq
                 if pq is None or pq.dropped or msg._settled:
                     continue
                 if msg._generation != pq.tracker.generation:
                     continue
-                if previous is not None and not previous._settled and not previous._held:
-                    await previous.ack()
+                if previous is not None and not previous._held:
+                    finish(previous)
                 previous = msg
-                handed_out += 1
-                if handed_out % 32 == 0:
+                countdown -= 1
+                if not countdown:
+                    countdown = 32
                     await anyio.lowlevel.checkpoint()  # let pulls run between bursts
                 yield msg
 

@@ -19,6 +19,9 @@ from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.results import HandlerResult, Reconsume, failure_delay_level
 from aiorocket.consumer.work_queue import WorkQueue
 
+#: What the work queue carries: one message, or a batch of one queue's messages.
+WorkItem = ConsumerMessage | list[ConsumerMessage]
+
 if TYPE_CHECKING:
     from aiorocket.consumer.consumer import Consumer
     from aiorocket.consumer.process_queue import ProcessQueue
@@ -33,10 +36,10 @@ def is_async_callable(fn: Any) -> bool:
 class WorkerSlot:
     """What one worker is running, for the consume-timeout watchdog."""
 
-    __slots__ = ("batch", "deadline", "scope", "timed_out")
+    __slots__ = ("current", "deadline", "scope", "timed_out")
 
     def __init__(self) -> None:
-        self.batch: list[ConsumerMessage] | None = None
+        self.current: WorkItem | None = None
         self.deadline = 0.0
         self.scope: anyio.CancelScope | None = None
         self.timed_out = False
@@ -73,15 +76,23 @@ async def consume_timeout_watchdog(consumer: Consumer, slots: list[WorkerSlot]) 
         await anyio.sleep(interval)
         now = time.monotonic()  # the same clock as the deadlines, cheaper than anyio's
         for slot in slots:
-            if slot.batch is not None and now >= slot.deadline and slot.scope is not None:
+            if slot.current is not None and now >= slot.deadline and slot.scope is not None:
                 slot.timed_out = True
                 slot.scope.cancel()
 
 
-async def worker(
-    consumer: Consumer, queue: WorkQueue[list[ConsumerMessage]], slot: WorkerSlot
-) -> None:
-    handled = 0
+async def worker(consumer: Consumer, queue: WorkQueue[WorkItem], slot: WorkerSlot) -> None:
+    # A single message for an async handler (the common case) is handled inline below;
+    # batches and thread-run handlers take consume_batch. The inline path saves the
+    # list, two coroutine frames and the settle coroutine per message.
+    inline = consumer.handler_is_async and not consumer.batch_mode
+    handler = consumer.handler_fn
+    timeout = consumer.config.consume_timeout
+    retry_level = consumer.config.retry_delay_level
+    monotonic = time.monotonic  # the watchdog's clock
+    finish = consumer.finish
+    pop_nowait = queue.pop_nowait
+    countdown = _BURST
     while True:
         # One long-lived cancel scope per worker; the watchdog cancels it only when the
         # running handler times out, and the worker then opens a new one.
@@ -89,19 +100,56 @@ async def worker(
             slot.scope = scope
             while True:
                 try:
-                    batch = await queue.get()
-                except anyio.EndOfStream:
-                    return
-                await consume_batch(consumer, batch, slot)
-                handled += 1
-                if handled % 32 == 0:
+                    item = pop_nowait()
+                except IndexError:
+                    try:
+                        item = await queue.get()
+                    except anyio.EndOfStream:
+                        return
+                if isinstance(item, list):
+                    await consume_batch(consumer, item, slot)
+                elif not inline:
+                    await consume_batch(consumer, [item], slot)
+                else:
+                    assert handler is not None
+                    pq = item._pq
+                    assert pq is not None
+                    if pq.dropped or item._settled or item._generation != pq.tracker.generation:
+                        continue
+                    pq.running += 1
+                    slot.deadline = monotonic() + timeout
+                    slot.current = item
+                    try:
+                        result = await handler(item)
+                    except Exception as exc:
+                        _log_failure(consumer, pq, item, exc)
+                        level: int | None = retry_level
+                    else:
+                        level = None if result is None else failure_delay_level(result, retry_level)
+                    slot.current = None  # not reached when cancelled: the worker settles it
+                    pq.running -= 1
+                    if level is None:
+                        # No await: a success needs no broker round trip. finish()
+                        # wakes the queue's waiters unless the message was stale or
+                        # settled already; they must still see running drop.
+                        if not finish(item):
+                            pq.notify()
+                    else:
+                        pq.notify()
+                        await consumer.settle(item, level)
+                countdown -= 1
+                if not countdown:
                     # queue.get() does not yield while work is queued: let pulls and
                     # reads run between bursts of handler calls.
+                    countdown = _BURST
                     await anyio.lowlevel.checkpoint()
-        if slot.batch is not None:  # the handler overran consume_timeout
-            batch, slot.batch = slot.batch, None
+        if slot.current is not None:  # the handler overran consume_timeout
+            current, slot.current = slot.current, None
             slot.timed_out = False
-            await _settle_timed_out(consumer, batch)
+            await _settle_timed_out(consumer, current if isinstance(current, list) else [current])
+
+
+_BURST = 32  # handler calls between forced checkpoints
 
 
 async def _settle_timed_out(consumer: Consumer, batch: list[ConsumerMessage]) -> None:
@@ -131,13 +179,26 @@ async def consume_batch(consumer: Consumer, batch: list[ConsumerMessage], slot: 
         return
     pq.running += 1
     slot.deadline = time.monotonic() + consumer.config.consume_timeout
-    slot.batch = live
+    slot.current = live
     level, _ = await _call(consumer, pq, live)
-    slot.batch = None  # not reached when cancelled: the worker settles the timeout
+    slot.current = None  # not reached when cancelled: the worker settles the timeout
     pq.running -= 1
     pq.notify()
     for m in live:
         await consumer.settle(m, level)
+
+
+def _log_failure(
+    consumer: Consumer, pq: ProcessQueue, first: ConsumerMessage, exc: Exception
+) -> None:
+    consumer.log.warning(
+        "handler_failed",
+        topic=pq.mq.topic,
+        broker=pq.mq.broker_name,
+        queue=pq.mq.queue_id,
+        offset=first.queue_offset,
+        error=repr(exc),
+    )
 
 
 async def _call(
@@ -148,14 +209,7 @@ async def _call(
     try:
         result = await invoke(consumer, live)
     except Exception as exc:
-        consumer.log.warning(
-            "handler_failed",
-            topic=pq.mq.topic,
-            broker=pq.mq.broker_name,
-            queue=pq.mq.queue_id,
-            offset=live[0].queue_offset,
-            error=repr(exc),
-        )
+        _log_failure(consumer, pq, live[0], exc)
         return cfg.retry_delay_level, None
     suspend = result.suspend if isinstance(result, Reconsume) else None
     return failure_delay_level(result, cfg.retry_delay_level), suspend

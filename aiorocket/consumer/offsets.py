@@ -20,6 +20,7 @@ the deque are always unfinished offsets (giving min, max and span in O(1)).
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Iterable
 
@@ -71,13 +72,18 @@ class OffsetTracker:
         """
         batch = offsets if isinstance(offsets, (list, tuple)) else tuple(offsets)
         prev = self._next - 1
-        for offset in batch:
-            if offset <= prev:
-                raise ValueError(
-                    f"offset {offset} is not above {prev}: offsets must increase "
-                    f"and start at or after the previous next_offset {self._next}"
-                )
-            prev = offset
+        if batch:
+            # The per-offset check runs in C (map/all); the loop below only finds the
+            # culprit for the error message.
+            if batch[0] <= prev or not all(map(operator.lt, batch, batch[1:])):
+                for offset in batch:
+                    if offset <= prev:
+                        raise ValueError(
+                            f"offset {offset} is not above {prev}: offsets must increase "
+                            f"and start at or after the previous next_offset {self._next}"
+                        )
+                    prev = offset
+            prev = batch[-1]
         if next_offset <= prev:
             raise ValueError(
                 f"next_offset {next_offset} must be above {prev} "

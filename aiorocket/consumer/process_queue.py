@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -79,11 +80,12 @@ class ProcessQueue:
         """Wait until a message of this queue finishes (or the queue is dropped)."""
         await self._changed.wait()
 
-    def on_pulled(self, messages: list[MessageExt], next_offset: int) -> None:
+    def on_pulled(self, messages: Sequence[MessageExt], next_offset: int) -> None:
         self.tracker.add([m.queue_offset for m in messages], next_offset)
-        self.cached_count += len(messages)
-        self.cached_bytes += sum(map(len, [m.body for m in messages]))
-        self.pulled_total += len(messages)
+        n = len(messages)
+        self.cached_count += n
+        self.cached_bytes += sum([len(m.body) for m in messages])
+        self.pulled_total += n
 
     def on_done(self, msg: MessageExt, generation: int) -> bool:
         """Mark a message finished; False if it belonged to an older generation (reset)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import anyio
 import anyio.abc
@@ -94,13 +94,15 @@ async def pull_loop(
                 continue  # seeked or reset while the pull was in flight
             status = result.status
             if status is PullStatus.FOUND:
-                accepted: list[ConsumerMessage] = []
-                for m in result.messages:
-                    if m.queue_offset < offset:
-                        continue  # inner-batch records before the requested offset
-                    assert isinstance(m, ConsumerMessage)
-                    if filter_tags and not sub.accepts_tag(m.tags):
-                        continue
+                # decoded as ConsumerMessage (message_class above)
+                accepted = cast("list[ConsumerMessage]", result.messages)
+                # Offsets increase, so whole-list passes run only when something is
+                # dropped: inner-batch records before the requested offset, or tags.
+                if accepted and accepted[0].queue_offset < offset:
+                    accepted = [m for m in accepted if m.queue_offset >= offset]
+                if filter_tags:
+                    accepted = [m for m in accepted if sub.accepts_tag(m.tags)]
+                for m in accepted:
                     if is_retry_topic:
                         original = m.properties.get(PROPERTY_RETRY_TOPIC)
                         if original:
@@ -108,8 +110,7 @@ async def pull_loop(
                     m._pq = pq
                     m._generation = generation
                     m._settler = consumer
-                    accepted.append(m)
-                pq.on_pulled(accepted, result.next_begin_offset)  # type: ignore[arg-type]
+                pq.on_pulled(accepted, result.next_begin_offset)
                 if accepted:
                     consumer.dispatch(pq, accepted)
             elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):

@@ -2,54 +2,89 @@
 
 A memory object stream costs an event-loop round trip per item (its receive always
 checkpoints); at tens of thousands of messages per second that round trip is the
-largest cost of dispatch. Here a worker pops items while there are any and only waits
+largest cost of dispatch. Here a getter pops items while there are any and only waits
 when the queue is empty. Pull tasks never block on it: the per-queue cache limits
 already bound how much can be queued.
+
+Idle getters are woken one at a time: a put wakes one, and a getter that takes an item
+while more are queued wakes the next. Waking every idle worker per put (a broadcast)
+cost a loop round trip per worker per pull, most of them finding nothing left: the
+first one drains a burst without yielding when handlers are quick. With the chain,
+slow handlers still spread over all workers, since each woken getter hands the rest
+on before its handler runs.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 import anyio
 
-from aiorocket._signal import Signal
+from aiorocket._loop import capture
 
 T = TypeVar("T")
 
 
 class WorkQueue(Generic[T]):
-    __slots__ = ("_closed", "_items", "_ready")
+    __slots__ = ("_closed", "_items", "_new_event", "_waiters", "pop_nowait")
 
     def __init__(self) -> None:
         self._items: deque[T] = deque()
-        self._ready = Signal()
+        self._waiters: deque[anyio.Event] = deque()  # idle getters, oldest first
+        self._new_event: Callable[[], anyio.Event] | None = None  # set in the loop
         self._closed = False
+        #: The next item without waiting; IndexError when none is queued (then await
+        #: get(), which also reports the end). A plain call, where get() costs a
+        #: coroutine per item.
+        self.pop_nowait = self._items.popleft
 
     def put_many(self, items: Iterable[T]) -> None:
         if self._closed:
             raise anyio.ClosedResourceError
         self._items.extend(items)
-        self._ready.notify()
+        if self._waiters and self._items:
+            self._waiters.popleft().set()
 
     def close(self) -> None:
         """No more puts; getters drain what is queued, then get EndOfStream."""
         self._closed = True
-        self._ready.notify()
+        waiters = self._waiters
+        while waiters:
+            waiters.popleft().set()
 
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def idle_getters(self) -> int:
+        return len(self._waiters)
 
     async def get(self) -> T:
         items = self._items
         while not items:
             if self._closed:
                 raise anyio.EndOfStream
-            await self._ready.wait()
-        return items.popleft()
+            new_event = self._new_event
+            if new_event is None:
+                new_event = self._new_event = capture().new_event
+            event = new_event()
+            self._waiters.append(event)
+            try:
+                await event.wait()
+            except BaseException:
+                if not event.is_set():
+                    self._waiters.remove(event)
+                elif items and self._waiters:
+                    # Woken but cancelled before taking an item: pass the wake-up on.
+                    self._waiters.popleft().set()
+                raise
+        item = items.popleft()
+        if items and self._waiters:
+            self._waiters.popleft().set()  # more queued: another idle getter shares them
+        return item
 
     def __len__(self) -> int:
         return len(self._items)

@@ -29,9 +29,10 @@ import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from functools import lru_cache
 from types import ModuleType
+from typing import Any, TypeVar, overload
 
 from aiorocket.errors import ConfigError, MessageDecodeError
 from aiorocket.message import MessageExt
@@ -170,14 +171,10 @@ def decode_messages(
                 if p + props_len > rec_end:
                     raise _fail(pos, f"properties length {props_len} runs past the record")
                 raise _fail(pos, f"TOTALSIZE {total} larger than the record's fields")
-            if props_len:
-                props: dict[str, str] = {}
-                for item in data[p:rec_end].decode().split(PROPERTY_SEPARATOR):
-                    name, _, value = item.partition(NAME_VALUE_SEPARATOR)
-                    if name and value:
-                        props[name] = value
-            else:
-                props = {}
+            raw_props = data[p:rec_end]
+            # ASCII (the usual case) cannot fail to decode later; anything else is
+            # decoded now so that invalid UTF-8 still fails the whole body here.
+            props = StoredProperties(raw_props if raw_props.isascii() else raw_props.decode())
             if body_len:
                 if check_crc and (zlib.crc32(msg_body) & 0x7FFFFFFF) != crc:
                     raise _fail(pos, f"body CRC mismatch (stored {crc})")
@@ -309,6 +306,83 @@ def decode_properties(data: bytes | str) -> dict[str, str]:
         if name and value:
             props[name] = value
     return props
+
+
+_T = TypeVar("_T")
+
+
+class StoredProperties(Mapping[str, str]):
+    """A stored message's properties, parsed (like :func:`decode_properties`) on first use.
+
+    Parsing them was the largest per-message cost of decoding a pull, and most handlers
+    read few messages' properties, so the decoder keeps the validated raw text instead.
+    Equal to any mapping with the same items; copies and pickles as a plain dict.
+    """
+
+    __slots__ = ("_parsed", "_raw")
+
+    def __init__(self, raw: bytes | str) -> None:
+        self._raw = raw  # valid UTF-8: the decoder checked it
+        self._parsed: dict[str, str] | None = None
+
+    def _dict(self) -> dict[str, str]:
+        parsed = self._parsed
+        if parsed is None:
+            parsed = self._parsed = decode_properties(self._raw)
+            self._raw = ""
+        return parsed
+
+    def __getitem__(self, key: str) -> str:
+        return self._dict()[key]
+
+    @overload
+    def get(self, key: str, /) -> str | None: ...
+    @overload
+    def get(self, key: str, /, default: str | _T) -> str | _T: ...
+    def get(self, key: str, /, default: Any = None) -> Any:
+        return self._dict().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._dict()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def keys(self) -> KeysView[str]:
+        return self._dict().keys()
+
+    def values(self) -> ValuesView[str]:
+        return self._dict().values()
+
+    def items(self) -> ItemsView[str, str]:
+        return self._dict().items()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StoredProperties):
+            return self._dict() == other._dict()
+        if isinstance(other, Mapping):
+            return self._dict() == dict(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # a mapping, like dict
+
+    def __or__(self, other: Mapping[str, str]) -> dict[str, str]:
+        return {**self._dict(), **other}
+
+    def __ror__(self, other: Mapping[str, str]) -> dict[str, str]:
+        return {**other, **self._dict()}
+
+    def copy(self) -> dict[str, str]:
+        return dict(self._dict())
+
+    def __reduce__(self) -> tuple[type[dict[str, str]], tuple[dict[str, str]]]:
+        return dict, (self._dict(),)
+
+    def __repr__(self) -> str:
+        return repr(self._dict())
 
 
 def encode_properties(props: Mapping[str, str]) -> str:

@@ -1,0 +1,240 @@
+"""Handler workers, the work queue and settling, without a broker.
+
+Messages are fed to a Consumer's workers the way its pull tasks do (``on_pulled`` then
+``dispatch``); send-back goes to a recording fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from aiorocket.consumer import dispatch
+from aiorocket.consumer.consumer import Consumer
+from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.consumer.process_queue import ProcessQueue
+from aiorocket.consumer.results import ConsumeStatus, Reconsume
+from aiorocket.consumer.work_queue import WorkQueue
+from aiorocket.message import MessageQueue
+
+pytestmark = pytest.mark.anyio
+
+MQ = MessageQueue("t", "broker-a", 0)
+
+
+class Harness:
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.pq = ProcessQueue(MQ, 0)
+        consumer.process_queues[MQ] = self.pq
+        self.sent_back: list[tuple[int, int]] = []
+        self.sent = anyio.Event()
+
+    async def send_back(self, pq: ProcessQueue, msg: ConsumerMessage, level: int) -> bool:
+        self.sent_back.append((msg.queue_offset, level))
+        self.sent.set()
+        return True
+
+    def feed(self, count: int) -> list[ConsumerMessage]:
+        start = self.pq.tracker.next_offset
+        msgs = [ConsumerMessage("t", b"x", {}, 0, o, o) for o in range(start, start + count)]
+        for m in msgs:
+            m._pq, m._generation, m._settler = self.pq, self.pq.tracker.generation, self.consumer
+        self.pq.on_pulled(msgs, start + count)
+        self.consumer.dispatch(self.pq, msgs)
+        return msgs
+
+
+@asynccontextmanager
+async def workers(
+    handler: Callable[..., Awaitable[Any]], **settings: Any
+) -> AsyncIterator[Harness]:
+    consumer = Consumer("g", "127.0.0.1:1", handler=handler, **settings)
+    h = Harness(consumer)
+    consumer._send_back = h.send_back  # type: ignore[method-assign]
+    consumer.work_queue = WorkQueue()
+    consumer.workers_done = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        consumer._tg = tg
+        await tg.start(dispatch.run_workers, consumer)
+        yield h
+        consumer.work_queue.close()  # drain, as on close
+        with anyio.fail_after(10):
+            await consumer.workers_done.wait()
+
+
+async def test_every_message_is_handled_once_and_committed() -> None:
+    seen: list[int] = []
+    done = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        seen.append(msg.queue_offset)
+        if len(seen) == 100:
+            done.set()
+
+    async with workers(handle) as h:
+        for _ in range(5):
+            h.feed(20)
+        with anyio.fail_after(10):
+            await done.wait()
+    assert sorted(seen) == list(range(100))
+    assert h.pq.tracker.committable() == 100
+    assert (h.pq.cached_count, h.pq.cached_bytes, h.pq.running) == (0, 0, 0)
+    assert h.pq.consumed_total == 100
+
+
+@pytest.mark.parametrize(
+    ("outcome", "level"),
+    [("raise", 0), (False, 0), (ConsumeStatus.RECONSUME_LATER, 0), (Reconsume(7), 7)],
+)
+async def test_failures_are_sent_back_before_the_offset_moves(outcome: object, level: int) -> None:
+    async def handle(msg: ConsumerMessage) -> object:
+        if msg.queue_offset == 1:
+            if outcome == "raise":
+                raise RuntimeError("boom")
+            return outcome
+        return None
+
+    async with workers(handle, consume_concurrency=1) as h:
+        msgs = h.feed(3)
+        with anyio.fail_after(10):
+            await h.sent.wait()
+    assert h.sent_back == [(1, level)]
+    assert all(m.settled for m in msgs)
+    assert h.pq.tracker.committable() == 3
+
+
+async def test_a_handler_may_settle_its_message_itself() -> None:
+    async def handle(msg: ConsumerMessage) -> None:
+        await msg.ack()
+
+    async with workers(handle) as h:
+        h.feed(10)
+    assert h.pq.consumed_total == 10
+    assert h.pq.tracker.committable() == 10
+
+
+async def test_slow_handlers_spread_over_all_workers_and_no_more() -> None:
+    gate = anyio.Event()
+    running = peak = 0
+    all_busy = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        if running == 4:
+            all_busy.set()
+        await gate.wait()
+        running -= 1
+
+    async with workers(handle, consume_concurrency=4) as h:
+        h.feed(10)  # one put wakes one worker; each taker wakes the next
+        with anyio.fail_after(10):
+            await all_busy.wait()
+        assert h.pq.running == 4
+        assert h.pq.tracker.committable() == 0  # nothing finished: nothing committable
+        gate.set()
+    assert peak == 4
+    assert h.pq.tracker.committable() == 10
+
+
+async def test_consume_timeout_cancels_the_handler_and_sends_it_back() -> None:
+    async def handle(msg: ConsumerMessage) -> None:
+        if msg.queue_offset == 0:
+            await anyio.sleep_forever()
+
+    async with workers(handle, consume_concurrency=1, consume_timeout=0.2) as h:
+        h.feed(3)
+        with anyio.fail_after(10):
+            await h.sent.wait()
+        assert h.sent_back == [(0, h.consumer.config.retry_delay_level)]
+    assert h.pq.tracker.committable() == 3
+    assert h.pq.running == 0
+
+
+async def test_stale_and_dropped_messages_are_skipped() -> None:
+    seen: list[int] = []
+
+    async def handle(msg: ConsumerMessage) -> None:
+        seen.append(msg.queue_offset)
+
+    async with workers(handle) as h:
+        # Queued but not run: the queue was reset (seek / OFFSET_ILLEGAL) meanwhile.
+        queue = h.consumer.work_queue
+        assert queue is not None
+        stale = [ConsumerMessage("t", b"x", {}, 0, o, o) for o in range(3)]
+        for m in stale:
+            m._pq, m._generation, m._settler = h.pq, h.pq.tracker.generation, h.consumer
+        h.pq.on_pulled(stale, 3)
+        h.pq.reset(0)
+        queue.put_many(stale)
+        h.feed(2)
+    assert seen == [0, 1]  # only the re-pulled generation
+    assert h.pq.consumed_total == 2
+
+
+# --------------------------------------------------------------------- work queue
+
+
+async def test_work_queue_chain_wakes_idle_getters_one_at_a_time() -> None:
+    queue: WorkQueue[int] = WorkQueue()
+    got: dict[int, int] = {}
+
+    async def getter(n: int) -> None:
+        got[n] = await queue.get()
+        await anyio.sleep_forever()  # stays busy, like a slow handler
+
+    async with anyio.create_task_group() as tg:
+        for n in range(5):
+            tg.start_soon(getter, n)
+        while queue.idle_getters < 5:
+            await anyio.lowlevel.checkpoint()
+        queue.put_many([10, 11, 12])
+        assert queue.idle_getters == 4  # a put wakes one getter, not all of them
+        while len(got) < 3:
+            await anyio.lowlevel.checkpoint()
+        assert sorted(got.values()) == [10, 11, 12]
+        assert queue.idle_getters == 2 and len(queue) == 0
+        tg.cancel_scope.cancel()
+
+
+async def test_work_queue_cancelled_getters_strand_nothing() -> None:
+    queue: WorkQueue[int] = WorkQueue()
+    got: list[int] = []
+
+    async def getter(scope_out: list[anyio.CancelScope]) -> None:
+        with anyio.CancelScope() as scope:
+            scope_out.append(scope)
+            got.append(await queue.get())
+
+    async with anyio.create_task_group() as tg:
+        scopes: list[anyio.CancelScope] = []
+        tg.start_soon(getter, scopes)
+        tg.start_soon(getter, scopes)
+        while queue.idle_getters < 2:
+            await anyio.lowlevel.checkpoint()
+        queue.put_many([1])  # wakes the first getter ...
+        scopes[0].cancel()  # ... which is cancelled before it runs
+        with anyio.fail_after(5):
+            while not got:
+                await anyio.lowlevel.checkpoint()
+        assert got == [1]
+        scopes[1].cancel()  # a waiting getter leaves the waiter list when cancelled
+        while queue.idle_getters:
+            await anyio.lowlevel.checkpoint()
+
+
+async def test_work_queue_close_drains_then_ends() -> None:
+    queue: WorkQueue[int] = WorkQueue()
+    queue.put_many([1, 2])
+    queue.close()
+    assert [await queue.get(), await queue.get()] == [1, 2]
+    with pytest.raises(anyio.EndOfStream):
+        await queue.get()
+    with pytest.raises(anyio.ClosedResourceError):
+        queue.put_many([3])
