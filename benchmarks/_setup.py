@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -38,7 +39,13 @@ def build_java(version: str) -> list[str] | None:
     target = os.path.join(JAVA_DIR, "target")
     stamp, cp_file = os.path.join(target, "rmq.version"), os.path.join(target, "classpath.txt")
     jar = os.path.join(target, "java-bench-1.jar")
-    if not (os.path.exists(jar) and _read(stamp) == version):
+    # Rebuilt when the client version or the program's sources change.
+    sources = [os.path.join(JAVA_DIR, "pom.xml")]
+    for root, _dirs, files in os.walk(os.path.join(JAVA_DIR, "src")):
+        sources += [os.path.join(root, f) for f in sorted(files)]
+    digest = hashlib.sha256(b"".join(_read(f).encode() for f in sorted(sources))).hexdigest()
+    version_stamp = f"{version} {digest}"
+    if not (os.path.exists(jar) and _read(stamp) == version_stamp):
         c.log(f"building the Java benchmark (rocketmq-client {version}) with Maven")
         argv = ["mvn", "-q", "-B", f"-Drmq.version={version}", "package"]
         r = subprocess.run(argv, cwd=JAVA_DIR, capture_output=True, text=True)
@@ -46,7 +53,7 @@ def build_java(version: str) -> list[str] | None:
             c.log("Maven build failed, skipping Java:\n" + (r.stdout + r.stderr)[-2000:])
             return None
         with open(stamp, "w") as f:
-            f.write(version)
+            f.write(version_stamp)
     cp = jar + ":" + _read(cp_file).strip()
     home = os.path.join(target, "home")  # the client's logs go to ${user.home}/logs
     return ["java", f"-Duser.home={home}", "-Xms256m", "-Xmx1g", "-cp", cp, "bench.Bench"]

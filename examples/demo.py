@@ -68,9 +68,7 @@ async def produce(namesrv: str, topic: str, count: int, size: int) -> float:
 
 async def consume(namesrv: str, topic: str, count: int) -> float:
     progress = Progress("consume", count)
-    consumer = Consumer(
-        f"demo-{topic}", namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
-    )
+    consumer = Consumer(f"demo-{topic}", namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
     consumer.subscribe(topic, "demo")
     first: list[str] = []
     async with consumer:

@@ -2,12 +2,14 @@
 
 Routes change when brokers come and go or topics are re-created; the Java client polls
 every 30 s (``pollNameServerInterval``) and so do we, from :meth:`run_refresher`,
-which an owner runs in its task group.
+which an owner runs in its task group. A refresh that finds a route unchanged keeps the
+cached :class:`TopicRoute` object, so users (the rebalancer) can tell "unchanged" by
+identity and reuse what they derived from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import anyio
 import anyio.abc
@@ -25,6 +27,9 @@ from aiorocket.protocol.route import TopicRoute
 from aiorocket.remoting.pool import ConnectionPool
 
 ROUTE_REFRESH_INTERVAL = 30.0
+#: route queries in flight during a refresh: a consumer of hundreds of topics refreshes
+#: them in a few round trips (their frames share writes) without flooding a NameServer.
+REFRESH_CONCURRENCY = 16
 
 
 def parse_namesrv_addrs(addrs: str | Sequence[str]) -> list[str]:
@@ -55,6 +60,7 @@ class NameServerClient:
         self._timeout = timeout
         self._refresh_interval = refresh_interval
         self._routes: dict[str, TopicRoute] = {}
+        self._bodies: dict[str, bytes] = {}
         self._log = get_logger("namesrv")
 
     @property
@@ -83,13 +89,22 @@ class NameServerClient:
             self._current = index
             if resp.code != ResponseCode.SUCCESS:
                 raise error_for_response(resp.code, resp.remark, RequestCode.GET_ROUTEINFO_BY_TOPIC)
-            route = TopicRoute.from_json(topic, resp.body)
-            self._routes[topic] = route
-            return route
+            return self._store(topic, resp.body)
         assert last_error is not None
         raise ConnectionClosedError(
             f"no NameServer of {self._addrs} answered: {last_error}"
         ) from last_error
+
+    def _store(self, topic: str, body: bytes) -> TopicRoute:
+        old = self._routes.get(topic)
+        if old is not None and self._bodies.get(topic) == body:
+            return old  # the usual refresh: nothing to parse
+        route = TopicRoute.from_json(topic, body)
+        if old is not None and route == old:
+            route = old  # same route, serialised differently
+        self._routes[topic] = route
+        self._bodies[topic] = body
+        return route
 
     async def get_route(self, topic: str) -> TopicRoute:
         """The cached route of ``topic``, queried on first use."""
@@ -103,13 +118,31 @@ class NameServerClient:
 
     def forget(self, topic: str) -> None:
         self._routes.pop(topic, None)
+        self._bodies.pop(topic, None)
+
+    async def prefetch(self, topics: Iterable[str]) -> dict[str, Exception]:
+        """Query the routes of ``topics`` not cached yet, concurrently; the failures."""
+        return await self._query_many([t for t in topics if t not in self._routes])
 
     async def refresh_all(self) -> None:
-        for topic in list(self._routes):
-            try:
-                await self.query_route(topic)
-            except Exception as exc:  # one topic's failure must not stop the others
-                self._log.warning("route_refresh_failed", topic=topic, error=str(exc))
+        for topic, exc in (await self._query_many(list(self._routes))).items():
+            self._log.warning("route_refresh_failed", topic=topic, error=str(exc))
+
+    async def _query_many(self, topics: list[str]) -> dict[str, Exception]:
+        pending = iter(topics)
+        failed: dict[str, Exception] = {}
+
+        async def worker() -> None:
+            for topic in pending:
+                try:
+                    await self.query_route(topic)
+                except Exception as exc:  # one topic's failure must not stop the others
+                    failed[topic] = exc
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(min(REFRESH_CONCURRENCY, len(topics))):
+                tg.start_soon(worker)
+        return failed
 
     async def run_refresher(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED

@@ -58,7 +58,8 @@ class RebalanceListener(Protocol):
 
     ``on_queues_revoked`` runs before a dropped queue's offset is flushed (and, when
     orderly, before its lock is released); ``on_queues_assigned`` after new queues
-    started pulling.
+    started pulling. Each is awaited at most once per rebalance pass, with the queues of
+    every topic that changed in it (as aiokafka does per rebalance).
     """
 
     async def on_queues_revoked(self, queues: list[MessageQueue]) -> None: ...

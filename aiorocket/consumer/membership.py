@@ -30,16 +30,16 @@ def heartbeat_data(consumer: Consumer) -> dict[str, Any]:
 
 
 async def broker_addrs(consumer: Consumer) -> set[str]:
+    namesrv = consumer.client.namesrv
+    # Routes are cached after the first time; then this asks only for missing ones.
+    for topic, exc in (await namesrv.prefetch(consumer.subscriptions)).items():
+        if not isinstance(exc, TopicNotExistError):
+            consumer.log.warning("route_failed", topic=topic, error=str(exc))
     addrs: set[str] = set()
     for topic in consumer.subscriptions:
-        try:
-            route = await consumer.client.namesrv.get_route(topic)
-        except TopicNotExistError:
-            continue
-        except RocketMQError as exc:
-            consumer.log.warning("route_failed", topic=topic, error=str(exc))
-            continue
-        addrs.update(route.all_master_addrs().values())
+        route = namesrv.cached_route(topic)
+        if route is not None:
+            addrs.update(route.all_master_addrs().values())
     return addrs
 
 

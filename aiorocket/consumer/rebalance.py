@@ -1,8 +1,25 @@
-"""Rebalance: decide which queues this consumer owns and start or stop their tasks."""
+"""Rebalance: decide which queues this consumer owns and start or stop their tasks.
+
+One pass (Java: ``RebalanceImpl.doRebalance``) covers every subscribed topic, but its
+cost must not grow with topics x brokers: a consumer of 1,000 idle queues runs a pass
+every 20 s and should stay near zero CPU. So a pass
+
+* asks each broker for the group's members at most once: the member list is per group,
+  not per topic, and one broker's answer serves every topic it hosts;
+* re-runs the allocation strategy only for topics whose inputs (route, members)
+  changed, and otherwise reuses the previous result: strategies are pure functions of
+  their inputs (see :mod:`aiorocket.consumer.allocation`);
+* revokes, locks and starts queues of all topics together, computing (and committing)
+  the start offsets of new queues concurrently, so a start-up on many queues takes a
+  few round trips instead of several per queue.
+"""
 
 from __future__ import annotations
 
 import random
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import anyio
@@ -12,95 +29,255 @@ from aiorocket.consumer.config import ConsumeFromWhere, MessageModel
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import RocketMQError, TopicNotExistError
 from aiorocket.message import MessageQueue
-from aiorocket.protocol.subscription import Subscription
+from aiorocket.protocol.route import TopicRoute
 
 if TYPE_CHECKING:
     from aiorocket.consumer.consumer import Consumer
 
 RETRY_PREFIX = "%RETRY%"
+#: start-offset lookups in flight during one pass: enough to fill a round trip with
+#: many requests (their frames share writes), few enough not to flood a broker.
+START_OFFSET_CONCURRENCY = 32
+
+
+@dataclass(slots=True)
+class _TopicMemo:
+    """The inputs and result of a topic's last allocation."""
+
+    route: TopicRoute
+    queues: list[MessageQueue]
+    cids: tuple[str, ...] | None = None
+    strategy: object = None
+    mine: frozenset[MessageQueue] = frozenset()
+
+
+@dataclass(slots=True)
+class RebalanceState:
+    """Per-consumer rebalance memory, plus counters tests and benchmarks read."""
+
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    memos: dict[str, _TopicMemo] = field(default_factory=dict)
+    passes: int = 0
+    #: calls of the allocation strategy (skipped when a topic's inputs are unchanged).
+    allocations: int = 0
+    #: GET_CONSUMER_LIST_BY_GROUP requests sent.
+    consumer_id_queries: int = 0
+
+
+_states: weakref.WeakKeyDictionary[Consumer, RebalanceState] = weakref.WeakKeyDictionary()
+
+
+def state_of(consumer: Consumer) -> RebalanceState:
+    state = _states.get(consumer)
+    if state is None:
+        state = _states[consumer] = RebalanceState()
+    return state
+
+
+class _MemberLists:
+    """The group's member list as each broker reports it, asked at most once per pass."""
+
+    def __init__(self, consumer: Consumer, state: RebalanceState) -> None:
+        self._consumer = consumer
+        self._state = state
+        self._answers: dict[str, tuple[str, ...] | RocketMQError] = {}
+
+    async def for_brokers(self, masters: Sequence[str]) -> tuple[str, ...]:
+        """The members seen by one of ``masters``: one already asked, else a random one.
+
+        A broker that failed this pass is not asked again (a down broker would otherwise
+        cost a timeout per topic); the next candidate is tried instead.
+        """
+        error: RocketMQError | None = None
+        for addr in masters:
+            answer = self._answers.get(addr)
+            if isinstance(answer, tuple):
+                return answer
+            if answer is not None:
+                error = answer
+        untried = [a for a in masters if a not in self._answers]
+        random.shuffle(untried)  # Java picks a random broker of the topic
+        for addr in untried:
+            self._state.consumer_id_queries += 1
+            try:
+                cids = await self._consumer.client.broker.get_consumer_ids(
+                    addr, self._consumer.group
+                )
+            except RocketMQError as exc:
+                self._answers[addr] = error = exc
+                continue
+            # Sorted once here, so a topic memo compares equal whatever the broker's order.
+            answer = self._answers[addr] = tuple(sorted(cids))
+            return answer
+        assert error is not None
+        raise error
 
 
 async def rebalance(consumer: Consumer) -> None:
-    """One pass over every subscribed topic (Java: RebalanceImpl.doRebalance)."""
-    for topic, sub in list(consumer.subscriptions.items()):
+    """One pass over every subscribed topic; passes never overlap."""
+    state = state_of(consumer)
+    async with state.lock:
+        state.passes += 1
+        await _rebalance_pass(consumer, state)
+
+
+async def _rebalance_pass(consumer: Consumer, state: RebalanceState) -> None:
+    members = _MemberLists(consumer, state)
+    targets: dict[str, frozenset[MessageQueue]] = {}
+    not_registered: list[str] = []
+    no_members: list[str] = []
+    for topic in list(consumer.subscriptions):
         try:
-            await rebalance_topic(consumer, topic, sub)
+            mine = await _assigned(consumer, state, members, topic)
         except TopicNotExistError:
             # The group's retry topic appears only after the broker has seen the group.
             level = "debug" if topic.startswith(RETRY_PREFIX) else "warning"
             getattr(consumer.log, level)("rebalance_no_route", topic=topic)
+            continue
+        except _NoMembers as exc:
+            (not_registered if exc.others_only else no_members).append(topic)
+            continue
         except RocketMQError as exc:
             consumer.log.warning("rebalance_failed", topic=topic, error=str(exc))
+            continue
+        if mine is not None:
+            targets[topic] = mine
+    if no_members:
+        consumer.log.warning("rebalance_no_consumer_ids", topics=no_members)
+    if not_registered:
+        # The broker has not registered our heartbeat yet; allocating now could take
+        # queues another member also takes. Wait for the next pass.
+        consumer.log.info("rebalance_not_registered", topics=not_registered)
+    await _apply(consumer, targets)
 
 
-async def rebalance_topic(consumer: Consumer, topic: str, sub: Subscription) -> None:
-    # The cached route: the NameServer client refreshes it every 30 s (as Java does), so
-    # a rebalance pass over many topics costs no route queries.
-    route = await consumer.client.namesrv.get_route(topic)
-    all_queues = route.read_queues()
+class _NoMembers(Exception):
+    """No usable member list for a topic: empty, or (``others_only``) without us."""
+
+    def __init__(self, others_only: bool) -> None:
+        self.others_only = others_only
+
+
+async def _assigned(
+    consumer: Consumer, state: RebalanceState, members: _MemberLists, topic: str
+) -> frozenset[MessageQueue] | None:
+    """The queues of ``topic`` this consumer should own, or None to leave them as they are."""
     if consumer.manual_assignment is not None:
-        mine = {mq for mq in consumer.manual_assignment if mq.topic == topic}
-    elif consumer.config.message_model is MessageModel.BROADCASTING:
-        mine = set(all_queues)
-    else:
-        masters = list(route.all_master_addrs().values())
-        if not masters:
-            consumer.log.warning("rebalance_no_master", topic=topic)
-            return
-        cids = await consumer.client.broker.get_consumer_ids(random.choice(masters), consumer.group)
-        if not cids:
-            consumer.log.warning("rebalance_no_consumer_ids", topic=topic)
-            return
-        if consumer.client_id not in cids:
-            # The broker has not registered our heartbeat yet; allocating now could take
-            # queues another member also takes. Wait for the next pass.
-            consumer.log.info("rebalance_not_registered", topic=topic)
-            return
-        mine = set(consumer.allocate(consumer.group, consumer.client_id, all_queues, cids))
-    await update_process_queues(consumer, topic, mine, sub)
+        return frozenset(mq for mq in consumer.manual_assignment if mq.topic == topic)
+    # The cached route: the NameServer client refreshes it every 30 s (as Java does) and
+    # keeps the same object while it is unchanged, so it also keys the memo below.
+    route = await consumer.client.namesrv.get_route(topic)
+    memo = state.memos.get(topic)
+    if memo is None or memo.route is not route:
+        memo = state.memos[topic] = _TopicMemo(route, route.read_queues())
+    if consumer.config.message_model is MessageModel.BROADCASTING:
+        return frozenset(memo.queues)
+    masters = list(route.all_master_addrs().values())
+    if not masters:
+        consumer.log.warning("rebalance_no_master", topic=topic)
+        return None
+    cids = await members.for_brokers(masters)
+    if not cids:
+        raise _NoMembers(others_only=False)
+    if consumer.client_id not in cids:
+        raise _NoMembers(others_only=True)
+    strategy = consumer.allocate
+    if memo.cids != cids or memo.strategy is not strategy:
+        state.allocations += 1
+        mine = strategy(consumer.group, consumer.client_id, memo.queues, cids)
+        memo.cids, memo.strategy, memo.mine = cids, strategy, frozenset(mine)
+    return memo.mine
 
 
-async def update_process_queues(
-    consumer: Consumer, topic: str, mine: set[MessageQueue], sub: Subscription
-) -> None:
-    current = {mq: pq for mq, pq in consumer.process_queues.items() if mq.topic == topic}
-    removed = [pq for mq, pq in current.items() if mq not in mine]
-    added = sorted(mq for mq in mine if mq not in current)
+async def _apply(consumer: Consumer, targets: dict[str, frozenset[MessageQueue]]) -> None:
+    """Revoke what is no longer ours, then start what is newly ours, across all topics."""
+    current: dict[str, dict[MessageQueue, ProcessQueue]] = {}
+    for mq, pq in consumer.process_queues.items():
+        if mq.topic in targets:
+            current.setdefault(mq.topic, {})[mq] = pq
+    removed: list[ProcessQueue] = []
+    added: list[MessageQueue] = []
+    for topic, mine in targets.items():
+        owned = current.get(topic, {})
+        if len(owned) == len(mine) and all(mq in mine for mq in owned):
+            continue  # the steady state: nothing to sort, log or start
+        removed.extend(pq for mq, pq in owned.items() if mq not in mine)
+        added.extend(mq for mq in mine if mq not in owned)
+    if not (removed or added):
+        return
     if removed:
         await consumer.revoke(removed)
+    added.sort()
     if added and consumer.config.orderly:
         added = sorted(await locks.lock_queues(consumer, added))
+    starts = await _start_offsets(consumer, added)
     started = []
     for mq in added:
-        try:
-            offset, stored = await compute_start_offset(consumer, mq)
-        except RocketMQError as exc:
-            consumer.log.warning(
-                "start_offset_failed",
-                topic=mq.topic,
-                broker=mq.broker_name,
-                queue=mq.queue_id,
-                error=str(exc),
-            )
-            continue
+        start = starts.get(mq)
+        if start is None:
+            continue  # logged; the next pass tries again
+        offset, committed = start
         pq = ProcessQueue(mq, offset)
-        if not stored:
-            pq.tracker.mark_dirty()  # commit the computed start so a restart resumes here
+        if not committed:
+            pq.tracker.mark_dirty()  # the flusher commits it, so a restart resumes here
         if consumer.config.orderly:
             pq.locked = True
             pq.last_lock_time = anyio.current_time()
         consumer.process_queues[mq] = pq
-        await consumer.start_pulling(pq, sub)
+        await consumer.start_pulling(pq, consumer.subscriptions[mq.topic])
         started.append(mq)
-    if removed or started:
-        consumer.log.info(
-            "rebalanced",
-            topic=topic,
-            revoked=[str(p.mq) for p in removed],
-            assigned=[str(m) for m in started],
-            owned=len(mine),
-        )
-        await consumer.on_assigned(started)
+    if not (removed or started):
+        return
+    total = sum(len(m) for m in targets.values())
+    consumer.log.info(
+        "rebalanced",
+        topics=sorted({mq.topic for mq in [*started, *(pq.mq for pq in removed)]}),
+        revoked=[str(p.mq) for p in removed],
+        assigned=[str(m) for m in started],
+        owned=total,
+    )
+    await consumer.on_assigned(started)
+
+
+async def _start_offsets(
+    consumer: Consumer, mqs: list[MessageQueue]
+) -> dict[MessageQueue, tuple[int, bool]]:
+    """Start offset of each queue and whether it is stored; a failed queue is left out.
+
+    A computed start (no stored offset) is committed right away, together with the
+    others, rather than one by one by the next flush; a failed commit is retried there.
+    Without auto-commit the application decides what is committed, so it is left to it.
+    """
+    commit = consumer.auto_commit
+    out: dict[MessageQueue, tuple[int, bool]] = {}
+    pending = iter(mqs)
+
+    async def worker() -> None:
+        for mq in pending:
+            try:
+                offset, stored = await compute_start_offset(consumer, mq)
+            except RocketMQError as exc:
+                _log_queue(consumer, "start_offset_failed", mq, exc)
+                continue
+            if commit and not stored:
+                try:
+                    await consumer.offset_store.persist(mq, offset)
+                except RocketMQError as exc:
+                    _log_queue(consumer, "start_offset_commit_failed", mq, exc)
+                else:
+                    stored = True
+            out[mq] = (offset, stored)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(min(START_OFFSET_CONCURRENCY, len(mqs))):
+            tg.start_soon(worker)
+    return out
+
+
+def _log_queue(consumer: Consumer, event: str, mq: MessageQueue, exc: Exception) -> None:
+    consumer.log.warning(
+        event, topic=mq.topic, broker=mq.broker_name, queue=mq.queue_id, error=str(exc)
+    )
 
 
 async def compute_start_offset(consumer: Consumer, mq: MessageQueue) -> tuple[int, bool]:

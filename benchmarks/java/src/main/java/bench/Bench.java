@@ -107,6 +107,17 @@ public final class Bench {
         consumer = make.call();
       }
     }
+    // rocketmq-client 5.x bumps the subscription version when the first rebalance assigns
+    // queues and sends a heartbeat with it only if the heartbeat lock is free; when the
+    // start-up heartbeat still holds it, the broker answers every pull "subscription not
+    // latest" until the next 30 s heartbeat. Wait for the assignment and send it here.
+    long assignDeadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+    while (consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable()
+        .isEmpty() && System.nanoTime() < assignDeadline) {
+      Thread.sleep(20);
+    }
+    consumer.getDefaultMQPushConsumerImpl().getmQClientFactory()
+        .sendHeartbeatToAllBrokerWithLock();
     System.out.println("READY");
     System.out.flush();
     int seen = 0;
