@@ -58,6 +58,12 @@ def broker_conf(name: str, port: int, namesrv: str, store: Path, cluster: str = 
         "diskMaxUsedSpaceRatio": 95,
         # A busy shared CI box must not turn into SYSTEM_BUSY answers.
         "waitTimeMillsInSendQueue": 1000, "osPageCacheBusyTimeOutMills": 5000,
+        # RocketMQ 5.5.0's TransactionalOpBatchService spins a whole core, for good, once
+        # a half-topic queue's op batch has been idle for transactionOpBatchInterval: its
+        # loop takes that queue's last write time as the next wake-up, which is already
+        # past. Writing each op at once (max size 1) and never waking on the timer keeps
+        # it out of that state; every benchmark after a transaction test depended on it.
+        "transactionOpMsgMaxSize": 1, "transactionOpBatchInterval": 2**31 - 1,
     })  # fmt: skip
 
 
