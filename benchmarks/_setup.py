@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import _common as c
@@ -100,3 +101,28 @@ def prefill(cl: LocalRocketMQ, topic: str, count: int, size: int) -> None:
 
     s = anyio.run(lambda: c.prefill(cl.namesrv_addr, topic, count, size, progress=progress))
     c.log(f"  done in {s:.1f}s ({count / s:,.0f} msgs/s)")
+
+
+def cluster_idle_cpu(cl: LocalRocketMQ, seconds: float = 2.0) -> dict[str, float]:
+    """CPU % of each cluster process over ``seconds`` before measuring (Linux /proc).
+
+    A broker that is busy while nobody uses it (e.g. RocketMQ 5.5.0's transaction op
+    spin on a cluster not started with this project's config) would skew every figure.
+    """
+
+    def cpu(pid: int) -> float:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    procs = cl.processes
+    before = {p.name: cpu(p.pid) for p in procs}
+    time.sleep(seconds)
+    busy = {p.name: round((cpu(p.pid) - before[p.name]) / seconds * 100, 1) for p in procs}
+    for name, pct in busy.items():
+        if pct > 25:
+            c.log(f"WARNING: {name} uses {pct}% CPU while idle: figures will suffer")
+    return busy

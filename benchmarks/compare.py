@@ -90,6 +90,7 @@ def main() -> None:
     meta = {k: v for k, v in vars(a).items() if k != "skip"}
     meta.update(version=cl.version, started=stamp, broker=broker, cpus=os.cpu_count())
     meta.update(loadavg_start=os.getloadavg(), calibrate_ms_start=c.calibrate())
+    meta.update(cluster_idle_cpu_pct=_setup.cluster_idle_cpu(cl))
     res: dict[str, Any] = {"meta": meta, "consume": {}, "produce": {}, "latency": {}}
 
     topic = _setup.new_topic(cl, "bench_compare", broker)

@@ -6,15 +6,21 @@ cluster one 1 KiB message per request tops out near 6,000 msg/s, batches of 32 n
 :class:`AutoBatcher`, and each caller still awaits its own :class:`SendResult`.
 
 There is no linger timer. A topic keeps at most ``batch_in_flight`` requests under
-way; a message that finds one of them free leaves at once, alone, exactly as without
-batching, so an idle producer adds no latency. Messages that arrive while all of them
-are busy wait, and the next request to free up takes everything waiting (up to
-``batch_max_bytes``): the batch size follows the load, as aiokafka's accumulator does.
+way; a message that finds one of them free leaves at once (with whatever else was sent
+in the same event loop iteration), so an idle producer adds no latency. Messages that
+arrive while all of them are busy wait, and the next request to free up takes
+everything waiting (up to ``batch_max_bytes``): the batch size follows the load, as
+aiokafka's accumulator does.
 
 Batch requests run in the producer's task group (they carry several callers' messages,
-so no single caller owns them). A caller that is cancelled or times out while its
-message still waits takes it back; once the message is in a request it may be stored
-(at-least-once: as for any send whose answer was not awaited). A failed batch is
+so no single caller owns them), in ``batch_in_flight`` worker tasks per topic started
+with its first message: a task per request would cost more than the request's own work
+(anyio spawns a task in ~30 µs here), and the worker that wakes for a message takes
+whatever else arrived in the same loop iteration along with it.
+
+A caller that is cancelled or times out while its message still waits takes it back;
+once the message is in a request it may be stored (at-least-once: as for any send
+whose answer was not awaited). A failed batch is
 retried as one request, on another broker, as a plain send would be; when all attempts
 fail, every caller in it gets the error.
 """
@@ -34,7 +40,7 @@ from aiorocket._signal import Signal
 from aiorocket.client.results import SendResult
 from aiorocket.errors import ClientClosedError, RequestTimeoutError
 from aiorocket.message import Message
-from aiorocket.producer.batch import encode_record, split_batch_result
+from aiorocket.producer.batch import RECORD_OVERHEAD, encode_record, split_batch_result
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.prepare import (
     RETRY_TOPIC_PREFIX,
@@ -43,7 +49,6 @@ from aiorocket.producer.prepare import (
     check_schedule,
     check_topic,
     encode_props,
-    prepare_message,
     wire_properties,
 )
 from aiorocket.producer.sender import Plan, Sender
@@ -53,13 +58,18 @@ from aiorocket.protocol.message_codec import create_unique_id
 @dataclass(eq=False, slots=True)
 class _Waiting:
     msg: Message
-    record: bytes
+    body: bytes
+    properties: str  # encoded, with the message's UNIQ_KEY
     msg_id: str
     deadline: float
     done: anyio.Event
     result: SendResult | None = None
     error: BaseException | None = None
     taken: bool = False
+
+    @property
+    def size(self) -> int:
+        return RECORD_OVERHEAD + len(self.body) + len(self.properties)
 
     def finish(self, result: SendResult | None, error: BaseException | None) -> None:
         self.result, self.error = result, error
@@ -69,7 +79,9 @@ class _Waiting:
 @dataclass(eq=False, slots=True)
 class _TopicLane:
     waiting: deque[_Waiting] = field(default_factory=deque)
-    in_flight: int = 0
+    in_flight: int = 0  # requests under way
+    idle: int = 0  # workers waiting for messages
+    wake: Signal = field(default_factory=Signal)  # a message arrived for idle workers
 
 
 class AutoBatcher:
@@ -120,15 +132,16 @@ class AutoBatcher:
         check_body(msg, cfg.max_message_size)
         check_schedule(msg)
         props, msg_id = wire_properties(msg)
-        record = encode_record(bytes(msg.body), encode_props(props), msg.flag)
-        waiting = _Waiting(msg, record, msg_id, deadline, loop.new_event())
+        waiting = _Waiting(msg, bytes(msg.body), encode_props(props), msg_id, deadline,
+                           loop.new_event())  # fmt: skip
         lane = self._lanes.get(msg.topic)
         if lane is None:
-            lane = self._lanes[msg.topic] = _TopicLane()
+            lane = self._open_lane(msg.topic)
         lane.waiting.append(waiting)
-        self._pump(msg.topic, lane)
-        if not waiting.taken and deadline < self._next_expiry:
-            self._expiry.notify()
+        if lane.idle:
+            lane.wake.notify()  # a worker takes it (and whatever else came) at once
+        elif deadline < self._next_expiry:
+            self._expiry.notify()  # it waits for a busy request: the sweeper watches it
         try:
             await waiting.done.wait()
         finally:
@@ -160,34 +173,52 @@ class AutoBatcher:
             with anyio.move_on_after(earliest - now):
                 await self._expiry.wait()
 
-    def _pump(self, topic: str, lane: _TopicLane) -> None:
-        """Start requests for waiting messages while the topic has requests to spare."""
-        if self._tg is None:  # closing: close() fails whatever still waits
-            return
-        limit, max_bytes = self._config.batch_in_flight, self._config.batch_max_bytes
-        if lane.in_flight >= limit:  # the common case under load: wait for a request
-            return
-        assert self._loop is not None
-        now = self._loop.now()
-        while lane.waiting and lane.in_flight < limit:
-            batch: list[_Waiting] = []
-            size = 0
-            while lane.waiting:
-                nxt = lane.waiting[0]
-                if batch and size + len(nxt.record) > max_bytes:
-                    break
-                lane.waiting.popleft()
-                nxt.taken = True
-                if nxt.deadline <= now:  # its caller is giving up: do not send it
-                    nxt.finish(None, RequestTimeoutError(f"send to {topic!r} timed out waiting"))
-                    continue
-                batch.append(nxt)
-                size += len(nxt.record)
-            if batch:
-                lane.in_flight += 1
-                self._tg.start_soon(self._run, topic, lane, batch)
+    def _open_lane(self, topic: str) -> _TopicLane:
+        if self._tg is None:
+            raise ClientClosedError("producer is not started or closed")
+        lane = self._lanes[topic] = _TopicLane()
+        for _ in range(self._config.batch_in_flight):
+            self._tg.start_soon(self._lane_worker, topic, lane)
+        return lane
 
-    async def _run(self, topic: str, lane: _TopicLane, batch: list[_Waiting]) -> None:
+    def _take(self, topic: str, lane: _TopicLane) -> list[_Waiting]:
+        """The next request's messages: all that wait, up to ``batch_max_bytes``."""
+        assert self._loop is not None
+        max_bytes, now = self._config.batch_max_bytes, self._loop.now()
+        batch: list[_Waiting] = []
+        size = 0
+        while lane.waiting:
+            nxt = lane.waiting[0]
+            if batch and size + nxt.size > max_bytes:
+                break
+            lane.waiting.popleft()
+            nxt.taken = True
+            if nxt.deadline <= now:  # its caller is giving up: do not send it
+                nxt.finish(None, RequestTimeoutError(f"send to {topic!r} timed out waiting"))
+                continue
+            batch.append(nxt)
+            size += nxt.size
+        return batch
+
+    async def _lane_worker(self, topic: str, lane: _TopicLane) -> None:
+        """One of the topic's request slots: sends what waits, one request at a time."""
+        while True:
+            batch = self._take(topic, lane) if self._tg is not None else []
+            if not batch:
+                lane.idle += 1
+                try:
+                    await lane.wake.wait()
+                finally:
+                    lane.idle -= 1
+                continue
+            lane.in_flight += 1
+            try:
+                await self._run(topic, batch)
+            finally:
+                lane.in_flight -= 1
+                self._finished.notify()
+
+    async def _run(self, topic: str, batch: list[_Waiting]) -> None:
         sender = self._sender
         try:
             deadline = min(w.deadline for w in batch)
@@ -208,19 +239,17 @@ class AutoBatcher:
         else:
             for w, result in zip(batch, results, strict=True):
                 w.finish(result, None)
-        finally:
-            lane.in_flight -= 1
-            self._finished.notify()
-        self._pump(topic, lane)
 
     async def _request(
         self, topic: str, batch: list[_Waiting], plan: Plan, deadline: float
     ) -> list[SendResult]:
         if len(batch) == 1:  # exactly what a send without batching would be
-            out = prepare_message(batch[0].msg, self._config)
+            w = batch[0]
+            out = Outgoing(topic, w.body, w.properties, 0, w.msg_id, w.msg.flag)
             return [await self._sender.send(out, plan, deadline)]
+        body = b"".join(encode_record(w.body, w.properties, w.msg.flag) for w in batch)
         # The batch's own properties are appended to every message's: keep them empty.
-        out = Outgoing(topic, b"".join(w.record for w in batch), "", 0, create_unique_id())
+        out = Outgoing(topic, body, "", 0, create_unique_id())
         self.batches += 1
         self.batched_messages += len(batch)
         result = await self._sender.send(out, plan, deadline, batch=True)
