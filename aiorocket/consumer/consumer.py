@@ -28,7 +28,7 @@ from aiorocket._log import get_logger
 from aiorocket._settings import apply_settings, check_group
 from aiorocket._signal import Signal
 from aiorocket.client.instance import ClientInstance, make_client_id
-from aiorocket.consumer import dispatch, locks, membership
+from aiorocket.consumer import dispatch, iterate, locks, membership
 from aiorocket.consumer import rebalance as _rebalance
 from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
 from aiorocket.consumer.config import ConsumerConfig, MessageModel
@@ -540,8 +540,8 @@ class Consumer:
     def __aiter__(self) -> AsyncIterator[ConsumerMessage]:
         return self.messages()
 
-    async def messages(self) -> AsyncIterator[ConsumerMessage]:
-        """Yield messages one by one.
+    def messages(self) -> AsyncIterator[ConsumerMessage]:
+        """Yield messages one by one (see :func:`aiorocket.consumer.iterate.messages`).
 
         A yielded message is acked when you ask for the next one (the loop body finished
         without raising). Take manual control with ``async with msg:``, ``msg.hold()``,
@@ -551,38 +551,9 @@ class Consumer:
         """
         if self.handler_fn is not None:
             raise ConfigError("this consumer has a handler; iterate a consumer without one")
-        queue = self.work_queue
-        if queue is None:
+        if self.work_queue is None:
             raise ClientClosedError("start the consumer (async with) before iterating")
-        previous: ConsumerMessage | None = None
-        finish = self.finish
-        pop_nowait = queue.pop_nowait
-        countdown = 32
-        while True:
-            if previous is not None and not previous._held:
-                finish(previous)  # asking for the next message settles the last one
-            previous = None
-            try:
-                item = pop_nowait()
-            except IndexError:
-                try:
-                    item = await queue.get()
-                except anyio.EndOfStream:
-                    return
-            for msg in item if isinstance(item, list) else (item,):
-                pq = msg._pq
-                if pq is None or pq.dropped or msg._settled:
-                    continue
-                if msg._generation != pq.tracker.generation:
-                    continue
-                if previous is not None and not previous._held:
-                    finish(previous)
-                previous = msg
-                countdown -= 1
-                if not countdown:
-                    countdown = 32
-                    await anyio.lowlevel.checkpoint()  # let pulls run between bursts
-                yield msg
+        return iterate.messages(self, self.work_queue)
 
     # -- introspection -----------------------------------------------------------------
 
