@@ -125,7 +125,11 @@ async def worker(consumer: Consumer, queue: WorkQueue[WorkItem], slot: WorkerSlo
                         _log_failure(consumer, pq, item, exc)
                         level: int | None = retry_level
                     else:
-                        level = None if result is None else failure_delay_level(result, retry_level)
+                        level = (
+                            None
+                            if result is None
+                            else _level_of(consumer, pq, item, result, retry_level)
+                        )
                     slot.current = None  # not reached when cancelled: the worker settles it
                     pq.running -= 1
                     if level is None:
@@ -212,7 +216,23 @@ async def _call(
         _log_failure(consumer, pq, live[0], exc)
         return cfg.retry_delay_level, None
     suspend = result.suspend if isinstance(result, Reconsume) else None
-    return failure_delay_level(result, cfg.retry_delay_level), suspend
+    return _level_of(consumer, pq, live[0], result, cfg.retry_delay_level), suspend
+
+
+def _level_of(
+    consumer: Consumer,
+    pq: ProcessQueue,
+    first: ConsumerMessage,
+    result: HandlerResult,
+    default: int,
+) -> int | None:
+    """The failure delay level of a handler's result; a result of the wrong type is a
+    failure of that handler call (logged), not of the worker and the other messages."""
+    try:
+        return failure_delay_level(result, default)
+    except TypeError as exc:
+        _log_failure(consumer, pq, first, exc)
+        return default
 
 
 async def run_handler(

@@ -89,7 +89,13 @@ async def test_every_message_is_handled_once_and_committed() -> None:
 
 @pytest.mark.parametrize(
     ("outcome", "level"),
-    [("raise", 0), (False, 0), (ConsumeStatus.RECONSUME_LATER, 0), (Reconsume(7), 7)],
+    [
+        ("raise", 0),
+        (False, 0),
+        (ConsumeStatus.RECONSUME_LATER, 0),
+        (Reconsume(7), 7),
+        ("not a handler result", 0),  # a failure of this call, not of the worker
+    ],
 )
 async def test_failures_are_sent_back_before_the_offset_moves(outcome: object, level: int) -> None:
     async def handle(msg: ConsumerMessage) -> object:
@@ -106,6 +112,27 @@ async def test_failures_are_sent_back_before_the_offset_moves(outcome: object, l
     assert h.sent_back == [(1, level)]
     assert all(m.settled for m in msgs)
     assert h.pq.tracker.committable() == 3
+
+
+async def test_a_batch_handler_returning_a_wrong_type_fails_only_its_batch() -> None:
+    consumer = Consumer("g", "127.0.0.1:1", batch_handler=lambda msgs: "bogus")
+    h = Harness(consumer)
+    consumer._send_back = h.send_back  # type: ignore[method-assign]
+    consumer.work_queue = WorkQueue()
+    consumer.workers_done = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        consumer._tg = tg
+        await tg.start(dispatch.run_workers, consumer)
+        msgs = h.feed(2)
+        with anyio.fail_after(10):
+            while len(h.sent_back) < 2:
+                await h.sent.wait()
+                h.sent = anyio.Event()
+        consumer.work_queue.close()
+        with anyio.fail_after(10):
+            await consumer.workers_done.wait()
+    assert sorted(h.sent_back) == [(0, 0), (1, 0)]
+    assert all(m.settled for m in msgs)
 
 
 async def test_a_handler_may_settle_its_message_itself() -> None:
