@@ -95,13 +95,14 @@ def latency(env: Env, client: str, rate: int, seconds: float, warmup: float) -> 
     if client == "official":
         anyio.run(lambda: env.cl.create_group(group))  # the proxy wants the group to exist
     argv, extra_env = env.consumer(client, topic, group, n, latency=True)
+    quiet = s.wait_cluster_quiet(env.cl)
     consumer = c.Child(f"{client} e2e consumer", argv, extra_env).start()
     consumer.wait_ready()
     time.sleep(3)
     argv, extra_env = env.producer(client, "paced", topic, n, rate)
     p = c.Child(f"{client} paced producer", argv, extra_env).start().wait(timeout=600)
     r = consumer.wait(timeout=600)
-    return {**r, "producer": p, "rate": rate, "messages": n}
+    return {**r, "producer": p, "rate": rate, "messages": n, "cluster_cpu_pct_before": quiet}
 
 
 def idle(env: Env, topics: int, seconds: float) -> dict[str, Any]:

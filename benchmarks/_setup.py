@@ -103,7 +103,12 @@ def prefill(cl: LocalRocketMQ, topic: str, count: int, size: int) -> None:
     c.log(f"  done in {s:.1f}s ({count / s:,.0f} msgs/s)")
 
 
-def cluster_idle_cpu(cl: LocalRocketMQ, seconds: float = 2.0) -> dict[str, float]:
+QUIET_PCT = 25.0  # % of a core: above this a cluster process is not idle
+
+
+def cluster_idle_cpu(
+    cl: LocalRocketMQ, seconds: float = 2.0, *, warn: bool = True
+) -> dict[str, float]:
     """CPU % of each cluster process over ``seconds`` before measuring (Linux /proc).
 
     A broker that is busy while nobody uses it (e.g. RocketMQ 5.5.0's transaction op
@@ -122,7 +127,21 @@ def cluster_idle_cpu(cl: LocalRocketMQ, seconds: float = 2.0) -> dict[str, float
     before = {p.name: cpu(p.pid) for p in procs}
     time.sleep(seconds)
     busy = {p.name: round((cpu(p.pid) - before[p.name]) / seconds * 100, 1) for p in procs}
+    if not warn:
+        return busy
     for name, pct in busy.items():
-        if pct > 25:
+        if pct > QUIET_PCT:
             c.log(f"WARNING: {name} uses {pct}% CPU while idle: figures will suffer")
     return busy
+
+
+def wait_cluster_quiet(cl: LocalRocketMQ, timeout: float = 20.0) -> dict[str, float]:
+    """Wait (up to ``timeout``) until the brokers have digested the previous case.
+
+    A case right after a heavy one (flushing, GC, page cache) would otherwise pay for it.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = cluster_idle_cpu(cl, 1.0, warn=False)
+        if max(busy.values(), default=0.0) <= QUIET_PCT or time.monotonic() > deadline:
+            return busy
