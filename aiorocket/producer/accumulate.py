@@ -13,10 +13,11 @@ everything waiting (up to ``batch_max_bytes``): the batch size follows the load,
 aiokafka's accumulator does.
 
 Batch requests run in the producer's task group (they carry several callers' messages,
-so no single caller owns them), in ``batch_in_flight`` worker tasks per topic started
-with its first message: a task per request would cost more than the request's own work
-(anyio spawns a task in ~30 µs here), and the worker that wakes for a message takes
-whatever else arrived in the same loop iteration along with it.
+so no single caller owns them), in up to ``batch_in_flight`` worker tasks per topic,
+started as its messages need them and ended after a minute without any: a task per
+request would cost more than the request's own work (anyio spawns a task in ~30 µs
+here), and the worker that wakes for a message takes whatever else arrived in the same
+loop iteration along with it.
 
 A caller that is cancelled or times out while its message still waits takes it back;
 once the message is in a request it may be stored (at-least-once: as for any send
@@ -54,6 +55,9 @@ from aiorocket.producer.prepare import (
 from aiorocket.producer.sender import Plan, Sender
 from aiorocket.protocol.message_codec import create_unique_id
 
+#: seconds a topic's idle request worker lives on, waiting for the topic's next message.
+WORKER_IDLE_EXIT = 60.0
+
 
 @dataclass(eq=False, slots=True)
 class _Waiting:
@@ -80,6 +84,7 @@ class _Waiting:
 class _TopicLane:
     waiting: deque[_Waiting] = field(default_factory=deque)
     in_flight: int = 0  # requests under way
+    workers: int = 0  # worker tasks alive (at most batch_in_flight)
     idle: int = 0  # workers waiting for messages
     wake: Signal = field(default_factory=Signal)  # a message arrived for idle workers
 
@@ -140,6 +145,8 @@ class AutoBatcher:
         lane.waiting.append(waiting)
         if lane.idle:
             lane.wake.notify()  # a worker takes it (and whatever else came) at once
+        elif lane.workers < cfg.batch_in_flight:
+            self._start_worker(msg.topic, lane)  # a request slot to spare: it leaves now
         elif deadline < self._next_expiry:
             self._expiry.notify()  # it waits for a busy request: the sweeper watches it
         try:
@@ -174,12 +181,14 @@ class AutoBatcher:
                 await self._expiry.wait()
 
     def _open_lane(self, topic: str) -> _TopicLane:
-        if self._tg is None:
-            raise ClientClosedError("producer is not started or closed")
         lane = self._lanes[topic] = _TopicLane()
-        for _ in range(self._config.batch_in_flight):
-            self._tg.start_soon(self._lane_worker, topic, lane)
         return lane
+
+    def _start_worker(self, topic: str, lane: _TopicLane) -> None:
+        if self._tg is None:  # closing: close() fails whatever still waits
+            return
+        lane.workers += 1
+        self._tg.start_soon(self._lane_worker, topic, lane)
 
     def _take(self, topic: str, lane: _TopicLane) -> list[_Waiting]:
         """The next request's messages: all that wait, up to ``batch_max_bytes``."""
@@ -201,22 +210,34 @@ class AutoBatcher:
         return batch
 
     async def _lane_worker(self, topic: str, lane: _TopicLane) -> None:
-        """One of the topic's request slots: sends what waits, one request at a time."""
-        while True:
-            batch = self._take(topic, lane) if self._tg is not None else []
-            if not batch:
-                lane.idle += 1
+        """One of the topic's request slots: sends what waits, one request at a time.
+
+        A worker idle for ``WORKER_IDLE_EXIT`` seconds ends (the next message of the topic
+        starts another), so a producer that wrote to many topics keeps no tasks for them.
+        """
+        try:
+            while True:
+                batch = self._take(topic, lane) if self._tg is not None else []
+                if not batch:
+                    lane.idle += 1
+                    try:
+                        with anyio.move_on_after(WORKER_IDLE_EXIT) as idle_scope:
+                            await lane.wake.wait()
+                    finally:
+                        lane.idle -= 1
+                    if idle_scope.cancelled_caught and not lane.waiting:
+                        return
+                    continue
+                lane.in_flight += 1
                 try:
-                    await lane.wake.wait()
+                    await self._run(topic, batch)
                 finally:
-                    lane.idle -= 1
-                continue
-            lane.in_flight += 1
-            try:
-                await self._run(topic, batch)
-            finally:
-                lane.in_flight -= 1
-                self._finished.notify()
+                    lane.in_flight -= 1
+                    self._finished.notify()
+        finally:
+            lane.workers -= 1
+            if not (lane.workers or lane.waiting) and self._lanes.get(topic) is lane:
+                del self._lanes[topic]
 
     async def _run(self, topic: str, batch: list[_Waiting]) -> None:
         sender = self._sender

@@ -201,3 +201,20 @@ async def test_closing_sends_what_waits_before_it_returns() -> None:
         assert sorted(bodies_of_batch(broker)) == [b"w0", b"w1", b"w2"]
         with pytest.raises(ClientClosedError):
             await p.send(Message(TOPIC, b"closed"))
+
+
+async def test_idle_topic_workers_end_and_come_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiorocket.producer import accumulate
+
+    monkeypatch.setattr(accumulate, "WORKER_IDLE_EXIT", 0.05)
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True) as p:
+        batcher = p.batcher
+        assert batcher is not None
+        await p.send(Message(TOPIC, b"a"))
+        await p.send(Message(TOPIC + "2", b"b"))
+        assert set(batcher._lanes) == {TOPIC, TOPIC + "2"}
+        # No task per topic outlives its traffic: the idle workers end, the lanes go.
+        await wait_for(lambda: not batcher._lanes)
+        result = await p.send(Message(TOPIC, b"c"))  # a new worker starts for it
+        assert result.msg_id
+        assert len(fake.brokers[0].received(V2)) == 3
