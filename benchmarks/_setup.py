@@ -13,6 +13,7 @@ import _common as c
 import anyio
 
 from aiorocket.client.instance import ClientInstance
+from aiorocket.testing._procs import cpu_seconds
 from aiorocket.testing.broker import LocalRocketMQ
 
 JAVA_DIR = os.path.join(c.HERE, "java")
@@ -115,18 +116,10 @@ def cluster_idle_cpu(
     spin on a cluster not started with this project's config) would skew every figure.
     """
 
-    def cpu(pid: int) -> float:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
     procs = cl.processes
-    before = {p.name: cpu(p.pid) for p in procs}
+    before = {p.name: cpu_seconds(p.pid) for p in procs}
     time.sleep(seconds)
-    busy = {p.name: round((cpu(p.pid) - before[p.name]) / seconds * 100, 1) for p in procs}
+    busy = {p.name: round((cpu_seconds(p.pid) - before[p.name]) / seconds * 100, 1) for p in procs}
     if not warn:
         return busy
     for name, pct in busy.items():

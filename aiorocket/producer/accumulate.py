@@ -141,7 +141,7 @@ class AutoBatcher:
                            loop.new_event())  # fmt: skip
         lane = self._lanes.get(msg.topic)
         if lane is None:
-            lane = self._open_lane(msg.topic)
+            lane = self._lanes[msg.topic] = _TopicLane()
         lane.waiting.append(waiting)
         if lane.idle:
             lane.wake.notify()  # a worker takes it (and whatever else came) at once
@@ -179,10 +179,6 @@ class AutoBatcher:
             self._next_expiry = earliest
             with anyio.move_on_after(earliest - now):
                 await self._expiry.wait()
-
-    def _open_lane(self, topic: str) -> _TopicLane:
-        lane = self._lanes[topic] = _TopicLane()
-        return lane
 
     def _start_worker(self, topic: str, lane: _TopicLane) -> None:
         if self._tg is None:  # closing: close() fails whatever still waits

@@ -90,16 +90,46 @@ def pick_broker_port(preferred: int, taken: set[int]) -> int:
     raise OSError("no free broker port triplet (p-2, p, p+1) found")
 
 
-def proc_start_time(pid: int) -> int | None:
-    """Start time (clock ticks since boot) of a live, non-zombie process, else None."""
+def _stat_fields(path: Path) -> list[str] | None:
+    """The fields of a /proc ``stat`` file after the command name (state first)."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
+        raw = path.read_text()
     except OSError:
         return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Start time (clock ticks since boot) of a live, non-zombie process, else None."""
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+    if fields is None or fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
+
+
+def cpu_seconds(pid: int, thread_name: str | None = None) -> float:
+    """CPU time (user + system) of process ``pid`` so far, or of its threads named
+    ``thread_name`` (Linux /proc; 0 for a process that is gone)."""
+    if thread_name is None:
+        stats = [Path(f"/proc/{pid}/stat")]
+    else:
+        stats = []
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            tasks = []  # the process is gone
+        for task in tasks:
+            try:
+                if (task / "comm").read_text().strip() == thread_name:
+                    stats.append(task / "stat")
+            except OSError:
+                continue  # the thread ended meanwhile
+    ticks = 0
+    for stat in stats:
+        fields = _stat_fields(stat)
+        if fields is not None:
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def alive(proc: Proc) -> bool:

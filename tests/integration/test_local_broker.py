@@ -20,7 +20,15 @@ from aiorocket.message import Message
 from aiorocket.producer import Producer, TransactionState
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.testing import _admin
-from aiorocket.testing._procs import Proc, alive, port_free, proc_start_time, spawn, stop_all
+from aiorocket.testing._procs import (
+    Proc,
+    alive,
+    cpu_seconds,
+    port_free,
+    proc_start_time,
+    spawn,
+    stop_all,
+)
 from aiorocket.testing.broker import HEALTH_TOPIC, LocalRocketMQ
 
 pytestmark = pytest.mark.integration
@@ -195,20 +203,6 @@ def test_throwaway_cluster_stops_cleanly(rocketmq: LocalRocketMQ, tmp_path: Path
     assert all(port_free(port) for p in procs for port in p.ports)
 
 
-def _thread_cpu_seconds(pid: int, thread_name: str) -> float:
-    """CPU time (user + system) of the threads of ``pid`` named ``thread_name``."""
-    ticks = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            if (task / "comm").read_text().strip() != thread_name:
-                continue
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # the thread ended meanwhile
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 @pytest.mark.anyio
 async def test_brokers_stay_idle_after_transactions(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
@@ -232,7 +226,7 @@ async def test_brokers_stay_idle_after_transactions(
     assert {r.send_result.queue.broker_name for r in results} == set(rocketmq.broker_addrs)
     await anyio.sleep(3.5)  # the idle time after which an unpatched 5.5.0 broker spins
     brokers = [p for p in rocketmq.processes if p.name.startswith("broker")]
-    before = {p.pid: _thread_cpu_seconds(p.pid, "TransactionalOp") for p in brokers}
+    before = {p.pid: cpu_seconds(p.pid, "TransactionalOp") for p in brokers}
     await anyio.sleep(2.0)
-    used = {pid: _thread_cpu_seconds(pid, "TransactionalOp") - t for pid, t in before.items()}
+    used = {pid: cpu_seconds(pid, "TransactionalOp") - t for pid, t in before.items()}
     assert max(used.values()) < 0.5, used  # a spinning thread takes ~2 s of 2 s

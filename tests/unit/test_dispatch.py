@@ -51,7 +51,7 @@ class Harness:
 
 @asynccontextmanager
 async def workers(
-    handler: Callable[..., Awaitable[Any]], **settings: Any
+    handler: Callable[..., Awaitable[Any]] | None, **settings: Any
 ) -> AsyncIterator[Harness]:
     consumer = Consumer("g", "127.0.0.1:1", handler=handler, **settings)
     h = Harness(consumer)
@@ -115,22 +115,12 @@ async def test_failures_are_sent_back_before_the_offset_moves(outcome: object, l
 
 
 async def test_a_batch_handler_returning_a_wrong_type_fails_only_its_batch() -> None:
-    consumer = Consumer("g", "127.0.0.1:1", batch_handler=lambda msgs: "bogus")
-    h = Harness(consumer)
-    consumer._send_back = h.send_back  # type: ignore[method-assign]
-    consumer.work_queue = WorkQueue()
-    consumer.workers_done = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        consumer._tg = tg
-        await tg.start(dispatch.run_workers, consumer)
+    async with workers(None, batch_handler=lambda msgs: "bogus") as h:
         msgs = h.feed(2)
         with anyio.fail_after(10):
             while len(h.sent_back) < 2:
                 await h.sent.wait()
                 h.sent = anyio.Event()
-        consumer.work_queue.close()
-        with anyio.fail_after(10):
-            await consumer.workers_done.wait()
     assert sorted(h.sent_back) == [(0, 0), (1, 0)]
     assert all(m.settled for m in msgs)
 
