@@ -1,10 +1,11 @@
 """One remoting TCP connection: requests multiplexed by ``opaque``.
 
-A connection is *run* by an owner (a task group, usually the pool's): :meth:`Connection.run`
-reads frames until the peer goes away, routes responses to the requests waiting for
-them and dispatches server-initiated requests to a handler. When the connection
-ends for any reason every pending request fails at once with
-:class:`~aiorocket.errors.ConnectionClosedError`; nothing waits for its timeout.
+A connection is *run* by an owner (a task group, usually the pool's):
+:meth:`Connection.run` takes frames from its :mod:`~aiorocket.remoting.wire` until the
+peer goes away, routes responses to the requests waiting for them and dispatches
+server-initiated requests to a handler. When the connection ends for any reason every
+pending request fails at once with :class:`~aiorocket.errors.ConnectionClosedError`;
+nothing waits for its timeout.
 """
 
 from __future__ import annotations
@@ -28,13 +29,12 @@ from aiorocket.errors import (
 )
 from aiorocket.protocol.codes import RemotingFlag, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
-from aiorocket.protocol.frame import FrameDecoder, encode_command
+from aiorocket.protocol.frame import encode_command
+from aiorocket.remoting.wire import StreamWire, Wire, open_wire
 
 #: Handles a request the server sent us. Return the response, or None for oneway requests.
 RequestHandler = Callable[["Connection", RemotingCommand], Awaitable["RemotingCommand | None"]]
 
-_READ_SIZE = 256 * 1024
-_OUTBOX_HIGH_WATER = 4 * 1024 * 1024
 _opaque_counter = itertools.count(1)
 
 
@@ -67,30 +67,25 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 class Connection:
-    """A multiplexed remoting connection over an anyio byte stream."""
+    """A multiplexed remoting connection over a :class:`~aiorocket.remoting.wire.Wire`
+    (or any anyio byte stream, which gets wrapped in one)."""
 
     def __init__(
         self,
-        stream: anyio.abc.ByteStream,
+        wire: Wire | anyio.abc.ByteStream,
         address: str,
         handler: RequestHandler | None = None,
     ) -> None:
         self.address = address
-        self._stream = stream
+        self._wire = wire if isinstance(wire, Wire) else StreamWire(wire)
         self._handler = handler
         self._pending: dict[int, _Pending] = {}
-        # Frames queue here and one writer task sends them, joined: many concurrent
-        # requests then cost one syscall, and a cancelled requester can never leave
-        # half a frame on the wire.
-        self._outbox: list[bytes] = []
-        self._outbox_bytes = 0
-        self._wake_writer = anyio.Event()
+        self._handlers: anyio.abc.TaskGroup | None = None
         # Request timeouts are enforced by one sweeper task per connection (like the Java
         # client's response-table scan) rather than a timer-backed cancel scope per
         # request, which would cost more than the rest of a request's client work.
         self._sweep = Signal()
         self._next_sweep = math.inf
-        self._drained = anyio.Event()
         self._closed = False
         self._close_reason: BaseException | None = None
         self._done = anyio.Event()
@@ -104,14 +99,14 @@ class Connection:
         host, port = parse_address(address)
         try:
             with anyio.fail_after(timeout):
-                stream = await anyio.connect_tcp(host, port)
+                wire = await open_wire(host, port)
         except TimeoutError:
             raise ConnectionClosedError(
                 f"connect to {address} timed out after {timeout}s"
             ) from None
         except OSError as exc:
             raise ConnectionClosedError(f"cannot connect to {address}: {exc}") from exc
-        return cls(stream, address, handler)
+        return cls(wire, address, handler)
 
     @property
     def closed(self) -> bool:
@@ -124,22 +119,16 @@ class Connection:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Read and dispatch frames until the connection ends. Owned by a task group."""
-        decoder = FrameDecoder()
+        """Dispatch incoming frames until the connection ends. Owned by a task group."""
         self._loop = capture()
         task_status.started()
         try:
             async with anyio.create_task_group() as handlers:
-                handlers.start_soon(self._write_loop)
+                self._handlers = handlers
                 handlers.start_soon(self._expire_loop)
                 try:
-                    while True:
-                        data = await self._stream.receive(_READ_SIZE)
-                        for cmd in decoder.feed(data):
-                            if cmd.is_response:
-                                self._on_response(cmd)
-                            else:
-                                handlers.start_soon(self._serve, cmd)
+                    await self._wire.run(self._on_command)
+                    raise anyio.EndOfStream
                 except (anyio.EndOfStream, anyio.ClosedResourceError):
                     self._close_reason = self._close_reason or ConnectionClosedError(
                         f"connection to {self.address} closed by peer"
@@ -156,21 +145,27 @@ class Connection:
                         f"connection to {self.address} failed: {exc}"
                     )
                 finally:
+                    self._handlers = None
                     handlers.cancel_scope.cancel()
         finally:
             await self._shutdown()
 
     async def _shutdown(self) -> None:
         self._closed = True
-        self._drained.set()
         reason = self._close_reason or ConnectionClosedError(f"connection to {self.address} closed")
         pending, self._pending = self._pending, {}
         for p in pending.values():
             p.error = reason
             p.event.set()
         with anyio.CancelScope(shield=True):
-            await self._stream.aclose()
+            await self._wire.aclose()
         self._done.set()
+
+    def _on_command(self, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            self._on_response(cmd)
+        elif self._handlers is not None:
+            self._handlers.start_soon(self._serve, cmd)
 
     def _on_response(self, cmd: RemotingCommand) -> None:
         pending = self._pending.pop(cmd.opaque, None)
@@ -208,14 +203,15 @@ class Connection:
     async def _send(self, frame: bytes) -> None:
         if self._closed:
             raise self._closed_error()
-        self._outbox.append(frame)
-        self._outbox_bytes += len(frame)
-        self._wake_writer.set()
-        # Backpressure: past the high-water mark, wait for the writer to catch up.
-        while self._outbox_bytes > _OUTBOX_HIGH_WATER and not self._closed:
-            await self._drained.wait()
-        if self._closed:
-            raise self._closed_error()
+        wire = self._wire
+        try:
+            wire.write(frame)
+        except anyio.BrokenResourceError:
+            raise self._closed_error() from None
+        if wire.paused:  # backpressure: past the high-water mark, wait for the socket
+            await wire.drain()
+            if self._closed:
+                raise self._closed_error()
 
     async def _expire_loop(self) -> None:
         """Wake every pending request whose deadline passed; it then raises a timeout."""
@@ -234,30 +230,12 @@ class Connection:
             with anyio.move_on_after(earliest - now):
                 await self._sweep.wait()
 
-    async def _write_loop(self) -> None:
-        try:
-            while True:
-                await self._wake_writer.wait()
-                self._wake_writer = anyio.Event()
-                while self._outbox:
-                    frames, self._outbox = self._outbox, []
-                    self._outbox_bytes = 0
-                    await self._stream.send(frames[0] if len(frames) == 1 else b"".join(frames))
-                drained, self._drained = self._drained, anyio.Event()
-                drained.set()
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            self._close_reason = self._close_reason or ConnectionClosedError(
-                f"send to {self.address} failed: {exc}"
-            )
-            self._closed = True
-            self._drained.set()
-            with anyio.CancelScope(shield=True):
-                await self._stream.aclose()
-
     def _closed_error(self) -> ConnectionClosedError:
         reason = self._close_reason
         if isinstance(reason, ConnectionClosedError):
             return ConnectionClosedError(str(reason))
+        if reason is None:  # the peer is going away; run() has not noticed yet
+            return ConnectionClosedError(f"connection to {self.address} is closing")
         return ConnectionClosedError(f"connection to {self.address} is closed: {reason}")
 
     async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
@@ -299,7 +277,7 @@ class Connection:
                 f"connection to {self.address} closed locally"
             )
             with anyio.CancelScope(shield=True):
-                await self._stream.aclose()
+                await self._wire.aclose()
 
     async def wait_closed(self) -> None:
         await self._done.wait()
