@@ -393,7 +393,7 @@ class Consumer:
 
     async def wait_capacity(self, pq: ProcessQueue) -> None:
         if not pq.has_capacity(self.config):
-            await pq.wait_changed()
+            await pq.wait_room(self.config)
         else:
             await self._capacity.wait()
 

@@ -1,0 +1,82 @@
+"""A pull task's wait for cache room: resume at half the limit, not at the first message."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from aiorocket.consumer.config import ConsumerConfig
+from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.consumer.process_queue import ProcessQueue
+from aiorocket.message import MessageQueue
+
+pytestmark = pytest.mark.anyio
+
+
+def pulled(pq: ProcessQueue, count: int, size: int = 1) -> list[ConsumerMessage]:
+    start = pq.tracker.next_offset
+    msgs = [ConsumerMessage("t", b"x" * size, {}, 0, o, o) for o in range(start, start + count)]
+    pq.on_pulled(msgs, start + count)
+    return msgs
+
+
+async def released_after(pq: ProcessQueue, cfg: ConsumerConfig, steps: list[object]) -> int:
+    """Run ``wait_room``; apply ``steps`` (messages to finish, or 'drop') one by one and
+    return how many were applied when the waiter was released."""
+    released = anyio.Event()
+
+    async def waiter() -> None:
+        await pq.wait_room(cfg)
+        released.set()
+
+    applied = 0
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        await anyio.wait_all_tasks_blocked()
+        for step in steps:
+            if released.is_set():
+                break
+            if step == "drop":
+                pq.drop()
+            else:
+                assert isinstance(step, ConsumerMessage)
+                assert pq.on_done(step, pq.tracker.generation)
+            applied += 1
+            await anyio.wait_all_tasks_blocked()
+        with anyio.fail_after(5):
+            await released.wait()
+    return applied
+
+
+async def test_over_the_count_limit_the_pull_resumes_at_half() -> None:
+    cfg = ConsumerConfig(pull_threshold_for_queue=10)
+    pq = ProcessQueue(MessageQueue("t", "b", 0), 0)
+    msgs = pulled(pq, 12)
+    assert not pq.has_capacity(cfg)
+    # 12 cached: below the limit after 3 finish, but the pull waits until 5 are left.
+    assert await released_after(pq, cfg, list(msgs)) == 7
+    assert pq.cached_count == 5
+
+
+async def test_over_the_size_limit_the_pull_resumes_at_half() -> None:
+    cfg = ConsumerConfig(pull_threshold_size_for_queue=1000)
+    pq = ProcessQueue(MessageQueue("t", "b", 0), 0)
+    msgs = pulled(pq, 4, size=300)  # 1,200 bytes
+    assert not pq.has_capacity(cfg)
+    assert await released_after(pq, cfg, list(msgs)) == 3  # 300 bytes <= 500 left
+    assert pq.cached_bytes == 300
+
+
+async def test_a_span_wait_ends_at_the_next_finished_message_for_a_recheck() -> None:
+    cfg = ConsumerConfig(consume_concurrently_max_span=5)
+    pq = ProcessQueue(MessageQueue("t", "b", 0), 0)
+    msgs = pulled(pq, 8)  # span 7, far below the count limit
+    assert not pq.has_capacity(cfg)
+    assert await released_after(pq, cfg, [msgs[0]]) == 1
+
+
+async def test_dropping_the_queue_releases_its_waiting_pull() -> None:
+    cfg = ConsumerConfig(pull_threshold_for_queue=10)
+    pq = ProcessQueue(MessageQueue("t", "b", 0), 0)
+    msgs = pulled(pq, 10)
+    assert await released_after(pq, cfg, [msgs[0], "drop"]) == 2
