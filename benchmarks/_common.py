@@ -220,4 +220,21 @@ def emit_result(data: dict[str, Any]) -> None:
 
 
 def emit(line: str) -> None:
+    if line == "READY":
+        settle_heap()
     print(line, flush=True)
+
+
+def settle_heap() -> None:
+    """Start measuring with the start-up heap collected and frozen (``gc.freeze()``).
+
+    A process's first full collection scans every object its imports created: 10-20 ms
+    with the interpreter stopped, once, a few seconds into a run. A long-running service
+    has that behind it; a latency-sensitive one freezes its start-up heap as here (the
+    Python docs' recipe, see docs/consumer.md). Every Python child, the official
+    client's included, does this when it reports READY.
+    """
+    import gc
+
+    gc.collect()
+    gc.freeze()

@@ -24,6 +24,11 @@ from rocketmq.v5.producer import Producer
 
 
 def emit(line: str) -> None:
+    if line == "READY":  # as every child: start-up heap collected and frozen
+        import gc  # (see _common.settle_heap; this file runs in the official venv)
+
+        gc.collect()
+        gc.freeze()
     print(line, flush=True)
 
 

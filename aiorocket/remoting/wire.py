@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import cast
 
 import anyio
 import anyio.abc
@@ -94,9 +95,9 @@ class ProtocolWire(asyncio.Protocol, Wire):
     # asyncio.Protocol callbacks ---------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-        transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
+        # A stream transport (uvloop's is not registered as asyncio.Transport).
+        self._transport = cast(asyncio.Transport, transport)
+        self._transport.set_write_buffer_limits(high=HIGH_WATER, low=LOW_WATER)
 
     def data_received(self, data: bytes) -> None:
         try:

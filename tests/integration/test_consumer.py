@@ -28,6 +28,10 @@ async def produce(namesrv: str, topic: str, bodies: list[bytes], **kw: object) -
         await wait_dispatched(client, topic, results)
 
 
+@pytest.mark.parametrize(
+    "anyio_backend",
+    ["asyncio", "trio", pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop")],
+)
 async def test_handler_consumes_everything_and_commits(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:

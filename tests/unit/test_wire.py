@@ -12,6 +12,7 @@ from aiorocket.errors import ProtocolError
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.frame import encode_command
 from aiorocket.remoting.connection import parse_address
+from aiorocket.remoting.pool import ConnectionPool
 from aiorocket.remoting.wire import ProtocolWire, StreamWire, open_wire
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 
@@ -81,6 +82,34 @@ async def test_asyncio_gets_the_protocol_wire_other_backends_the_stream() -> Non
                 await answered.wait()
             await server.sessions[0].close()
         assert [c.code for c in got] == [0] and got[0].is_response
+
+
+@pytest.mark.parametrize(
+    "anyio_backend", [pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop")]
+)
+async def test_connections_run_on_uvloop_too() -> None:
+    """uvloop's transports are not asyncio.Transport instances; the protocol wire takes
+    them all the same (uvicorn runs FastAPI services on uvloop when it is installed)."""
+    pytest.importorskip("uvloop")
+
+    async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+        await session.send(RemotingCommand.response_to(cmd, ext_fields=dict(cmd.ext_fields)))
+
+    async with FakeRemotingServer(handler) as server, ConnectionPool() as pool:
+        conn = await pool.get(server.address)
+        assert isinstance(conn._wire, ProtocolWire)
+        replies: list[int] = []
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+
+                async def call(i: int = i) -> None:
+                    resp = await pool.request(
+                        server.address, RemotingCommand.request(1, {"i": str(i)}), 5
+                    )
+                    replies.append(int(resp.ext_fields["i"]))
+
+                tg.start_soon(call)
+        assert sorted(replies) == list(range(20))
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
