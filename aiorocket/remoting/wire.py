@@ -6,8 +6,9 @@ anyio's socket stream pays for its generality per frame: every ``receive()`` re-
 the socket's reader (two ``epoll_ctl`` calls per read), every ``send()`` first yields
 to the loop once, and the reader and writer tasks each add a task switch. At 5,000
 messages/s on two shared cores those hops are most of the client's CPU and show up as
-latency. :class:`ProtocolWire` gets its bytes in the transport's callback and writes
-synchronously into the transport's buffer: a request costs one wake-up for its answer.
+latency. :class:`ProtocolWire` gets its bytes in the transport's callback and hands the
+frames written during one loop iteration to the transport in one call at its end: no
+tasks, no re-arming, one ``send()`` for the pulls of every queue answered by one read.
 
 Trio, and any other anyio backend, use :class:`StreamWire`: a reader loop and one
 writer task over the backend's byte stream. The tests run both.
