@@ -87,7 +87,8 @@ class ProcessQueue:
         of it. Resuming at the first message freed would send one pull per batch freed,
         each on its own, whenever handlers are the bottleneck; refilling from half-full
         sends pulls right after their answers, where they leave in one write with the
-        other queues' pulls (``async for`` consumed ~15% faster for it).
+        other queues' pulls (draining a backlog with ``async for``, pull writes fell
+        from 8,353 to ~3,000 per 300,000 messages).
         """
         count_limit, bytes_limit = cfg.pull_threshold_for_queue, cfg.pull_threshold_size_for_queue
         if self.cached_count < count_limit and self.cached_bytes < bytes_limit:
