@@ -16,6 +16,7 @@ The child alone: ``python benchmarks/consume.py child NAMESRV TOPIC GROUP N MODE
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import sys
 import time
@@ -27,6 +28,8 @@ import anyio
 
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.config import ConsumeFromWhere
+
+SLOW_US = 10_000  # e2e samples above this are counted per 100 ms window of their send
 
 
 async def consume(
@@ -44,6 +47,7 @@ async def consume(
     count = 0
     first = last = 0.0
     lat: list[int] = []
+    slow: collections.Counter[int] = collections.Counter()  # 100 ms send window -> count
     steady_us = 0  # latency counts only messages sent 1 s after the first one arrived
     done = anyio.Event()
 
@@ -53,8 +57,13 @@ async def consume(
         if count == 1:
             first = time.perf_counter()
             steady_us = c.now_us() + 1_000_000
-        if latency and int.from_bytes(msg.body[: c.STAMP], "big") >= steady_us:
-            lat.append(c.latency_us(msg.body))
+        if latency:
+            sent_us = int.from_bytes(msg.body[: c.STAMP], "big")
+            if sent_us >= steady_us:
+                lat_us = c.now_us() - sent_us
+                lat.append(lat_us)
+                if lat_us > SLOW_US:
+                    slow[sent_us // 100_000] += 1
         if count >= expected:
             last = time.perf_counter()
             done.set()
@@ -106,6 +115,9 @@ async def consume(
         out["lat_p50_ms"] = c.percentile(lat, 50) / 1000
         out["lat_p99_ms"] = c.percentile(lat, 99) / 1000
         out["lat_samples"] = len(lat)
+        # When the tail happened (send time, wall clock): lines it up with GC logs and
+        # other processes' activity.
+        out["slow_windows"] = {f"{w / 10:.1f}": n for w, n in sorted(slow.items())}
     return out
 
 
