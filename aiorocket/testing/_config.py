@@ -66,9 +66,9 @@ def broker_conf(name: str, port: int, namesrv: str, store: Path, cluster: str = 
         "transactionOpMsgMaxSize": 1, "transactionOpBatchInterval": 2**31 - 1,
         # Every timerFlushIntervalMs (default 1 s) the timer store compares its whole
         # 7-day wheel (38.7 MB) byte by byte with the mapped file before msync: a burst of
-        # ~60-110 ms on one core, every second, traffic or not. On 2 shared cores it was
+        # 20-110 ms on one core, every second, traffic or not. On 2 shared cores it was
         # the main source of the end-to-end latency tail. Flushing every 10 min keeps timer
-        # messages working; only a crashed broker replays more of its timer log.
+        # messages working; a crashed broker recovers from an older checkpoint.
         "timerFlushIntervalMs": 600_000,
     })  # fmt: skip
 
