@@ -47,8 +47,9 @@ def stamped(payload: bytes) -> bytes:
     return now_us().to_bytes(STAMP, "big") + payload[STAMP:]
 
 
-def latency_us(body: bytes) -> int:
-    return now_us() - int.from_bytes(body[:STAMP], "big")
+def sent_us(body: bytes) -> int:
+    """The send time a :func:`stamped` body carries."""
+    return int.from_bytes(body[:STAMP], "big")
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float:

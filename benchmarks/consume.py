@@ -58,7 +58,7 @@ async def consume(
             first = time.perf_counter()
             steady_us = c.now_us() + 1_000_000
         if latency:
-            sent_us = int.from_bytes(msg.body[: c.STAMP], "big")
+            sent_us = c.sent_us(msg.body)
             if sent_us >= steady_us:
                 lat_us = c.now_us() - sent_us
                 lat.append(lat_us)
