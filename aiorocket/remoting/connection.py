@@ -6,6 +6,13 @@ peer goes away, routes responses to the requests waiting for them and dispatches
 server-initiated requests to a handler. When the connection ends for any reason every
 pending request fails at once with :class:`~aiorocket.errors.ConnectionClosedError`;
 nothing waits for its timeout.
+
+A request that gets no answer within its timeout closes the connection (as the Java
+client does by default, ``clientCloseSocketIfTimeout``): on a half-open socket (NAT
+eviction, a partition without RST) nothing would otherwise notice before the kernel gives
+up, minutes later, and every request in between would time out too. The other requests
+pending on it fail at once with :class:`~aiorocket.errors.ConnectionClosedError`
+(retriable) and the pool opens a new connection for the next request.
 """
 
 from __future__ import annotations
@@ -36,6 +43,10 @@ from aiorocket.remoting.wire import StreamWire, Wire, open_wire
 RequestHandler = Callable[["Connection", RemotingCommand], Awaitable["RemotingCommand | None"]]
 
 _opaque_counter = itertools.count(1)
+
+#: A timeout at or below this is the caller's budget running out, not evidence that the
+#: connection is stuck: the connection stays open (Java: MIN_CLOSE_TIMEOUT_MILLIS).
+MIN_CLOSE_TIMEOUT = 0.1
 
 
 # Plain ints: IntFlag arithmetic costs a microsecond per operation, on every request.
@@ -75,8 +86,11 @@ class Connection:
         wire: Wire | anyio.abc.ByteStream,
         address: str,
         handler: RequestHandler | None = None,
+        *,
+        close_on_timeout: bool = True,
     ) -> None:
         self.address = address
+        self._close_on_timeout = close_on_timeout
         self._wire = wire if isinstance(wire, Wire) else StreamWire(wire)
         self._handler = handler
         self._pending: dict[int, _Pending] = {}
@@ -94,7 +108,12 @@ class Connection:
 
     @classmethod
     async def connect(
-        cls, address: str, handler: RequestHandler | None = None, timeout: float = 3.0
+        cls,
+        address: str,
+        handler: RequestHandler | None = None,
+        timeout: float = 3.0,
+        *,
+        close_on_timeout: bool = True,
     ) -> Connection:
         host, port = parse_address(address)
         try:
@@ -106,7 +125,7 @@ class Connection:
             ) from None
         except OSError as exc:
             raise ConnectionClosedError(f"cannot connect to {address}: {exc}") from exc
-        return cls(wire, address, handler)
+        return cls(wire, address, handler, close_on_timeout=close_on_timeout)
 
     @property
     def closed(self) -> bool:
@@ -260,9 +279,10 @@ class Connection:
             if isinstance(err, ConnectionClosedError):
                 raise ConnectionClosedError(str(err)) from err
             raise ConnectionClosedError(f"connection to {self.address} failed: {err}") from err
-        raise RequestTimeoutError(
-            f"request code {cmd.code} to {self.address} got no answer within {timeout}s"
-        )
+        message = f"request code {cmd.code} to {self.address} got no answer within {timeout}s"
+        if self._close_on_timeout and timeout > MIN_CLOSE_TIMEOUT:
+            self.abort(ConnectionClosedError(f"connection closed after a timeout: {message}"))
+        raise RequestTimeoutError(message)
 
     async def oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = next_opaque()
@@ -278,6 +298,15 @@ class Connection:
             )
             with anyio.CancelScope(shield=True):
                 await self._wire.aclose()
+
+    def abort(self, reason: ConnectionClosedError) -> None:
+        """Drop the connection now, unsent bytes too; pending requests fail with ``reason``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._close_reason = reason
+        self._log.warning("connection_aborted", reason=str(reason))
+        self._wire.abort()
 
     async def wait_closed(self) -> None:
         await self._done.wait()

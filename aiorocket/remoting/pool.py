@@ -22,9 +22,28 @@ from aiorocket.remoting.connection import Connection, RequestHandler
 class ConnectionPool:
     """One :class:`Connection` per ``host:port``, created on first use."""
 
-    def __init__(self, handler: RequestHandler | None = None, connect_timeout: float = 3.0) -> None:
+    def __init__(
+        self,
+        handler: RequestHandler | None = None,
+        connect_timeout: float = 3.0,
+        *,
+        close_on_timeout: bool = True,
+    ) -> None:
+        """
+        Parameters
+        ----------
+        handler:
+            Serves the requests servers send us (NOTIFY_CONSUMER_IDS_CHANGED, ...).
+        connect_timeout:
+            Seconds to establish a TCP connection.
+        close_on_timeout:
+            Close a connection when one of its requests times out, so the next request
+            opens a new one (the Java client's default): a half-open socket is
+            otherwise only noticed by the kernel, minutes later.
+        """
         self._handler = handler
         self._connect_timeout = connect_timeout
+        self._close_on_timeout = close_on_timeout
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, anyio.Lock] = {}
         self._tg: anyio.abc.TaskGroup | None = None
@@ -73,7 +92,12 @@ class ConnectionPool:
             conn = self._connections.get(address)
             if conn is not None and not conn.closed:
                 return conn
-            conn = await Connection.connect(address, self._handler, self._connect_timeout)
+            conn = await Connection.connect(
+                address,
+                self._handler,
+                self._connect_timeout,
+                close_on_timeout=self._close_on_timeout,
+            )
             if self._closed:
                 await conn.aclose()
                 raise ClientClosedError("connection pool closed while connecting")

@@ -68,6 +68,14 @@ class Wire:
     async def aclose(self) -> None:
         raise NotImplementedError
 
+    def abort(self) -> None:
+        """Drop the connection at once, discarding unsent bytes: :meth:`run` then ends.
+
+        For a connection the peer no longer reads: a graceful close would wait for a
+        full send buffer to drain, which on a half-open socket never happens.
+        """
+        raise NotImplementedError
+
 
 async def open_wire(host: str, port: int) -> Wire:
     """Connect to ``host:port`` in the fastest way the running backend offers."""
@@ -181,6 +189,10 @@ class ProtocolWire(asyncio.Protocol, Wire):
         if self._transport is not None:
             self._transport.close()  # what is buffered still goes out
 
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()  # connection_lost follows, and run() returns
+
 
 class StreamWire(Wire):
     """Any anyio backend: a reader loop and a writer task over a byte stream."""
@@ -195,6 +207,7 @@ class StreamWire(Wire):
         self._drained = anyio.Event()
         self._closed = False
         self._write_error: Exception | None = None
+        self._run_scope: anyio.CancelScope | None = None
 
     def write(self, frame: bytes) -> None:
         if self._closed:
@@ -213,6 +226,9 @@ class StreamWire(Wire):
         error: Exception | None = None
         try:
             async with anyio.create_task_group() as tg:
+                self._run_scope = tg.cancel_scope
+                if self._closed:  # aborted before run() started
+                    tg.cancel_scope.cancel()
                 tg.start_soon(self._write_loop)
                 try:
                     while True:
@@ -257,3 +273,8 @@ class StreamWire(Wire):
         self._mark_closed()
         with anyio.CancelScope(shield=True):
             await self._stream.aclose()
+
+    def abort(self) -> None:
+        self._mark_closed()
+        if self._run_scope is not None:
+            self._run_scope.cancel()  # run() closes the stream on its way out

@@ -2,7 +2,8 @@
 
 Real behaviour is tested against a real broker; this server exists for what a real
 broker will not do on demand: answer out of order, stay silent, send garbage, or
-hang up mid-frame. Users of aiorocket can use it in their own tests too.
+hang up mid-frame, or stall a connection as a half-open socket does (never read, never
+answer). Users of aiorocket can use it in their own tests too.
 """
 
 from __future__ import annotations
@@ -25,12 +26,20 @@ class ServerSession:
     def __init__(self, stream: anyio.abc.SocketStream) -> None:
         self.stream = stream
         self._lock = anyio.Lock()
+        self.stalled = False
+
+    def stall(self) -> None:
+        """Stop reading from and answering on this connection, keeping it open: what a
+        client sees of a peer behind a NAT entry that expired, or across a partition."""
+        self.stalled = True
 
     async def send(self, cmd: RemotingCommand) -> None:
         await self.send_raw(encode_command(cmd))
 
     async def send_raw(self, data: bytes) -> None:
-        """Send bytes; a session that is already closed (by either side) drops them."""
+        """Send bytes; a session that is already closed (by either side) or stalled drops them."""
+        if self.stalled:
+            return
         async with self._lock:
             with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                 await self.stream.send(data)
@@ -96,8 +105,12 @@ class FakeRemotingServer:
         async with anyio.create_task_group() as tg:
             try:
                 while True:
+                    if session.stalled:
+                        await anyio.sleep_forever()
                     data = await stream.receive()
                     for cmd in decoder.feed(data):
+                        if session.stalled:
+                            break
                         self.received.append(cmd)
                         tg.start_soon(self.handler, session, cmd)
             except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):

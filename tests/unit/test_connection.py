@@ -45,7 +45,7 @@ async def test_out_of_order_responses_reach_their_requests() -> None:
         assert results == {"first": "first", "second": "second"}
 
 
-async def test_timeout_leaves_connection_usable() -> None:
+async def test_timeout_leaves_the_pool_usable() -> None:
     async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
         if cmd.code == 2:
             return  # never answer
@@ -206,7 +206,9 @@ async def test_short_timeout_fires_while_a_long_request_waits() -> None:
     async def silent(session: ServerSession, cmd: RemotingCommand) -> None:
         return
 
-    async with FakeRemotingServer(silent) as server, ConnectionPool() as pool:
+    # The connection must outlive the timeout for the long request to keep waiting.
+    pool = ConnectionPool(close_on_timeout=False)
+    async with FakeRemotingServer(silent) as server, pool:
         conn = await pool.get(server.address)
         async with anyio.create_task_group() as tg:
             # A long poll is pending: the sweeper sleeps towards its far deadline...
@@ -217,3 +219,55 @@ async def test_short_timeout_fires_while_a_long_request_waits() -> None:
                 await conn.request(RemotingCommand.request(1), 0.2)
             tg.cancel_scope.cancel()
         assert conn.pending_count == 0
+
+
+async def test_timeout_replaces_a_stalled_connection_and_fails_its_pending_requests() -> None:
+    """A half-open socket: the peer accepted, then neither reads nor answers any more.
+
+    One timed-out request closes the connection: a long poll pending on it fails at once
+    (retriable) instead of waiting out its own timeout, and the next request goes out on
+    a new connection that answers.
+    """
+
+    async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+        if session is server.sessions[0]:
+            session.stall()
+            return
+        await echo_handler(session, cmd)
+
+    async with FakeRemotingServer(handler) as server, ConnectionPool() as pool:
+        with anyio.fail_after(10):  # far below the long poll's timeout: nothing waits it out
+            failures: list[BaseException] = []
+
+            async def long_poll() -> None:
+                try:
+                    await pool.request(server.address, RemotingCommand.request(11), 60)
+                except ConnectionClosedError as exc:
+                    failures.append(exc)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(long_poll)
+                await anyio.wait_all_tasks_blocked()
+                with pytest.raises(RequestTimeoutError):
+                    await pool.request(server.address, RemotingCommand.request(1), 0.5)
+            assert len(failures) == 1 and "timeout" in str(failures[0])
+            resp = await pool.request(server.address, RemotingCommand.request(1, {"a": "b"}), 5)
+        assert resp.ext_fields == {"a": "b"}
+        assert len(server.sessions) == 2
+
+
+async def test_a_timeout_within_the_minimum_keeps_the_connection() -> None:
+    """A tiny timeout is the caller's budget running out, not a stuck connection."""
+
+    async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.code == 2:
+            return
+        await echo_handler(session, cmd)
+
+    async with FakeRemotingServer(handler) as server, ConnectionPool() as pool:
+        conn = await pool.get(server.address)
+        with pytest.raises(RequestTimeoutError):
+            await conn.request(RemotingCommand.request(2), 0.05)
+        assert not conn.closed
+        await conn.request(RemotingCommand.request(1), 5)
+        assert len(server.sessions) == 1
