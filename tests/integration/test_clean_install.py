@@ -1,0 +1,62 @@
+"""The package as a user installs it: ``pip install .`` without extras into a fresh venv.
+
+Catches undeclared runtime dependencies (a module importing something only the dev
+environment has) and optional dependencies imported eagerly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def clean_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The python of a fresh venv holding only ``pip install <repo>``."""
+    root = tmp_path_factory.mktemp("clean-venv")
+    venv.EnvBuilder(with_pip=True).create(root)
+    py = root / ("Scripts" if sys.platform == "win32" else "bin") / "python"
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(REPO)],
+        check=True,
+        cwd=root,
+    )
+    yield py
+
+
+def run_outside_repo(
+    py: Path, args: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    clean_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(
+        [str(py), *args], cwd=cwd, env={**clean_env, **(env or {})},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_clean_install_imports_every_module_and_constructs_clients(
+    clean_python: Path, tmp_path: Path
+) -> None:
+    proc = run_outside_repo(clean_python, [str(REPO / "tests" / "install_smoke.py")], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    # the installed copy was imported, not the source tree
+    where = run_outside_repo(clean_python, ["-c", "import aiorocket; print(aiorocket.__file__)"],
+                             tmp_path)  # fmt: skip
+    assert not where.stdout.strip().startswith(str(REPO)), where.stdout
+    assert {"aiorocket", "aiorocket.consumer", "aiorocket.producer"} <= set(seen["imported"])
+    assert len(seen["imported"]) > 40  # every module, not just the top level
+    assert seen["clients"] == ["Consumer", "PullConsumer", "Producer"]
+    # Dev-only tools must not be what made the imports work.
+    for dev_only in ("pytest", "trio", "hypothesis", "mypy"):
+        probe = run_outside_repo(clean_python, ["-c", f"import {dev_only}"], tmp_path)
+        assert probe.returncode != 0, f"{dev_only} is installed in the clean venv"
