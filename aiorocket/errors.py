@@ -31,6 +31,11 @@ class ConnectionClosedError(RocketMQError):
     """The connection closed (or failed) while a request was waiting for its answer."""
 
 
+class NameServerUnavailableError(ConnectionClosedError):
+    """No NameServer answered: each address refused the connection, stayed silent past
+    the request timeout, or spoke something other than RocketMQ remoting."""
+
+
 class RequestTimeoutError(RocketMQError, TimeoutError):
     """No answer arrived within the request's timeout."""
 

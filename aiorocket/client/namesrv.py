@@ -18,6 +18,7 @@ from aiorocket._log import get_logger
 from aiorocket.errors import (
     ConfigError,
     ConnectionClosedError,
+    NameServerUnavailableError,
     RequestTimeoutError,
     error_for_response,
 )
@@ -68,7 +69,10 @@ class NameServerClient:
         return list(self._addrs)
 
     async def query_route(self, topic: str) -> TopicRoute:
-        """Ask the NameServers (the last good one first) for the route of ``topic``."""
+        """Ask the NameServers (the last good one first) for the route of ``topic``.
+
+        Raises :class:`~aiorocket.errors.NameServerUnavailableError` when none answers.
+        """
         if not topic:
             raise ConfigError("topic must not be empty")
         cmd_ext = {"topic": topic, "acceptStandardJsonOnly": "true"}
@@ -91,7 +95,7 @@ class NameServerClient:
                 raise error_for_response(resp.code, resp.remark, RequestCode.GET_ROUTEINFO_BY_TOPIC)
             return self._store(topic, resp.body)
         assert last_error is not None
-        raise ConnectionClosedError(
+        raise NameServerUnavailableError(
             f"no NameServer of {self._addrs} answered: {last_error}"
         ) from last_error
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -42,7 +42,12 @@ from aiorocket.consumer.puller import pull_loop
 from aiorocket.consumer.results import HandlerResult
 from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
 from aiorocket.consumer.work_queue import WorkQueue
-from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError
+from aiorocket.errors import (
+    ClientClosedError,
+    ConfigError,
+    NameServerUnavailableError,
+    RocketMQError,
+)
 from aiorocket.message import MessageQueue
 from aiorocket.protocol.codes import RequestCode
 from aiorocket.protocol.command import RemotingCommand
@@ -73,6 +78,20 @@ def retry_topic(group: str) -> str:
 
 def dlq_topic(group: str) -> str:
     return f"%DLQ%{group}"
+
+
+async def _require_namesrv(client: ClientInstance, topics: Iterable[str]) -> None:
+    """Fetch the routes of ``topics``; raise if no NameServer answered for any of them.
+
+    A consumer that cannot reach a NameServer at start has nothing to consume and would
+    only log warnings forever, so starting fails (as the Java consumer's ``start()``
+    does). One that loses its NameServers later keeps running on the cached routes.
+    """
+    topics = list(topics)
+    failures = await client.namesrv.prefetch(topics)
+    unavailable = [e for e in failures.values() if isinstance(e, NameServerUnavailableError)]
+    if unavailable and len(unavailable) == len(topics):
+        raise unavailable[0]
 
 
 class Consumer:
@@ -199,6 +218,11 @@ class Consumer:
             route_refresh_interval=cfg.route_refresh_interval,
         )
         await client.__aenter__()
+        try:
+            await _require_namesrv(client, self.subscriptions)
+        except BaseException:
+            await client.__aexit__(None, None, None)
+            raise
         self._client = client
         self.log = self.log.bind(client_id=client.client_id)
         if cfg.message_model is MessageModel.BROADCASTING:
