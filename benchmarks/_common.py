@@ -27,14 +27,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 STAMP = 8  # bytes of big-endian epoch microseconds at the start of a timed body
 
 
-def quiet_logs() -> None:
-    import logging
-
-    import structlog
-
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-
-
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 

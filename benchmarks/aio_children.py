@@ -201,7 +201,6 @@ async def backlog(namesrv: str, topic: str, group: str, seconds: float, delay: f
 
 
 def main(argv: list[str]) -> None:
-    c.quiet_logs()
     cmd, namesrv, r = argv[0], argv[1], argv[2:]
     run: Callable[[], Awaitable[None]]
     if cmd in ("produce", "paced"):

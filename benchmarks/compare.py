@@ -86,7 +86,6 @@ def measure(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> None:
     a = parse()
-    c.quiet_logs()
     cl = c.cluster()
     broker = str(cl.state.get("proxy_broker", next(iter(cl.broker_addrs))))
     java = None if "java" in a.skip else _setup.build_java(cl.version)

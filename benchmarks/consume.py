@@ -132,7 +132,6 @@ def child_main(argv: list[str]) -> None:
     p.add_argument("--idle-timeout", type=float, default=20.0)
     p.add_argument("--profile", default=None, help="FILE.txt: pyinstrument, else cProfile")
     a = p.parse_args(argv)
-    c.quiet_logs()
 
     def run() -> dict[str, Any]:
         kw = {"latency": a.latency, "idle_timeout": a.idle_timeout}
@@ -204,7 +203,6 @@ def main() -> None:
         help="profile the first run: FILE.txt pyinstrument tree, else cProfile dump",
     )
     a = p.parse_args()
-    c.quiet_logs()
     cl = c.cluster()
     topic = a.reuse_topic
     if topic is None:

@@ -137,11 +137,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    import logging
-
-    import structlog
-
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     arguments = parse()
     # attach() checks the cluster's health with its own event loop: before ours starts.
     local = LocalRocketMQ.attach() if arguments.namesrv is None or arguments.topic is None else None

@@ -7,12 +7,10 @@ already running, ``python examples/demo.py --count 20000``.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 
 import anyio
-import structlog
 
 from aiorocket.consumer import ConsumeFromWhere, Consumer
 from aiorocket.message import Message
@@ -94,7 +92,6 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--namesrv", help="NameServer address (default: the local broker)")
     args = parser.parse_args()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     local = LocalRocketMQ.attach()
     if args.namesrv is None and local is None:
         sys.exit("no local broker: run `python -m aiorocket.testing.broker start` first")

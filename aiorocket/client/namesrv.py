@@ -62,7 +62,7 @@ class NameServerClient:
         self._refresh_interval = refresh_interval
         self._routes: dict[str, TopicRoute] = {}
         self._bodies: dict[str, bytes] = {}
-        self._log = get_logger("namesrv")
+        self._log = get_logger("client.namesrv")
 
     @property
     def addrs(self) -> list[str]:

@@ -50,7 +50,7 @@ class LocalFileOffsetStore:
         self.backup = self.path.with_name("offsets.json.bak")
         self._offsets: dict[str, int] | None = None
         self._dirty = False
-        self._log = get_logger("local_offsets", group=group, path=str(self.path))
+        self._log = get_logger("consumer.local_offsets", group=group, path=str(self.path))
 
     def _load_sync(self) -> dict[str, int]:
         for candidate in (self.path, self.backup):

@@ -103,7 +103,7 @@ class Connection:
         self._closed = False
         self._close_reason: BaseException | None = None
         self._done = anyio.Event()
-        self._log = get_logger("connection", address=address)
+        self._log = get_logger("remoting.connection", address=address)
         self._loop: LoopShortcuts | None = None  # captured by run(), inside the event loop
 
     @classmethod

@@ -48,7 +48,7 @@ class ConnectionPool:
         self._connecting: dict[str, anyio.Lock] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
-        self._log = get_logger("pool")
+        self._log = get_logger("remoting.pool")
 
     async def __aenter__(self) -> ConnectionPool:
         self._tg = anyio.create_task_group()

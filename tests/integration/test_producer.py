@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 import anyio
 import pytest
-import structlog
 
 from aiorocket.client.broker import PULL_SUBSCRIPTION
 from aiorocket.client.instance import ClientInstance
@@ -19,6 +18,7 @@ from aiorocket.client.results import PullStatus, SendResult
 from aiorocket.message import Message, MessageExt, MessageQueue
 from aiorocket.producer import LocalTransaction, Producer, TransactionState
 from aiorocket.testing.broker import LocalRocketMQ
+from aiorocket.testing.logs import capture_logs
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -105,7 +105,7 @@ async def test_round_robin_spreads_over_every_queue_of_both_brokers(
     rocketmq: LocalRocketMQ, topic: str, unique_name: Callable[[str], str]
 ) -> None:
     # Fault tolerance off: a GC pause of the broker must not make the spread timing-dependent.
-    with structlog.testing.capture_logs() as logs:
+    with capture_logs() as logs:
         async with Producer(
             unique_name("pg"), rocketmq.namesrv_addr, latency_fault_tolerance=False
         ) as producer:

@@ -15,7 +15,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import pytest
-import structlog
 
 from aiorocket.message import Message
 from aiorocket.producer import LatencyFaultTolerance, Producer
@@ -23,6 +22,7 @@ from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
+from aiorocket.testing.logs import capture_logs
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -81,7 +81,7 @@ async def test_sends_keep_succeeding_and_the_dead_broker_is_avoided_after_one_fa
         producer = Producer(unique_name("pg"), namesrv)
         # A clock that stands still: the isolation cannot run out, however slow the box.
         producer.fault = LatencyFaultTolerance(clock=lambda: 0.0)
-        with structlog.testing.capture_logs() as logs:
+        with capture_logs() as logs:
             async with producer:
                 results = [await producer.send(Message(topic, b"%d" % i)) for i in range(40)]
                 assert not producer.fault.is_available(DEAD)
@@ -102,7 +102,7 @@ async def test_with_fault_tolerance_off_the_dead_broker_keeps_costing_retries(
     topic = unique_name("pfault")
     await rocketmq.create_topic(topic, queues=4, brokers=["broker-a"])
     async with namesrv_with_dead_broker(rocketmq, topic, "refuses_connections") as (namesrv, _):
-        with structlog.testing.capture_logs() as logs:
+        with capture_logs() as logs:
             async with Producer(
                 unique_name("pg"), namesrv, latency_fault_tolerance=False
             ) as producer:
