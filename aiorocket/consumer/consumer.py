@@ -51,6 +51,7 @@ from aiorocket.errors import (
 from aiorocket.message import MessageQueue
 from aiorocket.protocol.codes import RequestCode
 from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.route import MASTER_ID
 from aiorocket.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, Subscription
 from aiorocket.remoting.connection import Connection
 
@@ -362,15 +363,29 @@ class Consumer:
     # -- brokers -------------------------------------------------------------------
 
     async def broker_addr(self, mq: MessageQueue) -> str | None:
+        """The master of ``mq``'s broker group (locks and send-back need the master)."""
+        found = await self.find_broker(mq, only_this=True)
+        return found[0] if found else None
+
+    async def read_addr(self, mq: MessageQueue) -> str | None:
+        """A broker that serves reads of ``mq``: its master, else a slave."""
+        found = await self.find_broker(mq)
+        return found[0] if found else None
+
+    async def find_broker(
+        self, mq: MessageQueue, broker_id: int = MASTER_ID, *, only_this: bool = False
+    ) -> tuple[str, int] | None:
+        """Address and id of a broker of ``mq``'s group (see ``TopicRoute.find_addr``);
+        the route is queried again when the cached one has none."""
         route = self.client.namesrv.cached_route(mq.topic)
-        addr = route.master_addr(mq.broker_name) if route else None
-        if addr is None:
+        found = route.find_addr(mq.broker_name, broker_id, only_this=only_this) if route else None
+        if found is None:
             try:
                 route = await self.client.namesrv.query_route(mq.topic)
             except RocketMQError:
                 return None
-            addr = route.master_addr(mq.broker_name)
-        return addr
+            found = route.find_addr(mq.broker_name, broker_id, only_this=only_this)
+        return found
 
     # -- queues ----------------------------------------------------------------------
 

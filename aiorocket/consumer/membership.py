@@ -39,7 +39,9 @@ async def broker_addrs(consumer: Consumer) -> set[str]:
     for topic in consumer.subscriptions:
         route = namesrv.cached_route(topic)
         if route is not None:
-            addrs.update(route.all_master_addrs().values())
+            # Slaves too (as the Java consumer does): they serve the pulls of a group
+            # whose master is down, and need the subscription for them.
+            addrs.update(route.all_addrs())
     return addrs
 
 

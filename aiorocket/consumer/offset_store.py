@@ -28,14 +28,16 @@ class RemoteOffsetStore:
         self._group = group
 
     async def _addr(self, mq: MessageQueue) -> str:
+        """The master of the queue's broker group, else a slave (as the Java client does
+        when the master is down: offsets keep moving while the slaves serve the pulls)."""
         route = await self._client.namesrv.get_route(mq.topic)
-        addr = route.master_addr(mq.broker_name)
-        if addr is None:
+        found = route.find_addr(mq.broker_name)
+        if found is None:
             route = await self._client.namesrv.query_route(mq.topic)
-            addr = route.master_addr(mq.broker_name)
-        if addr is None:
-            raise NoRouteError(f"no master broker for {mq}")
-        return addr
+            found = route.find_addr(mq.broker_name)
+        if found is None:
+            raise NoRouteError(f"no broker for {mq}")
+        return found[0]
 
     async def read(self, mq: MessageQueue) -> int | None:
         return await self._client.broker.query_consumer_offset(

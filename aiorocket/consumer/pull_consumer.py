@@ -166,9 +166,9 @@ class PullConsumer:
             self.seek(mq, offset)
 
     async def _addr(self, mq: MessageQueue) -> str:
-        addr = await self._engine.broker_addr(mq)
+        addr = await self._engine.read_addr(mq)
         if addr is None:
-            raise RocketMQError(f"no master broker for {mq}")
+            raise RocketMQError(f"no broker for {mq}")
         return addr
 
     async def beginning_offsets(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:

@@ -13,6 +13,7 @@ from aiorocket.consumer.config import MessageModel
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.errors import BrokerResponseError, ConnectionClosedError, RocketMQError
 from aiorocket.message import PROPERTY_RETRY_TOPIC
+from aiorocket.protocol.route import MASTER_ID
 from aiorocket.protocol.subscription import Subscription
 
 if TYPE_CHECKING:
@@ -41,6 +42,11 @@ async def pull_loop(
         # the broker needs the expression with every request.
         with_sub = sub.expression_type != "TAG" or consumer.pull_mode
         filter_tags = not sub.matches_all
+        # The broker the last answer suggested (Java: pullFromWhichNodeTable); when it is
+        # gone, the master, else a slave: a group whose master is down is read from its
+        # slaves.
+        broker_id = MASTER_ID
+        slave_refused = False
         while not pq.dropped:
             if pq.paused:
                 await pq.wait_changed()
@@ -51,13 +57,17 @@ async def pull_loop(
             if cfg.orderly and not pq.locked:
                 await consumer.wait_locked(pq)
                 continue
-            addr = await consumer.broker_addr(pq.mq)
-            if addr is None:
+            found = await consumer.find_broker(pq.mq, broker_id)
+            if found is None:
                 log.warning("pull_no_broker")
                 await anyio.sleep(cfg.pull_backoff_on_error)
                 continue
+            addr, pulled_from = found
+            from_slave = pulled_from != MASTER_ID
             offset = pq.tracker.next_offset
             commit = pq.tracker.committable() if clustering and consumer.auto_commit else 0
+            if from_slave:
+                commit = 0  # a slave takes no commits (Java clears the flag); the flusher does
             sys_flag = PULL_SUSPEND
             if commit > 0:
                 sys_flag |= PULL_COMMIT_OFFSET
@@ -92,7 +102,19 @@ async def pull_loop(
                 break
             if request_scope.cancelled_caught or generation != pq.tracker.generation:
                 continue  # seeked or reset while the pull was in flight
+            broker_id = result.suggest_which_broker_id
             status = result.status
+            if status is PullStatus.NO_MATCHED_MSG and from_slave:
+                # A slave that may not serve reads (slaveReadEnable=false, the default) or
+                # has not replicated this far answers PULL_RETRY_IMMEDIATELY with a next
+                # offset past messages it did not send: moving there would lose them.
+                # Stay, and ask again later.
+                if not slave_refused:  # once per episode, not every second
+                    log.warning("pull_slave_refused", offset=offset, broker_addr=addr)
+                slave_refused = True
+                await anyio.sleep(cfg.pull_backoff_on_error)
+                continue
+            slave_refused = False
             if status is PullStatus.FOUND:
                 # decoded as ConsumerMessage (message_class above)
                 accepted = cast("list[ConsumerMessage]", result.messages)

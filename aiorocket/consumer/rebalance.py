@@ -172,11 +172,12 @@ async def _assigned(
         memo = state.memos[topic] = _TopicMemo(route, route.read_queues())
     if consumer.config.message_model is MessageModel.BROADCASTING:
         return frozenset(memo.queues)
-    masters = list(route.all_master_addrs().values())
-    if not masters:
-        consumer.log.warning("rebalance_no_master", topic=topic)
+    # One broker per group, its master else a slave (Java asks any broker of the topic).
+    brokers = list(route.group_addrs().values())
+    if not brokers:
+        consumer.log.warning("rebalance_no_broker", topic=topic)
         return None
-    cids = await members.for_brokers(masters)
+    cids = await members.for_brokers(brokers)
     if not cids:
         raise _NoMembers(others_only=False)
     if consumer.client_id not in cids:
@@ -285,9 +286,9 @@ async def compute_start_offset(consumer: Consumer, mq: MessageQueue) -> tuple[in
     stored = await consumer.offset_store.read(mq)
     if stored is not None and stored >= 0:
         return stored, True
-    addr = await consumer.broker_addr(mq)
+    addr = await consumer.read_addr(mq)
     if addr is None:
-        raise RocketMQError(f"no master broker for {mq}")
+        raise RocketMQError(f"no broker for {mq}")
     broker = consumer.client.broker
     where = consumer.config.consume_from_where
     if mq.topic.startswith(RETRY_PREFIX) or where is ConsumeFromWhere.FIRST_OFFSET:

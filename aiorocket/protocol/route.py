@@ -75,11 +75,39 @@ class TopicRoute:
         data = self.brokers.get(broker_name)
         return data.master_addr if data else None
 
+    def find_addr(
+        self, broker_name: str, broker_id: int = MASTER_ID, *, only_this: bool = False
+    ) -> tuple[str, int] | None:
+        """The address and id of ``broker_id`` of a broker group, or None.
+
+        Unless ``only_this``, another member of the group stands in when that one is
+        missing: the master, else the slave with the lowest id (Java:
+        ``findBrokerAddressInSubscribe``). Reads (pulls, offsets) use this so that a
+        broker group whose master is down is still served by its slaves.
+        """
+        data = self.brokers.get(broker_name)
+        if data is None:
+            return None
+        addrs = data.broker_addrs
+        addr = addrs.get(broker_id)
+        if addr is not None:
+            return addr, broker_id
+        if only_this or not addrs:
+            return None
+        chosen = MASTER_ID if MASTER_ID in addrs else min(addrs)
+        return addrs[chosen], chosen
+
     def read_queues(self) -> list[MessageQueue]:
-        """Every readable queue whose broker has a master, sorted as the allocators expect."""
+        """Every readable queue, sorted as the allocators expect.
+
+        A broker group whose master is down keeps its queues (its slaves serve them, as
+        in the Java client's ``topicRouteData2TopicSubscribeInfo``): consumers that
+        refreshed the route at different moments must still allocate from the same list,
+        or queues end up owned twice or by nobody.
+        """
         out: list[MessageQueue] = []
         for qd in self.queue_datas:
-            if qd.readable and self.master_addr(qd.broker_name):
+            if qd.readable:
                 out.extend(
                     MessageQueue(self.topic, qd.broker_name, i) for i in range(qd.read_queue_nums)
                 )
@@ -98,6 +126,19 @@ class TopicRoute:
 
     def all_master_addrs(self) -> dict[str, str]:
         return {b.broker_name: b.master_addr for b in self.broker_datas if b.master_addr}
+
+    def all_addrs(self) -> set[str]:
+        """Every broker address, masters and slaves (a consumer heartbeats to all)."""
+        return {addr for b in self.broker_datas for addr in b.broker_addrs.values()}
+
+    def group_addrs(self) -> dict[str, str]:
+        """One address per broker group: its master, else a slave (Java: selectBrokerAddr)."""
+        out: dict[str, str] = {}
+        for name in self.brokers:
+            found = self.find_addr(name)
+            if found is not None:
+                out[name] = found[0]
+        return out
 
 
 def _queue_data(raw: dict[str, Any]) -> QueueData:

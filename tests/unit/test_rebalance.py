@@ -134,6 +134,9 @@ class FakeConsumer:
     async def broker_addr(self, mq: MessageQueue) -> str | None:
         return BROKERS[mq.broker_name]
 
+    async def read_addr(self, mq: MessageQueue) -> str | None:
+        return BROKERS[mq.broker_name]
+
     async def start_pulling(self, pq: ProcessQueue, sub: Subscription) -> None:
         assert sub.topic == pq.mq.topic
         self.started.append(pq.mq)
@@ -247,6 +250,19 @@ async def test_all_brokers_failing_keeps_the_current_queues() -> None:
     await run_pass(consumer)
     assert id_queries(consumer) == 2  # one failed query, not one per topic
     assert len(consumer.process_queues) == 40 and consumer.revoked == []
+
+
+async def test_a_group_whose_master_is_down_keeps_its_queues_and_its_slave_answers() -> None:
+    consumer = FakeConsumer({"t": ["broker-a", "broker-b"]}, ["me"])
+    slave = "10.0.0.12:10911"
+    body = json.loads(route_body(["broker-a", "broker-b"]))
+    body["brokerDatas"][1]["brokerAddrs"] = {"1": slave}  # b's master is down
+    consumer.routes["t"] = TopicRoute.from_json("t", json.dumps(body).encode())
+    consumer.broker.down.add(BROKERS["broker-a"])  # a cannot tell the members either
+    await run_pass(consumer)
+    assert consumer.broker.calls[f"ids {slave}"] == 1
+    assert len(consumer.process_queues) == 16
+    assert {mq.broker_name for mq in consumer.process_queues} == {"broker-a", "broker-b"}
 
 
 async def test_not_registered_yet_leaves_queues_alone() -> None:

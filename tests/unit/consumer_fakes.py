@@ -1,0 +1,182 @@
+"""A scripted NameServer and broker group for push-consumer fault tests.
+
+Only what a real cluster will not do on demand lives here: a broker group whose master
+is down while its slave runs, a slave that refuses reads, a broker that forgets a
+consumer. The broker keeps messages, offsets and heartbeats in memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import anyio
+
+from aiorocket.protocol.codes import RequestCode, ResponseCode
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.store_record import encode_stored_message
+from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
+
+TOPIC = "orders"
+QUEUES = 2
+
+
+class FakeBroker:
+    """One broker of a group: ``role_id`` 0 is the master, others are slaves.
+
+    ``serve_reads=False`` makes a slave answer pulls as a real one with
+    ``slaveReadEnable=false`` does: PULL_RETRY_IMMEDIATELY with a next offset past the
+    messages it found (and did not send).
+    """
+
+    def __init__(self, name: str, role_id: int) -> None:
+        self.name = name
+        self.role_id = role_id
+        self.serve_reads = True
+        #: the broker id pull answers suggest for the next pull (suggestWhichBrokerId).
+        self.suggest = 0
+        self.messages: dict[int, list[bytes]] = defaultdict(list)
+        self.offsets: dict[tuple[str, int], int] = {}
+        self.heartbeats: list[tuple[str, dict[str, Any]]] = []  # (session id, body)
+        self.members: set[str] = set()
+        self.pulls: list[RemotingCommand] = []
+        self.pulled = anyio.Event()  # set (and replaced) at every pull
+        self.arrived = anyio.Event()
+        self.server = FakeRemotingServer(self.handle)
+
+    @property
+    def addr(self) -> str:
+        return self.server.address
+
+    def add(self, queue_id: int, *bodies: bytes) -> None:
+        self.messages[queue_id].extend(bodies)
+        self.arrived.set()
+        self.arrived = anyio.Event()
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        code, ext = cmd.code, cmd.ext_fields
+        resp = RemotingCommand.response_to(cmd)
+        if code == RequestCode.HEART_BEAT:
+            body = json.loads(cmd.body)
+            self.heartbeats.append((str(id(session)), body))
+            self.members.add(body["clientID"])
+        elif code == RequestCode.UNREGISTER_CLIENT:
+            self.members.discard(ext["clientID"])
+        elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
+            resp.body = json.dumps({"consumerIdList": sorted(self.members)}).encode()
+        elif code == RequestCode.QUERY_CONSUMER_OFFSET:
+            key = (ext["topic"], int(ext["queueId"]))
+            if key in self.offsets:
+                resp.ext_fields = {"offset": str(self.offsets[key])}
+            else:
+                resp.code = ResponseCode.QUERY_NOT_FOUND
+        elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            self.offsets[(ext["topic"], int(ext["queueId"]))] = int(ext["commitOffset"])
+        elif code in (RequestCode.GET_MIN_OFFSET, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP):
+            resp.ext_fields = {"offset": "0"}
+        elif code == RequestCode.GET_MAX_OFFSET:
+            resp.ext_fields = {"offset": str(len(self.messages[int(ext["queueId"])]))}
+        elif code == RequestCode.PULL_MESSAGE:
+            resp = await self._pull(cmd)
+        else:
+            resp.code = ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        if not cmd.is_oneway:
+            await session.send(resp)
+
+    async def _pull(self, cmd: RemotingCommand) -> RemotingCommand:
+        self.pulls.append(cmd)
+        self.pulled.set()
+        self.pulled = anyio.Event()
+        ext = cmd.ext_fields
+        queue_id, offset = int(ext["queueId"]), int(ext["queueOffset"])
+        stored = self.messages[queue_id]
+        if offset >= len(stored):
+            with anyio.move_on_after(int(ext["suspendTimeoutMillis"]) / 1000):
+                await self.arrived.wait()
+        bodies = stored[offset : offset + int(ext["maxMsgNums"])]
+        fields = {
+            "nextBeginOffset": str(offset + len(bodies)),
+            "minOffset": "0",
+            "maxOffset": str(len(stored)),
+            "suggestWhichBrokerId": str(self.suggest),
+        }
+        if not bodies:
+            return RemotingCommand.response_to(cmd, ResponseCode.PULL_NOT_FOUND, ext_fields=fields)
+        if self.role_id != 0 and not self.serve_reads:
+            return RemotingCommand.response_to(
+                cmd, ResponseCode.PULL_RETRY_IMMEDIATELY, ext_fields=fields
+            )
+        body = b"".join(
+            encode_stored_message(
+                ext["topic"],
+                b,
+                queue_id=queue_id,
+                queue_offset=offset + i,
+                commit_log_offset=1000 * queue_id + offset + i,
+            )
+            for i, b in enumerate(bodies)
+        )
+        return RemotingCommand.response_to(cmd, ext_fields=fields, body=body)
+
+
+class FakeCluster:
+    """A NameServer serving :data:`TOPIC` on the given broker groups.
+
+    ``groups`` maps a broker name to its brokers; a group's master can be taken out of
+    the route (``master_down``) while its slave keeps running, as the NameServer shows
+    a group whose master stopped.
+    """
+
+    def __init__(self, groups: dict[str, list[FakeBroker]]) -> None:
+        self.groups = groups
+        self.master_down: set[str] = set()
+        self.namesrv = FakeRemotingServer(self._route)
+
+    def _visible(self, name: str) -> list[FakeBroker]:
+        return [b for b in self.groups[name] if b.role_id != 0 or name not in self.master_down]
+
+    async def _route(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        topic = cmd.ext_fields.get("topic", "")
+        if topic != TOPIC:
+            await session.send(
+                RemotingCommand.response_to(cmd, ResponseCode.TOPIC_NOT_EXIST, f"no {topic}")
+            )
+            return
+        route = {
+            "queueDatas": [
+                {"brokerName": n, "readQueueNums": QUEUES, "writeQueueNums": QUEUES, "perm": 6}
+                for n in self.groups
+            ],
+            "brokerDatas": [
+                {
+                    "cluster": "c",
+                    "brokerName": n,
+                    "brokerAddrs": {str(b.role_id): b.addr for b in self._visible(n)},
+                }
+                for n in self.groups
+            ],
+        }
+        await session.send(RemotingCommand.response_to(cmd, body=json.dumps(route).encode()))
+
+
+@asynccontextmanager
+async def running(cluster: FakeCluster) -> AsyncIterator[FakeCluster]:
+    async with AsyncExitStack() as stack:
+        for brokers in cluster.groups.values():
+            for b in brokers:
+                await stack.enter_async_context(b.server)
+        await stack.enter_async_context(cluster.namesrv)
+        yield cluster
+
+
+#: consumer settings that make a fake-cluster test take a second, not a minute.
+FAST: dict[str, Any] = {
+    "long_poll_timeout": 0.5,
+    "pull_request_timeout": 6.0,
+    "pull_backoff_on_error": 0.1,
+    "persist_offset_interval": 0.2,
+    "request_timeout": 2.0,
+}
