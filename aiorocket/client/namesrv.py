@@ -9,6 +9,7 @@ identity and reuse what they derived from it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 
 import anyio
@@ -31,6 +32,22 @@ ROUTE_REFRESH_INTERVAL = 30.0
 #: route queries in flight during a refresh: a consumer of hundreds of topics refreshes
 #: them in a few round trips (their frames share writes) without flooding a NameServer.
 REFRESH_CONCURRENCY = 16
+
+
+#: read by the clients when no NameServer address is given (and exported by
+#: ``python -m aiorocket.testing.broker status --env``).
+NAMESRV_ENV = "AIOROCKET_NAMESRV_ADDR"
+
+
+def namesrv_addrs(addrs: str | Sequence[str] | None) -> list[str]:
+    """The NameServer addresses given, else those of ``$AIOROCKET_NAMESRV_ADDR``."""
+    if addrs is None:
+        addrs = os.environ.get(NAMESRV_ENV, "")
+        if not addrs.strip():
+            raise ConfigError(
+                f"no NameServer address: pass namesrv='host:9876' or set {NAMESRV_ENV}"
+            )
+    return parse_namesrv_addrs(addrs)
 
 
 def parse_namesrv_addrs(addrs: str | Sequence[str]) -> list[str]:

@@ -28,6 +28,7 @@ from aiorocket._log import get_logger
 from aiorocket._settings import apply_settings, check_group
 from aiorocket._signal import Signal
 from aiorocket.client.instance import ClientInstance, make_client_id
+from aiorocket.client.namesrv import namesrv_addrs
 from aiorocket.consumer import dispatch, iterate, locks, membership
 from aiorocket.consumer import rebalance as _rebalance
 from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
@@ -108,12 +109,43 @@ class Consumer:
 
         async def handle(msg: ConsumerMessage) -> None: ...
         async with Consumer("my-group", namesrv=..., handler=handle) as consumer: ...
+
+    Parameters
+    ----------
+    group:
+        The consumer group: the members of a group share its topics' queues
+        (clustering) or each get every message (broadcasting).
+    namesrv:
+        NameServer addresses (``"host:9876"``, ``"a:9876;b:9876"`` or a sequence);
+        default: ``$AIOROCKET_NAMESRV_ADDR``.
+    handler:
+        Called with each message (``async def`` or a plain function, run in a worker
+        thread); returning normally settles it, raising, ``False`` or
+        :class:`~aiorocket.consumer.Reconsume` sends it back for a retry. Without a
+        handler, consume with ``async for``.
+    batch_handler:
+        Like ``handler``, with a list of up to ``consume_batch_size`` messages of one
+        queue, settled together.
+    config:
+        A :class:`~aiorocket.consumer.ConsumerConfig`; keyword ``settings`` override
+        its fields.
+    allocate:
+        The queue allocation strategy (default: averagely, as in Java).
+    listener:
+        A :class:`RebalanceListener` awaited around queue ownership changes.
+    client_id:
+        This client's id in the group (default ``<ip>@<pid>#<random>``).
+    instance_name:
+        A stable instance name (the client id becomes ``<ip>@<instance_name>``); a
+        broadcasting consumer finds its offset file again by it after a restart.
+    settings:
+        :class:`~aiorocket.consumer.ConsumerConfig` fields, e.g. ``consume_concurrency=50``.
     """
 
     def __init__(
         self,
         group: str,
-        namesrv: str | Sequence[str],
+        namesrv: str | Sequence[str] | None = None,
         *,
         handler: MessageHandler | None = None,
         batch_handler: BatchHandler | None = None,
@@ -132,7 +164,7 @@ class Consumer:
         self.config = cfg
         self.allocate = allocate
         self.listener = listener
-        self._namesrv = namesrv
+        self._namesrv = namesrv_addrs(namesrv)
         if instance_name is not None and (not instance_name or "@" in instance_name):
             raise ConfigError(f"invalid instance name {instance_name!r}")
         self.instance_name = instance_name

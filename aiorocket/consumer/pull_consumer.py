@@ -27,10 +27,34 @@ from aiorocket.protocol.subscription import Subscription
 
 
 class PullConsumer:
+    """A consumer you pull from: ``getmany()``, ``getone()`` or ``async for``.
+
+    >>> consumer = PullConsumer("my-group", namesrv="127.0.0.1:9876", auto_commit=False)
+    >>> consumer.subscribe("orders")
+    >>> async with consumer:
+    ...     batch = await consumer.getmany(timeout=1.0)
+    ...     await consumer.commit()
+
+    Parameters
+    ----------
+    group:
+        The consumer group (its members share the subscribed topics' queues).
+    namesrv:
+        NameServer addresses; default: ``$AIOROCKET_NAMESRV_ADDR``.
+    auto_commit:
+        Commit the positions of returned messages every ``persist_offset_interval``;
+        with ``False``, only :meth:`commit` stores offsets.
+    listener:
+        A :class:`~aiorocket.consumer.RebalanceListener` awaited around queue
+        ownership changes.
+    settings:
+        :class:`~aiorocket.consumer.ConsumerConfig` fields.
+    """
+
     def __init__(
         self,
         group: str,
-        namesrv: str | Sequence[str],
+        namesrv: str | Sequence[str] | None = None,
         *,
         auto_commit: bool = True,
         listener: RebalanceListener | None = None,

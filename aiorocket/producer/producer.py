@@ -22,6 +22,7 @@ import anyio.abc
 from aiorocket._log import get_logger
 from aiorocket._settings import apply_settings, check_group
 from aiorocket.client.instance import ClientInstance
+from aiorocket.client.namesrv import namesrv_addrs
 from aiorocket.client.results import SendResult, SendStatus
 from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError
 from aiorocket.message import (
@@ -59,14 +60,27 @@ class Producer:
     ...     result = await producer.send(Message("orders", b"paid"))
     ...     print(result.msg_id, result.queue, result.queue_offset)
 
-    Settings are :class:`ProducerConfig` fields, as ``config=`` or keyword arguments.
-    ``transaction_checker`` answers the brokers' check-backs of transactional messages.
+    Parameters
+    ----------
+    group:
+        The producer group (brokers ask a member of it to check back transactions).
+    namesrv:
+        NameServer addresses (``"host:9876"``, ``"a:9876;b:9876"`` or a sequence);
+        default: ``$AIOROCKET_NAMESRV_ADDR``.
+    config:
+        A :class:`ProducerConfig`; keyword ``settings`` override its fields.
+    transaction_checker:
+        Answers the brokers' check-backs of transactional messages.
+    client_id:
+        This client's id (default ``<ip>@<pid>#<random>``).
+    settings:
+        :class:`ProducerConfig` fields, e.g. ``auto_batch=True``.
     """
 
     def __init__(
         self,
         group: str,
-        namesrv: str | Sequence[str],
+        namesrv: str | Sequence[str] | None = None,
         *,
         config: ProducerConfig | None = None,
         transaction_checker: TransactionChecker | None = None,
@@ -83,7 +97,7 @@ class Producer:
         #: may be replaced (e.g. other thresholds) before the producer starts.
         self.fault = LatencyFaultTolerance()
         self.log = get_logger("producer", group=group)
-        self._namesrv = namesrv
+        self._namesrv = namesrv_addrs(namesrv)
         self._client_id = client_id
         self._checker = transaction_checker
         self._client: ClientInstance | None = None
