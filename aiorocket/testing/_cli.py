@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Sequence
 
+import anyio
+
 from aiorocket.testing import _maven, broker
 from aiorocket.testing._maven import BrokerSetupError
-from aiorocket.testing.broker import LocalRocketMQ
+from aiorocket.testing.broker import DEFAULT_BROKERS, LocalRocketMQ
 
 
 def env_lines(inst: LocalRocketMQ) -> str:
@@ -23,18 +26,42 @@ def env_lines(inst: LocalRocketMQ) -> str:
     )
 
 
+def create_topics(
+    base_dir: str | None, topics: Sequence[str], queues: int, message_type: str | None
+) -> int:
+    if not topics:
+        print("error: name the topic(s) to create", file=sys.stderr)
+        return 2
+    inst = LocalRocketMQ.attach(base_dir)
+    if inst is None:
+        print("error: no local RocketMQ runs (python -m aiorocket.testing.broker start)",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    for topic in topics:
+        anyio.run(functools.partial(inst.create_topic, topic, queues, message_type=message_type))
+        brokers = ", ".join(inst.broker_addrs)
+        print(f"topic {topic}: {queues} queues on each of {brokers}")
+    return 0
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m aiorocket.testing.broker",
         description=broker.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=["start", "stop", "status", "resolve"])
+    parser.add_argument("command", choices=["start", "stop", "status", "resolve", "topic"])
+    parser.add_argument("topics", nargs="*", metavar="TOPIC", help="topic: the topic(s) to "
+                        "create (or update) on every broker")  # fmt: skip
     parser.add_argument("--dir", default=None, help="home dir (default $AIOROCKET_BROKER_DIR "
                         "or /tmp/aiorocket-broker-<uid>)")  # fmt: skip
     parser.add_argument("--brokers", type=int, default=None,
-                        help="start: number of brokers (default 1; without it any running "
+                        help="start: number of brokers (default 2; without it any running "
                         "cluster is accepted)")  # fmt: skip
+    parser.add_argument("--queues", type=int, default=8, help="topic: queues per broker (8)")
+    parser.add_argument("--type", dest="message_type", default=None,
+                        choices=["NORMAL", "FIFO", "DELAY", "TRANSACTION"],
+                        help="topic: the topic's message type (5.x attribute)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=None, help="start: readiness timeout "
                         "(300 s); stop: SIGTERM grace before SIGKILL (20 s)")  # fmt: skip
     parser.add_argument("--version", default=None, help="RocketMQ version (else newest 5.x that "
@@ -53,10 +80,14 @@ def run(argv: Sequence[str] | None = None) -> int:
             if running is not None:  # no --brokers: any healthy cluster will do
                 inst, fresh = running, False
             else:
-                brokers = args.brokers or 1
+                brokers = args.brokers or DEFAULT_BROKERS
                 fresh = inst.start(brokers, timeout=args.timeout or 300.0, version=args.version)
             took = f" in {inst.state.get('ready_seconds')}s" if fresh else " (already running)"
             print(f"ready{took}\n{inst.describe()}")
+            print("clients read the NameServer address from AIOROCKET_NAMESRV_ADDR:\n"
+                  '  eval "$(python -m aiorocket.testing.broker status --env)"')  # fmt: skip
+        elif args.command == "topic":
+            return create_topics(args.dir, args.topics, args.queues, args.message_type)
         elif args.command == "stop":
             if not inst.load():
                 print(f"nothing recorded in {inst.base_dir}")

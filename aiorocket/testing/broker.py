@@ -6,6 +6,7 @@ all from the Maven Central jars (see :mod:`aiorocket.testing._maven`)::
 
     python -m aiorocket.testing.broker start [--brokers 2] [--dir DIR] [--timeout S]
     python -m aiorocket.testing.broker status [--json | --env]
+    python -m aiorocket.testing.broker topic NAME... [--queues 8] [--type FIFO]
     python -m aiorocket.testing.broker stop [--timeout S]
     python -m aiorocket.testing.broker resolve [--refresh]   # only fetch the jars
 
@@ -51,6 +52,8 @@ __all__ = ["BrokerSetupError", "BrokerStartError", "LocalRocketMQ", "MissingTool
 HEALTH_TOPIC = "AIOROCKET_HEALTH"
 STATE_FILE = "state.json"
 MARKER = ".aiorocket-broker"
+#: brokers of a cluster started without saying how many (CLI, library, tests, demo).
+DEFAULT_BROKERS = 2
 STD_NAMESRV, STD_PROXY_REMOTING, STD_PROXY_GRPC, STD_BROKER = 9876, 8080, 8081, 10911
 
 
@@ -153,7 +156,11 @@ class LocalRocketMQ:
 
     # -- start / stop ------------------------------------------------------------------
     def start(
-        self, brokers: int = 2, *, timeout: float = 300.0, version: str | None = None
+        self,
+        brokers: int = DEFAULT_BROKERS,
+        *,
+        timeout: float = 300.0,
+        version: str | None = None,
     ) -> bool:
         """Start the cluster and wait until it is ready; False if it was already running.
 
@@ -189,7 +196,7 @@ class LocalRocketMQ:
             self._save()
             return True
 
-    async def astart(self, brokers: int = 2, *, timeout: float = 300.0) -> bool:
+    async def astart(self, brokers: int = DEFAULT_BROKERS, *, timeout: float = 300.0) -> bool:
         return await anyio.to_thread.run_sync(lambda: self.start(brokers, timeout=timeout))
 
     def stop(self, timeout: float = 20.0, *, remove_store: bool = True) -> list[str]:

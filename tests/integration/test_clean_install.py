@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from aiorocket.testing.broker import LocalRocketMQ
+from tests import snippets
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -60,3 +63,12 @@ def test_clean_install_imports_every_module_and_constructs_clients(
     for dev_only in ("pytest", "trio", "hypothesis", "mypy"):
         probe = run_outside_repo(clean_python, ["-c", f"import {dev_only}"], tmp_path)
         assert probe.returncode != 0, f"{dev_only} is installed in the clean venv"
+
+
+def test_clean_install_runs_the_readme_quick_start(
+    clean_python: Path, rocketmq: LocalRocketMQ, tmp_path: Path
+) -> None:
+    """The README's first snippets (send, then consume) with nothing but the package."""
+    snippets.create_documented_topics(rocketmq)
+    for block in snippets.python_blocks(REPO / "README.md")[:2]:
+        snippets.run_block(block, snippets.env_for(rocketmq), tmp_path, str(clean_python))

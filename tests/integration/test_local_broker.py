@@ -107,6 +107,19 @@ def test_state_file_and_status_cli(rocketmq: LocalRocketMQ) -> None:
     assert json.loads(out.stdout)["processes"] == state["processes"]
 
 
+def test_topic_cli_creates_a_topic_on_every_broker(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("cli")
+    out = subprocess.run(
+        [*CLI, "topic", topic, "--queues", "3", "--dir", str(rocketmq.base_dir)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    route = anyio.run(rocketmq.route, topic)
+    assert _admin.route_queues(route) == {b: (3, 3) for b in rocketmq.broker_addrs}
+
+
 def test_start_again_is_a_noop(rocketmq: LocalRocketMQ) -> None:
     pids = [p.pid for p in rocketmq.processes]
     again = LocalRocketMQ(rocketmq.base_dir)

@@ -1,0 +1,88 @@
+"""The code blocks of the README and the docs, as the tests run them.
+
+Every ```python block must run as written (in a fresh interpreter, with
+``AIOROCKET_NAMESRV_ADDR`` set); a block that only includes a file of examples/
+(``--8<-- "examples/x.py"``) is left to the examples' own test. Topics are created by
+the ``python -m aiorocket.testing.broker topic ...`` lines of the ```sh blocks, as a
+reader would.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiorocket.testing import _cli
+from aiorocket.testing.broker import LocalRocketMQ
+
+REPO = Path(__file__).resolve().parents[1]
+FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+INCLUDE = re.compile(r'^--8<--\s+"([^"]+)"\s*$', re.MULTILINE)
+BROKER_CLI = "python -m aiorocket.testing.broker"
+
+
+@dataclass(frozen=True)
+class Block:
+    path: Path
+    line: int
+    lang: str
+    code: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(REPO)}:{self.line}"
+
+    @property
+    def include_only(self) -> bool:
+        return INCLUDE.sub("", self.code).strip() == ""
+
+
+def blocks(path: Path, lang: str) -> list[Block]:
+    text = path.read_text()
+    return [
+        Block(path, text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2))
+        for m in FENCE.finditer(text)
+        if m.group(1) == lang
+    ]
+
+
+def python_blocks(path: Path) -> list[Block]:
+    return [b for b in blocks(path, "python") if not b.include_only]
+
+
+def topic_commands(path: Path) -> list[list[str]]:
+    """The arguments of each ``... broker topic`` command of the sh blocks."""
+    out = []
+    for block in blocks(path, "sh"):
+        for line in block.code.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line.startswith(f"{BROKER_CLI} topic "):
+                out.append(shlex.split(line[len(BROKER_CLI) :]))
+    return out
+
+
+def doc_files() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def run_block(block: Block, env: dict[str, str], cwd: Path, python: str) -> None:
+    proc = subprocess.run(
+        [python, "-c", block.code], env=env, cwd=cwd, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"{block.where} failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+def env_for(rocketmq: LocalRocketMQ) -> dict[str, str]:
+    return {**os.environ, "AIOROCKET_NAMESRV_ADDR": rocketmq.namesrv_addr}
+
+
+def create_documented_topics(rocketmq: LocalRocketMQ) -> None:
+    """The topics the docs tell a reader to create (the README's quick start, ...)."""
+    for doc in doc_files():
+        for args in topic_commands(doc):
+            assert _cli.run([*args, "--dir", str(rocketmq.base_dir)]) == 0, args
