@@ -211,7 +211,9 @@ class Producer:
             if self._tg is not None:
                 tg, self._tg = self._tg, None
                 tg.cancel_scope.cancel()
-                await tg.__aexit__(exc_type, exc, tb)
+                # The body's exception is not the group's: passed in, it would come out
+                # wrapped in an ExceptionGroup and miss the caller's `except` clauses.
+                await tg.__aexit__(None, None, None)
         finally:
             if self._membership is not None:
                 limit = self.config.shutdown_timeout
