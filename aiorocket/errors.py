@@ -71,6 +71,10 @@ class NoRouteError(RocketMQError):
     """No broker can serve the request (no route, no writable queue, no master)."""
 
 
+class DataLossError(RocketMQError):
+    """Messages a reader asked for are no longer stored (deleted, or the queue was reset)."""
+
+
 class ClientClosedError(RocketMQError):
     """The client (producer, consumer or connection pool) has been closed."""
 

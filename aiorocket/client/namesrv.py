@@ -9,6 +9,7 @@ identity and reuse what they derived from it.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 
@@ -20,6 +21,7 @@ from aiorocket.errors import (
     ConfigError,
     ConnectionClosedError,
     NameServerUnavailableError,
+    ProtocolError,
     RequestTimeoutError,
     error_for_response,
 )
@@ -85,23 +87,18 @@ class NameServerClient:
     def addrs(self) -> list[str]:
         return list(self._addrs)
 
-    async def query_route(self, topic: str) -> TopicRoute:
-        """Ask the NameServers (the last good one first) for the route of ``topic``.
+    async def _ask(self, code: int, ext: dict[str, str]) -> RemotingCommand:
+        """One request to the NameServers (the last good one first); a success answer.
 
         Raises :class:`~aiorocket.errors.NameServerUnavailableError` when none answers.
         """
-        if not topic:
-            raise ConfigError("topic must not be empty")
-        cmd_ext = {"topic": topic, "acceptStandardJsonOnly": "true"}
         last_error: Exception | None = None
         for attempt in range(len(self._addrs)):
             index = (self._current + attempt) % len(self._addrs)
             addr = self._addrs[index]
             try:
                 resp = await self._pool.request(
-                    addr,
-                    RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, dict(cmd_ext)),
-                    self._timeout,
+                    addr, RemotingCommand.request(code, dict(ext)), self._timeout
                 )
             except (ConnectionClosedError, RequestTimeoutError) as exc:
                 self._log.warning("namesrv_unreachable", namesrv=addr, error=str(exc))
@@ -109,12 +106,30 @@ class NameServerClient:
                 continue
             self._current = index
             if resp.code != ResponseCode.SUCCESS:
-                raise error_for_response(resp.code, resp.remark, RequestCode.GET_ROUTEINFO_BY_TOPIC)
-            return self._store(topic, resp.body)
+                raise error_for_response(resp.code, resp.remark, code)
+            return resp
         assert last_error is not None
         raise NameServerUnavailableError(
             f"no NameServer of {self._addrs} answered: {last_error}"
         ) from last_error
+
+    async def query_route(self, topic: str) -> TopicRoute:
+        """Ask the NameServers (the last good one first) for the route of ``topic``."""
+        if not topic:
+            raise ConfigError("topic must not be empty")
+        resp = await self._ask(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": "true"}
+        )
+        return self._store(topic, resp.body)
+
+    async def list_topics(self) -> list[str]:
+        """Every topic the NameServers know (system topics included), sorted."""
+        resp = await self._ask(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})
+        try:
+            topics = json.loads(resp.body).get("topicList") or []
+        except (ValueError, AttributeError) as exc:
+            raise ProtocolError(f"topic list is malformed: {exc}") from None
+        return sorted(str(t) for t in topics)
 
     def _store(self, topic: str, body: bytes) -> TopicRoute:
         old = self._routes.get(topic)

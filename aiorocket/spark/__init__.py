@@ -1,0 +1,27 @@
+"""A ``rocketmq`` data source and sink for PySpark (Python Data Source API, pyspark>=4.2).
+
+Install with the ``spark`` extra. Importing this package imports pyspark; nothing else
+in aiorocket does.
+
+>>> from aiorocket.spark import register
+>>> register(spark)
+>>> df = (spark.read.format("rocketmq").option("nameServer", "127.0.0.1:9876")
+...       .option("subscribe", "orders").load())
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiorocket.spark.source import RocketMQDataSource
+
+
+def register(spark: Any) -> None:
+    """Register the ``rocketmq`` format with ``spark`` (a SparkSession).
+
+    Not needed when the package is installed: Spark finds ``pyspark_rocketmq`` itself.
+    """
+    spark.dataSource.register(RocketMQDataSource)
+
+
+__all__ = ["RocketMQDataSource", "register"]

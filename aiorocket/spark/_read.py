@@ -1,0 +1,76 @@
+"""The executor side of reading: pull one queue range, yield Arrow record batches."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
+
+from aiorocket.message import MessageExt, MessageQueue
+from aiorocket.spark._broker import Segment, pull_segment
+from aiorocket.spark._offsets import Range
+from aiorocket.spark._options import ReadOptions
+from aiorocket.spark._runtime import runtime
+from aiorocket.spark._schema import BatchBuilder
+
+#: rows per record batch handed to Spark (pulls bring 32 at a time).
+ROWS_PER_BATCH = 4096
+
+
+@dataclass(frozen=True)
+class QueueSplit(InputPartition):
+    """One Spark task: offsets ``[start, end)`` of one queue."""
+
+    mq: MessageQueue
+    start: int
+    end: int
+
+    @classmethod
+    def of(cls, r: Range) -> QueueSplit:
+        return cls(r.mq, r.start, r.end)
+
+
+def read_split(
+    opts: ReadOptions, schema: StructType, split: QueueSplit
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of every message of ``split`` passing the filter, in offset order.
+
+    ``opts.pull_depth`` pulls of ``opts.pull_batch_size`` offsets each are in flight on
+    the process's event loop while Spark consumes the batches built so far.
+    """
+    rt = runtime()
+    client = rt.client(opts.client)
+    builder = BatchBuilder(schema, opts.include_system_properties)
+    step = opts.pull_batch_size
+    bounds = iter(range(split.start, split.end, step))
+    pending: deque[concurrent.futures.Future[Segment]] = deque()
+
+    def submit_next() -> None:
+        for lo in bounds:
+            pending.append(rt.submit(pull_segment(
+                client, opts.group, split.mq, lo, min(lo + step, split.end), opts.filter,
+                fail_on_data_loss=opts.fail_on_data_loss, batch=step,
+            )))  # fmt: skip
+            return
+
+    try:
+        for _ in range(opts.pull_depth):
+            submit_next()
+        rows: list[MessageExt] = []
+        while pending:
+            segment = pending.popleft().result()
+            submit_next()
+            rows.extend(segment.messages)
+            if len(rows) >= ROWS_PER_BATCH:
+                yield builder.build(rows)
+                rows = []
+        if rows:
+            yield builder.build(rows)
+    finally:
+        for fut in pending:
+            fut.cancel()

@@ -1,0 +1,136 @@
+"""One event loop per Python process, in a background thread, holding cached clients.
+
+Spark calls a data source synchronously (``read()`` must return a plain iterator) and
+reuses its Python worker processes across tasks and jobs. So each process runs one
+asyncio loop in a daemon thread; clients and producers are opened in it on first use,
+kept for the life of the process (later tasks reuse their connections), and callers
+block on :func:`call` / wait on :func:`submit` futures. A forked child (Spark's worker
+daemon forks) starts its own loop instead of inheriting a dead thread's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import os
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from aiorocket.client.instance import ClientInstance
+from aiorocket.producer.producer import Producer
+from aiorocket.spark._options import ClientOptions, WriteOptions
+
+T = TypeVar("T")
+
+
+class _Runtime:
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._lock = threading.Lock()
+        self._clients: dict[ClientOptions, concurrent.futures.Future[ClientInstance]] = {}
+        self._producers: dict[WriteOptions, concurrent.futures.Future[Producer]] = {}
+        self._holders: list[concurrent.futures.Future[None]] = []
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="aiorocket-spark", daemon=True
+        )
+        self.thread.start()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    async def _stop_event(self) -> asyncio.Event:
+        if self._stop is None:
+            self._stop = asyncio.Event()
+        return self._stop
+
+    async def _hold(
+        self,
+        resource: Any,
+        ready: concurrent.futures.Future[Any],
+    ) -> None:
+        """Own ``resource`` (an async context manager) in one task until shutdown."""
+        stop = await self._stop_event()
+        try:
+            async with resource as opened:
+                ready.set_result(opened)
+                await stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+
+    def _open(self, cache: dict[Any, Any], key: Any, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            ready = cache.get(key)
+            if ready is None or (ready.done() and ready.exception() is not None):
+                ready = concurrent.futures.Future()
+                cache[key] = ready
+                self._holders.append(self.submit(self._hold(make(), ready)))
+        return ready.result()
+
+    def client(self, opts: ClientOptions) -> ClientInstance:
+        return self._open(  # type: ignore[no-any-return]
+            self._clients,
+            opts,
+            lambda: ClientInstance(opts.namesrv, request_timeout=opts.request_timeout),
+        )
+
+    def producer(self, opts: WriteOptions) -> Producer:
+        return self._open(  # type: ignore[no-any-return]
+            self._producers,
+            opts,
+            lambda: Producer(
+                opts.producer_group,
+                opts.client.namesrv,
+                send_timeout=opts.send_timeout,
+                retries=opts.retries,
+                request_timeout=opts.client.request_timeout,
+                auto_batch=opts.auto_batch,
+            ),
+        )
+
+    def close(self, timeout: float = 10.0) -> None:
+        async def stop() -> None:
+            (await self._stop_event()).set()
+
+        if not self.loop.is_running():
+            return
+        self.submit(stop()).result(timeout)
+        concurrent.futures.wait(self._holders, timeout)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout)
+
+
+_runtime: _Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def runtime() -> _Runtime:
+    """This process's runtime, started on first use (again after a fork)."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is None or _runtime.pid != os.getpid():
+            _runtime = _Runtime()
+        return _runtime
+
+
+def call(fn: Callable[[ClientInstance], Awaitable[T]], opts: ClientOptions,
+         timeout: float | None = None) -> T:  # fmt: skip
+    """Run ``fn(client)`` on the process's loop with the cached client; wait for it."""
+    rt = runtime()
+    client = rt.client(opts)
+
+    async def run() -> T:
+        return await fn(client)
+
+    return rt.submit(run()).result(timeout)
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    if _runtime is not None and _runtime.pid == os.getpid():
+        _runtime.close(timeout=5.0)
