@@ -175,6 +175,7 @@ class Consumer:
         self.manual_assignment: set[MessageQueue] | None = None
         self._available = Signal()
         self.pending_locks = False
+        self._rejoin_soon = False
         self.handler_fn: Callable[..., Any] | None = handler or batch_handler
         self.batch_mode = batch_handler is not None
         self.handler_is_async = is_async_callable(self.handler_fn)
@@ -274,6 +275,9 @@ class Consumer:
         self._tg = tg
         try:
             await membership.send_heartbeats(self)
+            # Later connections (a broker restarted, a connection lost and re-opened)
+            # get a heartbeat as soon as they are up.
+            client.pool.add_connect_listener(self._on_connected)
             await _rebalance.rebalance(self)
             tg.start_soon(self._run_loops)
             if self.handler_fn is not None and not cfg.orderly:
@@ -370,10 +374,12 @@ class Consumer:
         while True:
             if not self._rebalance_requested:
                 # Allocated queues another member still had locked are retried soon.
-                wait = 1.0 if self.pending_locks else self.config.rebalance_interval
+                soon = self.pending_locks or self._rejoin_soon
+                wait = 1.0 if soon else self.config.rebalance_interval
                 with anyio.move_on_after(wait):
                     await self._rebalance_signal.wait()
             self._rebalance_requested = False
+            self._rejoin_soon = False
             await _rebalance.rebalance(self)
 
     async def _flush_loop(self) -> None:
@@ -381,6 +387,16 @@ class Consumer:
             await anyio.sleep(self.config.persist_offset_interval)
             if self.auto_commit:
                 await self.persist_all()
+
+    async def rejoin(self) -> None:
+        """The group's member list lacks us: heartbeat now and rebalance again soon
+        (in 1 s, not ``rebalance_interval``) to take our share back."""
+        await membership.send_heartbeats(self)
+        self._rejoin_soon = True
+
+    def _on_connected(self, address: str) -> None:
+        if self._tg is not None and not self._closing:
+            self._tg.start_soon(membership.heartbeat_to, self, address)
 
     def request_rebalance(self) -> None:
         self._rebalance_requested = True

@@ -46,14 +46,34 @@ async def broker_addrs(consumer: Consumer) -> set[str]:
 
 
 async def send_heartbeats(consumer: Consumer) -> None:
+    """Heartbeat to every broker of the subscribed topics (failures are logged)."""
     if consumer.manual_assignment is not None:
         return  # a manually assigned pull consumer is not a group member
     data = heartbeat_data(consumer)
     for addr in sorted(await broker_addrs(consumer)):
-        try:
-            await consumer.client.broker.heartbeat(addr, data)
-        except RocketMQError as exc:
-            consumer.log.warning("heartbeat_failed", broker=addr, error=str(exc))
+        await _heartbeat(consumer, addr, data)
+
+
+async def heartbeat_to(consumer: Consumer, addr: str) -> None:
+    """Heartbeat to ``addr`` if it is a broker of a subscribed topic (cached routes only).
+
+    Sent when a connection to a broker is (re-)established: a broker that restarted,
+    or expired our channel while the network was down, knows nothing of us until then,
+    and the Java client would not tell it for up to a heartbeat interval.
+    """
+    if consumer.manual_assignment is not None:
+        return
+    namesrv = consumer.client.namesrv
+    routes = [namesrv.cached_route(topic) for topic in consumer.subscriptions]
+    if any(route is not None and addr in route.all_addrs() for route in routes):
+        await _heartbeat(consumer, addr, heartbeat_data(consumer))
+
+
+async def _heartbeat(consumer: Consumer, addr: str, data: dict[str, Any]) -> None:
+    try:
+        await consumer.client.broker.heartbeat(addr, data)
+    except RocketMQError as exc:
+        consumer.log.warning("heartbeat_failed", broker=addr, error=str(exc))
 
 
 async def unregister(consumer: Consumer) -> None:

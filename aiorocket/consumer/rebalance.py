@@ -145,10 +145,17 @@ async def _rebalance_pass(consumer: Consumer, state: RebalanceState) -> None:
     if no_members:
         consumer.log.warning("rebalance_no_consumer_ids", topics=no_members)
     if not_registered:
-        # The broker has not registered our heartbeat yet; allocating now could take
-        # queues another member also takes. Wait for the next pass.
-        consumer.log.info("rebalance_not_registered", topics=not_registered)
+        # The member list lacks us (our heartbeat has not arrived, or the broker forgot
+        # us): the others allocate without us and take our queues, so keeping them would
+        # consume them twice. Drop them (revoked and committed as usual), heartbeat now,
+        # and take our share again in a pass soon (Java drops them too: the strategy
+        # allocates nothing to a client missing from the list).
+        consumer.log.warning("rebalance_not_a_member", topics=not_registered)
+        for topic in not_registered:
+            targets[topic] = frozenset()
     await _apply(consumer, targets)
+    if not_registered:
+        await consumer.rejoin()
 
 
 class _NoMembers(Exception):

@@ -8,6 +8,7 @@ that address connects again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 
 import anyio
@@ -44,6 +45,7 @@ class ConnectionPool:
         self._handler = handler
         self._connect_timeout = connect_timeout
         self._close_on_timeout = close_on_timeout
+        self._connect_listeners: list[Callable[[str], None]] = []
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, anyio.Lock] = {}
         self._tg: anyio.abc.TaskGroup | None = None
@@ -76,6 +78,15 @@ class ConnectionPool:
             for conn in conns:
                 await conn.aclose()
 
+    def add_connect_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(address)`` (synchronously: start a task for any I/O) each time
+        a connection is established, the first time or after one was lost."""
+        self._connect_listeners.append(listener)
+
+    def remove_connect_listener(self, listener: Callable[[str], None]) -> None:
+        if listener in self._connect_listeners:
+            self._connect_listeners.remove(listener)
+
     @property
     def addresses(self) -> list[str]:
         return list(self._connections)
@@ -104,6 +115,8 @@ class ConnectionPool:
             self._connections[address] = conn
             await self._tg.start(self._run, conn)
             self._log.debug("connected", address=address)
+            for listener in list(self._connect_listeners):
+                listener(address)
             return conn
 
     async def _run(

@@ -42,6 +42,9 @@ class FakeBroker:
         self.offsets: dict[tuple[str, int], int] = {}
         self.heartbeats: list[tuple[str, dict[str, Any]]] = []  # (session id, body)
         self.members: set[str] = set()
+        #: False: heartbeats are answered SYSTEM_ERROR and the sender is not registered.
+        self.accept_heartbeats = True
+        self.heartbeat_seen = anyio.Event()  # set (and replaced) at every heartbeat
         self.pulls: list[RemotingCommand] = []
         self.pulled = anyio.Event()  # set (and replaced) at every pull
         self.arrived = anyio.Event()
@@ -62,7 +65,12 @@ class FakeBroker:
         if code == RequestCode.HEART_BEAT:
             body = json.loads(cmd.body)
             self.heartbeats.append((str(id(session)), body))
-            self.members.add(body["clientID"])
+            self.heartbeat_seen.set()
+            self.heartbeat_seen = anyio.Event()
+            if self.accept_heartbeats:
+                self.members.add(body["clientID"])
+            else:
+                resp.code, resp.remark = ResponseCode.SYSTEM_ERROR, "scripted refusal"
         elif code == RequestCode.UNREGISTER_CLIENT:
             self.members.discard(ext["clientID"])
         elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:

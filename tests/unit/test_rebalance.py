@@ -130,6 +130,7 @@ class FakeConsumer:
         self.started: list[MessageQueue] = []
         self.revoked: list[MessageQueue] = []
         self.assigned_calls: list[list[MessageQueue]] = []
+        self.rejoins = 0
 
     async def broker_addr(self, mq: MessageQueue) -> str | None:
         return BROKERS[mq.broker_name]
@@ -149,6 +150,9 @@ class FakeConsumer:
     async def on_assigned(self, mqs: list[MessageQueue]) -> None:
         if mqs:
             self.assigned_calls.append(mqs)
+
+    async def rejoin(self) -> None:
+        self.rejoins += 1
 
 
 async def run_pass(consumer: FakeConsumer) -> None:
@@ -265,10 +269,27 @@ async def test_a_group_whose_master_is_down_keeps_its_queues_and_its_slave_answe
     assert {mq.broker_name for mq in consumer.process_queues} == {"broker-a", "broker-b"}
 
 
-async def test_not_registered_yet_leaves_queues_alone() -> None:
+async def test_not_registered_yet_takes_nothing_and_rejoins() -> None:
     consumer = FakeConsumer({f"t{i}": ["broker-a"] for i in range(5)}, ["someone-else"])
     await run_pass(consumer)
     assert consumer.process_queues == {} and consumer.allocate.calls == 0
+    assert consumer.rejoins == 1
+
+
+async def test_a_member_missing_from_the_list_drops_its_queues_and_rejoins() -> None:
+    """The others allocate without us: keeping our queues would consume them twice."""
+    consumer = FakeConsumer({"t1": ["broker-a"], "t2": ["broker-b"]}, ["me", "other"])
+    await run_pass(consumer)
+    owned = set(consumer.process_queues)
+    assert len(owned) == 8 and consumer.rejoins == 0
+    consumer.broker.members = ["other"]  # the broker forgot us (expired heartbeats)
+    await run_pass(consumer)
+    assert consumer.process_queues == {}
+    assert set(consumer.revoked) == owned  # revoked: handlers awaited, offsets persisted
+    assert consumer.rejoins == 1
+    consumer.broker.members = ["me", "other"]  # the heartbeat got through
+    await run_pass(consumer)
+    assert set(consumer.process_queues) == owned
 
 
 async def test_without_auto_commit_the_start_is_left_to_the_flusher() -> None:
