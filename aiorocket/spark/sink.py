@@ -1,0 +1,201 @@
+"""``df.write.format("rocketmq")`` and ``df.writeStream.format("rocketmq")``.
+
+At-least-once: a failed task is retried by Spark and may send its rows again. Each
+message carries a deterministic id, ``<query>-<batch>-<partition>-<row>``, in the
+property named by ``dedupKeyProperty`` (default ``sparkDedupKey``), so consumers can
+drop the copies: a retried task, or a micro-batch replayed after a restart from the
+checkpoint, produces the same ids for the same rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import anyio
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructType,
+)
+
+from aiorocket._log import get_logger
+from aiorocket.client.instance import ClientInstance
+from aiorocket.errors import ConfigError, TopicNotExistError
+from aiorocket.message import Message
+from aiorocket.producer.producer import Producer
+from aiorocket.spark._options import WriteOptions
+from aiorocket.spark._runtime import call, runtime
+
+log = get_logger("spark")
+
+_STR = StringType()
+#: accepted column -> accepted types (a description for errors).
+_COLUMNS: dict[str, tuple[tuple[DataType, ...], str]] = {
+    "body": ((BinaryType(), StringType()), "binary or string"),
+    "topic": ((_STR,), "string"),
+    "tags": ((_STR,), "string"),
+    "keys": ((_STR, ArrayType(_STR)), "string or array<string>"),
+    "properties": ((MapType(_STR, _STR),), "map<string,string>"),
+    "delayLevel": ((IntegerType(), LongType()), "int or bigint"),
+    "deliverTimeMs": ((IntegerType(), LongType()), "int or bigint (epoch milliseconds)"),
+}
+
+
+def _accepts(have: DataType, want: DataType) -> bool:
+    if isinstance(have, MapType) and isinstance(want, MapType):
+        return have.keyType == want.keyType and have.valueType == want.valueType
+    if isinstance(have, ArrayType) and isinstance(want, ArrayType):
+        return have.elementType == want.elementType
+    return type(have) is type(want)
+
+
+def check_columns(schema: StructType, opts: WriteOptions) -> None:
+    """A clear error for a missing body, an unknown column or a wrong type."""
+    names = [f.name for f in schema.fields]
+    if "body" not in names:
+        raise ConfigError(f"the rocketmq sink needs a 'body' column (binary or string); "
+                          f"the DataFrame has {names}")  # fmt: skip
+    if opts.topic is None and "topic" not in names:
+        raise ConfigError("the rocketmq sink needs the option topic or a 'topic' column")
+    for f in schema.fields:
+        spec = _COLUMNS.get(f.name)
+        if spec is None:
+            raise ConfigError(f"column {f.name!r} is not understood by the rocketmq sink; "
+                              f"it takes {', '.join(_COLUMNS)}")  # fmt: skip
+        types, described = spec
+        if not any(_accepts(f.dataType, t) for t in types):
+            raise ConfigError(f"column {f.name!r} must be {described}, "
+                              f"not {f.dataType.simpleString()}")  # fmt: skip
+
+
+def _check_topic(opts: WriteOptions) -> None:
+    topic = opts.topic
+    if topic is None:
+        return
+
+    async def route(client: ClientInstance) -> None:
+        await client.namesrv.query_route(topic)
+
+    try:
+        call(route, opts.client)
+    except TopicNotExistError:
+        raise ConfigError(f"topic {topic!r} does not exist (option topic)") from None
+
+
+@dataclass(frozen=True)
+class SinkCommit(WriterCommitMessage):
+    partition: int
+    count: int
+
+
+def _messages(batch: pa.RecordBatch, opts: WriteOptions, prefix: str, first: int) -> list[Message]:
+    cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+    n = batch.num_rows
+    none = [None] * n
+    bodies = cols["body"]
+    topics = [opts.topic] * n if opts.topic else cols["topic"]
+    tags, keys = cols.get("tags", none), cols.get("keys", none)
+    props, delays, deliver = (
+        cols.get("properties", none),
+        cols.get("delayLevel", none),
+        cols.get("deliverTimeMs", none),
+    )
+    out = []
+    for i in range(n):
+        body = bodies[i]
+        if body is None:
+            raise ConfigError(f"row {first + i} has a null body")
+        topic = topics[i]
+        if not topic:
+            raise ConfigError(f"row {first + i} has no topic (null topic column, no option)")
+        key = keys[i]
+        properties = dict(props[i] or ())
+        if opts.dedup_property:
+            properties[opts.dedup_property] = f"{prefix}{first + i}"
+        out.append(Message(
+            topic,
+            body.encode() if isinstance(body, str) else body,
+            tags=tags[i],
+            keys=(key.split() if isinstance(key, str) else [k for k in key if k]) if key else (),
+            properties=properties,
+            delay_level=delays[i] or 0,
+            deliver_time_ms=deliver[i],
+        ))  # fmt: skip
+    return out
+
+
+async def _send_all(producer: Producer, messages: list[Message]) -> None:
+    async with anyio.create_task_group() as tg:
+        for msg in messages:
+            await producer.start_send(tg, msg)
+
+
+class _Sender:
+    """The executor half shared by the batch and the streaming writer."""
+
+    def __init__(self, opts: WriteOptions, schema: StructType, write_id: str) -> None:
+        check_columns(schema, opts)
+        _check_topic(opts)
+        self.opts = opts
+        self.write_id = write_id
+
+    def send(self, batches: Iterator[pa.RecordBatch]) -> SinkCommit:
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        query = (ctx.getLocalProperty("sql.streaming.queryId") if ctx else None) or self.write_id
+        batch_id = (ctx.getLocalProperty("streaming.sql.batchId") if ctx else None) or "0"
+        prefix = f"{query}-{batch_id}-{partition}-"
+        rt = runtime()
+        producer = rt.producer(self.opts)
+        count = 0
+        for batch in batches:
+            messages = _messages(batch, self.opts, prefix, count)
+            rt.submit(_send_all(producer, messages)).result()
+            count += len(messages)
+        return SinkCommit(partition, count)
+
+
+class RocketMQWriter(DataSourceArrowWriter):
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        self._sender = _Sender(opts, schema, uuid.uuid4().hex)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        return self._sender.send(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        total = sum(m.count for m in messages if isinstance(m, SinkCommit))
+        log.info("spark_write_committed", messages=total)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        sent = sum(m.count for m in messages if isinstance(m, SinkCommit))
+        log.warning("spark_write_aborted", messages_sent=sent)
+
+
+class RocketMQStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        self._sender = _Sender(opts, schema, uuid.uuid4().hex)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        return self._sender.send(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        total = sum(m.count for m in messages if isinstance(m, SinkCommit))
+        log.info("spark_batch_committed", batch=batchId, messages=total)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        sent = sum(m.count for m in messages if isinstance(m, SinkCommit))
+        log.warning("spark_batch_aborted", batch=batchId, messages_sent=sent)

@@ -1,0 +1,107 @@
+"""The sink: DataFrames written to a topic come back identical through aiorocket's consumer."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import anyio
+import pytest
+from pyspark.sql import SparkSession
+
+from aiorocket.consumer.config import ConsumeFromWhere
+from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.consumer.pull_consumer import PullConsumer
+from aiorocket.testing.broker import LocalRocketMQ
+
+DEDUP = "sparkDedupKey"
+
+
+def consume_all(namesrv: str, topic: str, count: int) -> list[ConsumerMessage]:
+    """Every message of ``topic`` from offset 0, through aiorocket's PullConsumer."""
+
+    async def run() -> list[ConsumerMessage]:
+        out: list[ConsumerMessage] = []
+        consumer = PullConsumer(
+            f"check-{topic}", namesrv, auto_commit=False,
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        )  # fmt: skip
+        consumer.subscribe(topic)
+        async with consumer:
+            with anyio.fail_after(60):
+                while len(out) < count:
+                    for msgs in (await consumer.getmany(timeout=5.0, max_records=100)).values():
+                        out.extend(msgs)
+        return out
+
+    return anyio.run(run)
+
+
+def test_dataframe_round_trips_through_the_consumer(
+    spark: SparkSession, rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("sink")
+    anyio.run(lambda: rocketmq.create_topic(topic, queues=2))
+    rows = [
+        (f"body-{i}".encode(), f"tag{i % 3}", [f"k{i}", f"x{i}"], {"n": str(i), "c": "v"})
+        for i in range(30)
+    ]
+    df = spark.createDataFrame(
+        rows, "body binary, tags string, keys array<string>, properties map<string,string>"
+    ).repartition(3)
+    df.write.format("rocketmq").option("nameServer", rocketmq.namesrv_addr).option(
+        "topic", topic
+    ).mode("append").save()
+    got = consume_all(rocketmq.namesrv_addr, topic, len(rows))
+    assert len(got) == len(rows)
+    expected = {r[0]: r for r in rows}
+    seen_keys = set()
+    for msg in got:
+        _, tags, keys, props = expected.pop(msg.body)
+        assert msg.tags == tags
+        assert msg.keys == keys
+        user = {k: v for k, v in msg.properties.items() if k in props}
+        assert user == props
+        dedup = msg.properties[DEDUP]
+        assert re.fullmatch(r"[0-9a-f]{32}-0-[0-2]-\d+", dedup), dedup
+        seen_keys.add(dedup)
+    assert not expected
+    assert len(seen_keys) == len(rows)  # one deterministic id per (write, partition, row)
+
+
+def test_topic_column_and_string_body(
+    spark: SparkSession, rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("sinkcol")
+    anyio.run(lambda: rocketmq.create_topic(topic, queues=1))
+    df = spark.createDataFrame([(topic, f"text-{i}", "a b") for i in range(5)],
+                               "topic string, body string, keys string")  # fmt: skip
+    df.write.format("rocketmq").option("nameServer", rocketmq.namesrv_addr).option(
+        "dedupKeyProperty", ""
+    ).mode("append").save()
+    got = consume_all(rocketmq.namesrv_addr, topic, 5)
+    assert sorted(m.body for m in got) == [f"text-{i}".encode() for i in range(5)]
+    assert all(m.keys == ["a", "b"] and DEDUP not in m.properties for m in got)
+
+
+@pytest.mark.parametrize(
+    ("ddl", "options", "needle"),
+    [
+        ("value binary", {"topic": "t"}, "needs a 'body' column"),
+        ("body binary", {}, "needs the option topic or a 'topic' column"),
+        ("body int", {"topic": "t"}, "column 'body' must be binary or string, not int"),
+        ("body binary, tag string", {"topic": "t"}, "column 'tag' is not understood"),
+        ("body binary, keys map<string,string>", {"topic": "t"}, "column 'keys' must be"),
+        ("body binary", {"topic": "no_such_topic_sink"}, "does not exist (option topic)"),
+        ("body binary", {"topic": "t", "sendTimeoutMs": "soon"}, "sendTimeoutMs must be"),
+    ],
+)
+def test_clear_errors_at_save(
+    spark: SparkSession, rocketmq: LocalRocketMQ, ddl: str, options: dict[str, str], needle: str
+) -> None:
+    df = spark.createDataFrame([], ddl)
+    writer = df.write.format("rocketmq").option("nameServer", rocketmq.namesrv_addr)
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    with pytest.raises(Exception, match=r"(?s)ConfigError.*" + re.escape(needle)):
+        writer.mode("append").save()
