@@ -32,6 +32,7 @@ from aiorocket.client.namesrv import namesrv_addrs
 from aiorocket.consumer import dispatch, iterate, locks, membership
 from aiorocket.consumer import rebalance as _rebalance
 from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
+from aiorocket.consumer.committer import OffsetCommitter
 from aiorocket.consumer.config import ConsumerConfig, MessageModel
 from aiorocket.consumer.dispatch import is_async_callable
 from aiorocket.consumer.local_offsets import LocalFileOffsetStore, default_offset_dir
@@ -80,6 +81,11 @@ def retry_topic(group: str) -> str:
 
 def dlq_topic(group: str) -> str:
     return f"%DLQ%{group}"
+
+
+def _close_bound(cfg: ConsumerConfig) -> float:
+    """How long one broker's offset commits (and the unregistering) may take at close."""
+    return max(cfg.request_timeout * 2, 5.0)
 
 
 async def _require_namesrv(client: ClientInstance, topics: Iterable[str]) -> None:
@@ -196,6 +202,7 @@ class Consumer:
         self.thread_limiter: anyio.CapacityLimiter | None = None
         self._last_stats: Snapshot | None = None
         self.offset_store: OffsetStore
+        self._committer: OffsetCommitter
         self.started_at_ms = 0
         self.dropped_messages = 0
 
@@ -266,6 +273,7 @@ class Consumer:
             self.offset_store = local
         else:
             self.offset_store = RemoteOffsetStore(client, self.group)
+        self._committer = OffsetCommitter(self.offset_store, self.log, bound=_close_bound(cfg))
         client.dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         self.work_queue = WorkQueue()
         self.thread_limiter = anyio.CapacityLimiter(cfg.consume_concurrency)
@@ -339,8 +347,8 @@ class Consumer:
                             await pq.wait_changed()
             if self.workers_scope is not None:
                 self.workers_scope.cancel()
-            with anyio.move_on_after(max(cfg.request_timeout * 2, 5.0)):
-                await self.persist_all()
+            await self.persist_all()  # bounded per broker
+            with anyio.move_on_after(_close_bound(cfg)):
                 if cfg.orderly and self._client is not None:
                     await locks.unlock_queues(self, list(self.process_queues))
                 await membership.unregister(self)
@@ -453,8 +461,9 @@ class Consumer:
             for pq in pqs:
                 while pq.running:
                     await pq.wait_changed()
+        if self.auto_commit:
+            await self._committer.commit_all(pqs)
         for pq in pqs:
-            await self.persist_offset(pq)
             if self.process_queues.get(pq.mq) is pq:
                 del self.process_queues[pq.mq]
         if self.config.orderly:
@@ -487,24 +496,16 @@ class Consumer:
     # -- offsets ---------------------------------------------------------------------
 
     async def persist_offset(self, pq: ProcessQueue) -> None:
-        offset = pq.tracker.take_if_changed()
-        if offset is None:
-            return
-        try:
-            await self.offset_store.persist(pq.mq, offset)
-        except RocketMQError as exc:
-            pq.tracker.mark_dirty()
-            self.log.warning(
-                "offset_persist_failed",
-                topic=pq.mq.topic,
-                broker=pq.mq.broker_name,
-                queue=pq.mq.queue_id,
-                error=str(exc),
-            )
+        """Commit ``pq``'s offset if it changed; with ``auto_commit=False`` only the
+        application's ``commit()`` stores offsets, so this does nothing."""
+        if self.auto_commit:
+            await self._committer.commit(pq)
 
     async def persist_all(self) -> None:
-        for pq in list(self.process_queues.values()):
-            await self.persist_offset(pq)
+        """Commit every changed queue (concurrently per broker, each bounded)."""
+        if not self.auto_commit:
+            return
+        await self._committer.commit_all(list(self.process_queues.values()))
         try:
             await self.offset_store.flush()
         except OSError as exc:

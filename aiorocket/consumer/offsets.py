@@ -39,10 +39,9 @@ class OffsetTracker:
     :meth:`reset`. (With 5.x inner-batch messages a pull that starts mid-batch may
     return offsets below the requested one; drop those before calling :meth:`add`.)
 
-    Commit flow: the flusher calls :meth:`take_if_changed` and commits the value it
-    returns; if that commit fails it calls :meth:`mark_dirty` so the next flush
-    retries. Alternatively read :meth:`committable` and call :meth:`mark_committed`
-    after the broker accepted it.
+    Commit flow: when :attr:`dirty`, read :meth:`committable`, store it, and call
+    :meth:`mark_committed` with that value only after the store accepted it, so a commit
+    that failed or was cancelled on the way is sent again by the next flush.
 
     :meth:`reset` (OFFSET_ILLEGAL, seek, reset-offset request) bumps
     :attr:`generation`. Handlers still running for the old generation should pass the
@@ -179,18 +178,6 @@ class OffsetTracker:
     def dirty(self) -> bool:
         """Whether :meth:`committable` differs from the last committed value."""
         return self.committable() != self._committed
-
-    def take_if_changed(self) -> int | None:
-        """The committable offset if it changed since last taken/committed, else ``None``.
-
-        Records the returned value as committed (optimistically); call
-        :meth:`mark_dirty` if committing it fails.
-        """
-        offset = self.committable()
-        if offset == self._committed:
-            return None
-        self._committed = offset
-        return offset
 
     def mark_committed(self, offset: int) -> None:
         """Record that ``offset`` is now stored on the broker."""

@@ -113,14 +113,11 @@ class OffsetTrackerMachine(RuleBasedStateMachine):
         self.floor = offset
 
     @rule()
-    def take(self) -> None:
+    def commit(self) -> None:
         current = self.model_committable()
-        taken = self.tracker.take_if_changed()
-        if current == self.committed:
-            assert taken is None
-        else:
-            assert taken == current
-            self.committed = current
+        assert self.tracker.dirty == (current != self.committed)
+        self.tracker.mark_committed(self.tracker.committable())
+        self.committed = current
         assert not self.tracker.dirty
 
     @rule()
@@ -207,7 +204,6 @@ def test_commit_point_with_nothing_in_flight_is_next_offset() -> None:
     t = OffsetTracker(5)
     assert t.committable() == 5
     assert not t.dirty
-    assert t.take_if_changed() is None
     t.add([5, 6], 7)
     t.add([9], 12)
     assert t.committable() == 5
@@ -226,16 +222,16 @@ def test_done_is_idempotent() -> None:
     assert t.committable() == 0
 
 
-def test_take_if_changed_and_retry_after_failed_commit() -> None:
+def test_an_offset_counts_as_committed_only_once_marked() -> None:
     t = OffsetTracker(10)
     t.add([10, 11], 12)
-    assert t.take_if_changed() is None
+    assert not t.dirty
     t.done(10)
+    assert t.dirty and t.committable() == 11
+    t.mark_committed(11)  # the store accepted 11
+    assert not t.dirty
+    t.mark_dirty()  # e.g. a seek: commit again even if the value is the same
     assert t.dirty
-    assert t.take_if_changed() == 11
-    assert t.take_if_changed() is None
-    t.mark_dirty()  # the commit RPC failed
-    assert t.take_if_changed() == 11
     t.done(11)
     assert t.committable() == 12
     t.mark_committed(12)

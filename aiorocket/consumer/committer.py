@@ -1,0 +1,98 @@
+"""Committing queue offsets to the offset store, safe against cancellation and dead brokers.
+
+Two rules:
+
+* an offset counts as committed only once the store accepted it. A commit cancelled
+  mid-request (the flusher stopped at close, a rebalance pass cancelled) leaves the queue
+  dirty, so the next commit, the final one at close included, sends it again;
+* the queues of different brokers are committed concurrently, each broker under its own
+  time bound: one dead broker costs its own queues' commits, never the healthy ones'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import anyio
+
+from aiorocket._log import Logger
+from aiorocket.errors import RocketMQError
+
+if TYPE_CHECKING:
+    from aiorocket.consumer.offset_store import OffsetStore
+    from aiorocket.consumer.process_queue import ProcessQueue
+
+__all__ = ["OffsetCommitter"]
+
+
+class OffsetCommitter:
+    """Commits the committable offset of queues whose offset changed.
+
+    Parameters
+    ----------
+    store:
+        Where offsets are stored (the brokers, or a local file in broadcasting).
+    log:
+        The consumer's logger; failures are logged with the queue, never raised.
+    bound:
+        Seconds one broker's commits may take in one :meth:`commit_all` call; queues not
+        committed in time stay dirty and are retried by the next call.
+    """
+
+    def __init__(self, store: OffsetStore, log: Logger, *, bound: float) -> None:
+        self._store = store
+        self._log = log
+        self._bound = bound
+
+    async def commit(self, pq: ProcessQueue) -> bool:
+        """Commit ``pq``'s committable offset if it changed; True once the store has it."""
+        tracker = pq.tracker
+        if not tracker.dirty:
+            return True
+        offset = tracker.committable()
+        try:
+            await self._store.persist(pq.mq, offset)
+        except RocketMQError as exc:
+            self._log.warning(
+                "offset_persist_failed",
+                topic=pq.mq.topic,
+                broker=pq.mq.broker_name,
+                queue=pq.mq.queue_id,
+                offset=offset,
+                error=str(exc),
+            )
+            return False
+        # Marked only now: cancelled above, the queue stays dirty for the next commit.
+        tracker.mark_committed(offset)
+        return True
+
+    async def commit_all(self, pqs: Iterable[ProcessQueue]) -> None:
+        """Commit every changed queue: one task per broker, each within ``bound``."""
+        by_broker: dict[str, list[ProcessQueue]] = {}
+        for pq in pqs:
+            if pq.tracker.dirty:
+                by_broker.setdefault(pq.mq.broker_name, []).append(pq)
+        if not by_broker:
+            return
+        if len(by_broker) == 1:
+            await self._commit_broker(*by_broker.items())
+            return
+        async with anyio.create_task_group() as tg:
+            for item in by_broker.items():
+                tg.start_soon(self._commit_broker, item)
+
+    async def _commit_broker(self, item: tuple[str, list[ProcessQueue]]) -> None:
+        broker, pqs = item
+        done = 0
+        with anyio.move_on_after(self._bound) as scope:
+            for pq in pqs:
+                await self.commit(pq)
+                done += 1
+        if scope.cancelled_caught:
+            self._log.warning(
+                "offset_persist_timeout",
+                broker=broker,
+                queues_left=len(pqs) - done,
+                timeout=self._bound,
+            )
