@@ -23,35 +23,61 @@ class ConsumeFromWhere(str, enum.Enum):
 
 @dataclass(slots=True)
 class ConsumerConfig:
+    """Settings of :class:`~aiorocket.consumer.Consumer` and ``PullConsumer``.
+
+    Pass them as keyword arguments (``Consumer(group, consume_concurrency=50)``) or as
+    ``config=ConsumerConfig(...)``; invalid values raise ``ConfigError``.
+    """
+
+    #: CLUSTERING: the group's members share the queues; BROADCASTING: each gets every message.
     message_model: MessageModel = MessageModel.CLUSTERING
+    #: where a group with no committed offset starts (ignored once it has one).
     consume_from_where: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET
     #: epoch milliseconds for CONSUME_FROM_TIMESTAMP; None means "30 minutes ago" (Java).
     consume_timestamp_ms: int | None = None
+    #: messages asked for per pull request (at most 1024).
     pull_batch_size: int = 32
+    #: cached messages per queue before its pulling pauses.
     pull_threshold_for_queue: int = 1000
+    #: cached bytes per queue before its pulling pauses.
     pull_threshold_size_for_queue: int = 100 * 1024 * 1024
     #: process-wide cap on cached messages; None = no cap beyond the per-queue ones.
     pull_threshold_for_all: int | None = None
+    #: pulling a queue pauses when its newest cached message is this many offsets past
+    #: its oldest unfinished one (the commit point waits for the slowest handler).
     consume_concurrently_max_span: int = 2000
+    #: handlers running at once (the Java consume thread pool's size).
     consume_concurrency: int = 20
+    #: messages of one queue handed to a ``batch_handler`` at once.
     consume_batch_size: int = 1
+    #: retries of a failed message before it goes to the dead-letter queue.
     max_reconsume_times: int = 16
     #: delay level for failed messages when the handler does not choose one
     #: (0: the broker's default, 3 + reconsume times, i.e. 10 s, 30 s, 1 min, ...).
     retry_delay_level: int = 0
+    #: seconds a handler may run; then it is cancelled and the message counts as failed.
     consume_timeout: float = 15 * 60.0
+    #: seconds between offset commits.
     persist_offset_interval: float = 5.0
+    #: seconds between heartbeats to every broker of the subscribed topics.
     heartbeat_interval: float = 30.0
+    #: seconds between rebalance passes (a group change also starts one at once).
     rebalance_interval: float = 20.0
+    #: seconds between route refreshes from the NameServer.
     route_refresh_interval: float = 30.0
+    #: seconds a broker holds a pull request that finds no message.
     long_poll_timeout: float = 15.0
+    #: client-side timeout of a pull request (long poll included).
     pull_request_timeout: float = 30.0
+    #: seconds a queue waits before pulling again after a failed pull.
     pull_backoff_on_error: float = 1.0
     #: when a send-back fails, retry the message locally after this many seconds (Java: 5).
     local_retry_delay: float = 5.0
+    #: timeout of other requests (routes, heartbeats, offsets, send-backs).
     request_timeout: float = 3.0
     #: how long close() and a queue drop wait for running handlers.
     shutdown_timeout: float = 30.0
+    #: consume each queue in order, one message at a time, under a broker lock.
     orderly: bool = False
     #: orderly: how long a queue pauses after a failed message before retrying it.
     suspend_current_queue_time: float = 1.0

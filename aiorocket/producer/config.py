@@ -17,6 +17,12 @@ MIB = 1024 * KIB
 
 @dataclass(slots=True)
 class ProducerConfig:
+    """Settings of :class:`~aiorocket.producer.Producer`.
+
+    Pass them as keyword arguments (``Producer(group, auto_batch=True)``) or as
+    ``config=ProducerConfig(...)``; invalid values raise ``ConfigError``.
+    """
+
     #: default per-call budget of send(), retries and waiting for an in-flight slot included.
     send_timeout: float = 3.0
     #: extra attempts after a failed send, each on another broker when there is one.
@@ -25,7 +31,9 @@ class ProducerConfig:
     max_message_size: int = 4 * MIB
     #: bodies of at least this many bytes are compressed (when that makes them smaller).
     compress_over: int = 4 * KIB
+    #: the codec of compressed bodies (ZLIB, as Java; LZ4 and ZSTD for 5.x consumers).
     compression: CompressionType = CompressionType.ZLIB
+    #: 0-9 for ZLIB, up to 22 for ZSTD.
     compression_level: int = 5
     #: avoid, for a time growing with its latency, a broker whose last send was slow or failed.
     latency_fault_tolerance: bool = True
@@ -40,7 +48,9 @@ class ProducerConfig:
     #: requests per topic under way at once with auto-batching; more messages wait and
     #: leave together in the next request that frees up.
     batch_in_flight: int = 2
+    #: seconds between heartbeats to the brokers written to.
     heartbeat_interval: float = 30.0
+    #: seconds between route refreshes from the NameServer.
     route_refresh_interval: float = 30.0
     #: timeout of the producer's other requests (routes, heartbeats, unregistering).
     request_timeout: float = 3.0
