@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
 
+from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.store_record import encode_stored_message
@@ -45,6 +46,9 @@ class FakeBroker:
         #: False: heartbeats are answered SYSTEM_ERROR and the sender is not registered.
         self.accept_heartbeats = True
         self.heartbeat_seen = anyio.Event()  # set (and replaced) at every heartbeat
+        #: the next pull stalls its connection: never read from or answered again.
+        self.stall_next_pull = False
+        self.stalled = anyio.Event()
         self.pulls: list[RemotingCommand] = []
         self.pulled = anyio.Event()  # set (and replaced) at every pull
         self.arrived = anyio.Event()
@@ -61,6 +65,11 @@ class FakeBroker:
 
     async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
         code, ext = cmd.code, cmd.ext_fields
+        if code == RequestCode.PULL_MESSAGE and self.stall_next_pull:
+            self.stall_next_pull = False
+            session.stall()
+            self.stalled.set()
+            return
         resp = RemotingCommand.response_to(cmd)
         if code == RequestCode.HEART_BEAT:
             body = json.loads(cmd.body)
@@ -188,3 +197,31 @@ FAST: dict[str, Any] = {
     "persist_offset_interval": 0.2,
     "request_timeout": 2.0,
 }
+
+
+class Collector:
+    """A handler recording message bodies; ``done`` is set once ``expected`` arrived."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.got: list[bytes] = []
+        self.done = anyio.Event()
+
+    async def __call__(self, msg: ConsumerMessage) -> None:
+        self.got.append(msg.body)
+        if len(self.got) >= self.expected:
+            self.done.set()
+
+
+def consumer_of(
+    cluster: FakeCluster,
+    handler: Callable[[ConsumerMessage], Awaitable[None]] | None = None,
+    **settings: Any,
+) -> Consumer:
+    """A consumer of :data:`TOPIC` in group ``g`` from the first offset, fast settings."""
+    consumer = Consumer(
+        "g", cluster.namesrv.address, handler=handler,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST, **settings,
+    )  # fmt: skip
+    consumer.subscribe(TOPIC)
+    return consumer

@@ -10,10 +10,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
+from aiorocket.consumer import Consumer
 from aiorocket.message import MessageQueue
 
-from .consumer_fakes import FAST, TOPIC, FakeBroker, FakeCluster, running
+from .consumer_fakes import TOPIC, Collector, FakeBroker, FakeCluster, consumer_of, running
 
 pytestmark = pytest.mark.anyio
 
@@ -42,24 +42,11 @@ async def test_a_forgotten_member_drops_its_queues_and_soon_takes_its_share_back
     cluster = FakeCluster({"broker-a": [broker]})
     broker.add(0, b"m0")
     broker.add(1, b"m1")
-    got: list[bytes] = []
-    consumed = anyio.Event()
-
-    async def handle(msg: ConsumerMessage) -> None:
-        got.append(msg.body)
-        if len(got) == 2:
-            consumed.set()
-
+    handler = Collector(2)
     listener = Listener()
-    async with running(cluster):
-        consumer = Consumer(
-            "g", cluster.namesrv.address, handler=handle, listener=listener,
-            consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST,
-        )  # fmt: skip
-        consumer.subscribe(TOPIC)
-        async with consumer:
-            await forgotten_scenario(consumer, broker, listener, consumed)
-    assert sorted(got) == [b"m0", b"m1"]  # nothing consumed twice meanwhile
+    async with running(cluster), consumer_of(cluster, handler, listener=listener) as consumer:
+        await forgotten_scenario(consumer, broker, listener, handler.done)
+    assert sorted(handler.got) == [b"m0", b"m1"]  # nothing consumed twice meanwhile
 
 
 async def forgotten_scenario(
@@ -90,11 +77,8 @@ async def forgotten_scenario(
 async def test_a_reopened_broker_connection_gets_a_heartbeat_at_once() -> None:
     broker = FakeBroker("broker-a", 0)
     cluster = FakeCluster({"broker-a": [broker]})
-    async with running(cluster):
-        consumer = Consumer("g", cluster.namesrv.address, **FAST)
-        consumer.subscribe(TOPIC)
-        async with consumer:
-            await reconnect_scenario(consumer, broker)
+    async with running(cluster), consumer_of(cluster) as consumer:
+        await reconnect_scenario(consumer, broker)
 
 
 async def reconnect_scenario(consumer: Consumer, broker: FakeBroker) -> None:

@@ -12,11 +12,10 @@ import anyio
 import pytest
 
 from aiorocket.client.broker import PULL_COMMIT_OFFSET
-from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
 from aiorocket.consumer.allocation import allocate_averagely
 from aiorocket.protocol.route import TopicRoute
 
-from .consumer_fakes import FAST, TOPIC, FakeBroker, FakeCluster, running
+from .consumer_fakes import TOPIC, Collector, FakeBroker, FakeCluster, consumer_of, running
 
 pytestmark = pytest.mark.anyio
 
@@ -72,40 +71,19 @@ def group_a() -> tuple[FakeBroker, FakeBroker, FakeBroker, FakeCluster]:
     return master, slave, b, FakeCluster({"broker-a": [master, slave], "broker-b": [b]})
 
 
-def collector(expected: int) -> tuple[list[bytes], anyio.Event, object]:
-    got: list[bytes] = []
-    done = anyio.Event()
-
-    async def handle(msg: ConsumerMessage) -> None:
-        got.append(msg.body)
-        if len(got) >= expected:
-            done.set()
-
-    return got, done, handle
-
-
-def consumer_of(cluster: FakeCluster, handle: object) -> Consumer:
-    consumer = Consumer(
-        "g", cluster.namesrv.address, handler=handle,  # type: ignore[arg-type]
-        consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST,
-    )  # fmt: skip
-    consumer.subscribe(TOPIC)
-    return consumer
-
-
 async def test_a_group_whose_master_is_down_is_consumed_from_its_slave() -> None:
     master, slave, b, cluster = group_a()
     cluster.master_down.add("broker-a")
     slave.add(0, b"a0", b"a1")
     slave.add(1, b"a2")
     b.add(0, b"b0")
-    got, done, handle = collector(4)
-    async with running(cluster), consumer_of(cluster, handle) as consumer:
+    handler = Collector(4)
+    async with running(cluster), consumer_of(cluster, handler) as consumer:
         owned = {mq.broker_name for mq in consumer.assignment() if mq.topic == TOPIC}
         assert owned == {"broker-a", "broker-b"}
         with anyio.fail_after(10):
-            await done.wait()
-    assert sorted(got) == [b"a0", b"a1", b"a2", b"b0"]
+            await handler.done.wait()
+    assert sorted(handler.got) == [b"a0", b"a1", b"a2", b"b0"]
     assert not master.pulls
     assert slave.pulls
     # A slave takes no commit inside a pull; it needs our subscription from a heartbeat.
@@ -120,17 +98,17 @@ async def test_a_slave_that_refuses_reads_skips_nothing() -> None:
     cluster.master_down.add("broker-a")
     slave.serve_reads = False
     slave.add(0, b"a0", b"a1")
-    got, done, handle = collector(2)
-    async with running(cluster), consumer_of(cluster, handle):
+    handler = Collector(2)
+    async with running(cluster), consumer_of(cluster, handler):
         with anyio.fail_after(10):
             while sum(p.ext_fields["queueId"] == "0" for p in slave.pulls) < 3:
                 await slave.pulled.wait()
-        assert got == []
+        assert handler.got == []
         assert all(p.ext_fields["queueOffset"] == "0" for p in slave.pulls)
         slave.serve_reads = True
         with anyio.fail_after(10):
-            await done.wait()
-    assert sorted(got) == [b"a0", b"a1"]
+            await handler.done.wait()
+    assert sorted(handler.got) == [b"a0", b"a1"]
 
 
 async def test_the_broker_suggested_by_a_pull_answer_serves_the_next_pull() -> None:
@@ -138,10 +116,10 @@ async def test_the_broker_suggested_by_a_pull_answer_serves_the_next_pull() -> N
     master.suggest = 1  # e.g. the master's page cache is full: read from the slave
     master.add(0, b"m0")
     slave.add(0, b"m0", b"m1")
-    _, done, handle = collector(1)
-    async with running(cluster), consumer_of(cluster, handle):
+    handler = Collector(1)
+    async with running(cluster), consumer_of(cluster, handler):
         with anyio.fail_after(10):
-            await done.wait()
+            await handler.done.wait()
             while not any(p.ext_fields["queueId"] == "0" for p in slave.pulls):
                 await slave.pulled.wait()
     first_on_slave = next(p for p in slave.pulls if p.ext_fields["queueId"] == "0")
