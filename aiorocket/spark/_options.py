@@ -145,7 +145,7 @@ _READ_OPTIONS = _CLIENT_OPTIONS | {
 }  # fmt: skip
 _WRITE_OPTIONS = _CLIENT_OPTIONS | {
     "topic", "producergroup", "sendtimeoutms", "retrytimes", "dedupkeyproperty", "autobatch",
-    "path",
+    "path", "checkpointlocation",  # Spark's own, passed along to the sink
 }  # fmt: skip
 
 

@@ -116,6 +116,16 @@ async def create_topic_on(
     _check(resp, f"create topic {topic!r} on {broker_addr}")
 
 
+async def delete_topic(namesrv: str, broker_addrs: Iterable[str], topic: str) -> None:
+    """Delete ``topic`` on each broker (its consume queues go; offsets restart at 0 when
+    it is created again) and on the NameServer (DELETE_TOPIC_IN_BROKER/_IN_NAMESRV)."""
+    for addr in broker_addrs:
+        resp = await request(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+        _check(resp, f"delete topic {topic!r} on {addr}")
+    resp = await request(namesrv, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
+    _check(resp, f"delete topic {topic!r} on the NameServer {namesrv}")
+
+
 def group_config(
     group: str,
     *,

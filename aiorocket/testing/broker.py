@@ -356,6 +356,10 @@ class LocalRocketMQ:
         expected = _admin.expected_queues(targets, queues, queues)
         return await _admin.wait_route(self.namesrv_addr, topic, expected, timeout)
 
+    async def delete_topic(self, topic: str, brokers: Iterable[str] | None = None) -> None:
+        """Delete ``topic`` on each (selected) broker and on the NameServer."""
+        await _admin.delete_topic(self.namesrv_addr, self._select(brokers).values(), topic)
+
     async def create_group(
         self,
         group: str,
