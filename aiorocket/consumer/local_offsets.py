@@ -97,11 +97,12 @@ class LocalFileOffsetStore:
         if self.path.exists():
             os.replace(self.path, self.backup)
         os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        if os.name == "posix":  # make the rename durable; Windows cannot open a directory
+            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
 
     async def flush(self) -> None:
         if not self._dirty or self._offsets is None:

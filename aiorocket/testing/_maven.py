@@ -11,7 +11,6 @@ the network.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -59,7 +58,7 @@ class BrokerSetupError(RuntimeError):
 
 
 class MissingToolError(BrokerSetupError):
-    """Java or Maven is not installed."""
+    """Java or Maven is not installed, or the platform is not one the harness runs on."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +158,8 @@ def missing_on_central(version: str, timeout: float = 10.0) -> list[str]:
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
+    import fcntl  # POSIX: imported here so that the module imports everywhere
+
     with open(path, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:

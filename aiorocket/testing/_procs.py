@@ -100,11 +100,34 @@ def _stat_fields(path: Path) -> list[str] | None:
 
 
 def proc_start_time(pid: int) -> int | None:
-    """Start time (clock ticks since boot) of a live, non-zombie process, else None."""
+    """Start time of a live, non-zombie process, else None: clock ticks since boot from
+    Linux's /proc, or (macOS and other systems without /proc) epoch seconds from ps."""
+    if not _HAVE_PROC:
+        return _ps_start_time(pid)
     fields = _stat_fields(Path(f"/proc/{pid}/stat"))
     if fields is None or fields[0] in ("Z", "X"):
         return None
     return int(fields[19])
+
+
+_HAVE_PROC = Path("/proc/self/stat").exists()
+
+
+def _ps_start_time(pid: int) -> int | None:
+    try:
+        out = subprocess.run(
+            ["ps", "-o", "stat=", "-o", "lstart=", "-p", str(pid)],
+            capture_output=True, text=True, timeout=10, env={**os.environ, "LC_ALL": "C"},
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    state, _, started = out.stdout.strip().partition(" ")
+    if out.returncode != 0 or not started or state.startswith("Z"):
+        return None
+    try:  # e.g. "Mon Nov 23 20:55:58 2026"
+        return int(time.mktime(time.strptime(" ".join(started.split()), "%a %b %d %H:%M:%S %Y")))
+    except ValueError:
+        return None
 
 
 def cpu_seconds(pid: int, thread_name: str | None = None) -> float:

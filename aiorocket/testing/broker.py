@@ -18,6 +18,7 @@ holds the configs, logs, stores and ``state.json`` (pids, ports, addresses, vers
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 import shutil
@@ -61,9 +62,15 @@ class BrokerStartError(BrokerSetupError):
     """The local RocketMQ did not come up; the message carries the relevant log tails."""
 
 
+def user_tag() -> str:
+    """Who runs the harness, for per-user paths in the shared temporary directory."""
+    getuid = getattr(os, "getuid", None)  # POSIX only
+    return str(getuid()) if getuid is not None else getpass.getuser()
+
+
 def default_base_dir() -> Path:
     env = os.environ.get("AIOROCKET_BROKER_DIR")
-    return Path(env) if env else Path(tempfile.gettempdir()) / f"aiorocket-broker-{os.getuid()}"
+    return Path(env) if env else Path(tempfile.gettempdir()) / f"aiorocket-broker-{user_tag()}"
 
 
 def broker_name(index: int) -> str:
@@ -169,7 +176,9 @@ class LocalRocketMQ:
         """
         if not 1 <= brokers <= 8:
             raise ValueError("brokers must be between 1 and 8")
-        lock = Path(tempfile.gettempdir()) / f"aiorocket-broker-{os.getuid()}.start.lock"
+        if sys.platform == "win32":
+            raise MissingToolError("the local RocketMQ harness runs on Linux and macOS only")
+        lock = Path(tempfile.gettempdir()) / f"aiorocket-broker-{user_tag()}.start.lock"
         with _maven._locked(lock):
             if self.load():
                 if self.running() and self.healthy():

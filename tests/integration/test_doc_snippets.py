@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -27,3 +28,14 @@ def test_readme_shows_topic_creation_and_the_address_from_the_environment() -> N
     assert ["topic", "orders"] in snippets.topic_commands(readme)
     first = snippets.python_blocks(readme)[0].code
     assert "namesrv" not in first  # the address comes from AIOROCKET_NAMESRV_ADDR
+
+
+def test_readme_describes_exactly_the_declared_extras() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = tomllib.loads((snippets.REPO / "pyproject.toml").read_text())
+    extras = set(pyproject["project"].get("optional-dependencies", {}))
+    readme = (snippets.REPO / "README.md").read_text()
+    table = set(re.findall(r"^\| `([\w-]+)` \|", readme, re.MULTILINE))
+    assert table == extras
+    for extra in extras:
+        assert f"pip install 'aiorocketmq[{extra}]'" in readme
