@@ -24,7 +24,14 @@ class FrameTooLargeError(ProtocolError):
 
 
 class MessageDecodeError(ProtocolError):
-    """A stored-message record in a pull response is truncated or corrupt."""
+    """A stored-message record in a pull response is truncated or corrupt.
+
+    ``position`` is the byte offset of the bad record in the body, when known.
+    """
+
+    def __init__(self, message: str, *, position: int | None = None) -> None:
+        super().__init__(message)
+        self.position = position
 
 
 class ConnectionClosedError(RocketMQError):

@@ -16,7 +16,7 @@ from aiorocket.errors import BrokerResponseError, ProtocolError, error_for_respo
 from aiorocket.message import MessageExt, MessageQueue
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
-from aiorocket.protocol.message_codec import decode_messages
+from aiorocket.protocol.message_codec import UndecodableRecord, decode_messages
 from aiorocket.remoting.pool import ConnectionPool
 
 # PullSysFlag bits.
@@ -226,7 +226,11 @@ class BrokerClient:
         timeout: float = 30.0,
         decode: bool = True,
         message_class: type[MessageExt] = MessageExt,
+        keep_undecodable: bool = False,
     ) -> PullResult:
+        """PULL_MESSAGE. A record that cannot be decoded fails the whole pull with
+        :class:`MessageDecodeError`, unless ``keep_undecodable``: then it is left out of
+        ``messages`` and listed in ``undecodable``."""
         ext = {
             "consumerGroup": group,
             "topic": mq.topic,
@@ -247,9 +251,13 @@ class BrokerClient:
         if status is None:
             raise error_for_response(resp.code, resp.remark, RequestCode.PULL_MESSAGE)
         messages: list[MessageExt] = []
+        undecodable: list[UndecodableRecord] = []
         if status is PullStatus.FOUND and decode:
             messages = decode_messages(
-                resp.body, broker_name=mq.broker_name, message_class=message_class
+                resp.body,
+                broker_name=mq.broker_name,
+                message_class=message_class,
+                undecodable=undecodable if keep_undecodable else None,
             )
         return PullResult(
             status=status,
@@ -258,6 +266,7 @@ class BrokerClient:
             max_offset=resp.ext_int("maxOffset", 0),
             messages=messages,
             suggest_which_broker_id=resp.ext_int("suggestWhichBrokerId", 0),
+            undecodable=undecodable,
         )
 
     # -- offsets -------------------------------------------------------------------

@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from aiorocket.message import MessageExt, MessageQueue
+from aiorocket.protocol.message_codec import UndecodableRecord
 
 
 class PullStatus(enum.Enum):
@@ -23,6 +24,8 @@ class PullResult:
     max_offset: int
     messages: list[MessageExt] = field(default_factory=list)
     suggest_which_broker_id: int = 0
+    #: records that could not be decoded (only with ``pull(..., keep_undecodable=True)``)
+    undecodable: list[UndecodableRecord] = field(default_factory=list)
 
 
 class SendStatus(enum.Enum):

@@ -205,6 +205,8 @@ class Consumer:
         self._committer: OffsetCommitter
         self.started_at_ms = 0
         self.dropped_messages = 0
+        #: records that could not be decoded (see aiorocket.consumer.undecodable)
+        self.undecodable_messages = 0
 
     # -- configuration -------------------------------------------------------------
 

@@ -44,6 +44,7 @@ class ProcessQueue:
         "running",
         "suspended_until",
         "tracker",
+        "undecodable_total",
     )
 
     def __init__(self, mq: MessageQueue, start_offset: int) -> None:
@@ -56,6 +57,7 @@ class ProcessQueue:
         self.pull_scope: anyio.CancelScope | None = None
         self.pulled_total = 0
         self.consumed_total = 0
+        self.undecodable_total = 0  # records dead-lettered or skipped, never delivered
         self.created_at = time.monotonic()
         # Orderly consumption: broker lock state and one-handler-at-a-time lock.
         self.locked = False

@@ -11,6 +11,7 @@ from aiorocket.client.broker import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_
 from aiorocket.client.results import PullStatus
 from aiorocket.consumer.config import MessageModel
 from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.consumer.undecodable import dead_letter_undecodable
 from aiorocket.errors import BrokerResponseError, ConnectionClosedError, RocketMQError
 from aiorocket.message import PROPERTY_RETRY_TOPIC
 from aiorocket.protocol.route import MASTER_ID
@@ -91,6 +92,7 @@ async def pull_loop(
                         expression_type=sub.expression_type if with_sub else None,
                         timeout=cfg.pull_request_timeout,
                         message_class=ConsumerMessage,
+                        keep_undecodable=True,
                     )
             except (ConnectionClosedError, BrokerResponseError, RocketMQError) as exc:
                 log.warning("pull_failed", offset=offset, error=str(exc))
@@ -116,6 +118,11 @@ async def pull_loop(
                 continue
             slave_refused = False
             if status is PullStatus.FOUND:
+                next_offset = result.next_begin_offset
+                if result.undecodable:  # rare: off the normal path
+                    next_offset = await dead_letter_undecodable(consumer, pq, result, offset, log)
+                    if pq.dropped or generation != pq.tracker.generation:
+                        continue
                 # decoded as ConsumerMessage (message_class above)
                 accepted = cast("list[ConsumerMessage]", result.messages)
                 # Offsets increase, so whole-list passes run only when something is
@@ -132,7 +139,7 @@ async def pull_loop(
                     m._pq = pq
                     m._generation = generation
                     m._settler = consumer
-                pq.on_pulled(accepted, result.next_begin_offset)
+                pq.on_pulled(accepted, next_offset)
                 if accepted:
                     consumer.dispatch(pq, accepted)
             elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):

@@ -23,6 +23,8 @@ class QueueStats:
     consumed: int
     pull_rate: float
     consume_rate: float
+    #: records that could not be decoded: dead-lettered or skipped, never delivered
+    undecodable: int = 0
 
 
 def queue_stats(
@@ -49,6 +51,7 @@ def queue_stats(
                 consumed=pq.consumed_total,
                 pull_rate=(pq.pulled_total - pulled0) / dt if dt > 0 else 0.0,
                 consume_rate=(pq.consumed_total - consumed0) / dt if dt > 0 else 0.0,
+                undecodable=pq.undecodable_total,
             )
         )
     return out, (now, snapshot)

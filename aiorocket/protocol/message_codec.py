@@ -22,7 +22,6 @@ but brokers switch to V2 above 127 bytes anyway).
 from __future__ import annotations
 
 import enum
-import importlib
 import os
 import socket
 import struct
@@ -30,9 +29,12 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
+from dataclasses import dataclass
 from functools import lru_cache
-from types import ModuleType
 from typing import Any, TypeVar, overload
+
+import lz4.frame
+import zstandard
 
 from aiorocket.errors import ConfigError, MessageDecodeError
 from aiorocket.message import MessageExt
@@ -51,8 +53,6 @@ SYSFLAG_COMPRESSION_MASK = 0x7 << 8
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
-
-COMPRESSION_EXTRA_HINT = "install the optional extra: pip install 'aiorocket[compression]'"
 
 
 class CompressionType(enum.IntEnum):
@@ -84,7 +84,25 @@ _AF_INET6 = socket.AF_INET6
 
 
 def _fail(pos: int, what: str) -> MessageDecodeError:
-    return MessageDecodeError(f"corrupt stored message at byte {pos}: {what}")
+    return MessageDecodeError(f"corrupt stored message at byte {pos}: {what}", position=pos)
+
+
+@dataclass(frozen=True, slots=True)
+class UndecodableRecord:
+    """A record of a pull body that could not be decoded, with what could be read of it.
+
+    ``queue_offset`` and ``commit_log_offset`` are None when even the record's fixed
+    header was unreadable; then the records after it are lost too (``size`` is None).
+    ``msg_id`` is the UNIQ_KEY when the properties were readable, else the broker's
+    offset message id, else empty.
+    """
+
+    error: str
+    queue_offset: int | None = None
+    commit_log_offset: int | None = None
+    store_host: str = ""
+    msg_id: str = ""
+    size: int | None = None
 
 
 def decode_messages(
@@ -94,18 +112,45 @@ def decode_messages(
     check_crc: bool = False,
     decompress: bool = True,
     message_class: type[MessageExt] = MessageExt,
+    undecodable: list[UndecodableRecord] | None = None,
 ) -> list[MessageExt]:
     """Decode the concatenated store records of a PULL_MESSAGE (FOUND) response body.
 
     ``check_crc`` verifies BODYCRC against the stored body; ``decompress=False`` keeps
     compressed bodies (and the COMPRESSED bit) as stored. ``message_class`` may be a
     MessageExt subclass whose extra fields all have defaults. Raises
-    :class:`MessageDecodeError` for any truncated or corrupt input.
+    :class:`MessageDecodeError` for any truncated or corrupt input, unless
+    ``undecodable`` is given: then each bad record is appended there and decoding goes
+    on with the next one (its framing, TOTALSIZE and magic code, is intact), or stops
+    (it is not), returning the records decoded.
     """
     data = body if type(body) is bytes else bytes(body)
-    end = len(data)
-    pos = 0
     out: list[MessageExt] = []
+    pos = 0
+    while True:
+        try:
+            _decode_into(out, data, pos, broker_name, check_crc, decompress, message_class)
+            return out
+        except MessageDecodeError as exc:
+            if undecodable is None or exc.position is None:
+                raise
+            record, next_pos = _salvage(data, exc.position, str(exc))
+            undecodable.append(record)
+            if next_pos is None:
+                return out
+            pos = next_pos
+
+
+def _decode_into(
+    out: list[MessageExt],
+    data: bytes,
+    pos: int,
+    broker_name: str,
+    check_crc: bool,
+    decompress: bool,
+    message_class: type[MessageExt],
+) -> None:
+    end = len(data)
     append = out.append
     unpack_v4 = _FIXED_V4.unpack_from
     ntoa = _inet_ntoa
@@ -195,7 +240,51 @@ def decode_messages(
         raise _fail(pos, f"invalid UTF-8 in topic or properties ({exc.reason})") from exc
     except (struct.error, IndexError, ValueError, OverflowError) as exc:  # defensive net
         raise _fail(pos, f"{type(exc).__name__}: {exc}") from exc
-    return out
+
+
+def _salvage(data: bytes, pos: int, error: str) -> tuple[UndecodableRecord, int | None]:
+    """What can be read of the bad record at ``pos``, and where the next one starts
+    (None when the record's own length or magic code cannot be trusted)."""
+    end = len(data)
+    if end - pos < MIN_RECORD_SIZE:
+        return UndecodableRecord(error), None
+    total, magic, _crc, _queue_id, _flag, queue_offset, cl_offset, sys_flag, _born_ts = (
+        _HEAD.unpack_from(data, pos)
+    )
+    if magic not in (MAGIC_V1, MAGIC_V2) or not MIN_RECORD_SIZE <= total <= end - pos:
+        return UndecodableRecord(error), None
+    rec_end = pos + total
+    store_host = msg_id = ""
+    tail = _TAILS[(sys_flag >> 4) & 3]
+    p = pos + _HEAD_SIZE + tail.size
+    if p <= rec_end:
+        _bip, _bport, _sts, store_ip, store_port, _re, _prep, body_len = tail.unpack_from(
+            data, pos + _HEAD_SIZE
+        )
+        store_host = _host_str(store_ip, store_port)
+        try:
+            msg_id = offset_message_id(store_host, cl_offset)
+        except ValueError:  # a port out of range: this part of the header is garbage
+            store_host = ""
+        msg_id = _uniq_key(data, p, rec_end, body_len, magic) or msg_id
+    return UndecodableRecord(error, queue_offset, cl_offset, store_host, msg_id, total), rec_end
+
+
+def _uniq_key(data: bytes, p: int, rec_end: int, body_len: int, magic: int) -> str:
+    """The UNIQ_KEY property of a bad record, if its properties can still be found."""
+    try:
+        p += body_len
+        if magic == MAGIC_V1:
+            p += 1 + data[p]
+        else:
+            p += 2 + _U16.unpack_from(data, p)[0]
+        props_len = _U16.unpack_from(data, p)[0]
+        if body_len < 0 or p + 2 + props_len != rec_end:
+            return ""
+        raw = data[p + 2 : rec_end].decode(errors="replace")
+        return decode_properties(raw).get("UNIQ_KEY", "")
+    except (IndexError, struct.error):
+        return ""
 
 
 def _host_str(ip: bytes, port: int) -> str:
@@ -211,20 +300,6 @@ def _decompress_at(pos: int, data: bytes, sys_flag: int) -> bytes:
         raise _fail(pos, str(exc)) from exc
 
 
-_MODULES: dict[str, ModuleType] = {}
-
-
-def _optional_module(name: str, error: type[Exception]) -> ModuleType:
-    mod = _MODULES.get(name)
-    if mod is None:
-        try:
-            mod = importlib.import_module(name)
-        except ImportError as exc:
-            raise error(f"{name} is needed for this body; {COMPRESSION_EXTRA_HINT}") from exc
-        _MODULES[name] = mod
-    return mod
-
-
 def _each_frame(data: bytes, decompress_one: Callable[[bytes], tuple[bytes, bytes]]) -> bytes:
     """Decompress concatenated frames (Java's stream readers accept several)."""
     parts = []
@@ -238,8 +313,7 @@ def _each_frame(data: bytes, decompress_one: Callable[[bytes], tuple[bytes, byte
 
 
 def _lz4_frame(data: bytes) -> tuple[bytes, bytes]:
-    lz4_frame = _optional_module("lz4.frame", MessageDecodeError)
-    out, used = lz4_frame.decompress(data, return_bytes_read=True)
+    out, used = lz4.frame.decompress(data, return_bytes_read=True)
     return out, data[used:]
 
 
@@ -251,8 +325,7 @@ def _zstd_frame(data: bytes) -> tuple[bytes, bytes]:
     # cannot be used; a decompressobj can. Decompressors are not thread-safe: one per thread.
     decompressor = getattr(_ZSTD_LOCAL, "decompressor", None)
     if decompressor is None:
-        zstd = _optional_module("zstandard", MessageDecodeError)
-        decompressor = _ZSTD_LOCAL.decompressor = zstd.ZstdDecompressor()
+        decompressor = _ZSTD_LOCAL.decompressor = zstandard.ZstdDecompressor()
     dobj = decompressor.decompressobj()
     out = dobj.decompress(data)
     if not dobj.eof:
@@ -282,10 +355,9 @@ def compress_body(body: bytes, compression: CompressionType, level: int = 5) -> 
     if compression == CompressionType.ZLIB:
         return zlib.compress(body, level)
     if compression == CompressionType.LZ4:
-        return bytes(_optional_module("lz4.frame", ConfigError).compress(body))
+        return bytes(lz4.frame.compress(body))
     if compression == CompressionType.ZSTD:
-        zstd = _optional_module("zstandard", ConfigError)
-        return bytes(zstd.ZstdCompressor(level=level).compress(body))
+        return bytes(zstandard.ZstdCompressor(level=level).compress(body))
     raise ConfigError(f"unknown compression type {compression!r}")
 
 

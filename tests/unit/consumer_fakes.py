@@ -40,6 +40,9 @@ class FakeBroker:
         #: the broker id pull answers suggest for the next pull (suggestWhichBrokerId).
         self.suggest = 0
         self.messages: dict[int, list[bytes]] = defaultdict(list)
+        #: (queue id, offset) -> a stored record served as is, in place of the message's
+        #: (a corrupt one, say)
+        self.records: dict[tuple[int, int], bytes] = {}
         self.offsets: dict[tuple[str, int], int] = {}
         self.heartbeats: list[tuple[str, dict[str, Any]]] = []  # (session id, body)
         self.members: set[str] = set()
@@ -127,7 +130,8 @@ class FakeBroker:
                 cmd, ResponseCode.PULL_RETRY_IMMEDIATELY, ext_fields=fields
             )
         body = b"".join(
-            encode_stored_message(
+            self.records.get((queue_id, offset + i))
+            or encode_stored_message(
                 ext["topic"],
                 b,
                 queue_id=queue_id,

@@ -7,7 +7,6 @@ import ipaddress
 import os
 import re
 import struct
-import sys
 import threading
 import time
 import zlib
@@ -27,7 +26,6 @@ from aiorocket.protocol.message_codec import (
     MAGIC_V2,
     MIN_RECORD_SIZE,
     CompressionType,
-    compress_body,
     create_unique_id,
     decode_messages,
     decode_offset_message_id,
@@ -339,20 +337,51 @@ def test_corrupt_compressed_body(algorithm: int, stored: bytes) -> None:
     assert decode_messages(record, decompress=False)[0].body == stored
 
 
-@pytest.mark.parametrize(("module", "algorithm"), [("lz4.frame", 1), ("zstandard", 2)])
-def test_missing_optional_package_names_the_extra(
-    monkeypatch: pytest.MonkeyPatch, module: str, algorithm: int
-) -> None:
-    body = compress_body(b"abc", CompressionType(algorithm))
-    record = encode_stored_message("T", body, sys_flag=0x1 | algorithm << 8)
-    monkeypatch.setattr(message_codec, "_MODULES", {})
-    monkeypatch.setattr(message_codec, "_ZSTD_LOCAL", threading.local())
-    monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(MessageDecodeError, match=re.escape("aiorocket[compression]")):
-        decode_messages(record)
-    with pytest.raises(ConfigError, match=re.escape("aiorocket[compression]")):
-        compress_body(b"abc", CompressionType(algorithm))
-    assert decode_messages(record, decompress=False)[0].body == body
+def _record(
+    offset: int, body: bytes, sys_flag: int = 0, props: dict[str, str] | None = None
+) -> bytes:
+    return encode_stored_message(
+        "T", body, {"UNIQ_KEY": f"ID{offset}", **(props or {})},
+        queue_offset=offset, commit_log_offset=1000 + offset, sys_flag=sys_flag,
+    )  # fmt: skip
+
+
+def test_undecodable_records_are_collected_and_the_others_decoded() -> None:
+    body = b"".join([
+        _record(0, b"good-0"),
+        _record(1, b"not a zstd frame", sys_flag=0x1 | 2 << 8),
+        _record(2, b"not an lz4 frame", sys_flag=0x1 | 1 << 8),
+        _record(3, zlib.compress(b"x"), sys_flag=0x1 | 5 << 8),  # unknown algorithm
+        _record(4, b"good-4"),
+    ])  # fmt: skip
+    bad_props = bytearray(_record(5, b"bad-props", props={"K": "v"}))
+    bad_props[-3:-2] = b"\xff"  # invalid UTF-8 in the last property's value
+    body += bytes(bad_props) + _record(6, b"good-6")
+    bad: list[message_codec.UndecodableRecord] = []
+    good = decode_messages(body, undecodable=bad)
+    assert [(m.queue_offset, m.body) for m in good] == [
+        (0, b"good-0"), (4, b"good-4"), (6, b"good-6"),
+    ]  # fmt: skip
+    assert [(r.queue_offset, r.commit_log_offset) for r in bad] == [
+        (1, 1001), (2, 1002), (3, 1003), (5, 1005),
+    ]  # fmt: skip
+    assert [r.msg_id for r in bad[:3]] == ["ID1", "ID2", "ID3"]
+    assert bad[3].msg_id in ("ID5", offset_message_id("127.0.0.1:10911", 1005))
+    assert all(r.size is not None and "corrupt stored message" in r.error for r in bad)
+    with pytest.raises(MessageDecodeError):
+        decode_messages(body)  # without the list: the whole body fails, as before
+
+
+def test_broken_framing_returns_the_records_before_it() -> None:
+    bad: list[message_codec.UndecodableRecord] = []
+    body = _record(0, b"good-0") + raw_record(magic=0x12345678) + _record(2, b"good-2")
+    good = decode_messages(body, undecodable=bad)
+    assert [m.queue_offset for m in good] == [0]
+    [record] = bad
+    assert record.queue_offset is None and record.size is None
+    assert "magic" in record.error
+    assert decode_messages(b"\x00" * 10, undecodable=bad) == []
+    assert bad[-1].queue_offset is None
 
 
 # --------------------------------------------------------------------------- broken input

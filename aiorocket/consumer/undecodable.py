@@ -1,0 +1,106 @@
+"""Records of a pull answer that could not be decoded: dead-letter them, never stall.
+
+A corrupt body, unknown compression bits or unreadable properties would otherwise fail
+every pull of the queue at the same offset, for ever. Retrying such a record cannot
+help (it fails the same way for every consumer), so it goes straight to the group's
+dead-letter queue: CONSUMER_SEND_MSG_BACK names it by commit-log offset and the broker
+copies the raw stored record into ``%DLQ%<group>``, where an operator can inspect it.
+When that is impossible (broadcasting has no DLQ, the record's header is unreadable, or
+the broker refuses), the record is skipped. Either way it is logged at ERROR with its
+topic, queue, offset and message id, and counted (``ProcessQueue.undecodable_total``,
+``Consumer.undecodable_messages``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiorocket.client.results import PullResult
+from aiorocket.consumer.config import MessageModel
+from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.message import PROPERTY_UNIQ_KEY
+from aiorocket.protocol.message_codec import UndecodableRecord
+
+if TYPE_CHECKING:
+    from aiorocket._log import Logger
+    from aiorocket.consumer.consumer import Consumer
+    from aiorocket.consumer.process_queue import ProcessQueue
+
+
+async def dead_letter_undecodable(
+    consumer: Consumer, pq: ProcessQueue, result: PullResult, offset: int, log: Logger
+) -> int:
+    """Dead-letter or skip ``result.undecodable``; return the pull's next begin offset.
+
+    Called before the pull's messages are recorded, so a cancellation here leaves the
+    whole answer unrecorded: the queue is pulled again from ``offset`` by its next owner.
+    """
+    next_offset = result.next_begin_offset
+    known = [m.queue_offset for m in result.messages]
+    known += [
+        r.queue_offset
+        for r in result.undecodable
+        if r.queue_offset is not None and r.queue_offset < next_offset
+    ]
+    for record in result.undecodable:
+        if record.queue_offset is not None and record.queue_offset < offset:
+            continue  # before the requested offset (inside a batch): not ours
+        if record.queue_offset is not None and not _plausible(record, next_offset):
+            _report(consumer, pq, log, record, None, "skipped")  # framed, header garbage
+            continue
+        if record.queue_offset is None:
+            # The record's length cannot be trusted, so neither can anything after it.
+            # Pull again from the first offset not read; when that is this record
+            # (it came first), skip exactly it.
+            if known and max(known) >= offset:
+                return max(known) + 1
+            _report(consumer, pq, log, record, offset, "skipped")
+            return offset + 1
+        assert record.queue_offset is not None
+        action = "skipped"
+        # Without a readable store host and message id, the commit-log offset is not
+        # to be trusted either: sending back the wrong message would be worse.
+        possible = record.msg_id and consumer.config.message_model is MessageModel.CLUSTERING
+        if possible and await consumer.send_to_dead_letter(pq, _stub(pq, record)):
+            action = "dead_lettered"
+        _report(consumer, pq, log, record, record.queue_offset, action)
+    return next_offset
+
+
+def _plausible(record: UndecodableRecord, next_offset: int) -> bool:
+    """The record's header can be trusted: it has one, with an offset in the answer."""
+    return record.queue_offset is not None and record.queue_offset < next_offset
+
+
+def _stub(pq: ProcessQueue, record: UndecodableRecord) -> ConsumerMessage:
+    """What CONSUMER_SEND_MSG_BACK needs of the record: its commit-log offset and ids."""
+    assert record.queue_offset is not None and record.commit_log_offset is not None
+    return ConsumerMessage(
+        pq.mq.topic,
+        b"",
+        {PROPERTY_UNIQ_KEY: record.msg_id} if record.msg_id else {},
+        pq.mq.queue_id,
+        record.queue_offset,
+        record.commit_log_offset,
+        store_host=record.store_host,
+        broker_name=pq.mq.broker_name,
+    )
+
+
+def _report(
+    consumer: Consumer,
+    pq: ProcessQueue,
+    log: Logger,
+    record: UndecodableRecord,
+    offset: int | None,
+    action: str,
+) -> None:
+    pq.undecodable_total += 1
+    consumer.undecodable_messages += 1
+    log.error(
+        "undecodable_message",
+        offset=offset,
+        msg_id=record.msg_id or None,
+        action=action,
+        error=record.error,
+    )
