@@ -2,8 +2,8 @@
 
 Spark's Python workers run ``PYSPARK_PYTHON``, not necessarily this interpreter: it is
 set to ``sys.executable`` so that they import this checkout's aiorocket and pyarrow.
-The ``rocketmq`` format is *not* registered by hand: the tests rely on Spark finding
-the installed ``pyspark_rocketmq`` module, as a user's session would.
+The ``rocketmq`` format is registered by hand: Spark's own lookup (top-level
+``pyspark_*`` modules) cannot see through an editable install's import hook.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.results import SendResult
 from aiorocket.message import Message
+from aiorocket.spark import register
 from aiorocket.testing.broker import LocalRocketMQ
 from tests.integration.helpers import send_many, wait_dispatched
 
@@ -36,11 +37,13 @@ def spark() -> Iterator[SparkSession]:
         .appName("aiorocket-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    register(session)
     try:
         yield session
     finally:

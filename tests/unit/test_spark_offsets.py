@@ -30,6 +30,17 @@ def test_importing_the_core_never_imports_pyspark() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_spark_finds_the_format_through_pyspark_rocketmq() -> None:
+    from pyspark.sql.datasource import DataSource
+
+    import pyspark_rocketmq
+    from aiorocket.spark import RocketMQDataSource
+
+    assert pyspark_rocketmq.DefaultSource is RocketMQDataSource
+    assert issubclass(RocketMQDataSource, DataSource)
+    assert RocketMQDataSource.name() == "rocketmq"
+
+
 def test_offsets_json_is_canonical_whatever_the_insertion_order() -> None:
     one = to_json({B10: 5, A1: 2, B2: 7, A0: 1})
     two = to_json({A0: 1, B2: 7, A1: 2, B10: 5})
