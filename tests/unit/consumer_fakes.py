@@ -154,12 +154,20 @@ class FakeCluster:
     def __init__(self, groups: dict[str, list[FakeBroker]]) -> None:
         self.groups = groups
         self.master_down: set[str] = set()
+        self.namesrv_silent = False  # the NameServer stops answering
+        self.route_queries = 0
+        self.route_asked = anyio.Event()  # set (and replaced) at every route query
         self.namesrv = FakeRemotingServer(self._route)
 
     def _visible(self, name: str) -> list[FakeBroker]:
         return [b for b in self.groups[name] if b.role_id != 0 or name not in self.master_down]
 
     async def _route(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        self.route_queries += 1
+        self.route_asked.set()
+        self.route_asked = anyio.Event()
+        if self.namesrv_silent:
+            return
         topic = cmd.ext_fields.get("topic", "")
         if topic != TOPIC:
             await session.send(
@@ -225,7 +233,7 @@ def consumer_of(
     """A consumer of :data:`TOPIC` in group ``g`` from the first offset, fast settings."""
     consumer = Consumer(
         "g", cluster.namesrv.address, handler=handler,
-        consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST, **settings,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **{**FAST, **settings},
     )  # fmt: skip
     consumer.subscribe(TOPIC)
     return consumer

@@ -25,6 +25,8 @@ from aiorocket.producer import Producer
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 
+from .consumer_fakes import Collector, FakeBroker, FakeCluster, consumer_of, running
+
 pytestmark = pytest.mark.anyio
 
 #: far below what "forever" or a kernel TCP timeout would take; above the request timeout.
@@ -103,3 +105,21 @@ async def test_producer_starts_but_send_raises_when_no_namesrv_answers(
             async with Producer("pg", addr, request_timeout=REQUEST_TIMEOUT) as producer:
                 with pytest.raises(NameServerUnavailableError):
                     await producer.send(Message("orders", b"x"))
+
+
+async def test_a_namesrv_lost_after_start_leaves_the_consumer_running_on_cached_routes() -> None:
+    broker = FakeBroker("broker-a", 0)
+    cluster = FakeCluster({"broker-a": [broker]})
+    handler = Collector(2)
+    settings = {"route_refresh_interval": 0.2, "request_timeout": 0.5}
+    async with running(cluster), consumer_of(cluster, handler, **settings) as consumer:
+        cluster.namesrv_silent = True
+        queries = cluster.route_queries
+        with anyio.fail_after(BOUND):
+            while cluster.route_queries < queries + 2:  # refreshes go unanswered...
+                await cluster.route_asked.wait()
+            broker.add(0, b"m0")
+            broker.add(1, b"m1")
+            await handler.done.wait()  # ...and consuming goes on
+        assert len(consumer.assignment()) == 2
+    assert sorted(handler.got) == [b"m0", b"m1"]
