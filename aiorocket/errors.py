@@ -35,7 +35,11 @@ class MessageDecodeError(ProtocolError):
 
 
 class ConnectionClosedError(RocketMQError):
-    """The connection closed (or failed) while a request was waiting for its answer."""
+    """The connection closed (or failed) while a request was waiting for its answer.
+
+    Retriable: the next request to that address opens a new connection. A request that
+    timed out closes its connection too, failing the others pending on it with this.
+    """
 
 
 class NameServerUnavailableError(ConnectionClosedError):
