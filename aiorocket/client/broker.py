@@ -85,13 +85,15 @@ def _send_ext(
     reconsume_times: int | None,
     max_reconsume_times: int | None,
     batch: bool,
+    default_topic: str = DEFAULT_TOPIC,
+    default_topic_queue_nums: int = 4,
 ) -> dict[str, str]:
     """SendMessageRequestHeaderV2 (short field names, B.7)."""
     ext = {
         "a": producer_group,
         "b": mq.topic,
-        "c": DEFAULT_TOPIC,
-        "d": "4",
+        "c": default_topic,  # a broker creating the topic copies this topic's config
+        "d": str(default_topic_queue_nums),
         "e": str(mq.queue_id),
         "f": str(sys_flag),
         "g": str(time.time_ns() // 1_000_000),
@@ -143,11 +145,17 @@ class BrokerClient:
         max_reconsume_times: int | None = None,
         batch: bool = False,
         timeout: float | None = None,
+        default_topic: str = DEFAULT_TOPIC,
+        default_topic_queue_nums: int = 4,
     ) -> SendResult:
-        """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE when ``batch``); ``properties`` is pre-encoded."""
+        """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE when ``batch``); ``properties`` is pre-encoded.
+
+        A broker with ``autoCreateTopicEnable`` that does not have the topic creates it
+        from ``default_topic`` with ``default_topic_queue_nums`` queues.
+        """
         ext = _send_ext(
             mq, properties, producer_group, flag, sys_flag, reconsume_times, max_reconsume_times,
-            batch,
+            batch, default_topic, default_topic_queue_nums,
         )  # fmt: skip
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         resp = await self._call(addr, code, ext, body, timeout)
@@ -173,9 +181,14 @@ class BrokerClient:
         producer_group: str,
         flag: int = 0,
         sys_flag: int = 0,
+        default_topic: str = DEFAULT_TOPIC,
+        default_topic_queue_nums: int = 4,
     ) -> None:
         """SEND_MESSAGE_V2 as a oneway request: no answer, no result."""
-        ext = _send_ext(mq, properties, producer_group, flag, sys_flag, None, None, False)
+        ext = _send_ext(
+            mq, properties, producer_group, flag, sys_flag, None, None, False,
+            default_topic, default_topic_queue_nums,
+        )  # fmt: skip
         await self.pool.oneway(
             addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body)
         )

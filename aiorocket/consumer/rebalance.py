@@ -62,6 +62,8 @@ class RebalanceState:
     allocations: int = 0
     #: GET_CONSUMER_LIST_BY_GROUP requests sent.
     consumer_id_queries: int = 0
+    #: subscribed topics the NameServer had no route for at the last pass.
+    no_route: set[str] = field(default_factory=set)
 
 
 _states: weakref.WeakKeyDictionary[Consumer, RebalanceState] = weakref.WeakKeyDictionary()
@@ -130,9 +132,7 @@ async def _rebalance_pass(consumer: Consumer, state: RebalanceState) -> None:
         try:
             mine = await _assigned(consumer, state, members, topic)
         except TopicNotExistError:
-            # The group's retry topic appears only after the broker has seen the group.
-            level = "debug" if topic.startswith(RETRY_PREFIX) else "warning"
-            getattr(consumer.log, level)("rebalance_no_route", topic=topic)
+            _route_missing(consumer, state, topic)
             continue
         except _NoMembers as exc:
             (not_registered if exc.others_only else no_members).append(topic)
@@ -158,6 +158,28 @@ async def _rebalance_pass(consumer: Consumer, state: RebalanceState) -> None:
         await consumer.rejoin()
 
 
+def _route_missing(consumer: Consumer, state: RebalanceState, topic: str) -> None:
+    """Say once (not every pass) that a subscribed topic has no route; it is polled on."""
+    if topic not in state.no_route:
+        state.no_route.add(topic)
+        _log_route_change(consumer, topic, "topic_has_no_route")
+
+
+def _log_route_change(consumer: Consumer, topic: str, event: str) -> None:
+    # The group's retry topic appears only after a broker has seen the group: expected.
+    if topic.startswith(RETRY_PREFIX):
+        consumer.log.debug(event, topic=topic)
+    elif event == "topic_has_no_route":
+        consumer.log.warning(
+            event,
+            topic=topic,
+            hint="the topic does not exist (yet): nothing is consumed from it until it is "
+            "created; the consumer keeps looking at every rebalance",
+        )
+    else:
+        consumer.log.warning(event, topic=topic, hint="consuming it starts now")
+
+
 class _NoMembers(Exception):
     """No usable member list for a topic: empty, or (``others_only``) without us."""
 
@@ -174,6 +196,9 @@ async def _assigned(
     # The cached route: the NameServer client refreshes it every 30 s (as Java does) and
     # keeps the same object while it is unchanged, so it also keys the memo below.
     route = await consumer.client.namesrv.get_route(topic)
+    if topic in state.no_route:
+        state.no_route.discard(topic)
+        _log_route_change(consumer, topic, "topic_route_appeared")
     memo = state.memos.get(topic)
     if memo is None or memo.route is not route:
         memo = state.memos[topic] = _TopicMemo(route, route.read_queues())

@@ -60,6 +60,12 @@ class ProducerConfig:
     check_backlog: int = 2000
     #: how long closing waits for the brokers to acknowledge the unregistration.
     shutdown_timeout: float = 5.0
+    #: a topic the NameServer has no route for is sent to the brokers of this topic's
+    #: route, which create it (Java ``createTopicKey``; brokers with
+    #: ``autoCreateTopicEnable``). Empty: no fallback, such a send raises NoRouteError.
+    create_topic_key: str = "TBW102"
+    #: queues per broker of a topic created that way (Java ``defaultTopicQueueNums``).
+    default_topic_queue_nums: int = 4
 
     def validate(self) -> None:
         if not isinstance(self.retries, int) or self.retries < 0:
@@ -72,6 +78,7 @@ class ProducerConfig:
             "batch_in_flight": self.batch_in_flight,
             "check_concurrency": self.check_concurrency,
             "check_backlog": self.check_backlog,
+            "default_topic_queue_nums": self.default_topic_queue_nums,
         }
         for name, value in positive_ints.items():
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:

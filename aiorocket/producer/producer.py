@@ -151,7 +151,11 @@ class Producer:
         await client.__aenter__()
         self._client = client
         self.log = self.log.bind(client_id=client.client_id)
-        routes = PublishRoutes(client.namesrv)
+        routes = PublishRoutes(
+            client.namesrv, create_topic_key=cfg.create_topic_key,
+            default_topic_queue_nums=cfg.default_topic_queue_nums,
+            borrowed_for=cfg.route_refresh_interval, log=self.log,
+        )  # fmt: skip
         self._membership = membership = Membership(
             client.broker, client.client_id, self.group, routes.broker_addrs, self.log
         )

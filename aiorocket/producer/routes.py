@@ -4,14 +4,24 @@ Routes come from the client's :class:`~aiorocket.client.namesrv.NameServerClient
 cache its refresher re-queries every ``route_refresh_interval``; the queue list here is
 rebuilt whenever that cache holds a newer route. A send that finds no queue, or a broker
 that says the topic does not exist, asks the NameServer again at once.
+
+A topic the NameServer has no route for is written, as the Java producer does, to the
+brokers of the *create-topic key*'s route (``TBW102``; a broker registers it only with
+``autoCreateTopicEnable``), each with at most ``default_topic_queue_nums`` queues: the
+send header names that key, and a broker without the topic creates it. That borrowed
+route is used for ``route_refresh_interval`` (Java's NameServer poll), then the
+NameServer is asked again, by when it knows the new topic.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from dataclasses import dataclass, field
 
 import anyio
 
+from aiorocket._log import Logger, get_logger
 from aiorocket.client.namesrv import NameServerClient
 from aiorocket.errors import NoRouteError, TopicNotExistError
 from aiorocket.message import MessageQueue
@@ -32,10 +42,40 @@ class PublishInfo:
 
 
 class PublishRoutes:
-    def __init__(self, namesrv: NameServerClient) -> None:
+    """The publish info of each topic written to.
+
+    Parameters
+    ----------
+    namesrv:
+        Where routes come from (and are cached).
+    create_topic_key:
+        The topic whose route serves topics without one (empty: none does).
+    default_topic_queue_nums:
+        At most this many queues per broker of such a borrowed route.
+    borrowed_for:
+        Seconds a borrowed route is used before the NameServer is asked again.
+    log:
+        Where the first use of a borrowed route is told.
+    """
+
+    def __init__(
+        self,
+        namesrv: NameServerClient,
+        *,
+        create_topic_key: str = "TBW102",
+        default_topic_queue_nums: int = 4,
+        borrowed_for: float = 30.0,
+        log: Logger | None = None,
+    ) -> None:
         self._namesrv = namesrv
         self._infos: dict[str, PublishInfo] = {}
         self._locks: dict[str, anyio.Lock] = {}
+        self._create_topic_key = create_topic_key
+        self._default_queue_nums = default_topic_queue_nums
+        self._borrowed_for = borrowed_for
+        #: topic -> (route borrowed from the create-topic key's, monotonic time it expires)
+        self._borrowed: dict[str, tuple[TopicRoute, float]] = {}
+        self._log = log or get_logger("producer")
 
     @property
     def topics(self) -> list[str]:
@@ -54,6 +94,8 @@ class PublishRoutes:
         info = self._infos.get(topic)
         if route is not None and info is not None and info.route is route and info.queues:
             return info
+        if route is None and info is not None and self._borrowing(topic, info.route):
+            return info
         if route is None or not route.write_queues():
             route = await self._query(topic, route)
         return self._update(topic, route)
@@ -69,10 +111,49 @@ class PublishRoutes:
             route = self._namesrv.cached_route(topic)
             if route is not None and route is not seen:
                 return route
+            borrowed = self._borrowed.get(topic)
+            if borrowed and borrowed[0] is not seen and self._borrowing(topic, borrowed[0]):
+                return borrowed[0]
             try:
-                return await self._namesrv.query_route(topic)
+                route = await self._namesrv.query_route(topic)
             except TopicNotExistError as exc:
-                raise NoRouteError(f"topic {topic!r} does not exist (no route): {exc}") from exc
+                return await self._borrow(topic, exc)
+            self._borrowed.pop(topic, None)
+            return route
+
+    def _borrowing(self, topic: str, route: TopicRoute) -> bool:
+        borrowed = self._borrowed.get(topic)
+        return borrowed is not None and borrowed[0] is route and time.monotonic() < borrowed[1]
+
+    async def _borrow(self, topic: str, missing: TopicNotExistError) -> TopicRoute:
+        """The create-topic key's route, as the route of ``topic`` (Java's default route)."""
+        key = self._create_topic_key
+        if not key or key == topic:
+            raise NoRouteError(f"topic {topic!r} does not exist (no route): {missing}")
+        try:
+            default = await self._namesrv.get_route(key)
+        except TopicNotExistError as exc:
+            raise NoRouteError(
+                f"topic {topic!r} does not exist (no route), and no broker creates topics "
+                f"(no route for {key!r}: autoCreateTopicEnable is off)"
+            ) from exc
+        nums = self._default_queue_nums
+        route = dataclasses.replace(
+            default,
+            topic=topic,
+            queue_datas=tuple(
+                dataclasses.replace(
+                    q,
+                    read_queue_nums=min(nums, q.read_queue_nums),
+                    write_queue_nums=min(nums, q.read_queue_nums),
+                )
+                for q in default.queue_datas
+            ),
+        )
+        if topic not in self._borrowed:
+            self._log.info("topic_route_borrowed", topic=topic, create_topic_key=key)
+        self._borrowed[topic] = (route, time.monotonic() + self._borrowed_for)
+        return route
 
     def _update(self, topic: str, route: TopicRoute) -> PublishInfo:
         info = self._infos.get(topic)

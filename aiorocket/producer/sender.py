@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from aiorocket._loop import capture
-from aiorocket.client.broker import BrokerClient
+from aiorocket.client.broker import DEFAULT_TOPIC, BrokerClient
 from aiorocket.client.results import SendResult
 from aiorocket.errors import (
     BrokerResponseError,
@@ -94,6 +94,7 @@ class Sender:
         self._fault = fault
         self._log = log
         self._slots = anyio.Semaphore(config.max_in_flight)
+        self._default_topic = config.create_topic_key or DEFAULT_TOPIC
         # Created inside the producer's event loop: its clock, without anyio's lookup.
         self.now = capture().now
 
@@ -196,7 +197,8 @@ class Sender:
                 result = await self._broker.send_message(
                     addr, mq, out.body, out.properties, producer_group=self._group,
                     msg_id=out.msg_id, flag=out.flag, sys_flag=out.sys_flag, batch=batch,
-                    timeout=remaining,
+                    timeout=remaining, default_topic=self._default_topic,
+                    default_topic_queue_nums=self._config.default_topic_queue_nums,
                 )  # fmt: skip
             except BrokerResponseError as exc:
                 self._fault.record(mq.broker_name, _ms_since(started), failed=True)
@@ -244,7 +246,8 @@ class Sender:
             with anyio.fail_after(max(deadline - self.now(), 0)):
                 await self._broker.send_message_oneway(
                     addr, mq, out.body, out.properties, producer_group=self._group,
-                    flag=out.flag, sys_flag=out.sys_flag,
+                    flag=out.flag, sys_flag=out.sys_flag, default_topic=self._default_topic,
+                    default_topic_queue_nums=self._config.default_topic_queue_nums,
                 )  # fmt: skip
         except (ConnectionClosedError, TimeoutError) as exc:
             self._fault.record(mq.broker_name, _ms_since(started), failed=True)

@@ -14,11 +14,14 @@ import pytest
 
 from aiorocket.client.broker import PULL_SUBSCRIPTION
 from aiorocket.client.instance import ClientInstance
-from aiorocket.client.results import PullStatus, SendResult
+from aiorocket.client.results import PullStatus, SendResult, SendStatus
+from aiorocket.errors import NoRouteError, TopicNotExistError
 from aiorocket.message import Message, MessageExt, MessageQueue
 from aiorocket.producer import LocalTransaction, Producer, TransactionState
 from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.logs import capture_logs
+
+from .helpers import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -328,3 +331,44 @@ async def test_transactions_commit_rollback_and_check_back(
         stored = {m.body for m in await reader.read_all()}
     assert stored == {b"commit", b"unknown-commit"}  # rolled back ones never appear
     assert set(checked) <= set(verdicts)  # ended transactions are not asked about
+
+
+async def test_send_to_a_new_topic_creates_it_on_an_auto_creating_broker(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    # The test cluster's brokers run with autoCreateTopicEnable=true (testing._config).
+    topic = unique_name("auto")
+    with capture_logs() as logs:
+        async with Producer(unique_name("pg"), rocketmq.namesrv_addr) as producer:
+            results = [await producer.send(Message(topic, b"m%d" % i)) for i in range(8)]
+    assert all(r.status is SendStatus.SEND_OK for r in results)
+    # Borrowed from TBW102, capped at default_topic_queue_nums (4) queues per broker.
+    assert {r.queue.queue_id for r in results} <= {0, 1, 2, 3}
+    assert [e["topic"] for e in logs if e["event"] == "topic_route_borrowed"] == [topic]
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+
+        async def registered() -> bool:  # the brokers register a topic they created
+            try:
+                return bool(await client.namesrv.query_route(topic))
+            except TopicNotExistError:
+                return False
+
+        await eventually(registered, timeout=30)
+        route = await client.namesrv.query_route(topic)
+        assert {q.write_queue_nums for q in route.queue_datas} == {4}
+        reader = Reader(client, topic)
+        await reader.settle(results)
+        stored = await reader.read_all()
+    assert sorted(m.body for m in stored) == sorted(b"m%d" % i for i in range(8))
+
+
+async def test_without_create_topic_key_a_new_topic_has_no_route(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("none")
+    async with Producer(unique_name("pg"), rocketmq.namesrv_addr, create_topic_key="") as producer:
+        with pytest.raises(NoRouteError, match="does not exist"):
+            await producer.send(Message(topic, b"x"))
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+        with pytest.raises(TopicNotExistError):
+            await client.namesrv.query_route(topic)

@@ -24,6 +24,7 @@ from aiorocket.errors import (
     ConfigError,
     ConnectionClosedError,
     MessageTooLargeError,
+    NoRouteError,
     RequestTimeoutError,
 )
 from aiorocket.message import Message, MessageExt, MessageQueue
@@ -122,12 +123,18 @@ class FakeCluster:
         self.route_queries = 0
         #: how many of the brokers the route names (the others are not in the cluster yet).
         self.in_route = brokers
+        #: topics the NameServer answers TOPIC_NOT_EXIST for.
+        self.missing: set[str] = set()
 
     def broker(self, name: str) -> FakeBroker:
         return next(b for b in self.brokers if b.name == name)
 
     async def _namesrv(self, session: ServerSession, cmd: RemotingCommand) -> None:
         self.route_queries += 1
+        if cmd.ext_fields.get("topic") in self.missing:
+            reply = RemotingCommand.response_to(cmd, ResponseCode.TOPIC_NOT_EXIST, "no route")
+            await session.send(reply)
+            return
         route = {
             "queueDatas": [
                 {"brokerName": b.name, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}
@@ -561,3 +568,30 @@ async def test_check_back_without_checker_or_for_another_group_is_ignored() -> N
         # the request is oneway; a second request on the same connection is served after it
         await p.send(Message(TOPIC, b"m"), sharding_key=0)
         assert p.checks.answered == 0 and not _end_of(fake)
+
+
+async def test_a_topic_without_route_borrows_the_create_topic_keys_until_it_has_one() -> None:
+    async with (
+        cluster() as fake,
+        producer(fake, route_refresh_interval=0.3, default_topic_queue_nums=2) as p,
+    ):
+        fake.missing = {"new"}
+        borrowed = [await p.send(Message("new", b"m")) for _ in range(8)]
+        assert {(r.queue.broker_name, r.queue.queue_id) for r in borrowed} == {
+            (b, q) for b in ("broker-a", "broker-b") for q in (0, 1)
+        }
+        cmd = fake.broker("broker-a").received(RequestCode.SEND_MESSAGE_V2)[0]
+        assert (cmd.ext_fields["b"], cmd.ext_fields["c"], cmd.ext_fields["d"]) == (
+            "new", "TBW102", "2",
+        )  # fmt: skip
+        fake.missing.clear()  # the brokers created and registered it
+        await anyio.sleep(0.3)  # the borrowed route's time (no event marks its end)
+        later = [await p.send(Message("new", b"m")) for _ in range(16)]
+        assert {r.queue.queue_id for r in later} == {0, 1, 2, 3}  # the topic's own route
+
+
+async def test_without_a_create_topic_key_route_a_new_topic_raises_no_route() -> None:
+    async with cluster() as fake, producer(fake) as p:
+        fake.missing = {"new", "TBW102"}
+        with pytest.raises(NoRouteError, match="autoCreateTopicEnable is off"):
+            await p.send(Message("new", b"m"))
