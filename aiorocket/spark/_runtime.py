@@ -90,6 +90,10 @@ class _Runtime:
                 retries=opts.retries,
                 request_timeout=opts.client.request_timeout,
                 auto_batch=opts.auto_batch,
+                # A sink task sends thousands of rows at once: let more and larger
+                # batch requests per topic be under way than an interactive producer.
+                batch_in_flight=8,
+                batch_max_bytes=256 * 1024,
             ),
         )
 

@@ -1,0 +1,216 @@
+"""Spark connector throughput (issue 18): batch read, sink, and a plain PullConsumer.
+
+    python benchmarks/spark.py [--count 1000000] [--size 1024] [--cores 2]
+                               [--per-core 1,2,4] [--sink-count N] [--skip pull,read,sink]
+
+Pre-fills a fresh topic with 8 queues on each of the two brokers (16 queues) with
+``--count`` messages of ``--size`` bytes, then measures, each once:
+
+* ``pull``: one plain aiorocket ``PullConsumer`` process (a child) draining the topic,
+  so Spark's overhead is visible;
+* ``read``: ``spark.read.format("rocketmq")`` in local mode (``local[--cores]``),
+  aggregating the body lengths so that every row is materialised, with ``cores x k``
+  Spark partitions for each ``k`` of ``--per-core`` (fewer partitions than queues:
+  ``coalesce``, each task reads several queues in turn; more: ``minPartitions`` splits
+  the queue ranges), plus the natural one-partition-per-queue plan;
+* ``sink``: ``df.write.format("rocketmq")`` of ``--sink-count`` generated rows of the
+  same size into a fresh topic.
+
+Rows/s are rows over the wall time of the Spark action (or of the consumer's drain),
+session start-up excluded. Prints a table, writes ``benchmarks/results/spark-<time>.json``.
+The child alone: ``python benchmarks/spark.py child-pull NAMESRV TOPIC N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import _common as c
+import anyio
+
+from aiorocket.consumer.config import ConsumeFromWhere
+from aiorocket.consumer.pull_consumer import PullConsumer
+
+RESULTS = os.path.join(c.HERE, "results")
+
+
+async def drain(namesrv: str, topic: str, expected: int) -> dict[str, Any]:
+    consumer = PullConsumer(
+        f"bench_spark_pull_{uuid.uuid4().hex[:8]}", namesrv, auto_commit=False,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+    )  # fmt: skip
+    consumer.subscribe(topic)
+    got = size = 0
+    async with consumer:
+        started = time.perf_counter()
+        cpu0 = time.process_time()
+        while got < expected:
+            for msgs in (await consumer.getmany(timeout=10.0, max_records=1024)).values():
+                got += len(msgs)
+                size += sum(len(m.body) for m in msgs)
+        seconds = time.perf_counter() - started
+        cpu = time.process_time() - cpu0
+    return {"rows": got, "bytes": size, "seconds": seconds, "cpu_seconds": cpu,
+            "rows_per_s": got / seconds}  # fmt: skip
+
+
+def run_pull(namesrv: str, topic: str, count: int) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, __file__, "child-pull", namesrv, topic, str(count)],
+        capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"pull child failed:\n{proc.stdout}\n{proc.stderr}")
+    result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
+    return result
+
+
+def spark_session(cores: int) -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from aiorocket.spark import register
+
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("aiorocket-spark-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(cores))
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def run_read(spark: Any, namesrv: str, topic: str, count: int, partitions: int | None,
+             queues: int) -> dict[str, Any]:  # fmt: skip
+    from pyspark.sql import functions as F
+
+    reader = spark.read.format("rocketmq").option("nameServer", namesrv)
+    reader = reader.option("subscribe", topic)
+    if partitions is not None and partitions > queues:
+        reader = reader.option("minPartitions", str(partitions))
+    df = reader.load()
+    if partitions is not None and partitions < queues:
+        df = df.coalesce(partitions)
+    planned = df.rdd.getNumPartitions()
+    started = time.perf_counter()
+    row = df.agg(F.count("*").alias("n"), F.sum(F.length("body")).alias("b")).collect()[0]
+    seconds = time.perf_counter() - started
+    if row.n != count:
+        raise RuntimeError(f"read {row.n} rows, expected {count}")
+    return {"partitions": planned, "rows": row.n, "bytes": row.b, "seconds": seconds,
+            "rows_per_s": row.n / seconds}  # fmt: skip
+
+
+def run_sink(spark: Any, namesrv: str, topic: str, count: int, size: int) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    df = spark.range(count).select(
+        F.expr(f"cast(concat(cast(id as string), repeat('x', {size})) as binary)").alias("body")
+    )
+    df = df.select(F.expr(f"substring(body, 1, {size})").alias("body"))
+    started = time.perf_counter()
+    df.write.format("rocketmq").option("nameServer", namesrv).option("topic", topic).mode(
+        "append"
+    ).save()
+    seconds = time.perf_counter() - started
+    return {"partitions": df.rdd.getNumPartitions(), "rows": count, "seconds": seconds,
+            "rows_per_s": count / seconds}  # fmt: skip
+
+
+def table(res: dict[str, Any]) -> str:
+    meta = res["meta"]
+    lines = [
+        f"{meta['count']:,} x {meta['size']} B messages, {meta['queues']} queues, "
+        f"local[{meta['cores']}]",
+        f"{'case':<34} {'partitions':>10} {'seconds':>9} {'rows/s':>10}",
+    ]
+    if "pull" in res:
+        p = res["pull"]
+        lines.append(f"{'PullConsumer (1 process)':<34} {'-':>10} {p['seconds']:>9.1f} "
+                     f"{p['rows_per_s']:>10,.0f}")  # fmt: skip
+    for r in res.get("read", []):
+        label = f"spark.read ({r['label']})"
+        lines.append(f"{label:<34} {r['partitions']:>10} {r['seconds']:>9.1f} "
+                     f"{r['rows_per_s']:>10,.0f}")  # fmt: skip
+    if "sink" in res:
+        s = res["sink"]
+        lines.append(f"{'df.write (sink)':<34} {s['partitions']:>10} {s['seconds']:>9.1f} "
+                     f"{s['rows_per_s']:>10,.0f}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "child-pull":
+        namesrv, topic, n = sys.argv[2], sys.argv[3], int(sys.argv[4])
+        print("RESULT " + json.dumps(anyio.run(drain, namesrv, topic, n)), flush=True)
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--count", type=int, default=1_000_000)
+    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--per-core", default="1,2,4")
+    p.add_argument("--sink-count", type=int, default=None, help="default: --count / 4")
+    p.add_argument("--skip", default="", help="comma list of pull, read, sink")
+    args = p.parse_args()
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    cl = c.cluster()
+    queues = 8 * len(cl.broker_addrs)
+    topic = f"bench_spark_{uuid.uuid4().hex[:8]}"
+    anyio.run(lambda: cl.create_topic(topic, queues=8))
+    c.log(f"pre-filling {topic} ({queues} queues) with {args.count:,} x {args.size} B")
+    s = anyio.run(lambda: c.prefill(cl.namesrv_addr, topic, args.count, args.size))
+    c.log(f"  done in {s:.1f}s")
+    res: dict[str, Any] = {"meta": {"count": args.count, "size": args.size, "cores": args.cores,
+                                    "queues": queues, "topic": topic,
+                                    "time": time.strftime("%Y-%m-%dT%H:%M:%S")}}  # fmt: skip
+    if "pull" not in skip:
+        c.log("PullConsumer drain")
+        res["pull"] = run_pull(cl.namesrv_addr, topic, args.count)
+    if not {"read", "sink"} <= skip:
+        started = time.perf_counter()
+        spark = spark_session(args.cores)
+        res["meta"]["spark_start_seconds"] = time.perf_counter() - started
+        try:
+            if "read" not in skip:
+                run_read(spark, cl.namesrv_addr, topic, args.count, None, queues)  # warm-up
+                res["read"] = []
+                cases: list[tuple[str, int | None]] = [("one per queue", None)]
+                cases += [(f"{k} per core", args.cores * int(k))
+                          for k in args.per_core.split(",")]  # fmt: skip
+                for label, parts in cases:
+                    c.log(f"spark.read, {label}")
+                    r = run_read(spark, cl.namesrv_addr, topic, args.count, parts, queues)
+                    res["read"].append({"label": label, **r})
+            if "sink" not in skip:
+                out = f"bench_spark_sink_{uuid.uuid4().hex[:8]}"
+                anyio.run(lambda: cl.create_topic(out, queues=8))
+                n = args.sink_count or max(1, args.count // 4)
+                run_sink(spark, cl.namesrv_addr, out, 1000, args.size)  # warm-up
+                c.log(f"df.write of {n:,} rows")
+                res["sink"] = run_sink(spark, cl.namesrv_addr, out, n, args.size)
+        finally:
+            spark.stop()
+    print(table(res))
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"spark-{time.strftime('%Y%m%d-%H%M%S')}.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
