@@ -47,6 +47,11 @@ class NameServerUnavailableError(ConnectionClosedError):
     the request timeout, or spoke something other than RocketMQ remoting."""
 
 
+class ProxyUnavailableError(ConnectionClosedError):
+    """The gRPC Proxy endpoint could not be reached (refused, unreachable, not gRPC)
+    or the connection to it broke during the call."""
+
+
 class RequestTimeoutError(RocketMQError, TimeoutError):
     """No answer arrived within the request's timeout."""
 
@@ -76,6 +81,37 @@ class TopicNotExistError(BrokerResponseError):
 
 class ServiceNotAvailableError(BrokerResponseError):
     """The broker refuses service (SERVICE_NOT_AVAILABLE, 14), e.g. a full disk."""
+
+
+class ProxyResponseError(RocketMQError):
+    """The RocketMQ gRPC Proxy answered with a non-OK ``Status`` (apache.rocketmq.v2 Code).
+
+    ``code`` is the numeric code (e.g. 40402 TOPIC_NOT_FOUND), ``name`` its name,
+    ``rpc`` the call that got it.
+    """
+
+    def __init__(self, code: int, message: str, *, name: str = "", rpc: str = "") -> None:
+        self.code = code
+        self.message = message
+        self.name = name or "CODE"
+        self.rpc = rpc
+        where = f" [{rpc}]" if rpc else ""
+        super().__init__(f"{self.name} ({code}){where}: {message}".rstrip(": "))
+
+
+class GrpcStatusError(RocketMQError):
+    """A gRPC call ended with a transport-level gRPC status (e.g. UNIMPLEMENTED)."""
+
+    def __init__(self, status: int, name: str, message: str | None, *, rpc: str = "") -> None:
+        self.status = status
+        self.name = name
+        self.message = message
+        self.rpc = rpc
+        super().__init__(f"gRPC {name} ({status}) [{rpc}]: {message or ''}".rstrip(": "))
+
+
+class UnsupportedTransportError(ConfigError):
+    """The feature exists only on the other transport (remoting or gRPC Proxy)."""
 
 
 class NoRouteError(RocketMQError):

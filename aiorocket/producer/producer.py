@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.abc
@@ -24,7 +24,12 @@ from aiorocket._settings import apply_settings, check_group
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.namesrv import namesrv_addrs
 from aiorocket.client.results import SendResult, SendStatus
-from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError
+from aiorocket.errors import (
+    ClientClosedError,
+    ConfigError,
+    RocketMQError,
+    UnsupportedTransportError,
+)
 from aiorocket.message import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_SHARDING_KEY,
@@ -50,7 +55,12 @@ from aiorocket.producer.transaction import (
 )
 from aiorocket.protocol.codes import RequestCode
 
+if TYPE_CHECKING:
+    from aiorocket.grpc import GrpcOptions
+    from aiorocket.grpc._producer import GrpcProducer
+
 ResultCallback = Callable[[SendResult], "Awaitable[None] | None"]
+Transport = Literal["remoting", "grpc"]
 
 
 class Producer:
@@ -60,19 +70,34 @@ class Producer:
     ...     result = await producer.send(Message("orders", b"paid"))
     ...     print(result.msg_id, result.queue, result.queue_offset)
 
+    Over a RocketMQ 5.x Proxy's gRPC endpoint instead of a NameServer (``grpc`` extra,
+    asyncio only): ``Producer(group, proxy="host:8081")`` or
+    ``Producer(group, "host:8081", transport="grpc")``. The Proxy picks the queue, so
+    ``selector=``, oneway sends, auto-batching and delay levels raise
+    :class:`~aiorocket.errors.UnsupportedTransportError` there (``sharding_key`` is the
+    FIFO message group; ``deliver_time_ms`` delays).
+
     Parameters
     ----------
     group:
         The producer group (brokers ask a member of it to check back transactions).
     namesrv:
         NameServer addresses (``"host:9876"``, ``"a:9876;b:9876"`` or a sequence);
-        default: ``$AIOROCKET_NAMESRV_ADDR``.
+        default: ``$AIOROCKET_NAMESRV_ADDR``. With ``transport="grpc"``: the Proxy
+        endpoint.
     config:
         A :class:`ProducerConfig`; keyword ``settings`` override its fields.
     transaction_checker:
-        Answers the brokers' check-backs of transactional messages.
+        Answers the brokers' check-backs of transactional messages (over gRPC: the
+        Proxy's orphaned-transaction recovery commands).
     client_id:
         This client's id (default ``<ip>@<pid>#<random>``).
+    proxy:
+        A Proxy gRPC endpoint ``host:port``: selects the gRPC transport.
+    transport:
+        ``"remoting"`` (the default) or ``"grpc"``.
+    grpc_options:
+        :class:`aiorocket.grpc.GrpcOptions` (TLS, namespace, ACL credentials); gRPC only.
     settings:
         :class:`ProducerConfig` fields, e.g. ``auto_batch=True``.
     """
@@ -85,8 +110,12 @@ class Producer:
         config: ProducerConfig | None = None,
         transaction_checker: TransactionChecker | None = None,
         client_id: str | None = None,
+        proxy: str | None = None,
+        transport: Transport | None = None,
+        grpc_options: GrpcOptions | None = None,
         **settings: Any,
     ) -> None:
+        self.transport: Transport = _choose_transport(namesrv, proxy, transport, grpc_options)
         check_group(group, "producer")
         if group == "DEFAULT_PRODUCER":  # reserved by the broker
             raise ConfigError(f"invalid producer group {group!r}")
@@ -97,8 +126,17 @@ class Producer:
         #: may be replaced (e.g. other thresholds) before the producer starts.
         self.fault = LatencyFaultTolerance()
         self.log = get_logger("producer", group=group)
-        self._namesrv = namesrv_addrs(namesrv)
+        self._namesrv: list[str] = []
+        self._proxy = ""
+        if self.transport == "grpc":
+            self._proxy = str(proxy or namesrv)
+        else:
+            self._namesrv = namesrv_addrs(namesrv)
         self._client_id = client_id
+        self._grpc_options = grpc_options
+        self._grpc: GrpcProducer | None = None
+        if self.transport == "grpc" and cfg.auto_batch:
+            raise _unsupported("auto_batch")
         self._checker = transaction_checker
         self._client: ClientInstance | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -139,8 +177,20 @@ class Producer:
         return self._checks
 
     async def __aenter__(self) -> Producer:
-        if self._client is not None or self._closed:
+        if self._client is not None or self._grpc is not None or self._closed:
             raise ClientClosedError("a producer can be started once")
+        if self.transport == "grpc":
+            from aiorocket.grpc._producer import GrpcProducer
+
+            grpc = GrpcProducer(
+                self.group, self._proxy, config=self.config, checker=self._checker,
+                options=self._grpc_options, client_id=self._client_id,
+            )  # fmt: skip
+            await grpc.__aenter__()
+            self._grpc = grpc
+            self.log = self.log.bind(client_id=grpc.transport.client_id, proxy=self._proxy)
+            self.log.info("producer_started")
+            return self
         cfg = self.config
         client = ClientInstance(
             self._namesrv,
@@ -199,6 +249,10 @@ class Producer:
     ) -> None:
         """Stop the background tasks, unregister the group (bounded), close the client."""
         self._closed = True
+        if self._grpc is not None:
+            await self._grpc.__aexit__(exc_type, exc, tb)
+            self.log.info("producer_closed")
+            return
         if self._client is not None and self._checks is not None:
             self._client.dispatcher.unregister(
                 RequestCode.CHECK_TRANSACTION_STATE, self._checks.on_request
@@ -268,6 +322,10 @@ class Producer:
         ``compress_over`` may leave in one batch request with other sends of its topic
         that wait at the same time (see :mod:`aiorocket.producer.accumulate`).
         """
+        if self.transport == "grpc":
+            return await self._grpc_producer(selector).send(
+                msg, timeout=timeout, sharding_key=sharding_key
+            )
         batcher = self._batcher
         if (
             batcher is not None
@@ -300,6 +358,10 @@ class Producer:
         Returns once the send is under way; ``on_result`` (sync or async) gets its
         result. A failed send raises in ``task_group`` (cancelling it, as any failed task).
         """
+        if self.transport == "grpc":
+            self._grpc_producer(selector)
+            task_group.start_soon(self._grpc_send, msg, on_result, timeout, sharding_key)
+            return
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
         await sender.acquire(deadline)
@@ -326,6 +388,28 @@ class Producer:
             if inspect.isawaitable(ret):
                 await ret
 
+    async def _grpc_send(
+        self,
+        msg: Message,
+        on_result: ResultCallback | None,
+        timeout: float | None,
+        sharding_key: object,
+    ) -> None:
+        result = await self.send(msg, timeout=timeout, sharding_key=sharding_key)
+        if on_result is not None:
+            ret = on_result(result)
+            if inspect.isawaitable(ret):
+                await ret
+
+    def _grpc_producer(self, selector: QueueSelector | None) -> GrpcProducer:
+        if selector is not None:
+            raise _unsupported("choosing the queue (selector=)")
+        if self._closed:
+            raise ClientClosedError("producer is closed")
+        if self._grpc is None:
+            raise ClientClosedError("producer is not started (use 'async with')")
+        return self._grpc
+
     async def send_oneway(
         self,
         msg: Message,
@@ -336,6 +420,8 @@ class Producer:
         selector_arg: object = None,
     ) -> None:
         """Write ``msg`` to a broker without waiting for an answer (one attempt)."""
+        if self.transport == "grpc":
+            raise _unsupported("send_oneway")
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
         await sender.acquire(deadline)
@@ -357,6 +443,10 @@ class Producer:
 
         Returns one result per message, in order (own ids; offsets first .. first+n-1).
         """
+        if self.transport == "grpc":
+            return await self._grpc_producer(selector).send_batch(
+                messages, timeout=timeout, sharding_key=sharding_key
+            )
         sender = self._open_sender()
         out, ids = prepare_batch(messages, self.config)
         plan = sender.plan(messages[0], sharding_key, selector, selector_arg)
@@ -384,7 +474,14 @@ class Producer:
         asks. If it raises, the transaction is ended UNKNOWN and the exception propagates.
         A half message the broker did not store durably (status not SEND_OK) is rolled
         back without running the local transaction.
+
+        Over gRPC, an UNKNOWN outcome (or a local transaction that raises) sends no end
+        request: the Proxy's orphaned-transaction recovery asks ``transaction_checker``.
         """
+        if self.transport == "grpc":
+            return await self._grpc_producer(None).send_in_transaction(
+                msg, local_transaction, timeout=timeout
+            )
         if msg.delay_level or msg.deliver_time_ms is not None:
             raise ConfigError("transactional messages cannot be delayed")
         sender = self._open_sender()
@@ -422,3 +519,36 @@ class Producer:
             self.log.warning(
                 "end_transaction_failed", broker=addr, msg_id=result.msg_id, error=str(exc)
             )
+
+
+def _choose_transport(
+    namesrv: str | Sequence[str] | None,
+    proxy: str | None,
+    transport: Transport | None,
+    grpc_options: GrpcOptions | None,
+) -> Transport:
+    if transport not in (None, "remoting", "grpc"):
+        raise ConfigError(f"transport must be 'remoting' or 'grpc', got {transport!r}")
+    if proxy is not None:
+        if namesrv is not None:
+            raise ConfigError("give either namesrv= (remoting) or proxy= (gRPC), not both")
+        if transport == "remoting":
+            raise ConfigError("proxy= is a gRPC endpoint: it cannot use transport='remoting'")
+        return "grpc"
+    chosen: Transport = transport or "remoting"
+    if namesrv is None and chosen == "grpc":
+        raise ConfigError("transport='grpc' needs the Proxy endpoint (proxy='host:port')")
+    if chosen == "grpc" and not isinstance(namesrv, str):
+        raise ConfigError("transport='grpc' takes one Proxy endpoint 'host:port'")
+    if chosen == "remoting" and grpc_options is not None:
+        raise UnsupportedTransportError(
+            "grpc_options apply to the gRPC transport only (proxy= or transport='grpc')"
+        )
+    return chosen
+
+
+def _unsupported(feature: str) -> UnsupportedTransportError:
+    return UnsupportedTransportError(
+        f"{feature} exists only on the remoting transport (a NameServer address); this "
+        "producer talks to a gRPC Proxy"
+    )

@@ -1,0 +1,27 @@
+"""RocketMQ 5.x Proxy over gRPC (the ``grpc`` extra: grpclib and betterproto; asyncio only).
+
+* :class:`aiorocket.producer.Producer` with ``proxy="host:port"`` sends through the Proxy.
+* :class:`SimpleConsumer` receives with long polling, acks and changes invisibility.
+* :class:`GrpcOptions` sets TLS, namespace and ACL credentials.
+
+Nothing else in aiorocket imports this package, so ``import aiorocket`` never needs
+grpclib or betterproto.
+"""
+
+from __future__ import annotations
+
+try:
+    import betterproto  # noqa: F401
+    import grpclib  # noqa: F401
+except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
+    raise ModuleNotFoundError(
+        f"aiorocket.grpc needs the 'grpc' extra ({exc.name} is missing): "
+        "pip install 'aiorocketmq[grpc]'",
+        name=exc.name,
+    ) from exc
+
+from aiorocket.grpc._received import ReceivedMessage
+from aiorocket.grpc._simple import SimpleConsumer
+from aiorocket.grpc._transport import Credentials, GrpcOptions
+
+__all__ = ["Credentials", "GrpcOptions", "ReceivedMessage", "SimpleConsumer"]

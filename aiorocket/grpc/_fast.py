@@ -1,0 +1,270 @@
+"""The fast decode path of the receive stream: protobuf bytes → :class:`ReceivedMessage`.
+
+betterproto's generic decoder walks field metadata and builds a dataclass per nested
+message (Resource, SystemProperties, Timestamp, Digest, map entries...), which costs
+far more than the receive path can pay per message. This decoder is specialised for
+the three hot messages (ReceiveMessageResponse → Message → SystemProperties): one pass
+over the bytes, fields read by hand, the result built directly as the
+:class:`ReceivedMessage` the application gets. Unknown or unused fields are skipped by
+wire type, so a newer Proxy's additions are harmless.
+
+It must decode exactly what the betterproto path (:func:`message_ext` over the
+``_pb`` dataclasses) does; ``tests/unit/test_grpc_fast_decode.py`` checks that with
+hypothesis.
+"""
+
+from __future__ import annotations
+
+from aiorocket.errors import MessageDecodeError
+from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._convert import decode_body, properties_of
+from aiorocket.grpc._received import ReceivedMessage
+
+__all__ = ["FastReceiveResponse", "decode_message"]
+
+_U64 = 1 << 64
+_I63 = 1 << 63
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    b = buf[pos]
+    if b < 0x80:
+        return b, pos + 1
+    result = b & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise MessageDecodeError("varint longer than 10 bytes")
+
+
+def _signed(v: int) -> int:
+    """int32/int64 fields: a negative value arrives as its 64-bit two's complement."""
+    return v - _U64 if v >= _I63 else v
+
+
+def _skip(buf: bytes, pos: int, wire: int) -> int:
+    if wire == 0:
+        return _varint(buf, pos)[1]
+    if wire == 2:
+        n, pos = _varint(buf, pos)
+        return pos + n
+    if wire == 1:
+        return pos + 8
+    if wire == 5:
+        return pos + 4
+    raise MessageDecodeError(f"unsupported wire type {wire}")
+
+
+def _timestamp_ms(buf: bytes, pos: int, end: int) -> int:
+    seconds = nanos = 0
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        if key == 0x08:
+            v, pos = _varint(buf, pos)
+            seconds = _signed(v)
+        elif key == 0x10:
+            v, pos = _varint(buf, pos)
+            nanos = _signed(v) & 0xFFFFFFFF
+            if nanos >= 1 << 31:
+                nanos -= 1 << 32
+        else:
+            pos = _skip(buf, pos, key & 7)
+    # As betterproto's datetime (microsecond precision), then whole milliseconds.
+    return (seconds * 1_000_000 + nanos // 1000) // 1000
+
+
+def _str(buf: bytes, pos: int) -> tuple[str, int]:
+    n, pos = _varint(buf, pos)
+    end = pos + n
+    return buf[pos:end].decode(), end
+
+
+def _resource_name(buf: bytes, pos: int, end: int) -> str:
+    name = ""
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        if key == 0x12:
+            name, pos = _str(buf, pos)
+        else:
+            pos = _skip(buf, pos, key & 7)
+    return name
+
+
+def _map_entry(buf: bytes, pos: int, end: int) -> tuple[str, str]:
+    k = v = ""
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        if key == 0x0A:
+            k, pos = _str(buf, pos)
+        elif key == 0x12:
+            v, pos = _str(buf, pos)
+        else:
+            pos = _skip(buf, pos, key & 7)
+    return k, v
+
+
+def decode_message(buf: bytes, pos: int = 0, end: int | None = None) -> ReceivedMessage:
+    """Decode a v2 ``Message`` (``buf[pos:end]``) into a :class:`ReceivedMessage`."""
+    if end is None:
+        end = len(buf)
+    elif end > len(buf):
+        raise MessageDecodeError("gRPC message truncated")
+    topic = ""
+    user: dict[str, str] = {}
+    body = b""
+    tag: str | None = None
+    keys: list[str] = []
+    message_id = born_host = store_host = ""
+    receipt_handle = ""
+    message_group: str | None = None
+    encoding = queue_id = queue_offset = 0
+    born_ms = store_ms = delivery_ms = 0
+    attempt = 0
+    try:
+        while pos < end:
+            key, pos = _varint(buf, pos)
+            if key == 0x1A:  # 3: system_properties
+                n, pos = _varint(buf, pos)
+                send = pos + n
+                if send > end:
+                    raise MessageDecodeError("system properties overrun the message")
+                while pos < send:
+                    key, pos = _varint(buf, pos)
+                    field = key >> 3
+                    wire = key & 7
+                    if wire == 2:
+                        n, pos = _varint(buf, pos)
+                        fend = pos + n
+                        if fend > send:
+                            raise MessageDecodeError("system property overruns its message")
+                        if field == 3:
+                            message_id = buf[pos:fend].decode()
+                        elif field == 12:
+                            receipt_handle = buf[pos:fend].decode()
+                        elif field == 1:
+                            tag = buf[pos:fend].decode()
+                        elif field == 2:
+                            keys.append(buf[pos:fend].decode())
+                        elif field == 7:
+                            born_ms = _timestamp_ms(buf, pos, fend)
+                        elif field == 9:
+                            store_ms = _timestamp_ms(buf, pos, fend)
+                        elif field == 8:
+                            born_host = buf[pos:fend].decode()
+                        elif field == 10:
+                            store_host = buf[pos:fend].decode()
+                        elif field == 17:
+                            message_group = buf[pos:fend].decode()
+                        elif field == 11:
+                            delivery_ms = _timestamp_ms(buf, pos, fend)
+                        pos = fend
+                    elif wire == 0:
+                        v, pos = _varint(buf, pos)
+                        if field == 14:
+                            queue_offset = _signed(v)
+                        elif field == 13:
+                            queue_id = _int32(v)
+                        elif field == 16:
+                            attempt = _int32(v)
+                        elif field == 5:
+                            encoding = _int32(v)
+                    else:
+                        pos = _skip(buf, pos, wire)
+                if pos != send:
+                    raise MessageDecodeError("system properties overrun")
+            elif key == 0x22:  # 4: body
+                n, pos = _varint(buf, pos)
+                if pos + n > end:
+                    raise MessageDecodeError("body overruns the message")
+                body = buf[pos : pos + n]
+                pos += n
+            elif key == 0x12:  # 2: user_properties entry
+                n, pos = _varint(buf, pos)
+                k, v2 = _map_entry(buf, pos, pos + n)
+                user[k] = v2
+                pos += n
+            elif key == 0x0A:  # 1: topic
+                n, pos = _varint(buf, pos)
+                topic = _resource_name(buf, pos, pos + n)
+                pos += n
+            else:
+                pos = _skip(buf, pos, key & 7)
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise MessageDecodeError(f"corrupt gRPC message: {exc}") from exc
+    if pos != end:
+        raise MessageDecodeError("gRPC message overruns its length")
+    attempt = attempt or 1
+    return ReceivedMessage(
+        topic=topic,
+        body=decode_body(body, encoding),
+        properties=properties_of(user, tag, keys, message_id, message_group),
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        commit_log_offset=0,
+        born_timestamp=born_ms,
+        born_host=born_host,
+        store_timestamp=store_ms,
+        store_host=store_host,
+        reconsume_times=attempt - 1,
+        receipt_handle=receipt_handle,
+        delivery_attempt=attempt,
+        message_group=message_group,
+        message_id=message_id,
+        delivery_timestamp=delivery_ms,
+    )
+
+
+def _int32(v: int) -> int:
+    """An int32 field: the low 32 bits, signed (as protobuf decoders truncate)."""
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
+class FastReceiveResponse:
+    """One ``ReceiveMessageResponse`` decoded by the fast path.
+
+    Exactly one of ``status`` (a betterproto :class:`Status`: rare, small) and
+    ``message`` is set; a ``delivery_timestamp`` response has neither. grpclib's codec
+    calls :meth:`FromString` with the raw bytes of each streamed response.
+    """
+
+    __slots__ = ("message", "status")
+
+    def __init__(self) -> None:
+        self.status: pb.Status | None = None
+        self.message: ReceivedMessage | None = None
+
+    @classmethod
+    def FromString(cls, data: bytes) -> FastReceiveResponse:
+        self = cls()
+        pos = 0
+        end = len(data)
+        try:
+            while pos < end:
+                key, pos = _varint(data, pos)
+                if key == 0x12:
+                    n, pos = _varint(data, pos)
+                    if pos + n > end:
+                        raise MessageDecodeError("ReceiveMessageResponse truncated")
+                    self.message = decode_message(data, pos, pos + n)
+                    self.status = None
+                    pos += n
+                elif key == 0x0A:
+                    n, pos = _varint(data, pos)
+                    if pos + n > end:
+                        raise MessageDecodeError("ReceiveMessageResponse truncated")
+                    self.status = pb.Status().parse(data[pos : pos + n])
+                    self.message = None
+                    pos += n
+                else:
+                    pos = _skip(data, pos, key & 7)
+        except IndexError as exc:
+            raise MessageDecodeError(f"corrupt ReceiveMessageResponse: {exc}") from exc
+        return self

@@ -1,0 +1,322 @@
+"""Sending over the Proxy: plain, FIFO (message group), delayed, batches, transactions.
+
+:class:`GrpcProducer` is what :class:`aiorocket.producer.Producer` delegates to when it
+is given a Proxy endpoint. The Proxy picks the queue itself (FIFO messages by their
+message group's hash), so a send names only the topic; a :class:`SendResult` carries
+the queue offset the Proxy reports but no queue (``queue_id`` -1, broker unknown).
+
+Retries follow the server's producer backoff policy (from the Telemetry settings):
+a failed attempt (Proxy unreachable, timed out, throttled or a server-side error) is
+retried ``retries`` times after the policy's delay, within the send's timeout. Requests
+the Proxy rejects as invalid are not retried. Transactional half messages are never
+resent (as in the Java client).
+
+A transactional producer answers the Proxy's RecoverOrphanedTransactionCommand with
+the user's async checker and EndTransaction(source=SERVER_CHECK). The Proxy finds a
+producer for a topic's orphaned transactions through the topics its settings publish,
+so the first send to a topic adds it to the settings (one Telemetry update).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+import anyio
+
+from aiorocket._log import get_logger
+from aiorocket.client.results import SendResult, SendStatus
+from aiorocket.errors import (
+    ClientClosedError,
+    ConfigError,
+    ProxyResponseError,
+    ProxyUnavailableError,
+    RequestTimeoutError,
+    RocketMQError,
+)
+from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._convert import to_pb_message
+from aiorocket.grpc._received import message_ext
+from aiorocket.grpc._session import Session, backoff_delays
+from aiorocket.grpc._transport import GrpcOptions, GrpcTransport, check_status
+from aiorocket.message import Message, MessageQueue
+from aiorocket.producer.config import ProducerConfig
+from aiorocket.producer.transaction import (
+    LocalTransaction,
+    TransactionChecker,
+    TransactionResult,
+    TransactionState,
+)
+
+__all__ = ["GrpcProducer"]
+
+#: Proxy answers worth another attempt: throttling and server-side trouble.
+RETRYABLE_CODES = frozenset(
+    {
+        pb.Code.TOO_MANY_REQUESTS,
+        pb.Code.INTERNAL_ERROR,
+        pb.Code.INTERNAL_SERVER_ERROR,
+        pb.Code.HA_NOT_AVAILABLE,
+        pb.Code.PROXY_TIMEOUT,
+        pb.Code.MASTER_PERSISTENCE_TIMEOUT,
+        pb.Code.SLAVE_PERSISTENCE_TIMEOUT,
+        pb.Code.REQUEST_TIMEOUT,
+    }
+)
+
+_RESOLUTION = {
+    TransactionState.COMMIT: pb.TransactionResolution.COMMIT,
+    TransactionState.ROLLBACK: pb.TransactionResolution.ROLLBACK,
+}
+
+
+def _retryable(exc: RocketMQError) -> bool:
+    if isinstance(exc, (ProxyUnavailableError, RequestTimeoutError)):
+        return True
+    return isinstance(exc, ProxyResponseError) and exc.code in RETRYABLE_CODES
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    entry: pb.SendResultEntry
+    topic: str
+
+
+class GrpcProducer:
+    """A producer session with a Proxy (see the module docstring).
+
+    Parameters
+    ----------
+    group:
+        the producer group (v2 has none on the wire: kept for logs only).
+    endpoint:
+        the Proxy's ``host:port``.
+    config:
+        the producer settings (``send_timeout``, ``retries``, ``max_message_size``,
+        ``request_timeout``, ``check_concurrency``).
+    checker:
+        answers orphaned-transaction commands.
+    options:
+        TLS, namespace, ACL credentials.
+    client_id:
+        the ``x-mq-client-id`` (default: ``ip@pid#random``).
+    """
+
+    def __init__(
+        self,
+        group: str,
+        endpoint: str,
+        *,
+        config: ProducerConfig,
+        checker: TransactionChecker | None = None,
+        options: GrpcOptions | None = None,
+        client_id: str | None = None,
+    ) -> None:
+        self.group = group
+        self.config = config
+        self.transport = GrpcTransport.create(
+            endpoint, options, client_id=client_id, request_timeout=config.request_timeout
+        )
+        self._checker = checker
+        self._publishing = pb.Publishing()
+        self.session = Session(
+            self.transport,
+            pb.ClientType.PRODUCER,
+            self._publishing,
+            heartbeat_interval=min(config.heartbeat_interval, 10.0),
+            on_orphan=self._on_orphan,
+        )
+        self.log = get_logger("producer", group=group, client_id=self.transport.client_id)
+        self._topics: set[str] = set()
+        self._topics_lock = anyio.Lock()
+        self._checks = anyio.CapacityLimiter(config.check_concurrency)
+        self._closed = False
+
+    async def __aenter__(self) -> GrpcProducer:
+        await self.session.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._closed = True
+        await self.session.__aexit__(exc_type, exc, tb)
+
+    # -- sending -------------------------------------------------------------------
+
+    def _max_body(self) -> int:
+        settings = self.session.settings
+        limit = self.config.max_message_size
+        if settings is not None:
+            kind, publishing = pb.oneof(settings, "pub_sub")
+            if kind == "publishing" and publishing.max_body_size > 0:
+                limit = min(limit, publishing.max_body_size)
+        return limit
+
+    async def _ensure_topic(self, topic: str) -> None:
+        if topic in self._topics:
+            return
+        async with self._topics_lock:
+            if topic in self._topics:
+                return
+            self._publishing.topics.append(self.session.resource(topic))
+            await self.session.resync_settings()
+            self._topics.add(topic)
+
+    def _build(self, msg: Message, group: str | None, transactional: bool = False) -> pb.Message:
+        if self._closed or self.session.closed:
+            raise ClientClosedError("producer is closed")
+        return to_pb_message(
+            msg,
+            max_body_size=self._max_body(),
+            namespace=self.transport.namespace,
+            message_group=group,
+            transactional=transactional,
+        )
+
+    async def send(
+        self,
+        msg: Message,
+        *,
+        timeout: float | None = None,
+        sharding_key: object = None,
+    ) -> SendResult:
+        group = None if sharding_key is None else str(sharding_key)
+        pbm = self._build(msg, group)
+        (result,) = await self._send([pbm], msg.topic, timeout)
+        return result
+
+    async def send_batch(
+        self, messages: Sequence[Message], *, timeout: float | None = None,
+        sharding_key: object = None,
+    ) -> list[SendResult]:  # fmt: skip
+        if not messages:
+            raise ConfigError("send_batch needs at least one message")
+        topic = messages[0].topic
+        if any(m.topic != topic for m in messages):
+            raise ConfigError("a batch's messages must share one topic")
+        group = None if sharding_key is None else str(sharding_key)
+        pbms = [self._build(m, group) for m in messages]
+        return await self._send(pbms, topic, timeout)
+
+    async def _send(
+        self,
+        pbms: list[pb.Message],
+        topic: str,
+        timeout: float | None,
+        *,
+        attempts: int | None = None,
+        transactional: bool = False,
+    ) -> list[SendResult]:
+        budget = self.config.send_timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        await self._ensure_topic(topic)
+        total = self.config.retries + 1 if attempts is None else attempts
+        delay = backoff_delays(self.session.retry_policy())
+        request = pb.SendMessageRequest(messages=pbms)
+        attempt = 0
+        while True:
+            attempt += 1
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RequestTimeoutError(f"send to {topic}: no answer within {budget}s")
+            try:
+                resp = await self.transport.unary(
+                    "SendMessage", request, pb.SendMessageResponse,
+                    timeout=min(left, self.config.request_timeout),
+                )  # fmt: skip
+                check_status(resp.status, "SendMessage")
+                for entry in resp.entries:
+                    check_status(entry.status, "SendMessage")
+                if not resp.entries:
+                    raise ProxyResponseError(0, "no send result", rpc="SendMessage")
+            except RocketMQError as exc:
+                if attempt >= total or not _retryable(exc):
+                    raise
+                pause = delay(attempt)
+                if time.monotonic() + pause >= deadline:
+                    raise
+                self.log.warning("send_retry", topic=topic, attempt=attempt, error=str(exc))
+                await anyio.sleep(pause)
+                continue
+            return _results(topic, pbms, resp.entries, transactional)
+
+    # -- transactions --------------------------------------------------------------
+
+    async def send_in_transaction(
+        self,
+        msg: Message,
+        local_transaction: LocalTransaction,
+        *,
+        timeout: float | None = None,
+    ) -> TransactionResult:
+        if self._checker is None:
+            raise ConfigError("a transactional send needs transaction_checker= on the producer")
+        pbm = self._build(msg, None, transactional=True)
+        (result,) = await self._send([pbm], msg.topic, timeout, attempts=1, transactional=True)
+        # If the local transaction raises, nothing is ended: the Proxy's recovery
+        # command asks the checker later (Java sends nothing for UNKNOWN either).
+        state = await local_transaction(msg, result)
+        if not isinstance(state, TransactionState):
+            raise ConfigError(f"local transaction returned {state!r}, not a state")
+        if state is not TransactionState.UNKNOWN:
+            await self._end(msg.topic, result.msg_id, result.transaction_id or "", state,
+                            pb.TransactionSource.SOURCE_CLIENT)  # fmt: skip
+        return TransactionResult(result, state)
+
+    async def _end(
+        self, topic: str, msg_id: str, txn_id: str, state: TransactionState,
+        source: pb.TransactionSource,
+    ) -> None:  # fmt: skip
+        req = pb.EndTransactionRequest(
+            topic=self.session.resource(topic),
+            message_id=msg_id,
+            transaction_id=txn_id,
+            resolution=_RESOLUTION[state],
+            source=source,
+        )
+        try:
+            resp = await self.transport.unary("EndTransaction", req, pb.EndTransactionResponse)
+            check_status(resp.status, "EndTransaction")
+        except RocketMQError as exc:  # the Proxy will ask the checker instead
+            self.log.warning("end_transaction_failed", topic=topic, msg_id=msg_id, error=str(exc))
+
+    async def _on_orphan(self, cmd: pb.RecoverOrphanedTransactionCommand) -> None:
+        if self._checker is None:
+            return
+        async with self._checks:
+            ext = message_ext(cmd.message, broker_name="")
+            try:
+                state = await self._checker(ext)
+            except Exception as exc:
+                self.log.warning("transaction_check_failed", msg_id=ext.msg_id, error=str(exc))
+                return
+            if state in _RESOLUTION:
+                await self._end(ext.topic, ext.msg_id, cmd.transaction_id, state,
+                                pb.TransactionSource.SOURCE_SERVER_CHECK)  # fmt: skip
+
+
+def _results(
+    topic: str, pbms: list[pb.Message], entries: list[pb.SendResultEntry], transactional: bool
+) -> list[SendResult]:
+    """One result per message. The Proxy stores a batch as one remoting batch and answers
+    it with a single entry (its first offset); the messages keep their own ids."""
+    if len(entries) == len(pbms):
+        pairs = [(m, e, e.offset) for m, e in zip(pbms, entries, strict=True)]
+    else:
+        pairs = [(m, entries[0], entries[0].offset + i) for i, m in enumerate(pbms)]
+    return [
+        SendResult(
+            status=SendStatus.SEND_OK,
+            msg_id=m.system_properties.message_id,
+            queue=MessageQueue(topic, "", -1),
+            queue_offset=offset,
+            transaction_id=(e.transaction_id or None) if transactional else None,
+        )
+        for m, e, offset in pairs
+    ]

@@ -1,0 +1,322 @@
+"""A client's session with the Proxy: Telemetry settings sync, heartbeats, routes, close.
+
+The Proxy knows a client only through the settings it sent on its ``Telemetry`` stream:
+Heartbeat answers UNRECOGNIZED_CLIENT_TYPE and ReceiveMessage fails without them. So
+:meth:`Session.__aenter__` opens the stream, sends the settings and waits (bounded) for
+the Proxy's merged settings before anything else. A background task keeps the stream:
+it applies settings the Proxy pushes later, hands server commands (orphaned
+transactions) to the registered handler, and reopens the stream with exponential
+backoff when it breaks. Heartbeats go every ``heartbeat_interval``. Closing stops both
+tasks, sends NotifyClientTermination (bounded) and closes the connection.
+"""
+
+from __future__ import annotations
+
+import platform
+import socket
+import time
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, cast
+
+import anyio
+import anyio.abc
+import sniffio
+from grpclib.client import Stream
+
+from aiorocket._log import get_logger
+from aiorocket.errors import (
+    ClientClosedError,
+    ProxyUnavailableError,
+    RocketMQError,
+    UnsupportedTransportError,
+)
+from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._transport import GrpcTransport, check_status
+
+__all__ = ["OrphanHandler", "Session", "ensure_asyncio"]
+
+#: Handles one RecoverOrphanedTransactionCommand (the producer answers it).
+OrphanHandler = Callable[[pb.RecoverOrphanedTransactionCommand], Coroutine[Any, Any, None]]
+
+_ROUTE_TTL = 30.0
+
+
+def ensure_asyncio(what: str) -> None:
+    """grpclib runs on asyncio only: fail clearly anywhere else (trio)."""
+    try:
+        lib = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        lib = "none"
+    if lib != "asyncio":
+        raise UnsupportedTransportError(
+            f"{what} over gRPC needs asyncio (grpclib is asyncio-only), running on {lib}; "
+            "use the remoting transport (namesrv=...) on trio"
+        )
+
+
+def backoff_delays(policy: pb.RetryPolicy | None) -> Callable[[int], float]:
+    """Delay before attempt ``n`` (1 = first retry) by the server's retry policy."""
+    kind, strategy = ("", None) if policy is None else pb.oneof(policy, "strategy")
+    strategy = cast(Any, strategy)
+    if kind == "customized_backoff":
+        steps = [d.total_seconds() for d in strategy.next] or [1.0]
+        return lambda n: steps[min(n, len(steps)) - 1]
+    initial, cap, mult = 0.01, 1.0, 2.0
+    if kind == "exponential_backoff":
+        exp = strategy
+        initial = exp.initial.total_seconds() or initial
+        cap = exp.max.total_seconds() or cap
+        mult = exp.multiplier or mult
+    return lambda n: float(min(cap, initial * mult ** max(0, n - 1)))
+
+
+class Session:
+    """The settings, heartbeat and route side of one gRPC client.
+
+    Parameters
+    ----------
+    transport:
+        the connection to the Proxy (closed with the session).
+    client_type:
+        PRODUCER or SIMPLE_CONSUMER/PUSH_CONSUMER.
+    pub_sub:
+        the ``Publishing`` (topics) or ``Subscription`` (group, filters) settings.
+    group:
+        the consumer group (heartbeats, termination); ``None`` for producers.
+    heartbeat_interval:
+        seconds between heartbeats (Java: 10 s).
+    on_orphan:
+        called with each orphaned-transaction command (producers).
+    """
+
+    def __init__(
+        self,
+        transport: GrpcTransport,
+        client_type: pb.ClientType,
+        pub_sub: pb.Publishing | pb.Subscription,
+        *,
+        group: str | None = None,
+        heartbeat_interval: float = 10.0,
+        on_orphan: OrphanHandler | None = None,
+        version: str = "",
+    ) -> None:
+        self.transport = transport
+        self.client_type = client_type
+        self.pub_sub = pub_sub
+        self.group = group
+        self.heartbeat_interval = heartbeat_interval
+        self.on_orphan = on_orphan
+        self.version = version
+        self.log = get_logger(
+            "grpc", client_id=transport.client_id, endpoint=transport.endpoint, group=group
+        )
+        #: the Proxy's merged settings (after start).
+        self.settings: pb.Settings | None = None
+        self._settings_seen = anyio.Event()
+        self._stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand] | None = None
+        self._routes: dict[str, tuple[float, list[pb.MessageQueue]]] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closed = False
+        self._start_error: RocketMQError | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def __aenter__(self) -> Session:
+        ensure_asyncio("this client")
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        try:
+            tg.start_soon(self._telemetry_loop)
+            # Set by the Proxy's settings, or by the first failure to open the stream:
+            # an unreachable endpoint fails now, not after the timeout.
+            with anyio.move_on_after(self.transport.request_timeout):
+                await self._settings_seen.wait()
+            if self.settings is None:
+                raise self._start_error or ProxyUnavailableError(
+                    f"no settings from the Proxy {self.transport.endpoint} "
+                    f"within {self.transport.request_timeout}s"
+                )
+            await self.heartbeat()
+            tg.start_soon(self._heartbeat_loop)
+        except BaseException:
+            await self._stop(None, None, None)  # not shielded: the task group is inside
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stop(exc_type, exc, tb)
+
+    async def _stop(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+                await self._tg.__aexit__(exc_type, exc, tb)
+        finally:
+            if self.settings is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(
+                    self.transport.request_timeout
+                ):
+                    try:
+                        await self.notify_termination()
+                    except RocketMQError as err:
+                        self.log.warning("termination_notice_failed", error=str(err))
+            self.transport.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- telemetry -----------------------------------------------------------------
+
+    def local_settings(self) -> pb.Settings:
+        ua = pb.UA(
+            language=pb.Language.PYTHON,
+            version=self.version,
+            platform=platform.platform(),
+            hostname=socket.gethostname(),
+        )
+        settings = pb.Settings(
+            client_type=self.client_type,
+            access_point=self.transport.endpoints(),
+            request_timeout=timedelta(seconds=self.transport.request_timeout),
+            user_agent=ua,
+        )
+        if isinstance(self.pub_sub, pb.Publishing):
+            settings.publishing = self.pub_sub
+        else:
+            settings.subscription = self.pub_sub
+        return settings
+
+    async def _telemetry_loop(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                async with self.transport.bidi_stream(
+                    "Telemetry", pb.TelemetryCommand, pb.TelemetryCommand
+                ) as stream:
+                    self._stream = stream
+                    await stream.send_message(pb.TelemetryCommand(settings=self.local_settings()))
+                    async for cmd in stream:
+                        attempt = 0
+                        await self._on_command(stream, cmd)
+                    if self.settings is None:
+                        self._start_error = ProxyUnavailableError(
+                            f"the Proxy {self.transport.endpoint} closed the telemetry stream"
+                        )
+                        self._settings_seen.set()
+            except RocketMQError as exc:
+                if self.settings is None:
+                    self._start_error = exc
+                    self._settings_seen.set()
+                self.log.warning("telemetry_stream_broken", error=str(exc))
+            finally:
+                self._stream = None
+            attempt += 1
+            await anyio.sleep(min(30.0, 0.5 * 2 ** min(attempt, 6)))
+
+    async def resync_settings(self) -> None:
+        """Send the (changed) local settings, wait for the Proxy's answer, heartbeat.
+
+        Without a stream the reconnecting loop sends them; the heartbeat still goes.
+        """
+        stream = self._stream
+        if stream is not None:
+            self._settings_seen = seen = anyio.Event()
+            with self.transport.boundary("Telemetry", None):
+                await stream.send_message(pb.TelemetryCommand(settings=self.local_settings()))
+            with anyio.move_on_after(self.transport.request_timeout):
+                await seen.wait()
+        await self.heartbeat()
+
+    async def _on_command(
+        self, stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand], cmd: pb.TelemetryCommand
+    ) -> None:
+        kind, value = pb.oneof(cmd, "command")
+        if kind == "settings":
+            if cmd.status is not None:
+                check_status(cmd.status, "Telemetry")
+            self.settings = value
+            self._settings_seen.set()
+        elif kind == "recover_orphaned_transaction_command":
+            if self.on_orphan is not None and self._tg is not None:
+                self._tg.start_soon(self.on_orphan, value)
+        elif kind == "print_thread_stack_trace_command":
+            reply = pb.ThreadStackTrace(nonce=value.nonce, thread_stack_trace="(asyncio client)")
+            await stream.send_message(
+                pb.TelemetryCommand(status=pb.Status(code=pb.Code.OK), thread_stack_trace=reply)
+            )
+        elif kind == "verify_message_command":
+            await stream.send_message(
+                pb.TelemetryCommand(
+                    status=pb.Status(code=pb.Code.NOT_IMPLEMENTED, message="not supported"),
+                    verify_message_result=pb.VerifyMessageResult(nonce=value.nonce),
+                )
+            )
+
+    # -- unary helpers -------------------------------------------------------------
+
+    def resource(self, name: str) -> pb.Resource:
+        return pb.Resource(resource_namespace=self.transport.namespace, name=name)
+
+    def _group_resource(self) -> pb.Resource | None:
+        return None if self.group is None else self.resource(self.group)
+
+    async def heartbeat(self) -> None:
+        req = pb.HeartbeatRequest(group=self._group_resource(), client_type=self.client_type)
+        resp = await self.transport.unary("Heartbeat", req, pb.HeartbeatResponse)
+        check_status(resp.status, "Heartbeat")
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.heartbeat_interval)
+            try:
+                await self.heartbeat()
+            except RocketMQError as exc:
+                self.log.warning("heartbeat_failed", error=str(exc))
+
+    async def notify_termination(self) -> None:
+        req = pb.NotifyClientTerminationRequest(group=self._group_resource())
+        resp = await self.transport.unary(
+            "NotifyClientTermination", req, pb.NotifyClientTerminationResponse
+        )
+        check_status(resp.status, "NotifyClientTermination")
+
+    async def query_route(self, topic: str, *, fresh: bool = False) -> list[pb.MessageQueue]:
+        """The topic's queues (cached for 30 s, as the Java client refreshes them)."""
+        if self._closed:
+            raise ClientClosedError("client is closed")
+        now = time.monotonic()
+        hit = self._routes.get(topic)
+        if hit is not None and not fresh and now - hit[0] < _ROUTE_TTL:
+            return hit[1]
+        req = pb.QueryRouteRequest(topic=self.resource(topic), endpoints=self.transport.endpoints())
+        resp = await self.transport.unary("QueryRoute", req, pb.QueryRouteResponse)
+        check_status(resp.status, "QueryRoute")
+        self._routes[topic] = (now, resp.message_queues)
+        return resp.message_queues
+
+    def retry_policy(self) -> pb.RetryPolicy | None:
+        return None if self.settings is None else self.settings.backoff_policy
+
+    def subscription(self) -> pb.Subscription | None:
+        if self.settings is None:
+            return None
+        kind, value = pb.oneof(self.settings, "pub_sub")
+        return value if kind == "subscription" else None
+

@@ -1,0 +1,247 @@
+"""SimpleConsumer: pop consumption through the Proxy, driven by the application.
+
+``receive`` long-polls one of the group's assigned brokers for up to ``max_messages``
+messages, which stay invisible to the group for ``invisible_duration``; ``ack`` ends a
+message, ``change_invisible_duration`` postpones its redelivery. A message neither
+acked nor postponed in time is received again (``delivery_attempt`` + 1), so nothing
+is lost when the application crashes, is cancelled or loses the connection: it only
+comes back later.
+
+The Proxy gives every member of a group the same assignments (one entry per broker) and
+spreads messages through pop, so there is no rebalance here: receives go round-robin
+over subscribed topics and their assigned brokers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from types import TracebackType
+
+from aiorocket._settings import check_group
+from aiorocket.errors import ClientClosedError, ConfigError, ProxyResponseError
+from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._fast import FastReceiveResponse
+from aiorocket.grpc._received import ReceivedMessage
+from aiorocket.grpc._session import Session
+from aiorocket.grpc._transport import GrpcOptions, GrpcTransport, check_status
+
+__all__ = ["SimpleConsumer"]
+
+_ASSIGNMENT_TTL = 5.0  # the Java push consumer re-queries assignments every 5 s
+MAX_BATCH = 32  # the Proxy's cap on one receive
+
+class SimpleConsumer:
+    """Receives, acks and postpones messages of a consumer group through a Proxy.
+
+    >>> async with SimpleConsumer("g", "127.0.0.1:8081", {"orders": "*"}) as consumer:
+    ...     for msg in await consumer.receive(16, invisible_duration=30):
+    ...         handle(msg.body)
+    ...         await msg.ack()
+
+    Parameters
+    ----------
+    group:
+        the consumer group.
+    endpoint:
+        the Proxy's gRPC ``host:port``.
+    subscriptions:
+        topic → tag expression (``"*"``, ``"a||b"``).
+    await_duration:
+        long-polling time of a receive with nothing to deliver (the Proxy clamps it to
+        5-20 s).
+    request_timeout:
+        deadline of every other call, and the margin added to a receive's.
+    options:
+        TLS, namespace, ACL credentials.
+    client_id:
+        the ``x-mq-client-id`` (default ``ip@pid#random``).
+    """
+
+    def __init__(
+        self,
+        group: str,
+        endpoint: str,
+        subscriptions: Mapping[str, str],
+        *,
+        await_duration: float = 20.0,
+        request_timeout: float = 3.0,
+        options: GrpcOptions | None = None,
+        client_id: str | None = None,
+    ) -> None:
+        check_group(group, "consumer")
+        if not subscriptions:
+            raise ConfigError("a SimpleConsumer needs at least one subscription")
+        if not await_duration > 0:
+            raise ConfigError(f"await_duration must be positive, got {await_duration!r}")
+        self.group = group
+        self.await_duration = await_duration
+        self.transport = GrpcTransport.create(
+            endpoint, options, client_id=client_id, request_timeout=request_timeout
+        )
+        self._subs: dict[str, str] = dict(subscriptions)
+        self._subscription = pb.Subscription()
+        self.session = Session(
+            self.transport, pb.ClientType.SIMPLE_CONSUMER, self._subscription, group=group
+        )
+        self._subscription.group = self.session.resource(group)
+        self._fill_subscription()
+        self._assignments: dict[str, tuple[float, list[pb.MessageQueue]]] = {}
+        self._rr = itertools.count()
+        self._started = False
+
+    def _fill_subscription(self) -> None:
+        self._subscription.subscriptions = [
+            pb.SubscriptionEntry(
+                topic=self.session.resource(topic),
+                expression=pb.FilterExpression(type=pb.FilterType.TAG, expression=expr or "*"),
+            )
+            for topic, expr in self._subs.items()
+        ]
+
+    async def __aenter__(self) -> SimpleConsumer:
+        if self._started:
+            raise ClientClosedError("a SimpleConsumer can be started once")
+        self._started = True
+        await self.session.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.session.__aexit__(exc_type, exc, tb)
+
+    def _check_open(self) -> None:
+        if not self._started or self.session.closed:
+            raise ClientClosedError("SimpleConsumer is not started or closed")
+
+    @property
+    def subscriptions(self) -> dict[str, str]:
+        return dict(self._subs)
+
+    async def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Add (or change) a subscription; the Proxy learns it before this returns."""
+        self._check_open()
+        self._subs[topic] = expression
+        self._fill_subscription()
+        await self.session.resync_settings()
+
+    async def unsubscribe(self, topic: str) -> None:
+        self._check_open()
+        self._subs.pop(topic, None)
+        self._fill_subscription()
+        await self.session.resync_settings()
+
+    # -- receiving -----------------------------------------------------------------
+
+    async def _assignment(self, topic: str) -> list[pb.MessageQueue]:
+        now = time.monotonic()
+        hit = self._assignments.get(topic)
+        if hit is not None and now - hit[0] < _ASSIGNMENT_TTL:
+            return hit[1]
+        req = pb.QueryAssignmentRequest(
+            topic=self.session.resource(topic),
+            group=self.session.resource(self.group),
+            endpoints=self.transport.endpoints(),
+        )
+        resp = await self.transport.unary("QueryAssignment", req, pb.QueryAssignmentResponse)
+        check_status(resp.status, "QueryAssignment")
+        queues = [a.message_queue for a in resp.assignments]
+        if not queues:
+            raise ProxyResponseError(
+                int(pb.Code.FORBIDDEN), f"no readable queue of {topic} for {self.group}",
+                name="FORBIDDEN", rpc="QueryAssignment",
+            )  # fmt: skip
+        self._assignments[topic] = (now, queues)
+        return queues
+
+    async def receive(
+        self, max_messages: int = 16, invisible_duration: float = 30.0
+    ) -> list[ReceivedMessage]:
+        """Up to ``max_messages`` (1-32) messages, invisible to the group for
+        ``invisible_duration`` seconds (the Proxy requires at least 10 s); waits up to
+        ``await_duration`` for one to arrive, and returns ``[]`` when none did."""
+        self._check_open()
+        if not 1 <= max_messages <= MAX_BATCH:
+            raise ConfigError(f"max_messages must be 1..{MAX_BATCH}, got {max_messages!r}")
+        if not invisible_duration > 0:
+            raise ConfigError(f"invisible_duration must be positive, got {invisible_duration!r}")
+        n = next(self._rr)
+        topics = list(self._subs)
+        topic = topics[n % len(topics)]
+        queues = await self._assignment(topic)
+        mq = queues[(n // len(topics)) % len(queues)]
+        req = pb.ReceiveMessageRequest(
+            group=self.session.resource(self.group),
+            message_queue=mq,
+            filter_expression=pb.FilterExpression(
+                type=pb.FilterType.TAG, expression=self._subs.get(topic) or "*"
+            ),
+            batch_size=max_messages,
+            invisible_duration=timedelta(seconds=invisible_duration),
+            auto_renew=False,
+            long_polling_timeout=timedelta(seconds=self.await_duration),
+            attempt_id=str(uuid.uuid4()),
+        )
+        timeout = self.await_duration + self.transport.request_timeout
+        broker = mq.broker.name
+        out: list[ReceivedMessage] = []
+        async with self.transport.server_stream(
+            "ReceiveMessage", req, FastReceiveResponse, timeout=timeout
+        ) as stream:
+            async for resp in stream:
+                if resp.status is not None:
+                    if resp.status.code == pb.Code.MESSAGE_NOT_FOUND:
+                        continue
+                    check_status(resp.status, "ReceiveMessage")
+                elif resp.message is not None:
+                    resp.message._consumer = self
+                    resp.message.broker_name = broker
+                    out.append(resp.message)
+        return out
+
+    async def ack(self, message: ReceivedMessage | Iterable[ReceivedMessage]) -> None:
+        """Acknowledge one message, or several of one topic in one request."""
+        self._check_open()
+        msgs = [message] if isinstance(message, ReceivedMessage) else list(message)
+        if not msgs:
+            return
+        topic = msgs[0].topic
+        if any(m.topic != topic for m in msgs):
+            raise ConfigError("messages acked together must share one topic")
+        req = pb.AckMessageRequest(
+            group=self.session.resource(self.group),
+            topic=self.session.resource(topic),
+            entries=[
+                pb.AckMessageEntry(message_id=m.message_id, receipt_handle=m.receipt_handle)
+                for m in msgs
+            ],
+        )
+        resp = await self.transport.unary("AckMessage", req, pb.AckMessageResponse)
+        check_status(resp.status, "AckMessage")
+        for entry in resp.entries:
+            check_status(entry.status, "AckMessage")
+
+    async def change_invisible_duration(self, message: ReceivedMessage, seconds: float) -> None:
+        """Make ``message`` visible again ``seconds`` from now; its receipt handle is
+        replaced by the new one the Proxy returns (ack with the message afterwards)."""
+        self._check_open()
+        req = pb.ChangeInvisibleDurationRequest(
+            group=self.session.resource(self.group),
+            topic=self.session.resource(message.topic),
+            receipt_handle=message.receipt_handle,
+            invisible_duration=timedelta(seconds=seconds),
+            message_id=message.message_id,
+        )
+        resp = await self.transport.unary(
+            "ChangeInvisibleDuration", req, pb.ChangeInvisibleDurationResponse
+        )
+        check_status(resp.status, "ChangeInvisibleDuration")
+        if resp.receipt_handle:
+            message.receipt_handle = resp.receipt_handle

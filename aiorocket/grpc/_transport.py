@@ -1,0 +1,317 @@
+"""The gRPC transport to a RocketMQ 5.x Proxy, on grpclib (asyncio only).
+
+One :class:`GrpcTransport` owns one HTTP/2 connection (grpclib ``Channel``) to one Proxy
+endpoint. Every call carries the metadata the Proxy requires (client id, language,
+protocol, version, a fresh request id; namespace and the signed ``authorization``
+header when configured) and a deadline. Errors are mapped here, once, to
+:mod:`aiorocket.errors` types:
+
+* a Proxy ``Status`` other than OK → :class:`ProxyResponseError` (:func:`check_status`);
+* gRPC status DEADLINE_EXCEEDED, or the deadline passing → :class:`RequestTimeoutError`;
+* refused / unreachable / broken connection, gRPC UNAVAILABLE → :class:`ProxyUnavailableError`;
+* any other gRPC status (UNIMPLEMENTED, ...) → :class:`GrpcStatusError`.
+
+grpclib reconnects by itself: a call after a lost connection opens a new one. Callers
+that loop (telemetry, heartbeats, sends) add their own backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import ssl
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import h2.exceptions
+from grpclib.client import Channel, Stream
+from grpclib.const import Cardinality
+from grpclib.const import Status as GrpcStatus
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+
+from aiorocket.errors import (
+    ConfigError,
+    GrpcStatusError,
+    ProxyResponseError,
+    ProxyUnavailableError,
+    RequestTimeoutError,
+)
+from aiorocket.grpc import _pb as pb
+
+__all__ = ["Credentials", "GrpcOptions", "GrpcTransport", "check_status", "parse_endpoint"]
+
+_SERVICE = "/apache.rocketmq.v2.MessagingService/"
+_OK_CODES = frozenset({pb.Code.OK, pb.Code.MULTIPLE_RESULTS})
+
+Req = TypeVar("Req")
+Rep = TypeVar("Rep")
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """ACL credentials: the access key and secret of a 5.x ACL user."""
+
+    access_key: str
+    secret_key: str
+    security_token: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcOptions:
+    """Connection options of a gRPC (Proxy) client.
+
+    ``tls``: ``False`` plaintext h2c (default, what the Apache Proxy accepts), ``True``
+    TLS verified with the system CAs, a CA bundle path, or an ``ssl.SSLContext``.
+    ``namespace``: the 5.x namespace sent with every call and resource.
+    ``credentials``: ACL access key and secret (the signed ``authorization`` header).
+    """
+
+    tls: bool | str | ssl.SSLContext = False
+    namespace: str = ""
+    credentials: Credentials | None = None
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int]:
+    """``host:port`` (also ``[v6]:port``) → (host, port)."""
+    raw = endpoint.strip()
+    for prefix in ("http://", "https://", "grpc://"):
+        if raw.startswith(prefix):
+            raw = raw[len(prefix) :]
+    host, sep, port = raw.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(f"Proxy endpoint must be 'host:port', got {endpoint!r}")
+    return host.strip("[]"), int(port)
+
+
+def check_status(status: pb.Status | None, rpc: str) -> None:
+    """Raise :class:`ProxyResponseError` unless the Proxy's ``status`` is OK."""
+    if status is None:
+        return
+    code = status.code
+    if code in _OK_CODES:
+        return
+    num = int(code)
+    try:
+        name = pb.Code(num).name
+    except ValueError:
+        name = "CODE"
+    raise ProxyResponseError(num, status.message, name=name, rpc=rpc)
+
+
+def _tls_context(tls: bool | str | ssl.SSLContext | None) -> ssl.SSLContext | None:
+    if tls is None or tls is False:
+        return None
+    if isinstance(tls, ssl.SSLContext):
+        ctx = tls
+    elif tls is True:
+        ctx = ssl.create_default_context(purpose=ssl.Purpose.SERVER_AUTH)
+    else:  # a CA bundle file
+        ctx = ssl.create_default_context(purpose=ssl.Purpose.SERVER_AUTH, cafile=tls)
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
+class GrpcTransport:
+    """One connection to a Proxy endpoint, with the RocketMQ call conventions.
+
+    Parameters
+    ----------
+    endpoint:
+        ``host:port`` of the Proxy's gRPC listener.
+    client_id:
+        sent as ``x-mq-client-id`` on every call.
+    tls:
+        ``False``/``None`` plaintext (h2c, which the Apache Proxy accepts); ``True`` TLS
+        verified against the system CAs; a path to a CA bundle; or an ``SSLContext``.
+    namespace:
+        sent as ``x-mq-namespace`` when set.
+    credentials:
+        ACL credentials: each call then carries ``x-mq-date-time`` and the
+        ``MQv2-HMAC-SHA1`` ``authorization`` header signed over it.
+    request_timeout:
+        the default deadline of a call (seconds).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        client_id: str,
+        tls: bool | str | ssl.SSLContext | None = False,
+        namespace: str = "",
+        credentials: Credentials | None = None,
+        request_timeout: float = 3.0,
+        version: str = "",
+    ) -> None:
+        self.endpoint = endpoint
+        self.host, self.port = parse_endpoint(endpoint)
+        self.client_id = client_id
+        self.namespace = namespace
+        self.credentials = credentials
+        self.request_timeout = request_timeout
+        if not version:
+            from aiorocket import __version__ as version
+        self._version = version
+        self._ssl = _tls_context(tls)
+        self._channel: Channel | None = None
+
+    @classmethod
+    def create(
+        cls,
+        endpoint: str,
+        options: GrpcOptions | None,
+        *,
+        client_id: str | None,
+        request_timeout: float,
+    ) -> GrpcTransport:
+        """A transport with ``options`` (TLS, namespace, credentials) and a default id."""
+        from aiorocket.client.instance import make_client_id
+
+        opts = options or GrpcOptions()
+        return cls(
+            endpoint,
+            client_id=client_id or make_client_id(),
+            request_timeout=request_timeout,
+            tls=opts.tls,
+            namespace=opts.namespace,
+            credentials=opts.credentials,
+        )
+
+    @property
+    def channel(self) -> Channel:
+        if self._channel is None:
+            self._channel = Channel(self.host, self.port, ssl=self._ssl)
+        return self._channel
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    def endpoints(self) -> pb.Endpoints:
+        """This endpoint as the ``Endpoints`` message QueryRoute/QueryAssignment carry."""
+        scheme = pb.AddressScheme.DOMAIN_NAME
+        try:
+            import ipaddress
+
+            ip = ipaddress.ip_address(self.host)
+            scheme = pb.AddressScheme.IPv4 if ip.version == 4 else pb.AddressScheme.IPv6
+        except ValueError:
+            pass
+        return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=self.host, port=self.port)])
+
+    def metadata(self) -> list[tuple[str, str]]:
+        md = [
+            ("x-mq-language", "PYTHON"),
+            ("x-mq-protocol", "v2"),
+            ("x-mq-client-version", self._version),
+            ("x-mq-client-id", self.client_id),
+            ("x-mq-request-id", str(uuid.uuid4())),
+        ]
+        if self.namespace:
+            md.append(("x-mq-namespace", self.namespace))
+        cred = self.credentials
+        if cred is not None:
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            sign = hmac.new(cred.secret_key.encode(), stamp.encode(), hashlib.sha1).hexdigest()
+            md.append(("x-mq-date-time", stamp))
+            md.append(
+                (
+                    "authorization",
+                    f"MQv2-HMAC-SHA1 Credential={cred.access_key}, "
+                    f"SignedHeaders=x-mq-date-time, Signature={sign}",
+                )
+            )
+            if cred.security_token:
+                md.append(("x-mq-session-token", cred.security_token))
+        return md
+
+    # -- calls ---------------------------------------------------------------------
+
+    def _call(
+        self,
+        rpc: str,
+        cardinality: Cardinality,
+        request_type: type[Req],
+        reply_type: type[Rep],
+        timeout: float | None,
+    ) -> Stream[Req, Rep]:
+        return self.channel.request(
+            _SERVICE + rpc, cardinality, request_type, reply_type,
+            timeout=timeout, metadata=self.metadata(),
+        )  # fmt: skip
+
+    async def unary(
+        self,
+        rpc: str,
+        request: Any,
+        reply_type: type[Rep],
+        *,
+        timeout: float | None = None,
+    ) -> Rep:
+        """One request, one reply; the whole call (connecting included) within ``timeout``."""
+        limit = self.request_timeout if timeout is None else timeout
+        with self.boundary(rpc, limit):
+            call = self._call(rpc, Cardinality.UNARY_UNARY, type(request), reply_type, limit)
+            async with call as stream:
+                await stream.send_message(request, end=True)
+                reply = await stream.recv_message()
+                if reply is None:
+                    raise ProxyUnavailableError(f"{rpc}: the Proxy closed the call without reply")
+                return reply
+
+    @asynccontextmanager
+    async def server_stream(
+        self, rpc: str, request: Any, reply_type: type[Rep], *, timeout: float
+    ) -> AsyncIterator[Stream[Any, Rep]]:
+        """A server-streaming call: yields the open stream after sending ``request``."""
+        with self.boundary(rpc, timeout):
+            call = self._call(rpc, Cardinality.UNARY_STREAM, type(request), reply_type, timeout)
+            async with call as stream:
+                await stream.send_message(request, end=True)
+                yield stream
+
+    @asynccontextmanager
+    async def bidi_stream(
+        self, rpc: str, request_type: type[Req], reply_type: type[Rep]
+    ) -> AsyncIterator[Stream[Req, Rep]]:
+        """A bidirectional stream that lives as long as the block (Telemetry).
+
+        It has no gRPC deadline on purpose: it is the client's session and lasts as long
+        as the client; every read the caller waits for is bounded by the caller.
+        """
+        with self.boundary(rpc, None):
+            async with self._call(
+                rpc, Cardinality.STREAM_STREAM, request_type, reply_type, None
+            ) as stream:
+                yield stream
+
+    @contextmanager
+    def boundary(self, rpc: str, timeout: float | None) -> Iterator[None]:
+        """Map grpclib, h2 and socket errors raised inside to aiorocket errors."""
+        where = f"{rpc} to {self.endpoint}"
+        try:
+            yield
+        except GRPCError as exc:
+            if exc.status is GrpcStatus.DEADLINE_EXCEEDED:
+                raise RequestTimeoutError(f"{where}: no answer within {timeout}s") from exc
+            if exc.status is GrpcStatus.UNAVAILABLE:
+                raise ProxyUnavailableError(f"{where}: {exc.message}") from exc
+            raise GrpcStatusError(
+                exc.status.value, exc.status.name, exc.message, rpc=rpc
+            ) from exc
+        except asyncio.TimeoutError as exc:
+            raise RequestTimeoutError(f"{where}: no answer within {timeout}s") from exc
+        except (
+            OSError,
+            StreamTerminatedError,
+            ProtocolError,
+            h2.exceptions.ProtocolError,
+            ssl.SSLError,
+        ) as exc:
+            raise ProxyUnavailableError(f"{where}: {type(exc).__name__}: {exc}") from exc

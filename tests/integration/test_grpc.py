@@ -1,0 +1,386 @@
+"""The gRPC transport against the real Proxy of the local cluster (broker-a, local mode).
+
+Interop: what the gRPC producer sends, aiorocket's remoting Consumer reads with the same
+body, tag, keys and properties, and the reverse through the SimpleConsumer.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+from collections.abc import Callable
+
+import anyio
+import anyio.abc
+import pytest
+
+from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
+from aiorocket.errors import (
+    ConfigError,
+    GrpcStatusError,
+    ProxyResponseError,
+    ProxyUnavailableError,
+    RequestTimeoutError,
+    UnsupportedTransportError,
+)
+from aiorocket.message import Message, MessageExt
+from aiorocket.producer import Producer, SendResult, TransactionState
+from aiorocket.testing.broker import LocalRocketMQ
+
+pytest.importorskip("grpclib")
+
+from aiorocket.grpc import GrpcOptions, ReceivedMessage, SimpleConsumer
+from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._session import Session
+from aiorocket.grpc._transport import GrpcTransport
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+FAST = {"rebalance_interval": 20.0, "persist_offset_interval": 0.5, "long_poll_timeout": 2.0,
+        "pull_request_timeout": 12.0}  # fmt: skip
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # grpclib is asyncio-only
+
+
+def user_props(props: object) -> dict[str, str]:
+    return {k: v for k, v in dict(props).items() if k.startswith("u-")}  # type: ignore[call-overload]
+
+
+async def receive_all(
+    consumer: SimpleConsumer, n: int, *, ack: bool = True, timeout: float = 30.0
+) -> list[ReceivedMessage]:
+    got: list[ReceivedMessage] = []
+    with anyio.fail_after(timeout):
+        while len(got) < n:
+            batch = await consumer.receive(16, invisible_duration=20)
+            got += batch
+            if ack and batch:
+                await consumer.ack(batch)
+    return got
+
+
+# -- session, transport, errors --------------------------------------------------------
+
+
+async def test_session_settings_route_heartbeat(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("gs")
+    await rocketmq.create_topic(topic, queues=2)
+    transport = GrpcTransport(rocketmq.proxy_grpc, client_id=f"it-{topic}")
+    publishing = pb.Publishing(topics=[pb.Resource(name=topic)])
+    async with Session(transport, pb.ClientType.PRODUCER, publishing) as session:
+        # The Proxy's merged settings came back before anything else was sent.
+        assert session.settings is not None
+        kind, merged = pb.oneof(session.settings, "pub_sub")
+        assert kind == "publishing" and merged.max_body_size > 0
+        assert session.retry_policy() is not None
+        await session.heartbeat()
+        queues = await session.query_route(topic)
+        assert {q.broker.name for q in queues} == set(rocketmq.broker_addrs)
+        assert all(q.topic.name == topic for q in queues)
+    assert session.closed
+
+
+async def test_proxy_error_status_is_typed(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    transport = GrpcTransport(rocketmq.proxy_grpc, client_id="it-errors")
+    async with Session(transport, pb.ClientType.PRODUCER, pb.Publishing()) as session:
+        with pytest.raises(ProxyResponseError) as info:
+            await session.query_route(unique_name("missing"))
+    assert info.value.code == pb.Code.TOPIC_NOT_FOUND == 40402
+    assert info.value.name == "TOPIC_NOT_FOUND" and info.value.rpc == "QueryRoute"
+
+
+async def test_unknown_group_is_a_typed_error(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("gg")
+    await rocketmq.create_topic(topic, queues=1)
+    with anyio.fail_after(10), pytest.raises(GrpcStatusError) as info:
+        async with SimpleConsumer(unique_name("nogroup"), rocketmq.proxy_grpc, {topic: "*"}):
+            pass
+    assert info.value.name == "INVALID_ARGUMENT" and "group not found" in str(info.value)
+
+
+async def test_unreachable_endpoint_fails_at_once() -> None:
+    port = closed_port()
+    start = time.monotonic()
+    with pytest.raises(ProxyUnavailableError, match="ConnectionRefused"):
+        async with Producer("pg", proxy=f"127.0.0.1:{port}", request_timeout=5.0):
+            pass
+    assert time.monotonic() - start < 2.0
+
+
+async def test_silent_endpoint_fails_within_the_request_timeout() -> None:
+    """A peer that accepts TCP and never speaks HTTP/2 cannot hang the start."""
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        held: list[object] = []
+
+        async def hold(stream: object) -> None:
+            held.append(stream)
+            await anyio.sleep_forever()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, hold)
+            port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            start = time.monotonic()
+            with pytest.raises((ProxyUnavailableError, RequestTimeoutError)):
+                async with Producer("pg", proxy=f"127.0.0.1:{port}", request_timeout=1.0):
+                    pass
+            assert time.monotonic() - start < 3.0
+            tg.cancel_scope.cancel()
+
+
+async def test_tls_to_the_permissive_proxy(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """The Proxy's permissive TLS mode takes TLS too (a self-signed certificate)."""
+    topic = unique_name("gtls")
+    await rocketmq.create_topic(topic, queues=1)
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    async with Producer("pg", proxy=rocketmq.proxy_grpc, grpc_options=GrpcOptions(tls=ctx)) as p:
+        result = await p.send(Message(topic, b"over tls"))
+    assert result.msg_id
+    # Verified TLS against the self-signed certificate fails, as a typed error.
+    with pytest.raises(ProxyUnavailableError, match="CERTIFICATE_VERIFY_FAILED"):
+        async with Producer("pg", proxy=rocketmq.proxy_grpc, grpc_options=GrpcOptions(tls=True)):
+            pass
+
+
+# -- producer --------------------------------------------------------------------------
+
+
+async def test_grpc_producer_to_remoting_consumer(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("g2r"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=4)
+    props = {"u-a": "1", "u-b": "zwei"}
+    sent = [
+        Message(topic, b"plain"),
+        Message(topic, b"tagged", tags="TagA", keys=["k1", "k2"], properties=props),
+        Message(topic, bytes(range(256)) * 40, tags="TagB", keys=["big"], properties={"u-c": "x"}),
+    ]
+    batch = [Message(topic, f"batch-{i}".encode(), tags="TagC", properties={"u-i": str(i)})
+             for i in range(3)]  # fmt: skip
+    async with Producer(unique_name("pg"), proxy=rocketmq.proxy_grpc) as producer:
+        results = [await producer.send(m) for m in sent]
+        results += await producer.send_batch(batch)
+    assert len({r.msg_id for r in results}) == len(results)
+    got: dict[str, ConsumerMessage] = {}
+    done = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        got[msg.msg_id] = msg
+        if len(got) >= len(results):
+            done.set()
+
+    consumer = Consumer(group, rocketmq.namesrv_addr, handler=handle,
+                        consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST)  # fmt: skip
+    consumer.subscribe(topic)
+    async with consumer:
+        with anyio.fail_after(30):
+            await done.wait()
+    for msg, result in zip([*sent, *batch], results, strict=True):
+        remote = got[result.msg_id]
+        assert remote.body == msg.body
+        assert remote.tags == msg.tags
+        assert remote.keys == list(msg.keys)
+        assert user_props(remote.properties) == msg.properties
+
+
+async def test_remoting_producer_to_simple_consumer(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("r2g"), unique_name("g")
+    # A Proxy in local mode serves its own broker only: the remoting producer must not
+    # put messages on the other one.
+    await rocketmq.create_topic(topic, queues=4, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group)
+    sent = [
+        Message(topic, b"tagged", tags="TagA", keys=["k1", "k2"], properties={"u-a": "1"}),
+        Message(topic, b"x" * 10_000, tags="TagB", properties={"u-b": "compressed"}),
+        Message(topic, b"plain"),
+    ]
+    async with Producer(unique_name("pg"), rocketmq.namesrv_addr) as producer:
+        results = [await producer.send(m) for m in sent]
+    async with SimpleConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5) as c:
+        got = {m.msg_id: m for m in await receive_all(c, len(sent))}
+    for msg, result in zip(sent, results, strict=True):
+        mine = got[result.msg_id]
+        assert mine.body == msg.body  # the 10 kB body was compressed by the producer
+        assert mine.tags == msg.tags
+        assert mine.keys == list(msg.keys)
+        assert user_props(mine.properties) == msg.properties
+        assert mine.topic == topic and mine.delivery_attempt == 1
+        assert mine.born_timestamp > 0 and mine.store_timestamp >= mine.born_timestamp
+
+
+async def test_fifo_order_within_a_message_group(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("gfifo"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=4, message_type="FIFO")
+    await rocketmq.create_group(group, orderly=True)
+    order = {"A": [f"A{i}".encode() for i in range(8)], "B": [f"B{i}".encode() for i in range(8)]}
+    async with Producer(unique_name("pg"), proxy=rocketmq.proxy_grpc) as producer:
+        for a, b in zip(order["A"], order["B"], strict=True):  # interleaved sends
+            await producer.send(Message(topic, a), sharding_key="A")
+            await producer.send(Message(topic, b), sharding_key="B")
+    seen: dict[str, list[bytes]] = {"A": [], "B": []}
+    async with SimpleConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5) as c:
+        for msg in await receive_all(c, 16):
+            assert msg.message_group is not None
+            seen[msg.message_group].append(msg.body)
+    assert seen == order
+
+
+async def test_delivery_time(rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]) -> None:
+    topic, group = unique_name("gdelay"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=2, message_type="DELAY")
+    await rocketmq.create_group(group)
+    due = int(time.time() * 1000) + 3000
+    async with Producer(unique_name("pg"), proxy=rocketmq.proxy_grpc) as producer:
+        await producer.send(Message(topic, b"later", deliver_time_ms=due))
+    async with SimpleConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5) as c:
+        (msg,) = await receive_all(c, 1)
+    assert msg.body == b"later"
+    assert time.time() * 1000 >= due - 100  # the timer's precision
+
+
+async def test_features_of_the_other_transport_name_it(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("gunsup")
+    with pytest.raises(UnsupportedTransportError, match="remoting"):
+        Producer("pg", proxy=rocketmq.proxy_grpc, auto_batch=True)
+    with pytest.raises(UnsupportedTransportError, match="gRPC"):
+        Producer("pg", rocketmq.namesrv_addr, grpc_options=GrpcOptions())
+    with pytest.raises(ConfigError):
+        Producer("pg", rocketmq.namesrv_addr, proxy=rocketmq.proxy_grpc)
+    async with Producer("pg", rocketmq.proxy_grpc, transport="grpc") as producer:
+        assert producer.transport == "grpc"
+        with pytest.raises(UnsupportedTransportError, match="remoting"):
+            await producer.send_oneway(Message(topic, b"x"))
+        with pytest.raises(UnsupportedTransportError, match="remoting"):
+            await producer.send(Message(topic, b"x"), selector=lambda qs, m, a: qs[0])
+        with pytest.raises(UnsupportedTransportError, match="deliver_time_ms"):
+            await producer.send(Message(topic, b"x", delay_level=2))
+
+
+async def test_transactions_commit_rollback_and_recovery(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("gtx"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=2, message_type="TRANSACTION")
+    await rocketmq.create_group(group)
+    verdicts = {b"unknown-commit": TransactionState.COMMIT,
+                b"unknown-rollback": TransactionState.ROLLBACK}  # fmt: skip
+    checked: list[bytes] = []
+    all_checked = anyio.Event()
+
+    async def checker(msg: MessageExt) -> TransactionState:
+        checked.append(msg.body)
+        if verdicts.keys() <= set(checked):
+            all_checked.set()
+        return verdicts.get(msg.body, TransactionState.UNKNOWN)
+
+    def local(state: TransactionState) -> Callable[[Message, SendResult], object]:
+        async def run(msg: Message, result: SendResult) -> TransactionState:
+            assert result.transaction_id
+            return state
+
+        return run
+
+    async with (
+        Producer(unique_name("pg"), proxy=rocketmq.proxy_grpc,
+                 transaction_checker=checker) as producer,  # fmt: skip
+        SimpleConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5) as consumer,
+    ):
+        for body, state in [
+            (b"commit", TransactionState.COMMIT),
+            (b"rollback", TransactionState.ROLLBACK),
+            (b"unknown-commit", TransactionState.UNKNOWN),
+            (b"unknown-rollback", TransactionState.UNKNOWN),
+        ]:
+            await producer.send_in_transaction(Message(topic, body), local(state))  # type: ignore[arg-type]
+        first = await receive_all(consumer, 1)
+        assert [m.body for m in first] == [b"commit"]
+        # The broker asks about half messages older than 6 s every 30 s (its defaults);
+        # the Proxy relays that as RecoverOrphanedTransactionCommand on Telemetry.
+        with anyio.fail_after(150):
+            await all_checked.wait()
+        second = await receive_all(consumer, 1, timeout=30)
+        assert [m.body for m in second] == [b"unknown-commit"]
+        assert await consumer.receive(16, invisible_duration=20) == []  # rolled back: never
+    assert set(checked) <= set(verdicts)  # ended transactions are not asked about
+
+
+# -- SimpleConsumer --------------------------------------------------------------------
+
+
+async def test_simple_consumer_redelivers_what_is_not_acked(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("gredo"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1)
+    await rocketmq.create_group(group)
+    async with Producer(unique_name("pg"), proxy=rocketmq.proxy_grpc) as producer:
+        for body in (b"acked", b"dropped", b"postponed"):
+            await producer.send(Message(topic, body))
+    async with SimpleConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5) as c:
+        first = {m.body: m for m in await receive_all(c, 3, ack=False)}
+        assert all(m.delivery_attempt == 1 for m in first.values())
+        received_at = time.monotonic()
+        await first[b"acked"].ack()
+        # A changed invisibility returns a new receipt handle; acking with it works.
+        old_handle = first[b"postponed"].receipt_handle
+        await first[b"postponed"].change_invisible_duration(60)
+        assert first[b"postponed"].receipt_handle != old_handle
+        # The Proxy's minimum invisible duration is 10 s: "dropped" comes back after it.
+        again = await receive_all(c, 1, ack=False, timeout=40)
+        assert [m.body for m in again] == [b"dropped"]
+        assert again[0].delivery_attempt == 2 and again[0].reconsume_times == 1
+        assert time.monotonic() - received_at >= 9.0
+        await again[0].ack()
+        await first[b"postponed"].ack()
+        # An ack with a stale receipt handle is a typed error.
+        with pytest.raises(ProxyResponseError):
+            first[b"postponed"].receipt_handle = old_handle
+            await c.ack(first[b"postponed"])
+
+
+async def test_receive_with_nothing_waits_the_long_poll(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("gempty"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1)
+    await rocketmq.create_group(group)
+    async with SimpleConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5) as c:
+        start = time.monotonic()
+        assert await c.receive(4, invisible_duration=15) == []
+        assert 4.0 <= time.monotonic() - start < 9.0
+        with pytest.raises(ConfigError):
+            await c.receive(33)
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_gets_a_clear_error(rocketmq: LocalRocketMQ) -> None:
+    with pytest.raises(UnsupportedTransportError, match="asyncio"):
+        async with Producer("pg", proxy=rocketmq.proxy_grpc):
+            pass
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

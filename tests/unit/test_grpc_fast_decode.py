@@ -1,0 +1,114 @@
+"""The fast ReceiveMessageResponse decoder decodes exactly what the betterproto path does."""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+pytest.importorskip("betterproto")
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aiorocket.errors import MessageDecodeError
+from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._fast import FastReceiveResponse, decode_message
+from aiorocket.grpc._received import ReceivedMessage, message_ext
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+text = st.text(max_size=12)
+int32 = st.integers(-(2**31), 2**31 - 1)
+int64 = st.integers(-(2**63), 2**63 - 1)
+stamps = st.builds(
+    lambda s, us: EPOCH + timedelta(seconds=s, microseconds=us),
+    st.integers(0, 2**34),
+    st.integers(0, 999_999),
+)
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> pb.Message:
+    body = draw(st.binary(max_size=64))
+    encoding = draw(st.sampled_from([pb.Encoding.IDENTITY, pb.Encoding.GZIP, 0]))
+    if encoding == pb.Encoding.GZIP:
+        body = zlib.compress(body)
+    sysp = pb.SystemProperties(
+        tag=draw(st.none() | text),
+        keys=draw(st.lists(text, max_size=3)),
+        message_id=draw(text),
+        body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=draw(text)),
+        body_encoding=encoding,
+        message_type=draw(st.sampled_from(list(pb.MessageType))),
+        born_timestamp=draw(stamps),
+        born_host=draw(text),
+        store_timestamp=draw(st.none() | stamps),
+        store_host=draw(text),
+        delivery_timestamp=draw(st.none() | stamps),
+        receipt_handle=draw(st.none() | text),
+        queue_id=draw(int32),
+        queue_offset=draw(st.none() | int64),
+        invisible_duration=draw(st.none() | st.just(timedelta(seconds=30))),
+        delivery_attempt=draw(st.none() | st.integers(0, 2**31 - 1)),
+        message_group=draw(st.none() | text),
+        trace_context=draw(st.none() | text),
+    )
+    return pb.Message(
+        topic=pb.Resource(resource_namespace=draw(text), name=draw(text)),
+        user_properties=draw(st.dictionaries(text, text, max_size=4)),
+        system_properties=sysp,
+        body=body,
+    )
+
+
+def fields(msg: ReceivedMessage) -> dict[str, object]:
+    out = {f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}
+    out.pop("_consumer")
+    out["properties"] = dict(msg.properties)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages())
+def test_fast_message_decode_equals_betterproto(msg: pb.Message) -> None:
+    wire = bytes(pb.ReceiveMessageResponse(message=msg))
+    reference = pb.ReceiveMessageResponse().parse(wire)
+    kind, parsed = pb.oneof(reference, "content")
+    assert kind == "message"
+    fast = FastReceiveResponse.FromString(wire)
+    assert fast.status is None and fast.message is not None
+    assert fields(fast.message) == fields(message_ext(parsed, broker_name=""))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(list(pb.Code)), text)
+def test_fast_status_decode(code: pb.Code, message: str) -> None:
+    wire = bytes(pb.ReceiveMessageResponse(status=pb.Status(code=code, message=message)))
+    fast = FastReceiveResponse.FromString(wire)
+    assert fast.message is None and fast.status is not None
+    assert (fast.status.code, fast.status.message) == (code, message)
+
+
+def test_unknown_fields_are_skipped() -> None:
+    msg = pb.Message(topic=pb.Resource(name="t"), body=b"x",
+                     system_properties=pb.SystemProperties(message_id="id"))  # fmt: skip
+    inner = bytes(msg) + b"\xa8\x06\x05" + b"\xb2\x06\x02hi"  # fields 101 (varint), 102 (LEN)
+    got = decode_message(inner)
+    assert (got.topic, got.body, got.message_id) == ("t", b"x", "id")
+
+
+def test_delivery_timestamp_response_carries_nothing() -> None:
+    wire = bytes(pb.ReceiveMessageResponse(delivery_timestamp=EPOCH + timedelta(seconds=5)))
+    fast = FastReceiveResponse.FromString(wire)
+    assert fast.message is None and fast.status is None
+
+
+@pytest.mark.parametrize("cut", [1, 5, 20])
+def test_truncated_input_is_a_decode_error(cut: int) -> None:
+    msg = pb.Message(topic=pb.Resource(name="topic"), body=b"body" * 10,
+                     system_properties=pb.SystemProperties(message_id="id", tag="t"))  # fmt: skip
+    wire = bytes(pb.ReceiveMessageResponse(message=msg))
+    with pytest.raises(MessageDecodeError):
+        FastReceiveResponse.FromString(wire[:-cut])
