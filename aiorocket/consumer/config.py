@@ -102,6 +102,9 @@ class ConsumerConfig:
         for name, value in positive_ints.items():
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        limit = self.pull_threshold_for_all
+        if limit is not None and (not isinstance(limit, int) or limit <= 0):
+            raise ConfigError(f"pull_threshold_for_all must be a positive integer, got {limit!r}")
         if self.pull_batch_size > 1024:
             raise ConfigError("pull_batch_size must be at most 1024")
         if self.max_reconsume_times < -1:

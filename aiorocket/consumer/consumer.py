@@ -39,7 +39,7 @@ from aiorocket.consumer.local_offsets import LocalFileOffsetStore, default_offse
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.offset_store import OffsetStore, RemoteOffsetStore
 from aiorocket.consumer.orderly import orderly_consume_loop
-from aiorocket.consumer.process_queue import ProcessQueue
+from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
 from aiorocket.consumer.puller import pull_loop
 from aiorocket.consumer.results import HandlerResult
 from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
@@ -195,7 +195,9 @@ class Consumer:
         self.work_queue: WorkQueue[dispatch.WorkItem] | None = None
         self._rebalance_signal = Signal()
         self._rebalance_requested = False
-        self._capacity = Signal()
+        limit = cfg.pull_threshold_for_all
+        #: the cap on all queues' cached messages, shared by their ProcessQueues.
+        self.cache_budget = CacheBudget(limit) if limit is not None else None
         self.workers_done: anyio.Event | None = None
         self._closing = False
         self._closed = False
@@ -484,16 +486,13 @@ class Consumer:
         await pq.wait_changed()
 
     def has_global_capacity(self) -> bool:
-        limit = self.config.pull_threshold_for_all
-        if limit is None:
-            return True
-        return sum(pq.cached_count for pq in self.process_queues.values()) < limit
+        return self.cache_budget is None or self.cache_budget.has_room()
 
     async def wait_capacity(self, pq: ProcessQueue) -> None:
         if not pq.has_capacity(self.config):
             await pq.wait_room(self.config)
-        else:
-            await self._capacity.wait()
+        elif self.cache_budget is not None:
+            await self.cache_budget.wait_room()
 
     # -- offsets ---------------------------------------------------------------------
 
@@ -569,8 +568,6 @@ class Consumer:
                 self._retry_locally(msg)
                 return
         pq.on_done(msg, msg._generation)
-        if self.config.pull_threshold_for_all is not None:
-            self._capacity.notify()
 
     def finish(self, msg: ConsumerMessage) -> bool:
         """Settle a message as consumed; False if it was settled already or is stale.
@@ -582,11 +579,7 @@ class Consumer:
             return False
         msg._settled = True
         pq = msg._pq
-        if pq is None or not pq.on_done(msg, msg._generation):
-            return False
-        if self.config.pull_threshold_for_all is not None:
-            self._capacity.notify()
-        return True
+        return pq is not None and pq.on_done(msg, msg._generation)
 
     async def _send_back(self, pq: ProcessQueue, msg: ConsumerMessage, delay_level: int) -> bool:
         addr = await self.broker_addr(pq.mq)

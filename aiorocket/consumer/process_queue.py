@@ -22,8 +22,55 @@ if TYPE_CHECKING:
     from aiorocket.consumer.config import ConsumerConfig
 
 
+class CacheBudget:
+    """The cap on messages cached by all of a consumer's queues (``pull_threshold_for_all``).
+
+    Each :class:`ProcessQueue` reports here every change of its cached count (pulled,
+    finished or taken, reset, dropped), so the total is always current and a pull
+    waiting for room is woken by whichever of them frees it, whoever caused it.
+
+    Parameters
+    ----------
+    limit:
+        Pulls wait while this many messages or more are cached.
+    """
+
+    __slots__ = ("_room", "count", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.count = 0
+        self._room = Signal()
+
+    def has_room(self) -> bool:
+        return self.count < self.limit
+
+    def release(self, n: int) -> None:
+        self.count -= n
+        if self.count < self.limit:
+            self._room.notify()
+
+    async def wait_room(self) -> None:
+        while self.count >= self.limit:
+            await self._room.wait()
+
+
 class ProcessQueue:
+    """The state of one assigned queue.
+
+    Parameters
+    ----------
+    mq:
+        The queue.
+    start_offset:
+        Where its first pull starts.
+    budget:
+        The consumer's cap on all queues' cached messages, if it has one; this queue
+        reports its cached count to it.
+    """
+
     __slots__ = (
+        "_budget",
         "_changed",
         "_room",
         "_room_at",
@@ -47,8 +94,11 @@ class ProcessQueue:
         "undecodable_total",
     )
 
-    def __init__(self, mq: MessageQueue, start_offset: int) -> None:
+    def __init__(
+        self, mq: MessageQueue, start_offset: int, budget: CacheBudget | None = None
+    ) -> None:
         self.mq = mq
+        self._budget = budget
         self.tracker = OffsetTracker(start_offset)
         self.cached_count = 0
         self.cached_bytes = 0
@@ -110,6 +160,8 @@ class ProcessQueue:
         self.tracker.add([m.queue_offset for m in messages], next_offset)
         n = len(messages)
         self.cached_count += n
+        if self._budget is not None:
+            self._budget.count += n
         self.cached_bytes += sum([len(m.body) for m in messages])
         self.pulled_total += n
 
@@ -120,6 +172,8 @@ class ProcessQueue:
         self.cached_count -= 1
         self.cached_bytes -= len(msg.body)
         self.consumed_total += 1
+        if self._budget is not None:
+            self._budget.release(1)
         self._changed.notify()
         room_at = self._room_at
         if room_at and self.cached_count <= room_at[0] and self.cached_bytes <= room_at[1]:
@@ -129,6 +183,8 @@ class ProcessQueue:
     def reset(self, offset: int) -> None:
         """Forget everything cached (OFFSET_ILLEGAL or seek) and restart at ``offset``."""
         self.tracker.reset(offset)
+        if self._budget is not None:
+            self._budget.release(self.cached_count)
         self.cached_count = 0
         self.cached_bytes = 0
         self.buffer.clear()
@@ -138,7 +194,13 @@ class ProcessQueue:
         self._room.notify()
 
     def drop(self) -> None:
+        """Stop the queue; its cached messages no longer count against the budget."""
         self.dropped = True
+        if self._budget is not None:
+            # Messages still being handled finish later, but they are no more than the
+            # running handlers; leaving the rest counted would hold every other pull.
+            self._budget.release(self.cached_count)
+            self._budget = None
         if self.pull_scope is not None:
             self.pull_scope.cancel()
         self._changed.notify()

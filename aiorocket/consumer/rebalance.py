@@ -250,7 +250,7 @@ async def _apply(consumer: Consumer, targets: dict[str, frozenset[MessageQueue]]
         if start is None:
             continue  # logged; the next pass tries again
         offset, committed = start
-        pq = ProcessQueue(mq, offset)
+        pq = ProcessQueue(mq, offset, consumer.cache_budget)
         if not committed:
             pq.tracker.mark_dirty()  # the flusher commits it, so a restart resumes here
         if consumer.config.orderly:

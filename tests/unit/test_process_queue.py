@@ -7,7 +7,7 @@ import pytest
 
 from aiorocket.consumer.config import ConsumerConfig
 from aiorocket.consumer.message import ConsumerMessage
-from aiorocket.consumer.process_queue import ProcessQueue
+from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
 from aiorocket.message import MessageQueue
 
 pytestmark = pytest.mark.anyio
@@ -80,3 +80,37 @@ async def test_dropping_the_queue_releases_its_waiting_pull() -> None:
     pq = ProcessQueue(MessageQueue("t", "b", 0), 0)
     msgs = pulled(pq, 10)
     assert await released_after(pq, cfg, [msgs[0], "drop"]) == 2
+
+
+async def test_every_change_of_a_queue_cache_reaches_the_global_budget() -> None:
+    budget = CacheBudget(4)
+    a = ProcessQueue(MessageQueue("t", "a", 0), 0, budget)
+    b = ProcessQueue(MessageQueue("t", "b", 0), 0, budget)
+    a_msgs, b_msgs = pulled(a, 3), pulled(b, 3)
+    assert (budget.count, budget.has_room()) == (6, False)
+    assert a.on_done(a_msgs[0], 0)  # finished, or taken by getmany, or dead-lettered
+    a.reset(10)  # OFFSET_ILLEGAL or seek: the cached messages are forgotten
+    assert budget.count == 3
+    b.drop()  # revoked: its cached messages no longer count
+    assert budget.count == 0
+    assert b.on_done(b_msgs[0], 0)  # a handler of the dropped queue finishing late
+    assert budget.count == 0
+
+
+async def test_a_pull_waiting_on_the_global_budget_wakes_when_any_queue_frees_room() -> None:
+    budget = CacheBudget(2)
+    a = ProcessQueue(MessageQueue("t", "a", 0), 0, budget)
+    msgs = pulled(a, 2)
+    woke = anyio.Event()
+
+    async def pull_task() -> None:
+        await budget.wait_room()
+        woke.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pull_task)
+        await anyio.wait_all_tasks_blocked()
+        assert not woke.is_set()
+        assert a.on_done(msgs[0], 0)
+        with anyio.fail_after(5):
+            await woke.wait()

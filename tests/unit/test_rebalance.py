@@ -131,6 +131,7 @@ class FakeConsumer:
         self.revoked: list[MessageQueue] = []
         self.assigned_calls: list[list[MessageQueue]] = []
         self.rejoins = 0
+        self.cache_budget = None
 
     async def broker_addr(self, mq: MessageQueue) -> str | None:
         return BROKERS[mq.broker_name]
