@@ -35,9 +35,9 @@ def import_all() -> tuple[list[str], dict[str, str], list[str]]:
 
     optional = extra_modules()
     imported, needs_extra, failed = [], {}, []
-    names = ["aiorocket"] + [
-        m.name for m in pkgutil.walk_packages(aiorocket.__path__, "aiorocket.", onerror=print)
-    ]
+    # A package that needs an extra cannot be walked into: it is reported below.
+    walk = pkgutil.walk_packages(aiorocket.__path__, "aiorocket.", onerror=lambda _: None)
+    names = ["aiorocket"] + [m.name for m in walk]
     for name in names:
         try:
             importlib.import_module(name)
