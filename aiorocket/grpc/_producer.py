@@ -20,7 +20,8 @@ so the first send to a topic adds it to the settings (one Telemetry update).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -132,6 +133,8 @@ class GrpcProducer:
         self._topics: set[str] = set()
         self._topics_lock = anyio.Lock()
         self._checks = anyio.CapacityLimiter(config.check_concurrency)
+        #: requests waiting for the Proxy at once (``max_in_flight``)
+        self._slots = anyio.Semaphore(config.max_in_flight)
         self._closed = False
 
     async def __aenter__(self) -> GrpcProducer:
@@ -179,17 +182,46 @@ class GrpcProducer:
             transactional=transactional,
         )
 
+    async def acquire(self) -> None:
+        """Wait for an in-flight slot (``start_send`` takes it before spawning)."""
+        await self._slots.acquire()
+
+    def release(self) -> None:
+        self._slots.release()
+
+    @property
+    def in_flight(self) -> int:
+        return self.config.max_in_flight - self._slots.value
+
     async def send(
         self,
         msg: Message,
         *,
         timeout: float | None = None,
         sharding_key: object = None,
+        held: bool = False,
     ) -> SendResult:
+        """Send one message; ``held``: the caller already holds an in-flight slot."""
         group = None if sharding_key is None else str(sharding_key)
         pbm = self._build(msg, group)
-        (result,) = await self._send([pbm], msg.topic, timeout)
+        if held:
+            (result,) = await self._send([pbm], msg.topic, timeout)
+            return result
+        async with self._slot(timeout):
+            (result,) = await self._send([pbm], msg.topic, timeout)
         return result
+
+    @asynccontextmanager
+    async def _slot(self, timeout: float | None) -> AsyncIterator[None]:
+        budget = self.config.send_timeout if timeout is None else timeout
+        with anyio.move_on_after(budget) as scope:
+            await self._slots.acquire()
+        if scope.cancelled_caught:
+            raise RequestTimeoutError(f"no in-flight slot free within {budget}s")
+        try:
+            yield
+        finally:
+            self._slots.release()
 
     async def send_batch(
         self, messages: Sequence[Message], *, timeout: float | None = None,
@@ -202,7 +234,8 @@ class GrpcProducer:
             raise ConfigError("a batch's messages must share one topic")
         group = None if sharding_key is None else str(sharding_key)
         pbms = [self._build(m, group) for m in messages]
-        return await self._send(pbms, topic, timeout)
+        async with self._slot(timeout):
+            return await self._send(pbms, topic, timeout)
 
     async def _send(
         self,
@@ -258,7 +291,8 @@ class GrpcProducer:
         if self._checker is None:
             raise ConfigError("a transactional send needs transaction_checker= on the producer")
         pbm = self._build(msg, None, transactional=True)
-        (result,) = await self._send([pbm], msg.topic, timeout, attempts=1, transactional=True)
+        async with self._slot(timeout):
+            (result,) = await self._send([pbm], msg.topic, timeout, attempts=1, transactional=True)
         # If the local transaction raises, nothing is ended: the Proxy's recovery
         # command asks the checker later (Java sends nothing for UNKNOWN either).
         state = await local_transaction(msg, result)

@@ -165,8 +165,10 @@ class Session:
         self._closed = True
         try:
             if self._tg is not None:
+                # The background tasks end by cancellation; the caller's own exception
+                # (if any) propagates from its ``async with``, not wrapped in a group.
                 self._tg.cancel_scope.cancel()
-                await self._tg.__aexit__(exc_type, exc, tb)
+                await self._tg.__aexit__(None, None, None)
         finally:
             if self.settings is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
+import anyio
 import h2.exceptions
 from grpclib.client import Channel, Stream
 from grpclib.const import Cardinality
@@ -47,6 +48,11 @@ __all__ = ["Credentials", "GrpcOptions", "GrpcTransport", "check_status", "parse
 
 _SERVICE = "/apache.rocketmq.v2.MessagingService/"
 _OK_CODES = frozenset({pb.Code.OK, pb.Code.MULTIPLE_RESULTS})
+#: grpclib enforces a deadline by a bare ``task.cancel()`` that anyio's cancel scopes
+#: cannot tell from a cancellation of the task itself. So the deadline is enforced here
+#: by ``anyio.fail_after``; grpclib gets it this much later, only to send the
+#: ``grpc-timeout`` header the Proxy needs (its timer never fires first).
+_GRACE = 1.0
 
 Req = TypeVar("Req")
 Rep = TypeVar("Rep")
@@ -243,7 +249,7 @@ class GrpcTransport:
     ) -> Stream[Req, Rep]:
         return self.channel.request(
             _SERVICE + rpc, cardinality, request_type, reply_type,
-            timeout=timeout, metadata=self.metadata(),
+            timeout=None if timeout is None else timeout + _GRACE, metadata=self.metadata(),
         )  # fmt: skip
 
     async def unary(
@@ -256,7 +262,7 @@ class GrpcTransport:
     ) -> Rep:
         """One request, one reply; the whole call (connecting included) within ``timeout``."""
         limit = self.request_timeout if timeout is None else timeout
-        with self.boundary(rpc, limit):
+        with self.boundary(rpc, limit), anyio.fail_after(limit):
             call = self._call(rpc, Cardinality.UNARY_UNARY, type(request), reply_type, limit)
             async with call as stream:
                 await stream.send_message(request, end=True)
@@ -269,12 +275,19 @@ class GrpcTransport:
     async def server_stream(
         self, rpc: str, request: Any, reply_type: type[Rep], *, timeout: float
     ) -> AsyncIterator[Stream[Any, Rep]]:
-        """A server-streaming call: yields the open stream after sending ``request``."""
-        with self.boundary(rpc, timeout):
+        """A server-streaming call: yields the open stream after sending ``request``.
+
+        The block must read the stream to its end; the call then checks that it ended
+        with the server's trailers: a connection that drops midway is an error here,
+        not a short but seemingly complete answer.
+        """
+        with self.boundary(rpc, timeout), anyio.fail_after(timeout):
             call = self._call(rpc, Cardinality.UNARY_STREAM, type(request), reply_type, timeout)
             async with call as stream:
                 await stream.send_message(request, end=True)
                 yield stream
+                if stream.trailing_metadata is None:
+                    await stream.recv_trailing_metadata()
 
     @asynccontextmanager
     async def bidi_stream(
@@ -295,9 +308,11 @@ class GrpcTransport:
     def boundary(self, rpc: str, timeout: float | None) -> Iterator[None]:
         """Map grpclib, h2 and socket errors raised inside to aiorocket errors."""
         where = f"{rpc} to {self.endpoint}"
+        baseline = _cancelling()
         try:
             yield
         except GRPCError as exc:
+            _uncancel_to(baseline)
             if exc.status is GrpcStatus.DEADLINE_EXCEEDED:
                 raise RequestTimeoutError(f"{where}: no answer within {timeout}s") from exc
             if exc.status is GrpcStatus.UNAVAILABLE:
@@ -305,7 +320,8 @@ class GrpcTransport:
             raise GrpcStatusError(
                 exc.status.value, exc.status.name, exc.message, rpc=rpc
             ) from exc
-        except asyncio.TimeoutError as exc:
+        except (asyncio.TimeoutError, TimeoutError) as exc:
+            _uncancel_to(baseline)
             raise RequestTimeoutError(f"{where}: no answer within {timeout}s") from exc
         except (
             OSError,
@@ -314,4 +330,22 @@ class GrpcTransport:
             h2.exceptions.ProtocolError,
             ssl.SSLError,
         ) as exc:
+            _uncancel_to(baseline)
             raise ProxyUnavailableError(f"{where}: {type(exc).__name__}: {exc}") from exc
+
+
+def _cancelling() -> int:
+    counter = getattr(asyncio.current_task(), "cancelling", None)  # Python 3.11+
+    return int(counter()) if counter is not None else 0
+
+
+def _uncancel_to(baseline: int) -> None:
+    """Undo the bare ``task.cancel()`` calls grpclib makes to wake a task whose
+    connection was lost (it turns the CancelledError into StreamTerminatedError but
+    leaves the task's cancel request count raised). Left raised, anyio's cancel scopes
+    would take the task for cancelled from outside and cancel it later (Python 3.11+)."""
+    task: Any = asyncio.current_task()
+    if task is None or not hasattr(task, "uncancel"):
+        return
+    while task.cancelling() > baseline:
+        task.uncancel()

@@ -157,6 +157,8 @@ class Producer:
     @property
     def in_flight(self) -> int:
         """Requests currently holding an in-flight slot."""
+        if self._grpc is not None:
+            return self._grpc.in_flight
         return 0 if self._sender is None else self._sender.in_flight
 
     @property
@@ -359,8 +361,13 @@ class Producer:
         result. A failed send raises in ``task_group`` (cancelling it, as any failed task).
         """
         if self.transport == "grpc":
-            self._grpc_producer(selector)
-            task_group.start_soon(self._grpc_send, msg, on_result, timeout, sharding_key)
+            grpc = self._grpc_producer(selector)
+            await grpc.acquire()
+            try:
+                task_group.start_soon(self._grpc_send, msg, on_result, timeout, sharding_key)
+            except BaseException:
+                grpc.release()
+                raise
             return
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
@@ -395,7 +402,11 @@ class Producer:
         timeout: float | None,
         sharding_key: object,
     ) -> None:
-        result = await self.send(msg, timeout=timeout, sharding_key=sharding_key)
+        grpc = self._grpc_producer(None)
+        try:
+            result = await grpc.send(msg, timeout=timeout, sharding_key=sharding_key, held=True)
+        finally:
+            grpc.release()
         if on_result is not None:
             ret = on_result(result)
             if inspect.isawaitable(ret):

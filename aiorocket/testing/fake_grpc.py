@@ -1,0 +1,185 @@
+"""A scriptable fake of the RocketMQ 5.x Proxy's gRPC service, for faults a real Proxy
+cannot be made to produce on demand (a receive stream that breaks or hangs midway, a
+Proxy that goes away and comes back). Needs the ``grpc`` extra; asyncio only.
+
+    async with FakeProxy() as proxy:
+        proxy.receive_mode = "unavailable"      # one message, then gRPC UNAVAILABLE
+        ... SimpleConsumer("g", proxy.endpoint, {"t": "*"}) ...
+
+It answers Telemetry settings (echoing the client's, as the Proxy merges them),
+Heartbeat, QueryRoute, QueryAssignment, AckMessage, ChangeInvisibleDuration and
+NotifyClientTermination with OK, and ReceiveMessage according to ``receive_mode``:
+``"ok"`` (Status OK then the queued ``messages``), ``"unavailable"`` (one message, then
+the stream ends with gRPC UNAVAILABLE), ``"reset"`` (one message, then the connection
+drops) or ``"hang"`` (nothing, ever). :meth:`restart` drops every connection, as a
+Proxy that restarts does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+from grpclib.const import Cardinality, Handler
+from grpclib.const import Status as GrpcStatus
+from grpclib.exceptions import GRPCError
+from grpclib.server import Server, Stream
+
+from aiorocket.grpc import _pb as pb
+
+__all__ = ["FakeProxy"]
+
+ReceiveMode = Literal["ok", "unavailable", "reset", "hang"]
+_PATH = "/apache.rocketmq.v2.MessagingService/"
+_OK = pb.Status(code=pb.Code.OK, message="OK")
+
+
+class FakeProxy:
+    """The fake Proxy (see the module docstring).
+
+    Parameters
+    ----------
+    port:
+        the port to listen on, 0 for any (the same port again after :meth:`restart`).
+    """
+
+    def __init__(self, port: int = 0) -> None:
+        self.port = port
+        self.receive_mode: ReceiveMode = "ok"
+        #: messages ReceiveMessage hands out (each once)
+        self.messages: list[pb.Message] = []
+        #: settings commands received on Telemetry, and the streams opened
+        self.settings_received: list[pb.Settings] = []
+        self.telemetry_streams = 0
+        self.calls: list[str] = []
+        self.receive_started = asyncio.Event()
+        self._server: Server | None = None
+        self._transports: set[asyncio.BaseTransport] = set()
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __mapping__(self) -> dict[str, Handler]:
+        def unary(name: str, req: type[Any], rep: type[Any]) -> tuple[str, Handler]:
+            async def handle(stream: Stream[Any, Any]) -> None:
+                self._track(stream)
+                await stream.recv_message()
+                self.calls.append(name)
+                await stream.send_message(rep(status=_OK))
+
+            return _PATH + name, Handler(handle, Cardinality.UNARY_UNARY, req, rep)
+
+        def handler(name: str, fn: Any, kind: Cardinality, req: type[Any], rep: type[Any]
+                    ) -> tuple[str, Handler]:  # fmt: skip
+            return _PATH + name, Handler(fn, kind, req, rep)
+
+        unary_unary, unary_stream = Cardinality.UNARY_UNARY, Cardinality.UNARY_STREAM
+        return dict(
+            [
+                unary("Heartbeat", pb.HeartbeatRequest, pb.HeartbeatResponse),
+                unary("AckMessage", pb.AckMessageRequest, pb.AckMessageResponse),
+                unary(
+                    "NotifyClientTermination",
+                    pb.NotifyClientTerminationRequest,
+                    pb.NotifyClientTerminationResponse,
+                ),
+                unary(
+                    "ChangeInvisibleDuration",
+                    pb.ChangeInvisibleDurationRequest,
+                    pb.ChangeInvisibleDurationResponse,
+                ),
+                handler("QueryAssignment", self._assignment, unary_unary,
+                        pb.QueryAssignmentRequest, pb.QueryAssignmentResponse),
+                handler("Telemetry", self._telemetry, Cardinality.STREAM_STREAM,
+                        pb.TelemetryCommand, pb.TelemetryCommand),
+                handler("ReceiveMessage", self._receive, unary_stream,
+                        pb.ReceiveMessageRequest, pb.ReceiveMessageResponse),
+            ]
+        )  # fmt: skip
+
+    async def _telemetry(self, stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand]) -> None:
+        self.telemetry_streams += 1
+        self._track(stream)
+        async for cmd in stream:
+            kind, settings = pb.oneof(cmd, "command")
+            if kind == "settings":
+                self.settings_received.append(settings)
+                await stream.send_message(pb.TelemetryCommand(status=_OK, settings=settings))
+
+    async def _assignment(
+        self, stream: Stream[pb.QueryAssignmentRequest, pb.QueryAssignmentResponse]
+    ) -> None:
+        req = await stream.recv_message()
+        assert req is not None
+        mq = pb.MessageQueue(
+            topic=req.topic, id=-1, permission=pb.Permission.READ_WRITE,
+            broker=pb.Broker(name="fake-broker", endpoints=req.endpoints),
+        )  # fmt: skip
+        await stream.send_message(
+            pb.QueryAssignmentResponse(status=_OK, assignments=[pb.Assignment(message_queue=mq)])
+        )
+
+    async def _receive(
+        self, stream: Stream[pb.ReceiveMessageRequest, pb.ReceiveMessageResponse]
+    ) -> None:
+        self._track(stream)
+        await stream.recv_message()
+        self.receive_started.set()
+        mode = self.receive_mode
+        if mode == "hang":
+            await asyncio.Event().wait()
+        batch, self.messages = self.messages, []
+        if not batch:
+            await stream.send_message(
+                pb.ReceiveMessageResponse(status=pb.Status(code=pb.Code.MESSAGE_NOT_FOUND))
+            )
+            return
+        await stream.send_message(pb.ReceiveMessageResponse(status=_OK))
+        for msg in batch if mode == "ok" else batch[:1]:
+            await stream.send_message(pb.ReceiveMessageResponse(message=msg))
+        if mode == "unavailable":
+            raise GRPCError(GrpcStatus.UNAVAILABLE, "fake proxy going away")
+        if mode == "reset":
+            self.drop_connections()
+            await asyncio.Event().wait()
+
+    def _track(self, stream: Stream[Any, Any]) -> None:
+        # grpclib keeps the connection's transport on its protocol stream (private).
+        transport = getattr(getattr(stream, "_stream", None), "_transport", None)
+        if isinstance(transport, asyncio.BaseTransport):
+            self._transports.add(transport)
+
+    def drop_connections(self) -> None:
+        """Close every client connection at once (TCP close, no HTTP/2 goodbye)."""
+        transports, self._transports = self._transports, set()
+        for transport in transports:
+            transport.close()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        server = Server([self])
+        await server.start("127.0.0.1", self.port)
+        listener: Any = server._server  # an asyncio.Server
+        self.port = int(listener.sockets[0].getsockname()[1])
+        self._server = server
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            server, self._server = self._server, None
+            self.drop_connections()
+            server.close()
+            await server.wait_closed()
+
+    async def restart(self) -> None:
+        """Go away (every stream and connection ends) and come back on the same port."""
+        await self.stop()
+        await self.start()
+
+    async def __aenter__(self) -> FakeProxy:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -1,0 +1,91 @@
+"""Faults a real Proxy cannot produce on demand, against the fake Proxy: a receive stream
+that breaks or hangs midway, a Proxy that goes away and comes back."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import anyio
+import pytest
+
+pytest.importorskip("grpclib")
+
+from aiorocket.errors import ProxyUnavailableError, RequestTimeoutError
+from aiorocket.grpc import SimpleConsumer
+from aiorocket.grpc import _pb as pb
+from aiorocket.testing.fake_grpc import FakeProxy
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def message(body: bytes) -> pb.Message:
+    return pb.Message(
+        topic=pb.Resource(name="t"),
+        system_properties=pb.SystemProperties(
+            message_id=body.decode(),
+            receipt_handle=f"rh-{body.decode()}",
+            born_timestamp=datetime.now(timezone.utc),
+            delivery_attempt=1,
+        ),
+        body=body,
+    )
+
+
+async def test_receive_gets_every_message_of_the_stream() -> None:
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
+        proxy.messages = [message(b"m1"), message(b"m2")]
+        got = await c.receive(16, invisible_duration=20)
+        assert [m.body for m in got] == [b"m1", b"m2"]
+        assert got[0].receipt_handle == "rh-m1" and got[0].broker_name == "fake-broker"
+        await c.ack(got)
+        assert "AckMessage" in proxy.calls
+        assert await c.receive(16, invisible_duration=20) == []  # MESSAGE_NOT_FOUND
+    # Closing told the Proxy.
+    assert proxy.calls[-1] == "NotifyClientTermination"
+
+
+@pytest.mark.parametrize("mode", ["unavailable", "reset"])
+async def test_stream_closing_mid_receive_is_a_typed_error(mode: str) -> None:
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
+        proxy.messages = [message(b"m1"), message(b"m2")]
+        proxy.receive_mode = mode  # type: ignore[assignment]
+        start = time.monotonic()
+        with pytest.raises(ProxyUnavailableError):
+            await c.receive(16, invisible_duration=20)
+        # No hang: the error comes with the break, not at the deadline.
+        assert time.monotonic() - start < 2.0
+
+
+async def test_receive_that_hangs_ends_at_its_deadline() -> None:
+    async with (
+        FakeProxy() as proxy,
+        SimpleConsumer("g", proxy.endpoint, {"t": "*"}, await_duration=0.5,
+                       request_timeout=0.5) as c,  # fmt: skip
+    ):
+        proxy.receive_mode = "hang"
+        start = time.monotonic()
+        with pytest.raises(RequestTimeoutError):
+            await c.receive(4, invisible_duration=20)
+        assert time.monotonic() - start < 3.0
+
+
+async def test_telemetry_reconnects_and_resends_the_settings() -> None:
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "tagA"}) as c:
+        assert proxy.telemetry_streams == 1 and len(proxy.settings_received) == 1
+        sub = proxy.settings_received[0].subscription
+        assert sub is not None and sub.subscriptions[0].expression.expression == "tagA"
+        await proxy.restart()
+        with anyio.fail_after(10):  # the first retry comes after 1 s
+            while len(proxy.settings_received) < 2:  # noqa: ASYNC110 - no event to await
+                await anyio.sleep(0.05)
+        assert proxy.telemetry_streams == 2
+        # Calls reconnect too: the consumer works again.
+        proxy.messages = [message(b"after")]
+        got = await c.receive(4, invisible_duration=20)
+        assert [m.body for m in got] == [b"after"]
