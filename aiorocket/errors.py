@@ -23,6 +23,19 @@ class FrameTooLargeError(ProtocolError):
     """A frame announces a length above the 16 MiB limit (or below the minimum)."""
 
 
+class ResponseTooLargeError(FrameTooLargeError):
+    """The answer to a request was larger than the frame limit. Its body was read and
+    thrown away, so the connection stays open; ``size`` is the frame's length.
+
+    The consumer meets it when a pull answer (large messages x batch size) does not
+    fit: it pulls that queue in smaller batches.
+    """
+
+    def __init__(self, message: str, *, size: int) -> None:
+        super().__init__(message)
+        self.size = size
+
+
 class MessageDecodeError(ProtocolError):
     """A stored-message record in a pull response is truncated or corrupt.
 

@@ -89,6 +89,8 @@ class ProcessQueue:
         "pulled_total",
         "request_scope",
         "running",
+        "small_batch",
+        "small_batch_until",
         "suspended_until",
         "tracker",
         "undecodable_total",
@@ -108,6 +110,10 @@ class ProcessQueue:
         self.pulled_total = 0
         self.consumed_total = 0
         self.undecodable_total = 0  # records dead-lettered or skipped, never delivered
+        # A pull answer over the frame limit: pull this queue this many messages at a
+        # time (0: the configured batch) until the offset passes small_batch_until.
+        self.small_batch = 0
+        self.small_batch_until = 0
         self.created_at = time.monotonic()
         # Orderly consumption: broker lock state and one-handler-at-a-time lock.
         self.locked = False

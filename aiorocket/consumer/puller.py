@@ -12,8 +12,14 @@ from aiorocket.client.results import PullStatus
 from aiorocket.consumer.config import MessageModel
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.undecodable import dead_letter_undecodable
-from aiorocket.errors import BrokerResponseError, ConnectionClosedError, RocketMQError
+from aiorocket.errors import (
+    BrokerResponseError,
+    ConnectionClosedError,
+    ResponseTooLargeError,
+    RocketMQError,
+)
 from aiorocket.message import PROPERTY_RETRY_TOPIC
+from aiorocket.protocol.frame import MAX_FRAME_LENGTH
 from aiorocket.protocol.route import MASTER_ID
 from aiorocket.protocol.subscription import Subscription
 
@@ -43,6 +49,7 @@ async def pull_loop(
         # the broker needs the expression with every request.
         with_sub = sub.expression_type != "TAG" or consumer.pull_mode
         filter_tags = not sub.matches_all
+        max_batch = cfg.pull_batch_size
         # The broker the last answer suggested (Java: pullFromWhichNodeTable); when it is
         # gone, the master, else a slave: a group whose master is down is read from its
         # slaves.
@@ -75,6 +82,7 @@ async def pull_loop(
             if with_sub:
                 sys_flag |= PULL_SUBSCRIPTION
             generation = pq.tracker.generation
+            batch = _batch_size(pq, offset, cfg.pull_batch_size) if pq.small_batch else max_batch
             try:
                 with anyio.CancelScope() as request_scope:
                     pq.request_scope = request_scope
@@ -83,7 +91,7 @@ async def pull_loop(
                         consumer.group,
                         pq.mq,
                         offset,
-                        max_nums=cfg.pull_batch_size,
+                        max_nums=batch,
                         sys_flag=sys_flag,
                         commit_offset=commit,
                         suspend_timeout_ms=int(cfg.long_poll_timeout * 1000),
@@ -94,6 +102,25 @@ async def pull_loop(
                         message_class=ConsumerMessage,
                         keep_undecodable=True,
                     )
+            except ResponseTooLargeError as exc:
+                # Large messages x batch size: the connection is fine (the answer was
+                # skipped); ask for fewer messages, never the same answer again.
+                if batch > 1:
+                    pq.small_batch = batch // 2
+                    pq.small_batch_until = max(pq.small_batch_until, offset + batch)
+                    log.warning(
+                        "pull_answer_too_large", offset=offset, size=exc.size, batch=batch,
+                        next_batch=pq.small_batch,
+                    )  # fmt: skip
+                    continue
+                log.error(
+                    "message_too_large_to_receive", offset=offset, size=exc.size,
+                    limit=MAX_FRAME_LENGTH,
+                    hint="the broker stores messages larger than any remoting frame: "
+                    "lower its maxMessageSize; this queue cannot move past it",
+                )  # fmt: skip
+                await anyio.sleep(cfg.pull_backoff_on_error)
+                continue
             except (ConnectionClosedError, BrokerResponseError, RocketMQError) as exc:
                 log.warning("pull_failed", offset=offset, error=str(exc))
                 await anyio.sleep(cfg.pull_backoff_on_error)
@@ -155,3 +182,14 @@ async def pull_loop(
                 pq.reset(result.next_begin_offset)
                 pq.tracker.mark_dirty()
                 await consumer.persist_offset(pq)
+
+
+def _batch_size(pq: ProcessQueue, offset: int, configured: int) -> int:
+    """The batch of a queue whose answers were too large: halved (at the failure) until
+    the offset passes the messages that did not fit, then doubled at every pull."""
+    if offset >= pq.small_batch_until:
+        pq.small_batch *= 2
+        if pq.small_batch >= configured:
+            pq.small_batch = 0
+            return configured
+    return pq.small_batch

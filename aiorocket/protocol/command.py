@@ -26,6 +26,9 @@ class RemotingCommand:
     body: bytes = b""
     language: str = LANGUAGE
     version: int = CLIENT_VERSION
+    #: body bytes the frame decoder read and threw away: an answer over the frame limit
+    #: (its header is kept, so the request it answers fails alone).
+    skipped_body: int = field(default=0, compare=False, repr=False)
 
     @classmethod
     def request(

@@ -22,6 +22,11 @@ from aiorocket.errors import FrameTooLargeError, ProtocolError
 from aiorocket.protocol.command import RemotingCommand
 
 MAX_FRAME_LENGTH = 16 * 1024 * 1024
+#: An answer above MAX_FRAME_LENGTH but at most this long is skipped (its header decoded,
+#: its body read and thrown away) instead of closing the connection; anything longer is
+#: taken for garbage.
+MAX_SKIPPED_FRAME_LENGTH = 1024 * 1024 * 1024
+_MAX_SKIPPED_HEADER = 64 * 1024
 SERIALIZE_JSON = 0
 SERIALIZE_ROCKETMQ = 1
 
@@ -263,14 +268,18 @@ class FrameDecoder:
     """Incremental decoder: feed bytes as they arrive, get whole commands out.
 
     A bad length prefix raises before any of the announced bytes are buffered, so a
-    garbage stream cannot make us allocate 2 GiB.
+    garbage stream cannot make us allocate 2 GiB. A *response* over the frame limit
+    (up to :data:`MAX_SKIPPED_FRAME_LENGTH`) is not an error of the stream: its header
+    comes out with an empty body and ``skipped_body`` set, and the body is thrown away
+    as it arrives, so the connection and the other requests on it go on.
     """
 
-    __slots__ = ("_buf", "_need")
+    __slots__ = ("_buf", "_need", "_skip")
 
     def __init__(self) -> None:
         self._buf = bytearray()
         self._need = -1
+        self._skip = 0  # body bytes of an oversized answer still to throw away
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         self._buf += data
@@ -278,10 +287,24 @@ class FrameDecoder:
         buf = self._buf
         pos = 0
         while True:
+            if self._skip:
+                n = min(self._skip, len(buf) - pos)
+                pos += n
+                self._skip -= n
+                if self._skip:
+                    break
             if self._need < 0:
                 if len(buf) - pos < 4:
                     break
                 (length,) = _INT.unpack_from(buf, pos)
+                if length > MAX_FRAME_LENGTH and length <= MAX_SKIPPED_FRAME_LENGTH:
+                    header = self._oversized_header(buf, pos, length)
+                    if header is None:
+                        break  # wait for the rest of its header
+                    out.append(header)
+                    pos += 4 + length - header.skipped_body
+                    self._skip = header.skipped_body
+                    continue
                 check_frame_length(length)
                 self._need = length
                 pos += 4
@@ -294,6 +317,22 @@ class FrameDecoder:
         if pos:
             del buf[:pos]
         return out
+
+    @staticmethod
+    def _oversized_header(buf: bytearray, pos: int, length: int) -> RemotingCommand | None:
+        """The header of the over-limit frame at ``pos`` (None: not all here yet)."""
+        if len(buf) - pos < 8:
+            return None
+        header_len = _INT.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
+        if header_len > _MAX_SKIPPED_HEADER or header_len > length - 4:
+            check_frame_length(length)  # not an answer we can skip: reject it as before
+        if len(buf) - pos < 8 + header_len:
+            return None
+        cmd = decode_frame(memoryview(buf)[pos + 4 : pos + 8 + header_len])
+        if not cmd.is_response:
+            check_frame_length(length)  # only an answer fails alone; a request cannot
+        cmd.skipped_body = length - 4 - header_len
+        return cmd
 
     @property
     def buffered(self) -> int:

@@ -33,10 +33,11 @@ from aiorocket.errors import (
     ConnectionClosedError,
     ProtocolError,
     RequestTimeoutError,
+    ResponseTooLargeError,
 )
 from aiorocket.protocol.codes import RemotingFlag, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
-from aiorocket.protocol.frame import encode_command
+from aiorocket.protocol.frame import MAX_FRAME_LENGTH, encode_command
 from aiorocket.remoting.wire import StreamWire, Wire, open_wire
 
 #: Handles a request the server sent us. Return the response, or None for oneway requests.
@@ -272,8 +273,17 @@ class Connection:
             await pending.event.wait()
         finally:
             self._pending.pop(cmd.opaque, None)
-        if pending.response is not None:
-            return pending.response
+        response = pending.response
+        if response is not None:
+            if response.skipped_body:
+                size = response.skipped_body
+                raise ResponseTooLargeError(
+                    f"the answer to request code {cmd.code} from {self.address} is larger "
+                    f"than the {MAX_FRAME_LENGTH} byte frame limit (body of {size} bytes, "
+                    "skipped; the connection stays open)",
+                    size=size,
+                )
+            return response
         if pending.error is not None:
             err = pending.error
             if isinstance(err, ConnectionClosedError):

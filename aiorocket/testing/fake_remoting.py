@@ -9,6 +9,7 @@ answer). Users of aiorocket can use it in their own tests too.
 from __future__ import annotations
 
 import contextlib
+import struct
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any
@@ -17,7 +18,12 @@ import anyio
 import anyio.abc
 
 from aiorocket.protocol.command import RemotingCommand
-from aiorocket.protocol.frame import FrameDecoder, encode_command
+from aiorocket.protocol.frame import (
+    MAX_FRAME_LENGTH,
+    FrameDecoder,
+    encode_command,
+    encode_header,
+)
 
 
 class ServerSession:
@@ -34,7 +40,14 @@ class ServerSession:
         self.stalled = True
 
     async def send(self, cmd: RemotingCommand) -> None:
-        await self.send_raw(encode_command(cmd))
+        """Send ``cmd``; unlike a client, this peer may exceed the frame limit (as a broker
+        configured for larger messages does)."""
+        if len(cmd.body) < MAX_FRAME_LENGTH // 2:
+            await self.send_raw(encode_command(cmd))
+            return
+        header = encode_header(cmd)
+        prefix = struct.pack(">ii", 4 + len(header) + len(cmd.body), len(header))
+        await self.send_raw(prefix + header + cmd.body)
 
     async def send_raw(self, data: bytes) -> None:
         """Send bytes; a session that is already closed (by either side) or stalled drops them."""

@@ -7,7 +7,7 @@ import struct
 import anyio
 import pytest
 
-from aiorocket.errors import ConnectionClosedError, RequestTimeoutError
+from aiorocket.errors import ConnectionClosedError, RequestTimeoutError, ResponseTooLargeError
 from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.frame import MAX_FRAME_LENGTH, encode_command
@@ -270,4 +270,34 @@ async def test_a_timeout_within_the_minimum_keeps_the_connection() -> None:
             await conn.request(RemotingCommand.request(2), 0.05)
         assert not conn.closed
         await conn.request(RemotingCommand.request(1), 5)
+        assert len(server.sessions) == 1
+
+
+async def test_an_answer_over_the_frame_limit_fails_its_request_alone() -> None:
+    big_sent = anyio.Event()
+
+    async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.ext_fields.get("big") == "1":
+            body = bytes(MAX_FRAME_LENGTH + 1)
+            await session.send(RemotingCommand.response_to(cmd, body=body))
+            big_sent.set()
+        else:
+            await big_sent.wait()  # answered after the big one, on the same connection
+            await session.send(RemotingCommand.response_to(cmd, ext_fields={"ok": "1"}))
+
+    async with FakeRemotingServer(handler) as server, ConnectionPool() as pool:
+        conn = await pool.get(server.address)
+        small: list[RemotingCommand] = []
+
+        async def small_request() -> None:
+            small.append(await conn.request(RemotingCommand.request(1), 10))
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(small_request)
+                with pytest.raises(ResponseTooLargeError) as caught:
+                    await conn.request(RemotingCommand.request(1, {"big": "1"}), 10)
+        assert caught.value.size == MAX_FRAME_LENGTH + 1
+        assert small[0].ext_fields == {"ok": "1"}
+        assert not conn.closed and await pool.get(server.address) is conn
         assert len(server.sessions) == 1

@@ -15,6 +15,7 @@ from aiorocket.protocol import frame
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.frame import (
     MAX_FRAME_LENGTH,
+    MAX_SKIPPED_FRAME_LENGTH,
     FrameDecoder,
     decode_frame,
     encode_command,
@@ -94,7 +95,43 @@ def test_garbage_raises_protocol_error_or_waits(garbage: bytes) -> None:
 def test_oversized_length_rejected_before_buffering(json_impl: None) -> None:
     decoder = FrameDecoder()
     with pytest.raises(FrameTooLargeError):
-        decoder.feed(struct.pack(">i", MAX_FRAME_LENGTH + 1) + b"x")
+        decoder.feed(struct.pack(">i", MAX_SKIPPED_FRAME_LENGTH + 1) + b"x")
+
+
+def _oversized_prefix(cmd: RemotingCommand, body_len: int) -> bytes:
+    """Length prefix and header of a frame whose body (not included) is ``body_len`` long."""
+    header = frame.encode_header(cmd)
+    return struct.pack(">ii", 4 + len(header) + body_len, len(header)) + header
+
+
+def test_an_answer_over_the_limit_is_skipped_and_the_stream_goes_on(json_impl: None) -> None:
+    decoder = FrameDecoder()
+    answer = RemotingCommand(code=0, opaque=7, flag=1, ext_fields={"nextBeginOffset": "3"})
+    body_len = MAX_FRAME_LENGTH
+    after = encode_command(RemotingCommand(code=0, opaque=8, flag=1, body=b"next"))
+    prefix = _oversized_prefix(answer, body_len)
+    out = decoder.feed(prefix[:5])  # the header may arrive in pieces
+    out += decoder.feed(prefix[5:] + bytes(100))
+    [head] = out
+    assert (head.opaque, head.ext_fields, head.body) == (7, {"nextBeginOffset": "3"}, b"")
+    assert head.skipped_body == body_len
+    chunk = bytes(1024 * 1024)
+    left = body_len - 100
+    while left > len(chunk):
+        assert decoder.feed(chunk) == []
+        assert decoder.buffered == 0  # thrown away as it arrives, never buffered
+        left -= len(chunk)
+    [nxt] = decoder.feed(chunk[:left] + after)
+    assert (nxt.opaque, nxt.body, nxt.skipped_body) == (8, b"next", 0)
+
+
+def test_a_request_over_the_limit_still_closes_the_stream() -> None:
+    request = RemotingCommand(code=11, opaque=7)  # not a response: nothing waits for it
+    with pytest.raises(FrameTooLargeError):
+        FrameDecoder().feed(_oversized_prefix(request, MAX_FRAME_LENGTH))
+    huge_header = struct.pack(">ii", MAX_FRAME_LENGTH + 10, 1 << 20)
+    with pytest.raises(FrameTooLargeError):
+        FrameDecoder().feed(huge_header)
 
 
 def test_negative_and_tiny_lengths_rejected() -> None:

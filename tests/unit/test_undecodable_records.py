@@ -14,11 +14,11 @@ from collections.abc import Callable
 import anyio
 import pytest
 
-from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
+from aiorocket.consumer import ConsumerMessage
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.logs import capture_logs
 
-from .consumer_fakes import FAST, TOPIC, FakeBroker, FakeCluster, running
+from .consumer_fakes import TOPIC, FakeBroker, FakeCluster, consumer_of, running
 
 pytestmark = pytest.mark.anyio
 
@@ -54,11 +54,7 @@ async def test_a_record_with_broken_framing_is_skipped_and_the_queue_moves_on(
             done.set()
 
     async with running(cluster):
-        consumer = Consumer(
-            "g", cluster.namesrv.address, handler=handle,
-            consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST,
-        )  # fmt: skip
-        consumer.subscribe(TOPIC)
+        consumer = consumer_of(cluster, handle)
         with capture_logs() as logs:
             async with consumer:
                 with anyio.fail_after(10):
