@@ -170,6 +170,11 @@ class _FakeRoute:
     def master_addr(self, broker_name: str) -> str:
         return "127.0.0.1:10911"
 
+    def find_addr(
+        self, broker_name: str, broker_id: int = 0, *, only_this: bool = False
+    ) -> tuple[str, int]:
+        return "127.0.0.1:10911", 0
+
 
 class _FakeBroker:
     """Answers pulls from pre-encoded records: the whole client-side consume path runs."""
