@@ -2,9 +2,9 @@
 
 Every ```python block must run as written (in a fresh interpreter, with
 ``AIOROCKET_NAMESRV_ADDR`` set); a block that only includes a file of examples/
-(``--8<-- "examples/x.py"``) is left to the examples' own test. Topics are created by
-the ``python -m aiorocket.testing.broker topic ...`` lines of the ```sh blocks, as a
-reader would.
+(``--8<-- "examples/x.py"``) is left to the examples' own test. Topics (and groups)
+are created by the ``python -m aiorocket.testing.broker topic|group ...`` lines of the
+```sh blocks, as a reader would.
 """
 
 from __future__ import annotations
@@ -55,12 +55,12 @@ def python_blocks(path: Path) -> list[Block]:
 
 
 def topic_commands(path: Path) -> list[list[str]]:
-    """The arguments of each ``... broker topic`` command of the sh blocks."""
+    """The arguments of each ``... broker topic|group`` command of the sh blocks."""
     out = []
     for block in blocks(path, "sh"):
         for line in block.code.splitlines():
             line = line.split("#", 1)[0].strip()
-            if line.startswith(f"{BROKER_CLI} topic "):
+            if line.startswith((f"{BROKER_CLI} topic ", f"{BROKER_CLI} group ")):
                 out.append(shlex.split(line[len(BROKER_CLI) :]))
     return out
 
@@ -78,7 +78,14 @@ def run_block(block: Block, env: dict[str, str], cwd: Path, python: str) -> None
 
 
 def env_for(rocketmq: LocalRocketMQ) -> dict[str, str]:
-    return {**os.environ, "AIOROCKET_NAMESRV_ADDR": rocketmq.namesrv_addr}
+    """What ``eval "$(python -m aiorocket.testing.broker status --env)"`` exports."""
+    return {
+        **os.environ,
+        "AIOROCKET_NAMESRV_ADDR": rocketmq.namesrv_addr,
+        "AIOROCKET_PROXY_GRPC": rocketmq.proxy_grpc,
+        "AIOROCKET_PROXY_REMOTING": rocketmq.proxy_remoting,
+        "AIOROCKET_BROKER_ADDRS": ";".join(rocketmq.broker_addrs.values()),
+    }
 
 
 def create_documented_topics(rocketmq: LocalRocketMQ) -> None:

@@ -26,21 +26,26 @@ def env_lines(inst: LocalRocketMQ) -> str:
     )
 
 
-def create_topics(
-    base_dir: str | None, topics: Sequence[str], queues: int, message_type: str | None
+def create_resources(
+    base_dir: str | None, kind: str, names: Sequence[str], queues: int, message_type: str | None
 ) -> int:
-    if not topics:
-        print("error: name the topic(s) to create", file=sys.stderr)
+    """``topic``/``group``: create (or update) each name on every broker of the cluster."""
+    if not names:
+        print(f"error: name the {kind}(s) to create", file=sys.stderr)
         return 2
     inst = LocalRocketMQ.attach(base_dir)
     if inst is None:
         print("error: no local RocketMQ runs (python -m aiorocket.testing.broker start)",
               file=sys.stderr)  # fmt: skip
         return 1
-    for topic in topics:
-        anyio.run(functools.partial(inst.create_topic, topic, queues, message_type=message_type))
-        brokers = ", ".join(inst.broker_addrs)
-        print(f"topic {topic}: {queues} queues on each of {brokers}")
+    brokers = ", ".join(inst.broker_addrs)
+    for name in names:
+        if kind == "topic":
+            anyio.run(functools.partial(inst.create_topic, name, queues, message_type=message_type))
+            print(f"topic {name}: {queues} queues on each of {brokers}")
+        else:
+            anyio.run(functools.partial(inst.create_group, name))
+            print(f"consumer group {name} on each of {brokers}")
     return 0
 
 
@@ -50,9 +55,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         description=broker.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("command", choices=["start", "stop", "status", "resolve", "topic"])
-    parser.add_argument("topics", nargs="*", metavar="TOPIC", help="topic: the topic(s) to "
-                        "create (or update) on every broker")  # fmt: skip
+    parser.add_argument("command",
+                        choices=["start", "stop", "status", "resolve", "topic", "group"])
+    parser.add_argument("names", nargs="*", metavar="NAME", help="topic, group: the topic(s) "
+                        "or consumer group(s) to create (or update) on every broker")  # fmt: skip
     parser.add_argument("--dir", default=None, help="home dir (default $AIOROCKET_BROKER_DIR "
                         "or /tmp/aiorocket-broker-<uid>)")  # fmt: skip
     parser.add_argument("--brokers", type=int, default=None,
@@ -86,8 +92,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             print(f"ready{took}\n{inst.describe()}")
             print("clients read the NameServer address from AIOROCKET_NAMESRV_ADDR:\n"
                   '  eval "$(python -m aiorocket.testing.broker status --env)"')  # fmt: skip
-        elif args.command == "topic":
-            return create_topics(args.dir, args.topics, args.queues, args.message_type)
+        elif args.command in ("topic", "group"):
+            return create_resources(
+                args.dir, args.command, args.names, args.queues, args.message_type
+            )
         elif args.command == "stop":
             if not inst.load():
                 print(f"nothing recorded in {inst.base_dir}")

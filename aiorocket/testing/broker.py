@@ -7,6 +7,7 @@ all from the Maven Central jars (see :mod:`aiorocket.testing._maven`)::
     python -m aiorocket.testing.broker start [--brokers 2] [--dir DIR] [--timeout S]
     python -m aiorocket.testing.broker status [--json | --env]
     python -m aiorocket.testing.broker topic NAME... [--queues 8] [--type FIFO]
+    python -m aiorocket.testing.broker group NAME...
     python -m aiorocket.testing.broker stop [--timeout S]
     python -m aiorocket.testing.broker resolve [--refresh]   # only fetch the jars
 

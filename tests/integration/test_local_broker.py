@@ -120,6 +120,20 @@ def test_topic_cli_creates_a_topic_on_every_broker(
     assert _admin.route_queues(route) == {b: (3, 3) for b in rocketmq.broker_addrs}
 
 
+def test_group_cli_creates_a_group_on_every_broker(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    group = unique_name("cli")
+    out = subprocess.run(
+        [*CLI, "group", group, "--dir", str(rocketmq.base_dir)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    for broker in rocketmq.broker_addrs:
+        config = anyio.run(rocketmq.group_config, group, broker)
+        assert config is not None and config["groupName"] == group
+
+
 def test_start_again_is_a_noop(rocketmq: LocalRocketMQ) -> None:
     pids = [p.pid for p in rocketmq.processes]
     again = LocalRocketMQ(rocketmq.base_dir)
