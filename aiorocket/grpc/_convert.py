@@ -13,9 +13,11 @@ hold the user properties plus TAGS/KEYS/UNIQ_KEY, as a remoting consumer would s
 from __future__ import annotations
 
 import socket
+import time
 import zlib
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
 from aiorocket.errors import ConfigError, MessageDecodeError, UnsupportedTransportError
 from aiorocket.grpc import _pb as pb
@@ -30,27 +32,56 @@ from aiorocket.message import (
 from aiorocket.producer.prepare import check_body, check_schedule, check_topic
 from aiorocket.protocol.message_codec import create_unique_id
 
-__all__ = ["HOSTNAME", "decode_body", "properties_of", "to_pb_message"]
+__all__ = [
+    "HOSTNAME",
+    "Outgoing",
+    "decode_body",
+    "ms_to_datetime",
+    "prepare",
+    "properties_of",
+    "to_pb_message",
+]
 
 HOSTNAME = socket.gethostname()
 
 #: properties the API carries in system fields: users must not set them as properties.
-_SYSTEM_KEYS = frozenset({PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY})
+_SYSTEM_KEYS = frozenset({PROPERTY_TAGS, PROPERTY_KEYS})
 
 
-def _ms_to_datetime(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def to_pb_message(
+def ms_to_datetime(ms: int) -> datetime:
+    return EPOCH + timedelta(milliseconds=ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A validated message to send, field by field (both encoders start from this)."""
+
+    topic: str
+    namespace: str
+    user_properties: dict[str, str]
+    tag: str | None
+    keys: list[str]
+    message_id: str
+    message_type: int
+    born_ms: int
+    born_host: str
+    message_group: str | None
+    delivery_ms: int | None
+    body: bytes
+
+
+def prepare(
     msg: Message,
     *,
     max_body_size: int,
     namespace: str = "",
     message_group: str | None = None,
     transactional: bool = False,
-) -> pb.Message:
-    """Validate ``msg`` and build its v2 ``Message`` (with a new client message id)."""
+) -> Outgoing:
+    """Validate ``msg`` and give it its client message id (kept if it carries UNIQ_KEY)."""
     check_topic(msg.topic)
     check_body(msg, max_body_size)
     check_schedule(msg)
@@ -78,24 +109,41 @@ def to_pb_message(
         mtype = pb.MessageType.DELAY
     else:
         mtype = pb.MessageType.NORMAL
-    sysp = pb.SystemProperties(
+    return Outgoing(
+        topic=msg.topic,
+        namespace=namespace,
+        user_properties=user,
         tag=msg.tags or None,
         keys=list(msg.keys),
         message_id=msg_id,
-        body_encoding=pb.Encoding.IDENTITY,
-        message_type=mtype,
-        born_timestamp=datetime.now(timezone.utc),
+        message_type=int(mtype),
+        born_ms=time.time_ns() // 1_000_000,
         born_host=HOSTNAME,
         message_group=message_group,
-        delivery_timestamp=(
-            None if msg.deliver_time_ms is None else _ms_to_datetime(msg.deliver_time_ms)
-        ),
+        delivery_ms=msg.deliver_time_ms,
+        body=bytes(msg.body),
+    )
+
+
+def to_pb_message(out: Outgoing) -> pb.Message:
+    """The typed (betterproto) ``Message`` of ``out``; the send path encodes it with
+    :func:`aiorocket.grpc._encode.encode_message`, which must produce the same."""
+    sysp = pb.SystemProperties(
+        tag=out.tag,
+        keys=list(out.keys),
+        message_id=out.message_id,
+        body_encoding=pb.Encoding.IDENTITY,
+        message_type=pb.MessageType(out.message_type),
+        born_timestamp=ms_to_datetime(out.born_ms),
+        born_host=out.born_host,
+        message_group=out.message_group,
+        delivery_timestamp=None if out.delivery_ms is None else ms_to_datetime(out.delivery_ms),
     )
     return pb.Message(
-        topic=pb.Resource(resource_namespace=namespace, name=msg.topic),
-        user_properties=user,
+        topic=pb.Resource(resource_namespace=out.namespace, name=out.topic),
+        user_properties=dict(out.user_properties),
         system_properties=sysp,
-        body=bytes(msg.body),
+        body=out.body,
     )
 
 

@@ -38,7 +38,8 @@ from aiorocket.errors import (
     RocketMQError,
 )
 from aiorocket.grpc import _pb as pb
-from aiorocket.grpc._convert import to_pb_message
+from aiorocket.grpc._convert import Outgoing, prepare
+from aiorocket.grpc._encode import FastSendResponse, encode_message, send_request
 from aiorocket.grpc._received import message_ext
 from aiorocket.grpc._session import Session, backoff_delays
 from aiorocket.grpc._transport import GrpcOptions, GrpcTransport, check_status
@@ -171,10 +172,10 @@ class GrpcProducer:
             await self.session.resync_settings()
             self._topics.add(topic)
 
-    def _build(self, msg: Message, group: str | None, transactional: bool = False) -> pb.Message:
+    def _build(self, msg: Message, group: str | None, transactional: bool = False) -> Outgoing:
         if self._closed or self.session.closed:
             raise ClientClosedError("producer is closed")
-        return to_pb_message(
+        return prepare(
             msg,
             max_body_size=self._max_body(),
             namespace=self.transport.namespace,
@@ -239,7 +240,7 @@ class GrpcProducer:
 
     async def _send(
         self,
-        pbms: list[pb.Message],
+        pbms: list[Outgoing],
         topic: str,
         timeout: float | None,
         *,
@@ -251,7 +252,7 @@ class GrpcProducer:
         await self._ensure_topic(topic)
         total = self.config.retries + 1 if attempts is None else attempts
         delay = backoff_delays(self.session.retry_policy())
-        request = pb.SendMessageRequest(messages=pbms)
+        request = send_request(encode_message(o) for o in pbms)
         attempt = 0
         while True:
             attempt += 1
@@ -260,7 +261,7 @@ class GrpcProducer:
                 raise RequestTimeoutError(f"send to {topic}: no answer within {budget}s")
             try:
                 resp = await self.transport.unary(
-                    "SendMessage", request, pb.SendMessageResponse,
+                    "SendMessage", request, FastSendResponse,
                     timeout=min(left, self.config.request_timeout),
                 )  # fmt: skip
                 check_status(resp.status, "SendMessage")
@@ -336,7 +337,7 @@ class GrpcProducer:
 
 
 def _results(
-    topic: str, pbms: list[pb.Message], entries: list[pb.SendResultEntry], transactional: bool
+    topic: str, pbms: list[Outgoing], entries: list[pb.SendResultEntry], transactional: bool
 ) -> list[SendResult]:
     """One result per message. The Proxy stores a batch as one remoting batch and answers
     it with a single entry (its first offset); the messages keep their own ids."""
@@ -347,7 +348,7 @@ def _results(
     return [
         SendResult(
             status=SendStatus.SEND_OK,
-            msg_id=m.system_properties.message_id,
+            msg_id=m.message_id,
             queue=MessageQueue(topic, "", -1),
             queue_offset=offset,
             transaction_id=(e.transaction_id or None) if transactional else None,

@@ -24,6 +24,7 @@ from types import TracebackType
 from aiorocket._settings import check_group
 from aiorocket.errors import ClientClosedError, ConfigError, ProxyResponseError
 from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._encode import FastAckResponse, ack_request
 from aiorocket.grpc._fast import FastReceiveResponse
 from aiorocket.grpc._received import ReceivedMessage
 from aiorocket.grpc._session import Session
@@ -215,15 +216,11 @@ class SimpleConsumer:
         topic = msgs[0].topic
         if any(m.topic != topic for m in msgs):
             raise ConfigError("messages acked together must share one topic")
-        req = pb.AckMessageRequest(
-            group=self.session.resource(self.group),
-            topic=self.session.resource(topic),
-            entries=[
-                pb.AckMessageEntry(message_id=m.message_id, receipt_handle=m.receipt_handle)
-                for m in msgs
-            ],
-        )
-        resp = await self.transport.unary("AckMessage", req, pb.AckMessageResponse)
+        req = ack_request(
+            self.transport.namespace, self.group, topic,
+            [(m.message_id, m.receipt_handle) for m in msgs],
+        )  # fmt: skip
+        resp = await self.transport.unary("AckMessage", req, FastAckResponse)
         check_status(resp.status, "AckMessage")
         for entry in resp.entries:
             check_status(entry.status, "AckMessage")
