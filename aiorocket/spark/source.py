@@ -110,6 +110,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
+        self._committed: dict[str, Any] | None = None
         # A bad subscription or start fails start(), not the first trigger.
         self._initial: dict[str, Any] = self._call(self._resolve_initial)
 
@@ -138,6 +139,12 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any] | None = None,
                      limit: ReadLimit | None = None) -> dict[str, Any]:  # fmt: skip
+        if start:
+            # Spark asks for the next batch's end only once the previous batch committed,
+            # so ``start`` is processed: the group shows it even when no batch follows
+            # (the last one of an AvailableNow run, an idle stream), where commit() is
+            # not called.
+            self.commit(start)
         begin = from_json(start) if start else from_json(self._initial)
         latest: Offsets = self._call(self._max)
         self._latest = dict(latest)
@@ -185,7 +192,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         group = self.opts.commit_group
-        if group is None:
+        if group is None or end == self._committed:
             return
         offsets = from_json(end)
 
@@ -194,6 +201,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         try:
             self._call(commit)
+            self._committed = end
         except Exception as exc:  # monitoring only: the checkpoint is the truth
             log.warning("spark_group_commit_failed", group=group, error=str(exc))
 
