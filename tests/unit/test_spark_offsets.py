@@ -124,3 +124,28 @@ def test_write_options() -> None:
         parse_write({"topic": "x"})
     with pytest.raises(ConfigError, match="unknown rocketmq sink option"):
         parse_write({"nameServer": "h:1", "subscribe": "x"})
+
+
+def test_one_runtime_and_one_client_per_process_and_cluster() -> None:
+    """Executor workers reuse one event loop and one client per cluster across tasks;
+    a forked child (Spark's worker daemon forks) starts its own."""
+    from aiorocket.spark import _runtime
+    from aiorocket.spark._options import ClientOptions
+
+    rt = _runtime.runtime()
+    a = ClientOptions("127.0.0.1:1")
+    first = rt.client(a)
+    assert _runtime.runtime() is rt and rt.client(ClientOptions("127.0.0.1:1")) is first
+    assert rt.client(ClientOptions("127.0.0.1:2")) is not first
+
+    async def client_id(client: object) -> str:
+        return str(client.client_id)  # type: ignore[attr-defined]
+
+    assert _runtime.call(client_id, a) == first.client_id  # runs on the runtime's loop
+    rt.pid = -1  # as seen from a forked child
+    try:
+        assert _runtime.runtime() is not rt
+    finally:
+        _runtime.runtime().close()
+        _runtime._runtime = rt
+        rt.pid = __import__("os").getpid()
