@@ -15,14 +15,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from aiorocket.errors import MessageDecodeError
-from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._convert import Outgoing
 from aiorocket.grpc._fast import _skip, _varint
 
 __all__ = [
+    "AckEntry",
     "FastAckResponse",
     "FastSendResponse",
     "RawRequest",
+    "SendEntry",
+    "Status",
     "ack_request",
     "encode_message",
     "send_request",
@@ -130,7 +132,38 @@ def ack_request(
 # -- answers -------------------------------------------------------------------------
 
 
-def _status(buf: bytes, pos: int, end: int) -> pb.Status:
+class Status:
+    """A decoded ``Status`` (plain: betterproto objects cost more than the call here)."""
+
+    __slots__ = ("code", "message")
+
+    def __init__(self, code: int = 0, message: str = "") -> None:
+        self.code = code
+        self.message = message
+
+
+class SendEntry:
+    """A decoded ``SendResultEntry``."""
+
+    __slots__ = ("message_id", "offset", "recall_handle", "status", "transaction_id")
+
+    def __init__(self) -> None:
+        self.status = Status()
+        self.message_id = self.transaction_id = self.recall_handle = ""
+        self.offset = 0
+
+
+class AckEntry:
+    """A decoded ``AckMessageResultEntry``."""
+
+    __slots__ = ("message_id", "receipt_handle", "status")
+
+    def __init__(self) -> None:
+        self.status = Status()
+        self.message_id = self.receipt_handle = ""
+
+
+def _status(buf: bytes, pos: int, end: int) -> Status:
     code = 0
     message = ""
     while pos < end:
@@ -143,10 +176,7 @@ def _status(buf: bytes, pos: int, end: int) -> pb.Status:
             pos += n
         else:
             pos = _skip(buf, pos, key & 7)
-    try:
-        return pb.Status(code=pb.Code(code), message=message)
-    except ValueError:
-        return pb.Status(code=code, message=message)  # type: ignore[arg-type]
+    return Status(code, message)
 
 
 def _fields(buf: bytes) -> Iterable[tuple[int, int, int]]:
@@ -168,13 +198,13 @@ def _fields(buf: bytes) -> Iterable[tuple[int, int, int]]:
 
 
 class FastSendResponse:
-    """A SendMessageResponse: ``status`` and ``entries`` (betterproto SendResultEntry)."""
+    """A SendMessageResponse: ``status`` and ``entries`` (:class:`SendEntry`)."""
 
     __slots__ = ("entries", "status")
 
     def __init__(self) -> None:
-        self.status: pb.Status | None = None
-        self.entries: list[pb.SendResultEntry] = []
+        self.status: Status | None = None
+        self.entries: list[SendEntry] = []
 
     @classmethod
     def FromString(cls, data: bytes) -> FastSendResponse:
@@ -183,7 +213,7 @@ class FastSendResponse:
             if key == 0x0A:
                 self.status = _status(data, start, end)
             elif key == 0x12:
-                entry = pb.SendResultEntry()
+                entry = SendEntry()
                 for k, s, e in _fields(data[start:end]):
                     chunk = data[start + s : start + e]
                     if k == 0x0A:
@@ -218,8 +248,8 @@ class FastAckResponse:
     __slots__ = ("entries", "status")
 
     def __init__(self) -> None:
-        self.status: pb.Status | None = None
-        self.entries: list[pb.AckMessageResultEntry] = []
+        self.status: Status | None = None
+        self.entries: list[AckEntry] = []
 
     @classmethod
     def FromString(cls, data: bytes) -> FastAckResponse:
@@ -228,7 +258,7 @@ class FastAckResponse:
             if key == 0x0A:
                 self.status = _status(data, start, end)
             elif key == 0x12:
-                entry = pb.AckMessageResultEntry()
+                entry = AckEntry()
                 for k, s, e in _fields(data[start:end]):
                     chunk = data[start + s : start + e]
                     if k == 0x0A:

@@ -39,7 +39,7 @@ from aiorocket.errors import (
 )
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._convert import Outgoing, prepare
-from aiorocket.grpc._encode import FastSendResponse, encode_message, send_request
+from aiorocket.grpc._encode import FastSendResponse, SendEntry, encode_message, send_request
 from aiorocket.grpc._received import message_ext
 from aiorocket.grpc._session import Session, backoff_delays
 from aiorocket.grpc._transport import GrpcOptions, GrpcTransport, check_status
@@ -137,6 +137,8 @@ class GrpcProducer:
         #: requests waiting for the Proxy at once (``max_in_flight``)
         self._slots = anyio.Semaphore(config.max_in_flight)
         self._closed = False
+        self._limit_of: pb.Settings | None = None
+        self._limit = config.max_message_size
 
     async def __aenter__(self) -> GrpcProducer:
         await self.session.__aenter__()
@@ -155,11 +157,14 @@ class GrpcProducer:
 
     def _max_body(self) -> int:
         settings = self.session.settings
+        if settings is self._limit_of:  # read once per settings: betterproto is slow
+            return self._limit
         limit = self.config.max_message_size
         if settings is not None:
             kind, publishing = pb.oneof(settings, "pub_sub")
             if kind == "publishing" and publishing.max_body_size > 0:
                 limit = min(limit, publishing.max_body_size)
+        self._limit_of, self._limit = settings, limit
         return limit
 
     async def _ensure_topic(self, topic: str) -> None:
@@ -337,7 +342,7 @@ class GrpcProducer:
 
 
 def _results(
-    topic: str, pbms: list[Outgoing], entries: list[pb.SendResultEntry], transactional: bool
+    topic: str, pbms: list[Outgoing], entries: list[SendEntry], transactional: bool
 ) -> list[SendResult]:
     """One result per message. The Proxy stores a batch as one remoting batch and answers
     it with a single entry (its first offset); the messages keep their own ids."""

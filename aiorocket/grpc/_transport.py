@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import h2.exceptions
@@ -43,6 +43,7 @@ from aiorocket.errors import (
     RequestTimeoutError,
 )
 from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._channel import CoalescingChannel
 
 __all__ = ["Credentials", "GrpcOptions", "GrpcTransport", "check_status", "parse_endpoint"]
 
@@ -94,7 +95,16 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def check_status(status: pb.Status | None, rpc: str) -> None:
+class StatusLike(Protocol):
+    """A ``Status``: the betterproto message or the fast decoders' plain one."""
+
+    @property
+    def code(self) -> int: ...
+    @property
+    def message(self) -> str: ...
+
+
+def check_status(status: StatusLike | None, rpc: str) -> None:
     """Raise :class:`ProxyResponseError` unless the Proxy's ``status`` is OK."""
     if status is None:
         return
@@ -191,7 +201,7 @@ class GrpcTransport:
     @property
     def channel(self) -> Channel:
         if self._channel is None:
-            self._channel = Channel(self.host, self.port, ssl=self._ssl)
+            self._channel = CoalescingChannel(self.host, self.port, ssl=self._ssl)
         return self._channel
 
     def close(self) -> None:
