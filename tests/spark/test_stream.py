@@ -167,3 +167,23 @@ def test_data_loss_after_the_topic_was_recreated(
     with pytest.raises(Exception, match=r"(?s)DataLossError.*no longer available"):
         filled.reader(spark, **opts).load().collect()
     assert filled.reader(spark, failOnDataLoss="false", **opts).load().count() == 0
+
+
+def test_available_now_stops_at_what_was_there_when_it_started(
+    spark: SparkSession, make_topic: Callable[..., Filled], tmp_path: Path
+) -> None:
+    filled = make_topic(12, queues=1)
+    late = [message(filled.topic, i) for i in range(100, 110)]
+    seen: list[int] = []
+
+    def per_batch(batch: DataFrame, batch_id: int) -> None:
+        seen.append(batch.count())
+        if batch_id == 0:  # messages arriving while the query runs are not its business
+            anyio.run(fill, filled.namesrv, filled.topic, late)
+
+    query = (
+        stream(filled, spark, maxOffsetsPerTrigger="4").writeStream.foreachBatch(per_batch)
+        .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start()
+    )  # fmt: skip
+    assert query.awaitTermination(180) and query.exception() is None
+    assert sum(seen) == 12 and max(seen) <= 4, seen
