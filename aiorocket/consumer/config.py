@@ -45,7 +45,11 @@ class ConsumerConfig:
     pull_threshold_for_all: int | None = None
     #: pulling a queue pauses when its newest cached message is this many offsets past
     #: its oldest unfinished one (the commit point waits for the slowest handler).
+    #: pulling pauses this many offsets past a queue's oldest unsettled message.
     consume_concurrently_max_span: int = 2000
+    #: a queue paused this long by one unsettled message (the span limit) logs a
+    #: warning naming it, once per message.
+    stall_warning_after: float = 60.0
     #: handlers running at once (the Java consume thread pool's size).
     consume_concurrency: int = 20
     #: messages of one queue handed to a ``batch_handler`` at once.
@@ -117,6 +121,7 @@ class ConsumerConfig:
             "long_poll_timeout": self.long_poll_timeout,
             "pull_request_timeout": self.pull_request_timeout,
             "request_timeout": self.request_timeout,
+            "stall_warning_after": self.stall_warning_after,
         }
         for name, fvalue in positive_floats.items():
             if not fvalue > 0:

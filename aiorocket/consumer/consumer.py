@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -623,14 +623,15 @@ class Consumer:
     def __aiter__(self) -> AsyncIterator[ConsumerMessage]:
         return self.messages()
 
-    def messages(self) -> AsyncIterator[ConsumerMessage]:
+    def messages(self) -> AsyncGenerator[ConsumerMessage, None]:
         """Yield messages one by one (see :func:`aiorocket.consumer.iterate.messages`).
 
         A yielded message is acked when you ask for the next one (the loop body finished
         without raising). Take manual control with ``async with msg:``, ``msg.hold()``,
         ``await msg.ack()`` or ``await msg.nack()``. A message you leave unsettled (you
-        broke out of the loop, or the body raised) is never committed past, so it is
-        redelivered after a restart or rebalance.
+        broke out of the loop, or the body raised or was cancelled) is released when the
+        iterator closes: the next iteration yields it again. It is never committed past
+        before it is settled, so a restart or rebalance redelivers it.
         """
         if self.handler_fn is not None:
             raise ConfigError("this consumer has a handler; iterate a consumer without one")

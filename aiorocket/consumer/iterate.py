@@ -6,7 +6,7 @@ the next one, so the body's success is the ack, with no task or callback per mes
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
 import anyio
@@ -25,34 +25,48 @@ _BURST = 32
 
 async def messages(
     consumer: Consumer, queue: WorkQueue[WorkItem]
-) -> AsyncIterator[ConsumerMessage]:
-    """Yield the consumer's messages; settle each one when the next is asked for."""
+) -> AsyncGenerator[ConsumerMessage, None]:
+    """Yield the consumer's messages; settle each one when the next is asked for.
+
+    No message is lost to cancellation: the only awaits are before a message is taken
+    (the burst checkpoint) or while taking it (``queue.get``, which takes an item only
+    when it returns). The message yielded last and left unsettled (``break``, a body that
+    raised or was cancelled) is *released* when the iterator closes: put back at the
+    front of the queue, so the next iteration yields it again and the commit point can
+    move past it. A held message (``msg.hold()``, ``async with msg``) is the
+    application's to settle and is never released.
+    """
     previous: ConsumerMessage | None = None
     finish = consumer.finish
     pop_nowait = queue.pop_nowait
     countdown = _BURST
-    while True:
-        if previous is not None and not previous._held:
-            finish(previous)  # asking for the next message settles the last one
-        previous = None
-        try:
-            item = pop_nowait()
-        except IndexError:
-            try:
-                item = await queue.get()
-            except anyio.EndOfStream:
-                return
-        for msg in item if isinstance(item, list) else (item,):
-            pq = msg._pq
-            if pq is None or pq.dropped or msg._settled:
-                continue
-            if msg._generation != pq.tracker.generation:
-                continue
-            if previous is not None and not previous._held:
-                finish(previous)
-            previous = msg
+    try:
+        while True:
+            if previous is not None:
+                if not previous._held:
+                    finish(previous)  # asking for the next message settles the last one
+                previous = None
             countdown -= 1
             if not countdown:
                 countdown = _BURST
                 await anyio.lowlevel.checkpoint()  # let pulls run between bursts
-            yield msg
+            try:
+                item = pop_nowait()
+            except IndexError:
+                try:
+                    item = await queue.get()
+                except anyio.EndOfStream:
+                    return
+            if isinstance(item, list):  # batches go to batch handlers only; be lenient
+                queue.push_front(*item)
+                continue
+            pq = item._pq
+            if pq is None or pq.dropped or item._settled:
+                continue
+            if item._generation != pq.tracker.generation:
+                continue
+            previous = item
+            yield item
+    finally:
+        if previous is not None and not previous._held and not previous._settled:
+            queue.push_front(previous)

@@ -154,13 +154,18 @@ class OffsetTracker:
         return order[-1] if order else None
 
     def span(self) -> int:
-        """Max minus min unfinished offset, for ``consumeConcurrentlyMaxSpan``.
+        """How far pulling has run past the oldest unfinished offset (0 when none is),
+        for ``consume_concurrently_max_span``.
 
-        A single slow message holds back the commit point; the span bounds how far
-        ahead pulling may run past it, and so how much is redelivered after a crash.
+        A single slow or unsettled message holds back the commit point; the span bounds
+        how far pulling may run past it, and so how much is redelivered after a crash.
+        (Java measures max minus min *unfinished* offset, which drops to 0 each time the
+        messages after a stuck one are all done: pulling then trickles, one pull per
+        batch consumed, and runs on without bound. This span only drops when the oldest
+        message finishes, so pulling pauses instead.)
         """
         order = self._order
-        return order[-1] - order[0] if order else 0
+        return self._next - order[0] if order else 0
 
     @property
     def next_offset(self) -> int:

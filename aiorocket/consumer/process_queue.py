@@ -91,6 +91,7 @@ class ProcessQueue:
         "running",
         "small_batch",
         "small_batch_until",
+        "stall_reported",
         "suspended_until",
         "tracker",
         "undecodable_total",
@@ -124,6 +125,8 @@ class ProcessQueue:
         # instead of the shared work channel.
         self.buffer: deque[Any] = deque()
         self.paused = False
+        #: the unsettled offset last reported as stalling this queue (once per message).
+        self.stall_reported: int | None = None
         self.request_scope: anyio.CancelScope | None = None
         self._changed = Signal()
         self._room = Signal()  # a pull waiting for cache room may go

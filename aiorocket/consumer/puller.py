@@ -24,6 +24,8 @@ from aiorocket.protocol.route import MASTER_ID
 from aiorocket.protocol.subscription import Subscription
 
 if TYPE_CHECKING:
+    from aiorocket._log import Logger
+    from aiorocket.consumer.config import ConsumerConfig
     from aiorocket.consumer.consumer import Consumer
     from aiorocket.consumer.process_queue import ProcessQueue
 
@@ -60,7 +62,11 @@ async def pull_loop(
                 await pq.wait_changed()
                 continue
             if not (pq.has_capacity(cfg) and consumer.has_global_capacity()):
-                await consumer.wait_capacity(pq)
+                oldest = pq.tracker.min_in_flight
+                with anyio.move_on_after(cfg.stall_warning_after) as waiting:
+                    await consumer.wait_capacity(pq)
+                if waiting.cancelled_caught:
+                    _warn_if_pinned(pq, oldest, cfg, log)
                 continue
             if cfg.orderly and not pq.locked:
                 await consumer.wait_locked(pq)
@@ -193,3 +199,21 @@ def _batch_size(pq: ProcessQueue, offset: int, configured: int) -> int:
             pq.small_batch = 0
             return configured
     return pq.small_batch
+
+
+def _warn_if_pinned(pq: ProcessQueue, oldest: int | None, cfg: ConsumerConfig, log: Logger) -> None:
+    """Name the unsettled message that kept pulling paused for ``stall_warning_after``
+    (the span limit: e.g. a ``msg.hold()`` never settled); once per message."""
+    tracker = pq.tracker
+    if oldest is None or oldest != tracker.min_in_flight or oldest == pq.stall_reported:
+        return
+    if tracker.span() <= cfg.consume_concurrently_max_span:
+        return  # the count or size limit: the handlers are slow, not stuck on one message
+    pq.stall_reported = oldest
+    log.warning(
+        "queue_stalled_by_unsettled_message",
+        offset=oldest,
+        pulled_ahead=tracker.span(),
+        waited=cfg.stall_warning_after,
+        hint="settle it (ack, nack or leave async with msg); pulling resumes then",
+    )

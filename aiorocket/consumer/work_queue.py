@@ -47,6 +47,13 @@ class WorkQueue(Generic[T]):
         if self._waiters and self._items:
             self._waiters.popleft().set()
 
+    def push_front(self, *items: T) -> None:
+        """Return items taken but not handled, so they are the next ones taken (also
+        after :meth:`close`: getters drain them with the rest)."""
+        self._items.extendleft(reversed(items))
+        if self._waiters:
+            self._waiters.popleft().set()
+
     def close(self) -> None:
         """No more puts; getters drain what is queued, then get EndOfStream."""
         self._closed = True
