@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 
 import anyio
@@ -105,3 +106,23 @@ def test_clear_errors_at_save(
         writer = writer.option(k, v)
     with pytest.raises(Exception, match=r"(?s)ConfigError.*" + re.escape(needle)):
         writer.mode("append").save()
+
+
+def test_delay_level_and_delivery_time_columns(
+    spark: SparkSession, rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("sinkdelay")
+    anyio.run(lambda: rocketmq.create_topic(topic, queues=1))
+    at = int(time.time() * 1000) + 2000
+    df = spark.createDataFrame(
+        [(b"level", 1, None), (b"timer", None, at), (b"now", None, None)],
+        "body binary, delayLevel int, deliverTimeMs bigint",
+    )
+    df.write.format("rocketmq").option("nameServer", rocketmq.namesrv_addr).option(
+        "topic", topic
+    ).mode("append").save()
+    got = {m.body: m for m in consume_all(rocketmq.namesrv_addr, topic, 3)}
+    # Delayed messages are stored again in the topic when they are due.
+    assert got[b"level"].store_timestamp - got[b"level"].born_timestamp >= 900  # level 1: 1 s
+    assert got[b"timer"].store_timestamp >= at - 100  # the timer wheel's tick
+    assert got[b"now"].store_timestamp - got[b"now"].born_timestamp < 900
