@@ -191,7 +191,9 @@ class Consumer:
         self._client: ClientInstance | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self.workers_scope: anyio.CancelScope | None = None
-        self._loops_scope = anyio.CancelScope()
+        # Loop-bound objects (cancel scopes, events, limiters) are made in __aenter__:
+        # constructing a consumer needs no running event loop.
+        self._loops_scope: anyio.CancelScope | None = None
         self.work_queue: WorkQueue[dispatch.WorkItem] | None = None
         self._rebalance_signal = Signal()
         self._rebalance_requested = False
@@ -285,6 +287,7 @@ class Consumer:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
+        self._loops_scope = anyio.CancelScope()
         try:
             await membership.send_heartbeats(self)
             # Later connections (a broker restarted, a connection lost and re-opened)
@@ -331,7 +334,8 @@ class Consumer:
         """Stop pulling, drain handlers (bounded), flush offsets, unregister, stop tasks."""
         self._closing = True
         self._closed = True
-        self._loops_scope.cancel()
+        if self._loops_scope is not None:
+            self._loops_scope.cancel()
         for pq in self.process_queues.values():
             if pq.pull_scope is not None:
                 pq.pull_scope.cancel()
@@ -369,6 +373,7 @@ class Consumer:
             self.log.info("consumer_closed", graceful=graceful)
 
     async def _run_loops(self) -> None:
+        assert self._loops_scope is not None
         with self._loops_scope:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._heartbeat_loop)

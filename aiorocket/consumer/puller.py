@@ -172,7 +172,17 @@ async def pull_loop(
                     m._pq = pq
                     m._generation = generation
                     m._settler = consumer
-                pq.on_pulled(accepted, next_offset)
+                try:
+                    pq.on_pulled(accepted, next_offset)
+                except ValueError as exc:
+                    # An answer that breaks the tracker's contract (offsets that do not
+                    # increase, a next offset not past them): start again from the
+                    # commit point, as the tracker's docstring says. Nothing is skipped;
+                    # what was in flight is delivered again.
+                    log.warning("pull_answer_inconsistent", offset=offset, error=str(exc))
+                    pq.reset(pq.tracker.committable())
+                    await anyio.sleep(cfg.pull_backoff_on_error)
+                    continue
                 if accepted:
                     consumer.dispatch(pq, accepted)
             elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
