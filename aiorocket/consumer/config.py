@@ -21,6 +21,12 @@ class ConsumeFromWhere(str, enum.Enum):
     TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 
 
+#: what ``max_reconsume_times=-1`` means when consuming concurrently (the broker's default).
+DEFAULT_MAX_RECONSUME_TIMES = 16
+#: what it means when orderly: Java's Integer.MAX_VALUE, retried in place for ever.
+UNLIMITED_RECONSUME = 2**31 - 1
+
+
 @dataclass(slots=True)
 class ConsumerConfig:
     """Settings of :class:`~aiorocket.consumer.Consumer` and ``PullConsumer``.
@@ -54,7 +60,8 @@ class ConsumerConfig:
     consume_concurrency: int = 20
     #: messages of one queue handed to a ``batch_handler`` at once.
     consume_batch_size: int = 1
-    #: retries of a failed message before it goes to the dead-letter queue.
+    #: retries of a failed message before it goes to the dead-letter queue; -1 means the
+    #: Java client's default: 16 when consuming concurrently, no limit when orderly.
     max_reconsume_times: int = 16
     #: delay level for failed messages when the handler does not choose one
     #: (0: the broker's default, 3 + reconsume times, i.e. 10 s, 30 s, 1 min, ...).
@@ -93,6 +100,13 @@ class ConsumerConfig:
     broadcast_max_retries: int = 3
     #: broadcasting: where the local offset files live (default ~/.aiorocket/offsets).
     offset_store_dir: str | None = None
+
+    def reconsume_limit(self) -> int:
+        """Retries before the dead-letter queue, with -1 resolved as the Java client does
+        (``getMaxReconsumeTimes``: 16 concurrently, ``Integer.MAX_VALUE`` orderly)."""
+        if self.max_reconsume_times != -1:
+            return self.max_reconsume_times
+        return UNLIMITED_RECONSUME if self.orderly else DEFAULT_MAX_RECONSUME_TIMES
 
     def validate(self) -> None:
         positive_ints = {

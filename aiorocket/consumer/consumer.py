@@ -29,7 +29,7 @@ from aiorocket._settings import apply_settings, check_group
 from aiorocket._signal import Signal
 from aiorocket.client.instance import ClientInstance, make_client_id
 from aiorocket.client.namesrv import namesrv_addrs
-from aiorocket.consumer import dispatch, iterate, locks, membership
+from aiorocket.consumer import dispatch, iterate, locks, membership, orderly
 from aiorocket.consumer import rebalance as _rebalance
 from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
 from aiorocket.consumer.committer import OffsetCommitter
@@ -38,7 +38,6 @@ from aiorocket.consumer.dispatch import is_async_callable
 from aiorocket.consumer.local_offsets import LocalFileOffsetStore, default_offset_dir
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.offset_store import OffsetStore, RemoteOffsetStore
-from aiorocket.consumer.orderly import orderly_consume_loop
 from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
 from aiorocket.consumer.puller import pull_loop
 from aiorocket.consumer.results import HandlerResult
@@ -73,6 +72,12 @@ class RebalanceListener(Protocol):
     async def on_queues_revoked(self, queues: list[MessageQueue]) -> None: ...
 
     async def on_queues_assigned(self, queues: list[MessageQueue]) -> None: ...
+
+
+_ORDERLY_NEEDS_HANDLER = (
+    "orderly=True needs a handler (handler= or batch_handler=): orderly consumption runs "
+    "one handler call at a time per locked queue; async for cannot consume orderly"
+)
 
 
 def retry_topic(group: str) -> str:
@@ -181,12 +186,19 @@ class Consumer:
         self.manual_assignment: set[MessageQueue] | None = None
         self._available = Signal()
         self.pending_locks = False
+        #: notified when a queue's lock is refused at renewal (see locks.keep_locks)
+        self.lock_lost = Signal()
         self._rejoin_soon = False
         self.handler_fn: Callable[..., Any] | None = handler or batch_handler
         self.batch_mode = batch_handler is not None
         self.handler_is_async = is_async_callable(self.handler_fn)
         self.subscriptions: dict[str, Subscription] = {}
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        #: orderly queues revoked while a handler ran: their broker locks are kept (and
+        #: renewed) until it has finished, and a re-assignment waits for that.
+        self.releasing: dict[MessageQueue, ProcessQueue] = {}
+        #: queues of ``releasing`` assigned to us again meanwhile: rebalance at release.
+        self.wanted_back: set[MessageQueue] = set()
         self.log = get_logger("consumer", group=group)
         self._client: ClientInstance | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -254,6 +266,8 @@ class Consumer:
         if not self.subscriptions:
             raise ConfigError("subscribe to at least one topic before starting")
         cfg = self.config
+        if cfg.orderly and self.handler_fn is None and not self.pull_mode:
+            raise ConfigError(_ORDERLY_NEEDS_HANDLER)
         if cfg.message_model is MessageModel.CLUSTERING and not self.pull_mode:
             retry = retry_topic(self.group)
             self.subscriptions.setdefault(retry, Subscription(retry))
@@ -348,7 +362,12 @@ class Consumer:
                     await self.workers_done.wait()
                 if drain.cancelled_caught:
                     self.log.warning("shutdown_timeout", timeout=cfg.shutdown_timeout)
-            if graceful and (cfg.orderly or self.pull_mode):
+            if cfg.orderly:
+                # Every handler has returned (or was cancelled) before its queue is
+                # unlocked below, revoked queues still finishing included.
+                pqs = [*self.process_queues.values(), *self.releasing.values()]
+                await orderly.stop_loops(self, pqs, wait=cfg.shutdown_timeout if graceful else 0)
+            elif graceful and self.pull_mode:
                 with anyio.move_on_after(cfg.shutdown_timeout):
                     for pq in list(self.process_queues.values()):
                         while pq.running:
@@ -358,7 +377,7 @@ class Consumer:
             await self.persist_all()  # bounded per broker
             with anyio.move_on_after(_close_bound(cfg)):
                 if cfg.orderly and self._client is not None:
-                    await locks.unlock_queues(self, list(self.process_queues))
+                    await locks.unlock_queues(self, [*self.process_queues, *self.releasing])
                 await membership.unregister(self)
         # Every scope we entered is exited, innermost first, even when one of the exits
         # raises (e.g. Cancelled under an outer cancel scope): trio requires it.
@@ -380,7 +399,7 @@ class Consumer:
                 tg.start_soon(self._rebalance_loop)
                 tg.start_soon(self._flush_loop)
                 if self.config.orderly:
-                    tg.start_soon(self._lock_renew_loop)
+                    tg.start_soon(locks.keep_locks, self)
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -458,34 +477,58 @@ class Consumer:
         assert self._tg is not None
         await self._tg.start(functools.partial(pull_loop, self, pq, sub))
         if self.config.orderly and self.handler_fn is not None:
-            self._tg.start_soon(orderly_consume_loop, self, pq)
+            self._tg.start_soon(orderly.orderly_consume_loop, self, pq)
 
     async def revoke(self, pqs: list[ProcessQueue]) -> None:
-        """Drop queues: stop pulling, await running handlers (bounded), persist, forget."""
-        if self.listener is not None:
-            await self.listener.on_queues_revoked([pq.mq for pq in pqs])
+        """Drop queues: stop pulling, await running handlers (bounded), persist, forget.
+
+        Orderly queues whose handler is still running are not waited for here (that
+        can take up to ``consume_timeout``): they keep their broker lock, renewed, and
+        are unlocked as soon as the handler has finished (:func:`orderly.release_when_idle`).
+        """
+        await self._notify_listener("on_queues_revoked", [pq.mq for pq in pqs])
         for pq in pqs:
             pq.drop()
-        with anyio.move_on_after(self.config.shutdown_timeout):
-            for pq in pqs:
-                while pq.running:
-                    await pq.wait_changed()
+        if not self.config.orderly:
+            with anyio.move_on_after(self.config.shutdown_timeout):
+                for pq in pqs:
+                    while pq.running:
+                        await pq.wait_changed()
         if self.auto_commit:
             await self._committer.commit_all(pqs)
         for pq in pqs:
             if self.process_queues.get(pq.mq) is pq:
                 del self.process_queues[pq.mq]
         if self.config.orderly:
-            await locks.unlock_queues(self, [pq.mq for pq in pqs])
+            idle = []
+            for pq in pqs:
+                if orderly.busy(pq) and self._tg is not None:
+                    self.releasing[pq.mq] = pq
+                    self._tg.start_soon(orderly.release_when_idle, self, pq)
+                else:
+                    idle.append(pq.mq)
+            await locks.unlock_queues(self, idle)
 
     async def on_assigned(self, mqs: list[MessageQueue]) -> None:
-        if self.listener is not None and mqs:
-            await self.listener.on_queues_assigned(mqs)
+        if mqs:
+            await self._notify_listener("on_queues_assigned", mqs)
 
-    async def _lock_renew_loop(self) -> None:
-        while True:
-            await anyio.sleep(self.config.lock_renew_interval)
-            await locks.renew_locks(self)
+    async def _notify_listener(self, callback: str, mqs: list[MessageQueue]) -> None:
+        """Await the listener's ``callback``; an exception it raises is logged, and the
+        rebalance goes on (as aiokafka does): a listener bug must not stop consuming."""
+        if self.listener is None:
+            return
+        try:
+            await getattr(self.listener, callback)(mqs)
+        except Exception as exc:
+            self.log.error(
+                "rebalance_listener_failed",
+                callback=callback,
+                topics=sorted({mq.topic for mq in mqs}),
+                queues=[str(mq) for mq in mqs],
+                error=repr(exc),
+                exc_info=exc,
+            )
 
     async def wait_locked(self, pq: ProcessQueue) -> None:
         await pq.wait_changed()
@@ -511,7 +554,9 @@ class Consumer:
         """Commit every changed queue (concurrently per broker, each bounded)."""
         if not self.auto_commit:
             return
-        await self._committer.commit_all(list(self.process_queues.values()))
+        await self._committer.commit_all(
+            [*self.process_queues.values(), *self.releasing.values()]
+        )
         try:
             await self.offset_store.flush()
         except OSError as exc:
@@ -596,7 +641,7 @@ class Consumer:
                 msg,
                 self.group,
                 delay_level=delay_level,
-                max_reconsume_times=self.config.max_reconsume_times,
+                max_reconsume_times=self.config.reconsume_limit(),
             )
             return True
         except (RocketMQError, ClientClosedError) as exc:
@@ -640,6 +685,8 @@ class Consumer:
         """
         if self.handler_fn is not None:
             raise ConfigError("this consumer has a handler; iterate a consumer without one")
+        if self.config.orderly:
+            raise ConfigError(_ORDERLY_NEEDS_HANDLER)
         if self.work_queue is None:
             raise ClientClosedError("start the consumer (async with) before iterating")
         return iterate.messages(self, self.work_queue)

@@ -77,6 +77,7 @@ class ProcessQueue:
         "buffer",
         "cached_bytes",
         "cached_count",
+        "consume_scope",
         "consumed_total",
         "created_at",
         "dropped",
@@ -108,6 +109,8 @@ class ProcessQueue:
         self.running = 0  # handlers currently running for this queue
         self.dropped = False
         self.pull_scope: anyio.CancelScope | None = None
+        #: orderly: the scope of the queue's consume loop (cancelled only by the close)
+        self.consume_scope: anyio.CancelScope | None = None
         self.pulled_total = 0
         self.consumed_total = 0
         self.undecodable_total = 0  # records dead-lettered or skipped, never delivered

@@ -236,13 +236,19 @@ async def _apply(consumer: Consumer, targets: dict[str, frozenset[MessageQueue]]
             continue  # the steady state: nothing to sort, log or start
         removed.extend(pq for mq, pq in owned.items() if mq not in mine)
         added.extend(mq for mq in mine if mq not in owned)
+    if consumer.releasing and added:
+        added = _not_releasing(consumer, added)
+    consumer.pending_locks = False
     if not (removed or added):
         return
     if removed:
         await consumer.revoke(removed)
     added.sort()
     if added and consumer.config.orderly:
+        wanted = len(added)
         added = sorted(await locks.lock_queues(consumer, added))
+        # Refused (the previous owner still holds them): the next pass comes in 1 s.
+        consumer.pending_locks = len(added) < wanted
     starts = await _start_offsets(consumer, added)
     started = []
     for mq in added:
@@ -270,6 +276,17 @@ async def _apply(consumer: Consumer, targets: dict[str, frozenset[MessageQueue]]
         owned=total,
     )
     await consumer.on_assigned(started)
+
+
+def _not_releasing(consumer: Consumer, added: list[MessageQueue]) -> list[MessageQueue]:
+    """Leave out queues revoked earlier whose handler is still running: a second consume
+    loop must not start beside it. They start in the pass their release triggers."""
+    held = [mq for mq in added if mq in consumer.releasing]
+    if not held:
+        return added
+    consumer.wanted_back.update(held)
+    consumer.log.info("assignment_waits_for_release", queues=[str(mq) for mq in held])
+    return [mq for mq in added if mq not in consumer.releasing]
 
 
 async def _start_offsets(

@@ -53,6 +53,14 @@ class FakeBroker:
         self.stall_next_pull = False
         self.stalled = anyio.Event()
         self.pulls: list[RemotingCommand] = []
+        #: queue id -> the next pull of it is answered PULL_OFFSET_MOVED, this next offset.
+        self.move_next_pull: dict[int, int] = {}
+        #: queue lock owners (LOCK_BATCH_MQ), by (topic, queue id): client ids
+        self.lock_owners: dict[tuple[str, int], str] = {}
+        #: "refuse": lock answers hold no queue; "fail": they are SYSTEM_ERROR.
+        self.locking = "grant"
+        self.lock_requests: list[set[tuple[str, int]]] = []
+        self.lock_seen = anyio.Event()  # set (and replaced) at every LOCK_BATCH_MQ
         self.pulled = anyio.Event()  # set (and replaced) at every pull
         self.arrived = anyio.Event()
         self.server = FakeRemotingServer(self.handle)
@@ -63,6 +71,13 @@ class FakeBroker:
 
     def add(self, queue_id: int, *bodies: bytes) -> None:
         self.messages[queue_id].extend(bodies)
+        self.arrived.set()
+        self.arrived = anyio.Event()
+
+    def move_pulls(self, queue_id: int, offset: int) -> None:
+        """Answer the queue's next pull (one waiting in a long poll included)
+        PULL_OFFSET_MOVED, next offset ``offset``: the position fell out of range."""
+        self.move_next_pull[queue_id] = offset
         self.arrived.set()
         self.arrived = anyio.Event()
 
@@ -101,10 +116,36 @@ class FakeBroker:
             resp.ext_fields = {"offset": str(len(self.messages[int(ext["queueId"])]))}
         elif code == RequestCode.PULL_MESSAGE:
             resp = await self._pull(cmd)
+        elif code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
+            resp = self._lock(cmd)
         else:
             resp.code = ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         if not cmd.is_oneway:
             await session.send(resp)
+
+    def _lock(self, cmd: RemotingCommand) -> RemotingCommand:
+        body = json.loads(cmd.body)
+        client = body["clientId"]
+        keys = {(m["topic"], int(m["queueId"])) for m in body["mqSet"]}
+        resp = RemotingCommand.response_to(cmd)
+        if cmd.code == RequestCode.UNLOCK_BATCH_MQ:
+            for key in keys:
+                if self.lock_owners.get(key) == client:
+                    del self.lock_owners[key]
+            return resp
+        self.lock_requests.append(keys)
+        self.lock_seen.set()
+        self.lock_seen = anyio.Event()
+        if self.locking == "fail":
+            resp.code, resp.remark = ResponseCode.SYSTEM_ERROR, "scripted lock failure"
+            return resp
+        granted = []
+        for topic, queue_id in sorted(keys):
+            owner = self.lock_owners.setdefault((topic, queue_id), client)
+            if owner == client and self.locking == "grant":
+                granted.append({"topic": topic, "brokerName": self.name, "queueId": queue_id})
+        resp.body = json.dumps({"lockOKMQSet": granted}).encode()
+        return resp
 
     async def _pull(self, cmd: RemotingCommand) -> RemotingCommand:
         self.pulls.append(cmd)
@@ -116,6 +157,13 @@ class FakeBroker:
         if offset >= len(stored):
             with anyio.move_on_after(int(ext["suspendTimeoutMillis"]) / 1000):
                 await self.arrived.wait()
+        moved = self.move_next_pull.pop(queue_id, None)
+        if moved is not None:
+            fields = {"nextBeginOffset": str(moved), "minOffset": str(moved),
+                      "maxOffset": str(len(stored))}  # fmt: skip
+            return RemotingCommand.response_to(
+                cmd, ResponseCode.PULL_OFFSET_MOVED, ext_fields=fields
+            )
         bodies = stored[offset : offset + int(ext["maxMsgNums"])]
         fields = {
             "nextBeginOffset": str(offset + len(bodies)),

@@ -127,6 +127,8 @@ class FakeConsumer:
         self.offset_store = FakeOffsets()
         self.allocate = CountingStrategy()
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        self.releasing: dict[MessageQueue, ProcessQueue] = {}
+        self.wanted_back: set[MessageQueue] = set()
         self.started: list[MessageQueue] = []
         self.revoked: list[MessageQueue] = []
         self.assigned_calls: list[list[MessageQueue]] = []

@@ -1,0 +1,132 @@
+"""Orderly consumption under faults a real broker will not produce on demand: a queue
+reset (OFFSET_ILLEGAL) while a handler runs, lock requests that fail or are refused."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from aiorocket.consumer import Consumer, ConsumerMessage, locks
+from aiorocket.consumer.process_queue import ProcessQueue
+from aiorocket.errors import ConfigError
+
+from .consumer_fakes import TOPIC, Collector, FakeBroker, FakeCluster, consumer_of, running
+
+pytestmark = pytest.mark.anyio
+
+
+def one_broker() -> tuple[FakeCluster, FakeBroker]:
+    broker = FakeBroker("a", 0)
+    return FakeCluster({"a": [broker]}), broker
+
+
+async def until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll consumer state that offers no event to wait on."""
+    with anyio.fail_after(timeout):
+        while True:
+            if check():
+                return
+            await anyio.sleep(0.01)
+
+
+class Blocking:
+    """An orderly handler recording offsets; the call for ``block_at`` waits for
+    :attr:`release` (first delivery only)."""
+
+    def __init__(self, block_at: int) -> None:
+        self.block_at = block_at
+        self.offsets: list[int] = []
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    async def __call__(self, msg: ConsumerMessage) -> None:
+        self.offsets.append(msg.queue_offset)
+        if msg.queue_offset == self.block_at and not self.entered.is_set():
+            self.entered.set()
+            await self.release.wait()
+
+
+@asynccontextmanager
+async def handling_offset_0(
+    *bodies: bytes,
+) -> AsyncIterator[tuple[FakeBroker, Blocking, ProcessQueue]]:
+    """An orderly consumer of queue 0 holding ``bodies``, in its handler of offset 0."""
+    cluster, broker = one_broker()
+    broker.add(0, *bodies)
+    handler = Blocking(block_at=0)
+    async with running(cluster), consumer_of(cluster, handler, orderly=True) as consumer:
+        with anyio.fail_after(10):
+            await handler.entered.wait()
+        pq = next(pq for mq, pq in consumer.process_queues.items() if mq.queue_id == 0)
+        yield broker, handler, pq
+
+
+async def test_orderly_reset_during_handler_neither_skips_nor_reorders_new_messages() -> None:
+    async with handling_offset_0(b"m0", b"m1", b"m2", b"m3") as (broker, handler, pq):
+        # The position falls out of range while offset 0 is handled: the queue
+        # restarts at 1 and the new pull lands before the handler returns.
+        broker.move_pulls(0, 1)
+        await until(lambda: pq.tracker.generation == 1 and len(pq.buffer) == 3)
+        handler.release.set()
+        await until(lambda: len(handler.offsets) >= 4)
+        await until(lambda: pq.tracker.committable() == 4)
+    assert handler.offsets == [0, 1, 2, 3]
+    assert broker.offsets[(TOPIC, 0)] == 4
+
+
+async def test_orderly_reset_during_handler_with_nothing_pulled_yet_keeps_consuming() -> None:
+    async with handling_offset_0(b"m0", b"m1") as (broker, handler, pq):
+        broker.move_pulls(0, 5)  # past the end: the buffer is empty after the reset
+        await until(lambda: pq.tracker.generation == 1)
+        handler.release.set()
+        broker.add(0, b"m2", b"m3", b"m4", b"m5", b"m6")
+        await until(lambda: len(handler.offsets) >= 3)
+        await until(lambda: pq.tracker.committable() == 7)
+    assert handler.offsets == [0, 5, 6]
+
+
+async def test_orderly_failed_lock_renewal_keeps_queues_locked() -> None:
+    cluster, broker = one_broker()
+    handle = Collector(1)
+    async with running(cluster):
+        consumer = consumer_of(cluster, handle, orderly=True, lock_renew_interval=0.2)
+        async with consumer:
+            broker.locking = "fail"  # the broker stops answering lock requests
+            for _ in range(2):
+                with anyio.fail_after(10):
+                    await broker.lock_seen.wait()
+            assert all(pq.locked for pq in consumer.process_queues.values())
+            broker.add(0, b"after")
+            with anyio.fail_after(5):  # well within lock_max_live_time (30 s)
+                await handle.done.wait()
+    assert handle.got == [b"after"]
+
+
+async def test_orderly_refused_lock_is_asked_again_within_seconds() -> None:
+    cluster, broker = one_broker()
+    handle = Collector(1)
+    async with running(cluster):
+        consumer = consumer_of(
+            cluster, handle, orderly=True, lock_renew_interval=60.0, rebalance_interval=60.0
+        )
+        async with consumer:
+            broker.locking = "refuse"  # another consumer holds the queues for a moment
+            await locks.renew_locks(consumer)
+            assert not any(pq.locked for pq in consumer.process_queues.values())
+            broker.locking = "grant"
+            broker.add(0, b"after")
+            # Asked again after LOCK_RETRY_DELAY, not after lock_renew_interval (60 s).
+            with anyio.fail_after(5):
+                await handle.done.wait()
+            assert all(pq.locked for pq in consumer.process_queues.values())
+
+
+async def test_orderly_without_handler_is_rejected_at_start() -> None:
+    consumer = Consumer("g", "127.0.0.1:1", orderly=True)
+    consumer.subscribe(TOPIC)
+    with pytest.raises(ConfigError, match="orderly=True needs a handler"):
+        async with consumer:
+            pass  # async for would wait forever: nothing feeds it in orderly mode
