@@ -60,6 +60,12 @@ class NameServerUnavailableError(ConnectionClosedError):
     the request timeout, or spoke something other than RocketMQ remoting."""
 
 
+class TlsError(ConnectionClosedError):
+    """The TLS handshake with a server failed: its certificate is not trusted (unknown
+    CA, expired, another host name), or it does not speak TLS on that port. Retrying
+    does not help until the configuration (``tls=`` context, CA file) changes."""
+
+
 class ProxyUnavailableError(ConnectionClosedError):
     """The gRPC Proxy endpoint could not be reached (refused, unreachable, not gRPC)
     or the connection to it broke during the call."""
@@ -94,6 +100,12 @@ class TopicNotExistError(BrokerResponseError):
 
 class ServiceNotAvailableError(BrokerResponseError):
     """The broker refuses service (SERVICE_NOT_AVAILABLE, 14), e.g. a full disk."""
+
+
+class AccessDeniedError(BrokerResponseError):
+    """The broker refused the request (NO_PERMISSION, 16): ACL authentication failed (an
+    unknown user, a wrong secret key) or the user lacks the permission on the resource
+    (topic or group) the request names. The message names the request and the resource."""
 
 
 class ProxyResponseError(RocketMQError):
@@ -157,4 +169,6 @@ def error_for_response(
         cls = TopicNotExistError
     elif code == 14:
         cls = ServiceNotAvailableError
+    elif code == 16:
+        cls = AccessDeniedError
     return cls(code, remark, request_code=request_code)

@@ -20,6 +20,7 @@ from aiorocket.client.namesrv import NameServerClient
 from aiorocket.errors import ClientClosedError
 from aiorocket.remoting.dispatcher import RequestDispatcher
 from aiorocket.remoting.pool import ConnectionPool
+from aiorocket.security import Credentials, TlsSetting, resolve_tls
 
 
 def local_ip() -> str:
@@ -46,10 +47,30 @@ class ClientInstance:
         client_id: str | None = None,
         request_timeout: float = 3.0,
         route_refresh_interval: float = 30.0,
+        credentials: Credentials | None = None,
+        tls: TlsSetting | None = None,
     ) -> None:
+        """
+        Parameters
+        ----------
+        namesrv:
+            NameServer addresses.
+        client_id:
+            ``ip@instance`` of this client; a fresh one by default.
+        request_timeout:
+            Seconds per request (NameServer and broker), long polls excepted.
+        route_refresh_interval:
+            Seconds between refreshes of the cached topic routes.
+        credentials:
+            ACL identity signing every request, to NameServers and brokers alike.
+        tls:
+            Connect over TLS to every server: True (system CAs) or an ``ssl.SSLContext``.
+        """
         self.client_id = client_id or make_client_id()
         self.dispatcher = RequestDispatcher()
-        self.pool = ConnectionPool(self.dispatcher)
+        self.pool = ConnectionPool(
+            self.dispatcher, credentials=credentials, ssl_context=resolve_tls(tls)
+        )
         self.namesrv = NameServerClient(
             self.pool, namesrv, timeout=request_timeout, refresh_interval=route_refresh_interval
         )

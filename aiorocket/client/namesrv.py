@@ -23,6 +23,7 @@ from aiorocket.errors import (
     NameServerUnavailableError,
     ProtocolError,
     RequestTimeoutError,
+    TlsError,
     error_for_response,
 )
 from aiorocket.protocol.codes import RequestCode, ResponseCode
@@ -109,6 +110,8 @@ class NameServerClient:
                 raise error_for_response(resp.code, resp.remark, code)
             return resp
         assert last_error is not None
+        if isinstance(last_error, TlsError):
+            raise last_error  # a configuration problem, not an outage: say so
         raise NameServerUnavailableError(
             f"no NameServer of {self._addrs} answered: {last_error}"
         ) from last_error

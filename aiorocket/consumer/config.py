@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from aiorocket.errors import ConfigError
+from aiorocket.security import Credentials, TlsSetting, check_security
 
 
 class MessageModel(str, enum.Enum):
@@ -100,6 +101,12 @@ class ConsumerConfig:
     broadcast_max_retries: int = 3
     #: broadcasting: where the local offset files live (default ~/.aiorocket/offsets).
     offset_store_dir: str | None = None
+    #: ACL identity (access key, secret key, optional security token) signing every
+    #: request; see :mod:`aiorocket.security`. Remoting transport only.
+    credentials: Credentials | None = None
+    #: TLS to the NameServers and brokers: True (system CAs, host names checked) or an
+    #: ``ssl.SSLContext`` (e.g. :func:`aiorocket.security.tls_context` with a private CA).
+    tls: TlsSetting = False
 
     def reconsume_limit(self) -> int:
         """Retries before the dead-letter queue, with -1 resolved as the Java client does
@@ -109,6 +116,7 @@ class ConsumerConfig:
         return UNLIMITED_RECONSUME if self.orderly else DEFAULT_MAX_RECONSUME_TIMES
 
     def validate(self) -> None:
+        check_security(self.credentials, self.tls)
         positive_ints = {
             "pull_batch_size": self.pull_batch_size,
             "pull_threshold_for_queue": self.pull_threshold_for_queue,

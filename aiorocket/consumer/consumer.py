@@ -277,6 +277,8 @@ class Consumer:
             client_id=self._client_id,
             request_timeout=cfg.request_timeout,
             route_refresh_interval=cfg.route_refresh_interval,
+            credentials=cfg.credentials,
+            tls=cfg.tls,
         )
         await client.__aenter__()
         try:
@@ -303,7 +305,7 @@ class Consumer:
         self._tg = tg
         self._loops_scope = anyio.CancelScope()
         try:
-            await membership.send_heartbeats(self)
+            await membership.send_heartbeats(self, starting=True)
             # Later connections (a broker restarted, a connection lost and re-opened)
             # get a heartbeat as soon as they are up.
             client.pool.add_connect_listener(self._on_connected)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aiorocket.errors import RocketMQError, TopicNotExistError
+from aiorocket.errors import AccessDeniedError, RocketMQError, TopicNotExistError
 
 if TYPE_CHECKING:
     from aiorocket.consumer.consumer import Consumer
@@ -45,13 +45,24 @@ async def broker_addrs(consumer: Consumer) -> set[str]:
     return addrs
 
 
-async def send_heartbeats(consumer: Consumer) -> None:
-    """Heartbeat to every broker of the subscribed topics (failures are logged)."""
+async def send_heartbeats(consumer: Consumer, *, starting: bool = False) -> None:
+    """Heartbeat to every broker of the subscribed topics (failures are logged).
+
+    ``starting``: when every broker refused the heartbeat for lack of permission (ACL:
+    no Sub on the group or a subscribed topic), raise that AccessDeniedError: the
+    consumer could never consume, and the error names what is missing.
+    """
     if consumer.manual_assignment is not None:
         return  # a manually assigned pull consumer is not a group member
     data = heartbeat_data(consumer)
-    for addr in sorted(await broker_addrs(consumer)):
-        await _heartbeat(consumer, addr, data)
+    addrs = sorted(await broker_addrs(consumer))
+    denied: list[AccessDeniedError] = []
+    for addr in addrs:
+        error = await _heartbeat(consumer, addr, data)
+        if isinstance(error, AccessDeniedError):
+            denied.append(error)
+    if starting and denied and len(denied) == len(addrs):
+        raise denied[0]
 
 
 async def heartbeat_to(consumer: Consumer, addr: str) -> None:
@@ -69,11 +80,13 @@ async def heartbeat_to(consumer: Consumer, addr: str) -> None:
         await _heartbeat(consumer, addr, heartbeat_data(consumer))
 
 
-async def _heartbeat(consumer: Consumer, addr: str, data: dict[str, Any]) -> None:
+async def _heartbeat(consumer: Consumer, addr: str, data: dict[str, Any]) -> RocketMQError | None:
     try:
         await consumer.client.broker.heartbeat(addr, data)
     except RocketMQError as exc:
         consumer.log.warning("heartbeat_failed", broker=addr, error=str(exc))
+        return exc
+    return None
 
 
 async def unregister(consumer: Consumer) -> None:

@@ -27,7 +27,7 @@ import anyio
 from aiorocket.consumer import locks
 from aiorocket.consumer.config import ConsumeFromWhere, MessageModel
 from aiorocket.consumer.process_queue import ProcessQueue
-from aiorocket.errors import RocketMQError, TopicNotExistError
+from aiorocket.errors import AccessDeniedError, RocketMQError, TopicNotExistError
 from aiorocket.message import MessageQueue
 from aiorocket.protocol.route import TopicRoute
 
@@ -341,7 +341,14 @@ async def compute_start_offset(consumer: Consumer, mq: MessageQueue) -> tuple[in
     broker = consumer.client.broker
     where = consumer.config.consume_from_where
     if mq.topic.startswith(RETRY_PREFIX) or where is ConsumeFromWhere.FIRST_OFFSET:
-        return await broker.get_min_offset(addr, mq), False
+        try:
+            return await broker.get_min_offset(addr, mq), False
+        except AccessDeniedError:
+            # An ACL 2.0 broker allows GET_MIN_OFFSET with the Get action only, which a
+            # consumer granted Sub (or a migrated ACL 1.0 SUB account) lacks, on the
+            # retry topic always. Start where Java does without asking: 0, which the
+            # broker's first pull answer moves up to the queue's minimum if need be.
+            return 0, False
     if where is ConsumeFromWhere.LAST_OFFSET:
         return await broker.get_max_offset(addr, mq), False
     ts = consumer.config.consume_timestamp_ms

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from aiorocket.errors import ConfigError
 from aiorocket.protocol.message_codec import CompressionType
+from aiorocket.security import Credentials, TlsSetting, check_security
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -66,8 +67,15 @@ class ProducerConfig:
     create_topic_key: str = "TBW102"
     #: queues per broker of a topic created that way (Java ``defaultTopicQueueNums``).
     default_topic_queue_nums: int = 4
+    #: ACL identity (access key, secret key, optional security token) signing every
+    #: request; see :mod:`aiorocket.security`. Remoting transport only.
+    credentials: Credentials | None = None
+    #: TLS to the NameServers and brokers: True (system CAs, host names checked) or an
+    #: ``ssl.SSLContext`` (e.g. :func:`aiorocket.security.tls_context` with a private CA).
+    tls: TlsSetting = False
 
     def validate(self) -> None:
+        check_security(self.credentials, self.tls)
         if not isinstance(self.retries, int) or self.retries < 0:
             raise ConfigError(f"retries must be an integer >= 0, got {self.retries!r}")
         positive_ints = {

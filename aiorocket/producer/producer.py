@@ -137,6 +137,8 @@ class Producer:
         self._grpc: GrpcProducer | None = None
         if self.transport == "grpc" and cfg.auto_batch:
             raise _unsupported("auto_batch")
+        if self.transport == "grpc" and (cfg.credentials is not None or cfg.tls):
+            raise _unsupported("ACL credentials and tls")
         self._checker = transaction_checker
         self._client: ClientInstance | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -199,6 +201,8 @@ class Producer:
             client_id=self._client_id,
             request_timeout=cfg.request_timeout,
             route_refresh_interval=cfg.route_refresh_interval,
+            credentials=cfg.credentials,
+            tls=cfg.tls,
         )
         await client.__aenter__()
         self._client = client

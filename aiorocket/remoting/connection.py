@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import ssl
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -34,11 +35,13 @@ from aiorocket.errors import (
     ProtocolError,
     RequestTimeoutError,
     ResponseTooLargeError,
+    TlsError,
 )
 from aiorocket.protocol.codes import RemotingFlag, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.frame import MAX_FRAME_LENGTH, encode_command
 from aiorocket.remoting.wire import StreamWire, Wire, open_wire
+from aiorocket.security import Credentials
 
 #: Handles a request the server sent us. Return the response, or None for oneway requests.
 RequestHandler = Callable[["Connection", RemotingCommand], Awaitable["RemotingCommand | None"]]
@@ -78,6 +81,16 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _tls_error(address: str, exc: BaseException) -> TlsError:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        why = f"its certificate is not trusted: {exc.verify_message or exc}"
+    elif isinstance(exc, ssl.SSLEOFError | anyio.BrokenResourceError):
+        why = "the server closed the connection during the handshake (does it speak TLS?)"
+    else:
+        why = str(exc) or repr(exc)
+    return TlsError(f"TLS handshake with {address} failed: {why}")
+
+
 class Connection:
     """A multiplexed remoting connection over a :class:`~aiorocket.remoting.wire.Wire`
     (or any anyio byte stream, which gets wrapped in one)."""
@@ -89,9 +102,11 @@ class Connection:
         handler: RequestHandler | None = None,
         *,
         close_on_timeout: bool = True,
+        credentials: Credentials | None = None,
     ) -> None:
         self.address = address
         self._close_on_timeout = close_on_timeout
+        self._credentials = credentials
         self._wire = wire if isinstance(wire, Wire) else StreamWire(wire)
         self._handler = handler
         self._pending: dict[int, _Pending] = {}
@@ -115,18 +130,29 @@ class Connection:
         timeout: float = 3.0,
         *,
         close_on_timeout: bool = True,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> Connection:
+        """Connect (and, with ``ssl_context``, complete the TLS handshake) within ``timeout``."""
         host, port = parse_address(address)
         try:
             with anyio.fail_after(timeout):
-                wire = await open_wire(host, port)
+                wire = await open_wire(host, port, ssl_context)
         except TimeoutError:
             raise ConnectionClosedError(
                 f"connect to {address} timed out after {timeout}s"
             ) from None
+        except ssl.SSLError as exc:
+            raise _tls_error(address, exc) from exc
+        except anyio.BrokenResourceError as exc:  # anyio: the peer hung up mid-handshake
+            if ssl_context is not None:
+                raise _tls_error(address, exc.__cause__ or exc) from exc
+            raise ConnectionClosedError(f"cannot connect to {address}: {exc!r}") from exc
         except OSError as exc:
             raise ConnectionClosedError(f"cannot connect to {address}: {exc}") from exc
-        return cls(wire, address, handler, close_on_timeout=close_on_timeout)
+        return cls(
+            wire, address, handler, close_on_timeout=close_on_timeout, credentials=credentials
+        )
 
     @property
     def closed(self) -> bool:
@@ -262,6 +288,8 @@ class Connection:
         """Send ``cmd`` and wait for its response (any code; callers interpret it)."""
         cmd.opaque = next_opaque()
         cmd.flag &= _NOT_ONEWAY
+        if self._credentials is not None:
+            self._credentials.sign(cmd)
         loop = self._loop or capture()
         deadline = loop.now() + timeout
         pending = _Pending(deadline, loop.new_event())
@@ -297,6 +325,8 @@ class Connection:
     async def oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = next_opaque()
         cmd.flag |= _ONEWAY
+        if self._credentials is not None:
+            self._credentials.sign(cmd)
         await self._send(encode_command(cmd))
 
     async def aclose(self) -> None:

@@ -8,6 +8,7 @@ that address connects again.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from types import TracebackType
 
@@ -18,6 +19,7 @@ from aiorocket._log import get_logger
 from aiorocket.errors import ClientClosedError, ConnectionClosedError
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.remoting.connection import Connection, RequestHandler
+from aiorocket.security import Credentials
 
 
 class ConnectionPool:
@@ -29,6 +31,8 @@ class ConnectionPool:
         connect_timeout: float = 3.0,
         *,
         close_on_timeout: bool = True,
+        credentials: Credentials | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """
         Parameters
@@ -41,7 +45,13 @@ class ConnectionPool:
             Close a connection when one of its requests times out, so the next request
             opens a new one (the Java client's default): a half-open socket is
             otherwise only noticed by the kernel, minutes later.
+        credentials:
+            ACL identity signing every request sent (see :mod:`aiorocket.security`).
+        ssl_context:
+            Connect over TLS, verifying the servers with this context.
         """
+        self._credentials = credentials
+        self._ssl_context = ssl_context
         self._handler = handler
         self._connect_timeout = connect_timeout
         self._close_on_timeout = close_on_timeout
@@ -108,6 +118,8 @@ class ConnectionPool:
                 self._handler,
                 self._connect_timeout,
                 close_on_timeout=self._close_on_timeout,
+                credentials=self._credentials,
+                ssl_context=self._ssl_context,
             )
             if self._closed:
                 await conn.aclose()

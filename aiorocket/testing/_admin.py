@@ -7,6 +7,7 @@ usable from any event loop (asyncio or trio) without a shared pool.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ from aiorocket.errors import RocketMQError
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.remoting.connection import Connection
+from aiorocket.security import Credentials
 
 #: Not (yet) in aiorocket.protocol.codes; RequestCode.java.
 GET_SUBSCRIPTIONGROUP_CONFIG = 352
@@ -27,6 +29,18 @@ class AdminError(RocketMQError):
     """An admin request was refused or the cluster did not converge in time."""
 
 
+#: address -> (admin credentials, TLS context) of servers started with ACL or TLS on:
+#: the set-up requests to them are signed / encrypted (see LocalRocketMQ.start).
+_SECURITY: dict[str, tuple[Credentials | None, ssl.SSLContext | None]] = {}
+
+
+def register_security(
+    addrs: Iterable[str], credentials: Credentials | None, ssl_context: ssl.SSLContext | None
+) -> None:
+    for addr in addrs:
+        _SECURITY[addr] = (credentials, ssl_context)
+
+
 async def request(
     addr: str,
     code: int,
@@ -35,7 +49,10 @@ async def request(
     timeout: float = 3.0,
 ) -> RemotingCommand:
     """Send one request on a fresh connection; return the response whatever its code."""
-    conn = await Connection.connect(addr, timeout=timeout)
+    credentials, ssl_context = _SECURITY.get(addr, (None, None))
+    conn = await Connection.connect(
+        addr, timeout=timeout, credentials=credentials, ssl_context=ssl_context
+    )
     response: RemotingCommand | None = None
     error: Exception | None = None
     async with anyio.create_task_group() as tg:
@@ -211,3 +228,36 @@ def expected_queues(
     brokers: Iterable[str], read_queues: int, write_queues: int
 ) -> dict[str, tuple[int, int]]:
     return {b: (read_queues, write_queues) for b in brokers}
+
+
+# -- ACL 2.0 users and their permissions (brokers with authenticationEnabled) ----------
+
+AUTH_CREATE_USER = 3001
+AUTH_CREATE_ACL = 3006
+
+
+async def create_user_on(
+    broker_addr: str, username: str, password: str, *, super_user: bool = False
+) -> None:
+    """AUTH_CREATE_USER: a user (access key ``username``, secret key ``password``)."""
+    body = json.dumps({
+        "username": username, "password": password,
+        "userType": "Super" if super_user else "Normal", "userStatus": "enable",
+    }).encode()  # fmt: skip
+    resp = await request(broker_addr, AUTH_CREATE_USER, {"username": username}, body)
+    _check(resp, f"create user {username!r} on {broker_addr}")
+
+
+async def grant_on(broker_addr: str, username: str, resources: Mapping[str, Iterable[str]]) -> None:
+    """AUTH_CREATE_ACL: allow ``username`` the actions on each resource
+    (``{"Topic:orders": ["Pub", "Sub"], "Group:g1": ["Sub"]}``; ``Topic:*`` for all)."""
+    entries = [
+        {"resource": res, "actions": list(actions), "sourceIps": [], "decision": "Allow"}
+        for res, actions in resources.items()
+    ]
+    subject = f"User:{username}"
+    body = json.dumps({
+        "subject": subject, "policies": [{"policyType": "Custom", "entries": entries}],
+    }).encode()  # fmt: skip
+    resp = await request(broker_addr, AUTH_CREATE_ACL, {"subject": subject}, body)
+    _check(resp, f"grant {dict(resources)} to {username!r} on {broker_addr}")

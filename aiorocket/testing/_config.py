@@ -42,8 +42,9 @@ def namesrv_conf(port: int) -> str:
     return props({"listenPort": port, "bindAddress": LOOPBACK})
 
 
-def broker_conf(name: str, port: int, namesrv: str, store: Path, cluster: str = CLUSTER) -> str:
-    """broker.conf of a master broker on loopback, tuned for tests."""
+def broker_conf(name: str, port: int, namesrv: str, store: Path, cluster: str = CLUSTER,
+                extra: dict[str, object] | None = None) -> str:  # fmt: skip
+    """broker.conf of a master broker on loopback, tuned for tests (+ ``extra`` settings)."""
     return props({
         "brokerClusterName": cluster, "brokerName": name, "brokerId": 0,
         "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",
@@ -70,6 +71,7 @@ def broker_conf(name: str, port: int, namesrv: str, store: Path, cluster: str = 
         # the main source of the end-to-end latency tail. Flushing every 10 min keeps timer
         # messages working; a crashed broker recovers from an older checkpoint.
         "timerFlushIntervalMs": 600_000,
+        **(extra or {}),
     })  # fmt: skip
 
 
@@ -87,13 +89,14 @@ def proxy_json(namesrv: str, broker_conf_path: Path, grpc: int, remoting: int) -
 
 
 def jvm_argv(java: str, kind: str, classpath: str, home: Path, rocketmq_home: Path,
-             args: list[str]) -> list[str]:  # fmt: skip
+             args: list[str], system_props: dict[str, str] | None = None) -> list[str]:  # fmt: skip
     heap = HEAP[kind]
     return [
         java, "-server", f"-Xms{heap}", f"-Xmx{heap}", *JVM_OPTS,
         f"-Duser.home={home}",  # logs -> <home>/logs/rocketmqlogs
         f"-Drocketmq.home.dir={rocketmq_home}",
         f"-Drmq.logback.configurationFile=rmq.{kind}.logback.xml",
+        *(f"-D{k}={v}" for k, v in (system_props or {}).items()),
         *shlex.split(os.environ.get("AIOROCKET_RMQ_JAVA_OPTS", "")),
         "-cp", classpath, MAIN[kind], *args,
     ]  # fmt: skip

@@ -28,6 +28,8 @@ class Proc:
     log: str
     home: str
     ports: list[int] = field(default_factory=list)
+    #: the command line, to start it again on the same store and ports
+    argv: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -41,6 +43,7 @@ class Proc:
             log=str(data.get("log", "")),
             home=str(data.get("home", "")),
             ports=[int(p) for p in data.get("ports", [])],
+            argv=[str(a) for a in data.get("argv", [])],
         )
 
 
@@ -174,8 +177,15 @@ def spawn(name: str, argv: Sequence[str], *, log: Path, home: Path, ports: Itera
             start_new_session=True,  # own process group: no terminal signals, killpg works
             close_fds=True,
         )
-    info = Proc(name, popen.pid, proc_start_time(popen.pid), str(log), str(home), list(ports))
+    info = Proc(
+        name, popen.pid, proc_start_time(popen.pid), str(log), str(home), list(ports), list(argv)
+    )
     return info, popen
+
+
+def send_signal(proc: Proc, sig: int) -> None:
+    """Signal ``proc`` (and its process group) if it is still the process we started."""
+    _signal(proc, sig)
 
 
 def _signal(proc: Proc, sig: int) -> None:

@@ -23,6 +23,7 @@ import getpass
 import json
 import os
 import shutil
+import signal
 import string
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from typing import Any
 import anyio
 
 from aiorocket.errors import RocketMQError
+from aiorocket.security import Credentials, tls_context
 from aiorocket.testing import _admin, _config, _maven
 from aiorocket.testing._config import CLUSTER
 from aiorocket.testing._maven import BrokerSetupError, MissingToolError
@@ -44,6 +46,7 @@ from aiorocket.testing._procs import (
     log_report,
     pick_broker_port,
     pick_port,
+    send_signal,
     spawn,
     stop_all,
     warn_if_disk_full,
@@ -122,7 +125,17 @@ class LocalRocketMQ:
             self.state = json.loads((self.base_dir / STATE_FILE).read_text())
         except (OSError, ValueError):
             self.state = {}
+        self._register_security()
         return bool(self.state)
+
+    def _register_security(self) -> None:
+        """The harness's own requests to a cluster with ACL/TLS on are signed/encrypted."""
+        sec = self.state.get("security")
+        if not sec:
+            return
+        admin = Credentials(sec["access_key"], sec["secret_key"]) if sec.get("access_key") else None
+        ctx = tls_context(verify=False) if sec.get("tls") else None
+        _admin.register_security([self.namesrv_addr, *self.broker_addrs.values()], admin, ctx)
 
     def _save(self) -> None:
         tmp = (self.base_dir / STATE_FILE).with_suffix(".tmp")
@@ -154,7 +167,8 @@ class LocalRocketMQ:
                 route = await _admin.get_route(self.namesrv_addr, HEALTH_TOPIC)
                 if set(_admin.route_brokers(route)) != set(self.broker_addrs):
                     return False
-                for addr in [*self.broker_addrs.values(), self.proxy_grpc, self.proxy_remoting]:
+                proxy = [self.state[k] for k in ("proxy_grpc", "proxy_remoting") if k in self.state]
+                for addr in [*self.broker_addrs.values(), *proxy]:
                     host, _, port = addr.rpartition(":")
                     stream = await anyio.connect_tcp(host, int(port))
                     await stream.aclose()
@@ -169,11 +183,24 @@ class LocalRocketMQ:
         *,
         timeout: float = 300.0,
         version: str | None = None,
+        proxy: bool = True,
+        broker_props: dict[str, object] | None = None,
+        jvm_props: dict[str, str] | None = None,
+        conf_files: dict[str, str] | None = None,
+        admin: Credentials | None = None,
+        tls: bool = False,
     ) -> bool:
         """Start the cluster and wait until it is ready; False if it was already running.
 
         Starting is serialised per user (port choice), so concurrent test sessions can
         each start their own instance in their own directory.
+
+        The rest is for throw-away clusters of fault and security tests: ``proxy=False``
+        runs broker-a without the Proxy (a lighter JVM); ``broker_props`` are added to each
+        broker.conf (e.g. ``authenticationEnabled``), ``jvm_props`` are system properties
+        of every JVM (e.g. ``tls.server.mode``), ``conf_files`` are written to
+        ``<dir>/conf`` (ROCKETMQ_HOME/conf: ``plain_acl.yml``); ``admin`` signs the
+        harness's own requests and ``tls`` makes them use TLS (unverified).
         """
         if not 1 <= brokers <= 8:
             raise ValueError("brokers must be between 1 and 8")
@@ -194,9 +221,19 @@ class LocalRocketMQ:
             java = _maven.find_java()
             jars = _maven.resolve(version)
             self._fresh_dir()
+            for fname, text in (conf_files or {}).items():
+                (self.base_dir / "conf" / fname).write_text(text)
             started = time.monotonic()
             try:
-                self._launch(java, jars, brokers)
+                self._launch(java, jars, brokers, proxy, broker_props or {}, jvm_props or {})
+                if admin is not None or tls:
+                    self.state["security"] = {
+                        "access_key": admin.access_key if admin else None,
+                        "secret_key": admin.secret_key if admin else None,
+                        "tls": tls,
+                    }
+                    self._register_security()
+                    self._save()
                 anyio.run(self._await_ready, timeout)
             except BaseException:
                 self.stop(timeout=5.0)
@@ -238,11 +275,13 @@ class LocalRocketMQ:
         (base / MARKER).write_text("aiorocket local RocketMQ home; wiped on start\n")
         warn_if_disk_full(base)
 
-    def _launch(self, java: str, jars: _maven.Jars, brokers: int) -> None:
+    def _launch(self, java: str, jars: _maven.Jars, brokers: int, proxy: bool,
+                broker_props: dict[str, object], jvm_props: dict[str, str]) -> None:  # fmt: skip
         base, taken = self.base_dir, set[int]()
         ns_port = pick_port(STD_NAMESRV, taken)
         ports = [pick_broker_port(STD_BROKER + 10 * i, taken) for i in range(brokers)]
         grpc, remoting = pick_port(STD_PROXY_GRPC, taken), pick_port(STD_PROXY_REMOTING, taken)
+        self._jvm_props = jvm_props
         ns = f"127.0.0.1:{ns_port}"
         names = [broker_name(i) for i in range(brokers)]
         self.state = {
@@ -255,23 +294,33 @@ class LocalRocketMQ:
             "proxy_broker": names[0], "processes": [], "started_at": time.time(),
             "owner_pid": os.getpid(),
         }  # fmt: skip
+        if not proxy:
+            for key in ("proxy_grpc", "proxy_remoting", "proxy_broker"):
+                del self.state[key]
         conf = base / "conf"
         (conf / "namesrv.conf").write_text(_config.namesrv_conf(ns_port))
         confs = [conf / ("broker.conf" if i == 0 else f"{n}.conf") for i, n in enumerate(names)]
         for name, port, path in zip(names, ports, confs, strict=True):
-            path.write_text(_config.broker_conf(name, port, ns, base / name / "store"))
-        (conf / "rmq-proxy.json").write_text(_config.proxy_json(ns, confs[0], grpc, remoting))
+            path.write_text(
+                _config.broker_conf(name, port, ns, base / name / "store", extra=broker_props)
+            )
         self._spawn(java, jars, "namesrv", "namesrv", ["-c", str(conf / "namesrv.conf")], [ns_port])
-        proxy_args = ["-pc", str(conf / "rmq-proxy.json"), "-pm", "local", "-n", ns]
-        self._spawn(java, jars, "proxy", names[0], proxy_args, [ports[0], grpc, remoting])
-        for name, port, path in list(zip(names, ports, confs, strict=True))[1:]:
+        plain = list(zip(names, ports, confs, strict=True))
+        if proxy:
+            (conf / "rmq-proxy.json").write_text(_config.proxy_json(ns, confs[0], grpc, remoting))
+            proxy_args = ["-pc", str(conf / "rmq-proxy.json"), "-pm", "local", "-n", ns]
+            self._spawn(java, jars, "proxy", names[0], proxy_args, [ports[0], grpc, remoting])
+            plain = plain[1:]
+        for name, port, path in plain:
             self._spawn(java, jars, "broker", name, ["-c", str(path)], [port])
 
     def _spawn(self, java: str, jars: _maven.Jars, kind: str, name: str, args: list[str],
                ports: list[int]) -> None:  # fmt: skip
         home = self.base_dir / name
         home.mkdir(parents=True, exist_ok=True)
-        argv = _config.jvm_argv(java, kind, jars.classpath, home, self.base_dir, args)
+        argv = _config.jvm_argv(
+            java, kind, jars.classpath, home, self.base_dir, args, getattr(self, "_jvm_props", None)
+        )
         label = f"{name}+proxy" if kind == "proxy" else name
         log = self.base_dir / "logs" / f"{label}.out"
         env = _config.jvm_env(self.base_dir)
@@ -293,7 +342,8 @@ class LocalRocketMQ:
                 await _admin.wait_route(
                     self.namesrv_addr, HEALTH_TOPIC, _admin.expected_queues(names, 1, 1), timeout
                 )
-                await self._retry(self._proxy_route)
+                if "proxy_remoting" in self.state:
+                    await self._retry(self._proxy_route)
         except TimeoutError:
             raise BrokerStartError(
                 f"local RocketMQ not ready within {timeout}s\n" + log_report(self.processes)
@@ -326,6 +376,69 @@ class LocalRocketMQ:
         if code is not None:
             raise BrokerStartError(f"{proc.name} exited (code {code}) during start-up\n"
                                    + log_report([proc]))  # fmt: skip
+
+    # -- per-process control (fault tests) ------------------------------------------------
+    def process(self, name: str) -> Proc:
+        """The process ``name``: "namesrv", or a broker name ("broker-a" also finds
+        "broker-a+proxy")."""
+        for proc in self.processes:
+            if proc.name in (name, f"{name}+proxy"):
+                return proc
+        raise ValueError(f"no process {name!r}; have {[p.name for p in self.processes]}")
+
+    def kill(self, name: str, sig: int = signal.SIGKILL, timeout: float = 10.0) -> None:
+        """Send ``sig`` (SIGKILL by default) to one process; for a fatal signal, wait
+        until it is gone (reaped, its ports closed)."""
+        proc = self.process(name)
+        send_signal(proc, sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            deadline = time.monotonic() + timeout
+            while alive(proc) and time.monotonic() < deadline:
+                popen = self._popens.get(proc.pid)
+                if popen is not None:
+                    popen.poll()
+                time.sleep(0.05)
+            if alive(proc):
+                raise BrokerStartError(f"{proc.name} (pid {proc.pid}) survived signal {sig}")
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP: the process keeps its sockets open and answers nothing."""
+        send_signal(self.process(name), signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        """SIGCONT after :meth:`pause`."""
+        send_signal(self.process(name), signal.SIGCONT)
+
+    async def restart(self, name: str, timeout: float = 120.0) -> None:
+        """Start process ``name`` again (SIGKILLed first if it still runs) with the same
+        command line: same config, store and ports. Returns once it listens again and,
+        for a broker, once the NameServer routes to it."""
+        proc = self.process(name)
+        if alive(proc):
+            await anyio.to_thread.run_sync(lambda: self.kill(name))
+        if not proc.argv:
+            raise BrokerStartError(f"{proc.name} was started without a recorded command line")
+        env = _config.jvm_env(self.base_dir)
+        info, popen = spawn(proc.name, proc.argv, log=Path(proc.log), home=Path(proc.home),
+                            ports=proc.ports, env=env)  # fmt: skip
+        self._popens[popen.pid] = popen
+        self.state["processes"] = [
+            info.to_json() if p["name"] == proc.name else p for p in self.state["processes"]
+        ]
+        self._save()
+        try:
+            with anyio.fail_after(timeout):
+                for port in info.ports:
+                    await self._wait_port(info, port)
+                if proc.name != "namesrv":
+                    broker = proc.name.removesuffix("+proxy")
+                    await _admin.wait_route(
+                        self.namesrv_addr, HEALTH_TOPIC, {broker: (1, 1)}, timeout
+                    )
+        except TimeoutError:
+            raise BrokerStartError(
+                f"{proc.name} not back within {timeout}s\n" + log_report([info])
+            ) from None
 
     # -- admin -------------------------------------------------------------------------
     def _select(self, brokers: Iterable[str] | None) -> dict[str, str]:
