@@ -69,6 +69,9 @@ class ConsumerConfig:
     retry_delay_level: int = 0
     #: seconds a handler may run; then it is cancelled and the message counts as failed.
     consume_timeout: float = 15 * 60.0
+    #: synchronous handlers: threads abandoned by a timeout (a thread cannot be
+    #: interrupted) that may still run before new handler calls wait for one to return.
+    max_abandoned_threads: int = 20
     #: seconds between offset commits.
     persist_offset_interval: float = 5.0
     #: seconds between heartbeats to every broker of the subscribed topics.
@@ -133,6 +136,9 @@ class ConsumerConfig:
             raise ConfigError(f"pull_threshold_for_all must be a positive integer, got {limit!r}")
         if self.pull_batch_size > 1024:
             raise ConfigError("pull_batch_size must be at most 1024")
+        abandoned = self.max_abandoned_threads
+        if not isinstance(abandoned, int) or abandoned < 0:
+            raise ConfigError(f"max_abandoned_threads must be an int >= 0, got {abandoned!r}")
         if self.max_reconsume_times < -1:
             raise ConfigError("max_reconsume_times must be >= -1")
         positive_floats = {

@@ -42,6 +42,7 @@ from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
 from aiorocket.consumer.puller import pull_loop
 from aiorocket.consumer.results import HandlerResult
 from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
+from aiorocket.consumer.threads import HandlerThreads
 from aiorocket.consumer.work_queue import WorkQueue
 from aiorocket.errors import (
     ClientClosedError,
@@ -215,7 +216,8 @@ class Consumer:
         self.workers_done: anyio.Event | None = None
         self._closing = False
         self._closed = False
-        self.thread_limiter: anyio.CapacityLimiter | None = None
+        #: synchronous handlers' threads (see aiorocket.consumer.threads)
+        self.handler_threads: HandlerThreads | None = None
         self._last_stats: Snapshot | None = None
         self.offset_store: OffsetStore
         self._committer: OffsetCommitter
@@ -298,11 +300,15 @@ class Consumer:
         self._committer = OffsetCommitter(self.offset_store, self.log, bound=_close_bound(cfg))
         client.dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         self.work_queue = WorkQueue()
-        self.thread_limiter = anyio.CapacityLimiter(cfg.consume_concurrency)
         self.orderly_slots = anyio.Semaphore(cfg.consume_concurrency)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
+        self.handler_threads = HandlerThreads(
+            concurrency=cfg.consume_concurrency,
+            max_abandoned=cfg.max_abandoned_threads,
+            log=self.log,
+        )
         self._loops_scope = anyio.CancelScope()
         try:
             await membership.send_heartbeats(self, starting=True)
@@ -694,6 +700,16 @@ class Consumer:
         return iterate.messages(self, self.work_queue)
 
     # -- introspection -----------------------------------------------------------------
+
+    @property
+    def abandoned_threads(self) -> int:
+        """Synchronous handler threads given up by a timeout that are still running."""
+        return self.handler_threads.abandoned if self.handler_threads else 0
+
+    @property
+    def abandoned_threads_total(self) -> int:
+        """Synchronous handler threads given up by a timeout since the start."""
+        return self.handler_threads.abandoned_total if self.handler_threads else 0
 
     def assignment(self) -> set[MessageQueue]:
         return {mq for mq, pq in self.process_queues.items() if not pq.dropped}

@@ -267,9 +267,8 @@ async def invoke(consumer: Consumer, live: list[ConsumerMessage]) -> HandlerResu
     arg: Any = live if consumer.batch_mode else live[0]
     if consumer.handler_is_async:
         return await handler(arg)  # type: ignore[no-any-return]
-    result = await anyio.to_thread.run_sync(
-        handler, arg, abandon_on_cancel=True, limiter=consumer.thread_limiter
-    )
+    assert consumer.handler_threads is not None
+    result = await consumer.handler_threads.run(handler, arg)
     if inspect.isawaitable(result):
         return await result  # type: ignore[no-any-return]
     return result  # type: ignore[no-any-return]

@@ -12,6 +12,7 @@ from aiorocket.errors import BrokerResponseError
 from aiorocket.message import Message, MessageQueue
 from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.message_codec import create_unique_id, encode_properties
+from aiorocket.testing.broker import LocalRocketMQ
 
 
 async def send_raw(
@@ -89,3 +90,11 @@ async def wait_dispatched(client: ClientInstance, topic: str, results: list[Send
         return True
 
     await eventually(done)
+
+
+async def one_queue_topic(
+    rocketmq: LocalRocketMQ, topic: str, group: str, *, orderly: bool = False
+) -> None:
+    """Create ``topic`` with a single queue (on the first broker) and ``group``."""
+    await rocketmq.create_topic(topic, queues=1, brokers=[next(iter(rocketmq.broker_addrs))])
+    await rocketmq.create_group(group, orderly=orderly)

@@ -20,7 +20,7 @@ from aiorocket.consumer.rebalance import state_of
 from aiorocket.message import Message, MessageQueue
 from aiorocket.testing.broker import LocalRocketMQ
 
-from .helpers import eventually, send_raw, wait_dispatched
+from .helpers import eventually, one_queue_topic, send_raw, wait_dispatched
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -66,8 +66,7 @@ class Recorder:
 
 
 async def one_queue_with(rocketmq: LocalRocketMQ, topic: str, group: str, n: int) -> MessageQueue:
-    await rocketmq.create_topic(topic, queues=1, brokers=[next(iter(rocketmq.broker_addrs))])
-    await rocketmq.create_group(group, orderly=True)
+    await one_queue_topic(rocketmq, topic, group, orderly=True)
     async with ClientInstance(rocketmq.namesrv_addr) as client:
         (mq,) = (await client.namesrv.query_route(topic)).write_queues()
         results = [await send_raw(client, mq, Message(topic, f"m{i}".encode())) for i in range(n)]

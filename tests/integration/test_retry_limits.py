@@ -12,7 +12,7 @@ from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerConfig, Consu
 from aiorocket.message import Message
 from aiorocket.testing.broker import LocalRocketMQ
 
-from .helpers import send_many, wait_dispatched
+from .helpers import one_queue_topic, send_many, wait_dispatched
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -21,8 +21,7 @@ async def test_max_reconsume_times_minus_one_retries_a_failed_message_concurrent
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
     topic, group = unique_name("minus1"), unique_name("g")
-    await rocketmq.create_topic(topic, queues=1, brokers=[next(iter(rocketmq.broker_addrs))])
-    await rocketmq.create_group(group)
+    await one_queue_topic(rocketmq, topic, group)
     attempts: list[int] = []
     retried = anyio.Event()
 
