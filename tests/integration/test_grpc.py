@@ -377,6 +377,9 @@ async def test_trio_gets_a_clear_error(rocketmq: LocalRocketMQ) -> None:
     with pytest.raises(UnsupportedTransportError, match="asyncio"):
         async with Producer("pg", proxy=rocketmq.proxy_grpc):
             pass
+    with pytest.raises(UnsupportedTransportError, match="remoting"):
+        async with SimpleConsumer("g", rocketmq.proxy_grpc, {"t": "*"}):
+            pass
 
 
 def closed_port() -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -15,6 +17,18 @@ from aiorocket.grpc import Credentials
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._session import backoff_delays
 from aiorocket.grpc._transport import GrpcTransport, check_status, parse_endpoint
+
+
+def test_importing_the_core_never_imports_grpclib() -> None:
+    code = (
+        "import sys, aiorocket, aiorocket.consumer, aiorocket.producer\n"
+        "from aiorocket.producer import Producer\n"
+        "Producer('g', proxy='127.0.0.1:8081')  # choosing gRPC imports nothing yet\n"
+        "bad = [m for m in ('grpclib', 'betterproto', 'h2', 'aiorocket.grpc') "
+        "if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_metadata_on_every_call() -> None:
