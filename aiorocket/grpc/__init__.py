@@ -22,6 +22,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
 
 from aiorocket.grpc._received import ReceivedMessage
 from aiorocket.grpc._simple import SimpleConsumer
-from aiorocket.grpc._transport import Credentials, GrpcOptions
+from aiorocket.grpc._transport import GrpcOptions
+from aiorocket.security import Credentials  # the one ACL identity of both transports
 
 __all__ = ["Credentials", "GrpcOptions", "ReceivedMessage", "SimpleConsumer"]

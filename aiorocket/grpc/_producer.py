@@ -42,7 +42,7 @@ from aiorocket.grpc._convert import Outgoing, prepare
 from aiorocket.grpc._encode import FastSendResponse, SendEntry, encode_message, send_request
 from aiorocket.grpc._received import message_ext
 from aiorocket.grpc._session import Session, backoff_delays
-from aiorocket.grpc._transport import GrpcOptions, GrpcTransport, check_status
+from aiorocket.grpc._transport import GrpcOptions, GrpcTransport, check_status, with_security
 from aiorocket.message import Message, MessageQueue
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.transaction import (
@@ -118,6 +118,7 @@ class GrpcProducer:
     ) -> None:
         self.group = group
         self.config = config
+        options = with_security(options, config.credentials, config.tls)
         self.transport = GrpcTransport.create(
             endpoint, options, client_id=client_id, request_timeout=config.request_timeout
         )

@@ -24,7 +24,7 @@ import ssl
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
 
@@ -44,8 +44,9 @@ from aiorocket.errors import (
 )
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._channel import CoalescingChannel
+from aiorocket.security import Credentials
 
-__all__ = ["Credentials", "GrpcOptions", "GrpcTransport", "check_status", "parse_endpoint"]
+__all__ = ["GrpcOptions", "GrpcTransport", "check_status", "parse_endpoint", "with_security"]
 
 _SERVICE = "/apache.rocketmq.v2.MessagingService/"
 _OK_CODES = frozenset({pb.Code.OK, pb.Code.MULTIPLE_RESULTS})
@@ -60,27 +61,36 @@ Rep = TypeVar("Rep")
 
 
 @dataclass(frozen=True, slots=True)
-class Credentials:
-    """ACL credentials: the access key and secret of a 5.x ACL user."""
-
-    access_key: str
-    secret_key: str
-    security_token: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class GrpcOptions:
     """Connection options of a gRPC (Proxy) client.
 
     ``tls``: ``False`` plaintext h2c (default, what the Apache Proxy accepts), ``True``
     TLS verified with the system CAs, a CA bundle path, or an ``ssl.SSLContext``.
     ``namespace``: the 5.x namespace sent with every call and resource.
-    ``credentials``: ACL access key and secret (the signed ``authorization`` header).
+    ``credentials``: :class:`aiorocket.security.Credentials` (ACL access key, secret,
+    optional session token): every call carries the signed ``authorization`` header.
     """
 
     tls: bool | str | ssl.SSLContext = False
     namespace: str = ""
     credentials: Credentials | None = None
+
+
+def with_security(
+    options: GrpcOptions | None, credentials: Credentials | None, tls: bool | ssl.SSLContext
+) -> GrpcOptions:
+    """``options`` with the client config's ``credentials``/``tls`` (the settings both
+    transports share); set in both places differently is a :class:`ConfigError`."""
+    opts = options or GrpcOptions()
+    if credentials is not None:
+        if opts.credentials is not None and opts.credentials != credentials:
+            raise ConfigError("credentials given twice (config and grpc_options) differently")
+        opts = replace(opts, credentials=credentials)
+    if tls:
+        if opts.tls and opts.tls is not tls:
+            raise ConfigError("tls given twice (config and grpc_options) differently")
+        opts = replace(opts, tls=tls)
+    return opts
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:

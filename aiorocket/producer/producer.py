@@ -137,8 +137,6 @@ class Producer:
         self._grpc: GrpcProducer | None = None
         if self.transport == "grpc" and cfg.auto_batch:
             raise _unsupported("auto_batch")
-        if self.transport == "grpc" and (cfg.credentials is not None or cfg.tls):
-            raise _unsupported("ACL credentials and tls")
         self._checker = transaction_checker
         self._client: ClientInstance | None = None
         self._tg: anyio.abc.TaskGroup | None = None

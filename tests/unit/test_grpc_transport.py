@@ -97,3 +97,20 @@ def test_backoff_follows_the_server_policy() -> None:
 
 def pb_seconds(s: float) -> timedelta:
     return timedelta(seconds=s)
+
+
+def test_config_credentials_and_tls_reach_the_grpc_transport() -> None:
+    """The ProducerConfig's credentials/tls (shared with remoting) sign and encrypt the
+    gRPC calls too; given twice differently they are a ConfigError."""
+    from aiorocket.grpc._producer import GrpcProducer
+    from aiorocket.grpc._transport import GrpcOptions, with_security
+    from aiorocket.producer import ProducerConfig
+
+    creds = Credentials("ak", "sk")
+    producer = GrpcProducer("g", "127.0.0.1:8081",
+                            config=ProducerConfig(credentials=creds, tls=True))  # fmt: skip
+    md = dict(producer.transport.metadata())
+    assert md["authorization"].startswith("MQv2-HMAC-SHA1 Credential=ak,")
+    assert producer.transport._ssl is not None
+    with pytest.raises(ConfigError):
+        with_security(GrpcOptions(credentials=Credentials("other", "x")), creds, False)

@@ -7,7 +7,7 @@ import ssl
 import pytest
 
 from aiorocket.consumer import Consumer
-from aiorocket.errors import ConfigError, UnsupportedTransportError
+from aiorocket.errors import ConfigError
 from aiorocket.producer import Producer
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.security import Credentials, resolve_tls, signature, tls_context
@@ -60,7 +60,3 @@ def test_tls_settings() -> None:
     with pytest.raises(ConfigError):
         Producer("g", "127.0.0.1:9876", credentials=("ak", "sk"))
 
-
-def test_grpc_transport_refuses_acl_settings() -> None:
-    with pytest.raises(UnsupportedTransportError):
-        Producer("g", proxy="127.0.0.1:8081", credentials=Credentials("ak", "sk"))
