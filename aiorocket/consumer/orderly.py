@@ -132,17 +132,23 @@ async def release_when_idle(consumer: Consumer, pq: ProcessQueue) -> None:
 
 async def stop_loops(consumer: Consumer, pqs: list[ProcessQueue], *, wait: float) -> None:
     """At close: let running steps finish within ``wait`` seconds, then cancel the rest
-    and wait for them to end, so no queue is unlocked under a running async handler."""
-    with anyio.move_on_after(wait) as scope:
-        for pq in pqs:
-            async with pq.order_lock:  # closing: no step starts after this one
-                pass
-    if scope.cancelled_caught:
-        consumer.log.warning("shutdown_timeout", timeout=wait, mode="orderly")
+    and wait for them to end, so no queue is unlocked under a running async handler.
+
+    The consumer is closing, so no loop starts a new step: only those busy now count.
+    """
+    running = [pq for pq in pqs if busy(pq)]
+    if running and wait > 0:
+        with anyio.move_on_after(wait) as scope:
+            for pq in running:
+                async with pq.order_lock:
+                    pass
+        if scope.cancelled_caught:
+            consumer.log.warning("shutdown_timeout", timeout=wait, mode="orderly")
     for pq in pqs:
         if pq.consume_scope is not None:
             pq.consume_scope.cancel()
+    running = [pq for pq in running if busy(pq)]
     with anyio.move_on_after(consumer.config.request_timeout):
-        for pq in pqs:
+        for pq in running:
             async with pq.order_lock:
                 pass

@@ -61,6 +61,8 @@ class FakeBroker:
         self.locking = "grant"
         self.lock_requests: list[set[tuple[str, int]]] = []
         self.lock_seen = anyio.Event()  # set (and replaced) at every LOCK_BATCH_MQ
+        #: "unlock" is appended at every UNLOCK_BATCH_MQ (tests share it with handlers)
+        self.journal: list[str] = []
         self.pulled = anyio.Event()  # set (and replaced) at every pull
         self.arrived = anyio.Event()
         self.server = FakeRemotingServer(self.handle)
@@ -129,6 +131,7 @@ class FakeBroker:
         keys = {(m["topic"], int(m["queueId"])) for m in body["mqSet"]}
         resp = RemotingCommand.response_to(cmd)
         if cmd.code == RequestCode.UNLOCK_BATCH_MQ:
+            self.journal.append("unlock")
             for key in keys:
                 if self.lock_owners.get(key) == client:
                     del self.lock_owners[key]

@@ -88,6 +88,29 @@ async def test_orderly_reset_during_handler_with_nothing_pulled_yet_keeps_consum
     assert handler.offsets == [0, 5, 6]
 
 
+async def test_orderly_close_cancels_an_overrunning_handler_before_unlocking() -> None:
+    cluster, broker = one_broker()
+    broker.add(0, b"m0")
+    entered = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        entered.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            broker.journal.append("handler ended")
+
+    async with running(cluster):
+        consumer = consumer_of(cluster, handle, orderly=True, shutdown_timeout=0.2)
+        async with consumer:
+            with anyio.fail_after(10):
+                await entered.wait()
+            broker.journal.append("closing")
+    # shutdown_timeout passed: the handler is cancelled, and only then unlocked.
+    assert broker.journal == ["closing", "handler ended", "unlock"]
+    assert broker.offsets.get((TOPIC, 0), 0) == 0  # not handled: delivered again
+
+
 async def test_orderly_failed_lock_renewal_keeps_queues_locked() -> None:
     cluster, broker = one_broker()
     handle = Collector(1)
