@@ -8,7 +8,7 @@ another consumer, not a second loop of the same one) until the handler returns.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import anyio
@@ -20,24 +20,13 @@ from aiorocket.consumer.rebalance import state_of
 from aiorocket.message import Message, MessageQueue
 from aiorocket.testing.broker import LocalRocketMQ
 
+from ..unit.consumer_fakes import take_all, take_none
 from .helpers import eventually, one_queue_topic, send_raw, wait_dispatched
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 FAST = {"persist_offset_interval": 0.5, "long_poll_timeout": 2.0, "pull_request_timeout": 12.0,
         "rebalance_interval": 60.0, "shutdown_timeout": 0.2}  # fmt: skip
-
-
-def take_all(
-    group: str, cid: str, queues: Sequence[MessageQueue], cids: Sequence[str]
-) -> list[MessageQueue]:
-    return list(queues)
-
-
-def take_none(
-    group: str, cid: str, queues: Sequence[MessageQueue], cids: Sequence[str]
-) -> list[MessageQueue]:
-    return []
 
 
 class Recorder:

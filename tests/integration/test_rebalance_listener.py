@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -13,6 +13,7 @@ from aiorocket.message import Message, MessageQueue
 from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.logs import capture_logs
 
+from ..unit.consumer_fakes import take_none
 from .helpers import eventually, send_many, wait_dispatched
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -29,12 +30,6 @@ class Faulty:
     async def on_queues_revoked(self, queues: list[MessageQueue]) -> None:
         self.calls.append("revoked")
         raise RuntimeError("listener bug (revoked)")
-
-
-def take_none(
-    group: str, cid: str, queues: Sequence[MessageQueue], cids: Sequence[str]
-) -> list[MessageQueue]:
-    return []
 
 
 @pytest.mark.parametrize("orderly", [False, True], ids=["concurrent", "orderly"])

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
 
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
+from aiorocket.message import MessageQueue
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.store_record import encode_stored_message
@@ -61,7 +62,8 @@ class FakeBroker:
         self.locking = "grant"
         self.lock_requests: list[set[tuple[str, int]]] = []
         self.lock_seen = anyio.Event()  # set (and replaced) at every LOCK_BATCH_MQ
-        #: "unlock" is appended at every UNLOCK_BATCH_MQ (tests share it with handlers)
+        #: "unlock <queue ids>" is appended at every UNLOCK_BATCH_MQ (tests share it with
+        #: handlers, to see what happened first)
         self.journal: list[str] = []
         self.pulled = anyio.Event()  # set (and replaced) at every pull
         self.arrived = anyio.Event()
@@ -131,7 +133,7 @@ class FakeBroker:
         keys = {(m["topic"], int(m["queueId"])) for m in body["mqSet"]}
         resp = RemotingCommand.response_to(cmd)
         if cmd.code == RequestCode.UNLOCK_BATCH_MQ:
-            self.journal.append("unlock")
+            self.journal.append("unlock " + ",".join(str(q) for _, q in sorted(keys)))
             for key in keys:
                 if self.lock_owners.get(key) == client:
                     del self.lock_owners[key]
@@ -260,6 +262,20 @@ FAST: dict[str, Any] = {
     "persist_offset_interval": 0.2,
     "request_timeout": 2.0,
 }
+
+
+def take_all(
+    group: str, cid: str, queues: Sequence[MessageQueue], cids: Sequence[str]
+) -> list[MessageQueue]:
+    """An allocation strategy that gives this consumer every queue."""
+    return list(queues)
+
+
+def take_none(
+    group: str, cid: str, queues: Sequence[MessageQueue], cids: Sequence[str]
+) -> list[MessageQueue]:
+    """An allocation strategy that gives this consumer nothing (revokes all it has)."""
+    return []
 
 
 class Collector:

@@ -13,7 +13,16 @@ from aiorocket.consumer import Consumer, ConsumerMessage, locks
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import ConfigError
 
-from .consumer_fakes import TOPIC, Collector, FakeBroker, FakeCluster, consumer_of, running
+from .consumer_fakes import (
+    TOPIC,
+    Collector,
+    FakeBroker,
+    FakeCluster,
+    consumer_of,
+    running,
+    take_all,
+    take_none,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -107,8 +116,40 @@ async def test_orderly_close_cancels_an_overrunning_handler_before_unlocking() -
                 await entered.wait()
             broker.journal.append("closing")
     # shutdown_timeout passed: the handler is cancelled, and only then unlocked.
-    assert broker.journal == ["closing", "handler ended", "unlock"]
+    assert broker.journal == ["closing", "handler ended", "unlock 0,1"]
     assert broker.offsets.get((TOPIC, 0), 0) == 0  # not handled: delivered again
+
+
+async def test_orderly_revoked_queue_lock_is_renewed_until_its_handler_returns() -> None:
+    cluster, broker = one_broker()
+    broker.add(0, b"m0", b"m1")
+    entered, release = anyio.Event(), anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        if msg.queue_offset == 0:
+            entered.set()
+            await release.wait()
+            broker.journal.append("handler ended")
+
+    async with running(cluster):
+        consumer = consumer_of(cluster, handle, orderly=True, allocate=take_all,
+                               lock_renew_interval=0.2, shutdown_timeout=0.2)  # fmt: skip
+        async with consumer:
+            with anyio.fail_after(10):
+                await entered.wait()
+            consumer.allocate = take_none  # revoke both queues; queue 0 is being handled
+            consumer.request_rebalance()
+            await until(lambda: not consumer.assignment())
+            broker.lock_requests.clear()
+            for _ in range(3):  # three renewals while the handler runs
+                with anyio.fail_after(10):
+                    await broker.lock_seen.wait()
+            assert broker.lock_requests[-1] == {(TOPIC, 0)}, "its lock is renewed, alone"
+            assert broker.journal == ["unlock 1"], "only the idle queue was unlocked"
+            release.set()
+            await until(lambda: len(broker.journal) == 3)
+            assert broker.journal == ["unlock 1", "handler ended", "unlock 0"]
+            assert broker.offsets[(TOPIC, 0)] == 1  # committed before the unlock
 
 
 async def test_orderly_failed_lock_renewal_keeps_queues_locked() -> None:
