@@ -43,12 +43,8 @@ async def dead_letter_undecodable(
         if r.queue_offset is not None and r.queue_offset < next_offset
     ]
     for record in result.undecodable:
-        if record.queue_offset is not None and record.queue_offset < offset:
-            continue  # before the requested offset (inside a batch): not ours
-        if record.queue_offset is not None and not _plausible(record, next_offset):
-            _report(consumer, pq, log, record, None, "skipped")  # framed, header garbage
-            continue
-        if record.queue_offset is None:
+        queue_offset = record.queue_offset
+        if queue_offset is None:
             # The record's length cannot be trusted, so neither can anything after it.
             # Pull again from the first offset not read; when that is this record
             # (it came first), skip exactly it.
@@ -56,20 +52,19 @@ async def dead_letter_undecodable(
                 return max(known) + 1
             _report(consumer, pq, log, record, offset, "skipped")
             return offset + 1
-        assert record.queue_offset is not None
+        if queue_offset < offset:
+            continue  # before the requested offset (inside a batch): not ours
+        if queue_offset >= next_offset:  # framed, but its header is garbage
+            _report(consumer, pq, log, record, None, "skipped")
+            continue
         action = "skipped"
         # Without a readable store host and message id, the commit-log offset is not
         # to be trusted either: sending back the wrong message would be worse.
         possible = record.msg_id and consumer.config.message_model is MessageModel.CLUSTERING
         if possible and await consumer.send_to_dead_letter(pq, _stub(pq, record)):
             action = "dead_lettered"
-        _report(consumer, pq, log, record, record.queue_offset, action)
+        _report(consumer, pq, log, record, queue_offset, action)
     return next_offset
-
-
-def _plausible(record: UndecodableRecord, next_offset: int) -> bool:
-    """The record's header can be trusted: it has one, with an offset in the answer."""
-    return record.queue_offset is not None and record.queue_offset < next_offset
 
 
 def _stub(pq: ProcessQueue, record: UndecodableRecord) -> ConsumerMessage:
