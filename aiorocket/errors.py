@@ -108,6 +108,18 @@ class AccessDeniedError(BrokerResponseError):
     (topic or group) the request names. The message names the request and the resource."""
 
 
+class GroupNotFoundError(BrokerResponseError):
+    """The broker has no such consumer group (SUBSCRIPTION_GROUP_NOT_EXIST, 26)."""
+
+
+class ConsumerNotOnlineError(BrokerResponseError):
+    """The consumer group has no connected member (CONSUMER_NOT_ONLINE, 206)."""
+
+
+class MessageNotFoundError(RocketMQError):
+    """No stored message has the id or key asked for."""
+
+
 class ProxyResponseError(RocketMQError):
     """The RocketMQ gRPC Proxy answered with a non-OK ``Status`` (apache.rocketmq.v2 Code).
 
@@ -171,4 +183,8 @@ def error_for_response(
         cls = ServiceNotAvailableError
     elif code == 16:
         cls = AccessDeniedError
+    elif code == 26:
+        cls = GroupNotFoundError
+    elif code == 206:
+        cls = ConsumerNotOnlineError
     return cls(code, remark, request_code=request_code)

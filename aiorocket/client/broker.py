@@ -41,10 +41,14 @@ _PULL_STATUS = {
 DEFAULT_TOPIC = "TBW102"
 
 
-def _check(resp: RemotingCommand, request_code: int) -> RemotingCommand:
+def check_response(resp: RemotingCommand, request_code: int) -> RemotingCommand:
+    """``resp`` if it is a success, else the typed error of its code."""
     if resp.code != ResponseCode.SUCCESS:
         raise error_for_response(resp.code, resp.remark, request_code)
     return resp
+
+
+_check = check_response
 
 
 def create_topic_fields(
@@ -116,7 +120,7 @@ class BrokerClient:
         self.pool = pool
         self.timeout = timeout
 
-    async def _call(
+    async def call(
         self,
         addr: str,
         code: int,
@@ -124,9 +128,12 @@ class BrokerClient:
         body: bytes = b"",
         timeout: float | None = None,
     ) -> RemotingCommand:
+        """One request to ``addr``; the answer whatever its code."""
         return await self.pool.request(
             addr, RemotingCommand.request(code, ext, body), timeout or self.timeout
         )
+
+    _call = call
 
     # -- producing -----------------------------------------------------------------
 

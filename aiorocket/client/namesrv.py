@@ -88,7 +88,7 @@ class NameServerClient:
     def addrs(self) -> list[str]:
         return list(self._addrs)
 
-    async def _ask(self, code: int, ext: dict[str, str]) -> RemotingCommand:
+    async def ask(self, code: int, ext: dict[str, str]) -> RemotingCommand:
         """One request to the NameServers (the last good one first); a success answer.
 
         Raises :class:`~aiorocket.errors.NameServerUnavailableError` when none answers.
@@ -120,14 +120,14 @@ class NameServerClient:
         """Ask the NameServers (the last good one first) for the route of ``topic``."""
         if not topic:
             raise ConfigError("topic must not be empty")
-        resp = await self._ask(
+        resp = await self.ask(
             RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": "true"}
         )
         return self._store(topic, resp.body)
 
     async def list_topics(self) -> list[str]:
         """Every topic the NameServers know (system topics included), sorted."""
-        resp = await self._ask(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})
+        resp = await self.ask(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})
         try:
             topics = json.loads(resp.body).get("topicList") or []
         except (ValueError, AttributeError) as exc:

@@ -21,7 +21,7 @@ from aiorocket.remoting.connection import Connection
 from aiorocket.security import Credentials
 
 #: Not (yet) in aiorocket.protocol.codes; RequestCode.java.
-GET_SUBSCRIPTIONGROUP_CONFIG = 352
+GET_SUBSCRIPTIONGROUP_CONFIG = RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG
 PERM_READ_WRITE = 6
 
 

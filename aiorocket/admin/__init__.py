@@ -1,0 +1,414 @@
+"""Admin operations for services and tools: topics, consumer groups, lag, offsets, messages.
+
+>>> async with Admin("127.0.0.1:9876") as admin:
+...     lag = await admin.lag("orders-service")
+...     print(lag.total)
+
+Every request goes to the NameServer or to the brokers directly over remoting, through
+one connection pool (:class:`~aiorocket.client.instance.ClientInstance`). Errors are
+typed: :class:`~aiorocket.errors.TopicNotExistError`,
+:class:`~aiorocket.errors.GroupNotFoundError`,
+:class:`~aiorocket.errors.AccessDeniedError`,
+:class:`~aiorocket.errors.NameServerUnavailableError`,
+:class:`~aiorocket.errors.MessageNotFoundError`, :class:`~aiorocket.errors.ConfigError`
+(bad arguments).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any, Literal
+
+import anyio
+
+from aiorocket.admin._model import (
+    GroupDescription,
+    GroupLag,
+    Member,
+    OffsetChange,
+    QueueLag,
+    QueueRange,
+    TopicStats,
+)
+from aiorocket.client.admin import AdminRequests, parse_cluster_info
+from aiorocket.client.instance import ClientInstance
+from aiorocket.client.namesrv import namesrv_addrs
+from aiorocket.errors import (
+    ClientClosedError,
+    ConfigError,
+    ConsumerNotOnlineError,
+    GroupNotFoundError,
+    MessageNotFoundError,
+    NoRouteError,
+    RocketMQError,
+)
+from aiorocket.message import MessageExt, MessageQueue
+from aiorocket.protocol import fastjson
+from aiorocket.protocol.codes import RequestCode
+from aiorocket.protocol.message_codec import decode_offset_message_id
+from aiorocket.protocol.route import TopicRoute
+
+__all__ = [
+    "Admin",
+    "GroupDescription",
+    "GroupLag",
+    "Member",
+    "OffsetChange",
+    "QueueLag",
+    "QueueRange",
+    "ResetTarget",
+    "TopicStats",
+    "is_system_group",
+    "is_system_topic",
+]
+
+#: where :meth:`Admin.reset_offset` moves a group: the oldest stored message, the end
+#: of each queue, or the first message stored at or after a time (an aware datetime or
+#: epoch milliseconds).
+ResetTarget = Literal["earliest", "latest"] | _dt.datetime | int
+
+_SYSTEM_TOPICS = {
+    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "DefaultHeartBeatSyncerTopic",
+}  # fmt: skip
+_SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "%SYS%", "RMQ_SYS_")
+_SYSTEM_GROUPS = {
+    "TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "SELF_TEST_C_GROUP",
+    "CLIENT_INNER_PRODUCER", "SELF_TEST_P_GROUP",
+}  # fmt: skip
+_SYSTEM_GROUP_PREFIXES = ("CID_RMQ_SYS_", "CID_SYS_", "CID_ONS", "PID_RMQ_SYS_")
+
+
+def is_system_topic(topic: str) -> bool:
+    """A broker-internal topic (retry, dead-letter, schedule, transaction, trace, ...)."""
+    return topic in _SYSTEM_TOPICS or topic.startswith(_SYSTEM_TOPIC_PREFIXES)
+
+
+def is_system_group(group: str) -> bool:
+    return group in _SYSTEM_GROUPS or group.startswith(_SYSTEM_GROUP_PREFIXES)
+
+
+def _timestamp_ms(target: _dt.datetime | int) -> int:
+    if isinstance(target, _dt.datetime):
+        if target.tzinfo is None:
+            raise ConfigError("give the reset time with a time zone (an aware datetime)")
+        return int(target.timestamp() * 1000)
+    if target < 0:
+        raise ConfigError(f"timestamp {target} is negative")
+    return target
+
+
+def _shows(route: TopicRoute, brokers: list[str], queues: int) -> bool:
+    """The route has ``queues`` read queues on each of ``brokers``."""
+    have = {q.broker_name: q.read_queue_nums for q in route.queue_datas}
+    return all(have.get(b) == queues for b in brokers)
+
+
+class Admin:
+    """Admin operations against one RocketMQ cluster (through its NameServers).
+
+    Parameters
+    ----------
+    namesrv:
+        NameServer addresses (``"host:9876"``, ``"a:9876;b:9876"`` or a sequence);
+        default: ``$AIOROCKET_NAMESRV_ADDR``.
+    request_timeout:
+        Seconds each request may take.
+    """
+
+    def __init__(
+        self, namesrv: str | Sequence[str] | None = None, *, request_timeout: float = 5.0
+    ) -> None:
+        self._namesrv = namesrv_addrs(namesrv)
+        self._timeout = request_timeout
+        self._client: ClientInstance | None = None
+        self._requests: AdminRequests | None = None
+
+    async def __aenter__(self) -> Admin:
+        client = ClientInstance(self._namesrv, request_timeout=self._timeout)
+        await client.__aenter__()
+        self._client = client
+        self._requests = AdminRequests(client.broker)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        client, self._client, self._requests = self._client, None, None
+        if client is not None:
+            await client.__aexit__(exc_type, exc, tb)
+
+    @property
+    def client(self) -> ClientInstance:
+        if self._client is None:
+            raise ClientClosedError("use the Admin in `async with`")
+        return self._client
+
+    @property
+    def requests(self) -> AdminRequests:
+        if self._requests is None:
+            raise ClientClosedError("use the Admin in `async with`")
+        return self._requests
+
+    # -- cluster -----------------------------------------------------------------------
+
+    async def brokers(self) -> dict[str, dict[int, str]]:
+        """Broker name -> {broker id: address} (id 0 is the master), from the NameServer."""
+        resp = await self.client.namesrv.ask(RequestCode.GET_BROKER_CLUSTER_INFO, {})
+        return parse_cluster_info(resp.body)
+
+    async def masters(self) -> dict[str, str]:
+        """Broker name -> master address."""
+        return {name: ids[0] for name, ids in (await self.brokers()).items() if 0 in ids}
+
+    # -- topics ------------------------------------------------------------------------
+
+    async def list_topics(self, *, include_system: bool = False) -> list[str]:
+        """The topics the NameServers know, sorted; system topics only if asked for."""
+        topics = await self.client.namesrv.list_topics()
+        if include_system:
+            return topics
+        brokers = await self.brokers()  # the NameServer lists clusters and brokers as topics
+        return [t for t in topics if not is_system_topic(t) and t not in brokers and
+                t != "DefaultCluster"]  # fmt: skip
+
+    async def route(self, topic: str) -> TopicRoute:
+        """The topic's route (TopicNotExistError when the NameServers have none)."""
+        return await self.client.namesrv.query_route(topic)
+
+    async def create_topic(
+        self,
+        topic: str,
+        *,
+        queues: int = 8,
+        brokers: Iterable[str] | None = None,
+        perm: int = 6,
+        order: bool = False,
+        message_type: str | None = None,
+        wait: float = 30.0,
+    ) -> TopicRoute:
+        """Create (or update) ``topic`` with ``queues`` read and write queues on each
+        master broker (or those named in ``brokers``) and wait until the NameServer's
+        route shows them (up to ``wait`` seconds). ``message_type`` (NORMAL, FIFO,
+        DELAY, TRANSACTION) becomes the 5.x attribute ``+message.type``."""
+        if not topic or len(topic) > 127 or is_system_topic(topic):
+            raise ConfigError(f"invalid topic name {topic!r}")
+        if not 1 <= queues <= 1024:
+            raise ConfigError(f"queues must be between 1 and 1024, not {queues}")
+        masters = await self.masters()
+        wanted = list(masters) if brokers is None else list(brokers)
+        unknown = sorted(set(wanted) - set(masters))
+        if unknown or not wanted:
+            raise ConfigError(f"unknown broker(s) {unknown}; the cluster has {sorted(masters)}")
+        attributes = f"+message.type={message_type.upper()}" if message_type else None
+        for name in wanted:
+            await self.client.broker.create_topic(
+                masters[name], topic, read_queues=queues, write_queues=queues, perm=perm,
+                order=order, attributes=attributes,
+            )  # fmt: skip
+        route: TopicRoute | None = None
+        with anyio.move_on_after(wait):
+            while True:
+                try:
+                    route = await self.route(topic)
+                except RocketMQError:
+                    route = None
+                if route is not None and _shows(route, wanted, queues):
+                    return route
+                await anyio.sleep(0.2)
+        raise NoRouteError(f"the route of {topic!r} did not show the new queues within {wait}s")
+
+    async def topic_stats(self, topic: str) -> TopicStats:
+        """Per queue: min and max offset and the newest message's store time."""
+        route = await self.route(topic)
+        queues: list[QueueRange] = []
+        for name, addr in sorted(route.group_addrs().items()):
+            stats = await self.requests.topic_stats(addr, topic)
+            queues += [
+                QueueRange(mq, s.min_offset, s.max_offset, s.last_update_ms)
+                for mq, s in stats.items()
+                if mq.broker_name == name
+            ]
+        queues.sort(key=lambda q: q.queue)
+        return TopicStats(topic, queues)
+
+    # -- groups --------------------------------------------------------------------------
+
+    async def list_groups(self, *, include_system: bool = False) -> list[str]:
+        """The consumer groups of every master broker, sorted."""
+        groups: set[str] = set()
+        for addr in (await self.masters()).values():
+            groups.update(await self.requests.group_configs(addr))
+        return sorted(g for g in groups if include_system or not is_system_group(g))
+
+    async def _require_group(self, group: str) -> dict[str, str]:
+        """The masters of brokers that know ``group``; GroupNotFoundError if none does."""
+        masters = await self.masters()
+        known: dict[str, str] = {}
+        for name, addr in masters.items():
+            # The whole table: asking for one group (GET_SUBSCRIPTIONGROUP_CONFIG) creates
+            # it on a broker with autoCreateSubscriptionGroup.
+            if group in await self.requests.group_configs(addr):
+                known[name] = addr
+        if not known:
+            raise GroupNotFoundError(26, f"consumer group {group!r} does not exist")
+        return known
+
+    async def describe_group(self, group: str, *, assignment: bool = True) -> GroupDescription:
+        """Members (client id, address, language, version), subscriptions and model.
+
+        With ``assignment`` each member is asked (through a broker) for the queues it
+        consumes; a member that does not answer has ``assignment=None``.
+        """
+        known = await self._require_group(group)
+        info: dict[str, Any] = {}
+        broker_addr = ""
+        for addr in known.values():
+            try:
+                info = await self.requests.consumer_connections(addr, group)
+            except ConsumerNotOnlineError:
+                continue
+            broker_addr = addr
+            break
+        members: list[Member] = []
+        for conn in info.get("connectionSet") or []:
+            client_id = str(conn.get("clientId", ""))
+            queues = await self._assignment(broker_addr, group, client_id) if assignment else None
+            members.append(
+                Member(
+                    client_id=client_id,
+                    address=str(conn.get("clientAddr", "")),
+                    language=str(conn.get("language", "")),
+                    version=int(conn.get("version", 0)),
+                    assignment=queues,
+                )
+            )
+        members.sort(key=lambda m: m.client_id)
+        subs = info.get("subscriptionTable") or {}
+        return GroupDescription(
+            group=group,
+            members=members,
+            subscriptions={
+                str(t): str(s.get("subString", "*"))
+                for t, s in sorted(subs.items())
+            },
+            consume_type=str(info.get("consumeType", "")),
+            message_model=str(info.get("messageModel", "")),
+            consume_from_where=str(info.get("consumeFromWhere", "")),
+        )
+
+    async def _assignment(
+        self, broker_addr: str, group: str, client_id: str
+    ) -> list[MessageQueue] | None:
+        try:
+            running = await self.requests.consumer_running_info(broker_addr, group, client_id)
+        except RocketMQError:
+            return None
+        table = running.get("mqTable") or {}
+        return sorted(fastjson.queue_of(k) for k in table)
+
+    async def lag(self, group: str, topic: str | None = None) -> GroupLag:
+        """Per queue the committed and the max offset, and the lag (their difference).
+
+        Without ``topic``, every topic the group has offsets for (its retry topic too).
+        """
+        known = await self._require_group(group)
+        if topic is not None:
+            await self.route(topic)  # TopicNotExistError for a topic that does not exist
+        queues: list[QueueLag] = []
+        for name, addr in sorted(known.items()):
+            stats = await self.requests.consume_stats(addr, group, topic)
+            queues += [
+                QueueLag(mq, s.consumer_offset, s.broker_offset, s.last_timestamp_ms)
+                for mq, s in stats.items()
+                if mq.broker_name == name
+            ]
+        queues.sort(key=lambda q: q.queue)
+        return GroupLag(group, queues)
+
+    async def reset_offset(
+        self, group: str, topic: str, to: ResetTarget, *, dry_run: bool = False
+    ) -> list[OffsetChange]:
+        """Move ``group``'s committed offsets of ``topic`` to ``to`` on every queue.
+
+        Running consumers of the group adopt the new offsets (the broker hands them to
+        their next pull and ignores their older commits). With ``dry_run`` nothing
+        changes: the result says what would.
+        """
+        if isinstance(to, str) and to not in ("earliest", "latest"):
+            raise ConfigError(f"reset to 'earliest', 'latest' or a time, not {to!r}")
+        timestamp = None if isinstance(to, str) else _timestamp_ms(to)
+        route = await self.route(topic)
+        known = await self._require_group(group)
+        addrs = route.group_addrs()
+        plan: list[tuple[str, OffsetChange]] = []
+        for name, addr in sorted(addrs.items()):
+            if name not in known:
+                continue
+            committed = await self.requests.consume_stats(addr, group, topic)
+            ranges = await self.requests.topic_stats(addr, topic)
+            for mq, rng in sorted(ranges.items()):
+                if mq.broker_name != name:
+                    continue
+                if to == "earliest":
+                    new = rng.min_offset
+                elif to == "latest":
+                    new = rng.max_offset
+                else:
+                    assert timestamp is not None
+                    new = await self.client.broker.search_offset(addr, mq, timestamp)
+                old = committed[mq].consumer_offset if mq in committed else -1
+                plan.append((addr, OffsetChange(mq, old, new)))
+        if not dry_run:
+            for addr, change in plan:
+                await self.requests.reset_offset(addr, group, change.queue, change.new)
+        return [change for _, change in plan]
+
+    # -- messages ------------------------------------------------------------------------
+
+    async def get_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """The message with this id: the broker's offset message id, or (with ``topic``)
+        the producer's id (``UNIQ_KEY``, what ``SendResult.msg_id`` holds)."""
+        brokers = await self.brokers()
+        by_addr = {addr: name for name, ids in brokers.items() for addr in ids.values()}
+        try:
+            addr, offset = decode_offset_message_id(msg_id)
+        except ValueError:
+            addr, offset = "", -1
+        if addr in by_addr:
+            try:
+                return await self.requests.view_message(addr, offset, by_addr[addr])
+            except RocketMQError:
+                pass  # not an offset id after all: look it up as a producer id
+        if topic is None:
+            raise ConfigError(
+                f"{msg_id!r} is not an offset message id of this cluster: give its topic to "
+                "look it up as a producer message id"
+            )
+        route = await self.route(topic)
+        for name, addr in sorted(route.group_addrs().items()):
+            found = await self.requests.query_messages(
+                addr, topic, msg_id, unique_key=True, broker_name=name
+            )
+            for msg in found:
+                if msg.msg_id == msg_id:
+                    return msg
+        raise MessageNotFoundError(f"no message {msg_id} in topic {topic!r}")
+
+    async def find_messages(self, topic: str, key: str, *, limit: int = 32) -> list[MessageExt]:
+        """Messages of ``topic`` indexed under ``key`` (their ``keys``), oldest first."""
+        route = await self.route(topic)
+        out: list[MessageExt] = []
+        for name, addr in sorted(route.group_addrs().items()):
+            found = await self.requests.query_messages(
+                addr, topic, key, max_num=limit, broker_name=name
+            )
+            out += [m for m in found if key in m.keys]
+        out.sort(key=lambda m: (m.store_timestamp, m.broker_name, m.queue_offset))
+        return out[:limit]
