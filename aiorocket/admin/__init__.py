@@ -49,6 +49,7 @@ from aiorocket.protocol import fastjson
 from aiorocket.protocol.codes import RequestCode
 from aiorocket.protocol.message_codec import decode_offset_message_id
 from aiorocket.protocol.route import TopicRoute
+from aiorocket.security import Credentials, TlsSetting
 
 __all__ = [
     "Admin",
@@ -117,18 +118,34 @@ class Admin:
         default: ``$AIOROCKET_NAMESRV_ADDR``.
     request_timeout:
         Seconds each request may take.
+    credentials:
+        ACL identity signing every request (an admin needs the rights of the requests).
+    tls:
+        Connect over TLS: True (system CAs) or an ``ssl.SSLContext``.
     """
 
     def __init__(
-        self, namesrv: str | Sequence[str] | None = None, *, request_timeout: float = 5.0
+        self,
+        namesrv: str | Sequence[str] | None = None,
+        *,
+        request_timeout: float = 5.0,
+        credentials: Credentials | None = None,
+        tls: TlsSetting | None = None,
     ) -> None:
         self._namesrv = namesrv_addrs(namesrv)
         self._timeout = request_timeout
+        self._credentials = credentials
+        self._tls = tls
         self._client: ClientInstance | None = None
         self._requests: AdminRequests | None = None
 
     async def __aenter__(self) -> Admin:
-        client = ClientInstance(self._namesrv, request_timeout=self._timeout)
+        client = ClientInstance(
+            self._namesrv,
+            request_timeout=self._timeout,
+            credentials=self._credentials,
+            tls=self._tls,
+        )
         await client.__aenter__()
         self._client = client
         self._requests = AdminRequests(client.broker)
