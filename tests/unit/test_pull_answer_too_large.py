@@ -52,3 +52,38 @@ async def test_answer_over_the_frame_limit_halves_that_queues_batch() -> None:
         int(c.ext_fields["maxMsgNums"]) for c in broker.pulls if c.ext_fields["queueId"] == "0"
     ]
     assert asked[:5] == [32, 16, 8, 8, 8]
+
+
+async def test_one_message_over_the_frame_limit_is_a_clear_error_and_disturbs_nothing() -> None:
+    broker = FakeBroker("broker-a", 0)
+    cluster = FakeCluster({"broker-a": [broker]})
+    broker.add(0, bytes(17 * MIB))  # no batch size makes this fit
+    broker.add(1, b"small-0", b"small-1")
+    got: list[bytes] = []
+    done = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        got.append(msg.body)
+        if len(got) == 2:
+            done.set()
+
+    def single_pulls() -> int:
+        return sum(
+            1
+            for c in broker.pulls
+            if c.ext_fields["queueId"] == "0" and c.ext_fields["maxMsgNums"] == "1"
+        )
+
+    async with running(cluster):
+        consumer = consumer_of(cluster, handle)
+        with capture_logs() as logs:
+            async with consumer:
+                with anyio.fail_after(30):
+                    await done.wait()
+                    while single_pulls() < 2:  # the error, and a retry after the backoff
+                        await broker.pulled.wait()
+    assert got == [b"small-0", b"small-1"]
+    [error, *_] = [e for e in logs if e["event"] == "message_too_large_to_receive"]
+    assert (error["queue"], error["offset"], error["log_level"]) == (0, 0, "error")
+    assert error["size"] > 17 * MIB
+    assert len(broker.server.sessions) == 1
