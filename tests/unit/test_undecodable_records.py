@@ -68,3 +68,34 @@ async def test_a_record_with_broken_framing_is_skipped_and_the_queue_moves_on(
     assert (event["topic"], event["queue"], event["offset"]) == (TOPIC, 0, 1)
     assert event["action"] == "skipped" and event["log_level"] == "error"
     assert not [e for e in logs if e["event"] == "pull_failed"]
+
+
+async def test_an_undecodable_message_the_broker_will_not_take_back_is_skipped() -> None:
+    # This fake broker refuses CONSUMER_SEND_MSG_BACK: no dead-lettering, yet no stall.
+    broker = FakeBroker("broker-a", 0)
+    cluster = FakeCluster({"broker-a": [broker]})
+    broker.add(0, b"q0-0", b"q0-bad", b"q0-2")
+    broker.records[(0, 1)] = encode_stored_message(
+        TOPIC, b"not zstd", {"UNIQ_KEY": "BAD1"}, queue_offset=1, sys_flag=0x1 | 2 << 8
+    )
+    got: list[bytes] = []
+    done = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        got.append(msg.body)
+        if len(got) == 2:
+            done.set()
+
+    async with running(cluster):
+        consumer = consumer_of(cluster, handle)
+        with capture_logs() as logs:
+            async with consumer:
+                with anyio.fail_after(10):
+                    await done.wait()
+                    while broker.offsets.get((TOPIC, 0)) != 3:
+                        await broker.pulled.wait()
+    assert sorted(got) == [b"q0-0", b"q0-2"]
+    [event] = [e for e in logs if e["event"] == "undecodable_message"]
+    assert (event["offset"], event["msg_id"], event["action"]) == (1, "BAD1", "skipped")
+    assert "decompress" in event["error"]
+    assert [e for e in logs if e["event"] == "send_back_failed"]  # it was tried first
