@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 import anyio
@@ -49,6 +49,7 @@ class ClientInstance:
         route_refresh_interval: float = 30.0,
         credentials: Credentials | None = None,
         tls: TlsSetting | None = None,
+        address_map: Mapping[str, str] | None = None,
     ) -> None:
         """
         Parameters
@@ -65,11 +66,16 @@ class ClientInstance:
             ACL identity signing every request, to NameServers and brokers alike.
         tls:
             Connect over TLS to every server: True (system CAs) or an ``ssl.SSLContext``.
+        address_map:
+            Advertised ``host:port`` -> the address to connect to instead.
         """
         self.client_id = client_id or make_client_id()
         self.dispatcher = RequestDispatcher()
         self.pool = ConnectionPool(
-            self.dispatcher, credentials=credentials, ssl_context=resolve_tls(tls)
+            self.dispatcher,
+            credentials=credentials,
+            ssl_context=resolve_tls(tls),
+            address_map=address_map,
         )
         self.namesrv = NameServerClient(
             self.pool, namesrv, timeout=request_timeout, refresh_interval=route_refresh_interval

@@ -281,6 +281,7 @@ class Consumer:
             route_refresh_interval=cfg.route_refresh_interval,
             credentials=cfg.credentials,
             tls=cfg.tls,
+            address_map=cfg.address_map,
         )
         await client.__aenter__()
         try:

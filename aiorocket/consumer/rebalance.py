@@ -109,7 +109,11 @@ class _MemberLists:
                 self._answers[addr] = error = exc
                 continue
             # Sorted once here, so a topic memo compares equal whatever the broker's order.
-            answer = self._answers[addr] = tuple(sorted(cids))
+            # Deduplicated: the broker lists a client once per channel, and a client that
+            # replaced a half-open connection still has the old channel there until the
+            # broker expires it (2 min); counted twice, it would take only its first share
+            # of the queues and leave the other share to nobody.
+            answer = self._answers[addr] = tuple(sorted(set(cids)))
             return answer
         assert error is not None
         raise error

@@ -73,6 +73,9 @@ class ProducerConfig:
     #: TLS to the NameServers and brokers: True (system CAs, host names checked) or an
     #: ``ssl.SSLContext`` (e.g. :func:`aiorocket.security.tls_context` with a private CA).
     tls: TlsSetting = False
+    #: servers reached at another address than the one they advertise (port forwarding,
+    #: a tunnel, a test proxy): ``{"10.0.0.5:10911": "127.0.0.1:20911"}``.
+    address_map: dict[str, str] | None = None
 
     def validate(self) -> None:
         check_security(self.credentials, self.tls)

@@ -201,6 +201,7 @@ class Producer:
             route_refresh_interval=cfg.route_refresh_interval,
             credentials=cfg.credentials,
             tls=cfg.tls,
+            address_map=cfg.address_map,
         )
         await client.__aenter__()
         self._client = client

@@ -132,9 +132,11 @@ class Connection:
         close_on_timeout: bool = True,
         credentials: Credentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        via: str | None = None,
     ) -> Connection:
-        """Connect (and, with ``ssl_context``, complete the TLS handshake) within ``timeout``."""
-        host, port = parse_address(address)
+        """Connect (and, with ``ssl_context``, complete the TLS handshake) within ``timeout``;
+        to ``via`` instead of ``address`` when given (a tunnel or proxy to it)."""
+        host, port = parse_address(via or address)
         try:
             with anyio.fail_after(timeout):
                 wire = await open_wire(host, port, ssl_context)

@@ -9,7 +9,7 @@ that address connects again.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 
 import anyio
@@ -33,6 +33,7 @@ class ConnectionPool:
         close_on_timeout: bool = True,
         credentials: Credentials | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        address_map: Mapping[str, str] | None = None,
     ) -> None:
         """
         Parameters
@@ -49,7 +50,12 @@ class ConnectionPool:
             ACL identity signing every request sent (see :mod:`aiorocket.security`).
         ssl_context:
             Connect over TLS, verifying the servers with this context.
+        address_map:
+            Connect to ``address_map[a]`` whenever address ``a`` is asked for: servers
+            reached through port forwarding or a tunnel, since routes carry the addresses
+            the brokers advertise (and tests put a fault-injecting proxy there).
         """
+        self._address_map = dict(address_map or {})
         self._credentials = credentials
         self._ssl_context = ssl_context
         self._handler = handler
@@ -120,6 +126,7 @@ class ConnectionPool:
                 close_on_timeout=self._close_on_timeout,
                 credentials=self._credentials,
                 ssl_context=self._ssl_context,
+                via=self._address_map.get(address),
             )
             if self._closed:
                 await conn.aclose()

@@ -67,6 +67,9 @@ class FakeBroker:
         self.journal: list[str] = []
         self.pulled = anyio.Event()  # set (and replaced) at every pull
         self.arrived = anyio.Event()
+        #: client ids listed once more, as a real broker lists a client still holding
+        #: an old channel (one it replaced after a half-open connection) next to the new.
+        self.stale_channels: list[str] = []
         self.server = FakeRemotingServer(self.handle)
 
     @property
@@ -105,7 +108,8 @@ class FakeBroker:
         elif code == RequestCode.UNREGISTER_CLIENT:
             self.members.discard(ext["clientID"])
         elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
-            resp.body = json.dumps({"consumerIdList": sorted(self.members)}).encode()
+            ids = sorted(self.members) + self.stale_channels
+            resp.body = json.dumps({"consumerIdList": ids}).encode()
         elif code == RequestCode.QUERY_CONSUMER_OFFSET:
             key = (ext["topic"], int(ext["queueId"]))
             if key in self.offsets:

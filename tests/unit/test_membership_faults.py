@@ -93,3 +93,17 @@ async def reconnect_scenario(consumer: Consumer, broker: FakeBroker) -> None:
         while not {session for session, _ in broker.heartbeats} - first:
             await broker.heartbeat_seen.wait()
     assert consumer.client_id in broker.members
+
+
+async def test_a_client_listed_twice_still_takes_every_queue() -> None:
+    """A broker lists a client once per channel: after a half-open connection was
+    replaced, the old channel stays until the broker expires it. The consumer used to
+    count itself twice and take half of the queues, leaving the rest to nobody
+    (found by the half-open scenario of tests/integration/test_fault_campaign.py)."""
+    broker = FakeBroker("broker-a", 0)
+    cid = "10.0.0.1@solo"
+    broker.stale_channels = [cid]
+    async with running(FakeCluster({"broker-a": [broker]})) as cluster:
+        consumer = consumer_of(cluster, Collector(1), client_id=cid)
+        async with consumer:
+            assert {mq.queue_id for mq in consumer.assignment() if mq.topic == TOPIC} == {0, 1}

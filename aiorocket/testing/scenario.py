@@ -1,0 +1,118 @@
+"""Bookkeeping of fault scenarios: what was produced, consumed, duplicated and lost.
+
+A scenario runs a steady producer and a counting consumer against a cluster while a
+fault happens, then checks the at-least-once contract: every message whose send was
+acknowledged is consumed at least once. Used by the fault tests and by
+``scripts/fault_campaign.py`` (the long versions).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.errors import RocketMQError
+from aiorocket.message import Message
+from aiorocket.producer import Producer
+
+__all__ = ["Tally", "produce_steadily"]
+
+
+@dataclass
+class Tally:
+    """Counts of one scenario. Feed it with :func:`produce_steadily` and :meth:`handler`."""
+
+    #: bodies whose send was acknowledged (SendResult returned)
+    acked: set[bytes] = field(default_factory=set)
+    #: acknowledged sends per broker name
+    acked_by_broker: Counter[str] = field(default_factory=Counter)
+    #: sends that raised, by error type (the message may or may not be stored)
+    send_errors: Counter[str] = field(default_factory=Counter)
+    #: deliveries per body (a body delivered twice is a duplicate)
+    consumed: Counter[bytes] = field(default_factory=Counter)
+    #: longest time a send took (seconds), retries included
+    slowest_send: float = 0.0
+    _changed: anyio.Event = field(default_factory=anyio.Event, repr=False)
+
+    async def handler(self, msg: ConsumerMessage) -> None:
+        """A consumer handler that counts what it is given."""
+        self.consumed[msg.body] += 1
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    @property
+    def lost(self) -> set[bytes]:
+        """Acknowledged and never consumed."""
+        return self.acked - self.consumed.keys()
+
+    @property
+    def duplicates(self) -> int:
+        return sum(n - 1 for n in self.consumed.values() if n > 1)
+
+    async def wait_acked(self, count: int) -> None:
+        """Wait until ``count`` sends have been acknowledged."""
+        while len(self.acked) < count:
+            await self._changed.wait()
+
+    async def wait_acked_on(self, broker: str, count: int) -> None:
+        """Wait until ``count`` more sends have been acknowledged by ``broker``."""
+        target = self.acked_by_broker[broker] + count
+        while self.acked_by_broker[broker] < target:
+            await self._changed.wait()
+
+    async def wait_all_consumed(self) -> None:
+        """Wait until every acknowledged message has been consumed."""
+        while self.lost:
+            await self._changed.wait()
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "produced": len(self.acked),
+            "send_errors": dict(self.send_errors),
+            "consumed_distinct": len(self.consumed.keys() & self.acked),
+            "duplicates": self.duplicates,
+            "lost": len(self.lost),
+            "acked_by_broker": dict(self.acked_by_broker),
+            "slowest_send_s": round(self.slowest_send, 3),
+        }
+
+
+async def produce_steadily(
+    producer: Producer,
+    topic: str,
+    tally: Tally,
+    *,
+    rate: float,
+    stop: anyio.Event,
+    prefix: str = "m",
+) -> None:
+    """Send one message every ``1/rate`` seconds until ``stop`` is set, counting each
+    acknowledged send (and each failure) in ``tally``."""
+    interval = 1.0 / rate
+    next_at = anyio.current_time()
+    i = 0
+    while not stop.is_set():
+        body = f"{prefix}-{i}".encode()
+        i += 1
+        started = time.monotonic()
+        try:
+            result = await producer.send(Message(topic, body))
+        except RocketMQError as exc:
+            tally.send_errors[type(exc).__name__] += 1
+        else:
+            tally.acked.add(body)
+            tally.acked_by_broker[result.queue.broker_name] += 1
+        tally.slowest_send = max(tally.slowest_send, time.monotonic() - started)
+        tally._notify()
+        next_at += interval
+        # Pacing, not waiting for an event: the scenario's load is a rate.
+        with anyio.move_on_after(max(0.0, next_at - anyio.current_time())):
+            await stop.wait()

@@ -1,0 +1,124 @@
+"""Fault scenarios against a throw-away real cluster (NameServer + broker-a + broker-b,
+no Proxy; one cluster for the module): a steady producer and a counting consumer run
+while a broker is SIGKILLed and restarted, or its link goes half-open. Each scenario
+counts produced, consumed (distinct) and duplicated messages and asserts nothing
+acknowledged is lost. Short CI versions; scripts/fault_campaign.py runs long ones.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aiorocket.consumer import ConsumeFromWhere, Consumer
+from aiorocket.producer import Producer
+from aiorocket.testing.broker import BrokerStartError, LocalRocketMQ
+from aiorocket.testing.faultproxy import FaultProxy
+from aiorocket.testing.scenario import Tally, produce_steadily
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+#: Short intervals so that a scenario converges in seconds, not the defaults' minutes.
+CONSUMER = {
+    "consume_from_where": ConsumeFromWhere.FIRST_OFFSET,
+    "rebalance_interval": 2.0, "route_refresh_interval": 2.0, "heartbeat_interval": 2.0,
+    "persist_offset_interval": 0.5, "long_poll_timeout": 2.0, "pull_request_timeout": 8.0,
+    "request_timeout": 2.0, "pull_backoff_on_error": 0.5,
+}  # fmt: skip
+PRODUCER = {"route_refresh_interval": 2.0, "send_timeout": 5.0, "request_timeout": 2.0}
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"  # the scenarios are about the cluster; one backend is enough
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalRocketMQ]:
+    base = Path(tempfile.mkdtemp(prefix="aiorocket-faults-"))
+    inst = LocalRocketMQ(base)
+    try:
+        inst.start(brokers=2, proxy=False)
+    except BrokerStartError as exc:
+        inst.stop(timeout=5)
+        pytest.fail(f"throw-away cluster failed to start: {exc}", pytrace=False)
+    try:
+        yield inst
+    finally:
+        inst.stop(timeout=10)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_broker_sigkill_and_restart_during_produce_and_consume_loses_nothing(
+    cluster: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """broker-b is SIGKILLed mid-stream and restarted on the same store and ports: the
+    producer routes around it and comes back to it, the consumer resumes its queues from
+    the committed offsets; every acknowledged message is consumed."""
+    topic, group = unique_name("kill"), unique_name("g")
+    await cluster.create_topic(topic, queues=4)
+    tally, stop = Tally(), anyio.Event()
+    consumer = Consumer(group, cluster.namesrv_addr, handler=tally.handler, **CONSUMER)
+    consumer.subscribe(topic)
+    async with consumer, Producer(unique_name("p"), cluster.namesrv_addr, **PRODUCER) as producer:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: produce_steadily(producer, topic, tally, rate=100, stop=stop))
+            with anyio.fail_after(60):
+                await tally.wait_acked_on("broker-b", 50)
+            await anyio.to_thread.run_sync(cluster.kill, "broker-b")
+            with anyio.fail_after(60):  # sends keep being acknowledged, by broker-a
+                await tally.wait_acked_on("broker-a", 200)
+            await cluster.restart("broker-b")
+            with anyio.fail_after(90):  # the producer returns to the restarted broker
+                await tally.wait_acked_on("broker-b", 50)
+            stop.set()
+        with anyio.fail_after(90):
+            await tally.wait_all_consumed()
+    print("broker SIGKILL + restart:", tally.summary())
+    assert not tally.lost
+    assert len(tally.acked) >= 350
+
+
+async def test_half_open_broker_link_is_replaced_within_the_request_timeout(
+    cluster: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """The consumer reaches broker-a through a proxy whose connections then go
+    half-open (no data, no FIN): a request on it times out, which closes it and fails
+    the long poll pending on it; the next pull opens a new connection. No pull task
+    stays stuck: messages sent after the stall are consumed."""
+    topic, group = unique_name("halfopen"), unique_name("g")
+    await cluster.create_topic(topic, queues=2, brokers=["broker-a"])
+    broker_a = cluster.broker_addrs["broker-a"]
+    tally, stop = Tally(), anyio.Event()
+    async with FaultProxy(broker_a) as proxy:
+        consumer = Consumer(group, cluster.namesrv_addr, handler=tally.handler,
+                            address_map={broker_a: proxy.address}, **CONSUMER)  # fmt: skip
+        consumer.subscribe(topic)
+        async with consumer, Producer(unique_name("p"), cluster.namesrv_addr) as producer:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: produce_steadily(producer, topic, tally, rate=50, stop=stop))
+                with anyio.fail_after(30):
+                    await tally.wait_acked(50)
+                    await tally.wait_all_consumed()
+                before = proxy.accepted
+                proxy.stall()
+                stalled_at = anyio.current_time()
+                with anyio.fail_after(30):
+                    await proxy.wait_accepted(before + 1)
+                detected = anyio.current_time() - stalled_at
+                with anyio.fail_after(30):
+                    await tally.wait_acked(len(tally.acked) + 100)
+                stop.set()
+            with anyio.move_on_after(30):
+                await tally.wait_all_consumed()
+            stats = consumer.stats()
+    print(f"half-open link: reconnected after {detected:.2f}s;", tally.summary())
+    assert not tally.lost, "\n".join(map(repr, stats))
+    # A request (offset commit every 0.5 s, heartbeat every 2 s) notices within its
+    # 2 s timeout; the pull that failed with the connection retries after 0.5 s.
+    assert detected < CONSUMER["request_timeout"] + 2.0  # type: ignore[operator]
