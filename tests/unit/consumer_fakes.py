@@ -21,6 +21,7 @@ from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
+from aiorocket.testing.logs import capture_logs
 
 TOPIC = "orders"
 QUEUES = 2
@@ -308,3 +309,42 @@ def consumer_of(
     )  # fmt: skip
     consumer.subscribe(TOPIC)
     return consumer
+
+
+async def consume(
+    cluster: FakeCluster,
+    count: int,
+    until: Callable[[], bool] = lambda: True,
+    **settings: Any,
+) -> tuple[Consumer, list[ConsumerMessage], list[dict[str, Any]]]:
+    """Run a :func:`consumer_of` the cluster until it handled ``count`` messages and
+    ``until()`` holds (checked at every pull a broker of the cluster receives); the
+    consumer (closed), the messages in handling order and the log events."""
+    got: list[ConsumerMessage] = []
+    done = anyio.Event()
+    brokers = [b for group in cluster.groups.values() for b in group]
+
+    async def handle(msg: ConsumerMessage) -> None:
+        got.append(msg)
+        if len(got) == count:
+            done.set()
+
+    async def any_pull() -> None:
+        async with anyio.create_task_group() as tg:
+            for b in brokers:
+                tg.start_soon(_then_cancel, b.pulled.wait, tg.cancel_scope)
+
+    async with running(cluster):
+        consumer = consumer_of(cluster, handle, **settings)
+        with capture_logs() as logs:
+            async with consumer:
+                with anyio.fail_after(30):
+                    await done.wait()
+                    while not until():
+                        await any_pull()
+    return consumer, got, logs
+
+
+async def _then_cancel(wait: Callable[[], Awaitable[object]], scope: anyio.CancelScope) -> None:
+    await wait()
+    scope.cancel()

@@ -65,8 +65,9 @@ async def test_stream_closing_mid_receive_is_a_typed_error(mode: str) -> None:
 async def test_receive_that_hangs_ends_at_its_deadline() -> None:
     async with (
         FakeProxy() as proxy,
-        SimpleConsumer("g", proxy.endpoint, {"t": "*"}, await_duration=0.5,
-                       request_timeout=0.5) as c,  # fmt: skip
+        SimpleConsumer(
+            "g", proxy.endpoint, {"t": "*"}, await_duration=0.5, request_timeout=0.5
+        ) as c,  # fmt: skip
     ):
         proxy.receive_mode = "hang"
         start = time.monotonic()

@@ -8,13 +8,9 @@ that queue for fewer messages, on the same connection, without disturbing other 
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
-from aiorocket.consumer import ConsumerMessage
-from aiorocket.testing.logs import capture_logs
-
-from .consumer_fakes import FakeBroker, FakeCluster, consumer_of, running
+from .consumer_fakes import FakeBroker, FakeCluster, consume
 
 pytestmark = pytest.mark.anyio
 
@@ -27,22 +23,9 @@ async def test_answer_over_the_frame_limit_halves_that_queues_batch() -> None:
     big = [bytes([i]) * MIB for i in range(24)]  # 24 MiB if pulled in one answer
     broker.add(0, *big)
     broker.add(1, b"small-0", b"small-1")
-    got: dict[int, list[bytes]] = {0: [], 1: []}
-    done = anyio.Event()
-
-    async def handle(msg: ConsumerMessage) -> None:
-        got[msg.queue_id].append(msg.body)
-        if len(got[0]) == len(big) and len(got[1]) == 2:
-            done.set()
-
-    async with running(cluster):
-        consumer = consumer_of(cluster, handle, consume_concurrency=1)
-        with capture_logs() as logs:
-            async with consumer:
-                with anyio.fail_after(30):
-                    await done.wait()
-    assert got[0] == big  # all of them, in order
-    assert got[1] == [b"small-0", b"small-1"]
+    _, got, logs = await consume(cluster, len(big) + 2, consume_concurrency=1)
+    assert [m.body for m in got if m.queue_id == 0] == big  # all of them, in order
+    assert [m.body for m in got if m.queue_id == 1] == [b"small-0", b"small-1"]
     shrunk = [e for e in logs if e["event"] == "pull_answer_too_large"]
     assert [(e["offset"], e["batch"], e["next_batch"]) for e in shrunk] == [(0, 32, 16), (0, 16, 8)]
     assert all(e["queue"] == 0 and e["size"] > 16 * MIB for e in shrunk)
@@ -59,30 +42,13 @@ async def test_one_message_over_the_frame_limit_is_a_clear_error_and_disturbs_no
     cluster = FakeCluster({"broker-a": [broker]})
     broker.add(0, bytes(17 * MIB))  # no batch size makes this fit
     broker.add(1, b"small-0", b"small-1")
-    got: list[bytes] = []
-    done = anyio.Event()
 
-    async def handle(msg: ConsumerMessage) -> None:
-        got.append(msg.body)
-        if len(got) == 2:
-            done.set()
+    def retried_alone() -> bool:  # the error, and a retry after the backoff
+        pulls = [c.ext_fields for c in broker.pulls]
+        return sum(1 for f in pulls if f["queueId"] == "0" and f["maxMsgNums"] == "1") >= 2
 
-    def single_pulls() -> int:
-        return sum(
-            1
-            for c in broker.pulls
-            if c.ext_fields["queueId"] == "0" and c.ext_fields["maxMsgNums"] == "1"
-        )
-
-    async with running(cluster):
-        consumer = consumer_of(cluster, handle)
-        with capture_logs() as logs:
-            async with consumer:
-                with anyio.fail_after(30):
-                    await done.wait()
-                    while single_pulls() < 2:  # the error, and a retry after the backoff
-                        await broker.pulled.wait()
-    assert got == [b"small-0", b"small-1"]
+    _, got, logs = await consume(cluster, 2, retried_alone)
+    assert [m.body for m in got] == [b"small-0", b"small-1"]
     [error, *_] = [e for e in logs if e["event"] == "message_too_large_to_receive"]
     assert (error["queue"], error["offset"], error["log_level"]) == (0, 0, "error")
     assert error["size"] > 17 * MIB

@@ -59,4 +59,3 @@ def test_tls_settings() -> None:
         Consumer("g", "127.0.0.1:9876", tls="yes")
     with pytest.raises(ConfigError):
         Producer("g", "127.0.0.1:9876", credentials=("ak", "sk"))
-

@@ -11,14 +11,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-import anyio
 import pytest
 
-from aiorocket.consumer import ConsumerMessage
 from aiorocket.protocol.store_record import encode_stored_message
-from aiorocket.testing.logs import capture_logs
 
-from .consumer_fakes import TOPIC, FakeBroker, FakeCluster, consumer_of, running
+from .consumer_fakes import TOPIC, FakeBroker, FakeCluster, consume
 
 pytestmark = pytest.mark.anyio
 
@@ -45,24 +42,10 @@ async def test_a_record_with_broken_framing_is_skipped_and_the_queue_moves_on(
     broker.add(1, b"q1-0", b"q1-1")
     good = encode_stored_message(TOPIC, b"q0-bad", queue_id=0, queue_offset=1)
     broker.records[(0, 1)] = corrupt(good)
-    got: list[bytes] = []
-    done = anyio.Event()
-
-    async def handle(msg: ConsumerMessage) -> None:
-        got.append(msg.body)
-        if len(got) == 5:
-            done.set()
-
-    async with running(cluster):
-        consumer = consumer_of(cluster, handle)
-        with capture_logs() as logs:
-            async with consumer:
-                with anyio.fail_after(10):
-                    await done.wait()
-                    while broker.offsets.get((TOPIC, 0)) != 4:
-                        await broker.pulled.wait()  # the flusher commits with the pulls
-        assert consumer.undecodable_messages == 1
-    assert sorted(got) == [b"q0-0", b"q0-2", b"q0-3", b"q1-0", b"q1-1"]
+    # The flusher commits with the pulls: wait for queue 0's commit past all four.
+    consumer, got, logs = await consume(cluster, 5, lambda: broker.offsets.get((TOPIC, 0)) == 4)
+    assert consumer.undecodable_messages == 1
+    assert sorted(m.body for m in got) == [b"q0-0", b"q0-2", b"q0-3", b"q1-0", b"q1-1"]
     assert broker.offsets[(TOPIC, 1)] == 2  # the other queue was not disturbed
     [event] = [e for e in logs if e["event"] == "undecodable_message"]
     assert (event["topic"], event["queue"], event["offset"]) == (TOPIC, 0, 1)
@@ -78,23 +61,8 @@ async def test_an_undecodable_message_the_broker_will_not_take_back_is_skipped()
     broker.records[(0, 1)] = encode_stored_message(
         TOPIC, b"not zstd", {"UNIQ_KEY": "BAD1"}, queue_offset=1, sys_flag=0x1 | 2 << 8
     )
-    got: list[bytes] = []
-    done = anyio.Event()
-
-    async def handle(msg: ConsumerMessage) -> None:
-        got.append(msg.body)
-        if len(got) == 2:
-            done.set()
-
-    async with running(cluster):
-        consumer = consumer_of(cluster, handle)
-        with capture_logs() as logs:
-            async with consumer:
-                with anyio.fail_after(10):
-                    await done.wait()
-                    while broker.offsets.get((TOPIC, 0)) != 3:
-                        await broker.pulled.wait()
-    assert sorted(got) == [b"q0-0", b"q0-2"]
+    _, got, logs = await consume(cluster, 2, lambda: broker.offsets.get((TOPIC, 0)) == 3)
+    assert sorted(m.body for m in got) == [b"q0-0", b"q0-2"]
     [event] = [e for e in logs if e["event"] == "undecodable_message"]
     assert (event["offset"], event["msg_id"], event["action"]) == (1, "BAD1", "skipped")
     assert "decompress" in event["error"]
