@@ -6,9 +6,10 @@ Create the topics once, then run it (local Spark, ``local[2]``)::
     python -m aiorocket.testing.broker topic spark-order-totals
     AIOROCKET_NAMESRV_ADDR=127.0.0.1:9876 python examples/spark_pipeline.py
 
-It sends a few hundred JSON orders with aiorocket's producer, then a Structured
-Streaming query reads every order stored since the run began (``startingTimestamp``)
-in micro-batches of at most 100 (``maxOffsetsPerTrigger``) until it has caught up
+It sends 200 JSON orders with aiorocket's producer, then a Structured Streaming query
+reads the orders of this run (stored since it began, ``startingTimestamp``, and carrying
+its run id, matched by an SQL92 ``filterSql``: other runs may share the topics) in
+micro-batches of at most 100 offsets (``maxOffsetsPerTrigger``) until it has caught up
 (``Trigger.AvailableNow``). Each micro-batch is parsed, aggregated per customer, and
 written twice: to Parquet and, as JSON messages keyed by customer, to the totals topic.
 Finally a batch read of the totals topic checks the sums against what was sent.
@@ -23,6 +24,7 @@ import random
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import anyio
@@ -37,7 +39,7 @@ ORDER = "customer string, amount double, item string"
 CUSTOMERS = ["ada", "grace", "linus", "margaret", "ken"]
 
 
-async def send_orders(namesrv: str, topic: str, count: int) -> dict[str, float]:
+async def send_orders(namesrv: str, topic: str, count: int, run_id: str) -> dict[str, float]:
     """``count`` random orders; the expected total per customer."""
     totals: dict[str, float] = {}
     rng = random.Random(7)
@@ -48,7 +50,8 @@ async def send_orders(namesrv: str, topic: str, count: int) -> dict[str, float]:
             amount = round(rng.uniform(1, 100), 2)
             totals[customer] = round(totals.get(customer, 0.0) + amount, 2)
             order = {"customer": customer, "amount": amount, "item": f"sku-{i % 17}"}
-            msg = Message(topic, json.dumps(order).encode(), tags="order", keys=[customer])
+            msg = Message(topic, json.dumps(order).encode(), tags="order", keys=[customer],
+                          properties={"run": run_id})  # fmt: skip
             await producer.start_send(tg, msg)
     return totals
 
@@ -72,13 +75,13 @@ def session() -> SparkSession:
 
 
 def run(spark: SparkSession, namesrv: str, orders: str, totals: str, since_ms: int,
-        workdir: Path) -> dict[str, float]:  # fmt: skip
+        run_id: str, workdir: Path) -> dict[str, float]:  # fmt: skip
     """The pipeline; returns the per-customer totals read back from ``totals``."""
     stream = (
         spark.readStream.format("rocketmq")
         .option("nameServer", namesrv)
         .option("subscribe", orders)
-        .option("subExpression", "order")
+        .option("filterSql", f"run = '{run_id}'")
         .option("startingTimestamp", str(since_ms))
         .option("maxOffsetsPerTrigger", "100")
         .load()
@@ -97,7 +100,7 @@ def run(spark: SparkSession, namesrv: str, orders: str, totals: str, since_ms: i
             agg.select(
                 F.to_json(F.struct("customer", "orders", "amount", "batch")).alias("body"),
                 F.col("customer").alias("keys"),
-                F.lit("totals").alias("tags"),
+                F.lit(f"totals-{run_id}").alias("tags"),
             )
             .write.format("rocketmq")
             .option("nameServer", namesrv)
@@ -121,6 +124,7 @@ def run(spark: SparkSession, namesrv: str, orders: str, totals: str, since_ms: i
         spark.read.format("rocketmq")
         .option("nameServer", namesrv)
         .option("subscribe", totals)
+        .option("subExpression", f"totals-{run_id}")
         .option("startingTimestamp", str(since_ms))
         .load()
         .select(
@@ -137,18 +141,19 @@ def main() -> int:
     parser.add_argument("--namesrv", default=os.environ.get("AIOROCKET_NAMESRV_ADDR"))
     parser.add_argument("--orders-topic", default="spark-orders")
     parser.add_argument("--totals-topic", default="spark-order-totals")
-    parser.add_argument("--count", type=int, default=300)
+    parser.add_argument("--count", type=int, default=200)
     args = parser.parse_args()
     if not args.namesrv:
         parser.error("set AIOROCKET_NAMESRV_ADDR or pass --namesrv")
     since_ms = int(time.time() * 1000)
-    expected = anyio.run(send_orders, args.namesrv, args.orders_topic, args.count)
+    run_id = uuid.uuid4().hex[:12]
+    expected = anyio.run(send_orders, args.namesrv, args.orders_topic, args.count, run_id)
     print(f"sent {args.count} orders for {len(expected)} customers")
     spark = session()
     try:
         with tempfile.TemporaryDirectory(prefix="rocketmq-pipeline-") as tmp:
             got = run(spark, args.namesrv, args.orders_topic, args.totals_topic, since_ms,
-                      Path(tmp))  # fmt: skip
+                      run_id, Path(tmp))  # fmt: skip
             lake = spark.read.parquet(str(Path(tmp) / "totals.parquet")).count()
     finally:
         spark.stop()

@@ -70,9 +70,11 @@ def doc_files() -> list[Path]:
 
 
 def run_block(block: Block, env: dict[str, str], cwd: Path, python: str) -> None:
+    # A block that starts Spark (a JVM and Python workers) needs minutes on loaded cores.
+    timeout = 360 if "pyspark" in block.code else 120
     proc = subprocess.run(
         [python, "-c", block.code], env=env, cwd=cwd, capture_output=True, text=True,
-        timeout=120,
+        timeout=timeout,
     )  # fmt: skip
     assert proc.returncode == 0, f"{block.where} failed:\n{proc.stdout}\n{proc.stderr}"
 

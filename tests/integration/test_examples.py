@@ -17,12 +17,17 @@ pytestmark = pytest.mark.integration
 EXAMPLES = sorted(p for p in (snippets.REPO / "examples").glob("*.py") if p.name != "demo.py")
 
 
+def _timeout(example: Path) -> float:
+    # A Spark example starts a JVM and Python workers: over a minute on 2 loaded cores.
+    return 360.0 if example.name.startswith("spark") else 120.0
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(rocketmq: LocalRocketMQ, example: Path, tmp_path: Path) -> None:
     snippets.create_documented_topics(rocketmq)
     proc = subprocess.run(
         [sys.executable, str(example)], env=snippets.env_for(rocketmq), cwd=tmp_path,
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=_timeout(example),
     )  # fmt: skip
     assert proc.returncode == 0, f"{example.name}:\n{proc.stdout}\n{proc.stderr}"
     assert proc.stdout.strip(), f"{example.name} printed nothing"
