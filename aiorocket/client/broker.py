@@ -381,9 +381,9 @@ class BrokerClient:
         _check(resp, RequestCode.GET_CONSUMER_LIST_BY_GROUP)
         try:
             ids = json.loads(resp.body).get("consumerIdList") or []
-        except (ValueError, AttributeError) as exc:
-            raise ProtocolError(f"consumer list of {group!r} is malformed: {exc}") from None
-        return [str(i) for i in ids]
+            return [str(i) for i in ids]
+        except (ValueError, AttributeError, TypeError, RecursionError) as exc:
+            raise ProtocolError(f"consumer list of {group!r} is malformed: {exc!r}") from None
 
     async def lock_batch(
         self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue]
@@ -402,7 +402,7 @@ class BrokerClient:
         try:
             locked = json.loads(resp.body).get("lockOKMQSet") or []
             return {MessageQueue(m["topic"], m["brokerName"], int(m["queueId"])) for m in locked}
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise ProtocolError(f"lock answer is malformed: {exc!r}") from None
 
     async def unlock_batch(

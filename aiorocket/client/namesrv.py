@@ -130,9 +130,9 @@ class NameServerClient:
         resp = await self.ask(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})
         try:
             topics = json.loads(resp.body).get("topicList") or []
-        except (ValueError, AttributeError) as exc:
-            raise ProtocolError(f"topic list is malformed: {exc}") from None
-        return sorted(str(t) for t in topics)
+            return sorted(str(t) for t in topics)
+        except (ValueError, AttributeError, TypeError, RecursionError) as exc:
+            raise ProtocolError(f"topic list is malformed: {exc!r}") from None
 
     def _store(self, topic: str, body: bytes) -> TopicRoute:
         old = self._routes.get(topic)

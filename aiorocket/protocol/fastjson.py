@@ -107,7 +107,7 @@ def loads(body: bytes | str, what: str = "body") -> Any:
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
         return json.loads(text)  # the common case: plain JSON
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     reader = _Reader(text)
     try:
@@ -115,8 +115,10 @@ def loads(body: bytes | str, what: str = "body") -> Any:
         reader.skip()
         if reader.pos != len(text):
             raise ValueError(f"trailing data at {reader.pos}")
-    except (ValueError, IndexError) as exc:
-        raise ProtocolError(f"{what} is malformed: {exc}") from None
+    except (ValueError, IndexError, TypeError, RecursionError) as exc:
+        # TypeError: an object key whose own keys mix types (they are sorted);
+        # RecursionError: nesting deeper than the interpreter's stack.
+        raise ProtocolError(f"{what} is malformed: {exc!r}") from None
     return value
 
 

@@ -148,7 +148,7 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
 def _decode_json_header(header: bytes) -> RemotingCommand:
     try:
         obj = _loads(header)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # deep nesting: recursion
         raise ProtocolError(f"frame header is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("frame header is not a JSON object")

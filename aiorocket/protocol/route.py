@@ -54,7 +54,7 @@ class TopicRoute:
     def from_json(cls, topic: str, body: bytes) -> TopicRoute:
         try:
             obj = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise ProtocolError(f"route of {topic!r} is not valid JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise ProtocolError(f"route of {topic!r} is not a JSON object")
