@@ -37,6 +37,8 @@ class Tally:
     consumed: Counter[bytes] = field(default_factory=Counter)
     #: longest time a send took (seconds), retries included
     slowest_send: float = 0.0
+    #: time each send took (seconds), retries included
+    send_times: list[float] = field(default_factory=list)
     _changed: anyio.Event = field(default_factory=anyio.Event, repr=False)
 
     async def handler(self, msg: ConsumerMessage) -> None:
@@ -81,6 +83,9 @@ class Tally:
             "duplicates": self.duplicates,
             "lost": len(self.lost),
             "acked_by_broker": dict(self.acked_by_broker),
+            "median_send_s": round(sorted(self.send_times)[len(self.send_times) // 2], 3)
+            if self.send_times
+            else None,
             "slowest_send_s": round(self.slowest_send, 3),
         }
 
@@ -93,14 +98,15 @@ async def produce_steadily(
     rate: float,
     stop: anyio.Event,
     prefix: str = "m",
+    size: int = 0,
 ) -> None:
     """Send one message every ``1/rate`` seconds until ``stop`` is set, counting each
-    acknowledged send (and each failure) in ``tally``."""
+    acknowledged send (and each failure) in ``tally``; bodies padded to ``size`` bytes."""
     interval = 1.0 / rate
     next_at = anyio.current_time()
     i = 0
     while not stop.is_set():
-        body = f"{prefix}-{i}".encode()
+        body = f"{prefix}-{i}-".encode().ljust(size, b"x")
         i += 1
         started = time.monotonic()
         try:
@@ -110,7 +116,9 @@ async def produce_steadily(
         else:
             tally.acked.add(body)
             tally.acked_by_broker[result.queue.broker_name] += 1
-        tally.slowest_send = max(tally.slowest_send, time.monotonic() - started)
+        took = time.monotonic() - started
+        tally.send_times.append(took)
+        tally.slowest_send = max(tally.slowest_send, took)
         tally._notify()
         next_at += interval
         # Pacing, not waiting for an event: the scenario's load is a rate.

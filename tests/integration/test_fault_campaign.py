@@ -122,3 +122,40 @@ async def test_half_open_broker_link_is_replaced_within_the_request_timeout(
     # A request (offset commit every 0.5 s, heartbeat every 2 s) notices within its
     # 2 s timeout; the pull that failed with the connection retries after 0.5 s.
     assert detected < CONSUMER["request_timeout"] + 2.0  # type: ignore[operator]
+
+
+async def test_latency_and_bandwidth_limit_slow_everything_down_and_lose_nothing(
+    cluster: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """Producer and consumer reach broker-a through a link with 200 ms latency each way
+    and 1 MiB/s per connection and direction: sends take longer, nothing times out or
+    is lost."""
+    topic, group = unique_name("slow"), unique_name("g")
+    await cluster.create_topic(topic, queues=2, brokers=["broker-a"])
+    broker_a = cluster.broker_addrs["broker-a"]
+    tally, stop = Tally(), anyio.Event()
+    async with FaultProxy(broker_a) as proxy:
+        via = {"address_map": {broker_a: proxy.address}}
+        proxy.latency, proxy.bandwidth = 0.2, 1024 * 1024
+        consumer = Consumer(group, cluster.namesrv_addr, handler=tally.handler,
+                            **{**CONSUMER, **via})  # fmt: skip
+        consumer.subscribe(topic)
+        producer = Producer(unique_name("p"), cluster.namesrv_addr, **PRODUCER, **via)
+        async with consumer, producer:
+            started = anyio.current_time()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    lambda: produce_steadily(
+                        producer, topic, tally, rate=20, stop=stop, size=16 * 1024
+                    )
+                )
+                with anyio.fail_after(60):
+                    await tally.wait_acked(20)
+                stop.set()
+            with anyio.fail_after(60):
+                await tally.wait_all_consumed()
+            elapsed = anyio.current_time() - started
+    print(f"200 ms + 1 MiB/s link: {elapsed:.1f}s;", tally.summary())
+    assert not tally.lost
+    assert not tally.send_errors  # no timeout storm
+    assert min(tally.send_times) >= 0.4  # every send did cross the slow link
