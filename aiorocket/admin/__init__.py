@@ -102,6 +102,12 @@ def _timestamp_ms(target: _dt.datetime | int) -> int:
     return target
 
 
+def topics_named_after_clusters(topics: list[str], brokers: dict[str, dict[int, str]]) -> set[str]:
+    """Cluster names the NameServer lists as topics: X where X_REPLY_TOPIC is listed too."""
+    suffix = "_REPLY_TOPIC"
+    return {t[: -len(suffix)] for t in topics if t.endswith(suffix)}
+
+
 def _shows(route: TopicRoute, brokers: list[str], queues: int) -> bool:
     """The route has ``queues`` read queues on each of ``brokers``."""
     have = {q.broker_name: q.read_queue_nums for q in route.queue_datas}
@@ -191,9 +197,16 @@ class Admin:
         topics = await self.client.namesrv.list_topics()
         if include_system:
             return topics
-        brokers = await self.brokers()  # the NameServer lists clusters and brokers as topics
-        return [t for t in topics if not is_system_topic(t) and t not in brokers and
-                t != "DefaultCluster"]  # fmt: skip
+        # The NameServer also lists each cluster's and broker's name, and <cluster>_REPLY_TOPIC.
+        brokers = await self.brokers()
+        return [
+            t
+            for t in topics
+            if not is_system_topic(t)
+            and t not in brokers
+            and not t.endswith("_REPLY_TOPIC")
+            and t not in topics_named_after_clusters(topics, brokers)
+        ]
 
     async def route(self, topic: str) -> TopicRoute:
         """The topic's route (TopicNotExistError when the NameServers have none)."""
@@ -311,10 +324,7 @@ class Admin:
         return GroupDescription(
             group=group,
             members=members,
-            subscriptions={
-                str(t): str(s.get("subString", "*"))
-                for t, s in sorted(subs.items())
-            },
+            subscriptions={str(t): str(s.get("subString", "*")) for t, s in sorted(subs.items())},
             consume_type=str(info.get("consumeType", "")),
             message_model=str(info.get("messageModel", "")),
             consume_from_where=str(info.get("consumeFromWhere", "")),

@@ -136,9 +136,7 @@ class AdminRequests:
         check_response(resp, RequestCode.GET_CONSUMER_RUNNING_INFO)
         return dict(fastjson.loads(resp.body, "consumer running info") or {})
 
-    async def reset_offset(
-        self, addr: str, group: str, mq: MessageQueue, offset: int
-    ) -> None:
+    async def reset_offset(self, addr: str, group: str, mq: MessageQueue, offset: int) -> None:
         """INVOKE_BROKER_TO_RESET_OFFSET for one queue, to an explicit offset.
 
         The broker (5.x, ``useServerSideResetOffset``) stores the offset, refuses older

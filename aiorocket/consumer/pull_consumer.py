@@ -23,7 +23,7 @@ from aiorocket.consumer.consumer import Consumer, RebalanceListener
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.errors import ConfigError, RocketMQError
 from aiorocket.message import MessageQueue
-from aiorocket.protocol.subscription import Subscription
+from aiorocket.protocol.subscription import EXPRESSION_SQL92, Subscription
 
 
 class PullConsumer:
@@ -73,8 +73,11 @@ class PullConsumer:
             raise ConfigError("assign() and subscribe() cannot be combined")
         self._engine.subscribe(topic, expression, sql=sql)
 
-    def assign(self, queues: Iterable[MessageQueue]) -> None:
-        """Consume exactly these queues, outside any group rebalance."""
+    def assign(
+        self, queues: Iterable[MessageQueue], expression: str = "*", *, sql: str | None = None
+    ) -> None:
+        """Consume exactly these queues, outside any group rebalance, filtered by a tag
+        ``expression`` or an SQL92 ``sql`` (for topics not assigned before)."""
         queues = set(queues)
         engine = self._engine
         if engine.manual_assignment is None and engine.subscriptions:
@@ -82,7 +85,11 @@ class PullConsumer:
         engine.manual_assignment = queues
         for mq in queues:
             if mq.topic not in engine.subscriptions:
-                engine.subscriptions[mq.topic] = Subscription(mq.topic)
+                engine.subscriptions[mq.topic] = (
+                    Subscription(mq.topic, sql, EXPRESSION_SQL92)
+                    if sql is not None
+                    else Subscription(mq.topic, expression)
+                )
         if engine._tg is not None:
             engine.request_rebalance()
 

@@ -1,0 +1,159 @@
+"""What every command shares: the cluster options, output (rich or JSON), errors, exit codes.
+
+Exit codes: 0 success, 1 an operation failed (unreachable NameServer or broker, refused
+request), 2 a usage mistake (bad option, bad offset or time), 3 something named does
+not exist (topic, group, message), 130 interrupted. Errors are one line on stderr.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import re
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NoReturn, ParamSpec, TypeVar
+
+import anyio
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from aiorocket.admin import Admin
+from aiorocket.errors import (
+    AccessDeniedError,
+    ConfigError,
+    GroupNotFoundError,
+    MessageNotFoundError,
+    NameServerUnavailableError,
+    RocketMQError,
+    TopicNotExistError,
+)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTERRUPTED = 1, 2, 3, 130
+
+#: stdout for results; stderr for progress and messages. Colours only on a terminal
+#: (rich checks isatty, NO_COLOR and FORCE_COLOR).
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+
+class Settings:
+    """The root options, passed to every command through click's context object."""
+
+    def __init__(self, namesrv: str | None, timeout: float) -> None:
+        self.namesrv = namesrv
+        self.timeout = timeout
+
+    def admin(self) -> Admin:
+        return Admin(self.namesrv, request_timeout=self.timeout)
+
+
+pass_settings = click.make_pass_decorator(Settings)
+
+
+_FAQ = re.compile(r"\s*See https?://\S+ for further details\.?")
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    """Print ``error: message`` as one line on stderr and exit with ``code``."""
+    line = " ".join(_FAQ.sub("", message).split())  # broker remarks carry newlines
+    err.print(f"[red]error:[/red] {escape(line)}", markup=True, highlight=False, soft_wrap=True)
+    sys.exit(code)
+
+
+def _exit_code(exc: RocketMQError) -> int:
+    if isinstance(exc, TopicNotExistError | GroupNotFoundError | MessageNotFoundError):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, ConfigError):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+def _describe(exc: RocketMQError) -> str:
+    if isinstance(exc, NameServerUnavailableError):
+        return f"NameServer unreachable: {exc}"
+    if isinstance(exc, TopicNotExistError):
+        return f"topic does not exist: {exc}"
+    if isinstance(exc, AccessDeniedError):
+        return f"permission denied: {exc}"
+    return str(exc) or type(exc).__name__
+
+
+def run(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run a coroutine function; a library error becomes a one-line message and an exit code."""
+    try:
+        return anyio.run(functools.partial(fn, *args, **kwargs))
+    except RocketMQError as exc:
+        fail(_describe(exc), _exit_code(exc))
+    except TimeoutError:
+        fail("timed out")
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(EXIT_INTERRUPTED)
+    except OSError as exc:  # a file named on the command line, a closed pipe
+        fail(str(exc))
+
+
+def json_option(fn: Callable[P, T]) -> Callable[P, T]:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON (for scripts).")(fn)
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for c in columns:
+        numeric = c.lower() in {
+            "queue",
+            "queues",
+            "min",
+            "max",
+            "lag",
+            "committed",
+            "messages",
+            "old",
+            "new",
+            "change",
+            "offset",
+            "read",
+            "write",
+            "perm",
+        }
+        t.add_column(c, justify="right" if numeric else "left")
+    for row in rows:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    out.print(t)
+
+
+def ms_text(ms: int) -> str:
+    """Epoch milliseconds as local ISO time; '-' for 0 (never)."""
+    if ms <= 0:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="milliseconds")
+
+
+def parse_time(text: str) -> int:
+    """An ISO 8601 time (local when it has no zone), epoch ms, or ``-5m``/``-2h``/``-1d``."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    if text.startswith("-") and text[1:-1].isdigit() and text[-1] in "smhd":
+        seconds = int(text[1:-1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[text[-1]]
+        return int((dt.datetime.now().timestamp() - seconds) * 1000)
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not a time: use ISO 8601 (2026-01-31T12:00), epoch ms or -10m"
+        ) from None
+    if when.tzinfo is None:
+        when = when.astimezone()
+    return int(when.timestamp() * 1000)
