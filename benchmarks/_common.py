@@ -7,13 +7,14 @@ reaps them with ``os.wait4`` to get their peak RSS and total CPU time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,20 @@ STAMP = 8  # bytes of big-endian epoch microseconds at the start of a timed body
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr (only on a terminal); yields ``update(done)``."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=console, disable=not console.is_terminal) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda done: bar.update(task, completed=done)
 
 
 def now_us() -> int:
@@ -116,7 +131,7 @@ async def prefill(
 
         async def report() -> None:
             while progress is not None:
-                await anyio.sleep(5)
+                await anyio.sleep(0.25)
                 progress(sent)
 
         async with anyio.create_task_group() as tg:
@@ -126,6 +141,8 @@ async def prefill(
                 for i in range(workers):
                     inner.start_soon(worker, share + (1 if i < extra else 0))
             tg.cancel_scope.cancel()
+    if progress is not None:
+        progress(sent)
     return time.perf_counter() - started
 
 

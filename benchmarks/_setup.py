@@ -96,11 +96,8 @@ def new_topic(cl: LocalRocketMQ, prefix: str, broker: str) -> str:
 
 def prefill(cl: LocalRocketMQ, topic: str, count: int, size: int) -> None:
     c.log(f"pre-filling {topic} with {count:,} x {size} B")
-
-    def progress(n: int) -> None:
-        c.log(f"  sent {n:,}/{count:,}")
-
-    s = anyio.run(lambda: c.prefill(cl.namesrv_addr, topic, count, size, progress=progress))
+    with c.progress_bar("pre-fill", count) as progress:
+        s = anyio.run(lambda: c.prefill(cl.namesrv_addr, topic, count, size, progress=progress))
     c.log(f"  done in {s:.1f}s ({count / s:,.0f} msgs/s)")
 
 

@@ -211,9 +211,8 @@ def main() -> None:
         async def fill() -> None:
             await cl.create_topic(topic, queues=8, brokers=[next(iter(cl.broker_addrs))])
             c.log(f"pre-filling {topic} with {a.count:,} x {a.size} B")
-            s = await c.prefill(
-                cl.namesrv_addr, topic, a.count, a.size, progress=lambda n: c.log(f"  sent {n:,}")
-            )
+            with c.progress_bar("pre-fill", a.count) as progress:
+                s = await c.prefill(cl.namesrv_addr, topic, a.count, a.size, progress=progress)
             c.log(f"pre-filled in {s:.1f}s ({a.count / s:,.0f} msgs/s)")
 
         anyio.run(fill)

@@ -5,8 +5,8 @@ already running, ``python examples/demo.py --count 20000``.
 
 The producer is used as the docs recommend for throughput: ``auto_batch=True`` and many
 tasks awaiting ``send`` at once, so concurrent messages leave together in batch
-requests. Each phase's rate is its message count over its whole duration, start-up
-included (the consumer's start-up is also shown on its own).
+requests. Progress bars (rich) show on a terminal. Each phase's rate is its message
+count over its whole duration, start-up included (the consumer's start-up is also shown on its own).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sys
 import time
 
 import anyio
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from aiorocket.consumer import ConsumeFromWhere, Consumer
 from aiorocket.message import Message
@@ -25,23 +26,20 @@ from aiorocket.testing.broker import LocalRocketMQ
 SENDERS = 64  # concurrent send() calls
 
 
-class Progress:
-    """A one-line progress display with the running rate."""
+class Meter:
+    """A rich progress bar (on a terminal) with the running rate, and the phase's figures."""
 
-    def __init__(self, label: str, total: int) -> None:
-        self.label, self.total, self.done = label, total, 0
+    def __init__(self, progress: Progress, label: str, total: int) -> None:
+        self.progress, self.total, self.done = progress, total, 0
         self.start = time.perf_counter()
         self.first_at: float | None = None
-        self._last_draw = 0.0
+        self.task = progress.add_task(label, total=total, rate=0.0)
 
     def advance(self, n: int = 1) -> None:
         self.done += n
-        now = time.perf_counter()
         if self.first_at is None:
-            self.first_at = now
-        if now - self._last_draw > 0.1 or self.done >= self.total:
-            self._last_draw = now
-            self.draw()
+            self.first_at = time.perf_counter()
+        self.progress.update(self.task, advance=n, rate=self.rate)
 
     @property
     def elapsed(self) -> float:
@@ -51,24 +49,24 @@ class Progress:
     def rate(self) -> float:
         return self.done / self.elapsed
 
-    def draw(self) -> None:
-        width = 30
-        filled = int(width * self.done / max(self.total, 1))
-        bar = "#" * filled + "-" * (width - filled)
-        sys.stdout.write(
-            f"\r{self.label:<9} [{bar}] {self.done:>7}/{self.total} {self.rate:>10,.0f} msg/s"
-        )
-        sys.stdout.flush()
-
     def finish(self) -> str:
-        self.draw()
-        sys.stdout.write("\n")
         return f"{self.done:,} messages in {self.elapsed:.2f} s = {self.rate:,.0f} msg/s"
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("{task.description:<9}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]:>10,.0f} msg/s"),
+        TimeElapsedColumn(),
+    )
 
 
 async def produce(namesrv: str, topic: str, count: int, size: int) -> str:
     """``SENDERS`` tasks each awaiting ``send`` in a loop, with auto-batching on."""
-    progress = Progress("produce", count)
+    bar = progress_bar()
+    progress = Meter(bar, "produce", count)
     body = b"x" * size
     next_index = 0
 
@@ -80,9 +78,10 @@ async def produce(namesrv: str, topic: str, count: int, size: int) -> str:
             progress.advance()
 
     async with Producer("demo-producer", namesrv, auto_batch=True) as producer:
-        async with anyio.create_task_group() as tg:
-            for _ in range(SENDERS):
-                tg.start_soon(sender, producer)
+        with bar:
+            async with anyio.create_task_group() as tg:
+                for _ in range(SENDERS):
+                    tg.start_soon(sender, producer)
         batcher = producer.batcher
         assert batcher is not None
         batches, batched = batcher.batches, batcher.batched_messages
@@ -95,12 +94,13 @@ async def produce(namesrv: str, topic: str, count: int, size: int) -> str:
 
 
 async def consume(namesrv: str, topic: str, count: int) -> str:
-    progress = Progress("consume", count)
+    bar = progress_bar()
+    progress = Meter(bar, "consume", count)
     consumer = Consumer(f"demo-{topic}", namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
     consumer.subscribe(topic, "demo")
     first: list[str] = []
     async with consumer:
-        with anyio.fail_after(120):
+        with bar, anyio.fail_after(120):
             async for msg in consumer:
                 if len(first) < 3:
                     first.append(
