@@ -254,7 +254,8 @@ def log_report(procs: Iterable[Proc]) -> str:
     parts = []
     for p in procs:
         parts.append(f"--- {p.log} (tail) ---\n{tail(p.log)}")
-        kind = "proxy" if "proxy" in p.name else "namesrv" if p.name == "namesrv" else "broker"
+        kind = "namesrv" if p.name.startswith("namesrv") else "broker"
+        kind = "proxy" if "proxy" in p.name else kind
         main_log = Path(p.home) / "logs" / "rocketmqlogs" / MAIN_LOG[kind]
         if main_log.exists():
             parts.append(f"--- {main_log} (tail) ---\n{tail(main_log, 15)}")

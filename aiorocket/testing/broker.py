@@ -92,7 +92,13 @@ class LocalRocketMQ:
     # -- endpoints ---------------------------------------------------------------------
     @property
     def namesrv_addr(self) -> str:
+        """The first NameServer (the only one unless started with ``namesrvs=2``)."""
         return str(self.state["namesrv_addr"])
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        """Every NameServer; the brokers register with each."""
+        return [str(a) for a in self.state.get("namesrv_addrs", [self.namesrv_addr])]
 
     @property
     def broker_addrs(self) -> dict[str, str]:
@@ -135,7 +141,7 @@ class LocalRocketMQ:
             return
         admin = Credentials(sec["access_key"], sec["secret_key"]) if sec.get("access_key") else None
         ctx = tls_context(verify=False) if sec.get("tls") else None
-        _admin.register_security([self.namesrv_addr, *self.broker_addrs.values()], admin, ctx)
+        _admin.register_security([*self.namesrv_addrs, *self.broker_addrs.values()], admin, ctx)
 
     def _save(self) -> None:
         tmp = (self.base_dir / STATE_FILE).with_suffix(".tmp")
@@ -183,6 +189,7 @@ class LocalRocketMQ:
         *,
         timeout: float = 300.0,
         version: str | None = None,
+        namesrvs: int = 1,
         proxy: bool = True,
         broker_props: dict[str, object] | None = None,
         jvm_props: dict[str, str] | None = None,
@@ -195,7 +202,8 @@ class LocalRocketMQ:
         Starting is serialised per user (port choice), so concurrent test sessions can
         each start their own instance in their own directory.
 
-        The rest is for throw-away clusters of fault and security tests: ``proxy=False``
+        The rest is for throw-away clusters of fault and security tests: ``namesrvs=2``
+        starts a second NameServer (``namesrv-2``) the brokers register with too; ``proxy=False``
         runs broker-a without the Proxy (a lighter JVM); ``broker_props`` are added to each
         broker.conf (e.g. ``authenticationEnabled``), ``jvm_props`` are system properties
         of every JVM (e.g. ``tls.server.mode``), ``conf_files`` are written to
@@ -225,7 +233,8 @@ class LocalRocketMQ:
                 (self.base_dir / "conf" / fname).write_text(text)
             started = time.monotonic()
             try:
-                self._launch(java, jars, brokers, proxy, broker_props or {}, jvm_props or {})
+                self._launch(java, jars, brokers, namesrvs, proxy, broker_props or {},
+                             jvm_props or {})  # fmt: skip
                 if admin is not None or tls:
                     self.state["security"] = {
                         "access_key": admin.access_key if admin else None,
@@ -275,18 +284,21 @@ class LocalRocketMQ:
         (base / MARKER).write_text("aiorocket local RocketMQ home; wiped on start\n")
         warn_if_disk_full(base)
 
-    def _launch(self, java: str, jars: _maven.Jars, brokers: int, proxy: bool,
+    def _launch(self, java: str, jars: _maven.Jars, brokers: int, namesrvs: int, proxy: bool,
                 broker_props: dict[str, object], jvm_props: dict[str, str]) -> None:  # fmt: skip
         base, taken = self.base_dir, set[int]()
-        ns_port = pick_port(STD_NAMESRV, taken)
+        ns_ports = [pick_port(STD_NAMESRV + 10 * i, taken) for i in range(namesrvs)]
+        ns_port = ns_ports[0]
         ports = [pick_broker_port(STD_BROKER + 10 * i, taken) for i in range(brokers)]
         grpc, remoting = pick_port(STD_PROXY_GRPC, taken), pick_port(STD_PROXY_REMOTING, taken)
         self._jvm_props = jvm_props
-        ns = f"127.0.0.1:{ns_port}"
+        ns_addrs = [f"127.0.0.1:{p}" for p in ns_ports]
+        ns, ns_all = ns_addrs[0], ";".join(ns_addrs)
         names = [broker_name(i) for i in range(brokers)]
         self.state = {
             "status": "starting", "version": jars.version, "base_dir": str(base),
             "lib_dir": str(jars.lib_dir), "cluster": CLUSTER, "namesrv_addr": ns,
+            "namesrv_addrs": ns_addrs,
             "brokers": {n: f"127.0.0.1:{p}" for n, p in zip(names, ports, strict=True)},
             "broker_ports": {n: {"listen": p, "fast": p - 2, "ha": p + 1}
                              for n, p in zip(names, ports, strict=True)},
@@ -302,13 +314,19 @@ class LocalRocketMQ:
         confs = [conf / ("broker.conf" if i == 0 else f"{n}.conf") for i, n in enumerate(names)]
         for name, port, path in zip(names, ports, confs, strict=True):
             path.write_text(
-                _config.broker_conf(name, port, ns, base / name / "store", extra=broker_props)
+                _config.broker_conf(name, port, ns_all, base / name / "store", extra=broker_props)
             )
         self._spawn(java, jars, "namesrv", "namesrv", ["-c", str(conf / "namesrv.conf")], [ns_port])
+        for i, port in enumerate(ns_ports[1:], start=2):
+            path = conf / f"namesrv-{i}.conf"
+            path.write_text(_config.namesrv_conf(port))
+            self._spawn(java, jars, "namesrv", f"namesrv-{i}", ["-c", str(path)], [port])
         plain = list(zip(names, ports, confs, strict=True))
         if proxy:
-            (conf / "rmq-proxy.json").write_text(_config.proxy_json(ns, confs[0], grpc, remoting))
-            proxy_args = ["-pc", str(conf / "rmq-proxy.json"), "-pm", "local", "-n", ns]
+            (conf / "rmq-proxy.json").write_text(
+                _config.proxy_json(ns_all, confs[0], grpc, remoting)
+            )
+            proxy_args = ["-pc", str(conf / "rmq-proxy.json"), "-pm", "local", "-n", ns_all]
             self._spawn(java, jars, "proxy", names[0], proxy_args, [ports[0], grpc, remoting])
             plain = plain[1:]
         for name, port, path in plain:
@@ -430,7 +448,7 @@ class LocalRocketMQ:
             with anyio.fail_after(timeout):
                 for port in info.ports:
                     await self._wait_port(info, port)
-                if proc.name != "namesrv":
+                if not proc.name.startswith("namesrv"):
                     broker = proc.name.removesuffix("+proxy")
                     await _admin.wait_route(
                         self.namesrv_addr, HEALTH_TOPIC, {broker: (1, 1)}, timeout

@@ -1,5 +1,5 @@
-"""Fault scenarios against a throw-away real cluster (NameServer + broker-a + broker-b,
-no Proxy; one cluster for the module): a steady producer and a counting consumer run
+"""Fault scenarios against a throw-away real cluster (two NameServers, broker-a and
+broker-b, no Proxy; one cluster for the module): a steady producer and a counting consumer run
 while a broker is SIGKILLed and restarted, or its link goes half-open. Each scenario
 counts produced, consumed (distinct) and duplicated messages and asserts nothing
 acknowledged is lost. Short CI versions; scripts/fault_campaign.py runs long ones.
@@ -43,7 +43,10 @@ def cluster() -> Iterator[LocalRocketMQ]:
     base = Path(tempfile.mkdtemp(prefix="aiorocket-faults-"))
     inst = LocalRocketMQ(base)
     try:
-        inst.start(brokers=2, proxy=False)
+        # Brokers re-register every 10 s (the least allowed; default 30 s): a restarted
+        # NameServer knows the cluster again that soon.
+        inst.start(brokers=2, namesrvs=2, proxy=False,
+                   broker_props={"registerNameServerPeriod": 10_000})  # fmt: skip
     except BrokerStartError as exc:
         inst.stop(timeout=5)
         pytest.fail(f"throw-away cluster failed to start: {exc}", pytrace=False)
@@ -73,13 +76,21 @@ async def test_broker_sigkill_and_restart_during_produce_and_consume_loses_nothi
             await anyio.to_thread.run_sync(cluster.kill, "broker-b")
             with anyio.fail_after(60):  # sends keep being acknowledged, by broker-a
                 await tally.wait_acked_on("broker-a", 200)
+            killed_at = anyio.current_time()
             await cluster.restart("broker-b")
+            back_at = anyio.current_time()  # it listens and is in the route again
             with anyio.fail_after(90):  # the producer returns to the restarted broker
-                await tally.wait_acked_on("broker-b", 50)
+                await tally.wait_acked_on("broker-b", 1)
+            returned_at = anyio.current_time()
+            await tally.wait_acked_on("broker-b", 49)
             stop.set()
         with anyio.fail_after(90):
             await tally.wait_all_consumed()
-    print("broker SIGKILL + restart:", tally.summary())
+    print(
+        f"broker SIGKILL + restart: down {back_at - killed_at:.1f}s, producer back on it "
+        f"{returned_at - back_at:.1f}s after it was routed again;",
+        tally.summary(),
+    )
     assert not tally.lost
     assert len(tally.acked) >= 350
 
@@ -159,3 +170,42 @@ async def test_latency_and_bandwidth_limit_slow_everything_down_and_lose_nothing
     assert not tally.lost
     assert not tally.send_errors  # no timeout storm
     assert min(tally.send_times) >= 0.4  # every send did cross the slow link
+
+
+async def test_name_server_outage_one_then_both_clients_keep_working_on_cached_routes(
+    cluster: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """One NameServer is killed, then the other: producer and consumer keep working on
+    the routes they have; both come back empty (they learn the brokers again at the
+    brokers' next registration) and the clients carry on. Nothing is lost."""
+    topic, group = unique_name("ns"), unique_name("g")
+    await cluster.create_topic(topic, queues=2)
+    namesrvs = cluster.namesrv_addrs
+    assert len(namesrvs) == 2
+    tally, stop = Tally(), anyio.Event()
+    consumer = Consumer(group, namesrvs, handler=tally.handler, **CONSUMER)
+    consumer.subscribe(topic)
+    async with consumer, Producer(unique_name("p"), namesrvs, **PRODUCER) as producer:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: produce_steadily(producer, topic, tally, rate=50, stop=stop))
+            with anyio.fail_after(30):
+                await tally.wait_acked(50)
+            await anyio.to_thread.run_sync(cluster.kill, "namesrv")
+            with anyio.fail_after(30):
+                await tally.wait_acked(len(tally.acked) + 100)
+            await anyio.to_thread.run_sync(cluster.kill, "namesrv-2")
+            with anyio.fail_after(30):  # no NameServer at all: cached routes
+                await tally.wait_acked(len(tally.acked) + 150)
+                await tally.wait_all_consumed()
+            await cluster.restart("namesrv")
+            await cluster.restart("namesrv-2")
+            with anyio.fail_after(60):
+                await tally.wait_acked(len(tally.acked) + 150)
+            stop.set()
+        with anyio.fail_after(60):
+            await tally.wait_all_consumed()
+        assignment = {mq for mq in consumer.assignment() if mq.topic == topic}
+    print("NameServer outage:", tally.summary())
+    assert not tally.lost
+    assert not tally.send_errors
+    assert len(assignment) == 4  # still consuming every queue of both brokers
