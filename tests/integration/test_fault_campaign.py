@@ -209,3 +209,38 @@ async def test_name_server_outage_one_then_both_clients_keep_working_on_cached_r
     assert not tally.lost
     assert not tally.send_errors
     assert len(assignment) == 4  # still consuming every queue of both brokers
+
+
+async def test_frozen_broker_sigstop_then_sigcont_loses_nothing(
+    cluster: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """broker-b is frozen (SIGSTOP: its sockets stay open, nothing answers, as in a long
+    GC pause or a suspended VM) until broker-a has taken 200 sends (about 9 s: the first
+    send caught by the freeze waits out its 5 s budget), then thawed. Requests to it time
+    out, which closes their connections; the producer avoids it meanwhile. Sends that
+    failed are counted, not acknowledged; every acknowledged message is consumed."""
+    topic, group = unique_name("frozen"), unique_name("g")
+    await cluster.create_topic(topic, queues=2)
+    tally, stop = Tally(), anyio.Event()
+    consumer = Consumer(group, cluster.namesrv_addrs, handler=tally.handler, **CONSUMER)
+    consumer.subscribe(topic)
+    producer = Producer(unique_name("p"), cluster.namesrv_addrs, **PRODUCER)
+    async with consumer, producer:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: produce_steadily(producer, topic, tally, rate=50, stop=stop))
+            with anyio.fail_after(30):
+                await tally.wait_acked_on("broker-b", 25)
+            cluster.pause("broker-b")
+            try:
+                with anyio.fail_after(30):  # broker-a takes the load
+                    await tally.wait_acked_on("broker-a", 200)
+            finally:
+                cluster.resume("broker-b")
+            with anyio.fail_after(60):  # and broker-b is used again once it answers
+                await tally.wait_acked_on("broker-b", 25)
+            stop.set()
+        with anyio.fail_after(60):
+            await tally.wait_all_consumed()
+    print("broker SIGSTOP + SIGCONT:", tally.summary())
+    assert not tally.lost
+    assert sum(tally.send_errors.values()) <= 3  # only sends caught by the freeze
