@@ -9,6 +9,7 @@ import anyio.abc
 
 from aiorocket.client.broker import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from aiorocket.client.results import PullStatus
+from aiorocket.consumer import membership
 from aiorocket.consumer.config import MessageModel
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.undecodable import dead_letter_undecodable
@@ -19,6 +20,7 @@ from aiorocket.errors import (
     RocketMQError,
 )
 from aiorocket.message import PROPERTY_RETRY_TOPIC
+from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.frame import MAX_FRAME_LENGTH
 from aiorocket.protocol.route import MASTER_ID
 from aiorocket.protocol.subscription import Subscription
@@ -57,6 +59,7 @@ async def pull_loop(
         # slaves.
         broker_id = MASTER_ID
         slave_refused = False
+        unknown_to_broker = False  # the last pull was refused for want of our heartbeat
         while not pq.dropped:
             if pq.paused:
                 await pq.wait_changed()
@@ -128,11 +131,21 @@ async def pull_loop(
                 await anyio.sleep(cfg.pull_backoff_on_error)
                 continue
             except (ConnectionClosedError, BrokerResponseError, RocketMQError) as exc:
+                if not unknown_to_broker and _subscription_unknown(exc):
+                    # The pull overtook our heartbeat (a topic that just appeared, a
+                    # connection just opened or re-opened: the broker serves heartbeats
+                    # and pulls on separate threads). Expected, not a problem: tell the
+                    # broker now and pull again. Reported below only if it outlives that.
+                    unknown_to_broker = True
+                    log.debug("pull_subscription_unknown", offset=offset, error=str(exc))
+                    await membership.heartbeat_to(consumer, addr)
+                    continue
                 log.warning("pull_failed", offset=offset, error=str(exc))
                 await anyio.sleep(cfg.pull_backoff_on_error)
                 continue
             finally:
                 pq.request_scope = None
+            unknown_to_broker = False
             if pq.dropped:
                 break
             if request_scope.cancelled_caught or generation != pq.tracker.generation:
@@ -198,6 +211,18 @@ async def pull_loop(
                 pq.reset(result.next_begin_offset)
                 pq.tracker.mark_dirty()
                 await consumer.persist_offset(pq)
+
+
+#: the broker does not know this consumer's group or subscription (yet): its heartbeat
+#: has not arrived or was forgotten.
+_SUBSCRIPTION_UNKNOWN = frozenset(
+    (ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST,
+     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST)
+)  # fmt: skip
+
+
+def _subscription_unknown(exc: RocketMQError) -> bool:
+    return isinstance(exc, BrokerResponseError) and exc.code in _SUBSCRIPTION_UNKNOWN
 
 
 def _batch_size(pq: ProcessQueue, offset: int, configured: int) -> int:
