@@ -340,6 +340,25 @@ class Admin:
         table = running.get("mqTable") or {}
         return sorted(fastjson.queue_of(k) for k in table)
 
+    async def consume_directly(
+        self, group: str, client_id: str, msg_id: str, *, timeout: float = 30.0
+    ) -> dict[str, Any]:
+        """Have the member ``client_id`` of ``group`` run its handler on the stored message
+        ``msg_id`` (an offset message id): ConsumeMessageDirectlyResult as a dict
+        (``consumeResult`` CR_SUCCESS, CR_LATER, CR_THROW_EXCEPTION; ``spentTimeMills``).
+        Nothing is committed or sent back."""
+        brokers = await self.brokers()
+        by_addr = {addr: name for name, ids in brokers.items() for addr in ids.values()}
+        try:
+            addr, _ = decode_offset_message_id(msg_id)
+        except ValueError:
+            raise ConfigError(f"{msg_id!r} is not an offset message id") from None
+        if addr not in by_addr:
+            raise ConfigError(f"{msg_id!r} names {addr}, not a broker of this cluster")
+        return await self.requests.consume_message_directly(
+            addr, group, client_id, msg_id, timeout=timeout
+        )
+
     async def lag(self, group: str, topic: str | None = None) -> GroupLag:
         """Per queue the committed and the max offset, and the lag (their difference).
 

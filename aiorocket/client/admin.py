@@ -136,6 +136,27 @@ class AdminRequests:
         check_response(resp, RequestCode.GET_CONSUMER_RUNNING_INFO)
         return dict(fastjson.loads(resp.body, "consumer running info") or {})
 
+    async def consume_message_directly(
+        self,
+        addr: str,
+        group: str,
+        client_id: str,
+        msg_id: str,
+        *,
+        topic: str = "",
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """CONSUME_MESSAGE_DIRECTLY: the broker sends the stored message ``msg_id`` (an
+        offset message id of that broker) to the client, whose handler consumes it."""
+        ext = {"consumerGroup": group, "clientId": client_id, "msgId": msg_id}
+        if topic:
+            ext["topic"] = topic
+        resp = await self._broker.call(
+            addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, ext, timeout=timeout
+        )
+        check_response(resp, RequestCode.CONSUME_MESSAGE_DIRECTLY)
+        return dict(fastjson.loads(resp.body, "consume result") or {})
+
     async def reset_offset(self, addr: str, group: str, mq: MessageQueue, offset: int) -> None:
         """INVOKE_BROKER_TO_RESET_OFFSET for one queue, to an explicit offset.
 

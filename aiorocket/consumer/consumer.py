@@ -38,6 +38,7 @@ from aiorocket.consumer.dispatch import is_async_callable
 from aiorocket.consumer.local_offsets import LocalFileOffsetStore, default_offset_dir
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.offset_store import OffsetStore, RemoteOffsetStore
+from aiorocket.consumer.operator_requests import OperatorRequests
 from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
 from aiorocket.consumer.puller import pull_loop
 from aiorocket.consumer.results import HandlerResult
@@ -300,6 +301,7 @@ class Consumer:
             self.offset_store = RemoteOffsetStore(client, self.group)
         self._committer = OffsetCommitter(self.offset_store, self.log, bound=_close_bound(cfg))
         client.dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
+        OperatorRequests(self).register(client.dispatcher)  # running info, reset, consume
         self.work_queue = WorkQueue()
         self.orderly_slots = anyio.Semaphore(cfg.consume_concurrency)
         tg = anyio.create_task_group()

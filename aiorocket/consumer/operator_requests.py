@@ -1,0 +1,229 @@
+"""Operators' requests a broker forwards to a consumer, answered as a Java consumer does.
+
+* GET_CONSUMER_RUNNING_INFO (307): subscriptions, per-queue process-queue state and
+  consume rates (``mqadmin consumerStatus``, the dashboard, ``aiorocket group describe``);
+* CONSUME_MESSAGE_DIRECTLY (309): run the handler on one stored message and report the
+  result (``mqadmin consumeMessage``); nothing is committed or sent back;
+* RESET_CONSUMER_CLIENT_OFFSET (220): the broker's older reset path
+  (``useServerSideResetOffset=false``): the queues named restart at the new offsets, their
+  cached messages are dropped (a handler still running for one settles nothing), and the
+  new offset is committed at once, so the next commit cannot move it back.
+
+The consumer registers :meth:`OperatorRequests.register` with its request dispatcher.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+from aiorocket import __version__
+from aiorocket.consumer.dispatch import invoke
+from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.consumer.results import failure_delay_level
+from aiorocket.consumer.stats import Snapshot, queue_stats
+from aiorocket.errors import ProtocolError
+from aiorocket.protocol import fastjson
+from aiorocket.protocol.codes import RequestCode, ResponseCode
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.message_codec import decode_messages
+from aiorocket.remoting.dispatcher import RequestDispatcher
+
+if TYPE_CHECKING:
+    from aiorocket.consumer.consumer import Consumer
+    from aiorocket.remoting.connection import Connection
+
+__all__ = ["OperatorRequests"]
+
+
+class OperatorRequests:
+    """Answers the broker-forwarded operator requests for one consumer.
+
+    Parameters
+    ----------
+    consumer:
+        The consumer whose state the answers describe and whose handler
+        CONSUME_MESSAGE_DIRECTLY runs.
+    """
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
+        self._last: Snapshot | None = None
+        self._handlers = {
+            RequestCode.GET_CONSUMER_RUNNING_INFO: self.running_info,
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_directly,
+            RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self.reset_offset,
+        }
+
+    def register(self, dispatcher: RequestDispatcher) -> None:
+        for code, handler in self._handlers.items():
+            dispatcher.register(code, handler)
+
+    def unregister(self, dispatcher: RequestDispatcher) -> None:
+        for code, handler in self._handlers.items():
+            dispatcher.unregister(code, handler)
+
+    def _for_us(self, cmd: RemotingCommand) -> bool:
+        return cmd.ext_fields.get("consumerGroup", cmd.ext_fields.get("group")) == (
+            self._consumer.group
+        )
+
+    @staticmethod
+    def _refuse(cmd: RemotingCommand, remark: str) -> RemotingCommand:
+        return RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, remark)
+
+    # -- GET_CONSUMER_RUNNING_INFO --------------------------------------------------------
+
+    async def running_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if not self._for_us(cmd):
+            return self._refuse(cmd, f"this client consumes group {self._consumer.group!r}")
+        body = self.running_info_json().encode()
+        return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
+
+    def running_info_json(self) -> str:
+        """ConsumerRunningInfo in the broker's JSON dialect (MessageQueue-keyed mqTable)."""
+        c = self._consumer
+        cfg = c.config
+        stats, self._last = queue_stats(c.process_queues, self._last)
+        now_ms = time.time_ns() // 1_000_000
+        mq_table = []
+        for s in stats:
+            pq = c.process_queues.get(s.queue)
+            mq_table.append(
+                (
+                    s.queue,
+                    {
+                        "commitOffset": s.committed_offset,
+                        "cachedMsgMinOffset": s.committed_offset if s.cached else 0,
+                        "cachedMsgMaxOffset": s.next_offset - 1 if s.cached else 0,
+                        "cachedMsgCount": s.cached,
+                        "cachedMsgSizeInMiB": s.cached_bytes // (1024 * 1024),
+                        "transactionMsgMinOffset": 0,
+                        "transactionMsgMaxOffset": 0,
+                        "transactionMsgCount": 0,
+                        "locked": bool(pq and pq.locked),
+                        "tryUnlockTimes": 0,
+                        "lastLockTimestamp": 0,
+                        "droped": bool(pq and pq.dropped),
+                        "lastPullTimestamp": now_ms,
+                        "lastConsumeTimestamp": now_ms,
+                    },
+                )
+            )
+        status: dict[str, dict[str, float]] = {}
+        for s in stats:
+            topic = status.setdefault(
+                s.queue.topic,
+                {"pullRT": 0.0, "pullTPS": 0.0, "consumeRT": 0.0, "consumeOKTPS": 0.0,
+                 "consumeFailedTPS": 0.0, "consumeFailedMsgs": 0},
+            )  # fmt: skip
+            topic["pullTPS"] += s.pull_rate
+            topic["consumeOKTPS"] += s.consume_rate
+        properties = {
+            "PROP_NAMESERVER_ADDR": ";".join(c.client.namesrv.addrs),
+            "PROP_CONSUME_TYPE": "CONSUME_ACTIVELY" if c.pull_mode else "CONSUME_PASSIVELY",
+            "PROP_CONSUME_ORDERLY": "true" if cfg.orderly else "false",
+            "PROP_THREADPOOL_CORE_SIZE": str(cfg.consume_concurrency),
+            "PROP_CONSUMER_START_TIMESTAMP": str(c.started_at_ms),
+            "PROP_CLIENT_VERSION": f"aiorocket {__version__}",
+            "consumerGroup": c.group,
+            "messageModel": cfg.message_model.value,
+            "consumeFromWhere": cfg.consume_from_where.value,
+            "pullBatchSize": str(cfg.pull_batch_size),
+            "pullThresholdForQueue": str(cfg.pull_threshold_for_queue),
+            "consumeMessageBatchMaxSize": str(cfg.consume_batch_size),
+            "language": "PYTHON",
+        }
+        subscriptions = [_subscription_json(s.to_heartbeat()) for s in c.subscriptions.values()]
+        return fastjson.dumps_with(
+            {
+                "properties": properties,
+                "subscriptionSet": subscriptions,
+                "statusTable": status,
+                "userConsumerInfo": {},
+                "jstack": "",
+            },
+            {"mqTable": fastjson.dumps_queue_map(mq_table)},
+        )
+
+    # -- CONSUME_MESSAGE_DIRECTLY -------------------------------------------------------
+
+    async def consume_directly(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        c = self._consumer
+        if not self._for_us(cmd):
+            return self._refuse(cmd, f"this client consumes group {c.group!r}")
+        if c.handler_fn is None:
+            return self._refuse(cmd, "this consumer has no handler (it is iterated)")
+        try:
+            decoded = decode_messages(
+                cmd.body,
+                broker_name=cmd.ext_fields.get("brokerName", ""),
+                message_class=ConsumerMessage,
+            )
+        except ProtocolError as exc:
+            return self._refuse(cmd, f"the message cannot be decoded: {exc}")
+        if not decoded:
+            return self._refuse(cmd, "no message in the request")
+        msg = cast("ConsumerMessage", decoded[0])
+        started = time.perf_counter()
+        try:
+            level = failure_delay_level(await invoke(c, [msg]), 0)
+            result, remark = ("CR_SUCCESS", "") if level is None else ("CR_LATER", "")
+        except Exception as exc:  # reported to the operator, like Java's CR_THROW_EXCEPTION
+            result, remark = "CR_THROW_EXCEPTION", repr(exc)
+        spent = int((time.perf_counter() - started) * 1000)
+        c.log.info("consumed_directly", topic=msg.topic, msg_id=msg.msg_id, result=result)
+        body = {
+            "order": c.config.orderly,
+            "autoCommit": True,
+            "consumeResult": result,
+            "remark": remark,
+            "spentTimeMills": spent,
+        }
+        return RemotingCommand.response_to(
+            cmd, ResponseCode.SUCCESS, body=json.dumps(body).encode()
+        )
+
+    # -- RESET_CONSUMER_CLIENT_OFFSET ---------------------------------------------------
+
+    async def reset_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        c = self._consumer
+        if not self._for_us(cmd):
+            return None if cmd.is_oneway else self._refuse(cmd, "another group")
+        try:
+            table = fastjson.loads(cmd.body, "reset offset body").get("offsetTable") or {}
+            offsets = {fastjson.queue_of(k): int(v) for k, v in table.items()}
+        except (ProtocolError, AttributeError, TypeError, ValueError) as exc:
+            c.log.warning("reset_offset_malformed", broker=conn.address, error=str(exc))
+            return None if cmd.is_oneway else self._refuse(cmd, "malformed body")
+        reset = []
+        for mq, offset in offsets.items():
+            pq = c.process_queues.get(mq)
+            if pq is None or pq.dropped or offset < 0:
+                continue
+            pq.reset(offset)  # drops cached messages; late completions count for nothing
+            pq.tracker.mark_dirty()
+            reset.append(pq)
+        for pq in reset:
+            await c.persist_offset(pq)  # committed now: a later commit starts from here
+        c.log.warning(
+            "offsets_reset_by_broker",
+            topic=cmd.ext_fields.get("topic"),
+            queues=len(reset),
+            broker=conn.address,
+        )
+        return None if cmd.is_oneway else RemotingCommand.response_to(cmd, ResponseCode.SUCCESS)
+
+
+def _subscription_json(heartbeat: dict[str, Any]) -> dict[str, Any]:
+    """SubscriptionData as the Java tools read it (the heartbeat's fields)."""
+    return {
+        "classFilterMode": False,
+        "topic": heartbeat["topic"],
+        "subString": heartbeat["subString"],
+        "tagsSet": heartbeat.get("tagsSet", []),
+        "codeSet": heartbeat.get("codeSet", []),
+        "subVersion": heartbeat.get("subVersion", 0),
+        "expressionType": heartbeat.get("expressionType", "TAG"),
+    }
