@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 import anyio.abc
+from anyio.streams.memory import MemoryObjectSendStream
 
 from aiorocket._log import get_logger
 from aiorocket._loop import LoopShortcuts, capture
@@ -111,6 +112,7 @@ class Connection:
         self._handler = handler
         self._pending: dict[int, _Pending] = {}
         self._handlers: anyio.abc.TaskGroup | None = None
+        self._requests: MemoryObjectSendStream[RemotingCommand] | None = None
         # Request timeouts are enforced by one sweeper task per connection (like the Java
         # client's response-table scan) rather than a timer-backed cancel scope per
         # request, which would cost more than the rest of a request's client work.
@@ -172,6 +174,15 @@ class Connection:
         task_status.started()
         try:
             async with anyio.create_task_group() as handlers:
+                # Requests from the broker go through a stream to a task that starts
+                # their handlers: frames arrive in an asyncio protocol callback, where
+                # anyio cannot start a task unless the loop was started by anyio.run
+                # (under uvicorn or aiohttp its backend lookup finds no running task).
+                requests, incoming = anyio.create_memory_object_stream[RemotingCommand](
+                    math.inf
+                )
+                self._requests = requests
+                handlers.start_soon(self._serve_requests, handlers, incoming)
                 self._handlers = handlers
                 handlers.start_soon(self._expire_loop)
                 try:
@@ -194,6 +205,8 @@ class Connection:
                     )
                 finally:
                     self._handlers = None
+                    self._requests = None
+                    requests.close()
                     handlers.cancel_scope.cancel()
         finally:
             await self._shutdown()
@@ -212,8 +225,17 @@ class Connection:
     def _on_command(self, cmd: RemotingCommand) -> None:
         if cmd.is_response:
             self._on_response(cmd)
-        elif self._handlers is not None:
-            self._handlers.start_soon(self._serve, cmd)
+        elif self._handlers is not None and self._requests is not None:
+            self._requests.send_nowait(cmd)
+
+    async def _serve_requests(
+        self,
+        handlers: anyio.abc.TaskGroup,
+        incoming: anyio.abc.ObjectReceiveStream[RemotingCommand],
+    ) -> None:
+        async with incoming:
+            async for request in incoming:
+                handlers.start_soon(self._serve, request)
 
     def _on_response(self, cmd: RemotingCommand) -> None:
         pending = self._pending.pop(cmd.opaque, None)

@@ -301,3 +301,39 @@ async def test_an_answer_over_the_frame_limit_fails_its_request_alone() -> None:
         assert small[0].ext_fields == {"ok": "1"}
         assert not conn.closed and await pool.get(server.address) is conn
         assert len(server.sessions) == 1
+
+
+def test_server_requests_are_served_in_a_loop_not_started_by_anyio() -> None:
+    """Under uvicorn or aiohttp's runner the loop is started by ``asyncio.run`` (not
+    ``anyio.run``): a request from the broker, which arrives in a protocol callback, must
+    still be served (it used to fail the connection with anyio's NoEventLoopError)."""
+    import asyncio
+
+    served = []
+
+    async def main() -> None:
+        dispatcher = RequestDispatcher()
+        answered = asyncio.Event()
+
+        async def on_check(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+            served.append(cmd.opaque)
+            return RemotingCommand.response_to(cmd)
+
+        dispatcher.register(39, on_check)
+
+        async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+            if cmd.is_response:
+                answered.set()
+                return
+            if not answered.is_set():
+                await session.send(RemotingCommand(code=39, opaque=7001))
+            await echo_handler(session, cmd)
+
+        async with FakeRemotingServer(handler) as server, ConnectionPool(dispatcher) as pool:
+            await pool.request(server.address, RemotingCommand.request(1), 5)
+            await asyncio.wait_for(answered.wait(), 5)
+            # the connection is still usable
+            await pool.request(server.address, RemotingCommand.request(1), 5)
+
+    asyncio.run(main())
+    assert served == [7001]
