@@ -226,6 +226,8 @@ class Consumer:
         self.dropped_messages = 0
         #: records that could not be decoded (see aiorocket.consumer.undecodable)
         self.undecodable_messages = 0
+        self._assigned = False
+        self._assigned_signal = Signal()
 
     # -- configuration -------------------------------------------------------------
 
@@ -717,7 +719,31 @@ class Consumer:
     def assignment(self) -> set[MessageQueue]:
         return {mq for mq, pq in self.process_queues.items() if not pq.dropped}
 
-    def stats(self) -> list[QueueStats]:
-        """Per-queue cache, running handlers, offsets, and rates since the previous call."""
-        stats, self._last_stats = queue_stats(self.process_queues, self._last_stats)
+    @property
+    def has_joined(self) -> bool:
+        """True once a rebalance pass found this client among the group's members and
+        computed its share of every subscribed topic (its first assignment, possibly
+        empty when the group has more members than queues). Readiness checks use it."""
+        return self._assigned
+
+    async def wait_joined(self) -> None:
+        """Wait until :attr:`has_joined` is true."""
+        while not self._assigned:
+            await self._assigned_signal.wait()
+
+    def note_assigned(self) -> None:
+        """Called by the rebalance after a pass that joined the group (see has_joined)."""
+        if not self._assigned:
+            self._assigned = True
+            self._assigned_signal.notify()
+
+    def stats(self, *, advance: bool = True) -> list[QueueStats]:
+        """Per-queue cache, running handlers, offsets, and rates since the previous call.
+
+        ``advance=False`` reads the figures without starting a new rate interval, so a
+        health endpoint polling them does not disturb the application's own rates.
+        """
+        stats, snapshot = queue_stats(self.process_queues, self._last_stats)
+        if advance or self._last_stats is None:
+            self._last_stats = snapshot
         return stats

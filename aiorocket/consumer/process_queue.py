@@ -82,6 +82,7 @@ class ProcessQueue:
         "created_at",
         "dropped",
         "last_lock_time",
+        "last_pull_completed",
         "locked",
         "mq",
         "order_lock",
@@ -119,6 +120,8 @@ class ProcessQueue:
         self.small_batch = 0
         self.small_batch_until = 0
         self.created_at = time.monotonic()
+        #: ``time.monotonic()`` when a pull of this queue last completed (None before).
+        self.last_pull_completed: float | None = None
         # Orderly consumption: broker lock state and one-handler-at-a-time lock.
         self.locked = False
         self.last_lock_time = 0.0

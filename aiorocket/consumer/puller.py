@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, cast
 
 import anyio
@@ -146,6 +147,7 @@ async def pull_loop(
             finally:
                 pq.request_scope = None
             unknown_to_broker = False
+            pq.last_pull_completed = time.monotonic()
             if pq.dropped:
                 break
             if request_scope.cancelled_caught or generation != pq.tracker.generation:

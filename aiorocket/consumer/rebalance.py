@@ -160,6 +160,10 @@ async def _rebalance_pass(consumer: Consumer, state: RebalanceState) -> None:
     await _apply(consumer, targets)
     if not_registered:
         await consumer.rejoin()
+    elif not no_members and all(
+        topic in targets for topic in consumer.subscriptions if not topic.startswith("%RETRY%")
+    ):
+        consumer.note_assigned()  # a member of the group with its share computed
 
 
 def _route_missing(consumer: Consumer, state: RebalanceState, topic: str) -> None:

@@ -25,6 +25,11 @@ class QueueStats:
     consume_rate: float
     #: records that could not be decoded: dead-lettered or skipped, never delivered
     undecodable: int = 0
+    #: seconds since a pull of this queue last completed (since it was assigned, before
+    #: the first). A pull completes at least every ``long_poll_timeout`` (plus up to 5 s:
+    #: the broker sweeps held pulls every 5 s) unless the queue is paused, e.g. by a
+    #: cache full of unfinished messages; health checks read a stuck queue from it.
+    pull_idle: float = 0.0
 
 
 def queue_stats(
@@ -52,6 +57,7 @@ def queue_stats(
                 pull_rate=(pq.pulled_total - pulled0) / dt if dt > 0 else 0.0,
                 consume_rate=(pq.consumed_total - consumed0) / dt if dt > 0 else 0.0,
                 undecodable=pq.undecodable_total,
+                pull_idle=now - (pq.last_pull_completed or pq.created_at),
             )
         )
     return out, (now, snapshot)

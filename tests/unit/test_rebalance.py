@@ -133,7 +133,11 @@ class FakeConsumer:
         self.revoked: list[MessageQueue] = []
         self.assigned_calls: list[list[MessageQueue]] = []
         self.rejoins = 0
+        self.joined = 0
         self.cache_budget = None
+
+    def note_assigned(self) -> None:
+        self.joined += 1
 
     async def broker_addr(self, mq: MessageQueue) -> str | None:
         return BROKERS[mq.broker_name]
@@ -277,6 +281,20 @@ async def test_not_registered_yet_takes_nothing_and_rejoins() -> None:
     await run_pass(consumer)
     assert consumer.process_queues == {} and consumer.allocate.calls == 0
     assert consumer.rejoins == 1
+    assert consumer.joined == 0  # not ready: no assignment computed for us
+
+
+async def test_joined_once_every_topic_has_an_assignment() -> None:
+    """Readiness (Consumer.has_joined): a pass that was a member for every topic, even
+    when the strategy gave it no queue; not before the missing topic has a route."""
+    consumer = FakeConsumer({"t1": ["broker-a"], "t2": ["broker-a"]}, ["me"])
+    consumer.subscriptions["missing"] = Subscription("missing")
+    await run_pass(consumer)
+    assert consumer.joined == 0 and len(consumer.process_queues) == 16
+    del consumer.subscriptions["missing"]
+    consumer.broker.members = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "me"]
+    await run_pass(consumer)
+    assert consumer.joined == 1
 
 
 async def test_a_member_missing_from_the_list_drops_its_queues_and_rejoins() -> None:

@@ -1,0 +1,207 @@
+"""The RocketMQ clients of one service, started and stopped together.
+
+A service declares its consumers (``@service.subscriber(topic, group=...)`` or
+:meth:`RocketMQService.add_consumer`) and, with ``producer_group``, one shared
+:class:`~aiorocket.producer.Producer`. ``async with service:`` starts the producer, then
+the consumers; leaving it stops the consumers first (they stop pulling, drain their
+running handlers within ``shutdown_timeout``, commit the offsets of what finished and
+unregister: a message whose handler did not finish is not committed, so another member
+or the next instance gets it again), then the producer (its handlers may still send).
+
+The framework adapters (:mod:`aiorocket.integrations.fastapi`,
+:mod:`aiorocket.integrations.aiohttp`) enter it in the app's lifespan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Any, TypeVar
+
+import anyio
+
+from aiorocket.consumer import Consumer
+from aiorocket.consumer.consumer import MessageHandler
+from aiorocket.errors import ClientClosedError, ConfigError
+from aiorocket.integrations.health import consumer_health, is_live
+from aiorocket.producer import Producer
+
+__all__ = ["RocketMQService"]
+
+H = TypeVar("H", bound=MessageHandler)
+
+
+class RocketMQService:
+    """Consumers and a shared producer with one lifecycle, and their health.
+
+    >>> service = RocketMQService(namesrv="127.0.0.1:9876", producer_group="orders-api")
+    >>> @service.subscriber("orders", group="order-processor", consume_concurrency=8)
+    ... async def process(msg: ConsumerMessage) -> None: ...
+    >>> async with service:
+    ...     await service.producer.send(Message("orders", b"..."))
+
+    Parameters
+    ----------
+    namesrv:
+        NameServer addresses for the clients built here (default:
+        ``$AIOROCKET_NAMESRV_ADDR``).
+    producer_group:
+        Build and start a shared :class:`~aiorocket.producer.Producer` of this group
+        (None: the service has no producer unless :meth:`set_producer` gives one).
+    producer_settings:
+        :class:`~aiorocket.producer.ProducerConfig` fields for that producer.
+    consumer_settings:
+        :class:`~aiorocket.consumer.ConsumerConfig` fields every consumer built by
+        :meth:`subscriber` starts from (its own keywords override them).
+    stuck_after:
+        Liveness: a consumer with an assigned queue whose pulls have not completed for
+        this many seconds is stuck (default 120 s: several long polls; keep it well
+        above ``long_poll_timeout`` + 5 s).
+    """
+
+    def __init__(
+        self,
+        namesrv: str | Sequence[str] | None = None,
+        *,
+        producer_group: str | None = None,
+        producer_settings: dict[str, Any] | None = None,
+        consumer_settings: dict[str, Any] | None = None,
+        stuck_after: float = 120.0,
+    ) -> None:
+        if not stuck_after > 0:
+            raise ConfigError(f"stuck_after must be positive, got {stuck_after!r}")
+        self.namesrv = namesrv
+        self.stuck_after = stuck_after
+        self.consumer_settings = dict(consumer_settings or {})
+        self.consumers: list[Consumer] = []
+        self._producer: Producer | None = None
+        if producer_group is not None:
+            self._producer = Producer(producer_group, namesrv, **(producer_settings or {}))
+        self._stack: AsyncExitStack | None = None
+        self._running = False
+
+    # -- declaration -------------------------------------------------------------------
+
+    def subscriber(
+        self,
+        topic: str,
+        *,
+        group: str,
+        expression: str = "*",
+        sql: str | None = None,
+        **settings: Any,
+    ) -> Callable[[H], H]:
+        """Decorator: consume ``topic`` in ``group`` with the decorated handler.
+
+        ``expression`` is a tag expression (``"a || b"``), ``sql`` an SQL92 filter;
+        ``settings`` are :class:`~aiorocket.consumer.ConsumerConfig` fields (over the
+        service's ``consumer_settings``). The handler is called as the consumer's
+        ``handler=``: returning settles the message, raising sends it back for a retry.
+        """
+
+        def register(fn: H) -> H:
+            consumer = Consumer(
+                group, self.namesrv, handler=fn, **{**self.consumer_settings, **settings}
+            )
+            consumer.subscribe(topic, expression, sql=sql)
+            self.add_consumer(consumer)
+            return fn
+
+        return register
+
+    def add_consumer(self, consumer: Consumer) -> Consumer:
+        """Run a consumer built elsewhere (subscribed, with a handler) with the service."""
+        if self._stack is not None:
+            raise ConfigError("add consumers before starting the service")
+        if any(c.group == consumer.group for c in self.consumers):
+            raise ConfigError(
+                f"consumer group {consumer.group!r} is declared twice: one consumer per "
+                "group (subscribe it to several topics, or use another group)"
+            )
+        self.consumers.append(consumer)
+        return consumer
+
+    def set_producer(self, producer: Producer) -> Producer:
+        """Use ``producer`` (not started) as the service's shared producer."""
+        if self._stack is not None:
+            raise ConfigError("set the producer before starting the service")
+        self._producer = producer
+        return producer
+
+    @property
+    def producer(self) -> Producer:
+        """The shared producer; :class:`~aiorocket.errors.ClientClosedError` unless the
+        service is running with one."""
+        if self._producer is None:
+            raise ClientClosedError("this service has no producer (pass producer_group=)")
+        if not self._running:
+            raise ClientClosedError("the service is not running (enter it in the lifespan)")
+        return self._producer
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> RocketMQService:
+        if self._stack is not None:
+            raise ClientClosedError("the service is already started")
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        self._stack = stack
+        try:
+            if self._producer is not None:
+                await stack.enter_async_context(self._producer)
+            for consumer in self.consumers:
+                await stack.enter_async_context(consumer)
+        except BaseException as exc:
+            self._stack = None
+            await stack.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._running = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        stack, self._stack = self._stack, None
+        self._running = False
+        if stack is not None:
+            # Consumers first (reverse order of entry): their handlers may still send.
+            await stack.__aexit__(exc_type, exc, tb)
+        return None
+
+    # -- health ------------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """True while running once every consumer has joined its group and received its
+        first assignment (:attr:`~aiorocket.consumer.Consumer.has_joined`)."""
+        return self._running and all(c.has_joined for c in self.consumers)
+
+    async def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until :meth:`ready` (at most ``timeout`` seconds); return it."""
+        with anyio.move_on_after(timeout):
+            for consumer in self.consumers:
+                await consumer.wait_joined()
+        return self.ready()
+
+    def live(self) -> bool:
+        """False when a consumer is stuck: an assigned queue with no pull completed for
+        ``stuck_after`` seconds (see :func:`~aiorocket.integrations.health.is_live`)."""
+        return all(is_live(c, self.stuck_after) for c in self.consumers)
+
+    async def health(self, *, with_lag: bool = True) -> dict[str, Any]:
+        """The report served by the health routes: ``{"ready", "live", "lag",
+        "consumers": [...]}`` (see :func:`~aiorocket.integrations.health.consumer_health`);
+        ``lag`` is the total over every consumer's queues."""
+        reports = [
+            await consumer_health(c, stuck_after=self.stuck_after, with_lag=with_lag)
+            for c in self.consumers
+        ]
+        return {
+            "ready": self.ready(),
+            "live": self.live(),
+            "lag": sum(r["lag"] or 0 for r in reports) if with_lag else None,
+            "consumers": reports,
+        }
