@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from aiorocket import env
 from aiorocket.consumer import Consumer
 from aiorocket.consumer.consumer import MessageHandler
 from aiorocket.errors import ClientClosedError, ConfigError
@@ -54,6 +55,10 @@ class RocketMQService:
     consumer_settings:
         :class:`~aiorocket.consumer.ConsumerConfig` fields every consumer built by
         :meth:`subscriber` starts from (its own keywords override them).
+    from_env:
+        Read settings from the environment (:mod:`aiorocket.env`:
+        ``AIOROCKET_CONSUMER_*``, ``AIOROCKET_PRODUCER_*``, credentials, TLS): settings
+        given in code win over them, they win over the defaults.
     stuck_after:
         Liveness: a consumer with an assigned queue whose pulls have not completed for
         this many seconds is stuck (default 120 s: several long polls; keep it well
@@ -68,16 +73,20 @@ class RocketMQService:
         producer_settings: dict[str, Any] | None = None,
         consumer_settings: dict[str, Any] | None = None,
         stuck_after: float = 120.0,
+        from_env: bool = True,
     ) -> None:
         if not stuck_after > 0:
             raise ConfigError(f"stuck_after must be positive, got {stuck_after!r}")
         self.namesrv = namesrv
         self.stuck_after = stuck_after
-        self.consumer_settings = dict(consumer_settings or {})
+        env_consumer = env.consumer_settings() if from_env else {}
+        env_producer = env.producer_settings() if from_env and producer_group else {}
+        self.consumer_settings = {**env_consumer, **(consumer_settings or {})}
         self.consumers: list[Consumer] = []
         self._producer: Producer | None = None
         if producer_group is not None:
-            self._producer = Producer(producer_group, namesrv, **(producer_settings or {}))
+            settings = {**env_producer, **(producer_settings or {})}
+            self._producer = Producer(producer_group, namesrv, **settings)
         self._stack: AsyncExitStack | None = None
         self._running = False
 
