@@ -1,0 +1,90 @@
+"""An order service on FastAPI: POST /orders produces, a handler processes, GET shows it.
+
+Needs the topic: python -m aiorocket.testing.broker topic orders
+Run it (the NameServer from $AIOROCKET_NAMESRV_ADDR):
+
+    uvicorn fastapi_service:app --app-dir examples --port 8000
+
+    curl -X POST localhost:8000/orders -H 'content-type: application/json' \\
+         -d '{"item": "book", "quantity": 2}'
+    curl localhost:8000/orders/<id>     # "created", then "processed"
+    curl localhost:8000/health          # per consumer: queues, in flight, lag
+
+On SIGTERM uvicorn stops taking requests and the router's lifespan stops the consumer:
+it stops pulling, lets running handlers finish within ``shutdown_timeout`` (the order
+not finished by then is not committed: the next instance processes it), commits,
+unregisters, then closes the producer. Settings (all optional):
+ORDERS_TOPIC, ORDERS_GROUP, ORDER_PROCESSING_SECONDS (a slow handler, for trying the
+shutdown), ORDER_SHUTDOWN_TIMEOUT, ORDERS_JOURNAL (a file each processed order's id is
+appended to, standing in for a database).
+"""
+
+import json
+import os
+import uuid
+
+import anyio
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel
+
+from aiorocket import Message
+from aiorocket.consumer import ConsumeFromWhere, ConsumerMessage
+from aiorocket.integrations.fastapi import ProducerDep, RocketMQRouter
+
+TOPIC = os.environ.get("ORDERS_TOPIC", "orders")
+GROUP = os.environ.get("ORDERS_GROUP", "order-processor")
+PROCESSING_SECONDS = float(os.environ.get("ORDER_PROCESSING_SECONDS", "0"))
+JOURNAL = os.environ.get("ORDERS_JOURNAL")
+
+#: order id -> {"item", "quantity", "status"}; a real service keeps this in a database.
+orders: dict[str, dict[str, object]] = {}
+
+rocketmq = RocketMQRouter(producer_group="orders-api")
+
+
+@rocketmq.subscriber(
+    TOPIC,
+    group=GROUP,
+    consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+    consume_concurrency=16,
+    shutdown_timeout=float(os.environ.get("ORDER_SHUTDOWN_TIMEOUT", "10")),
+)
+async def process_order(msg: ConsumerMessage) -> None:
+    """Returning settles the message; raising would send it back for a retry."""
+    order = json.loads(msg.body)
+    await anyio.sleep(PROCESSING_SECONDS)  # the work: payment, stock, ...
+    orders[order["id"]] = {**order, "status": "processed"}
+    if JOURNAL:
+        async with await anyio.open_file(JOURNAL, "a") as journal:
+            await journal.write(order["id"] + "\n")
+
+
+class NewOrder(BaseModel):
+    item: str
+    quantity: int = 1
+
+
+app = FastAPI(title="orders")
+app.include_router(rocketmq)  # the lifespan and /health, /health/live, /health/ready
+
+
+@app.post("/orders", status_code=201)
+async def create_order(new: NewOrder, producer: ProducerDep) -> dict[str, object]:
+    order_id = uuid.uuid4().hex
+    order = {"id": order_id, "item": new.item, "quantity": new.quantity}
+    orders.setdefault(order_id, {**order, "status": "created"})
+    result = await producer.send(Message(TOPIC, json.dumps(order).encode(), keys=[order_id]))
+    return {**orders[order_id], "msg_id": result.msg_id}
+
+
+@app.get("/orders/{order_id}")
+async def get_order(order_id: str) -> dict[str, object]:
+    if order_id not in orders:
+        raise HTTPException(404, "no such order")
+    return orders[order_id]
+
+
+@app.get("/orders")
+async def list_orders() -> dict[str, object]:
+    processed = sum(1 for o in orders.values() if o["status"] == "processed")
+    return {"orders": len(orders), "processed": processed}
