@@ -46,8 +46,10 @@ from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
 from aiorocket.consumer.threads import HandlerThreads
 from aiorocket.consumer.work_queue import WorkQueue
 from aiorocket.errors import (
+    BrokerResponseError,
     ClientClosedError,
     ConfigError,
+    ConnectionClosedError,
     NameServerUnavailableError,
     RocketMQError,
 )
@@ -567,9 +569,7 @@ class Consumer:
         """Commit every changed queue (concurrently per broker, each bounded)."""
         if not self.auto_commit:
             return
-        await self._committer.commit_all(
-            [*self.process_queues.values(), *self.releasing.values()]
-        )
+        await self._committer.commit_all([*self.process_queues.values(), *self.releasing.values()])
         try:
             await self.offset_store.flush()
         except OSError as exc:
@@ -644,9 +644,21 @@ class Consumer:
         pq = msg._pq
         return pq is not None and pq.on_done(msg, msg._generation)
 
-    async def _send_back(self, pq: ProcessQueue, msg: ConsumerMessage, delay_level: int) -> bool:
+    async def _send_back(
+        self,
+        pq: ProcessQueue,
+        msg: ConsumerMessage,
+        delay_level: int,
+        *,
+        raise_unreachable: bool = False,
+    ) -> bool:
+        """CONSUMER_SEND_MSG_BACK; False when it failed (logged). ``raise_unreachable``:
+        a failure that is not the broker's answer (no master, a timeout, a lost
+        connection) raises instead, for callers that must not treat it as a refusal."""
         addr = await self.broker_addr(pq.mq)
         if addr is None:
+            if raise_unreachable:
+                raise ConnectionClosedError(f"no master broker of {pq.mq.broker_name} to send to")
             return False
         try:
             await self.client.broker.send_back(
@@ -661,10 +673,15 @@ class Consumer:
             self.log.warning(
                 "send_back_failed", topic=msg.topic, offset=msg.queue_offset, error=str(exc)
             )
+            if raise_unreachable and not isinstance(exc, BrokerResponseError):
+                raise
             return False
 
-    async def send_to_dead_letter(self, pq: ProcessQueue, msg: ConsumerMessage) -> bool:
-        return await self._send_back(pq, msg, -1)
+    async def send_to_dead_letter(
+        self, pq: ProcessQueue, msg: ConsumerMessage, *, raise_unreachable: bool = False
+    ) -> bool:
+        """Send ``msg`` to the group's DLQ; False when it failed (see :meth:`_send_back`)."""
+        return await self._send_back(pq, msg, -1, raise_unreachable=raise_unreachable)
 
     @property
     def closing(self) -> bool:

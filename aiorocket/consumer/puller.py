@@ -168,7 +168,13 @@ async def pull_loop(
             if status is PullStatus.FOUND:
                 next_offset = result.next_begin_offset
                 if result.undecodable:  # rare: off the normal path
-                    next_offset = await dead_letter_undecodable(consumer, pq, result, offset, log)
+                    try:
+                        next_offset = await dead_letter_undecodable(
+                            consumer, pq, result, offset, log
+                        )
+                    except RocketMQError:  # the DLQ unreachable (logged): pull again later
+                        await anyio.sleep(cfg.pull_backoff_on_error)
+                        continue
                     if pq.dropped or generation != pq.tracker.generation:
                         continue
                 # decoded as ConsumerMessage (message_class above)

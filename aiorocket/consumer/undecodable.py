@@ -6,8 +6,11 @@ help (it fails the same way for every consumer), so it goes straight to the grou
 dead-letter queue: CONSUMER_SEND_MSG_BACK names it by commit-log offset and the broker
 copies the raw stored record into ``%DLQ%<group>``, where an operator can inspect it.
 When that is impossible (broadcasting has no DLQ, the record's header is unreadable, or
-the broker refuses), the record is skipped. Either way it is logged at ERROR with its
-topic, queue, offset and message id, and counted (``ProcessQueue.undecodable_total``,
+the broker refuses), the record is skipped. A send-back that fails for want of the
+broker (no master, a timeout, a lost connection) is no refusal: it raises, and the
+queue pulls the same answer again later, its offset still before the record. Dead-
+lettered or skipped, it is logged at ERROR with its topic, queue, offset and message
+id, and counted (``ProcessQueue.undecodable_total``,
 ``Consumer.undecodable_messages``).
 """
 
@@ -32,8 +35,9 @@ async def dead_letter_undecodable(
 ) -> int:
     """Dead-letter or skip ``result.undecodable``; return the pull's next begin offset.
 
-    Called before the pull's messages are recorded, so a cancellation here leaves the
-    whole answer unrecorded: the queue is pulled again from ``offset`` by its next owner.
+    Called before the pull's messages are recorded, so a cancellation here, or the
+    RocketMQError raised when a send-back could not reach the broker, leaves the whole
+    answer unrecorded: the queue is pulled again from ``offset``.
     """
     next_offset = result.next_begin_offset
     known = [m.queue_offset for m in result.messages]
@@ -61,7 +65,10 @@ async def dead_letter_undecodable(
         # Without a readable store host and message id, the commit-log offset is not
         # to be trusted either: sending back the wrong message would be worse.
         possible = record.msg_id and consumer.config.message_model is MessageModel.CLUSTERING
-        if possible and await consumer.send_to_dead_letter(pq, _stub(pq, record)):
+        stub = _stub(pq, record) if possible else None
+        if stub is not None and await consumer.send_to_dead_letter(
+            pq, stub, raise_unreachable=True
+        ):
             action = "dead_lettered"
         _report(consumer, pq, log, record, queue_offset, action)
     return next_offset
