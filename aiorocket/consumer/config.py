@@ -130,6 +130,7 @@ class ConsumerConfig:
             "consume_concurrently_max_span": self.consume_concurrently_max_span,
             "consume_concurrency": self.consume_concurrency,
             "consume_batch_size": self.consume_batch_size,
+            "max_abandoned_threads": self.max_abandoned_threads,
         }
         for name, value in positive_ints.items():
             if not isinstance(value, int) or value <= 0:
@@ -139,9 +140,6 @@ class ConsumerConfig:
             raise ConfigError(f"pull_threshold_for_all must be a positive integer, got {limit!r}")
         if self.pull_batch_size > 1024:
             raise ConfigError("pull_batch_size must be at most 1024")
-        abandoned = self.max_abandoned_threads
-        if not isinstance(abandoned, int) or abandoned < 0:
-            raise ConfigError(f"max_abandoned_threads must be an int >= 0, got {abandoned!r}")
         if self.max_reconsume_times < -1:
             raise ConfigError("max_reconsume_times must be >= -1")
         positive_floats = {

@@ -109,7 +109,9 @@ class HandlerThreads:
     def _returned(self) -> None:
         """An abandoned thread returned (run in the event loop)."""
         self.abandoned -= 1
-        self._freed.notify()
+        if self.abandoned < self.max_abandoned:
+            self._capped = False  # the next time the cap is reached is logged again
+            self._freed.notify()
 
     async def _wait_for_room(self) -> None:
         if not self._capped:
@@ -122,4 +124,3 @@ class HandlerThreads:
             )
         while self.abandoned >= self.max_abandoned:
             await self._freed.wait()
-        self._capped = False

@@ -9,6 +9,7 @@ import pytest
 
 from aiorocket.client.instance import ClientInstance
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
+from aiorocket.errors import ConfigError
 from aiorocket.message import Message
 from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.logs import capture_logs
@@ -57,3 +58,8 @@ async def test_timed_out_sync_handler_threads_are_capped_and_new_calls_wait(
     events = [e["event"] for e in logs]
     assert events.count("handler_thread_abandoned") == 1
     assert events.count("handler_threads_capped") == 1
+
+
+def test_max_abandoned_threads_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="max_abandoned_threads"):
+        Consumer("g", "127.0.0.1:9876", max_abandoned_threads=0)
