@@ -113,7 +113,6 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any
     for c in columns:
         numeric = c.lower() in {
             "queue",
-            "queues",
             "min",
             "max",
             "lag",
