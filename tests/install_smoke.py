@@ -18,6 +18,8 @@ import sys
 import traceback
 
 DIST = "aiorocketmq"
+# Distributions whose import name differs from their name.
+IMPORT_NAMES = {"opentelemetry_api": "opentelemetry"}
 
 
 def extra_modules() -> dict[str, str]:
@@ -26,7 +28,8 @@ def extra_modules() -> dict[str, str]:
     for req in importlib.metadata.requires(DIST) or []:
         m = re.match(r"\s*([A-Za-z0-9_.-]+).*;.*extra\s*==\s*['\"]([^'\"]+)['\"]", req)
         if m:
-            out[m.group(1).lower().replace("-", "_")] = m.group(2)
+            name = m.group(1).lower().replace("-", "_")
+            out[IMPORT_NAMES.get(name, name)] = m.group(2)
     return out
 
 

@@ -14,19 +14,26 @@ The framework adapters (:mod:`aiorocket.integrations.fastapi`,
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from aiorocket import env
+from aiorocket._settings import apply_settings
 from aiorocket.consumer import Consumer
+from aiorocket.consumer.config import ConsumerConfig
 from aiorocket.consumer.consumer import MessageHandler
+from aiorocket.consumer.dispatch import is_async_callable
 from aiorocket.errors import ClientClosedError, ConfigError
 from aiorocket.integrations.health import consumer_health, is_live
 from aiorocket.producer import Producer
+
+if TYPE_CHECKING:
+    from aiorocket.integrations.telemetry import Telemetry
 
 __all__ = ["RocketMQService"]
 
@@ -59,6 +66,11 @@ class RocketMQService:
         Read settings from the environment (:mod:`aiorocket.env`:
         ``AIOROCKET_CONSUMER_*``, ``AIOROCKET_PRODUCER_*``, credentials, TLS): settings
         given in code win over them, they win over the defaults.
+    telemetry:
+        OpenTelemetry metrics and tracing (:mod:`aiorocket.integrations.telemetry`):
+        None (default) turns them on when ``opentelemetry`` is installed (extra
+        ``otel``), with the global providers; False turns them off; or a configured
+        ``Telemetry``. Async handlers and ``producer.send`` are instrumented.
     stuck_after:
         Liveness: a consumer with an assigned queue whose pulls have not completed for
         this many seconds is stuck (default 120 s: several long polls; keep it well
@@ -74,6 +86,7 @@ class RocketMQService:
         consumer_settings: dict[str, Any] | None = None,
         stuck_after: float = 120.0,
         from_env: bool = True,
+        telemetry: Telemetry | bool | None = None,
     ) -> None:
         if not stuck_after > 0:
             raise ConfigError(f"stuck_after must be positive, got {stuck_after!r}")
@@ -83,11 +96,12 @@ class RocketMQService:
         env_producer = env.producer_settings() if from_env and producer_group else {}
         self.consumer_settings = {**env_consumer, **(consumer_settings or {})}
         self.consumers: list[Consumer] = []
+        self.telemetry = _telemetry(telemetry)
+        self._stack: AsyncExitStack | None = None
         self._producer: Producer | None = None
         if producer_group is not None:
             settings = {**env_producer, **(producer_settings or {})}
-            self._producer = Producer(producer_group, namesrv, **settings)
-        self._stack: AsyncExitStack | None = None
+            self.set_producer(Producer(producer_group, namesrv, **settings))
         self._running = False
 
     # -- declaration -------------------------------------------------------------------
@@ -110,9 +124,14 @@ class RocketMQService:
         """
 
         def register(fn: H) -> H:
-            consumer = Consumer(
-                group, self.namesrv, handler=fn, **{**self.consumer_settings, **settings}
+            config = apply_settings(
+                ConsumerConfig(), {**self.consumer_settings, **settings}, "consumer"
             )
+            handler: MessageHandler = fn
+            if self.telemetry is not None and is_async_callable(fn):
+                attempts = config.reconsume_limit() + 1
+                handler = self.telemetry.instrument_handler(fn, group, attempts)
+            consumer = Consumer(group, self.namesrv, handler=handler, config=config)
             consumer.subscribe(topic, expression, sql=sql)
             self.add_consumer(consumer)
             return fn
@@ -129,12 +148,16 @@ class RocketMQService:
                 "group (subscribe it to several topics, or use another group)"
             )
         self.consumers.append(consumer)
+        if self.telemetry is not None:
+            self.telemetry.watch(consumer)
         return consumer
 
     def set_producer(self, producer: Producer) -> Producer:
         """Use ``producer`` (not started) as the service's shared producer."""
         if self._stack is not None:
             raise ConfigError("set the producer before starting the service")
+        if self.telemetry is not None:
+            self.telemetry.instrument_producer(producer)
         self._producer = producer
         return producer
 
@@ -214,3 +237,17 @@ class RocketMQService:
             "lag": sum(r["lag"] or 0 for r in reports) if with_lag else None,
             "consumers": reports,
         }
+
+
+def _telemetry(setting: Telemetry | bool | None) -> Telemetry | None:
+    """The Telemetry to use; ``opentelemetry`` is imported only when it is installed and
+    wanted, so a service without it pays nothing."""
+    if setting is False:
+        return None
+    if setting is None or setting is True:
+        if setting is None and importlib.util.find_spec("opentelemetry") is None:
+            return None
+        from aiorocket.integrations.telemetry import Telemetry
+
+        return Telemetry()
+    return setting

@@ -1,0 +1,209 @@
+"""OpenTelemetry metrics and tracing for a service's consumers and producer (extra ``otel``).
+
+Importing this module imports ``opentelemetry``;
+:class:`~aiorocket.integrations.service.RocketMQService` imports it only when the package
+is installed, so a service without it pays nothing.
+
+Tracing: :meth:`Telemetry.instrument_producer` makes each ``producer.send`` a PRODUCER
+span (``send <topic>``) and writes its W3C trace context (``traceparent``,
+``tracestate``) into the message's properties; :meth:`Telemetry.instrument_handler`
+makes each handler call a CONSUMER span (``process <topic>``) whose parent is the
+context found in the message's properties, i.e. the producer's span.
+
+Metrics (OpenTelemetry messaging semantic conventions where one exists; attributes
+``messaging.system=rocketmq``, ``messaging.destination.name``,
+``messaging.consumer.group.name``, ``messaging.operation.name``, ``error.type``):
+
+* ``messaging.client.sent.messages`` (counter) and ``messaging.client.operation.duration``
+  (histogram, s) for each send, failures with ``error.type``;
+* ``messaging.client.consumed.messages`` (counter: handler calls, failures with
+  ``error.type``) and ``messaging.process.duration`` (histogram, s);
+* ``aiorocket.consumer.retried`` and ``aiorocket.consumer.dead_lettered`` (counters:
+  failed calls sent back for a retry, and those that were the last attempt);
+* ``aiorocket.message.delay`` (histogram, s): handler start minus the broker's store
+  time (end-to-end delay);
+* ``aiorocket.consumer.cached`` and ``aiorocket.consumer.in_flight`` (observable gauges,
+  per group).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from aiorocket.consumer import Consumer, ConsumerMessage, Reconsume
+from aiorocket.message import Message
+from aiorocket.producer import Producer
+
+__all__ = ["Telemetry"]
+
+SYSTEM = "rocketmq"
+_SCOPE = "aiorocket"
+
+
+def _failed(result: object) -> bool:
+    return result is False or isinstance(result, Reconsume)
+
+
+class Telemetry:
+    """The instruments, and the wrappers that feed them.
+
+    Parameters
+    ----------
+    meter_provider:
+        Where metrics go (default: the global one, ``metrics.get_meter_provider()``).
+    tracer_provider:
+        Where spans go (default: the global one).
+    """
+
+    def __init__(
+        self,
+        meter_provider: metrics.MeterProvider | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+    ) -> None:
+        from aiorocket import __version__
+
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter(_SCOPE, __version__)
+        self.tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(
+            _SCOPE, __version__
+        )
+        self.sent = meter.create_counter(
+            "messaging.client.sent.messages", unit="{message}",
+            description="Messages the producer attempted to send",
+        )  # fmt: skip
+        self.operation_duration = meter.create_histogram(
+            "messaging.client.operation.duration", unit="s",
+            description="Duration of a send, retries included",
+        )  # fmt: skip
+        self.consumed = meter.create_counter(
+            "messaging.client.consumed.messages", unit="{message}",
+            description="Messages handed to a handler",
+        )  # fmt: skip
+        self.process_duration = meter.create_histogram(
+            "messaging.process.duration", unit="s", description="Duration of a handler call"
+        )
+        self.retried = meter.create_counter(
+            "aiorocket.consumer.retried", unit="{message}",
+            description="Failed handler calls whose message is sent back for a retry",
+        )  # fmt: skip
+        self.dead_lettered = meter.create_counter(
+            "aiorocket.consumer.dead_lettered", unit="{message}",
+            description="Failed handler calls that were the message's last attempt (to the DLQ)",
+        )  # fmt: skip
+        self.delay = meter.create_histogram(
+            "aiorocket.message.delay", unit="s",
+            description="Handler start minus the broker's store time of the message",
+        )  # fmt: skip
+        self._consumers: list[Consumer] = []
+        meter.create_observable_gauge(
+            "aiorocket.consumer.cached", [self._observe("cached")], unit="{message}",
+            description="Messages pulled and not yet finished",
+        )  # fmt: skip
+        meter.create_observable_gauge(
+            "aiorocket.consumer.in_flight", [self._observe("running")], unit="{message}",
+            description="Handler calls running",
+        )  # fmt: skip
+
+    def _observe(self, field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def callback(options: CallbackOptions) -> Iterable[Observation]:
+            for consumer in self._consumers:
+                if consumer.started:
+                    total = sum(getattr(s, field) for s in consumer.stats(advance=False))
+                    group = {"messaging.system": SYSTEM,
+                             "messaging.consumer.group.name": consumer.group}  # fmt: skip
+                    yield Observation(total, group)
+
+        return callback
+
+    def watch(self, consumer: Consumer) -> None:
+        """Report ``consumer``'s cached and in-flight counts in the gauges."""
+        self._consumers.append(consumer)
+
+    # -- consumer side -------------------------------------------------------------------
+
+    def instrument_handler(
+        self, handler: Callable[[ConsumerMessage], Any], group: str, max_attempts: int
+    ) -> Callable[[ConsumerMessage], Awaitable[Any]]:
+        """``handler`` (async) with a CONSUMER span per call, child of the producer's
+        span, and the consumer metrics; ``max_attempts`` tells a last attempt."""
+
+        @functools.wraps(handler)
+        async def instrumented(msg: ConsumerMessage) -> Any:
+            attrs = {
+                "messaging.system": SYSTEM,
+                "messaging.destination.name": msg.topic,
+                "messaging.consumer.group.name": group,
+                "messaging.operation.name": "process",
+            }
+            start = time.time()
+            if msg.store_timestamp:
+                self.delay.record(max(start - msg.store_timestamp / 1000, 0.0), attrs)
+            parent = propagate.extract(msg.properties)
+            error: str | None = None
+            span_attrs = {**attrs, "messaging.operation.type": "process",
+                          "messaging.message.id": msg.msg_id}  # fmt: skip
+            with self.tracer.start_as_current_span(
+                f"process {msg.topic}", context=parent, kind=trace.SpanKind.CONSUMER,
+                attributes=span_attrs, record_exception=True, set_status_on_exception=True,
+            ) as span:  # fmt: skip
+                try:
+                    result = await handler(msg)
+                except BaseException as exc:
+                    error = type(exc).__qualname__
+                    raise
+                else:
+                    if _failed(result):
+                        error = "reconsume"
+                        span.set_status(trace.Status(trace.StatusCode.ERROR, "reconsume"))
+                    return result
+                finally:
+                    if error is not None:
+                        attrs["error.type"] = error
+                        last = msg.reconsume_times + 1 >= max_attempts
+                        (self.dead_lettered if last else self.retried).add(1, attrs)
+                    self.consumed.add(1, attrs)
+                    self.process_duration.record(time.time() - start, attrs)
+
+        return instrumented
+
+    # -- producer side -------------------------------------------------------------------
+
+    def instrument_producer(self, producer: Producer) -> Producer:
+        """Make ``producer.send`` a PRODUCER span carrying its trace context in the
+        message's properties, with the send metrics (other send methods unchanged)."""
+        send = producer.send
+
+        @functools.wraps(send)
+        async def traced_send(msg: Message, *args: Any, **kwargs: Any) -> Any:
+            attrs = {
+                "messaging.system": SYSTEM,
+                "messaging.destination.name": msg.topic,
+                "messaging.operation.name": "send",
+            }
+            start = time.monotonic()
+            with self.tracer.start_as_current_span(
+                f"send {msg.topic}", kind=trace.SpanKind.PRODUCER,
+                attributes={**attrs, "messaging.operation.type": "send"},
+            ) as span:  # fmt: skip
+                carrier: dict[str, str] = {}
+                propagate.inject(carrier)
+                msg.properties.update(carrier)
+                try:
+                    result = await send(msg, *args, **kwargs)
+                except BaseException as exc:
+                    attrs["error.type"] = type(exc).__qualname__
+                    raise
+                else:
+                    span.set_attribute("messaging.message.id", result.msg_id)
+                    return result
+                finally:
+                    self.sent.add(1, attrs)
+                    self.operation_duration.record(time.monotonic() - start, attrs)
+
+        setattr(producer, "send", traced_send)  # noqa: B010 - the instance's own attribute
+        return producer

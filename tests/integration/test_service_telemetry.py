@@ -1,0 +1,126 @@
+"""OpenTelemetry through RocketMQService against the real broker, read with the SDK's
+in-memory metric reader and span exporter: the counters and histograms match the
+messages handled and failed, and each consumer span is a child of its producer span."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from aiorocket import Message
+from aiorocket.consumer import ConsumeFromWhere, ConsumerMessage
+from aiorocket.integrations.service import RocketMQService
+from aiorocket.integrations.telemetry import Telemetry
+from aiorocket.testing.broker import LocalRocketMQ
+
+from .helpers import eventually
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else []:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                out.setdefault(metric.name, []).extend(metric.data.data_points)
+    return out
+
+
+def _total(points: list[Any], **attrs: str) -> int:
+    """Sum of counter values (or histogram counts) of the points with ``attrs``."""
+    total = 0
+    for p in points:
+        if all(p.attributes.get(k) == v for k, v in attrs.items()):
+            total += p.value if hasattr(p, "value") else p.count
+    return total
+
+
+async def test_metrics_and_trace_context(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("orders"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=2)
+    reader = InMemoryMetricReader()
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry = Telemetry(MeterProvider(metric_readers=[reader]), tracer_provider)
+    service = RocketMQService(
+        rocketmq.namesrv_addr, producer_group=unique_name("p"), telemetry=telemetry
+    )
+    handled: list[bytes] = []
+    all_handled = anyio.Event()
+
+    # No retries: a failed message goes to the DLQ at once, so the counts are final.
+    @service.subscriber(topic, group=group, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                        max_reconsume_times=0)  # fmt: skip
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.append(msg.body)
+        if len(handled) == 6:
+            all_handled.set()
+        if msg.body.startswith(b"bad"):
+            raise ValueError("cannot process")
+
+    async with service:
+        sent = {}
+        for body in [b"ok-1", b"ok-2", b"bad-1", b"ok-3", b"bad-2", b"ok-4"]:
+            result = await service.producer.send(Message(topic, body))
+            sent[result.msg_id] = body
+        with anyio.fail_after(30):
+            await all_handled.wait()
+        await eventually(lambda: len(exporter.get_finished_spans()) == 12)
+        points = _points(reader)
+        gauges = {name: _total(points[name]) for name in
+                  ("aiorocket.consumer.cached", "aiorocket.consumer.in_flight")}  # fmt: skip
+        assert gauges["aiorocket.consumer.in_flight"] == 0
+
+    mine = {"messaging.destination.name": topic}
+    assert _total(points["messaging.client.sent.messages"], **mine) == 6
+    assert _total(points["messaging.client.operation.duration"], **mine) == 6
+    consumed = points["messaging.client.consumed.messages"]
+    assert _total(consumed, **mine, **{"messaging.consumer.group.name": group}) == 6
+    assert _total(consumed, **mine, **{"error.type": "ValueError"}) == 2
+    assert _total(points["messaging.process.duration"], **mine) == 6
+    assert _total(points["aiorocket.consumer.dead_lettered"], **mine) == 2
+    assert _total(points.get("aiorocket.consumer.retried", []), **mine) == 0
+    assert _total(points["aiorocket.message.delay"], **mine) == 6
+
+    spans = exporter.get_finished_spans()
+    producers = {s.attributes["messaging.message.id"]: s for s in spans
+                 if s.kind is SpanKind.PRODUCER}  # fmt: skip
+    consumers = [s for s in spans if s.kind is SpanKind.CONSUMER]
+    assert set(producers) == set(sent) and len(consumers) == 6
+    for span in consumers:
+        producer = producers[span.attributes["messaging.message.id"]]
+        assert span.parent is not None
+        assert span.parent.span_id == producer.context.span_id
+        assert span.context.trace_id == producer.context.trace_id
+        assert span.name == f"process {topic}" and producer.name == f"send {topic}"
+    failed = [s for s in consumers if not s.status.is_ok]
+    assert len(failed) == 2
+
+
+def test_without_opentelemetry_nothing_is_instrumented() -> None:
+    service = RocketMQService("127.0.0.1:9876", producer_group="p", telemetry=False)
+
+    async def handle(msg: ConsumerMessage) -> None: ...
+
+    service.subscriber("t", group="g")(handle)
+    assert service.telemetry is None
+    assert service.consumers[0].handler_fn is handle
