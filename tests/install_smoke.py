@@ -30,6 +30,8 @@ def extra_modules() -> dict[str, str]:
         if m:
             name = m.group(1).lower().replace("-", "_")
             out[IMPORT_NAMES.get(name, name)] = m.group(2)
+    # aiorocket.testing.pytest_plugin is loaded by pytest only (its pytest11 entry point)
+    out["pytest"] = "pytest (the runner that loads the plugin)"
     return out
 
 

@@ -18,6 +18,8 @@ holds the configs, logs, stores and ``state.json`` (pids, ports, addresses, vers
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import getpass
 import json
@@ -29,11 +31,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
+import anyio.to_thread
+import sniffio
 
 from aiorocket.errors import RocketMQError
 from aiorocket.security import Credentials, tls_context
@@ -59,6 +63,30 @@ STATE_FILE = "state.json"
 MARKER = ".aiorocket-broker"
 #: brokers of a cluster started without saying how many (CLI, library, tests, demo).
 DEFAULT_BROKERS = 2
+T = TypeVar("T")
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        pass
+    try:
+        sniffio.current_async_library()
+        return True
+    except sniffio.AsyncLibraryNotFoundError:
+        return False
+
+
+def _run_blocking(func: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``anyio.run(func, *args)``, also when called (synchronously) from code running in
+    an event loop, e.g. a test under pytest-asyncio: ``anyio.run`` would fail there with
+    "Already running asyncio in this thread", so the call gets a thread of its own."""
+    if not _in_event_loop():
+        return anyio.run(func, *args)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="aiorocket-broker") as pool:
+        return pool.submit(anyio.run, func, *args).result()
 STD_NAMESRV, STD_PROXY_REMOTING, STD_PROXY_GRPC, STD_BROKER = 9876, 8080, 8081, 10911
 
 
@@ -161,9 +189,16 @@ class LocalRocketMQ:
             return inst
         return None
 
+    @classmethod
+    async def aattach(
+        cls, base_dir: str | os.PathLike[str] | None = None
+    ) -> LocalRocketMQ | None:
+        """:meth:`attach` for async code (the checks run in a worker thread)."""
+        return await anyio.to_thread.run_sync(cls.attach, base_dir)
+
     def healthy(self, timeout: float = 5.0) -> bool:
-        """Sync health check (no event loop may run in this thread)."""
-        return anyio.run(self.check_health, timeout)
+        """Sync health check; from async code too (then it runs in a thread of its own)."""
+        return _run_blocking(self.check_health, timeout)
 
     async def check_health(self, timeout: float = 5.0) -> bool:
         if self.state.get("status") != "ready" or not self.running():
@@ -243,7 +278,7 @@ class LocalRocketMQ:
                     }
                     self._register_security()
                     self._save()
-                anyio.run(self._await_ready, timeout)
+                _run_blocking(self._await_ready, timeout)
             except BaseException:
                 self.stop(timeout=5.0)
                 raise
