@@ -34,13 +34,19 @@ def parse() -> argparse.Namespace:
     add("--quick", action="store_true", help="50k messages, shorter cases")
     add("--count", type=int, help="pre-filled messages (default 500000, quick 50000)")
     add("--size", type=int, default=1024)
-    add("--runs", type=int, default=1, help="repeat consume/produce/latency; the table: medians")
+    add("--runs", type=int, default=3, help="repeat consume/produce/latency; the table: medians")
     add("--official-count", type=int, help="the official client consumes min(count, this)")
     add("--produce-count", type=int, help="messages per producer (default count/2)")
     add("--in-flight", type=int, default=64)
     add("--rate", type=int, default=5000, help="paced rate of the e2e latency case")
     add("--latency-seconds", type=float, help="measured paced seconds (default 10, quick 5)")
     add("--latency-warmup", type=float, default=5.0, help="paced seconds before that")
+    add(
+        "--no-consume-warm-pass",
+        dest="consume_warm_pass",
+        action="store_false",
+        help="skip the unrecorded consume run that warms the brokers before the measured ones",
+    )
     add(
         "--no-latency-warm-pass",
         dest="latency_warm_pass",
@@ -92,8 +98,10 @@ def main() -> None:
     official = "official" not in a.skip and _setup.ensure_official()
     env = _runs.Env(cl, broker, java, a.size)
     clients = ["aiorocket", "aiorocket-iter"] + ["java"] * bool(java) + ["official"] * official
-    # aiorocket produces with auto_batch on; "aiorocket-plain" is the same without it.
-    senders = ["aiorocket", "aiorocket-plain"] + ["java"] * bool(java) + ["official"] * official
+    # aiorocket produces with auto_batch on; "aiorocket-plain" is the same without it;
+    # "java-batch" is Java's producer with its own batching (setAutoBatch), "java" without.
+    senders = ["aiorocket", "aiorocket-plain"] + ["java", "java-batch"] * bool(java)
+    senders += ["official"] * official
     stamp = time.strftime("%Y%m%d-%H%M%S")
     meta = {k: v for k, v in vars(a).items() if k != "skip"}
     meta.update(version=cl.version, started=stamp, broker=broker, cpus=os.cpu_count())
@@ -104,6 +112,13 @@ def main() -> None:
     topic = _setup.new_topic(cl, "bench_compare", broker)
     if not a.skip >= {"consume", "backlog"}:
         _setup.prefill(cl, topic, a.count, a.size)
+    if "consume" not in a.skip and a.consume_warm_pass:
+        # Not recorded: the first consume run after the cluster starts was always the
+        # slowest (the brokers' JIT compiles the pull path during it).
+        n = min(a.count, 100_000)
+        title = f"consume warm-up pass (not recorded): aiorocket ({n:,} msgs)"
+        warm_consume = measure(title, partial(_runs.consume, env, "aiorocket", topic, n))
+        meta["consume_warm_pass_result"] = {k: warm_consume.get(k) for k in ("msgs_per_s", "error")}
     for run in range(0 if "consume" in a.skip else a.runs):
         for cli in clients:
             if cli == "official" and run > 0:
@@ -130,11 +145,11 @@ def main() -> None:
             warm_pass = measure(title, partial(_runs.latency, env, "aiorocket", a.rate, secs, warm))
             meta["latency_warm_pass_result"] = {k: warm_pass.get(k) for k in LAT_KEYS}
         for run in range(a.runs):
-            for cli in senders:
+            for cli in clients:  # consumers, all fed by the one common paced producer
                 if cli == "official" and run > 0:
                     continue
                 pace = f"{a.rate:,} msg/s for {warm:.0f}+{secs:.0f}s"
-                title = f"e2e latency run {run + 1}: {cli} at {pace}"
+                title = f"e2e latency run {run + 1}: common producer -> {cli} at {pace}"
                 r = measure(title, partial(_runs.latency, env, cli, a.rate, secs, warm))
                 res["latency"].setdefault(cli, []).append(r)
     if "idle" not in a.skip:

@@ -27,7 +27,7 @@ import org.apache.rocketmq.common.message.MessageExt;
  *
  * <pre>
  * consume NAMESRV TOPIC GROUP EXPECTED IDLE_SECONDS LATENCY(0|1)
- * produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT
+ * produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT [plain|auto]   (auto: setAutoBatch(true))
  * paced   NAMESRV TOPIC COUNT SIZE RATE
  * </pre>
  */
@@ -40,7 +40,8 @@ public final class Bench {
       case "consume" -> consume(args[1], args[2], args[3], Integer.parseInt(args[4]),
           Integer.parseInt(args[5]), args[6].equals("1"));
       case "produce" -> produce(args[1], args[2], Integer.parseInt(args[3]),
-          Integer.parseInt(args[4]), Integer.parseInt(args[5]));
+          Integer.parseInt(args[4]), Integer.parseInt(args[5]),
+          args.length > 6 && args[6].equals("auto"));
       case "paced" -> paced(args[1], args[2], Integer.parseInt(args[3]),
           Integer.parseInt(args[4]), Integer.parseInt(args[5]));
       default -> throw new IllegalArgumentException(args[0]);
@@ -181,25 +182,22 @@ public final class Bench {
     return b;
   }
 
-  static void produce(String namesrv, String topic, int count, int size, int inFlight)
-      throws Exception {
-    DefaultMQProducer p = producer(namesrv);
+  static void produce(String namesrv, String topic, int count, int size, int inFlight,
+      boolean autoBatch) throws Exception {
+    DefaultMQProducer p = new DefaultMQProducer("bench_java_producer");
+    p.setNamesrvAddr(namesrv);
+    p.setCompressMsgBodyOverHowmuch(Integer.MAX_VALUE);
+    // the 5.x client's own batching: sends to one queue are merged into batch requests
+    p.setAutoBatch(autoBatch);
+    p.start();
     byte[] payload = body(size, new Random(1));
     Semaphore slots = new Semaphore(inFlight);
     AtomicInteger failed = new AtomicInteger();
-    SendCallback cb = new SendCallback() {
-      @Override public void onSuccess(SendResult r) {
-        slots.release();
-      }
-
-      @Override public void onException(Throwable e) {
-        failed.incrementAndGet();
-        slots.release();
-      }
-    };
+    long[] lat = new long[count];
+    AtomicInteger done = new AtomicInteger();
     for (int i = 0; i < 2000; i++) { // warm-up, not measured
       slots.acquire();
-      p.send(new Message(topic, payload), cb);
+      p.send(new Message(topic, payload), callback(slots, failed, null, null, 0));
     }
     slots.acquire(inFlight);
     slots.release(inFlight);
@@ -208,7 +206,7 @@ public final class Bench {
     long t0 = System.nanoTime();
     for (int i = 0; i < count; i++) {
       slots.acquire();
-      p.send(new Message(topic, payload), cb);
+      p.send(new Message(topic, payload), callback(slots, failed, lat, done, System.nanoTime()));
       if (i % 50_000 == 0) {
         System.out.println("PROGRESS " + i);
       }
@@ -216,10 +214,32 @@ public final class Bench {
     slots.acquire(inFlight);
     long elapsed = System.nanoTime() - t0;
     long cpu = OS.getProcessCpuTime() - cpu0;
+    long[] sorted = java.util.Arrays.copyOf(lat, done.get());
+    java.util.Arrays.sort(sorted);
     System.out.println("RESULT {\"count\":" + count + ",\"elapsed\":" + elapsed / 1e9
-        + ",\"cpu\":" + cpu / 1e9 + ",\"failed\":" + failed.get() + "}");
+        + ",\"cpu\":" + cpu / 1e9 + ",\"failed\":" + failed.get()
+        + ",\"send_p50_ms\":" + pct(sorted, 50) / 1e6 + ",\"send_p99_ms\":"
+        + pct(sorted, 99) / 1e6 + "}");
     System.out.flush();
     p.shutdown();
+  }
+
+  /** Releases a slot; records the send's latency (ns) in lat when given. */
+  static SendCallback callback(Semaphore slots, AtomicInteger failed, long[] lat,
+      AtomicInteger done, long startNs) {
+    return new SendCallback() {
+      @Override public void onSuccess(SendResult r) {
+        if (lat != null) {
+          lat[done.getAndIncrement()] = System.nanoTime() - startNs;
+        }
+        slots.release();
+      }
+
+      @Override public void onException(Throwable e) {
+        failed.incrementAndGet();
+        slots.release();
+      }
+    };
   }
 
   static void paced(String namesrv, String topic, int count, int size, int rate)

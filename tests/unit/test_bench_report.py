@@ -1,0 +1,68 @@
+"""compare.py's report: invalid runs give no figure, medians and spreads use valid runs only."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_report", BENCH / "_report.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+report = _load()
+
+
+def _lat(p99: float, failed: int = 0, samples: int = 100) -> dict[str, Any]:
+    return {
+        "lat_p50_ms": p99 / 2,
+        "lat_p99_ms": p99,
+        "lat_samples": samples,
+        "count": 1000,
+        "messages": 1000,
+        "rate": 5000,
+        "producer": {"failed": failed, "elapsed": 1.0},
+    }
+
+
+def test_a_run_with_failed_sends_is_invalid() -> None:
+    assert report.invalid_reason({"msgs_per_s": 1.0}) is None
+    assert report.invalid_reason({"msgs_per_s": 1.0, "failed": 3}) == "3 failed sends"
+    assert report.invalid_reason(_lat(5.0, failed=48_408)) == "48,408 failed sends"
+    assert report.invalid_reason({"error": "boom\nstack"}) == "failed: boom"
+
+
+def test_median_and_spread_skip_invalid_runs() -> None:
+    runs = [_lat(4.0), _lat(6700.0, failed=10), _lat(8.0), _lat(6.0)]
+    assert report.median(runs, "lat_p99_ms") == 6.0
+    assert report.spread(runs, "lat_p99_ms") == (4.0, 8.0, 3)
+
+
+def test_every_run_invalid_shows_invalid_not_a_figure() -> None:
+    runs = [_lat(6700.0, failed=48_408), _lat(387.0, failed=1)]
+    assert report.median(runs, "lat_p99_ms") == report.INVALID
+    assert report.spread(runs, "lat_p99_ms") is None
+    assert math.isnan(report.median([], "lat_p99_ms"))
+
+
+def test_table_and_notes_name_the_invalid_client() -> None:
+    results = {
+        "meta": {},
+        "consume": {"aiorocket": [{"msgs_per_s": 100.0, "us_cpu_per_msg": 10.0}]},
+        "produce": {},
+        "latency": {"aiorocket": [_lat(3.0)], "java": [_lat(6700.0, failed=48_408)]},
+    }
+    text = report.table(results)
+    p99 = next(line for line in text.splitlines() if line.startswith("e2e latency p99"))
+    assert "INVALID" in p99 and "3.00" in p99
+    assert "6,700" not in p99
+    assert "latency java run 1: INVALID (48,408 failed sends)" in text
