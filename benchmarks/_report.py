@@ -67,6 +67,9 @@ def rows(results: dict[str, Any]) -> list[Row]:
         ("peak_rss_mb", "produce peak RSS", "MiB", ""),
     ):
         out.append((name, unit, {cl: median(prod.get(cl, []), key) for cl in CLIENTS}, target))
+    send = results.get("send", {})
+    for key, name in (("send_p50_ms", "paced send p50"), ("send_p99_ms", "paced send p99")):
+        out.append((name, "ms", {cl: median(send.get(cl, []), key) for cl in CLIENTS}, ""))
     # A run without steady-state samples (its consumer got nothing until the producer
     # was done) measured no latency at all: it is listed in the notes, not in a median.
     lat = results["latency"]
@@ -127,7 +130,12 @@ def table(results: dict[str, Any]) -> str:
 def notes(results: dict[str, Any]) -> list[str]:
     """Invalid runs, spreads and caveats that the medians hide."""
     out = []
-    keys = {"consume": "msgs_per_s", "produce": "msgs_per_s", "latency": "lat_p99_ms"}
+    keys = {
+        "consume": "msgs_per_s",
+        "produce": "msgs_per_s",
+        "send": "send_p99_ms",
+        "latency": "lat_p99_ms",
+    }
     for case, key in keys.items():
         for client, runs in results.get(case, {}).items():
             for i, r in enumerate(runs, 1):
@@ -160,7 +168,7 @@ def chart(results: dict[str, Any], path: str) -> bool:
     except ImportError:
         return False
     data = rows(results)
-    fig, axes = plt.subplots(3, 3, figsize=(16, 10))
+    fig, axes = plt.subplots(3, 4, figsize=(20, 10))
     colors = ["#1f77b4", "#6baed6", "#9ecae1", "#d62728", "#ff9896", "#2ca02c"]
     labels = ["aio", "aio iter", "aio plain", "java", "java batch", "official"]
     for ax, (name, unit, v, _target) in zip(axes.flat, data, strict=False):

@@ -52,16 +52,22 @@ class Env:
         args = [self.cl.proxy_grpc, topic, group, str(n), "--idle-timeout", idle]
         return [s.OFFICIAL_PY, script, "consume", *args, *extra], s.OFFICIAL_ENV
 
-    def producer(self, client: str, mode: str, topic: str, n: int, k: int) -> Argv:
+    def producer(
+        self, client: str, mode: str, topic: str, n: int, k: int, in_flight: int = 0
+    ) -> Argv:
+        """``k``: sends in flight (produce) or the rate (paced); ``in_flight`` > 0 bounds
+        a paced producer's sends in flight (aiorocket and Java only)."""
         args = [topic, str(n), str(self.size), str(k)]
         if client.startswith("aiorocket"):
             script = os.path.join(c.HERE, "aio_children.py")
             batching = "plain" if client == "aiorocket-plain" else "auto"
-            return [PY, script, mode, self.cl.namesrv_addr, *args, batching], None
+            bound = [str(in_flight)] if in_flight else []
+            return [PY, script, mode, self.cl.namesrv_addr, *args, batching, *bound], None
         if client in ("java", "java-batch"):
             assert self.java is not None
-            batching = ["auto"] if client == "java-batch" else []  # setAutoBatch(true)
-            return [*self.java, mode, self.cl.namesrv_addr, *args, *batching], None
+            batching = "auto" if client == "java-batch" else "plain"  # setAutoBatch(true)
+            extra = [str(in_flight), batching] if mode == "paced" else [batching]
+            return [*self.java, mode, self.cl.namesrv_addr, *args, *extra], None
         script = os.path.join(c.HERE, "official.py")
         return [s.OFFICIAL_PY, script, mode, self.cl.proxy_grpc, *args], s.OFFICIAL_ENV
 
@@ -117,6 +123,28 @@ def latency(env: Env, client: str, rate: int, seconds: float, warmup: float) -> 
         "sender": COMMON_SENDER,
         "rate": rate,
         "messages": n,
+        "cluster_cpu_pct_before": quiet,
+    }
+
+
+def send_latency(
+    env: Env, client: str, topic: str, rate: int, seconds: float, in_flight: int
+) -> dict[str, Any]:
+    """``client``'s producer paced at ``rate`` for ``seconds`` with at most ``in_flight``
+    sends outstanding (the same bound for every client): send-to-ack percentiles."""
+    n = int(rate * seconds)
+    quiet = s.wait_cluster_quiet(env.cl)
+    argv, extra_env = env.producer(client, "paced", topic, n, rate, in_flight)
+    child = c.Child(f"{client} paced sender", argv, extra_env).start()
+    r = child.wait(timeout=600)
+    achieved = r["count"] / r["elapsed"] if r["elapsed"] else 0.0
+    return {
+        **r,
+        "rate": rate,
+        "in_flight": in_flight,
+        "achieved_rate": achieved,
+        "cpu_per_100k": r["cpu"] / r["count"] * 1e5,
+        "peak_rss_mb": child.maxrss_mb,
         "cluster_cpu_pct_before": quiet,
     }
 

@@ -62,10 +62,21 @@ def batch_counts(producer: Producer) -> dict[str, float]:
     return {"batches": b.batches, "mean_batch": b.batched_messages / max(b.batches, 1)}
 
 
+#: a paced producer's send latency counts only sends started after this many seconds
+WARM_SECONDS = 1.0
+
+
 async def paced(
-    namesrv: str, topic: str, count: int, size: int, rate: int, auto_batch: bool
+    namesrv: str,
+    topic: str,
+    count: int,
+    size: int,
+    rate: int,
+    auto_batch: bool,
+    senders: int = 512,
 ) -> None:
-    """Send at ``rate`` with timed bodies from 512 long-lived sender tasks.
+    """Send at ``rate`` with timed bodies from ``senders`` long-lived sender tasks (at most
+    that many sends in flight); the result has send latency percentiles.
 
     Like the Java harness's send callbacks, the hand-off costs next to nothing: a bare
     future per idle sender (a task per message would cost anyio ~30 µs, a memory stream
@@ -78,6 +89,7 @@ async def paced(
     loop = asyncio.get_running_loop()
     idle: deque[asyncio.Future[Message | None]] = deque()
     backlog: deque[Message] = deque()
+    lat: list[float] = []
     async with Producer("bench_aio_paced", namesrv, auto_batch=auto_batch) as producer:
 
         async def sender() -> None:
@@ -91,10 +103,14 @@ async def paced(
                     msg = await waiter
                 if msg is None:
                     return
+                start = time.perf_counter()
                 try:
                     await producer.send(msg)
                 except RocketMQError:
                     failed += 1
+                else:
+                    if start - t0 >= WARM_SECONDS:
+                        lat.append(time.perf_counter() - start)
 
         def submit(msg: Message | None) -> None:
             if idle:
@@ -106,7 +122,7 @@ async def paced(
         cpu0, t0 = time.process_time(), time.perf_counter()
         sent = 0
         async with anyio.create_task_group() as tg:
-            for _ in range(512):
+            for _ in range(senders):
                 tg.start_soon(sender)
             while sent < count:
                 due = min(count, int((time.perf_counter() - t0) * rate) + 1)
@@ -114,12 +130,22 @@ async def paced(
                     submit(Message(topic, c.stamped(payload)))
                     sent += 1
                 await anyio.sleep(0.0005)
-            for _ in range(512):
+            for _ in range(senders):
                 submit(None)
         elapsed = time.perf_counter() - t0
         cpu = time.process_time() - cpu0
+    lat.sort()
     c.emit_result(
-        {"count": count, "elapsed": elapsed, "cpu": cpu, "failed": failed, **batch_counts(producer)}
+        {
+            "count": count,
+            "elapsed": elapsed,
+            "cpu": cpu,
+            "failed": failed,
+            "send_p50_ms": c.percentile(lat, 50) * 1e3,
+            "send_p99_ms": c.percentile(lat, 99) * 1e3,
+            "senders": senders,
+            **batch_counts(producer),
+        }
     )
 
 
@@ -207,6 +233,8 @@ def main(argv: list[str]) -> None:
         fn = produce if cmd == "produce" else paced
         auto = len(r) < 5 or r[4] == "auto"
         run = partial(fn, namesrv, r[0], int(r[1]), int(r[2]), int(r[3]), auto)
+        if cmd == "paced" and len(r) > 5:  # paced ... RATE BATCHING SENDERS
+            run = partial(run, int(r[5]))
     elif cmd == "idle":
         run = partial(idle, namesrv, r[0], float(r[1]), r[2:])
     elif cmd == "backlog":

@@ -25,7 +25,7 @@ import _runs
 import _setup
 
 RESULTS = os.path.join(c.HERE, "results")
-CASES = {"consume", "produce", "latency", "idle", "backlog"}
+CASES = {"consume", "produce", "send", "latency", "idle", "backlog"}
 
 
 def parse() -> argparse.Namespace:
@@ -41,6 +41,7 @@ def parse() -> argparse.Namespace:
     add("--rate", type=int, default=5000, help="paced rate of the e2e latency case")
     add("--latency-seconds", type=float, help="measured paced seconds (default 10, quick 5)")
     add("--latency-warmup", type=float, default=5.0, help="paced seconds before that")
+    add("--send-seconds", type=float, help="paced seconds of the send case (default 10, quick 5)")
     add(
         "--no-consume-warm-pass",
         dest="consume_warm_pass",
@@ -66,6 +67,7 @@ def parse() -> argparse.Namespace:
     a.official_count = min(a.count, a.official_count or 50_000)
     a.produce_count = a.produce_count or max(10_000, a.count // 2)
     a.latency_seconds = a.latency_seconds or (5.0 if q else 10.0)
+    a.send_seconds = a.send_seconds or (5.0 if q else 10.0)
     a.idle_seconds = a.idle_seconds or (15.0 if q else 30.0)
     a.backlog_count = max(a.count, a.backlog_count or (a.count if q else 1_000_000))
     a.backlog_seconds = a.backlog_seconds or (15.0 if q else 30.0)
@@ -85,7 +87,7 @@ def measure(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     except Exception as exc:  # one client failing must not lose the others' figures
         c.log(f"  FAILED: {exc}")
         return {"error": str(exc)[-2000:]}
-    keys = ("msgs_per_s", "cpu_per_100k", "peak_rss_mb", "lat_p50_ms", "lat_p99_ms")
+    keys = ("msgs_per_s", "cpu_per_100k", "peak_rss_mb", "send_p99_ms", "lat_p50_ms", "lat_p99_ms")
     c.log("  " + ", ".join(f"{k} {r[k]:,.2f}" for k in keys if k in r))
     return r
 
@@ -107,7 +109,7 @@ def main() -> None:
     meta.update(version=cl.version, started=stamp, broker=broker, cpus=os.cpu_count())
     meta.update(loadavg_start=os.getloadavg(), calibrate_ms_start=c.calibrate())
     meta.update(cluster_idle_cpu_pct=_setup.cluster_idle_cpu(cl))
-    res: dict[str, Any] = {"meta": meta, "consume": {}, "produce": {}, "latency": {}}
+    res: dict[str, Any] = {"meta": meta, "consume": {}, "produce": {}, "send": {}, "latency": {}}
 
     topic = _setup.new_topic(cl, "bench_compare", broker)
     if not a.skip >= {"consume", "backlog"}:
@@ -135,6 +137,20 @@ def main() -> None:
                 title = f"produce run {run + 1}: {cli} ({n:,} msgs, {a.in_flight} in flight)"
                 r = measure(title, partial(_runs.produce, env, cli, ptopic, n, a.in_flight))
                 res["produce"].setdefault(cli, []).append(r)
+    if "send" not in a.skip:
+        stopic = _setup.new_topic(cl, "bench_send", broker)
+        for run in range(a.runs):
+            for cli in senders:
+                if cli == "official":
+                    continue  # its paced child has no in-flight bound (yet)
+                title = (
+                    f"send latency run {run + 1}: {cli} at {a.rate:,} msg/s, "
+                    f"at most {a.in_flight} in flight"
+                )
+                args = (env, cli, stopic, a.rate, a.send_seconds, a.in_flight)
+                res["send"].setdefault(cli, []).append(
+                    measure(title, partial(_runs.send_latency, *args))
+                )
     if "latency" not in a.skip:
         secs, warm = a.latency_seconds, a.latency_warmup
         if a.latency_warm_pass:

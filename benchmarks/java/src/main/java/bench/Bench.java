@@ -28,7 +28,7 @@ import org.apache.rocketmq.common.message.MessageExt;
  * <pre>
  * consume NAMESRV TOPIC GROUP EXPECTED IDLE_SECONDS LATENCY(0|1)
  * produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT [plain|auto]   (auto: setAutoBatch(true))
- * paced   NAMESRV TOPIC COUNT SIZE RATE
+ * paced   NAMESRV TOPIC COUNT SIZE RATE [IN_FLIGHT [plain|auto]]   (default: unbounded)
  * </pre>
  */
 public final class Bench {
@@ -43,7 +43,9 @@ public final class Bench {
           Integer.parseInt(args[4]), Integer.parseInt(args[5]),
           args.length > 6 && args[6].equals("auto"));
       case "paced" -> paced(args[1], args[2], Integer.parseInt(args[3]),
-          Integer.parseInt(args[4]), Integer.parseInt(args[5]));
+          Integer.parseInt(args[4]), Integer.parseInt(args[5]),
+          args.length > 6 ? Integer.parseInt(args[6]) : 0,
+          args.length > 7 && args[7].equals("auto"));
       default -> throw new IllegalArgumentException(args[0]);
     }
     System.exit(0);
@@ -242,20 +244,20 @@ public final class Bench {
     };
   }
 
-  static void paced(String namesrv, String topic, int count, int size, int rate)
-      throws Exception {
-    DefaultMQProducer p = producer(namesrv);
+  /** Sends at rate; with inFlight > 0 at most that many sends are outstanding (the pacing
+   *  waits for a free slot), and the result has send latency percentiles. */
+  static void paced(String namesrv, String topic, int count, int size, int rate, int inFlight,
+      boolean autoBatch) throws Exception {
+    DefaultMQProducer p = new DefaultMQProducer("bench_java_producer");
+    p.setNamesrvAddr(namesrv);
+    p.setCompressMsgBodyOverHowmuch(Integer.MAX_VALUE);
+    p.setAutoBatch(autoBatch);
+    p.start();
     byte[] payload = body(size, new Random(2));
     AtomicInteger failed = new AtomicInteger();
-    SendCallback cb = new SendCallback() {
-      @Override public void onSuccess(SendResult r) {}
-
-      @Override public void onException(Throwable e) {
-        if (failed.incrementAndGet() == 1) {
-          System.out.println("first send error: " + e);
-        }
-      }
-    };
+    Semaphore slots = new Semaphore(inFlight > 0 ? inFlight : Integer.MAX_VALUE);
+    long[] lat = new long[count];
+    AtomicInteger done = new AtomicInteger();
     System.out.println("READY");
     long cpu0 = OS.getProcessCpuTime();
     long t0 = System.nanoTime();
@@ -265,16 +267,29 @@ public final class Bench {
       while (sent < due) {
         byte[] b = payload.clone();
         ByteBuffer.wrap(b).putLong(0, nowMicros());
+        slots.acquire();
+        long now = System.nanoTime();
+        // send latency counts only sends after the first second (warm-up), as aiorocket's
+        boolean counted = now - t0 >= 1_000_000_000L;
+        SendCallback cb = callback(slots, failed, counted ? lat : null, done, now);
         p.send(new Message(topic, b), cb);
         sent++;
       }
       LockSupport.parkNanos(200_000);
     }
     long elapsed = System.nanoTime() - t0;
-    Thread.sleep(500);
+    if (inFlight > 0) {
+      slots.acquire(inFlight);
+    } else {
+      Thread.sleep(500);
+    }
     long cpu = OS.getProcessCpuTime() - cpu0;
+    long[] sorted = java.util.Arrays.copyOf(lat, done.get());
+    java.util.Arrays.sort(sorted);
     System.out.println("RESULT {\"count\":" + count + ",\"elapsed\":" + elapsed / 1e9
-        + ",\"cpu\":" + cpu / 1e9 + ",\"failed\":" + failed.get() + "}");
+        + ",\"cpu\":" + cpu / 1e9 + ",\"failed\":" + failed.get()
+        + ",\"send_p50_ms\":" + pct(sorted, 50) / 1e6 + ",\"send_p99_ms\":"
+        + pct(sorted, 99) / 1e6 + "}");
     System.out.flush();
     p.shutdown();
   }
