@@ -61,10 +61,7 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def soak(args: argparse.Namespace) -> dict[str, Any]:
-    cluster = LocalRocketMQ.attach()
-    if cluster is None:
-        raise SystemExit("no local RocketMQ runs: python -m aiorocket.testing.broker start")
+async def soak(args: argparse.Namespace, cluster: LocalRocketMQ) -> dict[str, Any]:
     topic, group = f"soak_{uuid.uuid4().hex[:8]}", f"soak_g_{uuid.uuid4().hex[:8]}"
     await cluster.create_topic(topic, queues=4)
     sent: set[int] = set()
@@ -181,7 +178,10 @@ def main() -> None:
     parser.add_argument("--png", help="write a plot of the samples here (needs matplotlib)")
     parser.add_argument("--json", help="write the summary here")
     args = parser.parse_args()
-    summary = asyncio.run(soak(args))
+    cluster = LocalRocketMQ.attach()  # outside the event loop: it runs one of its own
+    if cluster is None:
+        raise SystemExit("no local RocketMQ runs: python -m aiorocket.testing.broker start")
+    summary = asyncio.run(soak(args, cluster))
     text = json.dumps({k: v for k, v in summary.items() if k != "samples"}, indent=2)
     print(text)
     if args.json:
