@@ -170,10 +170,13 @@ public final class Bench {
     return sorted[Math.max(0, Math.min(sorted.length - 1, i))];
   }
 
-  static DefaultMQProducer producer(String namesrv) throws Exception {
+  /** autoBatch: the 5.x client's own batching (sends to one queue merged into batch
+   *  requests). */
+  static DefaultMQProducer producer(String namesrv, boolean autoBatch) throws Exception {
     DefaultMQProducer p = new DefaultMQProducer("bench_java_producer");
     p.setNamesrvAddr(namesrv);
     p.setCompressMsgBodyOverHowmuch(Integer.MAX_VALUE);
+    p.setAutoBatch(autoBatch);
     p.start();
     return p;
   }
@@ -186,12 +189,7 @@ public final class Bench {
 
   static void produce(String namesrv, String topic, int count, int size, int inFlight,
       boolean autoBatch) throws Exception {
-    DefaultMQProducer p = new DefaultMQProducer("bench_java_producer");
-    p.setNamesrvAddr(namesrv);
-    p.setCompressMsgBodyOverHowmuch(Integer.MAX_VALUE);
-    // the 5.x client's own batching: sends to one queue are merged into batch requests
-    p.setAutoBatch(autoBatch);
-    p.start();
+    DefaultMQProducer p = producer(namesrv, autoBatch);
     byte[] payload = body(size, new Random(1));
     Semaphore slots = new Semaphore(inFlight);
     AtomicInteger failed = new AtomicInteger();
@@ -248,11 +246,7 @@ public final class Bench {
    *  waits for a free slot), and the result has send latency percentiles. */
   static void paced(String namesrv, String topic, int count, int size, int rate, int inFlight,
       boolean autoBatch) throws Exception {
-    DefaultMQProducer p = new DefaultMQProducer("bench_java_producer");
-    p.setNamesrvAddr(namesrv);
-    p.setCompressMsgBodyOverHowmuch(Integer.MAX_VALUE);
-    p.setAutoBatch(autoBatch);
-    p.start();
+    DefaultMQProducer p = producer(namesrv, autoBatch);
     byte[] payload = body(size, new Random(2));
     AtomicInteger failed = new AtomicInteger();
     Semaphore slots = new Semaphore(inFlight > 0 ? inFlight : Integer.MAX_VALUE);
