@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from aiorocket.consumer import locks
+from aiorocket.consumer import locks, membership
 from aiorocket.consumer.config import ConsumeFromWhere, MessageModel
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import AccessDeniedError, RocketMQError, TopicNotExistError
@@ -188,6 +188,16 @@ def _log_route_change(consumer: Consumer, topic: str, event: str) -> None:
         consumer.log.warning(event, topic=topic, hint="consuming it starts now")
 
 
+async def _introduce(consumer: Consumer, route: TopicRoute) -> None:
+    """Heartbeat the route's brokers we have never connected to, before asking who the
+    members are or pulling: a topic that just appeared, or a broker added to it, has not
+    heard of us, and a member list or a pull overtaking our first heartbeat there would
+    leave us out (warnings, queues dropped and taken again a pass later)."""
+    connected = set(consumer.client.pool.addresses)
+    for addr in sorted(route.all_addrs() - connected):
+        await membership.heartbeat_to(consumer, addr)
+
+
 class _NoMembers(Exception):
     """No usable member list for a topic: empty, or (``others_only``) without us."""
 
@@ -210,6 +220,7 @@ async def _assigned(
     memo = state.memos.get(topic)
     if memo is None or memo.route is not route:
         memo = state.memos[topic] = _TopicMemo(route, route.read_queues())
+        await _introduce(consumer, route)
     if consumer.config.message_model is MessageModel.BROADCASTING:
         return frozenset(memo.queues)
     # One broker per group, its master else a slave (Java asks any broker of the topic).

@@ -213,6 +213,7 @@ class FakeCluster:
         self.groups = groups
         self.master_down: set[str] = set()
         self.namesrv_silent = False  # the NameServer stops answering
+        self.topic_exists = True  # False: TOPIC has no route (not created yet)
         self.route_queries = 0
         self.route_asked = anyio.Event()  # set (and replaced) at every route query
         self.namesrv = FakeRemotingServer(self._route)
@@ -227,7 +228,7 @@ class FakeCluster:
         if self.namesrv_silent:
             return
         topic = cmd.ext_fields.get("topic", "")
-        if topic != TOPIC:
+        if topic != TOPIC or not self.topic_exists:
             await session.send(
                 RemotingCommand.response_to(cmd, ResponseCode.TOPIC_NOT_EXIST, f"no {topic}")
             )

@@ -82,6 +82,18 @@ class FakeBroker:
         return 0
 
 
+class ConnectedPool:
+    """Connected to every broker of the current routes: none is new to us (introducing
+    a consumer to new brokers is tested on the scripted cluster)."""
+
+    def __init__(self, routes: dict[str, TopicRoute]) -> None:
+        self._routes = routes
+
+    @property
+    def addresses(self) -> list[str]:
+        return sorted({addr for r in self._routes.values() for addr in r.all_addrs()})
+
+
 class FakeOffsets:
     def __init__(self) -> None:
         self.persisted: dict[MessageQueue, int] = {}
@@ -124,6 +136,7 @@ class FakeConsumer:
         self.client = type("Client", (), {})()
         self.client.namesrv = FakeNamesrv(self.routes)
         self.client.broker = self.broker
+        self.client.pool = ConnectedPool(self.routes)
         self.offset_store = FakeOffsets()
         self.allocate = CountingStrategy()
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
