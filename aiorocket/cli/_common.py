@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -39,7 +40,13 @@ EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 #: stdout for results; stderr for progress and messages. Colours only on a terminal
 #: (rich checks isatty, NO_COLOR and FORCE_COLOR).
-out = Console(highlight=False, soft_wrap=True)
+out = Console(
+    highlight=False,
+    soft_wrap=True,
+    # Piped into a file or another program, a table keeps its full width (rich would
+    # otherwise squeeze it into 80 columns and cut long topic and group names).
+    width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 250,
+)
 err = Console(stderr=True, highlight=False)
 
 

@@ -38,6 +38,8 @@ from aiorocket.consumer import ConsumeFromWhere, Consumer, PullConsumer
 from aiorocket.message import Message, MessageExt, MessageQueue
 from aiorocket.producer import Producer
 
+TAIL_GROUP = "aiorocket-cli-tail"
+
 
 def progress_bar(transient: bool = False) -> Progress:
     """A rich progress bar on stderr with count and rate; silent when stderr is no TTY."""
@@ -288,7 +290,9 @@ def tail(
     keep_following = follow if follow is not None else start == "latest" and until is None
 
     async def go() -> None:
-        group = f"aiorocket-tail-{secrets.token_hex(4)}"
+        # One shared name: a manually assigned pull consumer that never commits joins no
+        # group, but brokers create a subscription group for every name that pulls.
+        group = TAIL_GROUP
         async with settings.admin() as admin:
             route = await admin.route(topic)
         queues = route.read_queues()
