@@ -56,7 +56,7 @@ class Env:
         self, client: str, mode: str, topic: str, n: int, k: int, in_flight: int = 0
     ) -> Argv:
         """``k``: sends in flight (produce) or the rate (paced); ``in_flight`` > 0 bounds
-        a paced producer's sends in flight (aiorocket and Java only)."""
+        a paced producer's sends in flight."""
         args = [topic, str(n), str(self.size), str(k)]
         if client.startswith("aiorocket"):
             script = os.path.join(c.HERE, "aio_children.py")
@@ -69,7 +69,8 @@ class Env:
             extra = [str(in_flight), batching] if mode == "paced" else [batching]
             return [*self.java, mode, self.cl.namesrv_addr, *args, *extra], None
         script = os.path.join(c.HERE, "official.py")
-        return [s.OFFICIAL_PY, script, mode, self.cl.proxy_grpc, *args], s.OFFICIAL_ENV
+        bound = [str(in_flight)] if in_flight else []
+        return [s.OFFICIAL_PY, script, mode, self.cl.proxy_grpc, *args, *bound], s.OFFICIAL_ENV
 
 
 def consume(env: Env, client: str, topic: str, n: int) -> dict[str, Any]:

@@ -5,7 +5,7 @@ Same line protocol as the other children: READY, PROGRESS n, RESULT {json}.
 
     official.py consume ENDPOINT TOPIC GROUP EXPECTED [--latency] [--idle-timeout S]
     official.py produce ENDPOINT TOPIC COUNT SIZE IN_FLIGHT
-    official.py paced   ENDPOINT TOPIC COUNT SIZE RATE
+    official.py paced   ENDPOINT TOPIC COUNT SIZE RATE [IN_FLIGHT]   (default: unbounded)
 """
 
 from __future__ import annotations
@@ -148,8 +148,25 @@ def produce(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def paced(a: argparse.Namespace) -> dict[str, Any]:
+    """Send at ``a.rate``; with ``a.in_flight`` > 0 at most that many sends outstanding
+    (the pacing waits for a slot). Send latency counts sends after the first second."""
     producer = make_producer(a)
     payload = os.urandom(a.size)
+    slots = threading.Semaphore(a.in_flight) if a.in_flight > 0 else None
+    failed = [0]
+    lat: list[int] = []  # µs
+
+    def done_since(start: float, counted: bool) -> Any:
+        def done(f: Any) -> None:
+            if f.exception() is not None:
+                failed[0] += 1
+            elif counted:
+                lat.append(int((time.perf_counter() - start) * 1e6))
+            if slots is not None:
+                slots.release()
+
+        return done
+
     emit("READY")
     cpu0, t0 = time.process_time(), time.perf_counter()
     futures = []
@@ -158,16 +175,25 @@ def paced(a: argparse.Namespace) -> dict[str, Any]:
         due = min(a.count, int((time.perf_counter() - t0) * a.rate) + 1)
         while sent < due:
             body = now_us().to_bytes(8, "big") + payload[8:]
-            futures.append(producer.send_async(message(a.topic, body)))
+            if slots is not None:
+                slots.acquire()
+            start = time.perf_counter()
+            future = producer.send_async(message(a.topic, body))
+            future.add_done_callback(done_since(start, start - t0 >= 1.0))
+            futures.append(future)
             sent += 1
         time.sleep(0.0005)
     elapsed = time.perf_counter() - t0
-    failed = sum(1 for f in futures if f.exception(timeout=10) is not None)
+    for f in futures:
+        f.exception(timeout=10)  # wait for every answer
+    lat.sort()
     out = {
         "count": a.count,
         "elapsed": elapsed,
         "cpu": time.process_time() - cpu0,
-        "failed": failed,
+        "failed": failed[0],
+        "send_p50_ms": pct(lat, 50) / 1000,
+        "send_p99_ms": pct(lat, 99) / 1000,
     }
     emit("RESULT " + json.dumps(out))
     os._exit(0)
@@ -190,6 +216,8 @@ def main() -> None:
         s.add_argument("count", type=int)
         s.add_argument("size", type=int)
         s.add_argument(last, type=int)
+        if name == "paced":
+            s.add_argument("in_flight", type=int, nargs="?", default=0)
     a = p.parse_args()
     {"consume": consume, "produce": produce, "paced": paced}[a.cmd](a)
 
