@@ -71,6 +71,8 @@ class RocketMQService:
         None (default) turns them on when ``opentelemetry`` is installed (extra
         ``otel``), with the global providers; False turns them off; or a configured
         ``Telemetry``. Async handlers and ``producer.send`` are instrumented.
+    lag_interval:
+        With telemetry: seconds between refreshes of the per-queue lag gauge.
     stuck_after:
         Liveness: a consumer with an assigned queue whose pulls have not completed for
         this many seconds is stuck (default 120 s: several long polls; keep it well
@@ -87,11 +89,13 @@ class RocketMQService:
         stuck_after: float = 120.0,
         from_env: bool = True,
         telemetry: Telemetry | bool | None = None,
+        lag_interval: float = 15.0,
     ) -> None:
         if not stuck_after > 0:
             raise ConfigError(f"stuck_after must be positive, got {stuck_after!r}")
         self.namesrv = namesrv
         self.stuck_after = stuck_after
+        self.lag_interval = lag_interval
         env_consumer = env.consumer_settings() if from_env else {}
         env_producer = env.producer_settings() if from_env and producer_group else {}
         self.consumer_settings = {**env_consumer, **(consumer_settings or {})}
@@ -184,6 +188,11 @@ class RocketMQService:
                 await stack.enter_async_context(self._producer)
             for consumer in self.consumers:
                 await stack.enter_async_context(consumer)
+            if self.telemetry is not None and self.consumers:
+                # Exited first (last in): the refresher stops before the consumers close.
+                tg = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(tg.cancel_scope.cancel)
+                tg.start_soon(self._refresh_lag, self.telemetry)
         except BaseException as exc:
             self._stack = None
             await stack.__aexit__(type(exc), exc, exc.__traceback__)
@@ -203,6 +212,13 @@ class RocketMQService:
             # Consumers first (reverse order of entry): their handlers may still send.
             await stack.__aexit__(exc_type, exc, tb)
         return None
+
+    async def _refresh_lag(self, telemetry: Telemetry) -> None:
+        """Feed the lag gauge: a health report (max offsets asked of the brokers) every
+        ``lag_interval`` seconds; a gauge callback cannot ask the brokers itself."""
+        while True:
+            telemetry.record_lag(await self.health())
+            await anyio.sleep(self.lag_interval)
 
     # -- health ------------------------------------------------------------------------
 

@@ -23,7 +23,10 @@ Metrics (OpenTelemetry messaging semantic conventions where one exists; attribut
 * ``aiorocket.message.delay`` (histogram, s): handler start minus the broker's store
   time (end-to-end delay);
 * ``aiorocket.consumer.cached`` and ``aiorocket.consumer.in_flight`` (observable gauges,
-  per group).
+  per group);
+* ``aiorocket.consumer.lag`` (observable gauge, per queue: ``messaging.destination.name``,
+  ``messaging.destination.partition.id`` = queue id, ``aiorocket.broker.name``): the
+  broker's max offset minus the committed offset, refreshed every ``lag_interval``.
 """
 
 from __future__ import annotations
@@ -100,6 +103,11 @@ class Telemetry:
             description="Handler start minus the broker's store time of the message",
         )  # fmt: skip
         self._consumers: list[Consumer] = []
+        self._lag: dict[tuple[str, str, str, int], int] = {}
+        meter.create_observable_gauge(
+            "aiorocket.consumer.lag", [self._observe_lag], unit="{message}",
+            description="Broker max offset minus committed offset, per queue",
+        )  # fmt: skip
         meter.create_observable_gauge(
             "aiorocket.consumer.cached", [self._observe("cached")], unit="{message}",
             description="Messages pulled and not yet finished",
@@ -119,6 +127,27 @@ class Telemetry:
                     yield Observation(total, group)
 
         return callback
+
+    def record_lag(self, report: dict[str, Any]) -> None:
+        """Keep the per-queue lag of a health report (``RocketMQService.health()``) for
+        the ``aiorocket.consumer.lag`` gauge (the service refreshes it periodically)."""
+        self._lag = {
+            (c["group"], q["topic"], q["broker"], q["queue_id"]): q["lag"]
+            for c in report["consumers"]
+            for q in c["queues"]
+            if q["lag"] is not None
+        }
+
+    def _observe_lag(self, options: CallbackOptions) -> Iterable[Observation]:
+        for (group, topic, broker, queue_id), lag in self._lag.items():
+            attrs = {
+                "messaging.system": SYSTEM,
+                "messaging.consumer.group.name": group,
+                "messaging.destination.name": topic,
+                "messaging.destination.partition.id": str(queue_id),
+                "aiorocket.broker.name": broker,
+            }
+            yield Observation(lag, attrs)
 
     def watch(self, consumer: Consumer) -> None:
         """Report ``consumer``'s cached and in-flight counts in the gauges."""

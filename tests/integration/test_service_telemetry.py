@@ -62,8 +62,9 @@ async def test_metrics_and_trace_context(
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     telemetry = Telemetry(MeterProvider(metric_readers=[reader]), tracer_provider)
     service = RocketMQService(
-        rocketmq.namesrv_addr, producer_group=unique_name("p"), telemetry=telemetry
-    )
+        rocketmq.namesrv_addr, producer_group=unique_name("p"), telemetry=telemetry,
+        lag_interval=0.2,
+    )  # fmt: skip
     handled: list[bytes] = []
     all_handled = anyio.Event()
 
@@ -89,6 +90,13 @@ async def test_metrics_and_trace_context(
         gauges = {name: _total(points[name]) for name in
                   ("aiorocket.consumer.cached", "aiorocket.consumer.in_flight")}  # fmt: skip
         assert gauges["aiorocket.consumer.in_flight"] == 0
+
+        def lag_points() -> list[Any]:
+            points = _points(reader).get("aiorocket.consumer.lag", [])
+            return [p for p in points if p.attributes["messaging.destination.name"] == topic]
+
+        # One point per queue (2 on each broker), every one caught up.
+        await eventually(lambda: len(lag_points()) == 4 and _total(lag_points()) == 0)
 
     mine = {"messaging.destination.name": topic}
     assert _total(points["messaging.client.sent.messages"], **mine) == 6
