@@ -9,6 +9,7 @@ Run it (the NameServer from $AIOROCKET_NAMESRV_ADDR):
          -d '{"item": "book", "quantity": 2}'
     curl localhost:8000/orders/<id>     # "created", then "processed"
     curl localhost:8000/health          # per consumer: queues, in flight, lag
+    curl localhost:8000/metrics/        # Prometheus (with the OpenTelemetry exporter)
 
 On SIGTERM uvicorn stops taking requests and the router's lifespan stops the consumer:
 it stops pulling, lets running handlers finish within ``shutdown_timeout`` (the order
@@ -39,6 +40,18 @@ JOURNAL = os.environ.get("ORDERS_JOURNAL")
 #: order id -> {"item", "quantity", "status"}; a real service keeps this in a database.
 orders: dict[str, dict[str, object]] = {}
 
+# Metrics: with the otel extra, the OpenTelemetry SDK and its Prometheus exporter
+# installed, the service's metrics are served at /metrics for Prometheus to scrape.
+try:
+    from opentelemetry import metrics
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from prometheus_client import make_asgi_app
+except ImportError:
+    make_asgi_app = None
+else:
+    metrics.set_meter_provider(MeterProvider(metric_readers=[PrometheusMetricReader()]))
+
 rocketmq = RocketMQRouter(producer_group="orders-api")
 
 
@@ -66,6 +79,8 @@ class NewOrder(BaseModel):
 
 app = FastAPI(title="orders")
 app.include_router(rocketmq)  # the lifespan and /health, /health/live, /health/ready
+if make_asgi_app is not None:
+    app.mount("/metrics", make_asgi_app())
 
 
 @app.post("/orders", status_code=201)

@@ -155,6 +155,14 @@ def test_orders_are_consumed_and_lag_falls_to_zero(
         return int(report["lag"])
 
     eventually(lambda: lag() == 0)
+    if framework == "fastapi":  # its metrics, through OpenTelemetry, for Prometheus
+        text = service.get("/metrics/").text
+        lines = [line for line in text.splitlines() if topic in line]
+        consumed = [line for line in lines if line.startswith("messaging_client_consumed_")]
+        assert consumed and sum(float(line.split()[-1]) for line in consumed) == 20, text
+        durations = [line for line in lines if line.startswith("messaging_process_duration_s")]
+        assert any(line.startswith("messaging_process_duration_seconds_count")
+                   and line.endswith(" 20.0") for line in durations), text  # fmt: skip
     assert service.get("/health/live").json() == {"live": True}
     elapsed = service.stop(timeout=30)
     assert service.exited_cleanly(), service.log.read_text()
