@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -145,10 +146,12 @@ def test_user_mistakes_give_one_line_and_an_exit_code(
 
 def test_console_scripts_and_broker_status(rocketmq: LocalRocketMQ) -> None:
     """``python -m aiorocket.cli broker status`` and the old module entry agree."""
+    # The session's cluster may be a private one (CI): point both commands at its directory.
+    env = {**os.environ, "AIOROCKET_BROKER_DIR": str(rocketmq.base_dir)}
     new = subprocess.run([sys.executable, "-m", "aiorocket.cli", "broker", "status", "--env"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+                         capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
     old = subprocess.run([sys.executable, "-m", "aiorocket.testing.broker", "status", "--env"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+                         capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
     assert new.returncode == old.returncode == 0, new.stderr
     assert new.stdout == old.stdout
     assert f"AIOROCKET_NAMESRV_ADDR={rocketmq.namesrv_addr}" in new.stdout
