@@ -162,7 +162,9 @@ class Server:
         return cpu, pulls
 
 
-def run_case(mode: str, batch: int, count: int, size: int, profile: str | None) -> dict[str, Any]:
+def run_case(
+    mode: str, batch: int, count: int, size: int, profile: str | None, flame: str | None = None
+) -> dict[str, Any]:
     topic = f"ceiling_{uuid.uuid4().hex[:8]}"
     per_queue = -(-count // QUEUES)
     server = Server(topic, per_queue, size)
@@ -171,6 +173,12 @@ def run_case(mode: str, batch: int, count: int, size: int, profile: str | None) 
                 str(batch)]  # fmt: skip
         if profile:
             argv += ["--profile", profile]
+        if flame:
+            # py-spy samples the child from outside (no in-process profiler overhead on the
+            # hot path) and writes an SVG flame graph; the child's output passes through.
+            spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or "py-spy"
+            argv = [spy, "record", "--rate", "250", "--format", "flamegraph",
+                    "--output", flame, "--", *argv]  # fmt: skip
         child = c.Child(f"{mode} batch {batch}", argv).start()
         r = summarize(child.wait(timeout=600), child)
     finally:
@@ -225,14 +233,25 @@ def main() -> None:
     batches = [int(b) for b in a.batches.split(",") if b]
     if a.profile:
         os.makedirs(a.profile, exist_ok=True)
+    if a.profile:
+        # Profiled runs come first and are extra: a profiler costs the client several times
+        # its own CPU, so a profiled run's figures must not enter the medians.
+        # the bench group installs py-spy into the venv, beside this interpreter
+        spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
+        if spy is None:
+            c.log("py-spy not on PATH: no SVG flame graphs (pyinstrument profiles only)")
+        for mode in modes:
+            for batch in batches:
+                base = os.path.join(a.profile, f"ceiling-{mode}-{batch}")
+                run_case(mode, batch, a.count, a.size, base)
+                if spy is not None:
+                    run_case(mode, batch, a.count, a.size, None, flame=base + ".svg")
+                c.log(f"{mode} batch {batch}: profiles in {base}.*")
     results: dict[str, list[dict[str, Any]]] = {}
     for i in range(a.runs):
         for mode in modes:
             for batch in batches:
-                prof = None
-                if a.profile and i == 0:
-                    prof = os.path.join(a.profile, f"ceiling-{mode}-{batch}")
-                r = run_case(mode, batch, a.count, a.size, prof)
+                r = run_case(mode, batch, a.count, a.size, None)
                 results.setdefault(f"{mode}/{batch}", []).append(r)
                 c.log(
                     f"{mode} batch {batch} run {i + 1}: {r['count']:,} msgs, "
