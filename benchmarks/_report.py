@@ -115,14 +115,14 @@ def table(results: dict[str, Any]) -> str:
             f"scale: {i['queues']} idle queues: CPU {i['cpu_percent']:.2f}% over "
             f"{i['seconds']:.0f}s, RSS {i['rss_before_mb']:.0f} -> "
             f"{i['rss_end_mb']:.0f} MiB (growth {i['rss_growth_mb']:.1f} MiB, "
-            f"{i['rss_growth_idle_mb']:.1f} while idle); target <2% and <50 MB"
+            f"{i['rss_growth_idle_mb']:.1f} while idle); target <0.5% CPU (issue 17)"
         )
     if "max_cached_msgs" in results.get("backlog", {}):
         b = results["backlog"]
         extra.append(
             f"backlog: {b['backlog']:,} waiting, slow handler ({b['delay'] * 1e3:.0f} ms)"
             f" for {b['seconds']:.0f}s: peak RSS {b['peak_rss_mb']:.0f} MiB, "
-            f"max cached {b['max_cached_msgs']:,} msgs; target <300 MB"
+            f"max cached {b['max_cached_msgs']:,} msgs; target peak RSS <100 MB (issue 17)"
         )
     return "\n".join(text + extra)
 
@@ -154,6 +154,12 @@ def notes(results: dict[str, Any]) -> list[str]:
                         f"by {r.get('sender', '?')}; sends failed: {p.get('failed', 0):,}; "
                         f"producer took {p.get('elapsed', 0):.1f}s"
                         + ("" if r.get("lat_samples") else " (no latency measured: not in medians)")
+                        + (
+                            f"; p99 send->stored {r['send_to_store_p99_ms']:.1f} ms, "
+                            f"stored->user {r['store_to_user_p99_ms']:.1f} ms"
+                            if "store_to_user_p99_ms" in r
+                            else ""
+                        )
                     )
     return out
 

@@ -47,6 +47,10 @@ async def consume(
     count = 0
     first = last = 0.0
     lat: list[int] = []
+    # e2e split at the broker's store time (ms resolution): send -> stored and stored -> user
+    # code, so a tail can be placed on the producer+broker side or on the consumer side.
+    to_store: list[int] = []
+    from_store: list[int] = []
     slow: collections.Counter[int] = collections.Counter()  # 100 ms send window -> count
     steady_us = 0  # latency counts only messages sent 1 s after the first one arrived
     done = anyio.Event()
@@ -60,8 +64,12 @@ async def consume(
         if latency:
             sent_us = c.sent_us(msg.body)
             if sent_us >= steady_us:
-                lat_us = c.now_us() - sent_us
+                now_us = c.now_us()
+                lat_us = now_us - sent_us
                 lat.append(lat_us)
+                stored_us = msg.store_timestamp * 1000
+                to_store.append(stored_us - sent_us)
+                from_store.append(now_us - stored_us)
                 if lat_us > SLOW_US:
                     slow[sent_us // 100_000] += 1
         if count >= expected:
@@ -115,6 +123,10 @@ async def consume(
         out["lat_p50_ms"] = c.percentile(lat, 50) / 1000
         out["lat_p99_ms"] = c.percentile(lat, 99) / 1000
         out["lat_samples"] = len(lat)
+        to_store.sort()
+        from_store.sort()
+        out["send_to_store_p99_ms"] = c.percentile(to_store, 99) / 1000
+        out["store_to_user_p99_ms"] = c.percentile(from_store, 99) / 1000
         # When the tail happened (send time, wall clock): lines it up with GC logs and
         # other processes' activity.
         out["slow_windows"] = {f"{w / 10:.1f}": n for w, n in sorted(slow.items())}
