@@ -16,23 +16,61 @@ from dataclasses import dataclass
 import anyio
 
 
+class FutureEvent:
+    """A one-shot ``anyio.Event`` for asyncio made of one bare future.
+
+    ``anyio.Event()`` on asyncio is a wrapper around an ``asyncio.Event``, whose ``wait()``
+    binds the loop (under a global lock), makes a future and keeps it in a deque: a
+    create/set/wait cycle costs 4.9 µs here against 3.5 µs for a bare future, paid once
+    per message on the auto-batching send path and once per request (measured for
+    issue 17; benchmarks/README.md, "Where the two misses come from"). Only what the
+    per-message users need: ``set``, ``is_set`` and ``wait``. Unlike ``anyio.Event``,
+    ``wait()`` on a set event returns without yielding to the loop.
+    """
+
+    __slots__ = ("_future", "_set")
+
+    def __init__(self, future: asyncio.Future[None]) -> None:
+        self._future = future
+        # set() was called: kept apart from the future, which a cancelled waiter cancels
+        # (a setter that races the cancellation must still read as having set it).
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+        if not self._future.done():
+            self._future.set_result(None)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        await self._future
+
+
+#: what :attr:`LoopShortcuts.new_event` makes.
+OneShotEvent = anyio.Event | FutureEvent
+
+
 @dataclass(frozen=True, slots=True)
 class LoopShortcuts:
     #: the running loop's clock: the same values as ``anyio.current_time()``.
     now: Callable[[], float]
-    #: makes an ``anyio.Event`` of the running backend.
-    new_event: Callable[[], anyio.Event]
+    #: makes a one-shot event: a :class:`FutureEvent` on asyncio, else an ``anyio.Event``.
+    new_event: Callable[[], OneShotEvent]
 
 
 def capture() -> LoopShortcuts:
     """The shortcuts of the running event loop (call it inside that loop)."""
     now: Callable[[], float] = anyio.current_time
     try:
-        now = asyncio.get_running_loop().time  # anyio's asyncio clock is loop.time()
+        loop = asyncio.get_running_loop()
     except RuntimeError:
         trio = sys.modules.get("trio")
         if trio is not None:
             now = trio.current_time
-    # The backend's Event class (anyio.Event() returns an instance of it) constructs
-    # itself without the lookup.
-    return LoopShortcuts(now, type(anyio.Event()))
+        # The backend's Event class (anyio.Event() returns an instance of it) constructs
+        # itself without the lookup.
+        return LoopShortcuts(now, type(anyio.Event()))
+    create_future = loop.create_future
+    return LoopShortcuts(loop.time, lambda: FutureEvent(create_future()))

@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 
 import anyio
 
-from aiorocket._loop import capture
+from aiorocket._loop import OneShotEvent, capture
 
 T = TypeVar("T")
 
@@ -32,8 +32,8 @@ class WorkQueue(Generic[T]):
 
     def __init__(self) -> None:
         self._items: deque[T] = deque()
-        self._waiters: deque[anyio.Event] = deque()  # idle getters, oldest first
-        self._new_event: Callable[[], anyio.Event] | None = None  # set in the loop
+        self._waiters: deque[OneShotEvent] = deque()  # idle getters, oldest first
+        self._new_event: Callable[[], OneShotEvent] | None = None  # set in the loop
         self._closed = False
         #: The next item without waiting; IndexError when none is queued (then await
         #: get(), which also reports the end). A plain call, where get() costs a

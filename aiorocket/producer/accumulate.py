@@ -36,7 +36,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from aiorocket._loop import LoopShortcuts, capture
+from aiorocket._loop import LoopShortcuts, OneShotEvent, capture
 from aiorocket._signal import Signal
 from aiorocket.client.results import SendResult
 from aiorocket.errors import ClientClosedError, RequestTimeoutError
@@ -66,7 +66,7 @@ class _Waiting:
     properties: str  # encoded, with the message's UNIQ_KEY
     msg_id: str
     deadline: float
-    done: anyio.Event
+    done: OneShotEvent
     result: SendResult | None = None
     error: BaseException | None = None
     taken: bool = False

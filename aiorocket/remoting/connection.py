@@ -28,7 +28,7 @@ import anyio.abc
 from anyio.streams.memory import MemoryObjectSendStream
 
 from aiorocket._log import get_logger
-from aiorocket._loop import LoopShortcuts, capture
+from aiorocket._loop import LoopShortcuts, OneShotEvent, capture
 from aiorocket._signal import Signal
 from aiorocket.errors import (
     ClientClosedError,
@@ -68,7 +68,7 @@ def next_opaque() -> int:
 class _Pending:
     __slots__ = ("deadline", "error", "event", "response")
 
-    def __init__(self, deadline: float, event: anyio.Event) -> None:
+    def __init__(self, deadline: float, event: OneShotEvent) -> None:
         self.event = event
         self.deadline = deadline
         self.response: RemotingCommand | None = None

@@ -51,6 +51,13 @@ def test_no_posix_only_calls_outside_the_harness() -> None:
 BLOCKED = textwrap.dedent(
     """
     import json, os, sys, pkgutil, importlib
+    # Third-party libraries branch on sys.platform themselves (numpy, under pyarrow, calls
+    # os.uname() at import on Linux only): load them before the Windows-like os below.
+    for name in ("numpy", "pyarrow"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
     for name in {modules!r}:
         sys.modules[name] = None  # "import fcntl" now fails as on Windows
     for name in {calls!r}:
