@@ -10,7 +10,7 @@ from aiorocket.consumer.allocation import (
     AllocateStrategy,
 )
 from aiorocket.consumer.config import ConsumeFromWhere, ConsumerConfig, MessageModel
-from aiorocket.consumer.consumer import Consumer, RebalanceListener
+from aiorocket.consumer.consumer import Consumer, PullObserver, RebalanceListener
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.pull_consumer import PullConsumer
 from aiorocket.consumer.results import RECONSUME_LATER, SUCCESS, ConsumeStatus, Reconsume
@@ -33,6 +33,7 @@ __all__ = [
     "ConsumerMessage",
     "MessageModel",
     "PullConsumer",
+    "PullObserver",
     "QueueStats",
     "RebalanceListener",
     "Reconsume",

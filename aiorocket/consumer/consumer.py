@@ -64,6 +64,10 @@ MessageHandler = Callable[[ConsumerMessage], Awaitable[HandlerResult] | HandlerR
 BatchHandler = Callable[[list[ConsumerMessage]], Awaitable[HandlerResult] | HandlerResult]
 
 
+#: ``observer(queue, seconds, messages)``: see :meth:`Consumer.observe_pulls`.
+PullObserver = Callable[[MessageQueue, float, int], None]
+
+
 class RebalanceListener(Protocol):
     """Awaited around queue ownership changes (like aiokafka's ConsumerRebalanceListener).
 
@@ -198,6 +202,8 @@ class Consumer:
         self.handler_is_async = is_async_callable(self.handler_fn)
         self.subscriptions: dict[str, Subscription] = {}
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        #: called after each pull that returned messages (see observe_pulls).
+        self.pull_observers: list[PullObserver] = []
         #: orderly queues revoked while a handler ran: their broker locks are kept (and
         #: renewed) until it has finished, and a re-assignment waits for that.
         self.releasing: dict[MessageQueue, ProcessQueue] = {}
@@ -753,6 +759,14 @@ class Consumer:
         if not self._assigned:
             self._assigned = True
             self._assigned_signal.notify()
+
+    def observe_pulls(self, observer: PullObserver) -> None:
+        """Call ``observer(queue, seconds, messages)`` after each pull that returned
+        messages: the time from sending the pull request to its answer, and how many
+        messages it brought (metrics use it: pull latency). Pulls that found nothing are
+        left out: a long poll held by the broker measures the wait, not the broker.
+        ``observer`` runs on the pull path: it must be quick and must not raise."""
+        self.pull_observers.append(observer)
 
     def stats(self, *, advance: bool = True) -> list[QueueStats]:
         """Per-queue cache, running handlers, offsets, and rates since the previous call.

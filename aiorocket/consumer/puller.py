@@ -61,6 +61,7 @@ async def pull_loop(
         broker_id = MASTER_ID
         slave_refused = False
         unknown_to_broker = False  # the last pull was refused for want of our heartbeat
+        observers = consumer.pull_observers  # the list itself: observers added later count
         while not pq.dropped:
             if pq.paused:
                 await pq.wait_changed()
@@ -93,6 +94,7 @@ async def pull_loop(
                 sys_flag |= PULL_SUBSCRIPTION
             generation = pq.tracker.generation
             batch = _batch_size(pq, offset, cfg.pull_batch_size) if pq.small_batch else max_batch
+            sent_at = time.monotonic()
             try:
                 with anyio.CancelScope() as request_scope:
                     pq.request_scope = request_scope
@@ -166,6 +168,10 @@ async def pull_loop(
                 continue
             slave_refused = False
             if status is PullStatus.FOUND:
+                if observers:
+                    took = pq.last_pull_completed - sent_at
+                    for observe in observers:
+                        observe(pq.mq, took, len(result.messages))
                 next_offset = result.next_begin_offset
                 if result.undecodable:  # rare: off the normal path
                     try:

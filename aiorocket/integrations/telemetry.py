@@ -16,6 +16,9 @@ Metrics (OpenTelemetry messaging semantic conventions where one exists; attribut
 
 * ``messaging.client.sent.messages`` (counter) and ``messaging.client.operation.duration``
   (histogram, s) for each send, failures with ``error.type``;
+* ``messaging.client.operation.duration`` also for each pull that returned messages
+  (``messaging.operation.name=pull``, ``messaging.operation.type=receive``, per queue:
+  pull latency; long polls that found nothing are left out);
 * ``messaging.client.consumed.messages`` (counter: handler calls, failures with
   ``error.type``) and ``messaging.process.duration`` (histogram, s);
 * ``aiorocket.consumer.retried`` and ``aiorocket.consumer.dead_lettered`` (counters:
@@ -40,7 +43,7 @@ from opentelemetry import metrics, propagate, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from aiorocket.consumer import Consumer, ConsumerMessage, Reconsume
-from aiorocket.message import Message
+from aiorocket.message import Message, MessageQueue
 from aiorocket.producer import Producer
 
 __all__ = ["Telemetry"]
@@ -81,7 +84,7 @@ class Telemetry:
         )  # fmt: skip
         self.operation_duration = meter.create_histogram(
             "messaging.client.operation.duration", unit="s",
-            description="Duration of a send, retries included",
+            description="Duration of a send (retries included) or of a pull that returned messages",
         )  # fmt: skip
         self.consumed = meter.create_counter(
             "messaging.client.consumed.messages", unit="{message}",
@@ -150,8 +153,27 @@ class Telemetry:
             yield Observation(lag, attrs)
 
     def watch(self, consumer: Consumer) -> None:
-        """Report ``consumer``'s cached and in-flight counts in the gauges."""
+        """Report ``consumer``'s cached and in-flight counts in the gauges, and the
+        duration of its pulls that returned messages in ``operation_duration``."""
         self._consumers.append(consumer)
+        per_queue: dict[MessageQueue, dict[str, str]] = {}
+        record = self.operation_duration.record
+
+        def observe(mq: MessageQueue, seconds: float, _messages: int) -> None:
+            attrs = per_queue.get(mq)
+            if attrs is None:  # built once per queue: this runs once per pull
+                attrs = per_queue[mq] = {
+                    "messaging.system": SYSTEM,
+                    "messaging.destination.name": mq.topic,
+                    "messaging.destination.partition.id": str(mq.queue_id),
+                    "messaging.consumer.group.name": consumer.group,
+                    "messaging.operation.name": "pull",
+                    "messaging.operation.type": "receive",
+                    "aiorocket.broker.name": mq.broker_name,
+                }
+            record(seconds, attrs)
+
+        consumer.observe_pulls(observe)
 
     # -- consumer side -------------------------------------------------------------------
 

@@ -100,7 +100,16 @@ async def test_metrics_and_trace_context(
 
     mine = {"messaging.destination.name": topic}
     assert _total(points["messaging.client.sent.messages"], **mine) == 6
-    assert _total(points["messaging.client.operation.duration"], **mine) == 6
+    send = {"messaging.operation.name": "send"}
+    assert _total(points["messaging.client.operation.duration"], **mine, **send) == 6
+    # Pull latency: one point per queue that pulls found messages in, a duration per pull
+    # (at least one pull per queue brought messages; at most one per message).
+    pulls = [p for p in points["messaging.client.operation.duration"]
+             if p.attributes.get("messaging.operation.name") == "pull"
+             and p.attributes["messaging.destination.name"] == topic]  # fmt: skip
+    assert pulls and all(p.attributes["messaging.consumer.group.name"] == group for p in pulls)
+    assert len(pulls) <= 4 and len(pulls) <= sum(p.count for p in pulls) <= 6
+    assert all(0 <= p.sum < 30 for p in pulls)
     consumed = points["messaging.client.consumed.messages"]
     assert _total(consumed, **mine, **{"messaging.consumer.group.name": group}) == 6
     assert _total(consumed, **mine, **{"error.type": "ValueError"}) == 2
