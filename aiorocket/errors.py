@@ -2,14 +2,26 @@
 
 Every error a caller can see derives from :class:`RocketMQError`, so one ``except``
 clause is enough to catch "anything the client library raised". Errors that come
-from a broker or NameServer answer carry the response ``code`` and ``remark``.
+from a broker or NameServer answer carry the response ``code`` and ``remark``; which
+class a response code raises, and whether it is retriable, is decided in one table
+(:func:`error_for_response`), used by the producer, the consumer and the admin client.
+
+``retriable`` (as aiokafka's ``KafkaError.retriable``) says whether the same call may
+succeed if made again without changing anything: a dropped connection, a timeout, a busy
+broker. Clients retry these themselves within their timeouts; an application sees them
+only when the retries ran out.
 """
 
 from __future__ import annotations
 
+from aiorocket.protocol.codes import ResponseCode
+
 
 class RocketMQError(Exception):
     """Base class of every aiorocket error."""
+
+    #: the same call may succeed if made again (a transient condition).
+    retriable: bool = False
 
 
 class ProtocolError(RocketMQError):
@@ -54,6 +66,8 @@ class ConnectionClosedError(RocketMQError):
     timed out closes its connection too, failing the others pending on it with this.
     """
 
+    retriable = True
+
 
 class NameServerUnavailableError(ConnectionClosedError):
     """No NameServer answered: each address refused the connection, stayed silent past
@@ -65,6 +79,8 @@ class TlsError(ConnectionClosedError):
     CA, expired, another host name), or it does not speak TLS on that port. Retrying
     does not help until the configuration (``tls=`` context, CA file) changes."""
 
+    retriable = False
+
 
 class ProxyUnavailableError(ConnectionClosedError):
     """The gRPC Proxy endpoint could not be reached (refused, unreachable, not gRPC)
@@ -73,6 +89,8 @@ class ProxyUnavailableError(ConnectionClosedError):
 
 class RequestTimeoutError(RocketMQError, TimeoutError):
     """No answer arrived within the request's timeout."""
+
+    retriable = True
 
 
 class ConfigError(RocketMQError, ValueError):
@@ -84,14 +102,23 @@ class MessageTooLargeError(RocketMQError, ValueError):
 
 
 class BrokerResponseError(RocketMQError):
-    """The broker or NameServer answered a request with a non-success code."""
+    """The broker or NameServer answered a request with a non-success code.
+
+    ``retriable`` follows the code (see :func:`error_for_response`).
+    """
 
     def __init__(self, code: int, remark: str | None, *, request_code: int | None = None) -> None:
         self.code = code
         self.remark = remark
         self.request_code = request_code
+        self.retriable = code in _RETRIABLE_CODES
         name = _response_name(code)
         super().__init__(f"{name} ({code}): {remark or ''}".rstrip(": "))
+
+
+class SystemBusyError(BrokerResponseError):
+    """The broker is overloaded (SYSTEM_BUSY, 2: its request queue or page cache is busy);
+    retriable."""
 
 
 class TopicNotExistError(BrokerResponseError):
@@ -124,14 +151,18 @@ class ProxyResponseError(RocketMQError):
     """The RocketMQ gRPC Proxy answered with a non-OK ``Status`` (apache.rocketmq.v2 Code).
 
     ``code`` is the numeric code (e.g. 40402 TOPIC_NOT_FOUND), ``name`` its name,
-    ``rpc`` the call that got it.
+    ``rpc`` the call that got it; ``retriable`` is decided where the status is read
+    (the gRPC transport's table of the Proxy's codes).
     """
 
-    def __init__(self, code: int, message: str, *, name: str = "", rpc: str = "") -> None:
+    def __init__(
+        self, code: int, message: str, *, name: str = "", rpc: str = "", retriable: bool = False
+    ) -> None:
         self.code = code
         self.message = message
         self.name = name or "CODE"
         self.rpc = rpc
+        self.retriable = retriable
         where = f" [{rpc}]" if rpc else ""
         super().__init__(f"{self.name} ({code}){where}: {message}".rstrip(": "))
 
@@ -164,27 +195,35 @@ class ClientClosedError(RocketMQError):
 
 
 def _response_name(code: int) -> str:
-    from aiorocket.protocol.codes import ResponseCode
-
     try:
         return ResponseCode(code).name
     except ValueError:
         return "RESPONSE"
 
 
+#: Broker response code -> the exception it raises, and whether it is retriable. The one
+#: place where broker answers become exceptions; codes not here raise a plain,
+#: non-retriable :class:`BrokerResponseError`. Retriable: the broker's own trouble, which
+#: another attempt (later, or on another broker) may not meet; these are the codes after
+#: which the Java producer tries again, but NO_PERMISSION (see below).
+_RESPONSE_ERRORS: dict[int, tuple[type[BrokerResponseError], bool]] = {
+    ResponseCode.SYSTEM_ERROR: (BrokerResponseError, True),
+    ResponseCode.SYSTEM_BUSY: (SystemBusyError, True),
+    ResponseCode.SERVICE_NOT_AVAILABLE: (ServiceNotAvailableError, True),  # e.g. disk full
+    ResponseCode.TOPIC_NOT_EXIST: (TopicNotExistError, True),  # not yet created, routes lag
+    # NO_PERMISSION: an ACL refusal does not go away by itself. (The producer still tries
+    # another broker after it, as Java does: a broker whose write permission is off
+    # answers it too, and another broker may take the message.)
+    ResponseCode.NO_PERMISSION: (AccessDeniedError, False),
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: (GroupNotFoundError, False),
+    ResponseCode.CONSUMER_NOT_ONLINE: (ConsumerNotOnlineError, False),
+}
+_RETRIABLE_CODES = frozenset(code for code, (_, retriable) in _RESPONSE_ERRORS.items() if retriable)
+
+
 def error_for_response(
     code: int, remark: str | None, request_code: int | None = None
 ) -> BrokerResponseError:
-    """The most specific :class:`BrokerResponseError` subclass for a response code."""
-    cls: type[BrokerResponseError] = BrokerResponseError
-    if code == 17:
-        cls = TopicNotExistError
-    elif code == 14:
-        cls = ServiceNotAvailableError
-    elif code == 16:
-        cls = AccessDeniedError
-    elif code == 26:
-        cls = GroupNotFoundError
-    elif code == 206:
-        cls = ConsumerNotOnlineError
+    """The exception for a broker's non-success answer (the table above)."""
+    cls = _RESPONSE_ERRORS.get(code, (BrokerResponseError, False))[0]
     return cls(code, remark, request_code=request_code)

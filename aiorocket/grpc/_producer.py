@@ -33,7 +33,6 @@ from aiorocket.errors import (
     ClientClosedError,
     ConfigError,
     ProxyResponseError,
-    ProxyUnavailableError,
     RequestTimeoutError,
     RocketMQError,
 )
@@ -54,30 +53,12 @@ from aiorocket.producer.transaction import (
 
 __all__ = ["GrpcProducer"]
 
-#: Proxy answers worth another attempt: throttling and server-side trouble.
-RETRYABLE_CODES = frozenset(
-    {
-        pb.Code.TOO_MANY_REQUESTS,
-        pb.Code.INTERNAL_ERROR,
-        pb.Code.INTERNAL_SERVER_ERROR,
-        pb.Code.HA_NOT_AVAILABLE,
-        pb.Code.PROXY_TIMEOUT,
-        pb.Code.MASTER_PERSISTENCE_TIMEOUT,
-        pb.Code.SLAVE_PERSISTENCE_TIMEOUT,
-        pb.Code.REQUEST_TIMEOUT,
-    }
-)
-
 _RESOLUTION = {
     TransactionState.COMMIT: pb.TransactionResolution.COMMIT,
     TransactionState.ROLLBACK: pb.TransactionResolution.ROLLBACK,
 }
 
 
-def _retryable(exc: RocketMQError) -> bool:
-    if isinstance(exc, (ProxyUnavailableError, RequestTimeoutError)):
-        return True
-    return isinstance(exc, ProxyResponseError) and exc.code in RETRYABLE_CODES
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +257,7 @@ class GrpcProducer:
                 if not resp.entries:
                     raise ProxyResponseError(0, "no send result", rpc="SendMessage")
             except RocketMQError as exc:
-                if attempt >= total or not _retryable(exc):
+                if attempt >= total or not exc.retriable:
                     raise
                 pause = delay(attempt)
                 if time.monotonic() + pause >= deadline:

@@ -114,6 +114,22 @@ class StatusLike(Protocol):
     def message(self) -> str: ...
 
 
+#: Proxy answers worth another attempt (``ProxyResponseError.retriable``): throttling
+#: and server-side trouble.
+RETRIABLE_PROXY_CODES = frozenset(
+    {
+        pb.Code.TOO_MANY_REQUESTS,
+        pb.Code.INTERNAL_ERROR,
+        pb.Code.INTERNAL_SERVER_ERROR,
+        pb.Code.HA_NOT_AVAILABLE,
+        pb.Code.PROXY_TIMEOUT,
+        pb.Code.MASTER_PERSISTENCE_TIMEOUT,
+        pb.Code.SLAVE_PERSISTENCE_TIMEOUT,
+        pb.Code.REQUEST_TIMEOUT,
+    }
+)
+
+
 def check_status(status: StatusLike | None, rpc: str) -> None:
     """Raise :class:`ProxyResponseError` unless the Proxy's ``status`` is OK."""
     if status is None:
@@ -126,7 +142,9 @@ def check_status(status: StatusLike | None, rpc: str) -> None:
         name = pb.Code(num).name
     except ValueError:
         name = "CODE"
-    raise ProxyResponseError(num, status.message, name=name, rpc=rpc)
+    raise ProxyResponseError(
+        num, status.message, name=name, rpc=rpc, retriable=num in RETRIABLE_PROXY_CODES
+    )
 
 
 def _tls_context(tls: bool | str | ssl.SSLContext | None) -> ssl.SSLContext | None:

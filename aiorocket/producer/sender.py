@@ -27,12 +27,14 @@ from aiorocket._loop import capture
 from aiorocket.client.broker import DEFAULT_TOPIC, BrokerClient
 from aiorocket.client.results import SendResult
 from aiorocket.errors import (
+    AccessDeniedError,
     BrokerResponseError,
     ConfigError,
     ConnectionClosedError,
     NoRouteError,
     RequestTimeoutError,
     RocketMQError,
+    TopicNotExistError,
 )
 from aiorocket.message import Message, MessageQueue
 from aiorocket.producer.config import ProducerConfig
@@ -41,13 +43,6 @@ from aiorocket.producer.membership import Membership
 from aiorocket.producer.prepare import Outgoing
 from aiorocket.producer.routes import PublishInfo, PublishRoutes
 from aiorocket.producer.selectors import QueueSelector, check_selected, hash_selector
-from aiorocket.protocol.codes import ResponseCode
-
-#: Broker answers after which the Java client tries again (on another broker).
-RETRY_RESPONSE_CODES = frozenset({
-    ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
-    ResponseCode.SYSTEM_BUSY, ResponseCode.NO_PERMISSION,
-})  # fmt: skip
 
 #: Picks the queue of an attempt; the second argument is the broker to avoid, if any.
 Choose = Callable[[PublishInfo, "str | None"], MessageQueue]
@@ -202,10 +197,12 @@ class Sender:
                 )  # fmt: skip
             except BrokerResponseError as exc:
                 self._fault.record(mq.broker_name, _ms_since(started), failed=True)
-                if exc.code not in RETRY_RESPONSE_CODES:
+                # Another broker may take it: a retriable answer, or NO_PERMISSION (as in
+                # Java: a broker whose write permission is off answers it too).
+                if not (exc.retriable or isinstance(exc, AccessDeniedError)):
                     raise
                 last_error = exc
-                if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                if isinstance(exc, TopicNotExistError):
                     await _quietly(self.routes.refresh(out.topic))
             except (ConnectionClosedError, TimeoutError) as exc:
                 self._fault.record(mq.broker_name, _ms_since(started), failed=True)

@@ -19,16 +19,14 @@ from aiorocket.client.broker import PULL_SUBSCRIPTION
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.results import PullResult, PullStatus
 from aiorocket.errors import (
-    BrokerResponseError,
     ConfigError,
     ConnectionClosedError,
     DataLossError,
     NoRouteError,
-    RequestTimeoutError,
+    RocketMQError,
     TopicNotExistError,
 )
 from aiorocket.message import MessageExt, MessageQueue
-from aiorocket.protocol.codes import ResponseCode
 from aiorocket.spark._options import Filter, Subscription
 
 T = TypeVar("T")
@@ -41,19 +39,16 @@ _SYSTEM_TOPIC = re.compile(
 )
 #: attempts of one pull or offset request on connection trouble or SYSTEM_BUSY.
 ATTEMPTS = 4
-_TRANSIENT_CODES = {ResponseCode.SYSTEM_BUSY, ResponseCode.SYSTEM_ERROR}
 
 
 async def _retrying(fn: Callable[[], Awaitable[T]]) -> T:
     for attempt in range(ATTEMPTS):
         try:
             return await fn()
-        except (ConnectionClosedError, RequestTimeoutError) as exc:
-            error: Exception = exc
-        except BrokerResponseError as exc:
-            if exc.code not in _TRANSIENT_CODES:
+        except RocketMQError as exc:
+            if not exc.retriable:
                 raise
-            error = exc
+            error: Exception = exc
         if attempt == ATTEMPTS - 1:
             raise error
         await anyio.sleep(0.2 * 2**attempt)
