@@ -223,13 +223,11 @@ class PullConsumer:
     def pause(self, *mqs: MessageQueue) -> None:
         """Stop pulling these queues and stop returning their buffered messages."""
         for mq in mqs:
-            self._pq(mq).paused = True
+            self._pq(mq).pause()
 
     def resume(self, *mqs: MessageQueue) -> None:
         for mq in mqs:
-            pq = self._pq(mq)
-            pq.paused = False
-            pq.notify()
+            self._pq(mq).resume()
         self._engine._available.notify()
 
     def paused(self) -> set[MessageQueue]:
