@@ -59,8 +59,8 @@ class TopicRoute:
         if not isinstance(obj, dict):
             raise ProtocolError(f"route of {topic!r} is not a JSON object")
         try:
-            queues = tuple(_queue_data(q) for q in obj.get("queueDatas") or ())
-            brokers = tuple(_broker_data(b) for b in obj.get("brokerDatas") or ())
+            queues = tuple(_queue_data(q) for q in _objects(obj, "queueDatas"))
+            brokers = tuple(_broker_data(b) for b in _objects(obj, "brokerDatas"))
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"route of {topic!r} is malformed: {exc!r}") from None
         return cls(
@@ -141,6 +141,14 @@ class TopicRoute:
         return out
 
 
+def _objects(obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """``obj[key]``: a list of JSON objects (absent or null: none); else TypeError."""
+    items = obj.get(key) or []
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise TypeError(f"{key} is not a list of objects")
+    return items
+
+
 def _queue_data(raw: dict[str, Any]) -> QueueData:
     return QueueData(
         broker_name=str(raw["brokerName"]),
@@ -152,7 +160,10 @@ def _queue_data(raw: dict[str, Any]) -> QueueData:
 
 
 def _broker_data(raw: dict[str, Any]) -> BrokerData:
-    addrs = {int(k): str(v) for k, v in (raw.get("brokerAddrs") or {}).items()}
+    raw_addrs = raw.get("brokerAddrs") or {}
+    if not isinstance(raw_addrs, dict):
+        raise TypeError("brokerAddrs is not an object")
+    addrs = {int(k): str(v) for k, v in raw_addrs.items()}
     return BrokerData(
         cluster=str(raw.get("cluster", "")), broker_name=str(raw["brokerName"]), broker_addrs=addrs
     )

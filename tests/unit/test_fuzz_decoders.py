@@ -38,3 +38,18 @@ def test_json_nested_deeper_than_the_stack_is_a_protocol_error(body: bytes) -> N
         fastjson.loads(body)
     with pytest.raises(ProtocolError):
         FrameDecoder().feed(struct.pack(">II", 4 + len(body), len(body)) + body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # found by the 1,000,000-input run (seed 23): brokerDatas an object, not a list
+        b'{"queueDatas":[],"brokerDatas":{"queueDatas":[],"brokerDatas":[]}}',
+        b'{"queueDatas":["broker-a"],"brokerDatas":[]}',
+        b'{"queueDatas":[],"brokerDatas":[{"brokerName":"b","brokerAddrs":["x"]}]}',
+    ],
+    ids=["brokerDatas-object", "queueDatas-of-strings", "brokerAddrs-list"],
+)
+def test_route_lists_of_the_wrong_shape_are_a_protocol_error(body: bytes) -> None:
+    with pytest.raises(ProtocolError, match="malformed"):
+        TopicRoute.from_json("t", body)
