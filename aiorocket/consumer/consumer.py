@@ -218,6 +218,8 @@ class Consumer:
         self._loops_scope: anyio.CancelScope | None = None
         self.work_queue: WorkQueue[dispatch.WorkItem] | None = None
         self._rebalance_signal = Signal()
+        #: the rebalance's memory between passes (routes, member lists, counters)
+        self.rebalance_state = _rebalance.RebalanceState()
         self._rebalance_requested = False
         limit = cfg.pull_threshold_for_all
         #: the cap on all queues' cached messages, shared by their ProcessQueues.

@@ -17,8 +17,7 @@ every 20 s and should stay near zero CPU. So a pass
 from __future__ import annotations
 
 import random
-import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -66,14 +65,9 @@ class RebalanceState:
     no_route: set[str] = field(default_factory=set)
 
 
-_states: weakref.WeakKeyDictionary[Consumer, RebalanceState] = weakref.WeakKeyDictionary()
-
-
 def state_of(consumer: Consumer) -> RebalanceState:
-    state = _states.get(consumer)
-    if state is None:
-        state = _states[consumer] = RebalanceState()
-    return state
+    """The consumer's rebalance memory (it owns it: no module-level state here)."""
+    return consumer.rebalance_state
 
 
 class _MemberLists:
@@ -241,20 +235,43 @@ async def _assigned(
     return memo.mine
 
 
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a rebalance pass changes: the queues to revoke and those to start."""
+
+    revoke: tuple[MessageQueue, ...]
+    add: tuple[MessageQueue, ...]
+
+
+def plan(
+    owned: Iterable[MessageQueue], targets: Mapping[str, frozenset[MessageQueue]]
+) -> Plan:
+    """Compare the queues ``owned`` now with each topic's ``targets``: pure, no I/O.
+
+    Only the topics in ``targets`` are planned (a topic left out, e.g. one with no route
+    this pass, keeps its queues). ``add`` is sorted, so queues start in a stable order.
+    """
+    current: dict[str, list[MessageQueue]] = {}
+    for mq in owned:
+        if mq.topic in targets:
+            current.setdefault(mq.topic, []).append(mq)
+    revoke: list[MessageQueue] = []
+    add: list[MessageQueue] = []
+    for topic, mine in targets.items():
+        have = current.get(topic, [])
+        if len(have) == len(mine) and all(mq in mine for mq in have):
+            continue  # the steady state: nothing to sort, log or start
+        have_set = set(have)
+        revoke.extend(mq for mq in have if mq not in mine)
+        add.extend(mq for mq in mine if mq not in have_set)
+    return Plan(tuple(revoke), tuple(sorted(add)))
+
+
 async def _apply(consumer: Consumer, targets: dict[str, frozenset[MessageQueue]]) -> None:
     """Revoke what is no longer ours, then start what is newly ours, across all topics."""
-    current: dict[str, dict[MessageQueue, ProcessQueue]] = {}
-    for mq, pq in consumer.process_queues.items():
-        if mq.topic in targets:
-            current.setdefault(mq.topic, {})[mq] = pq
-    removed: list[ProcessQueue] = []
-    added: list[MessageQueue] = []
-    for topic, mine in targets.items():
-        owned = current.get(topic, {})
-        if len(owned) == len(mine) and all(mq in mine for mq in owned):
-            continue  # the steady state: nothing to sort, log or start
-        removed.extend(pq for mq, pq in owned.items() if mq not in mine)
-        added.extend(mq for mq in mine if mq not in owned)
+    changes = plan(consumer.process_queues, targets)
+    removed = [consumer.process_queues[mq] for mq in changes.revoke]
+    added = list(changes.add)
     if consumer.releasing and added:
         added = _not_releasing(consumer, added)
     consumer.pending_locks = False

@@ -148,6 +148,7 @@ class FakeConsumer:
         self.rejoins = 0
         self.joined = 0
         self.cache_budget = None
+        self.rebalance_state = rebalance.RebalanceState()
 
     def note_assigned(self) -> None:
         self.joined += 1
