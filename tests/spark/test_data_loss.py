@@ -1,0 +1,117 @@
+"""Data loss below the broker's min offset, on a real broker that really deleted it.
+
+A throw-away single broker (its own store: the shared cluster's data must not go) with
+64 KiB commit-log files and no retention (``fileReservedTime=0``). Once the test asks
+for it (DELETE_EXPIRED_COMMITLOG, what ``mqadmin deleteExpiredCommitLog`` sends), the
+broker's cleaner deletes every commit-log file but the one being written, and the queue's
+min offset moves past what a checkpoint or a batch read asked for. The cleaner's first
+run comes 60 s after the broker started, so this module costs about a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import anyio
+import pytest
+from pyspark.sql import SparkSession
+
+from aiorocket.client.instance import ClientInstance
+from aiorocket.message import Message, MessageQueue
+from aiorocket.protocol.codes import ResponseCode
+from aiorocket.testing.broker import BrokerStartError, LocalRocketMQ
+from tests.spark.conftest import Filled, fill, message
+from tests.spark.test_stream import run_available_now, stream
+
+pytestmark = pytest.mark.integration
+
+#: RequestCode.DELETE_EXPIRED_COMMITLOG: run the broker's file cleaner now.
+DELETE_EXPIRED_COMMITLOG = 329
+TOPIC = "spark_data_loss"
+
+
+@pytest.fixture(scope="module")
+def small_store() -> Iterator[LocalRocketMQ]:
+    base = Path(tempfile.mkdtemp(prefix="aiorocket-spark-loss-"))
+    inst = LocalRocketMQ(base)
+    try:
+        inst.start(brokers=1, proxy=False, broker_props={
+            "mappedFileSizeCommitLog": 64 * 1024, "mappedFileSizeConsumeQueue": 100 * 20,
+            "fileReservedTime": 0, "deleteWhen": "99", "cleanResourceInterval": 1000,
+        })  # fmt: skip
+    except BrokerStartError as exc:
+        inst.stop(timeout=5)
+        pytest.fail(f"throw-away broker failed to start: {exc}", pytrace=False)
+    try:
+        yield inst
+    finally:
+        inst.stop(timeout=10)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def delete_expired(namesrv: str, above: int) -> int:
+    """Ask the broker to delete its old commit-log files; its queue's new min offset,
+    once the cleaner has moved it past ``above``."""
+    mq = MessageQueue(TOPIC, "broker-a", 0)
+    async with ClientInstance(namesrv) as client:
+        addr = (await client.namesrv.query_route(TOPIC)).group_addrs()["broker-a"]
+        resp = await client.broker.call(addr, DELETE_EXPIRED_COMMITLOG, {})
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        # No event to wait for: the broker's cleaner runs on its own schedule.
+        with anyio.fail_after(150):
+            while True:
+                low = await client.broker.get_min_offset(addr, mq)
+                if low > above:
+                    return low
+                await anyio.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
+def test_offsets_below_the_brokers_min_offset(
+    spark: SparkSession, small_store: LocalRocketMQ, tmp_path: Path
+) -> None:
+    namesrv = small_store.namesrv_addr
+    anyio.run(partial(small_store.create_topic, TOPIC, queues=1))
+    first = [message(TOPIC, i) for i in range(10)]
+    anyio.run(fill, namesrv, TOPIC, first)
+    filled = Filled(namesrv, TOPIC, [], first)
+    ckpt, out = tmp_path / "ckpt", tmp_path / "out"
+    assert sum(run_available_now(stream(filled, spark).select("body"), "parquet", ckpt,
+                                 path=str(out))) == 10  # fmt: skip
+    # ~390 KiB more: six commit-log files, all but the last deleted below.
+    rest = [Message(TOPIC, b"%04d" % i + b"x" * 1020) for i in range(10, 300)]
+    anyio.run(fill, namesrv, TOPIC, rest)
+    low = anyio.run(delete_expired, namesrv, 10)
+    kept = 300 - low
+    assert 0 < kept < 290  # the checkpoint's next offset (10) is gone, so are many after it
+
+    # The checkpoint's next offset is below the min offset: failOnDataLoss (default true)
+    # fails the query, naming the option.
+    query = (
+        stream(filled, spark).select("body").writeStream.format("parquet")
+        .option("checkpointLocation", str(ckpt)).option("path", str(out))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    with pytest.raises(Exception, match=r"(?s)DataLossError.*failOnDataLoss"):
+        query.awaitTermination(180)
+    # false: the query skips ahead to the min offset and reads what is still there.
+    sizes = run_available_now(stream(filled, spark, failOnDataLoss="false").select("body"),
+                              "parquet", ckpt, path=str(out))  # fmt: skip
+    assert sum(sizes) == kept
+    bodies = {r.body for r in spark.read.parquet(str(out)).collect()}
+    assert {m.body for m in first} <= bodies
+    assert {m.body for m in rest[-kept:]} <= bodies and len(bodies) == 10 + kept
+
+    # A batch read from offset 0: the same choice.
+    start = json.dumps({TOPIC: {"broker-a": {"0": 0}}})
+    with pytest.raises(Exception, match=r"(?s)DataLossError.*no longer available"):
+        filled.reader(spark, startingOffsets=start).load().collect()
+    rows = filled.reader(spark, startingOffsets=start, failOnDataLoss="false").load()
+    assert sorted(r.queueOffset for r in rows.select("queueOffset").collect()) == list(
+        range(low, 300)
+    )
