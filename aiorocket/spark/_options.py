@@ -10,13 +10,16 @@ travel to executors inside the input partitions.
 from __future__ import annotations
 
 import json
+import os
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aiorocket.errors import ConfigError
 from aiorocket.message import MessageQueue
+from aiorocket.security import Credentials, tls_context
 
 EARLIEST = -2
 LATEST = -1
@@ -57,10 +60,30 @@ def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ClientOptions:
-    """What a process needs to talk to the cluster (part of every input partition)."""
+    """What a process needs to talk to the cluster (part of every input partition).
+
+    Everything here is pickled into the partitions the executors read: TLS is kept as
+    settings (a CA file path), made into an ``ssl.SSLContext`` where the client opens.
+    """
 
     namesrv: str
     request_timeout: float = 3.0
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
+    security_token: str | None = field(default=None, repr=False)
+    tls: bool = False
+    tls_ca_file: str | None = None
+    tls_verify: bool = True
+
+    def credentials(self) -> Credentials | None:
+        if self.access_key is None or self.secret_key is None:
+            return None
+        return Credentials(self.access_key, self.secret_key, self.security_token)
+
+    def tls_setting(self) -> ssl.SSLContext | bool:
+        if not self.tls:
+            return False
+        return tls_context(self.tls_ca_file, verify=self.tls_verify)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +157,12 @@ class WriteOptions:
     auto_batch: bool = True
 
 
-_CLIENT_OPTIONS = {"nameserver", "rocketmq.namesrvaddr", "pulltimeoutms", "pulltimeout"}
+_CLIENT_OPTIONS = {
+    "nameserver", "rocketmq.namesrvaddr", "pulltimeoutms", "pulltimeout",
+    # ACL and TLS: the same settings as a Producer/Consumer's credentials= and tls=
+    "rocketmq.accesskey", "rocketmq.secretkey", "rocketmq.securitytoken",
+    "rocketmq.tls", "rocketmq.tls.cafile", "rocketmq.tls.verify",
+}  # fmt: skip
 _READ_OPTIONS = _CLIENT_OPTIONS | {
     "subscribe", "topic", "subscribepattern", "assign", "subexpression", "filtersql",
     "startingoffsets", "startingtimestamp", "startingoffsetsbytimestamp",
@@ -164,7 +192,23 @@ def parse_client(opts: dict[str, str]) -> ClientOptions:
     addrs = parse_namesrv_addrs(namesrv)
     timeout_ms = _int(opts, "pullTimeoutMs", None) or _int(opts, "pullTimeout", 3000)
     assert timeout_ms is not None
-    return ClientOptions(";".join(addrs), timeout_ms / 1000.0)
+    access, secret = opts.get("rocketmq.accesskey"), opts.get("rocketmq.secretkey")
+    token = opts.get("rocketmq.securitytoken")
+    if (access is None) != (secret is None) or (token is not None and access is None):
+        raise ConfigError(
+            "options rocketmq.accessKey and rocketmq.secretKey go together "
+            "(rocketmq.securityToken needs them too)"
+        )
+    if access is not None and secret is not None:
+        Credentials(access, secret, token)  # the same checks as the clients' (empty values)
+    ca_file = opts.get("rocketmq.tls.cafile")
+    tls = _bool(opts, "rocketmq.tls", ca_file is not None)
+    if ca_file is not None and not os.path.isfile(ca_file):
+        raise ConfigError(f"option rocketmq.tls.caFile: no such file {ca_file!r}")
+    return ClientOptions(
+        ";".join(addrs), timeout_ms / 1000.0, access, secret, token,
+        tls=tls, tls_ca_file=ca_file, tls_verify=_bool(opts, "rocketmq.tls.verify", True),
+    )  # fmt: skip
 
 
 def _json(raw: str, option: str) -> Any:

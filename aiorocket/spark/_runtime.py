@@ -76,7 +76,12 @@ class _Runtime:
         return self._open(  # type: ignore[no-any-return]
             self._clients,
             opts,
-            lambda: ClientInstance(opts.namesrv, request_timeout=opts.request_timeout),
+            lambda: ClientInstance(
+                opts.namesrv,
+                request_timeout=opts.request_timeout,
+                credentials=opts.credentials(),
+                tls=opts.tls_setting(),
+            ),
         )
 
     def producer(self, opts: WriteOptions) -> Producer:
@@ -89,6 +94,8 @@ class _Runtime:
                 send_timeout=opts.send_timeout,
                 retries=opts.retries,
                 request_timeout=opts.client.request_timeout,
+                credentials=opts.client.credentials(),
+                tls=opts.client.tls_setting(),
                 auto_batch=opts.auto_batch,
                 # A sink task sends thousands of rows at once: let more and larger
                 # batch requests per topic be under way than an interactive producer.
