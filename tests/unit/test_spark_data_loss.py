@@ -20,6 +20,7 @@ from aiorocket.protocol.command import RemotingCommand
 from aiorocket.spark._broker import pull_segment
 from aiorocket.spark._options import Filter
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
+from aiorocket.testing.logs import capture_logs
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +61,11 @@ async def test_offsets_below_the_minimum_fail_or_are_skipped() -> None:
             with pytest.raises(DataLossError, match=r"offsets \[2, 5\) of t@broker-a:0 are no"):
                 await pull_segment(client, "g", MQ, 2, 8, Filter(), fail_on_data_loss=True,
                                    batch=32)  # fmt: skip
-            seg = await pull_segment(client, "g", MQ, 2, 8, Filter(), fail_on_data_loss=False,
-                                     batch=32)  # fmt: skip
-    # Only what lies below the minimum is lost; the reader went on from there.
+            with capture_logs() as logs:
+                seg = await pull_segment(client, "g", MQ, 2, 8, Filter(),
+                                         fail_on_data_loss=False, batch=32)  # fmt: skip
+    # Only what lies below the minimum is lost; the reader went on from there, and said so.
     assert seg.messages == [] and seg.lost == [(2, 5)]
+    warned = [e for e in logs if e["event"] == "spark_data_loss"]
+    assert len(warned) == 1 and warned[0]["log_level"] == "warning"
+    assert (warned[0]["lost_from"], warned[0]["lost_to"]) == (2, 5)
