@@ -1,6 +1,7 @@
 """RocketMQ 5.x Proxy over gRPC (the ``grpc`` extra: grpclib and betterproto; asyncio only).
 
 * :class:`aiorocket.producer.Producer` with ``proxy="host:port"`` sends through the Proxy.
+* :class:`PushConsumer` pushes messages to a handler or ``async for`` (pop underneath).
 * :class:`SimpleConsumer` receives with long polling, acks and changes invisibility.
 * :class:`GrpcOptions` sets TLS, namespace and ACL credentials.
 
@@ -20,9 +21,18 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
         name=exc.name,
     ) from exc
 
+from aiorocket.grpc._push import PushConsumer
+from aiorocket.grpc._push_message import PopMessage
 from aiorocket.grpc._received import ReceivedMessage
 from aiorocket.grpc._simple import SimpleConsumer
 from aiorocket.grpc._transport import GrpcOptions
 from aiorocket.security import Credentials  # the one ACL identity of both transports
 
-__all__ = ["Credentials", "GrpcOptions", "ReceivedMessage", "SimpleConsumer"]
+__all__ = [
+    "Credentials",
+    "GrpcOptions",
+    "PopMessage",
+    "PushConsumer",
+    "ReceivedMessage",
+    "SimpleConsumer",
+]

@@ -62,6 +62,9 @@ class SimpleConsumer:
         the ``x-mq-client-id`` (default ``ip@pid#random``).
     """
 
+    #: what the Proxy is told this client is (the push consumer reuses this class).
+    client_type = pb.ClientType.SIMPLE_CONSUMER
+
     def __init__(
         self,
         group: str,
@@ -86,7 +89,7 @@ class SimpleConsumer:
         self._subs: dict[str, str] = dict(subscriptions)
         self._subscription = pb.Subscription()
         self.session = Session(
-            self.transport, pb.ClientType.SIMPLE_CONSUMER, self._subscription, group=group
+            self.transport, self.client_type, self._subscription, group=group
         )
         self._subscription.group = self.session.resource(group)
         self._fill_subscription()

@@ -1,0 +1,42 @@
+"""The push consumer's message: a :class:`ConsumerMessage` with the pop state.
+
+Handlers get the same type, and settle it the same way, on both transports
+(``ack``/``nack``/``hold``/``async with``); over gRPC it also carries the receipt
+handle that acks it and its delivery attempt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.grpc._received import ReceivedMessage
+from aiorocket.message import MessageExt
+
+__all__ = ["PopMessage", "pop_message"]
+
+_EXT_FIELDS = tuple(f.name for f in fields(MessageExt))
+
+
+@dataclass(slots=True, eq=False, repr=False)
+class PopMessage(ConsumerMessage):
+    receipt_handle: str = ""
+    delivery_attempt: int = 1
+    message_group: str | None = None
+    message_id: str = ""
+
+    def __repr__(self) -> str:
+        state = "settled" if self._settled else "pending"
+        return (
+            f"PopMessage(topic={self.topic!r}, id={self.message_id!r}, tags={self.tags!r}, "
+            f"attempt={self.delivery_attempt}, body={len(self.body)}B, {state})"
+        )
+
+
+def pop_message(r: ReceivedMessage) -> PopMessage:
+    msg = PopMessage(**{name: getattr(r, name) for name in _EXT_FIELDS})
+    msg.receipt_handle = r.receipt_handle
+    msg.delivery_attempt = r.delivery_attempt
+    msg.message_group = r.message_group
+    msg.message_id = r.message_id
+    return msg

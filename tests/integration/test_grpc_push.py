@@ -1,0 +1,195 @@
+"""The gRPC PushConsumer against the real Proxy of the local cluster (broker-a, local mode).
+
+Settle semantics as the remoting Consumer: success acks, failure comes back after the
+server policy's backoff and reaches %DLQ%<group> at max attempts, FIFO groups in order,
+two members share the messages with none lost, closing loses nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import anyio
+import pytest
+
+from aiorocket.client.broker import PULL_SUBSCRIPTION
+from aiorocket.client.instance import ClientInstance
+from aiorocket.client.results import PullStatus
+from aiorocket.consumer import ConsumerMessage
+from aiorocket.errors import ProxyUnavailableError, UnsupportedTransportError
+from aiorocket.message import Message, MessageQueue
+from aiorocket.producer import Producer
+from aiorocket.testing.broker import LocalRocketMQ
+
+pytest.importorskip("grpclib")
+
+from aiorocket.grpc import PopMessage, PushConsumer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # grpclib is asyncio-only
+
+
+async def _send(rocketmq: LocalRocketMQ, topic: str, bodies: list[bytes], **kw: str) -> None:
+    async with Producer("pg-push", proxy=rocketmq.proxy_grpc) as producer:
+        for body in bodies:
+            await producer.send(Message(topic, body), **kw)
+
+
+async def _dead_letters(rocketmq: LocalRocketMQ, group: str) -> list[bytes]:
+    found: list[bytes] = []
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+        for addr in rocketmq.broker_addrs.values():
+            try:
+                res = await client.broker.pull(
+                    addr, "dlq-reader", MessageQueue(f"%DLQ%{group}", "", 0), 0,
+                    sys_flag=PULL_SUBSCRIPTION, subscription="*", suspend_timeout_ms=0, timeout=5,
+                )  # fmt: skip
+            except Exception:  # no DLQ topic on that broker
+                continue
+            if res.status is PullStatus.FOUND:
+                found += [m.body for m in res.messages]
+    return found
+
+
+async def test_two_members_share_the_messages_none_lost(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("gpush"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=4, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group)
+    bodies = [f"m{i}".encode() for i in range(60)]
+    await _send(rocketmq, topic, bodies)
+    seen: dict[str, list[bytes]] = {"a": [], "b": []}
+    done = anyio.Event()
+
+    def handler(name: str) -> Callable[[ConsumerMessage], object]:
+        async def handle(msg: ConsumerMessage) -> None:
+            seen[name].append(msg.body)
+            await anyio.sleep(0.01)  # both members get a share
+            if len(set(seen["a"]) | set(seen["b"])) == len(bodies):
+                done.set()
+
+        return handle
+
+    kw = {"await_duration": 5.0, "batch_size": 8, "concurrency": 4}
+    async with (
+        PushConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, handler("a"), **kw),  # type: ignore[arg-type]
+        PushConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, handler("b"), **kw),  # type: ignore[arg-type]
+    ):
+        with anyio.fail_after(30):
+            await done.wait()
+    assert sorted(set(seen["a"]) | set(seen["b"])) == sorted(bodies)
+    assert seen["a"] and seen["b"]
+
+
+async def test_failure_comes_back_by_the_policy_then_goes_to_the_dlq(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("gpfail"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group, retry_max_times=1)  # the Proxy's max attempts: 2
+    await _send(rocketmq, topic, [b"ok", b"bad"])
+    attempts: list[tuple[int, float]] = []
+    ok, second = anyio.Event(), anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> bool:
+        assert isinstance(msg, PopMessage)
+        if msg.body == b"ok":
+            ok.set()
+            return True
+        attempts.append((msg.delivery_attempt, time.monotonic()))
+        if len(attempts) == 2:
+            second.set()
+        return False
+
+    async with PushConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, handle,
+                            await_duration=5.0) as consumer:  # fmt: skip
+        assert consumer.max_attempts == 2 and not consumer.fifo
+        with anyio.fail_after(40):
+            await ok.wait()
+            await second.wait()
+            while b"bad" not in await _dead_letters(rocketmq, group):  # noqa: ASYNC110
+                await anyio.sleep(0.5)
+    assert [a for a, _ in attempts] == [1, 2]
+    # The default (customized) policy's first retry delay is 1 s.
+    assert attempts[1][1] - attempts[0][1] >= 0.9
+    assert b"ok" not in await _dead_letters(rocketmq, group)
+
+
+async def test_fifo_groups_in_order_with_local_retries_then_dlq(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("gpfifo"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=2, message_type="FIFO")
+    await rocketmq.create_group(group, orderly=True, retry_max_times=1)
+    order = {"A": [f"A{i}".encode() for i in range(6)], "B": [f"B{i}".encode() for i in range(6)]}
+    async with Producer(unique_name("pg"), proxy=rocketmq.proxy_grpc) as producer:
+        for a, b in zip(order["A"], order["B"], strict=True):
+            await producer.send(Message(topic, a), sharding_key="A")
+            await producer.send(Message(topic, b), sharding_key="B")
+    seen: dict[str, list[bytes]] = {"A": [], "B": []}
+    done = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        assert isinstance(msg, PopMessage) and msg.message_group is not None
+        seen[msg.message_group].append(msg.body)
+        if sum(map(len, seen.values())) >= 13:  # A2 twice (one local retry)
+            done.set()
+        if msg.body == b"A2":
+            raise RuntimeError("A2 always fails")
+
+    async with PushConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, handle,
+                            await_duration=5.0) as consumer:  # fmt: skip
+        assert consumer.fifo
+        with anyio.fail_after(40):
+            await done.wait()
+    a = order["A"]
+    assert seen["A"] == [*a[:3], a[2], *a[3:]]  # retried locally, then the group moved on
+    assert seen["B"] == order["B"]
+    assert await _dead_letters(rocketmq, group) == [b"A2"]
+
+
+async def test_async_for_and_close_loses_nothing(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("gpiter"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group)
+    bodies = [f"m{i}".encode() for i in range(10)]
+    await _send(rocketmq, topic, bodies)
+    first: list[bytes] = []
+    async with PushConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5.0,
+                            batch_size=10) as consumer:  # fmt: skip
+        with anyio.fail_after(20):
+            async for msg in consumer:
+                first.append(msg.body)
+                if len(first) == 3:
+                    break  # the 3rd is nacked (1 s); the 4th.. were never handed out
+    rest: list[bytes] = []
+    async with PushConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5.0) as c:
+        with anyio.fail_after(20):
+            async for msg in c:
+                rest.append(msg.body)
+                if len(set(first[:2] + rest)) == len(bodies):
+                    break
+        await msg.ack()
+    assert sorted(set(first[:2] + rest)) == sorted(bodies)
+    assert not set(first[:2]) & set(rest)  # acked when the loop asked for the next
+
+
+async def test_unreachable_endpoint_and_trio(unique_name: Callable[[str], str]) -> None:
+    with anyio.fail_after(10), pytest.raises(ProxyUnavailableError):
+        async with PushConsumer("g", "127.0.0.1:1", {"t": "*"}, request_timeout=2.0):
+            pass
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_trio_gets_a_clear_error() -> None:
+    with pytest.raises(UnsupportedTransportError, match="asyncio"):
+        async with PushConsumer("g", "127.0.0.1:8081", {"t": "*"}):
+            pass
