@@ -17,8 +17,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from aiorocket.admin import Admin
 from aiorocket.consumer import ConsumeFromWhere, Consumer
 from aiorocket.consumer.consumer import RebalanceListener
+from aiorocket.errors import ConnectionClosedError, TopicNotExistError
 from aiorocket.message import MessageQueue
 from aiorocket.producer import Producer
 from aiorocket.testing.broker import BrokerStartError, LocalRocketMQ
@@ -209,6 +211,19 @@ class TopicAssignment:
             await self._changed.wait()
 
 
+async def wait_route_names(namesrv: str, topic: str, brokers: set[str]) -> None:
+    """Until the NameServer at ``namesrv`` (that one only) routes ``topic`` to ``brokers``."""
+    async with Admin(namesrv, request_timeout=2.0) as admin:
+        while True:
+            try:
+                route = await admin.route(topic)
+            except (TopicNotExistError, ConnectionClosedError):
+                route = None  # not registered yet, or still starting
+            if route is not None and {q.broker_name for q in route.queue_datas} == brokers:
+                return
+            await anyio.sleep(0.5)  # polling the NameServer: it has no change event
+
+
 async def test_name_server_outage_one_then_both_clients_keep_working_on_cached_routes(
     cluster: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
@@ -219,8 +234,11 @@ async def test_name_server_outage_one_then_both_clients_keep_working_on_cached_r
     other broker's queues (its offsets committed first); it takes them back once the
     route names both again. Nothing is lost.
 
-    (A clean-clone run once failed asserting four queues right after the restart: the
-    assertion raced broker-b's re-registration; the client was right.)"""
+    (Clean-clone runs failed twice on the four queues: first the assertion raced
+    broker-b's re-registration, then, with four queues once seen, a later refresh asked
+    the other NameServer, which broker-b had not reached yet, and the consumer rightly
+    gave the queues up again. The test now waits for both NameServers to know both
+    brokers.)"""
     topic, group = unique_name("ns"), unique_name("g")
     await cluster.create_topic(topic, queues=2)
     namesrvs = cluster.namesrv_addrs
@@ -249,9 +267,12 @@ async def test_name_server_outage_one_then_both_clients_keep_working_on_cached_r
             await cluster.restart("namesrv-2")
             with anyio.fail_after(60):
                 await tally.wait_acked(len(tally.acked) + 150)
-            # Both brokers registered again (10 s period), the route refreshed (2 s) and a
-            # rebalance ran (2 s): every queue of both brokers is consumed again.
+            # Both brokers registered again on both NameServers (10 s period; until then
+            # a route from the NameServer asked may name one broker), the route refreshed
+            # (2 s) and a rebalance ran (2 s): every queue of both brokers is consumed again.
             with anyio.fail_after(30):
+                for addr in namesrvs:
+                    await wait_route_names(addr, topic, {"broker-a", "broker-b"})
                 await assigned.wait_for(4)
             acked = len(tally.acked)
             with anyio.fail_after(30):  # and it is used: new messages on both brokers
