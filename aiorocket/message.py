@@ -26,6 +26,22 @@ PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
 
+#: Prefixes of a consumer group's retry topic (``%RETRY%<group>``: failed messages come
+#: back through it) and dead-letter topic (``%DLQ%<group>``), named by the broker.
+RETRY_TOPIC_PREFIX = "%RETRY%"
+DLQ_TOPIC_PREFIX = "%DLQ%"
+
+
+def retry_topic(group: str) -> str:
+    """The retry topic of consumer ``group``."""
+    return f"{RETRY_TOPIC_PREFIX}{group}"
+
+
+def dlq_topic(group: str) -> str:
+    """The dead-letter topic of consumer ``group``."""
+    return f"{DLQ_TOPIC_PREFIX}{group}"
+
+
 KEY_SEPARATOR = " "
 
 

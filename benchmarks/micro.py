@@ -26,16 +26,27 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
+from aiorocket._log import get_logger
 from aiorocket.client.results import PullResult, PullStatus
-from aiorocket.consumer import dispatch
-from aiorocket.consumer.consumer import Consumer
+from aiorocket.consumer.brokers import BrokerFinder
+from aiorocket.consumer.committer import AutoCommit, OffsetCommitter
+from aiorocket.consumer.config import ConsumerConfig
+from aiorocket.consumer.delivery import Delivery
+from aiorocket.consumer.dispatch import WorkerPool
+from aiorocket.consumer.handler import Handler
+from aiorocket.consumer.iterate import Iterated
+from aiorocket.consumer.membership import Membership
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.offsets import OffsetTracker
 from aiorocket.consumer.process_queue import ProcessQueue
-from aiorocket.consumer.work_queue import WorkQueue
+from aiorocket.consumer.puller import Puller
+from aiorocket.consumer.settle import RemotingSettler
+from aiorocket.consumer.state import ConsumerState
+from aiorocket.consumer.threads import HandlerThreads
 from aiorocket.message import MessageQueue
 from aiorocket.protocol.message_codec import decode_messages
 from aiorocket.protocol.store_record import encode_stored_message
+from aiorocket.protocol.subscription import Subscription
 
 N = 100_000
 
@@ -208,13 +219,20 @@ class _FakeBroker:
         return PullResult(PullStatus.FOUND, messages[-1].queue_offset + 1, 0, self.end, messages)
 
 
-class _FakeClient:
-    def __init__(self, broker: _FakeBroker) -> None:
-        self.broker = broker
-        self.namesrv = self
-
+class _FakeNamesrv:
     def cached_route(self, topic: str) -> _FakeRoute:
         return _FakeRoute()
+
+
+class _NoOffsets:
+    async def read(self, mq: MessageQueue) -> int | None:
+        return None
+
+    async def persist(self, mq: MessageQueue, offset: int) -> None:
+        return None
+
+    async def flush(self) -> None:
+        return None
 
 
 _QUEUES = 8
@@ -234,25 +252,41 @@ async def consume_path(n: int, mode: str, size: int = 1024) -> float:
 
     per_queue = n // _QUEUES
     total = per_queue * _QUEUES
-    consumer = Consumer("bench_group", "127.0.0.1:1", handler=None if mode == "iter" else handler)
-    consumer.subscribe(topic)
-    consumer._client = _FakeClient(_FakeBroker(topic, per_queue, size))  # type: ignore[assignment]
-    consumer.work_queue = WorkQueue()
-    sub = consumer.subscriptions[topic]
+    # The engine's real parts around a broker that answers from memory.
+    log = get_logger("bench")
+    state = ConsumerState("bench_group", ConsumerConfig(), log)
+    sub = Subscription(topic)
+    state.subscriptions[topic] = sub
+    broker: Any = _FakeBroker(topic, per_queue, size)
+    namesrv: Any = _FakeNamesrv()
+    finder = BrokerFinder(namesrv)
+    store: Any = _NoOffsets()
+    commits = AutoCommit(state, OffsetCommitter(store, log, bound=5.0), store)
+    settler = RemotingSettler(state, broker, finder, lambda msg: None)
+    delivery: Delivery
+    iterated: Iterated | None = None
+    if mode == "handler":
+        threads = HandlerThreads(concurrency=20, max_abandoned=4, log=log)
+        delivery = WorkerPool(
+            state, Handler(handler, batch=False, threads=threads, state=state), settler
+        )
+    else:
+        delivery = iterated = Iterated(state, settler)
+    membership = Membership(state, "bench", broker, namesrv)
+    puller = Puller(
+        state, broker, finder, membership, settler, delivery.deliver, commits, needs_lock=False
+    )
     cpu = time.process_time()
     async with anyio.create_task_group() as tg:
-        consumer._tg = tg
-        if mode == "handler":
-            consumer.workers_done = anyio.Event()
-            await tg.start(dispatch.run_workers, consumer)
+        await delivery.start(tg)
         for qid in range(_QUEUES):
             pq = ProcessQueue(MessageQueue(topic, "broker-a", qid), 0)
-            consumer.process_queues[pq.mq] = pq
-            await consumer.start_pulling(pq, sub)
-        if mode == "handler":
+            state.process_queues[pq.mq] = pq
+            await tg.start(puller.run, pq, sub)
+        if iterated is None:
             await done.wait()
         else:
-            async for _ in consumer:
+            async for _ in iterated.messages():
                 count += 1
                 if count == total:
                     break

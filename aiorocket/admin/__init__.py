@@ -44,7 +44,7 @@ from aiorocket.errors import (
     NoRouteError,
     RocketMQError,
 )
-from aiorocket.message import MessageExt, MessageQueue
+from aiorocket.message import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, MessageExt, MessageQueue
 from aiorocket.protocol import fastjson
 from aiorocket.protocol.codes import RequestCode
 from aiorocket.protocol.message_codec import decode_offset_message_id
@@ -75,7 +75,7 @@ _SYSTEM_TOPICS = {
     "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
     "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "DefaultHeartBeatSyncerTopic",
 }  # fmt: skip
-_SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "%SYS%", "RMQ_SYS_")
+_SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX, "%SYS%", "RMQ_SYS_")
 _SYSTEM_GROUPS = {
     "TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "SELF_TEST_C_GROUP",
     "CLIENT_INNER_PRODUCER", "SELF_TEST_P_GROUP",

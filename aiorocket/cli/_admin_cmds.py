@@ -23,7 +23,7 @@ from aiorocket.cli._common import (
     table,
 )
 from aiorocket.errors import MessageNotFoundError
-from aiorocket.message import MessageExt, MessageQueue
+from aiorocket.message import RETRY_TOPIC_PREFIX, MessageExt, MessageQueue
 
 
 def _mq(mq: MessageQueue) -> dict[str, Any]:
@@ -240,7 +240,7 @@ def group_describe(settings: Settings, name: str, as_json: bool) -> None:
             " ".join(
                 f"{q['broker']}:{q['queue']}"
                 for q in m["assignment"]
-                if not q["topic"].startswith("%RETRY%")
+                if not q["topic"].startswith(RETRY_TOPIC_PREFIX)
             )
             or "-"
         )

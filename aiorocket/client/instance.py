@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 import anyio
 import anyio.abc
 
+from aiorocket._host import local_ipv4
 from aiorocket.client.broker import BrokerClient
 from aiorocket.client.namesrv import NameServerClient
 from aiorocket.errors import ClientClosedError
@@ -25,12 +25,7 @@ from aiorocket.security import Credentials, TlsSetting, resolve_tls
 
 def local_ip() -> str:
     """The address other peers would see us as; loopback when there is no route out."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))
-            return str(s.getsockname()[0])
-    except OSError:
-        return "127.0.0.1"
+    return local_ipv4() or "127.0.0.1"
 
 
 def make_client_id(instance_name: str | None = None) -> str:

@@ -10,10 +10,12 @@ from aiorocket.consumer.allocation import (
     AllocateStrategy,
 )
 from aiorocket.consumer.config import ConsumeFromWhere, ConsumerConfig, MessageModel
-from aiorocket.consumer.consumer import Consumer, PullObserver, RebalanceListener
+from aiorocket.consumer.consumer import BatchHandler, Consumer, MessageHandler
+from aiorocket.consumer.engine import RebalanceListener
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.pull_consumer import PullConsumer
 from aiorocket.consumer.results import RECONSUME_LATER, SUCCESS, ConsumeStatus, Reconsume
+from aiorocket.consumer.state import PullObserver
 from aiorocket.consumer.stats import QueueStats
 
 __all__ = [
@@ -26,11 +28,13 @@ __all__ = [
     "AllocateConsistentHash",
     "AllocateMachineRoomNearby",
     "AllocateStrategy",
+    "BatchHandler",
     "ConsumeFromWhere",
     "ConsumeStatus",
     "Consumer",
     "ConsumerConfig",
     "ConsumerMessage",
+    "MessageHandler",
     "MessageModel",
     "PullConsumer",
     "PullObserver",

@@ -22,8 +22,9 @@ from aiorocket.errors import RocketMQError
 if TYPE_CHECKING:
     from aiorocket.consumer.offset_store import OffsetStore
     from aiorocket.consumer.process_queue import ProcessQueue
+    from aiorocket.consumer.state import ConsumerState
 
-__all__ = ["OffsetCommitter"]
+__all__ = ["AutoCommit", "OffsetCommitter"]
 
 
 class OffsetCommitter:
@@ -96,3 +97,56 @@ class OffsetCommitter:
                 queues_left=len(pqs) - done,
                 timeout=self._bound,
             )
+
+
+class AutoCommit:
+    """The engine's commits: every ``persist_offset_interval``, at revoke and at close.
+
+    With ``auto_commit=False`` (a PullConsumer whose application commits) every method
+    does nothing: only the application's ``commit()`` stores offsets.
+
+    Parameters
+    ----------
+    state:
+        The consumer's shared state: its owned and releasing queues, ``auto_commit``.
+    committer:
+        Commits the queues (bounded per broker, safe against cancellation).
+    store:
+        The offset store, flushed after each periodic commit (a local file).
+    """
+
+    def __init__(
+        self, state: ConsumerState, committer: OffsetCommitter, store: OffsetStore
+    ) -> None:
+        self._state = state
+        self._committer = committer
+        self.store = store
+
+    async def commit(self, pq: ProcessQueue) -> None:
+        """Commit ``pq``'s offset if it changed."""
+        if self._state.auto_commit:
+            await self._committer.commit(pq)
+
+    async def commit_queues(self, pqs: Iterable[ProcessQueue]) -> None:
+        if self._state.auto_commit:
+            await self._committer.commit_all(pqs)
+
+    async def commit_all(self) -> None:
+        """Commit every changed queue (concurrently per broker, each bounded), then flush."""
+        state = self._state
+        if not state.auto_commit:
+            return
+        await self._committer.commit_all(
+            [*state.process_queues.values(), *state.releasing.values()]
+        )
+        try:
+            await self.store.flush()
+        except OSError as exc:
+            state.log.warning("offset_flush_failed", error=str(exc))
+
+    async def run(self) -> None:
+        """Commit every ``persist_offset_interval`` until cancelled."""
+        interval = self._state.config.persist_offset_interval
+        while True:
+            await anyio.sleep(interval)
+            await self.commit_all()

@@ -1,4 +1,4 @@
-"""``async for msg in consumer``: the work queue as an async iterator.
+"""``async for msg in consumer``: the delivery strategy without a handler.
 
 The iterator replaces the handler workers: it settles a message when the loop asks for
 the next one, so the body's success is the ack, with no task or callback per message.
@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 
 from aiorocket.consumer.dispatch import WorkItem
@@ -17,56 +18,104 @@ from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.work_queue import WorkQueue
 
 if TYPE_CHECKING:
-    from aiorocket.consumer.consumer import Consumer
+    from aiorocket.consumer.process_queue import ProcessQueue
+    from aiorocket.consumer.settle import RemotingSettler
+    from aiorocket.consumer.state import ConsumerState
+
+__all__ = ["Iterated"]
 
 #: messages yielded between checkpoints: a body that never awaits must not starve pulls.
 _BURST = 32
 
 
-async def messages(
-    consumer: Consumer, queue: WorkQueue[WorkItem]
-) -> AsyncGenerator[ConsumerMessage, None]:
-    """Yield the consumer's messages; settle each one when the next is asked for.
+class Iterated:
+    """Messages wait in one queue for the application's ``async for`` loops.
 
-    No message is lost to cancellation: the only awaits are before a message is taken
-    (the burst checkpoint) or while taking it (``queue.get``, which takes an item only
-    when it returns). The message yielded last and left unsettled (``break``, a body that
-    raised or was cancelled) is *released* when the iterator closes: put back at the
-    front of the queue, so the next iteration yields it again and the commit point can
-    move past it. A held message (``msg.hold()``, ``async with msg``) is the
-    application's to settle and is never released.
+    Parameters
+    ----------
+    state:
+        The consumer's shared state (closing flag).
+    settler:
+        Settles the message the loop asked past.
     """
-    previous: ConsumerMessage | None = None
-    finish = consumer.finish
-    pop_nowait = queue.pop_nowait
-    countdown = _BURST
-    try:
-        while True:
-            if previous is not None:
-                if not previous._held:
-                    finish(previous)  # asking for the next message settles the last one
-                previous = None
-            countdown -= 1
-            if not countdown:
-                countdown = _BURST
-                await anyio.lowlevel.checkpoint()  # let pulls run between bursts
-            try:
-                item = pop_nowait()
-            except IndexError:
+
+    def __init__(self, state: ConsumerState, settler: RemotingSettler) -> None:
+        self._state = state
+        self._settler = settler
+        #: messages not yet yielded (and those a closed iterator released)
+        self.queue: WorkQueue[WorkItem] = WorkQueue()
+
+    # -- Delivery ------------------------------------------------------------------
+
+    def deliver(self, pq: ProcessQueue, messages: list[ConsumerMessage]) -> None:
+        queue = self.queue
+        if self._state.closing or queue.closed:
+            return  # unsettled: never committed, so redelivered
+        queue.put_many(messages)
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        pass
+
+    def start_queue(self, pq: ProcessQueue) -> None:
+        pass
+
+    async def quiesce(self, pqs: list[ProcessQueue]) -> None:
+        pass  # a message the loop holds is stale once its queue is dropped: never committed
+
+    async def release(self, pqs: list[ProcessQueue]) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.queue.close()
+
+    async def drain(self, *, graceful: bool) -> None:
+        pass  # the loop's body is the application's: closing ends its iteration
+
+    # -- iteration -----------------------------------------------------------------------
+
+    async def messages(self) -> AsyncGenerator[ConsumerMessage, None]:
+        """Yield the consumer's messages; settle each one when the next is asked for.
+
+        No message is lost to cancellation: the only awaits are before a message is
+        taken (the burst checkpoint) or while taking it (``queue.get``, which takes an
+        item only when it returns). The message yielded last and left unsettled
+        (``break``, a body that raised or was cancelled) is *released* when the iterator
+        closes: put back at the front of the queue, so the next iteration yields it again
+        and the commit point can move past it. A held message (``msg.hold()``, ``async
+        with msg``) is the application's to settle and is never released.
+        """
+        queue = self.queue
+        previous: ConsumerMessage | None = None
+        finish = self._settler.finish
+        pop_nowait = queue.pop_nowait
+        countdown = _BURST
+        try:
+            while True:
+                if previous is not None:
+                    if not previous._held:
+                        finish(previous)  # asking for the next message settles the last one
+                    previous = None
+                countdown -= 1
+                if not countdown:
+                    countdown = _BURST
+                    await anyio.lowlevel.checkpoint()  # let pulls run between bursts
                 try:
-                    item = await queue.get()
-                except anyio.EndOfStream:
-                    return
-            if isinstance(item, list):  # batches go to batch handlers only; be lenient
-                queue.push_front(*item)
-                continue
-            pq = item._pq
-            if pq is None or pq.dropped or item._settled:
-                continue
-            if item._generation != pq.tracker.generation:
-                continue
-            previous = item
-            yield item
-    finally:
-        if previous is not None and not previous._held and not previous._settled:
-            queue.push_front(previous)
+                    item = pop_nowait()
+                except IndexError:
+                    try:
+                        item = await queue.get()
+                    except anyio.EndOfStream:
+                        return
+                if isinstance(item, list):  # batches go to batch handlers only; be lenient
+                    queue.push_front(*item)
+                    continue
+                pq = item._pq
+                if pq is None or pq.dropped or item._settled:
+                    continue
+                if item._generation != pq.tracker.generation:
+                    continue
+                previous = item
+                yield item
+        finally:
+            if previous is not None and not previous._held and not previous._settled:
+                queue.push_front(previous)

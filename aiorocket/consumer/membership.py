@@ -2,100 +2,131 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from aiorocket.client.broker import BrokerClient
+from aiorocket.client.namesrv import NameServerClient
+from aiorocket.consumer.state import ConsumerState
 from aiorocket.errors import AccessDeniedError, RocketMQError, TopicNotExistError
 
-if TYPE_CHECKING:
-    from aiorocket.consumer.consumer import Consumer
+__all__ = ["Membership"]
 
 
-def heartbeat_data(consumer: Consumer) -> dict[str, Any]:
-    cfg = consumer.config
-    return {
-        "clientID": consumer.client_id,
-        "producerDataSet": [],
-        "consumerDataSet": [
-            {
-                "groupName": consumer.group,
-                "consumeType": "CONSUME_ACTIVELY" if consumer.pull_mode else "CONSUME_PASSIVELY",
-                "messageModel": cfg.message_model.value,
-                "consumeFromWhere": cfg.consume_from_where.value,
-                "subscriptionDataSet": [s.to_heartbeat() for s in consumer.subscriptions.values()],
-                "unitMode": False,
-            }
-        ],
-        "heartbeatFingerprint": 0,
-    }
+class Membership:
+    """Tells the brokers of the subscribed topics that this client is in the group.
 
+    Shaped like the producer's :class:`~aiorocket.producer.membership.Membership`.
 
-async def broker_addrs(consumer: Consumer) -> set[str]:
-    namesrv = consumer.client.namesrv
-    # Routes are cached after the first time; then this asks only for missing ones.
-    for topic, exc in (await namesrv.prefetch(consumer.subscriptions)).items():
-        if not isinstance(exc, TopicNotExistError):
-            consumer.log.warning("route_failed", topic=topic, error=str(exc))
-    addrs: set[str] = set()
-    for topic in consumer.subscriptions:
-        route = namesrv.cached_route(topic)
-        if route is not None:
-            # Slaves too (as the Java consumer does): they serve the pulls of a group
-            # whose master is down, and need the subscription for them.
-            addrs.update(route.all_addrs())
-    return addrs
-
-
-async def send_heartbeats(consumer: Consumer, *, starting: bool = False) -> None:
-    """Heartbeat to every broker of the subscribed topics (failures are logged).
-
-    ``starting``: when every broker refused the heartbeat for lack of permission (ACL:
-    no Sub on the group or a subscribed topic), raise that AccessDeniedError: the
-    consumer could never consume, and the error names what is missing.
+    Parameters
+    ----------
+    state:
+        The consumer's shared state: group, subscriptions, configuration, mode.
+    client_id:
+        This client's id in the group.
+    broker:
+        The broker request client.
+    namesrv:
+        The NameServer client; its cached routes name the brokers to heartbeat.
     """
-    if consumer.manual_assignment is not None:
-        return  # a manually assigned pull consumer is not a group member
-    data = heartbeat_data(consumer)
-    addrs = sorted(await broker_addrs(consumer))
-    denied: list[AccessDeniedError] = []
-    for addr in addrs:
-        error = await _heartbeat(consumer, addr, data)
-        if isinstance(error, AccessDeniedError):
-            denied.append(error)
-    if starting and denied and len(denied) == len(addrs):
-        raise denied[0]
 
+    def __init__(
+        self,
+        state: ConsumerState,
+        client_id: str,
+        broker: BrokerClient,
+        namesrv: NameServerClient,
+    ) -> None:
+        self._state = state
+        self._client_id = client_id
+        self._broker = broker
+        self._namesrv = namesrv
 
-async def heartbeat_to(consumer: Consumer, addr: str) -> None:
-    """Heartbeat to ``addr`` if it is a broker of a subscribed topic (cached routes only).
+    @property
+    def _member(self) -> bool:
+        # A manually assigned pull consumer is not a group member.
+        return self._state.manual_assignment is None
 
-    Sent when a connection to a broker is (re-)established: a broker that restarted,
-    or expired our channel while the network was down, knows nothing of us until then,
-    and the Java client would not tell it for up to a heartbeat interval.
-    """
-    if consumer.manual_assignment is not None:
-        return
-    namesrv = consumer.client.namesrv
-    routes = [namesrv.cached_route(topic) for topic in consumer.subscriptions]
-    if any(route is not None and addr in route.all_addrs() for route in routes):
-        await _heartbeat(consumer, addr, heartbeat_data(consumer))
+    def heartbeat_data(self) -> dict[str, Any]:
+        state, cfg = self._state, self._state.config
+        return {
+            "clientID": self._client_id,
+            "producerDataSet": [],
+            "consumerDataSet": [
+                {
+                    "groupName": state.group,
+                    "consumeType": "CONSUME_ACTIVELY" if state.pull_mode else "CONSUME_PASSIVELY",
+                    "messageModel": cfg.message_model.value,
+                    "consumeFromWhere": cfg.consume_from_where.value,
+                    "subscriptionDataSet": [s.to_heartbeat() for s in state.subscriptions.values()],
+                    "unitMode": False,
+                }
+            ],
+            "heartbeatFingerprint": 0,
+        }
 
+    async def broker_addrs(self) -> set[str]:
+        """Every broker (slaves too) of the subscribed topics' routes."""
+        subscriptions = self._state.subscriptions
+        # Routes are cached after the first time; then this asks only for missing ones.
+        for topic, exc in (await self._namesrv.prefetch(subscriptions)).items():
+            if not isinstance(exc, TopicNotExistError):
+                self._state.log.warning("route_failed", topic=topic, error=str(exc))
+        addrs: set[str] = set()
+        for topic in subscriptions:
+            route = self._namesrv.cached_route(topic)
+            if route is not None:
+                # Slaves too (as the Java consumer does): they serve the pulls of a group
+                # whose master is down, and need the subscription for them.
+                addrs.update(route.all_addrs())
+        return addrs
 
-async def _heartbeat(consumer: Consumer, addr: str, data: dict[str, Any]) -> RocketMQError | None:
-    try:
-        await consumer.client.broker.heartbeat(addr, data)
-    except RocketMQError as exc:
-        consumer.log.warning("heartbeat_failed", broker=addr, error=str(exc))
-        return exc
-    return None
+    async def send_heartbeats(self, *, starting: bool = False) -> None:
+        """Heartbeat to every broker of the subscribed topics (failures are logged).
 
+        ``starting``: when every broker refused the heartbeat for lack of permission (ACL:
+        no Sub on the group or a subscribed topic), raise that AccessDeniedError: the
+        consumer could never consume, and the error names what is missing.
+        """
+        if not self._member:
+            return
+        data = self.heartbeat_data()
+        addrs = sorted(await self.broker_addrs())
+        denied: list[AccessDeniedError] = []
+        for addr in addrs:
+            error = await self._heartbeat(addr, data)
+            if isinstance(error, AccessDeniedError):
+                denied.append(error)
+        if starting and denied and len(denied) == len(addrs):
+            raise denied[0]
 
-async def unregister(consumer: Consumer) -> None:
-    if not consumer.started or consumer.manual_assignment is not None:
-        return
-    for addr in sorted(await broker_addrs(consumer)):
+    async def heartbeat_to(self, addr: str) -> None:
+        """Heartbeat to ``addr`` if it is a broker of a subscribed topic (cached routes only).
+
+        Sent when a connection to a broker is (re-)established: a broker that restarted,
+        or expired our channel while the network was down, knows nothing of us until then,
+        and the Java client would not tell it for up to a heartbeat interval.
+        """
+        if not self._member:
+            return
+        routes = [self._namesrv.cached_route(topic) for topic in self._state.subscriptions]
+        if any(route is not None and addr in route.all_addrs() for route in routes):
+            await self._heartbeat(addr, self.heartbeat_data())
+
+    async def _heartbeat(self, addr: str, data: dict[str, Any]) -> RocketMQError | None:
         try:
-            await consumer.client.broker.unregister_client(
-                addr, consumer.client_id, consumer_group=consumer.group
-            )
+            await self._broker.heartbeat(addr, data)
         except RocketMQError as exc:
-            consumer.log.warning("unregister_failed", broker=addr, error=str(exc))
+            self._state.log.warning("heartbeat_failed", broker=addr, error=str(exc))
+            return exc
+        return None
+
+    async def unregister(self) -> None:
+        if not self._member:
+            return
+        for addr in sorted(await self.broker_addrs()):
+            try:
+                await self._broker.unregister_client(
+                    addr, self._client_id, consumer_group=self._state.group
+                )
+            except RocketMQError as exc:
+                self._state.log.warning("unregister_failed", broker=addr, error=str(exc))

@@ -9,17 +9,17 @@
   cached messages are dropped (a handler still running for one settles nothing), and the
   new offset is committed at once, so the next commit cannot move it back.
 
-The consumer registers :meth:`OperatorRequests.register` with its request dispatcher.
+The engine registers :meth:`OperatorRequests.register` with its request dispatcher.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from aiorocket import __version__
-from aiorocket.consumer.dispatch import invoke
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.results import failure_delay_level
 from aiorocket.consumer.stats import Snapshot, queue_stats
@@ -31,7 +31,9 @@ from aiorocket.protocol.message_codec import decode_messages
 from aiorocket.remoting.dispatcher import RequestDispatcher
 
 if TYPE_CHECKING:
-    from aiorocket.consumer.consumer import Consumer
+    from aiorocket.consumer.committer import AutoCommit
+    from aiorocket.consumer.handler import Handler
+    from aiorocket.consumer.state import ConsumerState
     from aiorocket.remoting.connection import Connection
 
 __all__ = ["OperatorRequests"]
@@ -42,13 +44,27 @@ class OperatorRequests:
 
     Parameters
     ----------
-    consumer:
-        The consumer whose state the answers describe and whose handler
-        CONSUME_MESSAGE_DIRECTLY runs.
+    state:
+        The consumer's shared state, which the answers describe.
+    namesrv_addrs:
+        The NameServer addresses (reported in the running info).
+    handler:
+        The handler CONSUME_MESSAGE_DIRECTLY runs; None for an iterated consumer.
+    commits:
+        Commits a queue's offset reset by the broker.
     """
 
-    def __init__(self, consumer: Consumer) -> None:
-        self._consumer = consumer
+    def __init__(
+        self,
+        state: ConsumerState,
+        namesrv_addrs: Sequence[str],
+        handler: Handler | None,
+        commits: AutoCommit,
+    ) -> None:
+        self._state = state
+        self._namesrv_addrs = namesrv_addrs
+        self._handler = handler
+        self._commits = commits
         self._last: Snapshot | None = None
         self._handlers = {
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.running_info,
@@ -66,7 +82,7 @@ class OperatorRequests:
 
     def _for_us(self, cmd: RemotingCommand) -> bool:
         return cmd.ext_fields.get("consumerGroup", cmd.ext_fields.get("group")) == (
-            self._consumer.group
+            self._state.group
         )
 
     @staticmethod
@@ -77,13 +93,13 @@ class OperatorRequests:
 
     async def running_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         if not self._for_us(cmd):
-            return self._refuse(cmd, f"this client consumes group {self._consumer.group!r}")
+            return self._refuse(cmd, f"this client consumes group {self._state.group!r}")
         body = self.running_info_json().encode()
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
 
     def running_info_json(self) -> str:
         """ConsumerRunningInfo in the broker's JSON dialect (MessageQueue-keyed mqTable)."""
-        c = self._consumer
+        c = self._state
         cfg = c.config
         stats, self._last = queue_stats(c.process_queues, self._last)
         now_ms = time.time_ns() // 1_000_000
@@ -121,7 +137,7 @@ class OperatorRequests:
             topic["pullTPS"] += s.pull_rate
             topic["consumeOKTPS"] += s.consume_rate
         properties = {
-            "PROP_NAMESERVER_ADDR": ";".join(c.client.namesrv.addrs),
+            "PROP_NAMESERVER_ADDR": ";".join(self._namesrv_addrs),
             "PROP_CONSUME_TYPE": "CONSUME_ACTIVELY" if c.pull_mode else "CONSUME_PASSIVELY",
             "PROP_CONSUME_ORDERLY": "true" if cfg.orderly else "false",
             "PROP_THREADPOOL_CORE_SIZE": str(cfg.consume_concurrency),
@@ -150,10 +166,11 @@ class OperatorRequests:
     # -- CONSUME_MESSAGE_DIRECTLY -------------------------------------------------------
 
     async def consume_directly(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        c = self._consumer
+        c = self._state
         if not self._for_us(cmd):
             return self._refuse(cmd, f"this client consumes group {c.group!r}")
-        if c.handler_fn is None:
+        handler = self._handler
+        if handler is None:
             return self._refuse(cmd, "this consumer has no handler (it is iterated)")
         try:
             decoded = decode_messages(
@@ -168,7 +185,7 @@ class OperatorRequests:
         msg = cast("ConsumerMessage", decoded[0])
         started = time.perf_counter()
         try:
-            level = failure_delay_level(await invoke(c, [msg]), 0)
+            level = failure_delay_level(await handler.invoke([msg]), 0)
             result, remark = ("CR_SUCCESS", "") if level is None else ("CR_LATER", "")
         except Exception as exc:  # reported to the operator, like Java's CR_THROW_EXCEPTION
             result, remark = "CR_THROW_EXCEPTION", repr(exc)
@@ -188,7 +205,7 @@ class OperatorRequests:
     # -- RESET_CONSUMER_CLIENT_OFFSET ---------------------------------------------------
 
     async def reset_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-        c = self._consumer
+        c = self._state
         if not self._for_us(cmd):
             return None if cmd.is_oneway else self._refuse(cmd, "another group")
         try:
@@ -206,7 +223,7 @@ class OperatorRequests:
             pq.tracker.mark_dirty()
             reset.append(pq)
         for pq in reset:
-            await c.persist_offset(pq)  # committed now: a later commit starts from here
+            await self._commits.commit(pq)  # committed now: a later commit starts from here
         c.log.warning(
             "offsets_reset_by_broker",
             topic=cmd.ext_fields.get("topic"),

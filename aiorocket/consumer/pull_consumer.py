@@ -19,11 +19,22 @@ from typing import Any
 
 import anyio
 
-from aiorocket.consumer.consumer import Consumer, RebalanceListener
+from aiorocket._log import get_logger
+from aiorocket._settings import apply_settings, check_group
+from aiorocket.client.namesrv import namesrv_addrs
+from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
+from aiorocket.consumer.buffered import Buffered
+from aiorocket.consumer.config import ConsumerConfig
+from aiorocket.consumer.delivery import Delivery, DeliveryParts
+from aiorocket.consumer.engine import Engine, RebalanceListener
 from aiorocket.consumer.message import ConsumerMessage
-from aiorocket.errors import ConfigError, RocketMQError
+from aiorocket.consumer.process_queue import ProcessQueue
+from aiorocket.consumer.state import ConsumerState
+from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError
 from aiorocket.message import MessageQueue
-from aiorocket.protocol.subscription import EXPRESSION_SQL92, Subscription
+from aiorocket.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, Subscription
+
+__all__ = ["PullConsumer"]
 
 
 class PullConsumer:
@@ -47,6 +58,13 @@ class PullConsumer:
     listener:
         A :class:`~aiorocket.consumer.RebalanceListener` awaited around queue
         ownership changes.
+    config:
+        A :class:`~aiorocket.consumer.ConsumerConfig`; keyword ``settings`` override
+        its fields.
+    allocate:
+        The queue allocation strategy (default: averagely, as in Java).
+    client_id:
+        This client's id in the group (default ``<ip>@<pid>#<random>``).
     settings:
         :class:`~aiorocket.consumer.ConsumerConfig` fields.
     """
@@ -58,20 +76,52 @@ class PullConsumer:
         *,
         auto_commit: bool = True,
         listener: RebalanceListener | None = None,
+        config: ConsumerConfig | None = None,
+        allocate: AllocateStrategy = allocate_averagely,
+        client_id: str | None = None,
         **settings: Any,
     ) -> None:
-        self._engine = Consumer(group, namesrv, listener=listener, **settings)
-        self._engine.pull_mode = True
-        self._engine.auto_commit = auto_commit
-        self._next_queue = 0
+        check_group(group, "consumer")
+        cfg = apply_settings(config or ConsumerConfig(), settings, "consumer")
+        state = ConsumerState(group, cfg, get_logger("consumer", group=group), pull_mode=True)
+        state.auto_commit = auto_commit
+        self._state = state
+        self._buffered: Buffered | None = None
+        self._engine = Engine(
+            state,
+            namesrv_addrs(namesrv),
+            delivery=self._buffers,
+            allocate=allocate,
+            listener=listener,
+            client_id=client_id,
+        )
+
+    def _buffers(self, parts: DeliveryParts) -> Delivery:
+        self._buffered = Buffered(parts.state, parts.locks)
+        return self._buffered
+
+    @property
+    def group(self) -> str:
+        return self._state.group
+
+    @property
+    def config(self) -> ConsumerConfig:
+        return self._state.config
 
     # -- assignment ------------------------------------------------------------------
 
     def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
         """Join the group's rebalance for ``topic`` (exclusive with :meth:`assign`)."""
-        if self._engine.manual_assignment is not None:
+        state = self._state
+        if state.manual_assignment is not None:
             raise ConfigError("assign() and subscribe() cannot be combined")
-        self._engine.subscribe(topic, expression, sql=sql)
+        if self._engine.started:
+            raise ConfigError("subscribe before starting the consumer")
+        state.subscriptions[topic] = (
+            Subscription(topic, sql, EXPRESSION_SQL92)
+            if sql is not None
+            else Subscription(topic, expression, EXPRESSION_TAG)
+        )
 
     def assign(
         self, queues: Iterable[MessageQueue], expression: str = "*", *, sql: str | None = None
@@ -79,27 +129,29 @@ class PullConsumer:
         """Consume exactly these queues, outside any group rebalance, filtered by a tag
         ``expression`` or an SQL92 ``sql`` (for topics not assigned before)."""
         queues = set(queues)
-        engine = self._engine
-        if engine.manual_assignment is None and engine.subscriptions:
+        state = self._state
+        if state.manual_assignment is None and state.subscriptions:
             raise ConfigError("assign() and subscribe() cannot be combined")
-        engine.manual_assignment = queues
+        state.manual_assignment = queues
         for mq in queues:
-            if mq.topic not in engine.subscriptions:
-                engine.subscriptions[mq.topic] = (
+            if mq.topic not in state.subscriptions:
+                state.subscriptions[mq.topic] = (
                     Subscription(mq.topic, sql, EXPRESSION_SQL92)
                     if sql is not None
                     else Subscription(mq.topic, expression)
                 )
-        if engine._tg is not None:
-            engine.request_rebalance()
+        if self._engine.started:
+            state.request_rebalance()
 
     def assignment(self) -> set[MessageQueue]:
-        return self._engine.assignment()
+        return self._state.assignment()
 
     # -- lifecycle ---------------------------------------------------------------------
 
     async def __aenter__(self) -> PullConsumer:
-        await self._engine.__aenter__()
+        if not self._state.subscriptions:
+            raise ConfigError("subscribe to at least one topic before starting")
+        await self._engine.start()
         return self
 
     async def __aexit__(
@@ -108,50 +160,32 @@ class PullConsumer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        return await self._engine.__aexit__(exc_type, exc, tb)
+        graceful = exc_type is None or issubclass(exc_type, Exception)
+        await self._engine.close(exc_type, exc, tb, graceful=graceful)
+        return None
 
     # -- fetching ----------------------------------------------------------------------
 
-    def _take(self, max_records: int) -> dict[MessageQueue, list[ConsumerMessage]]:
-        pqs = [
-            pq for pq in self._engine.process_queues.values() if not pq.dropped and not pq.paused
-        ]
-        out: dict[MessageQueue, list[ConsumerMessage]] = {}
-        if not pqs:
-            return out
-        taken = 0
-        start = self._next_queue % len(pqs)
-        self._next_queue += 1
-        for pq in pqs[start:] + pqs[:start]:  # rotate so no queue starves the others
-            batch: list[ConsumerMessage] = []
-            while pq.buffer and taken < max_records:
-                msg: ConsumerMessage = pq.buffer.popleft()
-                if msg._generation != pq.tracker.generation:
-                    continue
-                msg._settled = True
-                pq.on_done(msg, msg._generation)  # returned = consumed (position model)
-                batch.append(msg)
-                taken += 1
-            if batch:
-                out[pq.mq] = batch
-            if taken >= max_records:
-                break
-        return out
+    def _buffers_of_started(self) -> Buffered:
+        if self._buffered is None:
+            raise ClientClosedError("start the consumer (async with) before fetching")
+        return self._buffered
 
     async def getmany(
         self, timeout: float = 0.0, max_records: int | None = None
     ) -> dict[MessageQueue, list[ConsumerMessage]]:
         """Messages ready now, waiting up to ``timeout`` seconds for the first ones."""
-        limit = max_records if max_records is not None else self._engine.config.pull_batch_size
+        limit = max_records if max_records is not None else self._state.config.pull_batch_size
         if limit <= 0:
             raise ConfigError("max_records must be positive")
+        buffered = self._buffers_of_started()
         with anyio.move_on_after(timeout):
             while True:
-                batch = self._take(limit)
+                batch = buffered.take(limit)
                 if batch:
                     return batch
-                await self._engine._available.wait()
-        return self._take(limit)
+                await buffered.available.wait()
+        return buffered.take(limit)
 
     async def getone(self) -> ConsumerMessage:
         """The next message, waiting as long as it takes."""
@@ -169,8 +203,8 @@ class PullConsumer:
 
     # -- positions -----------------------------------------------------------------------
 
-    def _pq(self, mq: MessageQueue) -> Any:
-        pq = self._engine.process_queues.get(mq)
+    def _pq(self, mq: MessageQueue) -> ProcessQueue:
+        pq = self._state.process_queues.get(mq)
         if pq is None or pq.dropped:
             raise ConfigError(f"{mq} is not assigned to this consumer")
         return pq
@@ -197,7 +231,7 @@ class PullConsumer:
             self.seek(mq, offset)
 
     async def _addr(self, mq: MessageQueue) -> str:
-        addr = await self._engine.read_addr(mq)
+        addr = await self._engine.finder.reader(mq)
         if addr is None:
             raise RocketMQError(f"no broker for {mq}")
         return addr
@@ -228,26 +262,28 @@ class PullConsumer:
     def resume(self, *mqs: MessageQueue) -> None:
         for mq in mqs:
             self._pq(mq).resume()
-        self._engine._available.notify()
+        if self._buffered is not None:
+            self._buffered.available.notify()
 
     def paused(self) -> set[MessageQueue]:
-        return {mq for mq, pq in self._engine.process_queues.items() if pq.paused}
+        return {mq for mq, pq in self._state.process_queues.items() if pq.paused}
 
     async def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
         """Commit ``offsets`` (next offset to consume), or every queue's current position."""
-        engine = self._engine
+        store = self._engine.offset_store
+        process_queues = self._state.process_queues
         if offsets is None:
-            for pq in list(engine.process_queues.values()):
+            for pq in list(process_queues.values()):
                 offset = pq.tracker.committable()
-                await engine.offset_store.persist(pq.mq, offset)
+                await store.persist(pq.mq, offset)
                 pq.tracker.mark_committed(offset)
         else:
             for mq, offset in offsets.items():
-                await engine.offset_store.persist(mq, offset)
-                owned = engine.process_queues.get(mq)
+                await store.persist(mq, offset)
+                owned = process_queues.get(mq)
                 if owned is not None:
                     owned.tracker.mark_committed(offset)
-        await engine.offset_store.flush()
+        await store.flush()
 
     async def committed(self, mq: MessageQueue) -> int | None:
         return await self._engine.offset_store.read(mq)

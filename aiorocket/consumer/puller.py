@@ -1,8 +1,9 @@
-"""The pull task of one ProcessQueue: long-poll the broker, hand messages to dispatch."""
+"""The pull task of one ProcessQueue: long-poll the broker, hand messages to delivery."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 import anyio
@@ -10,7 +11,6 @@ import anyio.abc
 
 from aiorocket.client.broker import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from aiorocket.client.results import PullStatus
-from aiorocket.consumer import membership
 from aiorocket.consumer.config import MessageModel
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.undecodable import dead_letter_undecodable
@@ -20,7 +20,7 @@ from aiorocket.errors import (
     ResponseTooLargeError,
     RocketMQError,
 )
-from aiorocket.message import PROPERTY_RETRY_TOPIC
+from aiorocket.message import PROPERTY_RETRY_TOPIC, RETRY_TOPIC_PREFIX
 from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.frame import MAX_FRAME_LENGTH
 from aiorocket.protocol.route import MASTER_ID
@@ -28,31 +28,95 @@ from aiorocket.protocol.subscription import Subscription
 
 if TYPE_CHECKING:
     from aiorocket._log import Logger
+    from aiorocket.client.broker import BrokerClient
+    from aiorocket.consumer.brokers import BrokerFinder
+    from aiorocket.consumer.committer import AutoCommit
     from aiorocket.consumer.config import ConsumerConfig
-    from aiorocket.consumer.consumer import Consumer
+    from aiorocket.consumer.membership import Membership
     from aiorocket.consumer.process_queue import ProcessQueue
+    from aiorocket.consumer.settle import RemotingSettler
+    from aiorocket.consumer.state import ConsumerState
 
-RETRY_PREFIX = "%RETRY%"
+__all__ = ["Deliver", "Puller"]
+
+#: ``deliver(pq, messages)``: the delivery strategy's entry (see aiorocket.consumer.delivery)
+Deliver = Callable[["ProcessQueue", list[ConsumerMessage]], None]
 
 
-async def pull_loop(
-    consumer: Consumer,
-    pq: ProcessQueue,
-    sub: Subscription,
-    *,
-    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run until the queue is dropped (its cancel scope is cancelled) or the consumer closes."""
-    cfg = consumer.config
-    log = consumer.log.bind(topic=pq.mq.topic, broker=pq.mq.broker_name, queue=pq.mq.queue_id)
-    with anyio.CancelScope() as scope:
-        pq.pull_scope = scope
-        task_status.started()
-        is_retry_topic = pq.mq.topic.startswith(RETRY_PREFIX)
+class Puller:
+    """Runs the pull task of each assigned queue.
+
+    Parameters
+    ----------
+    state:
+        The consumer's shared state: configuration, group, flow-control limits, the
+        pull observers.
+    broker:
+        The broker request client (PULL_MESSAGE).
+    finder:
+        Finds the broker to pull a queue from (the suggested one, master, else a slave).
+    membership:
+        Heartbeats a broker that does not know our subscription yet.
+    settler:
+        Every pulled message's settler; also dead-letters undecodable records.
+    deliver:
+        Where pulled messages go (the delivery strategy).
+    commits:
+        Commits a queue's offset after the broker moved it (OFFSET_ILLEGAL).
+    needs_lock:
+        Orderly: a queue pulls only while it holds its broker lock.
+    """
+
+    def __init__(
+        self,
+        state: ConsumerState,
+        broker: BrokerClient,
+        finder: BrokerFinder,
+        membership: Membership,
+        settler: RemotingSettler,
+        deliver: Deliver,
+        commits: AutoCommit,
+        *,
+        needs_lock: bool,
+    ) -> None:
+        self._state = state
+        self._broker = broker
+        self._finder = finder
+        self._membership = membership
+        self._settler = settler
+        self._deliver = deliver
+        self._commits = commits
+        self._needs_lock = needs_lock
+
+    async def run(
+        self,
+        pq: ProcessQueue,
+        sub: Subscription,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Pull ``pq`` until it is dropped (its cancel scope is cancelled) or the consumer
+        closes."""
+        with anyio.CancelScope() as scope:
+            pq.pull_scope = scope
+            task_status.started()
+            await self._pull(pq, sub)
+
+    async def _pull(self, pq: ProcessQueue, sub: Subscription) -> None:
+        state = self._state
+        cfg = state.config
+        group = state.group
+        broker = self._broker
+        finder = self._finder
+        settler = self._settler
+        deliver = self._deliver
+        needs_lock = self._needs_lock
+        log = state.log.bind(topic=pq.mq.topic, broker=pq.mq.broker_name, queue=pq.mq.queue_id)
+        is_retry_topic = pq.mq.topic.startswith(RETRY_TOPIC_PREFIX)
         clustering = cfg.message_model is MessageModel.CLUSTERING
         # Without a registered heartbeat subscription (SQL92 filters, the pull consumer)
         # the broker needs the expression with every request.
-        with_sub = sub.expression_type != "TAG" or consumer.pull_mode
+        with_sub = sub.expression_type != "TAG" or state.pull_mode
         filter_tags = not sub.matches_all
         max_batch = cfg.pull_batch_size
         # The broker the last answer suggested (Java: pullFromWhichNodeTable); when it is
@@ -61,22 +125,22 @@ async def pull_loop(
         broker_id = MASTER_ID
         slave_refused = False
         unknown_to_broker = False  # the last pull was refused for want of our heartbeat
-        observers = consumer.pull_observers  # the list itself: observers added later count
+        observers = state.pull_observers  # the list itself: observers added later count
         while not pq.dropped:
             if pq.paused:
                 await pq.wait_changed()
                 continue
-            if not (pq.has_capacity(cfg) and consumer.has_global_capacity()):
+            if not state.has_room(pq):
                 oldest = pq.tracker.min_in_flight
                 with anyio.move_on_after(cfg.stall_warning_after) as waiting:
-                    await consumer.wait_capacity(pq)
+                    await state.wait_room(pq)
                 if waiting.cancelled_caught:
                     _warn_if_pinned(pq, oldest, cfg, log)
                 continue
-            if cfg.orderly and not pq.locked:
-                await consumer.wait_locked(pq)
+            if needs_lock and not pq.locked:
+                await pq.wait_changed()
                 continue
-            found = await consumer.find_broker(pq.mq, broker_id)
+            found = await finder.find(pq.mq, broker_id)
             if found is None:
                 log.warning("pull_no_broker")
                 await anyio.sleep(cfg.pull_backoff_on_error)
@@ -84,7 +148,7 @@ async def pull_loop(
             addr, pulled_from = found
             from_slave = pulled_from != MASTER_ID
             offset = pq.tracker.next_offset
-            commit = pq.tracker.committable() if clustering and consumer.auto_commit else 0
+            commit = pq.tracker.committable() if clustering and state.auto_commit else 0
             if from_slave:
                 commit = 0  # a slave takes no commits (Java clears the flag); the flusher does
             sys_flag = PULL_SUSPEND
@@ -98,9 +162,9 @@ async def pull_loop(
             try:
                 with anyio.CancelScope() as request_scope:
                     pq.request_scope = request_scope
-                    result = await consumer.client.broker.pull(
+                    result = await broker.pull(
                         addr,
-                        consumer.group,
+                        group,
                         pq.mq,
                         offset,
                         max_nums=batch,
@@ -141,7 +205,7 @@ async def pull_loop(
                     # broker now and pull again. Reported below only if it outlives that.
                     unknown_to_broker = True
                     log.debug("pull_subscription_unknown", offset=offset, error=str(exc))
-                    await membership.heartbeat_to(consumer, addr)
+                    await self._membership.heartbeat_to(addr)
                     continue
                 log.warning("pull_failed", offset=offset, error=str(exc))
                 await anyio.sleep(cfg.pull_backoff_on_error)
@@ -176,7 +240,7 @@ async def pull_loop(
                 if result.undecodable:  # rare: off the normal path
                     try:
                         next_offset = await dead_letter_undecodable(
-                            consumer, pq, result, offset, log
+                            state, settler, pq, result, offset, log
                         )
                     except RocketMQError:  # the DLQ unreachable (logged): pull again later
                         await anyio.sleep(cfg.pull_backoff_on_error)
@@ -198,7 +262,7 @@ async def pull_loop(
                             m.topic = original
                     m._pq = pq
                     m._generation = generation
-                    m._settler = consumer
+                    m._settler = settler
                 try:
                     pq.on_pulled(accepted, next_offset)
                 except ValueError as exc:
@@ -211,7 +275,7 @@ async def pull_loop(
                     await anyio.sleep(cfg.pull_backoff_on_error)
                     continue
                 if accepted:
-                    consumer.dispatch(pq, accepted)
+                    deliver(pq, accepted)
             elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
                 pq.tracker.add((), max(result.next_begin_offset, offset))
             else:  # OFFSET_ILLEGAL: the stored offset fell out of the queue's range
@@ -224,7 +288,7 @@ async def pull_loop(
                 )
                 pq.reset(result.next_begin_offset)
                 pq.tracker.mark_dirty()
-                await consumer.persist_offset(pq)
+                await self._commits.commit(pq)
 
 
 #: the broker does not know this consumer's group or subscription (yet): its heartbeat

@@ -19,24 +19,48 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from aiorocket.consumer import locks, membership
 from aiorocket.consumer.config import ConsumeFromWhere, MessageModel
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import AccessDeniedError, RocketMQError, TopicNotExistError
-from aiorocket.message import MessageQueue
+from aiorocket.message import RETRY_TOPIC_PREFIX, MessageQueue
 from aiorocket.protocol.route import TopicRoute
 
 if TYPE_CHECKING:
-    from aiorocket.consumer.consumer import Consumer
+    from aiorocket.client.broker import BrokerClient
+    from aiorocket.client.namesrv import NameServerClient
+    from aiorocket.consumer.allocation import AllocateStrategy
+    from aiorocket.consumer.brokers import BrokerFinder
+    from aiorocket.consumer.locks import QueueLocks
+    from aiorocket.consumer.membership import Membership
+    from aiorocket.consumer.offset_store import OffsetStore
+    from aiorocket.consumer.state import ConsumerState
+    from aiorocket.protocol.subscription import Subscription
+    from aiorocket.remoting.pool import ConnectionPool
 
-RETRY_PREFIX = "%RETRY%"
+__all__ = ["Plan", "QueueControl", "RebalanceState", "Rebalancer", "plan"]
+
 #: start-offset lookups in flight during one pass: enough to fill a round trip with
 #: many requests (their frames share writes), few enough not to flood a broker.
 START_OFFSET_CONCURRENCY = 32
+#: seconds to the next pass when queues are waiting for a lock or we must rejoin.
+SOON = 1.0
+
+
+class QueueControl(Protocol):
+    """What the rebalancer asks of the engine when ownership changes."""
+
+    async def start_queue(self, pq: ProcessQueue, sub: Subscription) -> None:
+        """Start pulling (and consuming) a newly owned queue."""
+
+    async def revoke(self, pqs: list[ProcessQueue]) -> None:
+        """Stop, settle, commit and forget queues no longer ours."""
+
+    async def assigned(self, mqs: list[MessageQueue]) -> None:
+        """Queues started in this pass (the rebalance listener)."""
 
 
 @dataclass(slots=True)
@@ -52,7 +76,7 @@ class _TopicMemo:
 
 @dataclass(slots=True)
 class RebalanceState:
-    """Per-consumer rebalance memory, plus counters tests and benchmarks read."""
+    """The rebalancer's memory between passes, plus counters tests and benchmarks read."""
 
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     memos: dict[str, _TopicMemo] = field(default_factory=dict)
@@ -65,17 +89,13 @@ class RebalanceState:
     no_route: set[str] = field(default_factory=set)
 
 
-def state_of(consumer: Consumer) -> RebalanceState:
-    """The consumer's rebalance memory (it owns it: no module-level state here)."""
-    return consumer.rebalance_state
-
-
 class _MemberLists:
     """The group's member list as each broker reports it, asked at most once per pass."""
 
-    def __init__(self, consumer: Consumer, state: RebalanceState) -> None:
-        self._consumer = consumer
-        self._state = state
+    def __init__(self, broker: BrokerClient, group: str, memory: RebalanceState) -> None:
+        self._broker = broker
+        self._group = group
+        self._memory = memory
         self._answers: dict[str, tuple[str, ...] | RocketMQError] = {}
 
     async def for_brokers(self, masters: Sequence[str]) -> tuple[str, ...]:
@@ -94,11 +114,9 @@ class _MemberLists:
         untried = [a for a in masters if a not in self._answers]
         random.shuffle(untried)  # Java picks a random broker of the topic
         for addr in untried:
-            self._state.consumer_id_queries += 1
+            self._memory.consumer_id_queries += 1
             try:
-                cids = await self._consumer.client.broker.get_consumer_ids(
-                    addr, self._consumer.group
-                )
+                cids = await self._broker.get_consumer_ids(addr, self._group)
             except RocketMQError as exc:
                 self._answers[addr] = error = exc
                 continue
@@ -113,85 +131,6 @@ class _MemberLists:
         raise error
 
 
-async def rebalance(consumer: Consumer) -> None:
-    """One pass over every subscribed topic; passes never overlap."""
-    state = state_of(consumer)
-    async with state.lock:
-        state.passes += 1
-        await _rebalance_pass(consumer, state)
-
-
-async def _rebalance_pass(consumer: Consumer, state: RebalanceState) -> None:
-    members = _MemberLists(consumer, state)
-    targets: dict[str, frozenset[MessageQueue]] = {}
-    not_registered: list[str] = []
-    no_members: list[str] = []
-    for topic in list(consumer.subscriptions):
-        try:
-            mine = await _assigned(consumer, state, members, topic)
-        except TopicNotExistError:
-            _route_missing(consumer, state, topic)
-            continue
-        except _NoMembers as exc:
-            (not_registered if exc.others_only else no_members).append(topic)
-            continue
-        except RocketMQError as exc:
-            consumer.log.warning("rebalance_failed", topic=topic, error=str(exc))
-            continue
-        if mine is not None:
-            targets[topic] = mine
-    if no_members:
-        consumer.log.warning("rebalance_no_consumer_ids", topics=no_members)
-    if not_registered:
-        # The member list lacks us (our heartbeat has not arrived, or the broker forgot
-        # us): the others allocate without us and take our queues, so keeping them would
-        # consume them twice. Drop them (revoked and committed as usual), heartbeat now,
-        # and take our share again in a pass soon (Java drops them too: the strategy
-        # allocates nothing to a client missing from the list).
-        consumer.log.warning("rebalance_not_a_member", topics=not_registered)
-        for topic in not_registered:
-            targets[topic] = frozenset()
-    await _apply(consumer, targets)
-    if not_registered:
-        await consumer.rejoin()
-    elif not no_members and all(
-        topic in targets for topic in consumer.subscriptions if not topic.startswith("%RETRY%")
-    ):
-        consumer.note_assigned()  # a member of the group with its share computed
-
-
-def _route_missing(consumer: Consumer, state: RebalanceState, topic: str) -> None:
-    """Say once (not every pass) that a subscribed topic has no route; it is polled on."""
-    if topic not in state.no_route:
-        state.no_route.add(topic)
-        _log_route_change(consumer, topic, "topic_has_no_route")
-
-
-def _log_route_change(consumer: Consumer, topic: str, event: str) -> None:
-    # The group's retry topic appears only after a broker has seen the group: expected.
-    if topic.startswith(RETRY_PREFIX):
-        consumer.log.debug(event, topic=topic)
-    elif event == "topic_has_no_route":
-        consumer.log.warning(
-            event,
-            topic=topic,
-            hint="the topic does not exist (yet): nothing is consumed from it until it is "
-            "created; the consumer keeps looking at every rebalance",
-        )
-    else:
-        consumer.log.warning(event, topic=topic, hint="consuming it starts now")
-
-
-async def _introduce(consumer: Consumer, route: TopicRoute) -> None:
-    """Heartbeat the route's brokers we have never connected to, before asking who the
-    members are or pulling: a topic that just appeared, or a broker added to it, has not
-    heard of us, and a member list or a pull overtaking our first heartbeat there would
-    leave us out (warnings, queues dropped and taken again a pass later)."""
-    connected = set(consumer.client.pool.addresses)
-    for addr in sorted(route.all_addrs() - connected):
-        await membership.heartbeat_to(consumer, addr)
-
-
 class _NoMembers(Exception):
     """No usable member list for a topic: empty, or (``others_only``) without us."""
 
@@ -199,40 +138,322 @@ class _NoMembers(Exception):
         self.others_only = others_only
 
 
-async def _assigned(
-    consumer: Consumer, state: RebalanceState, members: _MemberLists, topic: str
-) -> frozenset[MessageQueue] | None:
-    """The queues of ``topic`` this consumer should own, or None to leave them as they are."""
-    if consumer.manual_assignment is not None:
-        return frozenset(mq for mq in consumer.manual_assignment if mq.topic == topic)
-    # The cached route: the NameServer client refreshes it every 30 s (as Java does) and
-    # keeps the same object while it is unchanged, so it also keys the memo below.
-    route = await consumer.client.namesrv.get_route(topic)
-    if topic in state.no_route:
-        state.no_route.discard(topic)
-        _log_route_change(consumer, topic, "topic_route_appeared")
-    memo = state.memos.get(topic)
-    if memo is None or memo.route is not route:
-        memo = state.memos[topic] = _TopicMemo(route, route.read_queues())
-        await _introduce(consumer, route)
-    if consumer.config.message_model is MessageModel.BROADCASTING:
-        return frozenset(memo.queues)
-    # One broker per group, its master else a slave (Java asks any broker of the topic).
-    brokers = list(route.group_addrs().values())
-    if not brokers:
-        consumer.log.warning("rebalance_no_broker", topic=topic)
-        return None
-    cids = await members.for_brokers(brokers)
-    if not cids:
-        raise _NoMembers(others_only=False)
-    if consumer.client_id not in cids:
-        raise _NoMembers(others_only=True)
-    strategy = consumer.allocate
-    if memo.cids != cids or memo.strategy is not strategy:
-        state.allocations += 1
-        mine = strategy(consumer.group, consumer.client_id, memo.queues, cids)
-        memo.cids, memo.strategy, memo.mine = cids, strategy, frozenset(mine)
-    return memo.mine
+class Rebalancer:
+    """Decides which queues this consumer owns and has the engine start or stop them.
+
+    Parameters
+    ----------
+    state:
+        The consumer's shared state: subscriptions, owned queues, assignment mode.
+    client_id:
+        This client's id in the group's member lists.
+    broker:
+        The broker request client (member lists, start offsets).
+    namesrv:
+        The NameServer client (routes).
+    pool:
+        The connection pool: brokers never connected to are introduced (heartbeat)
+        before they are asked who the members are.
+    membership:
+        Heartbeats: a new broker's introduction, and rejoining when the member list
+        lacks us.
+    finder:
+        Finds a broker serving reads of a queue (start offsets).
+    offset_store:
+        Where start offsets are read and a computed start is committed.
+    allocate:
+        The queue allocation strategy.
+    queues:
+        Starts and revokes queues (the engine).
+    locks:
+        Orderly consumption: a queue starts only once its broker lock is ours.
+    """
+
+    def __init__(
+        self,
+        state: ConsumerState,
+        client_id: str,
+        broker: BrokerClient,
+        namesrv: NameServerClient,
+        pool: ConnectionPool,
+        membership: Membership,
+        finder: BrokerFinder,
+        offset_store: OffsetStore,
+        allocate: AllocateStrategy,
+        queues: QueueControl,
+        locks: QueueLocks | None = None,
+    ) -> None:
+        self._state = state
+        self._client_id = client_id
+        self._broker = broker
+        self._namesrv = namesrv
+        self._pool = pool
+        self._membership = membership
+        self._finder = finder
+        self._offset_store = offset_store
+        self.allocate = allocate
+        self._queues = queues
+        self._locks = locks
+        self.memory = RebalanceState()
+        #: queues allocated to us were refused a lock (another member still holds them)
+        self._pending_locks = False
+        #: the member list lacked us: take our share back soon
+        self._rejoin_soon = False
+
+    async def run(self) -> None:
+        """A pass every ``rebalance_interval``, at once when asked (the group changed),
+        and after :data:`SOON` while queues wait for a lock or we must rejoin."""
+        state = self._state
+        while True:
+            if not state.rebalance_requested:
+                soon = self._pending_locks or self._rejoin_soon
+                wait = SOON if soon else state.config.rebalance_interval
+                with anyio.move_on_after(wait):
+                    await state.rebalance_wanted.wait()
+            state.rebalance_requested = False
+            self._rejoin_soon = False
+            await self.rebalance()
+
+    async def rebalance(self) -> None:
+        """One pass over every subscribed topic; passes never overlap."""
+        memory = self.memory
+        async with memory.lock:
+            memory.passes += 1
+            await self._pass()
+
+    async def _pass(self) -> None:
+        state = self._state
+        members = _MemberLists(self._broker, state.group, self.memory)
+        targets: dict[str, frozenset[MessageQueue]] = {}
+        not_registered: list[str] = []
+        no_members: list[str] = []
+        for topic in list(state.subscriptions):
+            try:
+                mine = await self._assigned(members, topic)
+            except TopicNotExistError:
+                self._route_missing(topic)
+                continue
+            except _NoMembers as exc:
+                (not_registered if exc.others_only else no_members).append(topic)
+                continue
+            except RocketMQError as exc:
+                state.log.warning("rebalance_failed", topic=topic, error=str(exc))
+                continue
+            if mine is not None:
+                targets[topic] = mine
+        if no_members:
+            state.log.warning("rebalance_no_consumer_ids", topics=no_members)
+        if not_registered:
+            # The member list lacks us (our heartbeat has not arrived, or the broker forgot
+            # us): the others allocate without us and take our queues, so keeping them
+            # would consume them twice. Drop them (revoked and committed as usual),
+            # heartbeat now, and take our share again in a pass soon (Java drops them
+            # too: the strategy allocates nothing to a client missing from the list).
+            state.log.warning("rebalance_not_a_member", topics=not_registered)
+            for topic in not_registered:
+                targets[topic] = frozenset()
+        await self._apply(targets)
+        if not_registered:
+            await self._membership.send_heartbeats()
+            self._rejoin_soon = True
+        elif not no_members and all(
+            topic in targets
+            for topic in state.subscriptions
+            if not topic.startswith(RETRY_TOPIC_PREFIX)
+        ):
+            state.note_joined()  # a member of the group with its share computed
+
+    def _route_missing(self, topic: str) -> None:
+        """Say once (not every pass) that a subscribed topic has no route; it is polled on."""
+        if topic not in self.memory.no_route:
+            self.memory.no_route.add(topic)
+            self._log_route_change(topic, "topic_has_no_route")
+
+    def _log_route_change(self, topic: str, event: str) -> None:
+        log = self._state.log
+        # The group's retry topic appears only after a broker has seen the group: expected.
+        if topic.startswith(RETRY_TOPIC_PREFIX):
+            log.debug(event, topic=topic)
+        elif event == "topic_has_no_route":
+            log.warning(
+                event,
+                topic=topic,
+                hint="the topic does not exist (yet): nothing is consumed from it until it "
+                "is created; the consumer keeps looking at every rebalance",
+            )
+        else:
+            log.warning(event, topic=topic, hint="consuming it starts now")
+
+    async def _introduce(self, route: TopicRoute) -> None:
+        """Heartbeat the route's brokers we have never connected to, before asking who the
+        members are or pulling: a topic that just appeared, or a broker added to it, has
+        not heard of us, and a member list or a pull overtaking our first heartbeat there
+        would leave us out (warnings, queues dropped and taken again a pass later)."""
+        connected = set(self._pool.addresses)
+        for addr in sorted(route.all_addrs() - connected):
+            await self._membership.heartbeat_to(addr)
+
+    async def _assigned(self, members: _MemberLists, topic: str) -> frozenset[MessageQueue] | None:
+        """The queues of ``topic`` we should own, or None to leave them as they are."""
+        state = self._state
+        memory = self.memory
+        if state.manual_assignment is not None:
+            return frozenset(mq for mq in state.manual_assignment if mq.topic == topic)
+        # The cached route: the NameServer client refreshes it every 30 s (as Java does)
+        # and keeps the same object while it is unchanged, so it also keys the memo below.
+        route = await self._namesrv.get_route(topic)
+        if topic in memory.no_route:
+            memory.no_route.discard(topic)
+            self._log_route_change(topic, "topic_route_appeared")
+        memo = memory.memos.get(topic)
+        if memo is None or memo.route is not route:
+            memo = memory.memos[topic] = _TopicMemo(route, route.read_queues())
+            await self._introduce(route)
+        if state.config.message_model is MessageModel.BROADCASTING:
+            return frozenset(memo.queues)
+        # One broker per group, its master else a slave (Java asks any broker of the topic).
+        brokers = list(route.group_addrs().values())
+        if not brokers:
+            state.log.warning("rebalance_no_broker", topic=topic)
+            return None
+        cids = await members.for_brokers(brokers)
+        if not cids:
+            raise _NoMembers(others_only=False)
+        if self._client_id not in cids:
+            raise _NoMembers(others_only=True)
+        strategy = self.allocate
+        if memo.cids != cids or memo.strategy is not strategy:
+            memory.allocations += 1
+            mine = strategy(state.group, self._client_id, memo.queues, cids)
+            memo.cids, memo.strategy, memo.mine = cids, strategy, frozenset(mine)
+        return memo.mine
+
+    async def _apply(self, targets: dict[str, frozenset[MessageQueue]]) -> None:
+        """Revoke what is no longer ours, then start what is newly ours, across all topics."""
+        state = self._state
+        changes = plan(state.process_queues, targets)
+        removed = [state.process_queues[mq] for mq in changes.revoke]
+        added = list(changes.add)
+        if state.releasing and added:
+            added = self._not_releasing(added)
+        self._pending_locks = False
+        if not (removed or added):
+            return
+        if removed:
+            await self._queues.revoke(removed)
+        added.sort()
+        if added and self._locks is not None:
+            wanted = len(added)
+            added = sorted(await self._locks.lock(added))
+            # Refused (the previous owner still holds them): the next pass comes in 1 s.
+            self._pending_locks = len(added) < wanted
+        starts = await self._start_offsets(added)
+        started = []
+        for mq in added:
+            start = starts.get(mq)
+            if start is None:
+                continue  # logged; the next pass tries again
+            offset, committed = start
+            pq = ProcessQueue(mq, offset, state.cache_budget)
+            if not committed:
+                pq.tracker.mark_dirty()  # the flusher commits it, so a restart resumes here
+            if self._locks is not None:
+                pq.locked = True
+                pq.last_lock_time = anyio.current_time()
+            state.process_queues[mq] = pq
+            await self._queues.start_queue(pq, state.subscriptions[mq.topic])
+            started.append(mq)
+        if not (removed or started):
+            return
+        total = sum(len(m) for m in targets.values())
+        state.log.info(
+            "rebalanced",
+            topics=sorted({mq.topic for mq in [*started, *(pq.mq for pq in removed)]}),
+            revoked=[str(p.mq) for p in removed],
+            assigned=[str(m) for m in started],
+            owned=total,
+        )
+        if started:
+            await self._queues.assigned(started)
+
+    def _not_releasing(self, added: list[MessageQueue]) -> list[MessageQueue]:
+        """Leave out queues revoked earlier whose handler is still running: a second
+        consume loop must not start beside it. They start in the pass their release
+        triggers."""
+        state = self._state
+        held = [mq for mq in added if mq in state.releasing]
+        if not held:
+            return added
+        state.wanted_back.update(held)
+        state.log.info("assignment_waits_for_release", queues=[str(mq) for mq in held])
+        return [mq for mq in added if mq not in state.releasing]
+
+    async def _start_offsets(self, mqs: list[MessageQueue]) -> dict[MessageQueue, tuple[int, bool]]:
+        """Start offset of each queue and whether it is stored; a failed queue is left out.
+
+        A computed start (no stored offset) is committed right away, together with the
+        others, rather than one by one by the next flush; a failed commit is retried
+        there. Without auto-commit the application decides what is committed, so it is
+        left to it.
+        """
+        commit = self._state.auto_commit
+        store = self._offset_store
+        out: dict[MessageQueue, tuple[int, bool]] = {}
+        pending = iter(mqs)
+
+        async def worker() -> None:
+            for mq in pending:
+                try:
+                    offset, stored = await self.start_offset(mq)
+                except RocketMQError as exc:
+                    self._log_queue("start_offset_failed", mq, exc)
+                    continue
+                if commit and not stored:
+                    try:
+                        await store.persist(mq, offset)
+                    except RocketMQError as exc:
+                        self._log_queue("start_offset_commit_failed", mq, exc)
+                    else:
+                        stored = True
+                out[mq] = (offset, stored)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(min(START_OFFSET_CONCURRENCY, len(mqs))):
+                tg.start_soon(worker)
+        return out
+
+    def _log_queue(self, event: str, mq: MessageQueue, exc: Exception) -> None:
+        self._state.log.warning(
+            event, topic=mq.topic, broker=mq.broker_name, queue=mq.queue_id, error=str(exc)
+        )
+
+    async def start_offset(self, mq: MessageQueue) -> tuple[int, bool]:
+        """The offset to start at and whether it came from the store (Java:
+        computePullFromWhere)."""
+        stored = await self._offset_store.read(mq)
+        if stored is not None and stored >= 0:
+            return stored, True
+        addr = await self._finder.reader(mq)
+        if addr is None:
+            raise RocketMQError(f"no broker for {mq}")
+        broker = self._broker
+        cfg = self._state.config
+        where = cfg.consume_from_where
+        if mq.topic.startswith(RETRY_TOPIC_PREFIX) or where is ConsumeFromWhere.FIRST_OFFSET:
+            try:
+                return await broker.get_min_offset(addr, mq), False
+            except AccessDeniedError:
+                # An ACL 2.0 broker allows GET_MIN_OFFSET with the Get action only, which a
+                # consumer granted Sub (or a migrated ACL 1.0 SUB account) lacks, on the
+                # retry topic always. Start where Java does without asking: 0, which the
+                # broker's first pull answer moves up to the queue's minimum if need be.
+                return 0, False
+        if where is ConsumeFromWhere.LAST_OFFSET:
+            return await broker.get_max_offset(addr, mq), False
+        ts = cfg.consume_timestamp_ms
+        if ts is None:
+            ts = self._state.started_at_ms - 30 * 60 * 1000
+        return await broker.search_offset(addr, mq, ts), False
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,9 +464,7 @@ class Plan:
     add: tuple[MessageQueue, ...]
 
 
-def plan(
-    owned: Iterable[MessageQueue], targets: Mapping[str, frozenset[MessageQueue]]
-) -> Plan:
+def plan(owned: Iterable[MessageQueue], targets: Mapping[str, frozenset[MessageQueue]]) -> Plan:
     """Compare the queues ``owned`` now with each topic's ``targets``: pure, no I/O.
 
     Only the topics in ``targets`` are planned (a topic left out, e.g. one with no route
@@ -265,129 +484,3 @@ def plan(
         revoke.extend(mq for mq in have if mq not in mine)
         add.extend(mq for mq in mine if mq not in have_set)
     return Plan(tuple(revoke), tuple(sorted(add)))
-
-
-async def _apply(consumer: Consumer, targets: dict[str, frozenset[MessageQueue]]) -> None:
-    """Revoke what is no longer ours, then start what is newly ours, across all topics."""
-    changes = plan(consumer.process_queues, targets)
-    removed = [consumer.process_queues[mq] for mq in changes.revoke]
-    added = list(changes.add)
-    if consumer.releasing and added:
-        added = _not_releasing(consumer, added)
-    consumer.pending_locks = False
-    if not (removed or added):
-        return
-    if removed:
-        await consumer.revoke(removed)
-    added.sort()
-    if added and consumer.config.orderly:
-        wanted = len(added)
-        added = sorted(await locks.lock_queues(consumer, added))
-        # Refused (the previous owner still holds them): the next pass comes in 1 s.
-        consumer.pending_locks = len(added) < wanted
-    starts = await _start_offsets(consumer, added)
-    started = []
-    for mq in added:
-        start = starts.get(mq)
-        if start is None:
-            continue  # logged; the next pass tries again
-        offset, committed = start
-        pq = ProcessQueue(mq, offset, consumer.cache_budget)
-        if not committed:
-            pq.tracker.mark_dirty()  # the flusher commits it, so a restart resumes here
-        if consumer.config.orderly:
-            pq.locked = True
-            pq.last_lock_time = anyio.current_time()
-        consumer.process_queues[mq] = pq
-        await consumer.start_pulling(pq, consumer.subscriptions[mq.topic])
-        started.append(mq)
-    if not (removed or started):
-        return
-    total = sum(len(m) for m in targets.values())
-    consumer.log.info(
-        "rebalanced",
-        topics=sorted({mq.topic for mq in [*started, *(pq.mq for pq in removed)]}),
-        revoked=[str(p.mq) for p in removed],
-        assigned=[str(m) for m in started],
-        owned=total,
-    )
-    await consumer.on_assigned(started)
-
-
-def _not_releasing(consumer: Consumer, added: list[MessageQueue]) -> list[MessageQueue]:
-    """Leave out queues revoked earlier whose handler is still running: a second consume
-    loop must not start beside it. They start in the pass their release triggers."""
-    held = [mq for mq in added if mq in consumer.releasing]
-    if not held:
-        return added
-    consumer.wanted_back.update(held)
-    consumer.log.info("assignment_waits_for_release", queues=[str(mq) for mq in held])
-    return [mq for mq in added if mq not in consumer.releasing]
-
-
-async def _start_offsets(
-    consumer: Consumer, mqs: list[MessageQueue]
-) -> dict[MessageQueue, tuple[int, bool]]:
-    """Start offset of each queue and whether it is stored; a failed queue is left out.
-
-    A computed start (no stored offset) is committed right away, together with the
-    others, rather than one by one by the next flush; a failed commit is retried there.
-    Without auto-commit the application decides what is committed, so it is left to it.
-    """
-    commit = consumer.auto_commit
-    out: dict[MessageQueue, tuple[int, bool]] = {}
-    pending = iter(mqs)
-
-    async def worker() -> None:
-        for mq in pending:
-            try:
-                offset, stored = await compute_start_offset(consumer, mq)
-            except RocketMQError as exc:
-                _log_queue(consumer, "start_offset_failed", mq, exc)
-                continue
-            if commit and not stored:
-                try:
-                    await consumer.offset_store.persist(mq, offset)
-                except RocketMQError as exc:
-                    _log_queue(consumer, "start_offset_commit_failed", mq, exc)
-                else:
-                    stored = True
-            out[mq] = (offset, stored)
-
-    async with anyio.create_task_group() as tg:
-        for _ in range(min(START_OFFSET_CONCURRENCY, len(mqs))):
-            tg.start_soon(worker)
-    return out
-
-
-def _log_queue(consumer: Consumer, event: str, mq: MessageQueue, exc: Exception) -> None:
-    consumer.log.warning(
-        event, topic=mq.topic, broker=mq.broker_name, queue=mq.queue_id, error=str(exc)
-    )
-
-
-async def compute_start_offset(consumer: Consumer, mq: MessageQueue) -> tuple[int, bool]:
-    """The offset to start at and whether it came from the store (Java: computePullFromWhere)."""
-    stored = await consumer.offset_store.read(mq)
-    if stored is not None and stored >= 0:
-        return stored, True
-    addr = await consumer.read_addr(mq)
-    if addr is None:
-        raise RocketMQError(f"no broker for {mq}")
-    broker = consumer.client.broker
-    where = consumer.config.consume_from_where
-    if mq.topic.startswith(RETRY_PREFIX) or where is ConsumeFromWhere.FIRST_OFFSET:
-        try:
-            return await broker.get_min_offset(addr, mq), False
-        except AccessDeniedError:
-            # An ACL 2.0 broker allows GET_MIN_OFFSET with the Get action only, which a
-            # consumer granted Sub (or a migrated ACL 1.0 SUB account) lacks, on the
-            # retry topic always. Start where Java does without asking: 0, which the
-            # broker's first pull answer moves up to the queue's minimum if need be.
-            return 0, False
-    if where is ConsumeFromWhere.LAST_OFFSET:
-        return await broker.get_max_offset(addr, mq), False
-    ts = consumer.config.consume_timestamp_ms
-    if ts is None:
-        ts = consumer.started_at_ms - 30 * 60 * 1000
-    return await broker.search_offset(addr, mq, ts), False

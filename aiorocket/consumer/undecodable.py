@@ -26,12 +26,18 @@ from aiorocket.protocol.message_codec import UndecodableRecord
 
 if TYPE_CHECKING:
     from aiorocket._log import Logger
-    from aiorocket.consumer.consumer import Consumer
     from aiorocket.consumer.process_queue import ProcessQueue
+    from aiorocket.consumer.settle import RemotingSettler
+    from aiorocket.consumer.state import ConsumerState
 
 
 async def dead_letter_undecodable(
-    consumer: Consumer, pq: ProcessQueue, result: PullResult, offset: int, log: Logger
+    state: ConsumerState,
+    settler: RemotingSettler,
+    pq: ProcessQueue,
+    result: PullResult,
+    offset: int,
+    log: Logger,
 ) -> int:
     """Dead-letter or skip ``result.undecodable``; return the pull's next begin offset.
 
@@ -54,23 +60,21 @@ async def dead_letter_undecodable(
             # (it came first), skip exactly it.
             if known and max(known) >= offset:
                 return max(known) + 1
-            _report(consumer, pq, log, record, offset, "skipped")
+            _report(state, pq, log, record, offset, "skipped")
             return offset + 1
         if queue_offset < offset:
             continue  # before the requested offset (inside a batch): not ours
         if queue_offset >= next_offset:  # framed, but its header is garbage
-            _report(consumer, pq, log, record, None, "skipped")
+            _report(state, pq, log, record, None, "skipped")
             continue
         action = "skipped"
         # Without a readable store host and message id, the commit-log offset is not
         # to be trusted either: sending back the wrong message would be worse.
-        possible = record.msg_id and consumer.config.message_model is MessageModel.CLUSTERING
+        possible = record.msg_id and state.config.message_model is MessageModel.CLUSTERING
         stub = _stub(pq, record) if possible else None
-        if stub is not None and await consumer.send_to_dead_letter(
-            pq, stub, raise_unreachable=True
-        ):
+        if stub is not None and await settler.send_to_dead_letter(pq, stub, raise_unreachable=True):
             action = "dead_lettered"
-        _report(consumer, pq, log, record, queue_offset, action)
+        _report(state, pq, log, record, queue_offset, action)
     return next_offset
 
 
@@ -90,7 +94,7 @@ def _stub(pq: ProcessQueue, record: UndecodableRecord) -> ConsumerMessage:
 
 
 def _report(
-    consumer: Consumer,
+    state: ConsumerState,
     pq: ProcessQueue,
     log: Logger,
     record: UndecodableRecord,
@@ -98,7 +102,7 @@ def _report(
     action: str,
 ) -> None:
     pq.undecodable_total += 1
-    consumer.undecodable_messages += 1
+    state.undecodable_messages += 1
     log.error(
         "undecodable_message",
         offset=offset,

@@ -36,7 +36,7 @@ from typing import Annotated, Any, TypeVar
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from aiorocket.consumer.consumer import MessageHandler
+from aiorocket.consumer import MessageHandler
 from aiorocket.errors import ClientClosedError
 from aiorocket.integrations.service import RocketMQService
 from aiorocket.producer import Producer

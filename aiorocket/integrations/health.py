@@ -16,7 +16,7 @@ import anyio
 from aiorocket.consumer import Consumer
 from aiorocket.consumer.stats import QueueStats
 from aiorocket.errors import ClientClosedError, RocketMQError
-from aiorocket.message import MessageQueue
+from aiorocket.message import RETRY_TOPIC_PREFIX, MessageQueue
 
 __all__ = ["consumer_health", "is_live"]
 
@@ -96,7 +96,7 @@ async def consumer_health(
         )
     return {
         "group": consumer.group,
-        "topics": sorted(t for t in consumer.subscriptions if not t.startswith("%RETRY%")),
+        "topics": sorted(t for t in consumer.subscriptions if not t.startswith(RETRY_TOPIC_PREFIX)),
         "joined": consumer.started and consumer.has_joined,
         "live": all(s.pull_idle <= stuck_after for s in stats),
         "assigned_queues": len(queues),

@@ -24,10 +24,9 @@ import anyio
 
 from aiorocket import env
 from aiorocket._settings import apply_settings
-from aiorocket.consumer import Consumer
+from aiorocket.consumer import Consumer, MessageHandler
 from aiorocket.consumer.config import ConsumerConfig
-from aiorocket.consumer.consumer import MessageHandler
-from aiorocket.consumer.dispatch import is_async_callable
+from aiorocket.consumer.handler import is_async_callable
 from aiorocket.errors import ClientClosedError, ConfigError
 from aiorocket.integrations.health import consumer_health, is_live
 from aiorocket.producer import Producer

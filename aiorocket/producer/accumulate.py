@@ -40,11 +40,10 @@ from aiorocket._loop import LoopShortcuts, OneShotEvent, capture
 from aiorocket._signal import Signal
 from aiorocket.client.results import SendResult
 from aiorocket.errors import ClientClosedError, RequestTimeoutError
-from aiorocket.message import Message
+from aiorocket.message import RETRY_TOPIC_PREFIX, Message
 from aiorocket.producer.batch import RECORD_OVERHEAD, encode_record, split_batch_result
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.prepare import (
-    RETRY_TOPIC_PREFIX,
     Outgoing,
     check_body,
     check_schedule,

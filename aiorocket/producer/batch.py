@@ -17,10 +17,9 @@ from collections.abc import Sequence
 
 from aiorocket.client.results import SendResult
 from aiorocket.errors import ConfigError, MessageTooLargeError
-from aiorocket.message import Message
+from aiorocket.message import RETRY_TOPIC_PREFIX, Message
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.prepare import (
-    RETRY_TOPIC_PREFIX,
     Outgoing,
     check_body,
     check_topic,

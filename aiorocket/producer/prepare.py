@@ -29,7 +29,6 @@ TRANSACTION_ROLLBACK_TYPE = 0xC
 
 TOPIC_MAX_LENGTH = 127
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-RETRY_TOPIC_PREFIX = "%RETRY%"
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from typing import Any, TypeVar, overload
 import lz4.frame
 import zstandard
 
+from aiorocket._host import local_ipv4
 from aiorocket.errors import ConfigError, MessageDecodeError
 from aiorocket.message import MessageExt
 
@@ -540,13 +541,12 @@ def _month_bounds(ms: int) -> tuple[int, int]:
 
 
 def _local_ipv4() -> bytes:
-    """The IPv4 address of the default route's interface (no packet is sent)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.connect(("192.0.2.1", 9))  # TEST-NET-1; connect() on UDP only picks a route
-            return socket.inet_aton(sock.getsockname()[0])
-    except OSError:  # no route: Java's createFakeIP, the low 4 bytes of the time in ms
+    """This host's IPv4 address; without a route out, Java's createFakeIP (the low 4
+    bytes of the time in ms)."""
+    ip = local_ipv4()
+    if ip is None:
         return (time.time_ns() // 1_000_000 & 0xFFFFFFFF).to_bytes(4, "big")
+    return socket.inet_aton(ip)
 
 
 def create_unique_id() -> str:

@@ -44,7 +44,7 @@ async def one_queue_with(
 
 async def wait_committed(consumer: Consumer, mq: MessageQueue, offset: int) -> None:
     async def reached() -> bool:
-        return await consumer.offset_store.read(mq) == offset
+        return await consumer.committed(mq) == offset
 
     await eventually(reached, timeout=10)
 
@@ -71,7 +71,7 @@ async def test_cancelling_the_loop_at_its_checkpoint_loses_no_message(
                 if len(seen) == iterate._BURST - 1:
                     # Taking the next message passes the loop's checkpoint between
                     # bursts: the cancellation lands there, with messages queued.
-                    assert len(consumer.work_queue or ()) > 0
+                    assert consumer._iterated is not None and len(consumer._iterated.queue) > 0
                     scope.cancel()
         assert len(seen) == iterate._BURST - 1
         await finish_all(consumer, seen, bodies)

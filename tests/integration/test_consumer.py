@@ -14,6 +14,7 @@ from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage, Reco
 from aiorocket.message import Message, MessageQueue
 from aiorocket.testing.broker import LocalRocketMQ
 
+from ..unit.consumer_fakes import engine_of
 from .helpers import eventually, send_many, wait_dispatched
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -382,7 +383,7 @@ async def test_close_drains_running_handlers(
     consumer.subscribe(topic)
 
     async def release_when_closing() -> None:
-        await eventually(lambda: consumer._closing, timeout=30, every=0.01)
+        await eventually(lambda: engine_of(consumer).state.closing, timeout=30, every=0.01)
         release.set()
 
     async with anyio.create_task_group() as tg, consumer:

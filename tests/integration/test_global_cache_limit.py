@@ -14,6 +14,7 @@ from aiorocket.consumer import ConsumeFromWhere, PullConsumer
 from aiorocket.message import Message, MessageQueue
 from aiorocket.testing.broker import LocalRocketMQ
 
+from ..unit.consumer_fakes import queues_of
 from .helpers import eventually, send_many, send_raw, wait_dispatched
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -47,7 +48,7 @@ async def cache_filled_by_one_queue(
     consumer = capped(rocketmq.namesrv_addr, group, 4, batch=4)
     consumer.assign([q1, q2])
     async with consumer:
-        pq1, pq2 = (consumer._engine.process_queues[q] for q in (q1, q2))
+        pq1, pq2 = (queues_of(consumer)[q] for q in (q1, q2))
         await eventually(
             lambda: pq1.cached_count == 4 and not (pq1.request_scope or pq2.request_scope)
         )

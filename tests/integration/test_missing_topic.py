@@ -10,11 +10,11 @@ import anyio
 import pytest
 
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
-from aiorocket.consumer.rebalance import state_of
 from aiorocket.message import Message
 from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.logs import capture_logs
 
+from ..unit.consumer_fakes import rebalance_memory
 from .helpers import eventually, send_many
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -36,7 +36,7 @@ async def test_missing_topic_is_reported_once_and_its_appearance_once(
     consumer.subscribe(topic)
     with capture_logs() as logs:
         async with consumer:
-            state = state_of(consumer)
+            state = rebalance_memory(consumer)
             await eventually(lambda: state.passes >= 5)
             await rocketmq.create_topic(topic, queues=2)
             await eventually(lambda: bool(consumer.assignment()))

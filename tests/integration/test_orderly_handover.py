@@ -16,11 +16,10 @@ import pytest
 
 from aiorocket.client.instance import ClientInstance
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
-from aiorocket.consumer.rebalance import state_of
 from aiorocket.message import Message, MessageQueue
 from aiorocket.testing.broker import LocalRocketMQ
 
-from ..unit.consumer_fakes import take_all, take_none
+from ..unit.consumer_fakes import engine_of, reallocate, rebalance_memory, take_all, take_none
 from .helpers import eventually, one_queue_topic, send_raw, wait_dispatched
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -79,8 +78,8 @@ def owned(consumer: Consumer, mq: MessageQueue) -> bool:
 
 async def passes_after(consumer: Consumer, n: int, unless: Callable[[], bool]) -> None:
     """Wait until ``consumer`` has run ``n`` more rebalance passes, or ``unless()``."""
-    start = state_of(consumer).passes
-    await eventually(lambda: state_of(consumer).passes >= start + n or unless())
+    start = rebalance_memory(consumer).passes
+    await eventually(lambda: rebalance_memory(consumer).passes >= start + n or unless())
 
 
 @asynccontextmanager
@@ -106,16 +105,15 @@ async def test_orderly_revoked_queue_stays_locked_until_its_handler_returns(
         orderly_consumer(rocketmq, group, topic, rec.handler("b")) as b,
     ):
         assert not owned(b, mq)
-        a.allocate = take_none  # a gives the queue up while offset 0 is handled
-        a.request_rebalance()
-        await eventually(lambda: not owned(a, mq) and mq in a.releasing)
+        reallocate(a, take_none)  # a gives the queue up while offset 0 is handled
+        await eventually(lambda: not owned(a, mq) and mq in engine_of(a).state.releasing)
         # b asks for the lock again, three times (or consumes: the defect)
         await passes_after(b, 3, unless=lambda: len(rec.calls) > 1)
         assert rec.calls == [("a", 0)], "b consumed the queue while a's handler ran"
         assert not owned(b, mq)
         rec.release.set()
         await eventually(lambda: ("b", 2) in rec.calls)
-        assert mq not in a.releasing
+        assert mq not in engine_of(a).state.releasing
     # a committed its message before unlocking: b starts after it, nothing twice.
     assert rec.calls == [("a", 0), ("b", 1), ("b", 2)]
     assert rec.max_running == 1
@@ -127,11 +125,9 @@ async def test_orderly_queue_assigned_again_waits_for_its_running_handler(
     topic, group = unique_name("reassign"), unique_name("g")
     rec = Recorder()
     async with handling_first_message(rocketmq, topic, group, rec) as (a, mq):
-        a.allocate = take_none
-        a.request_rebalance()
-        await eventually(lambda: not owned(a, mq) and mq in a.releasing)
-        a.allocate = take_all  # and back, while the old loop's handler still runs
-        a.request_rebalance()
+        reallocate(a, take_none)
+        await eventually(lambda: not owned(a, mq) and mq in engine_of(a).state.releasing)
+        reallocate(a, take_all)  # and back, while the old loop's handler still runs
         await passes_after(a, 1, unless=lambda: len(rec.calls) > 1)
         assert not owned(a, mq), "a second loop started beside the running one"
         assert rec.calls == [("a", 0)]

@@ -12,6 +12,7 @@ from aiorocket.consumer import ConsumeFromWhere, PullConsumer
 from aiorocket.message import Message, MessageQueue
 from aiorocket.testing.broker import LocalRocketMQ
 
+from ..unit.consumer_fakes import queues_of
 from .helpers import eventually, send_many, wait_dispatched
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -84,7 +85,7 @@ async def test_without_auto_commit_a_revoked_queue_keeps_its_committed_offset(
         two = manual(rocketmq.namesrv_addr, group)
         two.subscribe(topic)
         async with two:
-            await eventually(lambda: len(one._engine.process_queues) == 2)  # revoked, forgotten
+            await eventually(lambda: len(queues_of(one)) == 2)  # revoked, forgotten
             revoked = sorted(set(queues) - one.assignment())
             assert len(revoked) == 2
             assert await stored_offsets(rocketmq.namesrv_addr, group, revoked) == [None, None]

@@ -13,7 +13,7 @@ from aiorocket.message import Message, MessageQueue
 from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.logs import capture_logs
 
-from ..unit.consumer_fakes import take_none
+from ..unit.consumer_fakes import reallocate, take_none
 from .helpers import eventually, send_many, wait_dispatched
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -60,8 +60,7 @@ async def test_rebalance_listener_exception_is_logged_and_consuming_goes_on(
                 await wait_dispatched(client, topic, sent)
             with anyio.fail_after(30):
                 await done.wait()
-            consumer.allocate = take_none  # revoke everything: the other callback raises
-            consumer.request_rebalance()
+            reallocate(consumer, take_none)  # revoke everything: the other callback raises
             await eventually(lambda: not consumer.assignment())
     assert sorted(got) == sorted(bodies)
     assert listener.calls == ["assigned", "revoked"]

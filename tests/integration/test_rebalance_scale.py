@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 
 from aiorocket.consumer import Consumer, ConsumerMessage
-from aiorocket.consumer import rebalance as rb
 from aiorocket.errors import TopicNotExistError
 from aiorocket.testing.broker import LocalRocketMQ
 
+from ..unit.consumer_fakes import engine_of, rebalance_memory
 from .helpers import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -52,19 +52,19 @@ async def test_a_pass_asks_each_broker_once_and_skips_unchanged_topics(
             # the background refresh cannot change it during the passes below.
             with contextlib.suppress(TopicNotExistError):
                 await consumer.client.namesrv.query_route(retry)
-            await rb.rebalance(consumer)
+            await engine_of(consumer).rebalancer.rebalance()
             brokers = {mq.broker_name for mq in consumer.assignment() if mq.topic == retry}
             return len(brokers) == len(rocketmq.broker_addrs)
 
         await eventually(retry_topic_assigned)
-        state = rb.state_of(consumer)
+        state = rebalance_memory(consumer)
         owned = consumer.assignment()
         allocations = state.allocations
         async with state.lock:  # not while a background pass is under way
             passes = state.passes
             asked.clear()
         for _ in range(3):
-            await rb.rebalance(consumer)
+            await engine_of(consumer).rebalancer.rebalance()
             assert consumer.assignment() == owned
         # Every topic spans both brokers, so one answer serves all of them: one query
         # per pass (counting passes of the background loop that may have run too).

@@ -140,4 +140,4 @@ def test_without_opentelemetry_nothing_is_instrumented() -> None:
 
     service.subscriber("t", group="g")(handle)
     assert service.telemetry is None
-    assert service.consumers[0].handler_fn is handle
+    assert service.consumers[0]._handler_fn is handle  # not wrapped

@@ -22,6 +22,7 @@ from aiorocket.protocol.message_codec import UndecodableRecord
 from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.logs import capture_logs
 
+from ..unit.consumer_fakes import queues_of
 from .helpers import eventually, send_raw, wait_dispatched
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -84,7 +85,7 @@ async def test_undecodable_message_is_dead_lettered_and_the_queue_moves_on(
         async with consumer:
             with anyio.fail_after(30):
                 await all_good.wait()
-            pq = consumer.process_queues[mq]
+            pq = queues_of(consumer)[mq]
             await eventually(lambda: pq.tracker.committable() == 5, timeout=10)
             assert pq.undecodable_total == 2 and consumer.undecodable_messages == 2
             assert {s.queue: s.undecodable for s in consumer.stats()}[mq] == 2

@@ -15,7 +15,11 @@ from typing import Any
 
 import anyio
 
-from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
+from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage, PullConsumer
+from aiorocket.consumer.allocation import AllocateStrategy
+from aiorocket.consumer.engine import Engine
+from aiorocket.consumer.process_queue import ProcessQueue
+from aiorocket.consumer.rebalance import RebalanceState
 from aiorocket.message import MessageQueue
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
@@ -349,3 +353,30 @@ async def consume(
 async def _then_cancel(wait: Callable[[], Awaitable[object]], scope: anyio.CancelScope) -> None:
     await wait()
     scope.cancel()
+
+
+# -- reaching into a running consumer's engine (tests of its internals only) ----------
+
+
+def engine_of(consumer: Consumer | PullConsumer) -> Engine:
+    """The engine of a started consumer."""
+    engine = consumer._engine
+    assert engine is not None, "start the consumer first"
+    return engine
+
+
+def queues_of(consumer: Consumer | PullConsumer) -> dict[MessageQueue, ProcessQueue]:
+    """The consumer's owned ProcessQueues."""
+    return engine_of(consumer).state.process_queues
+
+
+def reallocate(consumer: Consumer | PullConsumer, strategy: AllocateStrategy) -> None:
+    """Switch the allocation strategy and ask for a rebalance pass now."""
+    engine = engine_of(consumer)
+    engine.rebalancer.allocate = strategy
+    engine.state.request_rebalance()
+
+
+def rebalance_memory(consumer: Consumer | PullConsumer) -> RebalanceState:
+    """The rebalancer's memory and counters (passes, allocations, member queries)."""
+    return engine_of(consumer).rebalancer.memory

@@ -1,51 +1,77 @@
 """Handler workers, the work queue and settling, without a broker.
 
-Messages are fed to a Consumer's workers the way its pull tasks do (``on_pulled`` then
-``dispatch``); send-back goes to a recording fake.
+A real :class:`WorkerPool` with a real settler: messages are fed the way a pull task
+does (``on_pulled`` then ``deliver``); the settler's send-back goes to a recording
+broker.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 
-from aiorocket.consumer import dispatch
-from aiorocket.consumer.consumer import Consumer
+from aiorocket._log import get_logger
+from aiorocket._settings import apply_settings
+from aiorocket.client.broker import BrokerClient
+from aiorocket.consumer.brokers import BrokerFinder
+from aiorocket.consumer.config import ConsumerConfig
+from aiorocket.consumer.dispatch import WorkerPool
+from aiorocket.consumer.handler import Handler
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.consumer.results import ConsumeStatus, Reconsume
+from aiorocket.consumer.settle import RemotingSettler
+from aiorocket.consumer.state import ConsumerState
+from aiorocket.consumer.threads import HandlerThreads
 from aiorocket.consumer.work_queue import WorkQueue
-from aiorocket.message import MessageQueue
+from aiorocket.message import MessageExt, MessageQueue
 
 pytestmark = pytest.mark.anyio
 
 MQ = MessageQueue("t", "broker-a", 0)
 
 
+class Masters:
+    """The one part of BrokerFinder the settler uses."""
+
+    async def master(self, mq: MessageQueue) -> str | None:
+        return "127.0.0.1:10911"
+
+
 class Harness:
-    def __init__(self, consumer: Consumer) -> None:
-        self.consumer = consumer
+    """Records send-backs (the broker side of the settler)."""
+
+    def __init__(self, state: ConsumerState) -> None:
+        self.state = state
         self.pq = ProcessQueue(MQ, 0)
-        consumer.process_queues[MQ] = self.pq
+        state.process_queues[MQ] = self.pq
         self.sent_back: list[tuple[int, int]] = []
         self.sent = anyio.Event()
+        self.settler = RemotingSettler(
+            state, cast(BrokerClient, self), cast(BrokerFinder, Masters()), self.retry_later
+        )
+        self.pool: WorkerPool
 
-    async def send_back(self, pq: ProcessQueue, msg: ConsumerMessage, level: int) -> bool:
-        self.sent_back.append((msg.queue_offset, level))
+    async def send_back(
+        self, addr: str, msg: MessageExt, group: str, *, delay_level: int, max_reconsume_times: int
+    ) -> None:
+        self.sent_back.append((msg.queue_offset, delay_level))
         self.sent.set()
-        return True
+
+    def retry_later(self, msg: ConsumerMessage) -> None:
+        raise AssertionError("no send-back fails here")
 
     def feed(self, count: int) -> list[ConsumerMessage]:
         start = self.pq.tracker.next_offset
         msgs = [ConsumerMessage("t", b"x", {}, 0, o, o) for o in range(start, start + count)]
         for m in msgs:
-            m._pq, m._generation, m._settler = self.pq, self.pq.tracker.generation, self.consumer
+            m._pq, m._generation, m._settler = self.pq, self.pq.tracker.generation, self.settler
         self.pq.on_pulled(msgs, start + count)
-        self.consumer.dispatch(self.pq, msgs)
+        self.pool.deliver(self.pq, msgs)
         return msgs
 
 
@@ -53,18 +79,21 @@ class Harness:
 async def workers(
     handler: Callable[..., Awaitable[Any]] | None, **settings: Any
 ) -> AsyncIterator[Harness]:
-    consumer = Consumer("g", "127.0.0.1:1", handler=handler, **settings)
-    h = Harness(consumer)
-    consumer._send_back = h.send_back  # type: ignore[method-assign]
-    consumer.work_queue = WorkQueue()
-    consumer.workers_done = anyio.Event()
+    batch = "batch_handler" in settings
+    fn = settings.pop("batch_handler") if batch else handler
+    assert fn is not None
+    cfg = apply_settings(ConsumerConfig(), settings, "consumer")
+    log = get_logger("test")
+    state = ConsumerState("g", cfg, log)
+    h = Harness(state)
+    threads = HandlerThreads(concurrency=cfg.consume_concurrency, max_abandoned=4, log=log)
+    h.pool = WorkerPool(state, Handler(fn, batch=batch, threads=threads, state=state), h.settler)
     async with anyio.create_task_group() as tg:
-        consumer._tg = tg
-        await tg.start(dispatch.run_workers, consumer)
+        await h.pool.start(tg)
         yield h
-        consumer.work_queue.close()  # drain, as on close
+        h.pool.stop()  # drain, as on close
         with anyio.fail_after(10):
-            await consumer.workers_done.wait()
+            await h.pool.drain(graceful=True)
 
 
 async def test_every_message_is_handled_once_and_committed() -> None:
@@ -169,7 +198,7 @@ async def test_consume_timeout_cancels_the_handler_and_sends_it_back() -> None:
         h.feed(3)
         with anyio.fail_after(10):
             await h.sent.wait()
-        assert h.sent_back == [(0, h.consumer.config.retry_delay_level)]
+        assert h.sent_back == [(0, h.state.config.retry_delay_level)]
     assert h.pq.tracker.committable() == 3
     assert h.pq.running == 0
 
@@ -182,11 +211,10 @@ async def test_stale_and_dropped_messages_are_skipped() -> None:
 
     async with workers(handle) as h:
         # Queued but not run: the queue was reset (seek / OFFSET_ILLEGAL) meanwhile.
-        queue = h.consumer.work_queue
-        assert queue is not None
+        queue = h.pool.queue
         stale = [ConsumerMessage("t", b"x", {}, 0, o, o) for o in range(3)]
         for m in stale:
-            m._pq, m._generation, m._settler = h.pq, h.pq.tracker.generation, h.consumer
+            m._pq, m._generation, m._settler = h.pq, h.pq.tracker.generation, h.settler
         h.pq.on_pulled(stale, 3)
         h.pq.reset(0)
         queue.put_many(stale)

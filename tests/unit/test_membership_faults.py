@@ -13,7 +13,15 @@ import pytest
 from aiorocket.consumer import Consumer
 from aiorocket.message import MessageQueue
 
-from .consumer_fakes import TOPIC, Collector, FakeBroker, FakeCluster, consumer_of, running
+from .consumer_fakes import (
+    TOPIC,
+    Collector,
+    FakeBroker,
+    FakeCluster,
+    consumer_of,
+    engine_of,
+    running,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +68,7 @@ async def forgotten_scenario(
     broker.members = {"peer"}
     broker.accept_heartbeats = False
     heartbeats = len(broker.heartbeats)
-    consumer.request_rebalance()
+    engine_of(consumer).state.request_rebalance()
     with anyio.fail_after(10):
         await broker.heartbeat_seen.wait()  # a heartbeat right away...
     assert listener.topic_queues() == set()  # ...after the queues were dropped

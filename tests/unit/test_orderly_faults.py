@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from aiorocket.consumer import Consumer, ConsumerMessage, locks
+from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import ConfigError
 
@@ -19,6 +19,9 @@ from .consumer_fakes import (
     FakeBroker,
     FakeCluster,
     consumer_of,
+    engine_of,
+    queues_of,
+    reallocate,
     running,
     take_all,
     take_none,
@@ -69,7 +72,7 @@ async def handling_offset_0(
     async with running(cluster), consumer_of(cluster, handler, orderly=True) as consumer:
         with anyio.fail_after(10):
             await handler.entered.wait()
-        pq = next(pq for mq, pq in consumer.process_queues.items() if mq.queue_id == 0)
+        pq = next(pq for mq, pq in queues_of(consumer).items() if mq.queue_id == 0)
         yield broker, handler, pq
 
 
@@ -137,8 +140,7 @@ async def test_orderly_revoked_queue_lock_is_renewed_until_its_handler_returns()
         async with consumer:
             with anyio.fail_after(10):
                 await entered.wait()
-            consumer.allocate = take_none  # revoke both queues; queue 0 is being handled
-            consumer.request_rebalance()
+            reallocate(consumer, take_none)  # revoke both queues; queue 0 is being handled
             await until(lambda: not consumer.assignment())
             broker.lock_requests.clear()
             for _ in range(3):  # three renewals while the handler runs
@@ -162,7 +164,7 @@ async def test_orderly_failed_lock_renewal_keeps_queues_locked() -> None:
             for _ in range(2):
                 with anyio.fail_after(10):
                     await broker.lock_seen.wait()
-            assert all(pq.locked for pq in consumer.process_queues.values())
+            assert all(pq.locked for pq in queues_of(consumer).values())
             broker.add(0, b"after")
             with anyio.fail_after(5):  # well within lock_max_live_time (30 s)
                 await handle.done.wait()
@@ -178,14 +180,16 @@ async def test_orderly_refused_lock_is_asked_again_within_seconds() -> None:
         )
         async with consumer:
             broker.locking = "refuse"  # another consumer holds the queues for a moment
-            await locks.renew_locks(consumer)
-            assert not any(pq.locked for pq in consumer.process_queues.values())
+            locks = engine_of(consumer)._locks
+            assert locks is not None
+            await locks.renew()
+            assert not any(pq.locked for pq in queues_of(consumer).values())
             broker.locking = "grant"
             broker.add(0, b"after")
             # Asked again after LOCK_RETRY_DELAY, not after lock_renew_interval (60 s).
             with anyio.fail_after(5):
                 await handle.done.wait()
-            assert all(pq.locked for pq in consumer.process_queues.values())
+            assert all(pq.locked for pq in queues_of(consumer).values())
 
 
 async def test_orderly_without_handler_is_rejected_at_start() -> None:

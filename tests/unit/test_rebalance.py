@@ -16,17 +16,22 @@ import anyio
 import pytest
 
 from aiorocket._log import get_logger
+from aiorocket.client.broker import BrokerClient
 from aiorocket.client.namesrv import NameServerClient
 from aiorocket.consumer import rebalance
 from aiorocket.consumer.allocation import allocate_averagely
+from aiorocket.consumer.brokers import BrokerFinder
 from aiorocket.consumer.config import ConsumerConfig
+from aiorocket.consumer.membership import Membership
 from aiorocket.consumer.process_queue import ProcessQueue
+from aiorocket.consumer.state import ConsumerState
 from aiorocket.errors import ConnectionClosedError, TopicNotExistError
 from aiorocket.message import MessageQueue
 from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.route import TopicRoute
 from aiorocket.protocol.subscription import Subscription
+from aiorocket.remoting.pool import ConnectionPool
 
 pytestmark = pytest.mark.anyio
 
@@ -118,70 +123,108 @@ class CountingStrategy:
         return allocate_averagely(group, client_id, queues, cids)
 
 
-class FakeConsumer:
-    """What rebalance() reads and calls on a Consumer, recorded."""
+class Recorder:
+    """The engine's side of a rebalance (QueueControl) and membership, recorded."""
 
-    def __init__(self, topics: dict[str, list[str]], members: list[str]) -> None:
-        self.group = "g"
-        self.client_id = "me"
-        self.config = ConsumerConfig()
-        self.auto_commit = True
-        self.manual_assignment: set[MessageQueue] | None = None
-        self.pending_locks = False
-        self.started_at_ms = 0
-        self.log = get_logger("test")
-        self.subscriptions = {t: Subscription(t) for t in topics}
-        self.routes = {t: TopicRoute.from_json(t, route_body(b)) for t, b in topics.items()}
-        self.broker = FakeBroker(members)
-        self.client = type("Client", (), {})()
-        self.client.namesrv = FakeNamesrv(self.routes)
-        self.client.broker = self.broker
-        self.client.pool = ConnectedPool(self.routes)
-        self.offset_store = FakeOffsets()
-        self.allocate = CountingStrategy()
-        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
-        self.releasing: dict[MessageQueue, ProcessQueue] = {}
-        self.wanted_back: set[MessageQueue] = set()
+    def __init__(self, state: ConsumerState) -> None:
+        self._state = state
         self.started: list[MessageQueue] = []
         self.revoked: list[MessageQueue] = []
         self.assigned_calls: list[list[MessageQueue]] = []
         self.rejoins = 0
-        self.joined = 0
-        self.cache_budget = None
-        self.rebalance_state = rebalance.RebalanceState()
 
-    def note_assigned(self) -> None:
-        self.joined += 1
-
-    async def broker_addr(self, mq: MessageQueue) -> str | None:
-        return BROKERS[mq.broker_name]
-
-    async def read_addr(self, mq: MessageQueue) -> str | None:
-        return BROKERS[mq.broker_name]
-
-    async def start_pulling(self, pq: ProcessQueue, sub: Subscription) -> None:
+    async def start_queue(self, pq: ProcessQueue, sub: Subscription) -> None:
         assert sub.topic == pq.mq.topic
         self.started.append(pq.mq)
 
     async def revoke(self, pqs: list[ProcessQueue]) -> None:
         for pq in pqs:
             self.revoked.append(pq.mq)
-            del self.process_queues[pq.mq]
+            del self._state.process_queues[pq.mq]
 
-    async def on_assigned(self, mqs: list[MessageQueue]) -> None:
-        if mqs:
-            self.assigned_calls.append(mqs)
+    async def assigned(self, mqs: list[MessageQueue]) -> None:
+        self.assigned_calls.append(mqs)
 
-    async def rejoin(self) -> None:
-        self.rejoins += 1
+    async def send_heartbeats(self, *, starting: bool = False) -> None:
+        self.rejoins += 1  # the rebalancer heartbeats when the member list lacks us
+
+    async def heartbeat_to(self, addr: str) -> None:
+        raise AssertionError("every broker is connected already (ConnectedPool)")
+
+    async def master(self, mq: MessageQueue) -> str | None:
+        return BROKERS[mq.broker_name]
+
+    async def reader(self, mq: MessageQueue) -> str | None:
+        return BROKERS[mq.broker_name]
+
+
+class FakeConsumer:
+    """A real Rebalancer and ConsumerState, with fake brokers, routes and engine."""
+
+    def __init__(self, topics: dict[str, list[str]], members: list[str]) -> None:
+        self.state = ConsumerState("g", ConsumerConfig(), get_logger("test"))
+        self.state.subscriptions.update({t: Subscription(t) for t in topics})
+        self.routes = {t: TopicRoute.from_json(t, route_body(b)) for t, b in topics.items()}
+        self.broker = FakeBroker(members)
+        self.offset_store = FakeOffsets()
+        self.allocate = CountingStrategy()
+        self.recorder = Recorder(self.state)
+        self.rebalancer = rebalance.Rebalancer(
+            self.state,
+            "me",
+            cast(BrokerClient, self.broker),
+            cast(NameServerClient, FakeNamesrv(self.routes)),
+            cast(ConnectionPool, ConnectedPool(self.routes)),
+            cast(Membership, self.recorder),
+            cast(BrokerFinder, self.recorder),
+            self.offset_store,
+            self.allocate,
+            self.recorder,
+        )
+
+    @property
+    def process_queues(self) -> dict[MessageQueue, ProcessQueue]:
+        return self.state.process_queues
+
+    @property
+    def subscriptions(self) -> dict[str, Subscription]:
+        return self.state.subscriptions
+
+    @property
+    def started(self) -> list[MessageQueue]:
+        return self.recorder.started
+
+    @property
+    def revoked(self) -> list[MessageQueue]:
+        return self.recorder.revoked
+
+    @property
+    def assigned_calls(self) -> list[list[MessageQueue]]:
+        return self.recorder.assigned_calls
+
+    @property
+    def rejoins(self) -> int:
+        return self.recorder.rejoins
+
+    @property
+    def joined(self) -> bool:
+        return self.state.joined
+
+    @property
+    def auto_commit(self) -> bool:
+        return self.state.auto_commit
+
+    @auto_commit.setter
+    def auto_commit(self, value: bool) -> None:
+        self.state.auto_commit = value
 
 
 async def run_pass(consumer: FakeConsumer) -> None:
-    await rebalance.rebalance(cast(Any, consumer))
+    await consumer.rebalancer.rebalance()
 
 
 def state(consumer: FakeConsumer) -> rebalance.RebalanceState:
-    return rebalance.state_of(cast(Any, consumer))
+    return consumer.rebalancer.memory
 
 
 def id_queries(consumer: FakeConsumer) -> int:
@@ -295,7 +338,7 @@ async def test_not_registered_yet_takes_nothing_and_rejoins() -> None:
     await run_pass(consumer)
     assert consumer.process_queues == {} and consumer.allocate.calls == 0
     assert consumer.rejoins == 1
-    assert consumer.joined == 0  # not ready: no assignment computed for us
+    assert not consumer.joined  # not ready: no assignment computed for us
 
 
 async def test_joined_once_every_topic_has_an_assignment() -> None:
@@ -304,11 +347,11 @@ async def test_joined_once_every_topic_has_an_assignment() -> None:
     consumer = FakeConsumer({"t1": ["broker-a"], "t2": ["broker-a"]}, ["me"])
     consumer.subscriptions["missing"] = Subscription("missing")
     await run_pass(consumer)
-    assert consumer.joined == 0 and len(consumer.process_queues) == 16
+    assert not consumer.joined and len(consumer.process_queues) == 16
     del consumer.subscriptions["missing"]
     consumer.broker.members = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "me"]
     await run_pass(consumer)
-    assert consumer.joined == 1
+    assert consumer.joined
 
 
 async def test_a_member_missing_from_the_list_drops_its_queues_and_rejoins() -> None:

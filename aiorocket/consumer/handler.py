@@ -1,0 +1,136 @@
+"""The application's handler: how it is called and what its result means.
+
+One :class:`Handler` wraps the function given as ``handler=`` or ``batch_handler=``:
+async functions are awaited on the loop, plain ones run in a worker thread
+(:class:`~aiorocket.consumer.threads.HandlerThreads`). The worker pool, orderly
+consumption and the operators' CONSUME_MESSAGE_DIRECTLY all call it through here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from aiorocket.consumer.results import HandlerResult, Reconsume, failure_delay_level
+
+if TYPE_CHECKING:
+    from aiorocket.consumer.message import ConsumerMessage
+    from aiorocket.consumer.process_queue import ProcessQueue
+    from aiorocket.consumer.state import ConsumerState
+    from aiorocket.consumer.threads import HandlerThreads
+
+__all__ = ["Handler", "is_async_callable"]
+
+
+def is_async_callable(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - objects with an async __call__
+    )
+
+
+class Handler:
+    """Calls the application's handler and turns its outcome into a settle decision.
+
+    Parameters
+    ----------
+    fn:
+        The handler: one message (``batch=False``) or a list of one queue's messages.
+    batch:
+        ``fn`` takes a list (``batch_handler=``).
+    threads:
+        Where a synchronous ``fn`` runs.
+    state:
+        The consumer's shared state: its configuration (consume timeout, retry delay
+        level) and logger (failures are logged with their queue).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        batch: bool,
+        threads: HandlerThreads,
+        state: ConsumerState,
+    ) -> None:
+        self.fn = fn
+        self.batch = batch
+        self.is_async = is_async_callable(fn)
+        self.threads = threads
+        self._state = state
+
+    async def invoke(self, live: list[ConsumerMessage]) -> HandlerResult:
+        """Call the handler once with ``live`` (or its first message) and return its result."""
+        arg: Any = live if self.batch else live[0]
+        if self.is_async:
+            return await self.fn(arg)  # type: ignore[no-any-return]
+        result = await self.threads.run(self.fn, arg)
+        if inspect.isawaitable(result):
+            return await result  # type: ignore[no-any-return]
+        return result  # type: ignore[no-any-return]
+
+    async def call(
+        self, pq: ProcessQueue, live: list[ConsumerMessage]
+    ) -> tuple[int | None, float | None]:
+        """One handler call: (failure delay level or None on success, orderly suspend)."""
+        retry_level = self._state.config.retry_delay_level
+        try:
+            result = await self.invoke(live)
+        except Exception as exc:
+            self.log_failure(pq, live[0], exc)
+            return retry_level, None
+        suspend = result.suspend if isinstance(result, Reconsume) else None
+        return self.level_of(pq, live[0], result), suspend
+
+    async def call_bounded(
+        self, pq: ProcessQueue, live: list[ConsumerMessage]
+    ) -> tuple[int | None, float | None]:
+        """:meth:`call` under ``consume_timeout`` (an overrun is a failure), counted in
+        ``pq.running``."""
+        cfg = self._state.config
+        level: int | None = None
+        suspend: float | None = None
+        pq.running += 1
+        try:
+            with anyio.move_on_after(cfg.consume_timeout) as scope:
+                level, suspend = await self.call(pq, live)
+            if scope.cancelled_caught:
+                level = cfg.retry_delay_level
+                self.log_timeout(pq, live[0])
+        finally:
+            pq.running -= 1
+            pq.notify()
+        return level, suspend
+
+    def level_of(
+        self, pq: ProcessQueue, first: ConsumerMessage, result: HandlerResult
+    ) -> int | None:
+        """The failure delay level of a handler's result; a result of the wrong type is a
+        failure of that handler call (logged), not of the worker and the other messages."""
+        default = self._state.config.retry_delay_level
+        try:
+            return failure_delay_level(result, default)
+        except TypeError as exc:
+            self.log_failure(pq, first, exc)
+            return default
+
+    def log_failure(self, pq: ProcessQueue, first: ConsumerMessage, exc: Exception) -> None:
+        self._state.log.warning(
+            "handler_failed",
+            topic=pq.mq.topic,
+            broker=pq.mq.broker_name,
+            queue=pq.mq.queue_id,
+            offset=first.queue_offset,
+            error=repr(exc),
+        )
+
+    def log_timeout(self, pq: ProcessQueue, first: ConsumerMessage) -> None:
+        self._state.log.warning(
+            "consume_timeout",
+            topic=pq.mq.topic,
+            queue=pq.mq.queue_id,
+            offset=first.queue_offset,
+            timeout=self._state.config.consume_timeout,
+        )

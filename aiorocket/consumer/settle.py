@@ -1,0 +1,151 @@
+"""Settling a message: success lets its offset be committed; failure sends it back first.
+
+A failed message goes back to the broker (CONSUMER_SEND_MSG_BACK: the group's retry
+topic, or the dead-letter queue after ``max_reconsume_times``) before its offset may be
+committed past; a send-back that fails is retried locally, so the message is never
+committed without being handled or handed back. Broadcasting has no retry topic: a
+failed message is retried locally a bounded number of times, then given up (counted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from aiorocket.consumer.config import MessageModel
+from aiorocket.errors import (
+    BrokerResponseError,
+    ClientClosedError,
+    ConnectionClosedError,
+    RocketMQError,
+)
+
+if TYPE_CHECKING:
+    from aiorocket.client.broker import BrokerClient
+    from aiorocket.consumer.brokers import BrokerFinder
+    from aiorocket.consumer.message import ConsumerMessage
+    from aiorocket.consumer.process_queue import ProcessQueue
+    from aiorocket.consumer.state import ConsumerState
+
+__all__ = ["RemotingSettler"]
+
+
+class RemotingSettler:
+    """Settles messages of a remoting consumer (every ``ConsumerMessage._settler``).
+
+    Parameters
+    ----------
+    state:
+        The consumer's shared state (group, configuration, counters).
+    broker:
+        The broker request client (send-back).
+    finder:
+        Finds the master of a message's broker group.
+    retry_later:
+        ``retry_later(msg)`` delivers ``msg`` again after ``local_retry_delay``: for a
+        send-back that failed, and for broadcasting's local retries.
+    """
+
+    def __init__(
+        self,
+        state: ConsumerState,
+        broker: BrokerClient,
+        finder: BrokerFinder,
+        retry_later: Callable[[ConsumerMessage], None],
+    ) -> None:
+        self._state = state
+        self._broker = broker
+        self._finder = finder
+        self._retry_later = retry_later
+
+    async def settle(self, msg: ConsumerMessage, delay_level: int | None) -> None:
+        """Finish a message: success commits past it; failure sends it back first."""
+        if delay_level is None:
+            self.finish(msg)
+            return
+        if msg._settled:
+            return
+        msg._settled = True
+        pq = msg._pq
+        if pq is None:
+            return
+        state = self._state
+        cfg = state.config
+        if cfg.message_model is MessageModel.BROADCASTING:
+            # No shared retry topic in broadcasting: retry here, a bounded number of times.
+            if msg.reconsume_times < cfg.broadcast_max_retries:
+                msg.reconsume_times += 1
+                msg._settled = False
+                self._retry_later(msg)
+                return
+            state.dropped_messages += 1
+            state.log.warning(
+                "broadcast_message_dropped",
+                topic=msg.topic,
+                queue=pq.mq.queue_id,
+                offset=msg.queue_offset,
+                attempts=msg.reconsume_times + 1,
+            )
+        else:
+            try:
+                sent = await self.send_back(pq, msg, delay_level)
+            except BaseException:
+                msg._settled = False  # interrupted: still unsettled, never committed
+                raise
+            if not sent:
+                msg._settled = False
+                self._retry_later(msg)
+                return
+        pq.on_done(msg, msg._generation)
+
+    def finish(self, msg: ConsumerMessage) -> bool:
+        """Settle a message as consumed; False if it was settled already or is stale.
+
+        Synchronous, so the per-message success path of workers and ``async for``
+        awaits nothing.
+        """
+        if msg._settled:
+            return False
+        msg._settled = True
+        pq = msg._pq
+        return pq is not None and pq.on_done(msg, msg._generation)
+
+    async def send_back(
+        self,
+        pq: ProcessQueue,
+        msg: ConsumerMessage,
+        delay_level: int,
+        *,
+        raise_unreachable: bool = False,
+    ) -> bool:
+        """CONSUMER_SEND_MSG_BACK; False when it failed (logged). ``raise_unreachable``:
+        a failure that is not the broker's answer (no master, a timeout, a lost
+        connection) raises instead, for callers that must not treat it as a refusal."""
+        addr = await self._finder.master(pq.mq)
+        if addr is None:
+            if raise_unreachable:
+                raise ConnectionClosedError(f"no master broker of {pq.mq.broker_name} to send to")
+            return False
+        state = self._state
+        try:
+            await self._broker.send_back(
+                addr,
+                msg,
+                state.group,
+                delay_level=delay_level,
+                max_reconsume_times=state.config.reconsume_limit(),
+            )
+            return True
+        except (RocketMQError, ClientClosedError) as exc:
+            state.log.warning(
+                "send_back_failed", topic=msg.topic, offset=msg.queue_offset, error=str(exc)
+            )
+            if raise_unreachable and not isinstance(exc, BrokerResponseError):
+                raise
+            return False
+
+    async def send_to_dead_letter(
+        self, pq: ProcessQueue, msg: ConsumerMessage, *, raise_unreachable: bool = False
+    ) -> bool:
+        """Send ``msg`` to the group's DLQ; False when it failed (see :meth:`send_back`)."""
+        return await self.send_back(pq, msg, -1, raise_unreachable=raise_unreachable)

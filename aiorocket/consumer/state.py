@@ -1,0 +1,122 @@
+"""The state a consumer's parts share: one object, no back-reference to the consumer.
+
+Like aiokafka's ``SubscriptionState``, :class:`ConsumerState` is what the rebalancer,
+the pullers, the delivery strategy and the operator requests read and change: the
+subscriptions, the owned process queues, the assignment mode and the cache budget.
+Each part is built with this object and the few other things it uses (a broker
+client, the NameServer client, the settler), so none of them reaches into another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from aiorocket._signal import Signal
+from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
+from aiorocket.message import MessageQueue
+from aiorocket.protocol.subscription import Subscription
+
+if TYPE_CHECKING:
+    from aiorocket._log import Logger
+    from aiorocket.consumer.config import ConsumerConfig
+
+__all__ = ["ConsumerState", "PullObserver"]
+#: ``observer(queue, seconds, messages)``: see :meth:`Consumer.observe_pulls`.
+PullObserver = Callable[[MessageQueue, float, int], None]
+
+
+class ConsumerState:
+    """What the parts of one consumer share.
+
+    Parameters
+    ----------
+    group:
+        The consumer group.
+    config:
+        The consumer's validated configuration (never changed after construction).
+    log:
+        The consumer's logger (bound to the group, later to the client id).
+    pull_mode:
+        A pull consumer (``CONSUME_ACTIVELY``): messages wait in per-queue buffers, the
+        broker needs the subscription with every pull, and there is no retry topic.
+    """
+
+    def __init__(
+        self, group: str, config: ConsumerConfig, log: Logger, *, pull_mode: bool = False
+    ) -> None:
+        self.group = group
+        self.config = config
+        self.log = log
+        self.pull_mode = pull_mode
+        self.subscriptions: dict[str, Subscription] = {}
+        #: queues chosen by the application (PullConsumer.assign): no group rebalance.
+        self.manual_assignment: set[MessageQueue] | None = None
+        #: with False only the application's commit() stores offsets.
+        self.auto_commit = True
+        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        #: orderly queues revoked while a handler ran: their broker locks are kept (and
+        #: renewed) until it has finished, and a re-assignment waits for that.
+        self.releasing: dict[MessageQueue, ProcessQueue] = {}
+        #: queues of ``releasing`` assigned to us again meanwhile: rebalance at release.
+        self.wanted_back: set[MessageQueue] = set()
+        limit = config.pull_threshold_for_all
+        #: the cap on all queues' cached messages, shared by their ProcessQueues.
+        self.cache_budget = CacheBudget(limit) if limit is not None else None
+        #: called after each pull that returned messages (see Consumer.observe_pulls).
+        self.pull_observers: list[PullObserver] = []
+        self.closing = False
+        self.started_at_ms = 0
+        #: broadcasting messages given up after their local retries.
+        self.dropped_messages = 0
+        #: records that could not be decoded (see aiorocket.consumer.undecodable)
+        self.undecodable_messages = 0
+        self._joined = False
+        self._joined_signal = Signal()
+        self.rebalance_requested = False
+        #: notified by request_rebalance(): the rebalance loop runs a pass at once.
+        self.rebalance_wanted = Signal()
+
+    # -- assignment ------------------------------------------------------------------
+
+    def assignment(self) -> set[MessageQueue]:
+        return {mq for mq, pq in self.process_queues.items() if not pq.dropped}
+
+    def request_rebalance(self) -> None:
+        self.rebalance_requested = True
+        self.rebalance_wanted.notify()
+
+    @property
+    def joined(self) -> bool:
+        """True once a rebalance pass found this client among the group's members and
+        computed its share of every subscribed topic."""
+        return self._joined
+
+    def note_joined(self) -> None:
+        if not self._joined:
+            self._joined = True
+            self._joined_signal.notify()
+
+    async def wait_joined(self) -> None:
+        while not self._joined:
+            await self._joined_signal.wait()
+
+    # -- flow control ------------------------------------------------------------------
+
+    def has_room(self, pq: ProcessQueue) -> bool:
+        """Whether ``pq`` may pull more: its own limits and the shared budget."""
+        budget = self.cache_budget
+        return pq.has_capacity(self.config) and (budget is None or budget.has_room())
+
+    async def wait_room(self, pq: ProcessQueue) -> None:
+        if not pq.has_capacity(self.config):
+            await pq.wait_room(self.config)
+        elif self.cache_budget is not None:
+            await self.cache_budget.wait_room()
+
+    def held_queues(self) -> list[ProcessQueue]:
+        """The queues whose broker locks we keep: owned ones and revoked ones still
+        finishing a handler (orderly)."""
+        pqs = [pq for pq in self.process_queues.values() if not pq.dropped]
+        pqs.extend(self.releasing.values())
+        return pqs
