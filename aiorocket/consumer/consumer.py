@@ -220,7 +220,12 @@ class Consumer:
             client_id=self._client_id,
             instance_name=self._instance_name,
         )
-        await self._engine.start()
+        try:
+            await self._engine.start()
+        except BaseException:
+            if not self._engine.started:
+                self._engine = None  # nothing was started (e.g. no NameServer): may retry
+            raise
         return self
 
     async def __aexit__(

@@ -123,3 +123,19 @@ async def test_a_namesrv_lost_after_start_leaves_the_consumer_running_on_cached_
             await handler.done.wait()  # ...and consuming goes on
         assert len(consumer.assignment()) == 2
     assert sorted(handler.got) == [b"m0", b"m1"]
+
+
+@pytest.mark.parametrize("cls", [Consumer, PullConsumer])
+async def test_a_start_that_found_no_namesrv_may_be_tried_again(
+    cls: type[Consumer | PullConsumer],
+) -> None:
+    # Nothing was started, so the same object may try again (a service retrying its
+    # start-up until the NameServer is up): the second attempt fails the same way, not
+    # with "a consumer can be started once".
+    async with refused() as addr:
+        consumer = cls("g", addr, request_timeout=REQUEST_TIMEOUT)
+        consumer.subscribe("t")
+        for _ in range(2):
+            with anyio.fail_after(BOUND), pytest.raises(NameServerUnavailableError):
+                async with consumer:
+                    pass
