@@ -21,9 +21,9 @@ class FutureEvent:
 
     ``anyio.Event()`` on asyncio is a wrapper around an ``asyncio.Event``, whose ``wait()``
     binds the loop (under a global lock), makes a future and keeps it in a deque: a
-    create/set/wait cycle costs 4.9 µs here against 3.5 µs for a bare future, paid once
-    per message on the auto-batching send path and once per request (measured for
-    issue 17; benchmarks/README.md, "Where the two misses come from"). Only what the
+    create/set/wait cycle costs about 40% more than a bare future's, paid once per
+    message on the auto-batching send path and once per request (measured for issue 17:
+    benchmarks/README.md, "Where the two misses come from"). Only what the
     per-message users need: ``set``, ``is_set`` and ``wait``. Unlike ``anyio.Event``,
     ``wait()`` on a set event returns without yielding to the loop.
     """

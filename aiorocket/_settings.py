@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from collections.abc import Mapping
+from dataclasses import fields, replace
 from typing import Any, Protocol, TypeVar
 
 from aiorocket.errors import ConfigError
@@ -22,11 +23,27 @@ def check_group(group: str, kind: str) -> None:
 
 
 def apply_settings(config: C, settings: dict[str, Any], kind: str) -> C:
-    """``config`` with keyword overrides applied and validated; unknown names are errors."""
+    """A copy of ``config`` with keyword overrides applied and validated; unknown names
+    are errors. The caller's object is never changed: one config may serve several
+    clients with different overrides."""
     known = {f.name for f in fields(config)}  # type: ignore[arg-type]
-    for name, value in settings.items():
+    for name in settings:
         if name not in known:
             raise ConfigError(f"unknown {kind} setting {name!r}")
-        setattr(config, name, value)
+    config = replace(config, **settings)  # type: ignore[type-var]
     config.validate()
     return config
+
+
+def check_positive_ints(values: Mapping[str, object]) -> None:
+    """Each value is an int above 0 (``True`` is not a count, though Python says int)."""
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_positive_numbers(values: Mapping[str, object]) -> None:
+    """Each value is a number of seconds (int or float, not bool) above 0."""
+    for name, value in values.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+            raise ConfigError(f"{name} must be a positive number, got {value!r}")

@@ -16,6 +16,36 @@ from __future__ import annotations
 
 from aiorocket.protocol.codes import ResponseCode
 
+__all__ = [
+    "AccessDeniedError",
+    "BrokerResponseError",
+    "ClientClosedError",
+    "ConfigError",
+    "ConnectionClosedError",
+    "ConsumerNotOnlineError",
+    "DataLossError",
+    "FrameTooLargeError",
+    "GroupNotFoundError",
+    "GrpcStatusError",
+    "MessageDecodeError",
+    "MessageNotFoundError",
+    "MessageTooLargeError",
+    "NameServerUnavailableError",
+    "NoRouteError",
+    "ProtocolError",
+    "ProxyResponseError",
+    "ProxyUnavailableError",
+    "RequestTimeoutError",
+    "ResponseTooLargeError",
+    "RocketMQError",
+    "ServiceNotAvailableError",
+    "SystemBusyError",
+    "TlsError",
+    "TopicNotExistError",
+    "UnsupportedTransportError",
+    "error_for_response",
+]
+
 
 class RocketMQError(Exception):
     """Base class of every aiorocket error."""

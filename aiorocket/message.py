@@ -5,6 +5,36 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+__all__ = [
+    "DLQ_TOPIC_PREFIX",
+    "KEY_SEPARATOR",
+    "PROPERTY_DELAY_LEVEL",
+    "PROPERTY_KEYS",
+    "PROPERTY_MAX_OFFSET",
+    "PROPERTY_MAX_RECONSUME_TIMES",
+    "PROPERTY_MIN_OFFSET",
+    "PROPERTY_ORIGIN_MESSAGE_ID",
+    "PROPERTY_PRODUCER_GROUP",
+    "PROPERTY_REAL_QUEUE_ID",
+    "PROPERTY_REAL_TOPIC",
+    "PROPERTY_RECONSUME_TIME",
+    "PROPERTY_RETRY_TOPIC",
+    "PROPERTY_SHARDING_KEY",
+    "PROPERTY_TAGS",
+    "PROPERTY_TIMER_DELAY_SEC",
+    "PROPERTY_TIMER_DELIVER_MS",
+    "PROPERTY_TRANSACTION_CHECK_TIMES",
+    "PROPERTY_TRANSACTION_PREPARED",
+    "PROPERTY_UNIQ_KEY",
+    "PROPERTY_WAIT_STORE_MSG_OK",
+    "RETRY_TOPIC_PREFIX",
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "dlq_topic",
+    "retry_topic",
+]
+
 # Property names (apache/rocketmq MessageConst).
 PROPERTY_TAGS = "TAGS"
 PROPERTY_KEYS = "KEYS"

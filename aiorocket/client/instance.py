@@ -22,6 +22,12 @@ from aiorocket.remoting.dispatcher import RequestDispatcher
 from aiorocket.remoting.pool import ConnectionPool
 from aiorocket.security import Credentials, TlsSetting, resolve_tls
 
+__all__ = [
+    "ClientInstance",
+    "local_ip",
+    "make_client_id",
+]
+
 
 def local_ip() -> str:
     """The address other peers would see us as; loopback when there is no route out."""

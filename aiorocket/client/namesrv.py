@@ -31,6 +31,15 @@ from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.route import TopicRoute
 from aiorocket.remoting.pool import ConnectionPool
 
+__all__ = [
+    "NAMESRV_ENV",
+    "REFRESH_CONCURRENCY",
+    "ROUTE_REFRESH_INTERVAL",
+    "NameServerClient",
+    "namesrv_addrs",
+    "parse_namesrv_addrs",
+]
+
 ROUTE_REFRESH_INTERVAL = 30.0
 #: route queries in flight during a refresh: a consumer of hundreds of topics refreshes
 #: them in a few round trips (their frames share writes) without flooding a NameServer.

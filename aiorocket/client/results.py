@@ -8,6 +8,13 @@ from dataclasses import dataclass, field
 from aiorocket.message import MessageExt, MessageQueue
 from aiorocket.protocol.message_codec import UndecodableRecord
 
+__all__ = [
+    "PullResult",
+    "PullStatus",
+    "SendResult",
+    "SendStatus",
+]
+
 
 class PullStatus(enum.Enum):
     FOUND = "FOUND"

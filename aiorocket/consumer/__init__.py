@@ -8,6 +8,7 @@ from aiorocket.consumer.allocation import (
     AllocateConsistentHash,
     AllocateMachineRoomNearby,
     AllocateStrategy,
+    allocate_averagely,
 )
 from aiorocket.consumer.config import ConsumeFromWhere, ConsumerConfig, MessageModel
 from aiorocket.consumer.consumer import BatchHandler, Consumer, MessageHandler
@@ -41,4 +42,5 @@ __all__ = [
     "QueueStats",
     "RebalanceListener",
     "Reconsume",
+    "allocate_averagely",
 ]

@@ -227,9 +227,14 @@ class AllocateConsistentHash:
     When one consumer joins or leaves, only the queues next to its ring points move,
     so fewer queues change hands than with averaging; the split is less even.
 
-    ``hash`` must return an int in Java ``long`` range for peers to agree; only the
-    default matches a default Java consumer. ``virtual_nodes`` must be at least 1
-    (Java accepts 0, which leaves every queue unconsumed).
+    Parameters
+    ----------
+    virtual_nodes:
+        Ring points per consumer, at least 1 (Java accepts 0, which leaves every queue
+        unconsumed).
+    hash:
+        Maps a key to an int in Java ``long`` range; peers must agree, and only the
+        default (MD5, as Java's) matches a default Java consumer.
     """
 
     __slots__ = ("_cache", "_hash", "virtual_nodes")
@@ -304,6 +309,11 @@ class AllocateByConfig:
     the configured list verbatim, we return only configured queues present in
     ``queues``: the rebalancer calls once per topic, and a queue that is not (or no
     longer) in the route cannot be pulled.
+
+    Parameters
+    ----------
+    queues:
+        The queues this consumer takes (at least one).
     """
 
     __slots__ = ("queues",)
@@ -347,6 +357,11 @@ class AllocateByMachineRoom:
     remainder dealt one each to the first consumers. Client ids are not inspected
     (Java does not either): every member is assumed to sit in one of
     ``consumer_idcs``.
+
+    Parameters
+    ----------
+    consumer_idcs:
+        The data centres (idc names) whose brokers' queues the group takes.
     """
 
     __slots__ = ("consumer_idcs",)
@@ -426,6 +441,13 @@ class AllocateMachineRoomNearby:
     consumers only, which keeps traffic inside the room; queues of a room with no
     consumer are split by ``inner`` among all consumers, so nothing is left behind.
     The name carries the inner strategy's, as in Java.
+
+    Parameters
+    ----------
+    inner:
+        The strategy splitting each room's queues among its consumers.
+    resolver:
+        Names the room of a broker and of a consumer (client id).
     """
 
     __slots__ = ("inner", "resolver")

@@ -86,7 +86,7 @@ class Buffered:
             batch: list[ConsumerMessage] = []
             while pq.buffer and taken < max_records:
                 msg: ConsumerMessage = pq.buffer.popleft()
-                if msg._generation != pq.tracker.generation:
+                if not msg.current():
                     continue
                 msg._settled = True
                 pq.on_done(msg, msg._generation)  # returned = consumed (position model)

@@ -5,8 +5,17 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from aiorocket._settings import check_positive_ints, check_positive_numbers
 from aiorocket.errors import ConfigError
 from aiorocket.security import Credentials, TlsSetting, check_security
+
+__all__ = [
+    "DEFAULT_MAX_RECONSUME_TIMES",
+    "UNLIMITED_RECONSUME",
+    "ConsumeFromWhere",
+    "ConsumerConfig",
+    "MessageModel",
+]
 
 
 class MessageModel(str, enum.Enum):
@@ -132,12 +141,9 @@ class ConsumerConfig:
             "consume_batch_size": self.consume_batch_size,
             "max_abandoned_threads": self.max_abandoned_threads,
         }
-        for name, value in positive_ints.items():
-            if not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        limit = self.pull_threshold_for_all
-        if limit is not None and (not isinstance(limit, int) or limit <= 0):
-            raise ConfigError(f"pull_threshold_for_all must be a positive integer, got {limit!r}")
+        check_positive_ints(positive_ints)
+        if self.pull_threshold_for_all is not None:
+            check_positive_ints({"pull_threshold_for_all": self.pull_threshold_for_all})
         if self.pull_batch_size > 1024:
             raise ConfigError("pull_batch_size must be at most 1024")
         if self.max_reconsume_times < -1:
@@ -152,9 +158,7 @@ class ConsumerConfig:
             "request_timeout": self.request_timeout,
             "stall_warning_after": self.stall_warning_after,
         }
-        for name, fvalue in positive_floats.items():
-            if not fvalue > 0:
-                raise ConfigError(f"{name} must be positive, got {fvalue!r}")
+        check_positive_numbers(positive_floats)
         # The broker sweeps held pulls every 5 s, so a long poll can last that much longer.
         if self.pull_request_timeout < self.long_poll_timeout + 5:
             raise ConfigError("pull_request_timeout must exceed long_poll_timeout by 5 s or more")

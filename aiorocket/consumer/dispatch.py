@@ -14,33 +14,22 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from aiorocket.consumer.handler import ConsumeTimeouts
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.work_queue import WorkQueue
 
 if TYPE_CHECKING:
-    from aiorocket.consumer.handler import Handler
+    from aiorocket.consumer.handler import Handler, TimeoutSlot
     from aiorocket.consumer.process_queue import ProcessQueue
     from aiorocket.consumer.settle import RemotingSettler
     from aiorocket.consumer.state import ConsumerState
 
-__all__ = ["WorkItem", "WorkerPool", "WorkerSlot"]
+__all__ = ["WorkItem", "WorkerPool"]
 
 #: What the work queue carries: one message, or a batch of one queue's messages.
 WorkItem = ConsumerMessage | list[ConsumerMessage]
 
 _BURST = 32  # handler calls between forced checkpoints
-
-
-class WorkerSlot:
-    """What one worker is running, for the consume-timeout watchdog."""
-
-    __slots__ = ("current", "deadline", "scope", "timed_out")
-
-    def __init__(self) -> None:
-        self.current: WorkItem | None = None
-        self.deadline = 0.0
-        self.scope: anyio.CancelScope | None = None
-        self.timed_out = False
 
 
 class WorkerPool:
@@ -64,6 +53,7 @@ class WorkerPool:
         #: messages (or batches) waiting for a worker
         self.queue: WorkQueue[WorkItem] = WorkQueue()
         self._batch_size = cfg.consume_batch_size if handler.batch else 1
+        self._timeouts = ConsumeTimeouts(cfg.consume_timeout)
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
 
@@ -116,12 +106,12 @@ class WorkerPool:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Run the workers until the queue closes and drains (or they are cancelled)."""
-        slots = [WorkerSlot() for _ in range(self._state.config.consume_concurrency)]
+        slots = [self._timeouts.slot() for _ in range(self._state.config.consume_concurrency)]
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 async with anyio.create_task_group() as outer:
-                    outer.start_soon(self._watchdog, slots)
+                    outer.start_soon(self._timeouts.run)
                     async with anyio.create_task_group() as workers:
                         for slot in slots:
                             workers.start_soon(self._worker, slot)
@@ -131,23 +121,7 @@ class WorkerPool:
             if self._done is not None:
                 self._done.set()
 
-    async def _watchdog(self, slots: list[WorkerSlot]) -> None:
-        """Cancel handler calls that overran ``consume_timeout``.
-
-        One cheap periodic check for all workers replaces a timer-backed cancel scope per
-        handler call, which would be the most expensive step of dispatching a message.
-        """
-        timeout = self._state.config.consume_timeout
-        interval = min(max(timeout / 10, 0.05), 1.0)
-        while True:
-            await anyio.sleep(interval)
-            now = time.monotonic()  # the same clock as the deadlines, cheaper than anyio's
-            for slot in slots:
-                if slot.current is not None and now >= slot.deadline and slot.scope is not None:
-                    slot.timed_out = True
-                    slot.scope.cancel()
-
-    async def _worker(self, slot: WorkerSlot) -> None:
+    async def _worker(self, slot: TimeoutSlot) -> None:
         # A single message for an async handler (the common case) is handled inline below;
         # batches and thread-run handlers take _consume_batch. The inline path saves the
         # list, two coroutine frames and the settle coroutine per message.
@@ -181,10 +155,10 @@ class WorkerPool:
                     elif not inline:
                         await self._consume_batch([item], slot)
                     else:
+                        if not item.current():
+                            continue
                         pq = item._pq
                         assert pq is not None
-                        if pq.dropped or item._settled or item._generation != pq.tracker.generation:
-                            continue
                         pq.running += 1
                         slot.deadline = monotonic() + timeout
                         slot.current = item
@@ -226,13 +200,10 @@ class WorkerPool:
         for m in batch:
             await self._settler.settle(m, self._state.config.retry_delay_level)
 
-    async def _consume_batch(self, batch: list[ConsumerMessage], slot: WorkerSlot) -> None:
+    async def _consume_batch(self, batch: list[ConsumerMessage], slot: TimeoutSlot) -> None:
         pq = batch[0]._pq
         assert pq is not None
-        if pq.dropped:
-            return
-        generation = pq.tracker.generation
-        live = [m for m in batch if not m._settled and m._generation == generation]
+        live = [m for m in batch if m.current()]
         if not live:
             return
         pq.running += 1

@@ -109,10 +109,7 @@ class Iterated:
                 if isinstance(item, list):  # batches go to batch handlers only; be lenient
                     queue.push_front(*item)
                     continue
-                pq = item._pq
-                if pq is None or pq.dropped or item._settled:
-                    continue
-                if item._generation != pq.tracker.generation:
+                if not item.current():
                     continue
                 previous = item
                 yield item

@@ -21,6 +21,12 @@ import anyio
 from aiorocket._log import get_logger
 from aiorocket.message import MessageQueue
 
+__all__ = [
+    "FORMAT_VERSION",
+    "LocalFileOffsetStore",
+    "default_offset_dir",
+]
+
 FORMAT_VERSION = 1
 
 

@@ -11,6 +11,11 @@ from aiorocket.message import MessageExt
 if TYPE_CHECKING:
     from aiorocket.consumer.process_queue import ProcessQueue
 
+__all__ = [
+    "ConsumerMessage",
+    "Settler",
+]
+
 
 class Settler(Protocol):
     async def settle(self, msg: ConsumerMessage, delay_level: int | None) -> None: ...
@@ -37,6 +42,18 @@ class ConsumerMessage(MessageExt):
     @property
     def settled(self) -> bool:
         return self._settled
+
+    def current(self) -> bool:
+        """Still to be handed out or handled: not settled, its queue still ours, and not
+        reset (seek, OFFSET_ILLEGAL, an operator's reset) since it was pulled. The one
+        check every delivery path makes before giving a message to the application."""
+        pq = self._pq
+        return (
+            pq is not None
+            and not self._settled
+            and not pq.dropped
+            and self._generation == pq.tracker.generation
+        )
 
     async def ack(self) -> None:
         if self._settler is not None:

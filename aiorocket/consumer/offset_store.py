@@ -8,6 +8,11 @@ from aiorocket.client.instance import ClientInstance
 from aiorocket.errors import NoRouteError
 from aiorocket.message import MessageQueue
 
+__all__ = [
+    "OffsetStore",
+    "RemoteOffsetStore",
+]
+
 
 class OffsetStore(Protocol):
     async def read(self, mq: MessageQueue) -> int | None:

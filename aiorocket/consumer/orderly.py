@@ -15,15 +15,18 @@ time.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 
+from aiorocket.consumer.handler import ConsumeTimeouts
+
 if TYPE_CHECKING:
     from aiorocket._log import Logger
     from aiorocket.consumer.committer import AutoCommit
-    from aiorocket.consumer.handler import Handler
+    from aiorocket.consumer.handler import Handler, TimeoutSlot
     from aiorocket.consumer.locks import QueueLocks
     from aiorocket.consumer.message import ConsumerMessage
     from aiorocket.consumer.process_queue import ProcessQueue
@@ -66,6 +69,8 @@ class Orderly:
         self._commits = commits
         #: bounds the handler calls running at once over all queues
         self._slots = anyio.Semaphore(state.config.consume_concurrency)
+        self._timeouts = ConsumeTimeouts(state.config.consume_timeout)
+        self._watchdog_scope = anyio.CancelScope()
         self._tg: anyio.abc.TaskGroup | None = None
 
     # -- Delivery ------------------------------------------------------------------
@@ -78,6 +83,11 @@ class Orderly:
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         self._tg = tg
+        tg.start_soon(self._watch)
+
+    async def _watch(self) -> None:
+        with self._watchdog_scope:
+            await self._timeouts.run()
 
     def start_queue(self, pq: ProcessQueue) -> None:
         assert self._tg is not None
@@ -124,15 +134,20 @@ class Orderly:
             for pq in running:
                 async with pq.order_lock:
                     pass
+        self._watchdog_scope.cancel()
 
     # -- the consume loop ----------------------------------------------------------------
 
     async def _consume_loop(self, pq: ProcessQueue) -> None:
-        with anyio.CancelScope() as scope:
-            pq.consume_scope = scope
-            await self._consume(pq)
+        slot = self._timeouts.slot()
+        try:
+            with anyio.CancelScope() as scope:
+                pq.consume_scope = scope
+                await self._consume(pq, slot)
+        finally:
+            self._timeouts.release(slot)
 
-    async def _consume(self, pq: ProcessQueue) -> None:
+    async def _consume(self, pq: ProcessQueue, slot: TimeoutSlot) -> None:
         state = self._state
         valid = self._locks.valid
         log = state.log.bind(topic=pq.mq.topic, broker=pq.mq.broker_name, queue=pq.mq.queue_id)
@@ -146,7 +161,7 @@ class Orderly:
                     await pq.wait_changed()
                 continue
             msg: ConsumerMessage = pq.buffer[0]
-            if msg._settled or msg._generation != pq.tracker.generation:
+            if not msg.current():
                 pq.buffer.popleft()
                 continue
             async with self._slots:
@@ -155,16 +170,40 @@ class Orderly:
                         # Re-check after waiting: a rebalance may have taken the queue.
                         if pq.dropped or state.closing or not valid(pq):
                             continue
-                        await self._step(pq, msg, log)
+                        await self._step(pq, msg, slot, log)
                 finally:
                     pq.notify()  # a revoke or the close may be waiting for the step's end
 
-    async def _step(self, pq: ProcessQueue, msg: ConsumerMessage, log: Logger) -> None:
+    async def _call(
+        self, pq: ProcessQueue, msg: ConsumerMessage, slot: TimeoutSlot
+    ) -> tuple[int | None, float | None]:
+        """The handler call under the consume timeout (an overrun is a failure)."""
+        pq.running += 1
+        try:
+            with anyio.CancelScope() as scope:
+                slot.scope = scope
+                slot.deadline = time.monotonic() + self._timeouts.timeout
+                slot.current = msg
+                try:
+                    return await self._handler.call(pq, [msg])
+                finally:
+                    slot.current = None
+            # Reached only when the watchdog cancelled the call.
+            slot.timed_out = False
+            self._handler.log_timeout(pq, msg)
+            return self._state.config.retry_delay_level, None
+        finally:
+            pq.running -= 1
+            pq.notify()
+
+    async def _step(
+        self, pq: ProcessQueue, msg: ConsumerMessage, slot: TimeoutSlot, log: Logger
+    ) -> None:
         """Handle the message at the head of the buffer and apply the result."""
         cfg = self._state.config
         settler = self._settler
         generation = msg._generation
-        level, suspend = await self._handler.call_bounded(pq, [msg])
+        level, suspend = await self._call(pq, msg, slot)
         if generation != pq.tracker.generation:
             # The queue was reset (OFFSET_ILLEGAL) while the handler ran: the buffer now
             # holds the new position's messages, and this result concerns none of them.

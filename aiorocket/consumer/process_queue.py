@@ -22,6 +22,15 @@ from aiorocket.message import MessageExt, MessageQueue
 if TYPE_CHECKING:
     from aiorocket.consumer.config import ConsumerConfig
 
+__all__ = [
+    "TRANSITIONS",
+    "CacheBudget",
+    "InvalidQueueTransition",
+    "ProcessQueue",
+    "QueueState",
+    "next_state",
+]
+
 
 class QueueState(enum.Enum):
     """Where a :class:`ProcessQueue` is in its life.
@@ -147,10 +156,9 @@ class ProcessQueue:
         self.running = 0  # handlers currently running for this queue
         #: the lifecycle (see QueueState); changed only by _enter (pause, resume, drop)
         self.state = QueueState.ACTIVE
-        #: ``state is DROPPED``, kept by _enter as a plain attribute: the dispatch workers
-        #: read it once per message, where a property adds a call (a few % of the client's
-        #: ~4.7 µs per message in benchmarks/ceiling.py; within that benchmark's noise on
-        #: a busy machine, so not a measured win: a precaution on the hottest path).
+        #: ``state is DROPPED``, kept by _enter as a plain attribute: every delivery path
+        #: reads it once per message, where a property would add a call on the hottest
+        #: path (benchmarks/ceiling.py; a precaution, within that benchmark's noise).
         self.dropped = False
         self.pull_scope: anyio.CancelScope | None = None
         #: orderly: the scope of the queue's consume loop (cancelled only by the close)

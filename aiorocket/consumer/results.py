@@ -5,6 +5,15 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+__all__ = [
+    "RECONSUME_LATER",
+    "SUCCESS",
+    "ConsumeStatus",
+    "HandlerResult",
+    "Reconsume",
+    "failure_delay_level",
+]
+
 
 class ConsumeStatus(enum.Enum):
     SUCCESS = "CONSUME_SUCCESS"

@@ -8,6 +8,12 @@ from dataclasses import dataclass
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.message import MessageQueue
 
+__all__ = [
+    "QueueStats",
+    "Snapshot",
+    "queue_stats",
+]
+
 Snapshot = tuple[float, dict[MessageQueue, tuple[int, int]]]
 
 

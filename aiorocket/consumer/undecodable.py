@@ -30,6 +30,10 @@ if TYPE_CHECKING:
     from aiorocket.consumer.settle import RemotingSettler
     from aiorocket.consumer.state import ConsumerState
 
+__all__ = [
+    "dead_letter_undecodable",
+]
+
 
 async def dead_letter_undecodable(
     state: ConsumerState,

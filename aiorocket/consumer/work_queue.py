@@ -24,6 +24,11 @@ import anyio
 
 from aiorocket._loop import OneShotEvent, capture
 
+__all__ = [
+    "T",
+    "WorkQueue",
+]
+
 T = TypeVar("T")
 
 

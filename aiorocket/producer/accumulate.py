@@ -1,8 +1,8 @@
 """Auto-batching: concurrent plain sends of one topic leave together in batch requests.
 
-A broker spends most of its effort per request, not per byte: on the local test
-cluster one 1 KiB message per request tops out near 6,000 msg/s, batches of 32 near
-50,000. So with ``auto_batch`` on, :meth:`Producer.send` hands eligible messages to an
+A broker spends most of its effort per request, not per byte: batches of 1 KiB
+messages go several times faster than one message per request (benchmarks/README.md,
+produce figures). So with ``auto_batch`` on, :meth:`Producer.send` hands eligible messages to an
 :class:`AutoBatcher`, and each caller still awaits its own :class:`SendResult`.
 
 There is no linger timer. A topic keeps at most ``batch_in_flight`` requests under
@@ -15,8 +15,8 @@ aiokafka's accumulator does.
 Batch requests run in the producer's task group (they carry several callers' messages,
 so no single caller owns them), in up to ``batch_in_flight`` worker tasks per topic,
 started as its messages need them and ended after a minute without any: a task per
-request would cost more than the request's own work (anyio spawns a task in ~30 µs
-here), and the worker that wakes for a message takes whatever else arrived in the same
+request would cost more than the request's own work (benchmarks/micro.py: a task per
+message), and the worker that wakes for a message takes whatever else arrived in the same
 loop iteration along with it.
 
 A caller that is cancelled or times out while its message still waits takes it back;
@@ -38,6 +38,7 @@ import anyio.abc
 
 from aiorocket._loop import LoopShortcuts, OneShotEvent, capture
 from aiorocket._signal import Signal
+from aiorocket._unique_id import create_unique_id
 from aiorocket.client.results import SendResult
 from aiorocket.errors import ClientClosedError, RequestTimeoutError
 from aiorocket.message import RETRY_TOPIC_PREFIX, Message
@@ -52,7 +53,11 @@ from aiorocket.producer.prepare import (
     wire_properties,
 )
 from aiorocket.producer.sender import Plan, Sender
-from aiorocket.protocol.message_codec import create_unique_id
+
+__all__ = [
+    "WORKER_IDLE_EXIT",
+    "AutoBatcher",
+]
 
 #: seconds a topic's idle request worker lives on, waiting for the topic's next message.
 WORKER_IDLE_EXIT = 60.0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
+from aiorocket._unique_id import create_unique_id
 from aiorocket.client.results import SendResult
 from aiorocket.errors import ConfigError, MessageTooLargeError
 from aiorocket.message import RETRY_TOPIC_PREFIX, Message
@@ -26,7 +27,14 @@ from aiorocket.producer.prepare import (
     encode_props,
     wire_properties,
 )
-from aiorocket.protocol.message_codec import create_unique_id
+
+__all__ = [
+    "RECORD_OVERHEAD",
+    "decode_records",
+    "encode_record",
+    "prepare_batch",
+    "split_batch_result",
+]
 
 _HEAD = struct.Struct(">iiiii")  # TOTALSIZE MAGICCODE BODYCRC FLAG BODYLEN
 _PROPS_LEN = struct.Struct(">h")

@@ -8,9 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiorocket._settings import check_positive_ints, check_positive_numbers
 from aiorocket.errors import ConfigError
 from aiorocket.protocol.message_codec import CompressionType
 from aiorocket.security import Credentials, TlsSetting, check_security
+
+__all__ = [
+    "KIB",
+    "MIB",
+    "ProducerConfig",
+]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -91,18 +98,14 @@ class ProducerConfig:
             "check_backlog": self.check_backlog,
             "default_topic_queue_nums": self.default_topic_queue_nums,
         }
-        for name, value in positive_ints.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        check_positive_ints(positive_ints)
         positive_floats = {
             "send_timeout": self.send_timeout,
             "heartbeat_interval": self.heartbeat_interval,
             "route_refresh_interval": self.route_refresh_interval,
             "request_timeout": self.request_timeout,
         }
-        for name, fvalue in positive_floats.items():
-            if not fvalue > 0:
-                raise ConfigError(f"{name} must be positive, got {fvalue!r}")
+        check_positive_numbers(positive_floats)
         if self.shutdown_timeout < 0:
             raise ConfigError("shutdown_timeout must be >= 0")
         try:

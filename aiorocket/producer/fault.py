@@ -14,6 +14,15 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+__all__ = [
+    "FAILURE_LATENCY_MS",
+    "LATENCY_MAX_MS",
+    "NOT_AVAILABLE_MS",
+    "FaultItem",
+    "LatencyFaultTolerance",
+    "not_available_duration",
+]
+
 #: Latency thresholds (ms) and how long (ms) a broker at or above each is avoided.
 LATENCY_MAX_MS: tuple[int, ...] = (50, 100, 550, 1800, 3000, 5000, 15000)
 NOT_AVAILABLE_MS: tuple[int, ...] = (0, 0, 2000, 5000, 6000, 10000, 30000)

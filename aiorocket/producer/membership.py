@@ -16,6 +16,10 @@ import anyio
 from aiorocket.client.broker import BrokerClient
 from aiorocket.errors import RocketMQError
 
+__all__ = [
+    "Membership",
+]
+
 
 class Membership:
     def __init__(

@@ -10,15 +10,31 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from aiorocket._unique_id import create_unique_id
 from aiorocket.errors import ConfigError, MessageTooLargeError
 from aiorocket.message import PROPERTY_UNIQ_KEY, Message
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.protocol.message_codec import (
     MAX_PROPERTIES_BYTES,
     compress_body,
-    create_unique_id,
     encode_properties,
 )
+
+__all__ = [
+    "SYSFLAG_COMPRESSED",
+    "SYSFLAG_TRANSACTION_PREPARED",
+    "TOPIC_MAX_LENGTH",
+    "TRANSACTION_COMMIT_TYPE",
+    "TRANSACTION_NOT_TYPE",
+    "TRANSACTION_ROLLBACK_TYPE",
+    "Outgoing",
+    "check_body",
+    "check_schedule",
+    "check_topic",
+    "encode_props",
+    "prepare_message",
+    "wire_properties",
+]
 
 # MessageSysFlag bits a producer sets.
 SYSFLAG_COMPRESSED = 0x1

@@ -59,6 +59,12 @@ if TYPE_CHECKING:
     from aiorocket.grpc import GrpcOptions
     from aiorocket.grpc._producer import GrpcProducer
 
+__all__ = [
+    "Producer",
+    "ResultCallback",
+    "Transport",
+]
+
 ResultCallback = Callable[[SendResult], "Awaitable[None] | None"]
 Transport = Literal["remoting", "grpc"]
 

@@ -28,6 +28,11 @@ from aiorocket.message import MessageQueue
 from aiorocket.producer.selectors import RoundRobin
 from aiorocket.protocol.route import TopicRoute
 
+__all__ = [
+    "PublishInfo",
+    "PublishRoutes",
+]
+
 
 @dataclass(slots=True)
 class PublishInfo:

@@ -18,6 +18,15 @@ from aiorocket.errors import ConfigError, NoRouteError
 from aiorocket.message import Message, MessageQueue
 from aiorocket.producer.fault import LatencyFaultTolerance
 
+__all__ = [
+    "QueueSelector",
+    "RoundRobin",
+    "check_selected",
+    "hash_selector",
+    "java_hash",
+    "java_string_hash",
+]
+
 QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
 
 _INT32 = 1 << 32

@@ -44,6 +44,13 @@ from aiorocket.producer.prepare import Outgoing
 from aiorocket.producer.routes import PublishInfo, PublishRoutes
 from aiorocket.producer.selectors import QueueSelector, check_selected, hash_selector
 
+__all__ = [
+    "PINNED_RETRY_PAUSE",
+    "Choose",
+    "Plan",
+    "Sender",
+]
+
 #: Picks the queue of an attempt; the second argument is the broker to avoid, if any.
 Choose = Callable[[PublishInfo, "str | None"], MessageQueue]
 #: Pause before retrying a pinned send on its busy broker, times the attempt number.

@@ -31,6 +31,17 @@ from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.message_codec import decode_messages, decode_offset_message_id
 from aiorocket.remoting.connection import Connection
 
+__all__ = [
+    "CheckBacks",
+    "CheckRequest",
+    "LocalTransaction",
+    "TransactionChecker",
+    "TransactionResult",
+    "TransactionState",
+    "end_transaction",
+    "parse_check_request",
+]
+
 
 class TransactionState(enum.Enum):
     COMMIT = "COMMIT"

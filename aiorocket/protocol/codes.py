@@ -7,6 +7,14 @@ from __future__ import annotations
 
 import enum
 
+__all__ = [
+    "CLIENT_VERSION",
+    "LANGUAGE",
+    "RemotingFlag",
+    "RequestCode",
+    "ResponseCode",
+]
+
 
 class RequestCode(enum.IntEnum):
     SEND_MESSAGE = 10

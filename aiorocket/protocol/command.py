@@ -6,6 +6,10 @@ from dataclasses import dataclass, field
 
 from aiorocket.protocol.codes import CLIENT_VERSION, LANGUAGE, RemotingFlag, ResponseCode
 
+__all__ = [
+    "RemotingCommand",
+]
+
 # Plain ints: IntFlag arithmetic costs a microsecond per operation, on every frame.
 _RESPONSE = int(RemotingFlag.RESPONSE)
 _ONEWAY = int(RemotingFlag.ONEWAY)
@@ -52,6 +56,17 @@ class RemotingCommand:
             remark=remark,
             ext_fields=ext_fields if ext_fields is not None else {},
             body=body,
+        )
+
+    @classmethod
+    def not_supported(cls, request: RemotingCommand) -> RemotingCommand | None:
+        """The answer to a request nobody here handles (None: a oneway gets none)."""
+        if request.is_oneway:
+            return None
+        return cls.response_to(
+            request,
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+            f"request code {request.code} not supported by aiorocket",
         )
 
     @property

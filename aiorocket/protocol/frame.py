@@ -21,6 +21,21 @@ from typing import Any
 from aiorocket.errors import FrameTooLargeError, ProtocolError
 from aiorocket.protocol.command import RemotingCommand
 
+__all__ = [
+    "MAX_FRAME_LENGTH",
+    "MAX_SKIPPED_FRAME_LENGTH",
+    "SERIALIZE_JSON",
+    "SERIALIZE_ROCKETMQ",
+    "FrameDecoder",
+    "check_frame_length",
+    "decode_frame",
+    "encode_binary_header",
+    "encode_command",
+    "encode_command_binary",
+    "encode_header",
+    "use_orjson",
+]
+
 MAX_FRAME_LENGTH = 16 * 1024 * 1024
 #: An answer above MAX_FRAME_LENGTH but at most this long is skipped (its header decoded,
 #: its body read and thrown away) instead of closing the connection; anything longer is

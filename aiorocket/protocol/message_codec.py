@@ -22,11 +22,9 @@ but brokers switch to V2 above 127 bytes anyway).
 from __future__ import annotations
 
 import enum
-import os
 import socket
 import struct
 import threading
-import time
 import zlib
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass
@@ -36,9 +34,35 @@ from typing import Any, TypeVar, overload
 import lz4.frame
 import zstandard
 
-from aiorocket._host import local_ipv4
 from aiorocket.errors import ConfigError, MessageDecodeError
 from aiorocket.message import MessageExt
+
+__all__ = [
+    "MAGIC_V1",
+    "MAGIC_V2",
+    "MAX_PROPERTIES_BYTES",
+    "MAX_TOPIC_BYTES",
+    "MIN_RECORD_SIZE",
+    "NAME_VALUE_SEPARATOR",
+    "PROPERTY_SEPARATOR",
+    "SYSFLAG_BORNHOST_V6",
+    "SYSFLAG_COMPRESSED",
+    "SYSFLAG_COMPRESSION_MASK",
+    "SYSFLAG_MULTI_TAGS",
+    "SYSFLAG_STOREHOST_V6",
+    "V1_MAX_TOPIC_BYTES",
+    "CompressionType",
+    "StoredProperties",
+    "UndecodableRecord",
+    "compress_body",
+    "decode_messages",
+    "decode_offset_message_id",
+    "decode_properties",
+    "decompress_body",
+    "encode_properties",
+    "offset_message_id",
+    "pack_host",
+]
 
 MAGIC_V1 = 0xDAA320A7  # -626843481 as a Java int
 MAGIC_V2 = 0xDAA320AB  # -626843477; 2-byte topic length, used for topics > 127 bytes
@@ -518,55 +542,3 @@ def decode_offset_message_id(msg_id: str) -> tuple[str, int]:
     ip_len = len(raw) - 12
     port, offset = struct.unpack_from(">iq", raw, ip_len)
     return _host_str(raw[:ip_len], port), offset
-
-
-# create_unique_id state: MessageClientIDSetter layout, IP(4) pid(2) random(4) fixed once,
-# then ms-since-start-of-month(4) and a 16-bit sequence. Java uses one global counter;
-# here the sequence restarts each millisecond and the time part never goes backwards (a
-# full sequence borrows the next millisecond), so ids cannot repeat within the process
-# even if the wall clock steps back.
-_uid_lock = threading.Lock()
-_uid_prefix = ""
-_uid_last_ms = -1
-_uid_seq = 0
-_uid_month = (0, -1)  # (start of this month, start of the next one), local time, in ms
-
-
-def _month_bounds(ms: int) -> tuple[int, int]:
-    lt = time.localtime(ms / 1000)
-    year, month = lt.tm_year, lt.tm_mon
-    nyear, nmonth = (year + 1, 1) if month == 12 else (year, month + 1)
-    start = time.mktime((year, month, 1, 0, 0, 0, 0, 0, -1))
-    return int(start * 1000), int(time.mktime((nyear, nmonth, 1, 0, 0, 0, 0, 0, -1)) * 1000)
-
-
-def _local_ipv4() -> bytes:
-    """This host's IPv4 address; without a route out, Java's createFakeIP (the low 4
-    bytes of the time in ms)."""
-    ip = local_ipv4()
-    if ip is None:
-        return (time.time_ns() // 1_000_000 & 0xFFFFFFFF).to_bytes(4, "big")
-    return socket.inet_aton(ip)
-
-
-def create_unique_id() -> str:
-    """A new ``UNIQ_KEY`` (client message id): 32 uppercase hex chars, unique per process."""
-    global _uid_prefix, _uid_last_ms, _uid_seq, _uid_month
-    now = time.time_ns() // 1_000_000
-    with _uid_lock:
-        if now > _uid_last_ms:
-            _uid_last_ms = ms = now
-            _uid_seq = seq = 0
-        else:
-            ms, seq = _uid_last_ms, _uid_seq + 1
-            if seq > 0xFFFF:
-                _uid_last_ms = ms = ms + 1
-                seq = 0
-            _uid_seq = seq
-        if ms >= _uid_month[1]:
-            if not _uid_prefix:
-                fixed = _local_ipv4() + (os.getpid() & 0xFFFF).to_bytes(2, "big") + os.urandom(4)
-                _uid_prefix = fixed.hex().upper()
-            _uid_month = _month_bounds(ms)
-        diff = (ms - _uid_month[0]) & 0xFFFFFFFF
-    return f"{_uid_prefix}{diff:08X}{seq:04X}"

@@ -9,6 +9,15 @@ from typing import Any
 from aiorocket.errors import ProtocolError
 from aiorocket.message import MessageQueue
 
+__all__ = [
+    "MASTER_ID",
+    "PERM_READ",
+    "PERM_WRITE",
+    "BrokerData",
+    "QueueData",
+    "TopicRoute",
+]
+
 PERM_READ = 4
 PERM_WRITE = 2
 MASTER_ID = 0

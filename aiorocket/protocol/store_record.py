@@ -27,6 +27,10 @@ from aiorocket.protocol.message_codec import (
     pack_host,
 )
 
+__all__ = [
+    "encode_stored_message",
+]
+
 # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP
 _HEAD = struct.Struct(">iIiiiqqiq")
 _I64 = struct.Struct(">q")

@@ -8,6 +8,15 @@ from typing import Any
 
 from aiorocket.errors import ConfigError
 
+__all__ = [
+    "EXPRESSION_SQL92",
+    "EXPRESSION_TAG",
+    "SUB_ALL",
+    "Subscription",
+    "java_string_hash",
+    "parse_tags",
+]
+
 SUB_ALL = "*"
 EXPRESSION_TAG = "TAG"
 EXPRESSION_SQL92 = "SQL92"

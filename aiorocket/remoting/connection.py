@@ -44,6 +44,14 @@ from aiorocket.protocol.frame import MAX_FRAME_LENGTH, encode_command
 from aiorocket.remoting.wire import StreamWire, Wire, open_wire
 from aiorocket.security import Credentials
 
+__all__ = [
+    "MIN_CLOSE_TIMEOUT",
+    "Connection",
+    "RequestHandler",
+    "next_opaque",
+    "parse_address",
+]
+
 #: Handles a request the server sent us. Return the response, or None for oneway requests.
 RequestHandler = Callable[["Connection", RemotingCommand], Awaitable["RemotingCommand | None"]]
 
@@ -178,9 +186,7 @@ class Connection:
                 # their handlers: frames arrive in an asyncio protocol callback, where
                 # anyio cannot start a task unless the loop was started by anyio.run
                 # (under uvicorn or aiohttp its backend lookup finds no running task).
-                requests, incoming = anyio.create_memory_object_stream[RemotingCommand](
-                    math.inf
-                )
+                requests, incoming = anyio.create_memory_object_stream[RemotingCommand](math.inf)
                 self._requests = requests
                 handlers.start_soon(self._serve_requests, handlers, incoming)
                 self._handlers = handlers
@@ -249,13 +255,7 @@ class Connection:
     async def _serve(self, request: RemotingCommand) -> None:
         response: RemotingCommand | None
         if self._handler is None:
-            response = None
-            if not request.is_oneway:
-                response = RemotingCommand.response_to(
-                    request,
-                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                    f"request code {request.code} not supported by aiorocket",
-                )
+            response = RemotingCommand.not_supported(request)
         else:
             try:
                 response = await self._handler(self, request)

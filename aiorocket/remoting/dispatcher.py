@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.remoting.connection import Connection
+
+__all__ = [
+    "CodeHandler",
+    "RequestDispatcher",
+]
 
 CodeHandler = Callable[[Connection, RemotingCommand], Awaitable["RemotingCommand | None"]]
 
@@ -31,11 +35,5 @@ class RequestDispatcher:
     async def __call__(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         handler = self._handlers.get(request.code)
         if handler is None:
-            if request.is_oneway:
-                return None
-            return RemotingCommand.response_to(
-                request,
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                f"request code {request.code} not supported by aiorocket",
-            )
+            return RemotingCommand.not_supported(request)
         return await handler(conn, request)

@@ -32,6 +32,16 @@ from aiorocket.errors import ProtocolError
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.frame import FrameDecoder
 
+__all__ = [
+    "HIGH_WATER",
+    "LOW_WATER",
+    "OnCommand",
+    "ProtocolWire",
+    "StreamWire",
+    "Wire",
+    "open_wire",
+]
+
 #: Receives every decoded command, in order, inside the event loop.
 OnCommand = Callable[[RemotingCommand], None]
 

@@ -40,6 +40,14 @@ from aiorocket.producer.producer import Producer
 from aiorocket.spark._options import WriteOptions
 from aiorocket.spark._runtime import call, runtime
 
+__all__ = [
+    "RocketMQStreamWriter",
+    "RocketMQWriter",
+    "SinkCommit",
+    "check_columns",
+    "log",
+]
+
 log = get_logger("spark")
 
 _STR = StringType()

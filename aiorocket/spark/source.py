@@ -34,6 +34,14 @@ from aiorocket.spark._read import QueueSplit, read_split
 from aiorocket.spark._runtime import call
 from aiorocket.spark._schema import SCHEMA, check_schema
 
+__all__ = [
+    "RocketMQBatchReader",
+    "RocketMQDataSource",
+    "RocketMQStreamReader",
+    "T",
+    "log",
+]
+
 log = get_logger("spark")
 T = TypeVar("T")
 

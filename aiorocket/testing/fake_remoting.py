@@ -25,6 +25,13 @@ from aiorocket.protocol.frame import (
     encode_header,
 )
 
+__all__ = [
+    "FakeRemotingServer",
+    "ServerHandler",
+    "ServerSession",
+    "echo_handler",
+]
+
 
 class ServerSession:
     """One accepted client connection, as seen by the fake server's handler."""

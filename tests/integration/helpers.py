@@ -6,12 +6,13 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from aiorocket._unique_id import create_unique_id
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.results import SendResult
 from aiorocket.errors import BrokerResponseError
 from aiorocket.message import Message, MessageQueue
 from aiorocket.protocol.codes import ResponseCode
-from aiorocket.protocol.message_codec import create_unique_id, encode_properties
+from aiorocket.protocol.message_codec import encode_properties
 from aiorocket.testing.broker import LocalRocketMQ
 
 

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import os
-import re
 import struct
-import threading
-import time
 import zlib
 from typing import Any
 
@@ -18,6 +14,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aiorocket._unique_id import create_unique_id
 from aiorocket.errors import ConfigError, MessageDecodeError
 from aiorocket.message import MessageExt
 from aiorocket.protocol import message_codec
@@ -26,7 +23,6 @@ from aiorocket.protocol.message_codec import (
     MAGIC_V2,
     MIN_RECORD_SIZE,
     CompressionType,
-    create_unique_id,
     decode_messages,
     decode_offset_message_id,
     decode_properties,
@@ -625,56 +621,3 @@ def test_message_ext_ids() -> None:
     [without] = decode_messages(raw_record(props=b""))
     assert with_uniq.msg_id == "ABC"
     assert without.msg_id == without.offset_msg_id == "7F00000100002A9F0000000000001234"
-
-
-# --------------------------------------------------------------------------- unique ids
-
-_UNIQ = re.compile(r"[0-9A-F]{32}")
-
-
-def test_unique_ids_are_unique_and_well_formed() -> None:
-    ids = [create_unique_id() for _ in range(100_000)]
-    assert len(set(ids)) == len(ids)
-    assert all(_UNIQ.fullmatch(i) for i in ids)
-    assert len({i[:20] for i in ids}) == 1  # IP + pid + random part is fixed per process
-    assert ids[0][8:12] == f"{os.getpid() & 0xFFFF:04X}"
-    # The time part is milliseconds since the start of the local month.
-    lt = time.localtime()
-    month_start = time.mktime((lt.tm_year, lt.tm_mon, 1, 0, 0, 0, 0, 0, -1))
-    span_ms = int(ids[-1][20:28], 16)
-    assert abs((time.time() - month_start) * 1000 - span_ms) < 60_000
-
-
-def test_unique_ids_survive_a_frozen_or_backward_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(message_codec, "_uid_last_ms", message_codec._uid_last_ms)
-    monkeypatch.setattr(message_codec, "_uid_seq", message_codec._uid_seq)
-    frozen = time.time_ns() + 5_000_000_000
-    monkeypatch.setattr(time, "time_ns", lambda: frozen)
-    ids = [create_unique_id() for _ in range(70_000)]  # more than the 16-bit sequence
-    monkeypatch.setattr(time, "time_ns", lambda: frozen - 10_000_000_000)
-    ids += [create_unique_id() for _ in range(1_000)]
-    assert len(set(ids)) == len(ids)
-    assert ids[65_536][28:] == "0000"
-    assert int(ids[65_536][20:28], 16) == int(ids[0][20:28], 16) + 1
-
-
-def test_month_bounds_roll_over_the_year() -> None:
-    mid_december = time.mktime((2025, 12, 15, 12, 0, 0, 0, 0, -1))
-    start, end = message_codec._month_bounds(int(mid_december * 1000))
-    assert time.localtime(start / 1000)[:6] == (2025, 12, 1, 0, 0, 0)
-    assert time.localtime(end / 1000)[:6] == (2026, 1, 1, 0, 0, 0)
-
-
-def test_unique_ids_are_unique_across_threads() -> None:
-    results: list[list[str]] = [[] for _ in range(4)]
-
-    def work(out: list[str]) -> None:
-        out.extend(create_unique_id() for _ in range(20_000))
-
-    threads = [threading.Thread(target=work, args=(r,)) for r in results]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    all_ids = [i for r in results for i in r]
-    assert len(set(all_ids)) == len(all_ids) == 80_000

@@ -12,6 +12,7 @@ import pytest
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import ConfigError
+from aiorocket.testing.logs import capture_logs
 
 from .consumer_fakes import (
     TOPIC,
@@ -198,3 +199,30 @@ async def test_orderly_without_handler_is_rejected_at_start() -> None:
     with pytest.raises(ConfigError, match="orderly=True needs a handler"):
         async with consumer:
             pass  # async for would wait forever: nothing feeds it in orderly mode
+
+
+async def test_orderly_consume_timeout_cancels_the_handler_and_retries_in_place() -> None:
+    # The same watchdog as the worker pool's: an overrunning orderly handler is
+    # cancelled, its message counts as failed and is retried in place, in order.
+    cluster, broker = one_broker()
+    broker.add(0, b"m0", b"m1")
+    calls: list[int] = []
+    done = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        calls.append(msg.queue_offset)
+        if calls == [0]:
+            await anyio.sleep_forever()  # the first attempt overruns consume_timeout
+        if msg.queue_offset == 1:
+            done.set()
+
+    async with running(cluster):
+        consumer = consumer_of(cluster, handle, orderly=True, allocate=take_all,
+                               consume_timeout=0.3, suspend_current_queue_time=0.1)  # fmt: skip
+        with capture_logs() as logs:
+            async with consumer:
+                with anyio.fail_after(10):
+                    await done.wait()
+                await until(lambda: broker.offsets.get((TOPIC, 0)) == 2)
+    assert calls == [0, 0, 1]
+    assert [e["offset"] for e in logs if e["event"] == "consume_timeout"] == [0]
