@@ -16,7 +16,6 @@ from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.undecodable import dead_letter_undecodable
 from aiorocket.errors import (
     BrokerResponseError,
-    ConnectionClosedError,
     ResponseTooLargeError,
     RocketMQError,
 )
@@ -197,7 +196,7 @@ class Puller:
                 )  # fmt: skip
                 await anyio.sleep(cfg.pull_backoff_on_error)
                 continue
-            except (ConnectionClosedError, BrokerResponseError, RocketMQError) as exc:
+            except RocketMQError as exc:
                 if not unknown_to_broker and _subscription_unknown(exc):
                     # The pull overtook our heartbeat (a topic that just appeared, a
                     # connection just opened or re-opened: the broker serves heartbeats

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from aiorocket.consumer.config import MessageModel
 from aiorocket.errors import (
     BrokerResponseError,
-    ClientClosedError,
     ConnectionClosedError,
     RocketMQError,
 )
@@ -136,7 +135,7 @@ class RemotingSettler:
                 max_reconsume_times=state.config.reconsume_limit(),
             )
             return True
-        except (RocketMQError, ClientClosedError) as exc:
+        except RocketMQError as exc:
             state.log.warning(
                 "send_back_failed", topic=msg.topic, offset=msg.queue_offset, error=str(exc)
             )

@@ -15,7 +15,7 @@ import anyio
 
 from aiorocket.consumer import Consumer
 from aiorocket.consumer.stats import QueueStats
-from aiorocket.errors import ClientClosedError, RocketMQError
+from aiorocket.errors import RocketMQError
 from aiorocket.message import RETRY_TOPIC_PREFIX, MessageQueue
 
 __all__ = ["consumer_health", "is_live"]
@@ -43,7 +43,7 @@ async def _max_offset(consumer: Consumer, mq: MessageQueue, timeout: float) -> i
             addr = await consumer.read_addr(mq)
             if addr is not None:
                 return await consumer.client.broker.get_max_offset(addr, mq)
-        except (RocketMQError, ClientClosedError):
+        except RocketMQError:
             pass
     return None
 
