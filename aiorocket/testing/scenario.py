@@ -8,6 +8,7 @@ acknowledged is consumed at least once. Used by the fault tests and by
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -70,6 +71,12 @@ class Tally:
         while self.acked_by_broker[broker] < target:
             await self._changed.wait()
 
+    async def wait_send_errors(self, error: str, count: int) -> None:
+        """Wait until ``count`` more sends have failed with the error class named ``error``."""
+        target = self.send_errors[error] + count
+        while self.send_errors[error] < target:
+            await self._changed.wait()
+
     async def wait_all_consumed(self) -> None:
         """Wait until every acknowledged message has been consumed."""
         while self.lost:
@@ -101,12 +108,15 @@ async def produce_steadily(
     size: int = 0,
 ) -> None:
     """Send one message every ``1/rate`` seconds until ``stop`` is set, counting each
-    acknowledged send (and each failure) in ``tally``; bodies padded to ``size`` bytes."""
+    acknowledged send (and each failure) in ``tally``; bodies padded to ``size`` bytes
+    with random ones, so that compression does not shrink what reaches the wire and the
+    store."""
     interval = 1.0 / rate
     next_at = anyio.current_time()
     i = 0
     while not stop.is_set():
-        body = f"{prefix}-{i}-".encode().ljust(size, b"x")
+        head = f"{prefix}-{i}-".encode()
+        body = head + os.urandom(max(0, size - len(head)))
         i += 1
         started = time.monotonic()
         try:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import anyio
+import pytest
 
 from aiorocket._unique_id import create_unique_id
 from aiorocket.client.instance import ClientInstance
@@ -13,7 +18,7 @@ from aiorocket.errors import BrokerResponseError
 from aiorocket.message import Message, MessageQueue
 from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.message_codec import encode_properties
-from aiorocket.testing.broker import LocalRocketMQ
+from aiorocket.testing.broker import BrokerStartError, LocalRocketMQ
 
 
 async def send_raw(
@@ -99,3 +104,21 @@ async def one_queue_topic(
     """Create ``topic`` with a single queue (on the first broker) and ``group``."""
     await rocketmq.create_topic(topic, queues=1, brokers=[next(iter(rocketmq.broker_addrs))])
     await rocketmq.create_group(group, orderly=orderly)
+
+
+def throwaway_cluster(prefix: str, **start: Any) -> Iterator[LocalRocketMQ]:
+    """For a module fixture (``yield from``): a cluster of its own in a fresh directory,
+    started with ``LocalRocketMQ.start(**start)``, stopped and removed afterwards. A
+    cluster that does not start fails the test with the reason, not a traceback."""
+    base = Path(tempfile.mkdtemp(prefix=f"aiorocket-{prefix}-"))
+    inst = LocalRocketMQ(base)
+    try:
+        inst.start(**start)
+    except BrokerStartError as exc:
+        inst.stop(timeout=5)
+        pytest.fail(f"throw-away cluster failed to start: {exc}", pytrace=False)
+    try:
+        yield inst
+    finally:
+        inst.stop(timeout=10)
+        shutil.rmtree(base, ignore_errors=True)

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import anyio
 import pytest
@@ -23,9 +20,11 @@ from aiorocket.consumer.consumer import RebalanceListener
 from aiorocket.errors import ConnectionClosedError, TopicNotExistError
 from aiorocket.message import MessageQueue
 from aiorocket.producer import Producer
-from aiorocket.testing.broker import BrokerStartError, LocalRocketMQ
+from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.faultproxy import FaultProxy
 from aiorocket.testing.scenario import Tally, produce_steadily
+
+from .helpers import throwaway_cluster
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -49,21 +48,10 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalRocketMQ]:
-    base = Path(tempfile.mkdtemp(prefix="aiorocket-faults-"))
-    inst = LocalRocketMQ(base)
-    try:
-        # Brokers re-register every 10 s (the least allowed; default 30 s): a restarted
-        # NameServer knows the cluster again that soon.
-        inst.start(brokers=2, namesrvs=2, proxy=False,
-                   broker_props={"registerNameServerPeriod": 10_000})  # fmt: skip
-    except BrokerStartError as exc:
-        inst.stop(timeout=5)
-        pytest.fail(f"throw-away cluster failed to start: {exc}", pytrace=False)
-    try:
-        yield inst
-    finally:
-        inst.stop(timeout=10)
-        shutil.rmtree(base, ignore_errors=True)
+    # Brokers re-register every 10 s (the least allowed; default 30 s): a restarted
+    # NameServer knows the cluster again that soon.
+    yield from throwaway_cluster("faults", brokers=2, namesrvs=2, proxy=False,
+                                 broker_props={"registerNameServerPeriod": 10_000})  # fmt: skip
 
 
 async def test_broker_sigkill_and_restart_during_produce_and_consume_loses_nothing(

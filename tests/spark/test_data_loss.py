@@ -11,8 +11,6 @@ run comes 60 s after the broker started, so this module costs about a minute.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -24,7 +22,8 @@ from pyspark.sql import SparkSession
 from aiorocket.client.instance import ClientInstance
 from aiorocket.message import Message, MessageQueue
 from aiorocket.protocol.codes import ResponseCode
-from aiorocket.testing.broker import BrokerStartError, LocalRocketMQ
+from aiorocket.testing.broker import LocalRocketMQ
+from tests.integration.helpers import throwaway_cluster
 from tests.spark.conftest import Filled, fill, message
 from tests.spark.test_stream import run_available_now, stream
 
@@ -37,21 +36,10 @@ TOPIC = "spark_data_loss"
 
 @pytest.fixture(scope="module")
 def small_store() -> Iterator[LocalRocketMQ]:
-    base = Path(tempfile.mkdtemp(prefix="aiorocket-spark-loss-"))
-    inst = LocalRocketMQ(base)
-    try:
-        inst.start(brokers=1, proxy=False, broker_props={
-            "mappedFileSizeCommitLog": 64 * 1024, "mappedFileSizeConsumeQueue": 100 * 20,
-            "fileReservedTime": 0, "deleteWhen": "99", "cleanResourceInterval": 1000,
-        })  # fmt: skip
-    except BrokerStartError as exc:
-        inst.stop(timeout=5)
-        pytest.fail(f"throw-away broker failed to start: {exc}", pytrace=False)
-    try:
-        yield inst
-    finally:
-        inst.stop(timeout=10)
-        shutil.rmtree(base, ignore_errors=True)
+    yield from throwaway_cluster("spark-loss", brokers=1, proxy=False, broker_props={
+        "mappedFileSizeCommitLog": 64 * 1024, "mappedFileSizeConsumeQueue": 100 * 20,
+        "fileReservedTime": 0, "deleteWhen": "99", "cleanResourceInterval": 1000,
+    })  # fmt: skip
 
 
 async def delete_expired(namesrv: str, above: int) -> int:
