@@ -51,6 +51,8 @@ class OffsetCommitter:
         tracker = pq.tracker
         if not tracker.dirty:
             return True
+        if pq.offset_unverified:
+            return False  # perhaps stale: the pull task checks it first (Puller)
         offset = tracker.committable()
         try:
             await self._store.persist(pq.mq, offset)

@@ -196,6 +196,7 @@ class Engine:
             # Later connections (a broker restarted, a connection lost and re-opened)
             # get a heartbeat as soon as they are up.
             client.pool.add_connect_listener(self._on_connected)
+            client.pool.add_disconnect_listener(self._on_disconnected)
             await self.delivery.start(tg)
             await self.rebalancer.rebalance()
             tg.start_soon(self._run_loops)
@@ -317,6 +318,20 @@ class Engine:
     def _on_connected(self, address: str) -> None:
         if self._tg is not None and not self.state.closing:
             self._tg.start_soon(self._membership.heartbeat_to, address)
+
+    def _on_disconnected(self, address: str) -> None:
+        """The broker at ``address`` unregistered us with that connection: the queues it
+        hosts may have had another owner since, so their offsets are checked before they
+        are committed again (see ProcessQueue.offset_unverified)."""
+        state = self.state
+        if state.config.message_model is not MessageModel.CLUSTERING:
+            return  # offsets of our own, in a local file
+        namesrv = self._client.namesrv if self._client is not None else None
+        for pq in [*state.process_queues.values(), *state.releasing.values()]:
+            route = namesrv.cached_route(pq.mq.topic) if namesrv is not None else None
+            data = route.brokers.get(pq.mq.broker_name) if route is not None else None
+            if data is None or address in data.broker_addrs.values():
+                pq.offset_unverified = True
 
     async def _on_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
         if cmd.ext_fields.get("consumerGroup") == self.state.group:

@@ -131,6 +131,7 @@ class ProcessQueue:
         "last_pull_completed",
         "locked",
         "mq",
+        "offset_unverified",
         "order_lock",
         "pull_scope",
         "pulled_total",
@@ -184,6 +185,12 @@ class ProcessQueue:
         #: the unsettled offset last reported as stalling this queue (once per message).
         self.stall_reported: int | None = None
         self.request_scope: anyio.CancelScope | None = None
+        #: The connection to the queue's broker was lost since the offset was last known
+        #: good. The broker unregisters a client whose connection closes, so another
+        #: member may have owned the queue meanwhile and committed past us: until the
+        #: pull task has compared with the broker's stored offset, nothing of this queue
+        #: is committed (a stale commit would move the group's offset backwards).
+        self.offset_unverified = False
         self._changed = Signal()
         self._room = Signal()  # a pull waiting for cache room may go
         self._room_at: tuple[int, int] | None = None  # (count, bytes) it resumes at

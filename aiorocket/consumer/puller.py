@@ -139,6 +139,9 @@ class Puller:
             if needs_lock and not pq.locked:
                 await pq.wait_changed()
                 continue
+            if pq.offset_unverified and not await self._verify_offset(pq, log):
+                await anyio.sleep(cfg.pull_backoff_on_error)
+                continue
             found = await finder.find(pq.mq, broker_id)
             if found is None:
                 log.warning("pull_no_broker")
@@ -148,7 +151,7 @@ class Puller:
             from_slave = pulled_from != MASTER_ID
             offset = pq.tracker.next_offset
             commit = pq.tracker.committable() if clustering and state.auto_commit else 0
-            if from_slave:
+            if from_slave or pq.offset_unverified:
                 commit = 0  # a slave takes no commits (Java clears the flag); the flusher does
             sys_flag = PULL_SUSPEND
             if commit > 0:
@@ -288,6 +291,38 @@ class Puller:
                 pq.reset(result.next_begin_offset)
                 pq.tracker.mark_dirty()
                 await self._commits.commit(pq)
+
+    async def _verify_offset(self, pq: ProcessQueue, log: Logger) -> bool:
+        """After the connection to ``pq``'s broker was lost: if the group's stored
+        offset is past ours, another member consumed the queue meanwhile (we were frozen
+        or cut off long enough for the broker to drop us), so continue from there instead
+        of consuming it all again; False if the broker could not be asked.
+
+        Only an offset *past* ours moves the queue: one below it is the broker's own
+        older record (it persists offsets every few seconds, a restart loses the rest),
+        which our next commit corrects.
+        """
+        pq.offset_unverified = False  # a disconnect during the query sets it again
+        try:
+            stored = await self._commits.store.read(pq.mq)
+        except RocketMQError as exc:
+            pq.offset_unverified = True
+            log.warning("offset_verify_failed", error=str(exc))
+            return False
+        except BaseException:  # cancelled (the queue revoked): still unknown, not committed
+            pq.offset_unverified = True
+            raise
+        ours = pq.tracker.committable()
+        if stored is not None and stored > ours and not pq.dropped:
+            log.warning(
+                "queue_consumed_elsewhere", offset=ours, stored_offset=stored,
+                hint="the broker dropped this consumer (connection lost or heartbeats "
+                "missed past its channel expiry) and another member consumed this queue; "
+                "continuing from the group's offset",
+            )  # fmt: skip
+            pq.reset(stored)
+            pq.tracker.mark_committed(stored)
+        return True
 
 
 #: the broker does not know this consumer's group or subscription (yet): its heartbeat

@@ -9,6 +9,7 @@ that address connects again.
 from __future__ import annotations
 
 import ssl
+import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
 
@@ -62,6 +63,8 @@ class ConnectionPool:
         self._connect_timeout = connect_timeout
         self._close_on_timeout = close_on_timeout
         self._connect_listeners: list[Callable[[str], None]] = []
+        self._disconnect_listeners: list[Callable[[str], None]] = []
+        self._reported_lost: weakref.WeakSet[Connection] = weakref.WeakSet()
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, anyio.Lock] = {}
         self._tg: anyio.abc.TaskGroup | None = None
@@ -103,6 +106,16 @@ class ConnectionPool:
         if listener in self._connect_listeners:
             self._connect_listeners.remove(listener)
 
+    def add_disconnect_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(address)`` (synchronously) each time a connection of the pool
+        ends while the pool is open: closed by the server, failed, or dropped after a
+        timeout. It runs before any new connection to that address can be made."""
+        self._disconnect_listeners.append(listener)
+
+    def remove_disconnect_listener(self, listener: Callable[[str], None]) -> None:
+        if listener in self._disconnect_listeners:
+            self._disconnect_listeners.remove(listener)
+
     @property
     def addresses(self) -> list[str]:
         return list(self._connections)
@@ -117,8 +130,10 @@ class ConnectionPool:
         lock = self._connecting.setdefault(address, anyio.Lock())
         async with lock:
             conn = self._connections.get(address)
-            if conn is not None and not conn.closed:
-                return conn
+            if conn is not None:
+                if not conn.closed:
+                    return conn
+                self._lost(conn)
             conn = await Connection.connect(
                 address,
                 self._handler,
@@ -150,6 +165,17 @@ class ConnectionPool:
             if self._connections.get(conn.address) is conn:
                 del self._connections[conn.address]
             self._log.debug("disconnected", address=conn.address)
+            self._lost(conn)
+
+    def _lost(self, conn: Connection) -> None:
+        """Tell the disconnect listeners that ``conn`` is gone, once per connection, and
+        before a connection replacing it is made (``get`` and ``drop`` call this too: a
+        closed connection's reader may end after its replacement was made)."""
+        if self._closed or conn in self._reported_lost:
+            return
+        self._reported_lost.add(conn)
+        for listener in list(self._disconnect_listeners):
+            listener(conn.address)
 
     async def request(self, address: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         conn = await self.get(address)
@@ -163,6 +189,7 @@ class ConnectionPool:
         """Close the connection to ``address`` (e.g. after a timeout that suggests it is stuck)."""
         conn = self._connections.pop(address, None)
         if conn is not None:
+            self._lost(conn)
             await conn.aclose()
 
 

@@ -44,7 +44,12 @@ class Tally:
 
     async def handler(self, msg: ConsumerMessage) -> None:
         """A consumer handler that counts what it is given."""
-        self.consumed[msg.body] += 1
+        self.record(msg.body)
+
+    def record(self, body: bytes) -> None:
+        """Count one delivery of ``body`` (by a consumer that is not :meth:`handler`,
+        such as one in another process)."""
+        self.consumed[body] += 1
         self._notify()
 
     def _notify(self) -> None:

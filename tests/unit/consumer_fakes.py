@@ -50,6 +50,7 @@ class FakeBroker:
         #: (a corrupt one, say)
         self.records: dict[tuple[int, int], bytes] = {}
         self.offsets: dict[tuple[str, int], int] = {}
+        self.offset_stored = anyio.Event()  # set (and replaced) at every offset commit
         self.heartbeats: list[tuple[str, dict[str, Any]]] = []  # (session id, body)
         self.members: set[str] = set()
         #: False: heartbeats are answered SYSTEM_ERROR and the sender is not registered.
@@ -123,6 +124,8 @@ class FakeBroker:
                 resp.code = ResponseCode.QUERY_NOT_FOUND
         elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
             self.offsets[(ext["topic"], int(ext["queueId"]))] = int(ext["commitOffset"])
+            self.offset_stored.set()
+            self.offset_stored = anyio.Event()
         elif code in (RequestCode.GET_MIN_OFFSET, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP):
             resp.ext_fields = {"offset": "0"}
         elif code == RequestCode.GET_MAX_OFFSET:

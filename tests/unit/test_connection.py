@@ -337,3 +337,36 @@ def test_server_requests_are_served_in_a_loop_not_started_by_anyio() -> None:
 
     asyncio.run(main())
     assert served == [7001]
+
+
+async def test_disconnect_listeners_hear_of_a_lost_connection_once_before_its_replacement() -> None:
+    """A request timeout closes the connection at once, while its reader ends later: the
+    listeners hear of the loss when the replacement is made, not after (a consumer must
+    stop committing before anything is sent on the new connection), and only once."""
+
+    async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.code != 2:  # code 2 is never answered
+            await echo_handler(session, cmd)
+
+    events: list[str] = []
+    second_loss = anyio.Event()
+
+    def lost(address: str) -> None:
+        events.append("lost")
+        if events.count("lost") == 2:
+            second_loss.set()
+
+    async with FakeRemotingServer(handler) as server, ConnectionPool() as pool:
+        pool.add_connect_listener(lambda address: events.append("connected"))
+        pool.add_disconnect_listener(lost)
+        await pool.request(server.address, RemotingCommand.request(1), 5)
+        with pytest.raises(RequestTimeoutError):
+            await pool.request(server.address, RemotingCommand.request(2), 0.2)
+        await pool.request(server.address, RemotingCommand.request(1), 5)
+        for session in list(server.sessions):
+            await session.close()  # the server closes it: the reader sees the end
+        with anyio.fail_after(5):
+            await second_loss.wait()
+        await pool.request(server.address, RemotingCommand.request(1), 5)
+        assert events == ["connected", "lost", "connected", "lost", "connected"]
+    assert events[-1] == "connected"  # closing the pool is not a lost connection
