@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from aiorocket._settings import check_positive_ints, check_positive_numbers
 from aiorocket.errors import ConfigError
+from aiorocket.namespace import check_namespace
 from aiorocket.security import Credentials, TlsSetting, check_security
 
 __all__ = [
@@ -122,6 +123,10 @@ class ConsumerConfig:
     #: servers reached at another address than the one they advertise (port forwarding,
     #: a tunnel, a test proxy): ``{"10.0.0.5:10911": "127.0.0.1:20911"}``.
     address_map: dict[str, str] | None = None
+    #: a namespace (Java ``setNamespace``): every topic and group name is sent as
+    #: ``<namespace>%<name>`` and handed back without it (:mod:`aiorocket.namespace`).
+    #: Empty: none.
+    namespace: str = ""
 
     def reconsume_limit(self) -> int:
         """Retries before the dead-letter queue, with -1 resolved as the Java client does
@@ -132,6 +137,7 @@ class ConsumerConfig:
 
     def validate(self) -> None:
         check_security(self.credentials, self.tls)
+        check_namespace(self.namespace)
         positive_ints = {
             "pull_batch_size": self.pull_batch_size,
             "pull_threshold_for_queue": self.pull_threshold_for_queue,

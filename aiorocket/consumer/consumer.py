@@ -9,6 +9,7 @@ statistics, joined state).
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -33,6 +34,7 @@ from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
 from aiorocket.consumer.threads import HandlerThreads
 from aiorocket.errors import ClientClosedError, ConfigError
 from aiorocket.message import MessageQueue
+from aiorocket.namespace import app_subscriptions, unwrap_queue, wrap, wrap_queue
 from aiorocket.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, Subscription
 
 __all__ = ["BatchHandler", "Consumer", "MessageHandler", "PullObserver", "RebalanceListener"]
@@ -112,7 +114,10 @@ class Consumer:
         cfg = apply_settings(config or ConsumerConfig(), settings, "consumer")
         if instance_name is not None and (not instance_name or "@" in instance_name):
             raise ConfigError(f"invalid instance name {instance_name!r}")
-        self._state = ConsumerState(group, cfg, get_logger("consumer", group=group))
+        self._group = group
+        # The engine works with the broker's names: the group and topics in the namespace.
+        wire_group = wrap(cfg.namespace, group)
+        self._state = ConsumerState(wire_group, cfg, get_logger("consumer", group=wire_group))
         self._namesrv = namesrv_addrs(namesrv)
         self._allocate = allocate
         self._listener = listener
@@ -129,7 +134,7 @@ class Consumer:
 
     @property
     def group(self) -> str:
-        return self._state.group
+        return self._group
 
     @property
     def config(self) -> ConsumerConfig:
@@ -139,6 +144,7 @@ class Consumer:
         """Subscribe to ``topic`` with a tag expression (``"a || b"``) or an SQL92 ``sql``."""
         if self._engine is not None:
             raise ConfigError("subscribe before starting the consumer")
+        topic = wrap(self._state.config.namespace, topic)
         if sql is not None:
             sub = Subscription(topic, sql, EXPRESSION_SQL92)
         else:
@@ -148,7 +154,7 @@ class Consumer:
     @property
     def subscriptions(self) -> dict[str, Subscription]:
         """The subscriptions by topic (after start, the group's retry topic too)."""
-        return dict(self._state.subscriptions)
+        return app_subscriptions(self._state.config.namespace, self._state.subscriptions)
 
     def handler(self, fn: MessageHandler) -> MessageHandler:
         """Decorator form of ``handler=``."""
@@ -285,7 +291,8 @@ class Consumer:
         return self._threads.abandoned_total if self._threads else 0
 
     def assignment(self) -> set[MessageQueue]:
-        return self._state.assignment()
+        namespace = self._state.config.namespace
+        return {unwrap_queue(namespace, mq) for mq in self._state.assignment()}
 
     @property
     def has_joined(self) -> bool:
@@ -325,16 +332,19 @@ class Consumer:
         stats, snapshot = queue_stats(self._state.process_queues, self._last_stats)
         if advance or self._last_stats is None:
             self._last_stats = snapshot
+        namespace = self._state.config.namespace
+        if namespace:
+            stats = [replace(s, queue=unwrap_queue(namespace, s.queue)) for s in stats]
         return stats
 
     async def committed(self, mq: MessageQueue) -> int | None:
         """The offset stored for ``mq`` (the next one to consume), or None."""
         if self._engine is None:
             raise ClientClosedError("consumer is not started")
-        return await self._engine.offset_store.read(mq)
+        return await self._engine.offset_store.read(wrap_queue(self._state.config.namespace, mq))
 
     async def read_addr(self, mq: MessageQueue) -> str | None:
         """A broker serving reads of ``mq`` (its master, else a slave), or None."""
         if self._engine is None:
             raise ClientClosedError("consumer is not started")
-        return await self._engine.finder.reader(mq)
+        return await self._engine.finder.reader(wrap_queue(self._state.config.namespace, mq))

@@ -43,6 +43,7 @@ from aiorocket.consumer.rebalance import Rebalancer
 from aiorocket.consumer.settle import RemotingSettler
 from aiorocket.errors import ClientClosedError, NameServerUnavailableError
 from aiorocket.message import MessageQueue, retry_topic
+from aiorocket.namespace import unwrap_queue
 from aiorocket.protocol.codes import RequestCode
 from aiorocket.protocol.subscription import Subscription
 
@@ -368,6 +369,9 @@ class Engine:
         rebalance goes on (as aiokafka does): a listener bug must not stop consuming."""
         if self.listener is None:
             return
+        namespace = self.state.config.namespace
+        if namespace:  # the application's names
+            mqs = [unwrap_queue(namespace, mq) for mq in mqs]
         try:
             await getattr(self.listener, callback)(mqs)
         except Exception as exc:

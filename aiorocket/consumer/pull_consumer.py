@@ -32,6 +32,7 @@ from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError
 from aiorocket.message import MessageQueue
+from aiorocket.namespace import unwrap_queue, wrap, wrap_queue
 from aiorocket.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, Subscription
 
 __all__ = ["PullConsumer"]
@@ -83,7 +84,13 @@ class PullConsumer:
     ) -> None:
         check_group(group, "consumer")
         cfg = apply_settings(config or ConsumerConfig(), settings, "consumer")
-        state = ConsumerState(group, cfg, get_logger("consumer", group=group), pull_mode=True)
+        self._group = group
+        self._namespace = namespace = cfg.namespace
+        # The engine works with the broker's names: the group and topics in the namespace.
+        wire_group = wrap(namespace, group)
+        state = ConsumerState(
+            wire_group, cfg, get_logger("consumer", group=wire_group), pull_mode=True
+        )
         state.auto_commit = auto_commit
         self._state = state
         self._buffered: Buffered | None = None
@@ -102,7 +109,15 @@ class PullConsumer:
 
     @property
     def group(self) -> str:
-        return self._state.group
+        return self._group
+
+    def _wire(self, mq: MessageQueue) -> MessageQueue:
+        """The broker's name of the application's queue ``mq``."""
+        return wrap_queue(self._namespace, mq)
+
+    def _app(self, mq: MessageQueue) -> MessageQueue:
+        """The application's name of the broker's queue ``mq``."""
+        return unwrap_queue(self._namespace, mq)
 
     @property
     def config(self) -> ConsumerConfig:
@@ -117,6 +132,7 @@ class PullConsumer:
             raise ConfigError("assign() and subscribe() cannot be combined")
         if self._engine.started:
             raise ConfigError("subscribe before starting the consumer")
+        topic = wrap(self._namespace, topic)
         state.subscriptions[topic] = (
             Subscription(topic, sql, EXPRESSION_SQL92)
             if sql is not None
@@ -128,7 +144,7 @@ class PullConsumer:
     ) -> None:
         """Consume exactly these queues, outside any group rebalance, filtered by a tag
         ``expression`` or an SQL92 ``sql`` (for topics not assigned before)."""
-        queues = set(queues)
+        queues = {self._wire(mq) for mq in queues}
         state = self._state
         if state.manual_assignment is None and state.subscriptions:
             raise ConfigError("assign() and subscribe() cannot be combined")
@@ -144,7 +160,7 @@ class PullConsumer:
             state.request_rebalance()
 
     def assignment(self) -> set[MessageQueue]:
-        return self._state.assignment()
+        return {self._app(mq) for mq in self._state.assignment()}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -183,9 +199,16 @@ class PullConsumer:
             while True:
                 batch = buffered.take(limit)
                 if batch:
-                    return batch
+                    return self._app_keys(batch)
                 await buffered.available.wait()
-        return buffered.take(limit)
+        return self._app_keys(buffered.take(limit))
+
+    def _app_keys(
+        self, by_queue: dict[MessageQueue, list[ConsumerMessage]]
+    ) -> dict[MessageQueue, list[ConsumerMessage]]:
+        if not self._namespace:
+            return by_queue
+        return {self._app(mq): value for mq, value in by_queue.items()}
 
     async def getone(self) -> ConsumerMessage:
         """The next message, waiting as long as it takes."""
@@ -204,7 +227,7 @@ class PullConsumer:
     # -- positions -----------------------------------------------------------------------
 
     def _pq(self, mq: MessageQueue) -> ProcessQueue:
-        pq = self._state.process_queues.get(mq)
+        pq = self._state.process_queues.get(self._wire(mq))
         if pq is None or pq.dropped:
             raise ConfigError(f"{mq} is not assigned to this consumer")
         return pq
@@ -231,18 +254,18 @@ class PullConsumer:
             self.seek(mq, offset)
 
     async def _addr(self, mq: MessageQueue) -> str:
-        addr = await self._engine.finder.reader(mq)
+        addr = await self._engine.finder.reader(self._wire(mq))
         if addr is None:
             raise RocketMQError(f"no broker for {mq}")
         return addr
 
     async def beginning_offsets(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
         broker = self._engine.client.broker
-        return {mq: await broker.get_min_offset(await self._addr(mq), mq) for mq in mqs}
+        return {mq: await broker.get_min_offset(await self._addr(mq), self._wire(mq)) for mq in mqs}
 
     async def end_offsets(self, mqs: Iterable[MessageQueue]) -> dict[MessageQueue, int]:
         broker = self._engine.client.broker
-        return {mq: await broker.get_max_offset(await self._addr(mq), mq) for mq in mqs}
+        return {mq: await broker.get_max_offset(await self._addr(mq), self._wire(mq)) for mq in mqs}
 
     async def offsets_for_times(
         self, timestamps: Mapping[MessageQueue, int]
@@ -250,7 +273,7 @@ class PullConsumer:
         """For each queue, the first offset stored at or after the epoch-ms timestamp."""
         broker = self._engine.client.broker
         return {
-            mq: await broker.search_offset(await self._addr(mq), mq, ts)
+            mq: await broker.search_offset(await self._addr(mq), self._wire(mq), ts)
             for mq, ts in timestamps.items()
         }
 
@@ -266,7 +289,7 @@ class PullConsumer:
             self._buffered.available.notify()
 
     def paused(self) -> set[MessageQueue]:
-        return {mq for mq, pq in self._state.process_queues.items() if pq.paused}
+        return {self._app(mq) for mq, pq in self._state.process_queues.items() if pq.paused}
 
     async def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
         """Commit ``offsets`` (next offset to consume), or every queue's current position."""
@@ -279,11 +302,12 @@ class PullConsumer:
                 pq.tracker.mark_committed(offset)
         else:
             for mq, offset in offsets.items():
-                await store.persist(mq, offset)
-                owned = process_queues.get(mq)
+                wire = self._wire(mq)
+                await store.persist(wire, offset)
+                owned = process_queues.get(wire)
                 if owned is not None:
                     owned.tracker.mark_committed(offset)
         await store.flush()
 
     async def committed(self, mq: MessageQueue) -> int | None:
-        return await self._engine.offset_store.read(mq)
+        return await self._engine.offset_store.read(self._wire(mq))

@@ -20,6 +20,7 @@ from aiorocket.errors import (
     RocketMQError,
 )
 from aiorocket.message import PROPERTY_RETRY_TOPIC, RETRY_TOPIC_PREFIX
+from aiorocket.namespace import unwrap
 from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.frame import MAX_FRAME_LENGTH
 from aiorocket.protocol.route import MASTER_ID
@@ -117,6 +118,7 @@ class Puller:
         # the broker needs the expression with every request.
         with_sub = sub.expression_type != "TAG" or state.pull_mode
         filter_tags = not sub.matches_all
+        namespace = cfg.namespace
         max_batch = cfg.pull_batch_size
         # The broker the last answer suggested (Java: pullFromWhichNodeTable); when it is
         # gone, the master, else a slave: a group whose master is down is read from its
@@ -262,6 +264,8 @@ class Puller:
                         original = m.properties.get(PROPERTY_RETRY_TOPIC)
                         if original:
                             m.topic = original
+                    if namespace:  # the application's name (settling wraps it again)
+                        m.topic = unwrap(namespace, m.topic)
                     m._pq = pq
                     m._generation = generation
                     m._settler = settler

@@ -18,6 +18,7 @@ from aiorocket.errors import (
     ConnectionClosedError,
     RocketMQError,
 )
+from aiorocket.namespace import wrap
 
 if TYPE_CHECKING:
     from aiorocket.client.broker import BrokerClient
@@ -133,6 +134,7 @@ class RemotingSettler:
                 state.group,
                 delay_level=delay_level,
                 max_reconsume_times=state.config.reconsume_limit(),
+                origin_topic=wrap(state.config.namespace, msg.topic),
             )
             return True
         except RocketMQError as exc:

@@ -59,8 +59,6 @@ _RESOLUTION = {
 }
 
 
-
-
 @dataclass(frozen=True, slots=True)
 class _Sent:
     entry: pb.SendResultEntry
@@ -99,7 +97,7 @@ class GrpcProducer:
     ) -> None:
         self.group = group
         self.config = config
-        options = with_security(options, config.credentials, config.tls)
+        options = with_security(options, config.credentials, config.tls, config.namespace)
         self.transport = GrpcTransport.create(
             endpoint, options, client_id=client_id, request_timeout=config.request_timeout
         )

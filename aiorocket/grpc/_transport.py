@@ -77,11 +77,19 @@ class GrpcOptions:
 
 
 def with_security(
-    options: GrpcOptions | None, credentials: Credentials | None, tls: bool | ssl.SSLContext
+    options: GrpcOptions | None,
+    credentials: Credentials | None,
+    tls: bool | ssl.SSLContext,
+    namespace: str = "",
 ) -> GrpcOptions:
-    """``options`` with the client config's ``credentials``/``tls`` (the settings both
-    transports share); set in both places differently is a :class:`ConfigError`."""
+    """``options`` with the client config's ``credentials``/``tls``/``namespace`` (the
+    settings both transports share); set in both places differently is a
+    :class:`ConfigError`."""
     opts = options or GrpcOptions()
+    if namespace:
+        if opts.namespace and opts.namespace != namespace:
+            raise ConfigError("namespace given twice (config and grpc_options) differently")
+        opts = replace(opts, namespace=namespace)
     if credentials is not None:
         if opts.credentials is not None and opts.credentials != credentials:
             raise ConfigError("credentials given twice (config and grpc_options) differently")
@@ -355,9 +363,7 @@ class GrpcTransport:
                 raise RequestTimeoutError(f"{where}: no answer within {timeout}s") from exc
             if exc.status is GrpcStatus.UNAVAILABLE:
                 raise ProxyUnavailableError(f"{where}: {exc.message}") from exc
-            raise GrpcStatusError(
-                exc.status.value, exc.status.name, exc.message, rpc=rpc
-            ) from exc
+            raise GrpcStatusError(exc.status.value, exc.status.name, exc.message, rpc=rpc) from exc
         except (asyncio.TimeoutError, TimeoutError) as exc:
             _uncancel_to(baseline)
             raise RequestTimeoutError(f"{where}: no answer within {timeout}s") from exc

@@ -19,6 +19,7 @@ from aiorocket._unique_id import create_unique_id
 from aiorocket.client.results import SendResult
 from aiorocket.errors import ConfigError, MessageTooLargeError
 from aiorocket.message import RETRY_TOPIC_PREFIX, Message
+from aiorocket.namespace import wrap
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.prepare import (
     Outgoing,
@@ -100,7 +101,9 @@ def prepare_batch(
         ids.append(msg_id)
     # The broker appends the batch's own properties to every message's, so they carry
     # nothing that must differ per message (no UNIQ_KEY).
-    batch = Outgoing(topic, b"".join(records), "", 0, create_unique_id())
+    batch = Outgoing(
+        wrap(config.namespace, topic), b"".join(records), "", 0, create_unique_id()
+    )
     return batch, ids
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from aiorocket._settings import check_positive_ints, check_positive_numbers
 from aiorocket.errors import ConfigError
+from aiorocket.namespace import check_namespace
 from aiorocket.protocol.message_codec import CompressionType
 from aiorocket.security import Credentials, TlsSetting, check_security
 
@@ -83,9 +84,14 @@ class ProducerConfig:
     #: servers reached at another address than the one they advertise (port forwarding,
     #: a tunnel, a test proxy): ``{"10.0.0.5:10911": "127.0.0.1:20911"}``.
     address_map: dict[str, str] | None = None
+    #: a namespace (Java ``setNamespace``): every topic and group name is sent as
+    #: ``<namespace>%<name>`` and handed back without it (:mod:`aiorocket.namespace`).
+    #: Empty: none. The gRPC producer hands it to the Proxy (``GrpcOptions.namespace``).
+    namespace: str = ""
 
     def validate(self) -> None:
         check_security(self.credentials, self.tls)
+        check_namespace(self.namespace)
         if not isinstance(self.retries, int) or self.retries < 0:
             raise ConfigError(f"retries must be an integer >= 0, got {self.retries!r}")
         positive_ints = {

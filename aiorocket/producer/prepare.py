@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from aiorocket._unique_id import create_unique_id
 from aiorocket.errors import ConfigError, MessageTooLargeError
 from aiorocket.message import PROPERTY_UNIQ_KEY, Message
+from aiorocket.namespace import wrap
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.protocol.message_codec import (
     MAX_PROPERTIES_BYTES,
@@ -129,4 +130,5 @@ def prepare_message(
         if len(packed) < len(body):
             body = packed
             sys_flag |= SYSFLAG_COMPRESSED | (int(config.compression) << 8)
-    return Outgoing(msg.topic, body, encode_props(props), sys_flag, msg_id, msg.flag)
+    topic = wrap(config.namespace, msg.topic) if config.namespace else msg.topic
+    return Outgoing(topic, body, encode_props(props), sys_flag, msg_id, msg.flag)

@@ -11,6 +11,7 @@ However many tasks send at once, at most ``max_in_flight`` requests wait for bro
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
@@ -36,6 +37,7 @@ from aiorocket.message import (
     PROPERTY_TRANSACTION_PREPARED,
     Message,
 )
+from aiorocket.namespace import wrap, wrap_queue
 from aiorocket.producer.accumulate import AutoBatcher
 from aiorocket.producer.batch import prepare_batch, split_batch_result
 from aiorocket.producer.config import ProducerConfig
@@ -217,16 +219,18 @@ class Producer:
             default_topic_queue_nums=cfg.default_topic_queue_nums,
             borrowed_for=cfg.route_refresh_interval, log=self.log,
         )  # fmt: skip
+        group = wrap(cfg.namespace, self.group)  # the broker's name of the group
         self._membership = membership = Membership(
-            client.broker, client.client_id, self.group, routes.broker_addrs, self.log
+            client.broker, client.client_id, group, routes.broker_addrs, self.log
         )
         self._sender = Sender(
             client.broker, routes, membership,
-            group=self.group, config=cfg, fault=self.fault, log=self.log,
+            group=group, config=cfg, fault=self.fault, log=self.log,
         )  # fmt: skip
         self._checks = CheckBacks(
-            client.broker, self.group, self._checker,
+            client.broker, group, self._checker,
             concurrency=cfg.check_concurrency, backlog=cfg.check_backlog, log=self.log,
+            namespace=cfg.namespace,
         )  # fmt: skip
         client.dispatcher.register(RequestCode.CHECK_TRANSACTION_STATE, self._checks.on_request)
         try:
@@ -505,7 +509,10 @@ class Producer:
         if msg.delay_level or msg.deliver_time_ms is not None:
             raise ConfigError("transactional messages cannot be delayed")
         sender = self._open_sender()
-        extra = {PROPERTY_TRANSACTION_PREPARED: "true", PROPERTY_PRODUCER_GROUP: self.group}
+        extra = {
+            PROPERTY_TRANSACTION_PREPARED: "true",
+            PROPERTY_PRODUCER_GROUP: wrap(self.config.namespace, self.group),
+        }
         out = prepare_message(
             msg, self.config, extra_properties=extra, sys_flag=SYSFLAG_TRANSACTION_PREPARED
         )
@@ -533,8 +540,13 @@ class Producer:
         return TransactionResult(result, state)
 
     async def _end(self, addr: str, result: SendResult, state: TransactionState) -> None:
+        namespace = self.config.namespace
+        if namespace:  # the broker's names
+            result = dataclasses.replace(result, queue=wrap_queue(namespace, result.queue))
         try:
-            await end_transaction(self.client.broker, addr, self.group, result, state)
+            await end_transaction(
+                self.client.broker, addr, wrap(namespace, self.group), result, state
+            )
         except RocketMQError as exc:  # the broker will ask the checker instead
             self.log.warning(
                 "end_transaction_failed", broker=addr, msg_id=result.msg_id, error=str(exc)

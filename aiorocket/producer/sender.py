@@ -16,6 +16,7 @@ retry them at all).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from aiorocket.errors import (
     TopicNotExistError,
 )
 from aiorocket.message import Message, MessageQueue
+from aiorocket.namespace import unwrap_queue, wrap, wrap_queue
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.fault import LatencyFaultTolerance
 from aiorocket.producer.membership import Membership
@@ -144,8 +146,15 @@ class Sender:
         if selector is not None:
             user_selector = selector
 
+            namespace = self._config.namespace
+
             def by_selector(info: PublishInfo, avoid: str | None) -> MessageQueue:
-                return check_selected(user_selector(info.queues, msg, arg), info.queues)
+                if not namespace:
+                    return check_selected(user_selector(info.queues, msg, arg), info.queues)
+                # The selector sees the queues as the application names them.
+                queues = [unwrap_queue(namespace, q) for q in info.queues]
+                chosen = check_selected(user_selector(queues, msg, arg), queues)
+                return wrap_queue(namespace, chosen)
 
             return Plan(by_selector, attempts, pinned=True)
         fault = self._fault if self._config.latency_fault_tolerance else None
@@ -156,7 +165,7 @@ class Sender:
         return Plan(round_robin, attempts)
 
     async def addr_of(self, queue: MessageQueue) -> str:
-        info = await self.routes.get(queue.topic)
+        info = await self.routes.get(wrap(self._config.namespace, queue.topic))
         return self._addr(info, queue.broker_name)
 
     def _addr(self, info: PublishInfo, broker_name: str) -> str:
@@ -225,6 +234,9 @@ class Sender:
                     raise last_error from exc
             else:
                 self._fault.record(mq.broker_name, _ms_since(started))
+                if self._config.namespace:
+                    queue = unwrap_queue(self._config.namespace, result.queue)
+                    return dataclasses.replace(result, queue=queue)
                 return result
             avoid = mq.broker_name
             self._log.warning(

@@ -22,6 +22,7 @@ from aiorocket.client.broker import BrokerClient
 from aiorocket.client.results import SendResult
 from aiorocket.errors import MessageDecodeError, ProtocolError, RocketMQError
 from aiorocket.message import PROPERTY_PRODUCER_GROUP, Message, MessageExt
+from aiorocket.namespace import unwrap
 from aiorocket.producer.prepare import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -155,9 +156,11 @@ class CheckBacks:
         concurrency: int,
         backlog: int,
         log: Any,
+        namespace: str = "",
     ) -> None:
         self._broker = broker
         self._group = group
+        self._namespace = namespace
         self._checker = checker
         self._concurrency = concurrency
         self._log = log
@@ -202,7 +205,9 @@ class CheckBacks:
 
     async def answer(self, req: CheckRequest) -> None:
         assert self._checker is not None
-        log = self._log.bind(broker=req.broker_addr, msg_id=req.msg_id, topic=req.message.topic)
+        topic = req.message.topic  # the broker's name: the answer carries it
+        log = self._log.bind(broker=req.broker_addr, msg_id=req.msg_id, topic=topic)
+        req.message.topic = unwrap(self._namespace, topic)  # the checker's: the app's name
         state = TransactionState.UNKNOWN
         try:
             outcome = await self._checker(req.message)
@@ -222,7 +227,7 @@ class CheckBacks:
                 msg_id=req.msg_id,
                 transaction_id=req.transaction_id,
                 from_check=True,
-                topic=req.message.topic,
+                topic=topic,
             )
         except RocketMQError as exc:
             log.warning("check_answer_failed", error=str(exc))

@@ -57,8 +57,9 @@ class Harness:
         self.pool: WorkerPool
 
     async def send_back(
-        self, addr: str, msg: MessageExt, group: str, *, delay_level: int, max_reconsume_times: int
-    ) -> None:
+        self, addr: str, msg: MessageExt, group: str, *, delay_level: int,
+        max_reconsume_times: int, origin_topic: str | None = None,
+    ) -> None:  # fmt: skip
         self.sent_back.append((msg.queue_offset, delay_level))
         self.sent.set()
 

@@ -512,9 +512,12 @@ async def test_half_message_not_stored_ok_is_rolled_back_without_local_transacti
         assert _end_of(fake)[0].ext_fields["commitOrRollback"] == "12"
 
 
-async def _check_back(broker: FakeBroker, uniq: str, commit_log_offset: int) -> None:
+async def _check_back(
+    broker: FakeBroker, uniq: str, commit_log_offset: int, *, topic: str = TOPIC,
+    group: str = GROUP,
+) -> None:  # fmt: skip
     body = encode_stored_message(
-        TOPIC, b"half", {"UNIQ_KEY": uniq, "PGROUP": GROUP, "TRAN_MSG": "true"},
+        topic, b"half", {"UNIQ_KEY": uniq, "PGROUP": group, "TRAN_MSG": "true"},
         queue_offset=7, commit_log_offset=commit_log_offset, store_host=broker.addr,
     )  # fmt: skip
     ext = {
@@ -595,3 +598,35 @@ async def test_without_a_create_topic_key_route_a_new_topic_raises_no_route() ->
         fake.missing = {"new", "TBW102"}
         with pytest.raises(NoRouteError, match="autoCreateTopicEnable is off"):
             await p.send(Message("new", b"m"))
+
+
+async def test_a_namespaced_producer_sends_and_checks_back_under_the_brokers_names() -> None:
+    """Half message, END_TRANSACTION and the check-back's answer carry ``ns1%...``; the
+    application (result, local transaction, checker) sees its own names."""
+    seen: list[tuple[str, str]] = []
+
+    async def local(msg: Message, result: SendResult) -> TransactionState:
+        seen.append(("local", result.queue.topic))
+        return TransactionState.COMMIT
+
+    async def checker(msg: MessageExt) -> TransactionState:
+        seen.append(("checker", msg.topic))
+        return TransactionState.ROLLBACK
+
+    async with (
+        cluster(brokers=1) as fake,
+        producer(fake, transaction_checker=checker, namespace="ns1") as p,
+    ):
+        tx = await p.send_in_transaction(Message(TOPIC, b"tx"), local)
+        broker = fake.brokers[0]
+        (half,) = broker.received(RequestCode.SEND_MESSAGE_V2)
+        assert half.ext_fields["b"] == f"ns1%{TOPIC}"  # topic
+        assert half.ext_fields["a"] == f"ns1%{GROUP}"  # producer group
+        assert decode_properties(half.ext_fields["i"])["PGROUP"] == f"ns1%{GROUP}"
+        assert tx.send_result.queue.topic == TOPIC
+        await _check_back(broker, "ID1", 111, topic=f"ns1%{TOPIC}", group=f"ns1%{GROUP}")
+        await wait_for(lambda: len(_end_of(fake)) == 2)
+        for end in _end_of(fake):
+            assert end.ext_fields["producerGroup"] == f"ns1%{GROUP}"
+            assert end.ext_fields["topic"] == f"ns1%{TOPIC}"
+    assert seen == [("local", TOPIC), ("checker", TOPIC)]
