@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from aiorocket._log import get_logger
 from aiorocket._settings import apply_settings, check_group
+from aiorocket._transport import Transport, choose_transport
 from aiorocket.client.instance import ClientInstance, make_client_id
 from aiorocket.client.namesrv import namesrv_addrs
 from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
@@ -28,6 +29,7 @@ from aiorocket.consumer.handler import Handler
 from aiorocket.consumer.iterate import Iterated
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.orderly import Orderly
+from aiorocket.consumer.over_grpc import check_grpc_consumer, push_consumer, remoting_only
 from aiorocket.consumer.results import HandlerResult
 from aiorocket.consumer.state import ConsumerState, PullObserver
 from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
@@ -36,6 +38,10 @@ from aiorocket.errors import ClientClosedError, ConfigError
 from aiorocket.message import MessageQueue
 from aiorocket.namespace import app_subscriptions, unwrap_queue, wrap, wrap_queue
 from aiorocket.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, Subscription
+
+if TYPE_CHECKING:
+    from aiorocket.grpc._push import PushConsumer
+    from aiorocket.grpc._transport import GrpcOptions
 
 __all__ = ["BatchHandler", "Consumer", "MessageHandler", "PullObserver", "RebalanceListener"]
 
@@ -90,6 +96,17 @@ class Consumer:
     instance_name:
         A stable instance name (the client id becomes ``<ip>@<instance_name>``); a
         broadcasting consumer finds its offset file again by it after a restart.
+    proxy:
+        A 5.x Proxy's gRPC endpoint ``host:port`` instead of a NameServer: selects the
+        gRPC transport (``grpc`` extra, asyncio only), where an
+        :class:`aiorocket.grpc.PushConsumer` does the work with the same handler and
+        ``async for`` API. Queue-level features (assignment, listener, stats, offsets)
+        and the remoting-only settings raise
+        :class:`~aiorocket.errors.UnsupportedTransportError` there.
+    transport:
+        ``"remoting"`` (the default) or ``"grpc"`` (then ``namesrv`` is the Proxy).
+    grpc_options:
+        :class:`aiorocket.grpc.GrpcOptions` (TLS, namespace, ACL credentials); gRPC only.
     settings:
         :class:`~aiorocket.consumer.ConsumerConfig` fields, e.g. ``consume_concurrency=50``.
     """
@@ -106,6 +123,9 @@ class Consumer:
         listener: RebalanceListener | None = None,
         client_id: str | None = None,
         instance_name: str | None = None,
+        proxy: str | None = None,
+        transport: Transport | None = None,
+        grpc_options: GrpcOptions | None = None,
         **settings: Any,
     ) -> None:
         check_group(group, "consumer")
@@ -114,11 +134,22 @@ class Consumer:
         cfg = apply_settings(config or ConsumerConfig(), settings, "consumer")
         if instance_name is not None and (not instance_name or "@" in instance_name):
             raise ConfigError(f"invalid instance name {instance_name!r}")
+        self.transport: Transport = choose_transport(namesrv, proxy, transport, grpc_options)
+        self._proxy = ""
+        self._grpc_options = grpc_options
+        self._grpc: PushConsumer | None = None
+        if self.transport == "grpc":
+            check_grpc_consumer(
+                cfg, batch_handler=batch_handler is not None, listener=listener,
+                custom_allocation=allocate is not allocate_averagely, instance_name=instance_name,
+            )  # fmt: skip
+            self._proxy = str(proxy or namesrv)
         self._group = group
         # The engine works with the broker's names: the group and topics in the namespace.
         wire_group = wrap(cfg.namespace, group)
         self._state = ConsumerState(wire_group, cfg, get_logger("consumer", group=wire_group))
-        self._namesrv = namesrv_addrs(namesrv)
+        # Over gRPC, no NameServer: the Proxy knows the routes.
+        self._namesrv = namesrv_addrs(namesrv) if self.transport == "remoting" else []
         self._allocate = allocate
         self._listener = listener
         self._instance_name = instance_name
@@ -142,9 +173,13 @@ class Consumer:
 
     def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
         """Subscribe to ``topic`` with a tag expression (``"a || b"``) or an SQL92 ``sql``."""
-        if self._engine is not None:
+        if self.started:
             raise ConfigError("subscribe before starting the consumer")
-        topic = wrap(self._state.config.namespace, topic)
+        if self.transport == "grpc":
+            if sql is not None:
+                raise remoting_only("an SQL92 subscription", "over gRPC, subscribe by tag")
+        else:  # over gRPC the Proxy applies the namespace
+            topic = wrap(self._state.config.namespace, topic)
         if sql is not None:
             sub = Subscription(topic, sql, EXPRESSION_SQL92)
         else:
@@ -165,17 +200,26 @@ class Consumer:
 
     @property
     def client(self) -> ClientInstance:
+        self._remoting("client (the remoting ClientInstance)")
         if self._engine is None:
             raise ClientClosedError("consumer is not started")
         return self._engine.client
 
     @property
     def started(self) -> bool:
+        if self._grpc is not None:
+            return self._grpc.started
         return self._engine is not None and self._engine.started
 
     @property
     def client_id(self) -> str:
+        if self._grpc is not None:
+            return self._grpc.simple.transport.client_id
         return self.client.client_id
+
+    def _remoting(self, feature: str) -> None:
+        if self.transport == "grpc":
+            raise remoting_only(feature)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -198,12 +242,15 @@ class Consumer:
         return lambda parts: WorkerPool(parts.state, handler, parts.settler)
 
     async def __aenter__(self) -> Consumer:
-        if self._engine is not None:
+        if self._engine is not None or self._grpc is not None:
             raise ClientClosedError("a consumer can be started once")
         state = self._state
         if not state.subscriptions:
             raise ConfigError("subscribe to at least one topic before starting")
         cfg = state.config
+        if self.transport == "grpc":
+            await self._start_grpc()
+            return self
         if cfg.orderly and self._handler_fn is None:
             raise ConfigError(_ORDERLY_NEEDS_HANDLER)
         handler = None
@@ -234,12 +281,25 @@ class Consumer:
             raise
         return self
 
+    async def _start_grpc(self) -> None:
+        state = self._state
+        subscriptions = {topic: sub.expression for topic, sub in state.subscriptions.items()}
+        grpc = push_consumer(
+            self._group, self._proxy, subscriptions, self._handler_fn, state.config,
+            options=self._grpc_options, client_id=self._client_id,
+        )  # fmt: skip
+        await grpc.__aenter__()
+        self._grpc = grpc
+
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
+        if self._grpc is not None:
+            await self._grpc.__aexit__(exc_type, exc, tb)
+            return None
         if self._engine is None:
             return None
         graceful = (
@@ -274,6 +334,8 @@ class Consumer:
             raise ConfigError("this consumer has a handler; iterate a consumer without one")
         if self.config.orderly:
             raise ConfigError(_ORDERLY_NEEDS_HANDLER)
+        if self._grpc is not None:
+            return self._grpc.messages()
         if self._iterated is None:
             raise ClientClosedError("start the consumer (async with) before iterating")
         return self._iterated.messages()
@@ -291,6 +353,7 @@ class Consumer:
         return self._threads.abandoned_total if self._threads else 0
 
     def assignment(self) -> set[MessageQueue]:
+        self._remoting("assignment() (queues)")
         namespace = self._state.config.namespace
         return {unwrap_queue(namespace, mq) for mq in self._state.assignment()}
 
@@ -298,11 +361,16 @@ class Consumer:
     def has_joined(self) -> bool:
         """True once a rebalance pass found this client among the group's members and
         computed its share of every subscribed topic (its first assignment, possibly
-        empty when the group has more members than queues). Readiness checks use it."""
+        empty when the group has more members than queues). Readiness checks use it.
+        Over gRPC: once the session with the Proxy is up (the client's settings
+        exchanged)."""
+        if self.transport == "grpc":
+            return self.started
         return self._state.joined
 
     async def wait_joined(self) -> None:
         """Wait until :attr:`has_joined` is true."""
+        self._remoting("wait_joined()")
         await self._state.wait_joined()
 
     @property
@@ -321,6 +389,7 @@ class Consumer:
         messages it brought (metrics use it: pull latency). Pulls that found nothing are
         left out: a long poll held by the broker measures the wait, not the broker.
         ``observer`` runs on the pull path: it must be quick and must not raise."""
+        self._remoting("observe_pulls()")
         self._state.pull_observers.append(observer)
 
     def stats(self, *, advance: bool = True) -> list[QueueStats]:
@@ -329,6 +398,7 @@ class Consumer:
         ``advance=False`` reads the figures without starting a new rate interval, so a
         health endpoint polling them does not disturb the application's own rates.
         """
+        self._remoting("stats() (per-queue figures)")
         stats, snapshot = queue_stats(self._state.process_queues, self._last_stats)
         if advance or self._last_stats is None:
             self._last_stats = snapshot
@@ -339,12 +409,14 @@ class Consumer:
 
     async def committed(self, mq: MessageQueue) -> int | None:
         """The offset stored for ``mq`` (the next one to consume), or None."""
+        self._remoting("committed() (queue offsets)")
         if self._engine is None:
             raise ClientClosedError("consumer is not started")
         return await self._engine.offset_store.read(wrap_queue(self._state.config.namespace, mq))
 
     async def read_addr(self, mq: MessageQueue) -> str | None:
         """A broker serving reads of ``mq`` (its master, else a slave), or None."""
+        self._remoting("read_addr()")
         if self._engine is None:
             raise ClientClosedError("consumer is not started")
         return await self._engine.finder.reader(wrap_queue(self._state.config.namespace, mq))

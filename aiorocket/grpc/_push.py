@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from datetime import timedelta
 from types import TracebackType
 
@@ -370,13 +370,22 @@ class PushConsumer:
     # -- async for -----------------------------------------------------------------
 
     def __aiter__(self) -> AsyncIterator[ConsumerMessage]:
+        return self.messages()
+
+    def messages(self) -> AsyncGenerator[ConsumerMessage, None]:
+        """Yield messages one by one; asking for the next one acks the last (see the
+        module docstring for settling by hand)."""
         if self.handler is not None:
             raise ConfigError("this PushConsumer has a handler; iterate one without")
         if not self._started or self._closed:
             raise ClientClosedError("PushConsumer is not started or closed")
         return self._messages()
 
-    async def _messages(self) -> AsyncIterator[ConsumerMessage]:
+    @property
+    def started(self) -> bool:
+        return self._started and not self._closed
+
+    async def _messages(self) -> AsyncGenerator[ConsumerMessage, None]:
         previous: PopMessage | None = None
         try:
             while True:

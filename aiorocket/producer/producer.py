@@ -15,13 +15,14 @@ import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
 from aiorocket._log import get_logger
 from aiorocket._settings import apply_settings, check_group
+from aiorocket._transport import Transport, choose_transport
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.namesrv import namesrv_addrs
 from aiorocket.client.results import SendResult, SendStatus
@@ -68,7 +69,6 @@ __all__ = [
 ]
 
 ResultCallback = Callable[[SendResult], "Awaitable[None] | None"]
-Transport = Literal["remoting", "grpc"]
 
 
 class Producer:
@@ -123,7 +123,7 @@ class Producer:
         grpc_options: GrpcOptions | None = None,
         **settings: Any,
     ) -> None:
-        self.transport: Transport = _choose_transport(namesrv, proxy, transport, grpc_options)
+        self.transport: Transport = choose_transport(namesrv, proxy, transport, grpc_options)
         check_group(group, "producer")
         if group == "DEFAULT_PRODUCER":  # reserved by the broker
             raise ConfigError(f"invalid producer group {group!r}")
@@ -551,32 +551,6 @@ class Producer:
             self.log.warning(
                 "end_transaction_failed", broker=addr, msg_id=result.msg_id, error=str(exc)
             )
-
-
-def _choose_transport(
-    namesrv: str | Sequence[str] | None,
-    proxy: str | None,
-    transport: Transport | None,
-    grpc_options: GrpcOptions | None,
-) -> Transport:
-    if transport not in (None, "remoting", "grpc"):
-        raise ConfigError(f"transport must be 'remoting' or 'grpc', got {transport!r}")
-    if proxy is not None:
-        if namesrv is not None:
-            raise ConfigError("give either namesrv= (remoting) or proxy= (gRPC), not both")
-        if transport == "remoting":
-            raise ConfigError("proxy= is a gRPC endpoint: it cannot use transport='remoting'")
-        return "grpc"
-    chosen: Transport = transport or "remoting"
-    if namesrv is None and chosen == "grpc":
-        raise ConfigError("transport='grpc' needs the Proxy endpoint (proxy='host:port')")
-    if chosen == "grpc" and not isinstance(namesrv, str):
-        raise ConfigError("transport='grpc' takes one Proxy endpoint 'host:port'")
-    if chosen == "remoting" and grpc_options is not None:
-        raise UnsupportedTransportError(
-            "grpc_options apply to the gRPC transport only (proxy= or transport='grpc')"
-        )
-    return chosen
 
 
 def _unsupported(feature: str) -> UnsupportedTransportError:

@@ -16,7 +16,7 @@ import pytest
 from aiorocket.client.broker import PULL_SUBSCRIPTION
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.results import PullStatus
-from aiorocket.consumer import ConsumerMessage
+from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.errors import ProxyUnavailableError, UnsupportedTransportError
 from aiorocket.message import Message, MessageQueue
 from aiorocket.producer import Producer
@@ -193,3 +193,42 @@ async def test_trio_gets_a_clear_error() -> None:
     with pytest.raises(UnsupportedTransportError, match="asyncio"):
         async with PushConsumer("g", "127.0.0.1:8081", {"t": "*"}):
             pass
+
+
+async def test_the_consumer_class_over_a_proxy_endpoint_handler_and_async_for(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """``Consumer(group, proxy=...)``: the one argument that picks the transport. The
+    same handler (here a plain function, run in a worker thread) and ``async for`` API,
+    a PushConsumer underneath."""
+    topic, group = unique_name("gpconsumer"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group)
+    await _send(rocketmq, topic, [b"h0", b"h1"])
+    got: list[bytes] = []
+    done = anyio.Event()
+
+    def handle(msg: ConsumerMessage) -> None:  # sync: a worker thread
+        got.append(msg.body)
+        if len(got) == 2:
+            anyio.from_thread.run_sync(done.set)
+
+    consumer = Consumer(group, proxy=rocketmq.proxy_grpc, handler=handle, long_poll_timeout=5)
+    consumer.subscribe(topic)
+    async with consumer:
+        assert consumer.transport == "grpc" and consumer.started and consumer.has_joined
+        with anyio.fail_after(30):
+            await done.wait()
+        with pytest.raises(UnsupportedTransportError, match="remoting"):
+            consumer.assignment()
+    assert sorted(got) == [b"h0", b"h1"]
+
+    await _send(rocketmq, topic, [b"i0"])
+    iterated = Consumer(group, rocketmq.proxy_grpc, transport="grpc", long_poll_timeout=5)
+    iterated.subscribe(topic)
+    async with iterated:
+        with anyio.fail_after(30):
+            async for msg in iterated:
+                assert msg.body == b"i0"
+                break
+        await msg.ack()

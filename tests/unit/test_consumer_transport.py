@@ -1,0 +1,76 @@
+"""Choosing the consumer's transport: one argument, and a clear error for what the other
+transport lacks (no broker, no Proxy needed: it is decided at construction)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from aiorocket.consumer import ConsumeFromWhere, Consumer, MessageModel
+from aiorocket.consumer.allocation import allocate_averagely_by_circle
+from aiorocket.errors import ConfigError, UnsupportedTransportError
+
+
+async def _handle(msg: object) -> None: ...
+
+
+def test_a_proxy_endpoint_selects_grpc_and_a_namesrv_remoting() -> None:
+    assert Consumer("g", proxy="127.0.0.1:8081").transport == "grpc"
+    assert Consumer("g", "127.0.0.1:8081", transport="grpc").transport == "grpc"
+    assert Consumer("g", "127.0.0.1:9876").transport == "remoting"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"namesrv": "a:9876", "proxy": "b:8081"}, "either namesrv"),
+        ({"proxy": "b:8081", "transport": "remoting"}, "cannot use transport='remoting'"),
+        ({"transport": "grpc"}, "needs the Proxy endpoint"),
+        ({"namesrv": ["a:1", "b:2"], "transport": "grpc"}, "one Proxy endpoint"),
+        ({"namesrv": "a:9876", "transport": "quic"}, "transport must be"),
+    ],
+)
+def test_contradictory_transport_arguments_are_refused(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        Consumer("g", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"orderly": True, "handler": _handle}, "orderly"),
+        ({"message_model": MessageModel.BROADCASTING}, "message_model"),
+        ({"consume_from_where": ConsumeFromWhere.FIRST_OFFSET}, "consume_from_where"),
+        ({"persist_offset_interval": 1.0}, "persist_offset_interval"),
+        ({"batch_handler": _handle}, "batch_handler"),
+        ({"listener": object()}, "listener"),
+        ({"allocate": allocate_averagely_by_circle}, "allocation"),
+        ({"instance_name": "a"}, "instance_name"),
+    ],
+)
+def test_remoting_features_over_grpc_name_the_remoting_transport(
+    kwargs: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(UnsupportedTransportError, match=f"(?s){named}.*remoting"):
+        Consumer("g", proxy="127.0.0.1:8081", **kwargs)
+
+
+def test_settings_with_a_meaning_over_grpc_are_accepted_and_checked() -> None:
+    Consumer("g", proxy="p:8081", consume_concurrency=4, max_reconsume_times=3,
+             pull_batch_size=16, namespace="ns1")  # fmt: skip
+    with pytest.raises(ConfigError, match="at most 32"):
+        Consumer("g", proxy="p:8081", pull_batch_size=64)
+    consumer = Consumer("g", proxy="p:8081")
+    with pytest.raises(UnsupportedTransportError, match="SQL92"):
+        consumer.subscribe("t", sql="a > 1")
+    with pytest.raises(UnsupportedTransportError, match="remoting"):
+        consumer.stats()
+
+
+def test_grpc_options_need_the_grpc_transport() -> None:
+    pytest.importorskip("grpclib")
+    from aiorocket.grpc import GrpcOptions
+
+    with pytest.raises(UnsupportedTransportError, match="gRPC transport only"):
+        Consumer("g", "a:9876", grpc_options=GrpcOptions())
