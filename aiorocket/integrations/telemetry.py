@@ -123,7 +123,7 @@ class Telemetry:
     def _observe(self, field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def callback(options: CallbackOptions) -> Iterable[Observation]:
             for consumer in self._consumers:
-                if consumer.started:
+                if consumer.started and consumer.transport == "remoting":
                     total = sum(getattr(s, field) for s in consumer.stats(advance=False))
                     group = {"messaging.system": SYSTEM,
                              "messaging.consumer.group.name": consumer.group}  # fmt: skip
@@ -173,7 +173,8 @@ class Telemetry:
                 }
             record(seconds, attrs)
 
-        consumer.observe_pulls(observe)
+        if consumer.transport == "remoting":  # over gRPC there are no pulls of queues
+            consumer.observe_pulls(observe)
 
     # -- consumer side -------------------------------------------------------------------
 

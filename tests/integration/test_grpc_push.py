@@ -18,6 +18,7 @@ from aiorocket.client.instance import ClientInstance
 from aiorocket.client.results import PullStatus
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.errors import ProxyUnavailableError, UnsupportedTransportError
+from aiorocket.integrations.health import consumer_health
 from aiorocket.message import Message, MessageQueue
 from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
@@ -221,6 +222,8 @@ async def test_the_consumer_class_over_a_proxy_endpoint_handler_and_async_for(
             await done.wait()
         with pytest.raises(UnsupportedTransportError, match="remoting"):
             consumer.assignment()
+        report = await consumer_health(consumer, stuck_after=60)  # a service's health route
+        assert (report["joined"], report["live"], report["queues"]) == (True, True, [])
     assert sorted(got) == [b"h0", b"h1"]
 
     await _send(rocketmq, topic, [b"i0"])
