@@ -12,7 +12,6 @@ import uuid
 import _common as c
 import anyio
 
-from aiorocket.client.instance import ClientInstance
 from aiorocket.testing._procs import cpu_seconds
 from aiorocket.testing.broker import LocalRocketMQ
 
@@ -79,13 +78,7 @@ def ensure_official() -> bool:
 async def set_group_offsets(cl: LocalRocketMQ, topic: str, group: str, offset: int) -> None:
     """Give a new group a stored offset on every queue: the proxy's POP starts a new group
     at the max offset, but starts at the stored offset when there is one."""
-    await cl.create_group(group)
-    async with ClientInstance(cl.namesrv_addr) as client:
-        route = await client.namesrv.get_route(topic)
-        for mq in route.read_queues():
-            addr = route.master_addr(mq.broker_name)
-            assert addr is not None
-            await client.broker.update_consumer_offset(addr, group, mq, offset)
+    await cl.set_group_offsets(topic, group, offset)
 
 
 def new_topic(cl: LocalRocketMQ, prefix: str, broker: str) -> str:

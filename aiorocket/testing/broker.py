@@ -553,6 +553,20 @@ class LocalRocketMQ:
             await _admin.create_group_on(addr, config)
         return config
 
+    async def set_group_offsets(self, topic: str, group: str, offset: int) -> None:
+        """Create ``group`` and store ``offset`` for it on every queue of ``topic``. A 5.x
+        Proxy (pop) starts a group without a stored offset at each queue's end; a test
+        that sends before its consumer's first receive gives the group a start first."""
+        from aiorocket.client.instance import ClientInstance  # the harness's own client
+
+        await self.create_group(group)
+        async with ClientInstance(self.namesrv_addr) as client:
+            route = await client.namesrv.get_route(topic)
+            for mq in route.read_queues():
+                addr = route.master_addr(mq.broker_name)
+                assert addr is not None
+                await client.broker.update_consumer_offset(addr, group, mq, offset)
+
     async def group_config(self, group: str, broker: str | None = None) -> dict[str, Any] | None:
         name = broker or next(iter(self.broker_addrs))
         return await _admin.get_group_on(self.broker_addrs[name], group)
