@@ -164,6 +164,59 @@ def notes(results: dict[str, Any]) -> list[str]:
     return out
 
 
+GRPC_CLIENTS = ("aiorocket-grpc", "java-grpc", "official")
+#: the cluster process that runs the Proxy (local mode: the Proxy and broker-a, one JVM)
+PROXY_PROCESS = "broker-a+proxy"
+
+
+def _per_msg(runs: list[dict[str, Any]], fn: Any) -> Value:
+    """Median of ``fn(run)`` over the valid runs (INVALID / NaN as :func:`median`)."""
+    good = valid(runs)
+    if runs and not good:
+        return INVALID
+    xs = [x for x in (fn(r) for r in good) if isinstance(x, int | float)]
+    return statistics.median(xs) if xs else math.nan
+
+
+def _proxy_cpu(r: dict[str, Any]) -> float | None:
+    value = (r.get("cluster_cpu_us_per_msg") or {}).get(PROXY_PROCESS)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def grpc_rows(results: dict[str, Any]) -> list[Row]:
+    """compare.py's gRPC case: every client through the one Proxy."""
+    cons, prod, lat = results["consume"], results["produce"], results["latency"]
+    out: list[Row] = []
+
+    def add(name: str, unit: str, runs: dict[str, Any], fn: Any, target: str = "") -> None:
+        out.append((name, unit, {c: _per_msg(runs.get(c, []), fn) for c in GRPC_CLIENTS}, target))
+
+    add("consume rate", "msg/s", cons, lambda r: r.get("msgs_per_s"), ">=1.5x java, >=5x official")
+    add("consume client CPU / msg", "us", cons, lambda r: r.get("us_cpu_per_msg"), "<=80")
+    add("consume Proxy+broker JVM CPU / msg", "us", cons, _proxy_cpu)
+    add("produce rate", "msg/s", prod, lambda r: r.get("msgs_per_s"), ">=1.5x java, >=5x official")
+    add("produce client CPU / msg", "us", prod,
+        lambda r: r["cpu_per_100k"] * 10 if "cpu_per_100k" in r else None)  # fmt: skip
+    add("produce Proxy+broker JVM CPU / msg", "us", prod, _proxy_cpu)
+    add("send latency p99", "ms", prod, lambda r: r.get("send_p99_ms"))
+    steady = {c: [r for r in lat.get(c, []) if r.get("lat_samples", 0) > 0] for c in GRPC_CLIENTS}
+    add("e2e latency p99", "ms", steady, lambda r: r.get("lat_p99_ms"))
+    return out
+
+
+def grpc_table(results: dict[str, Any]) -> str:
+    head = ("gRPC (one Proxy)", "unit", *GRPC_CLIENTS, "aio/java", "aio/official", "target")
+    lines = [head]
+    for name, unit, v, target in grpc_rows(results):
+        a = v["aiorocket-grpc"]
+        ratios = (ratio(a, v["java-grpc"]), ratio(a, v["official"]))
+        lines.append((name, unit, *(fmt(v[c]) for c in GRPC_CLIENTS), *ratios, target))
+    widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
+    text = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in lines]
+    text.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(["", *text, *("grpc " + n for n in notes(results))])
+
+
 def chart(results: dict[str, Any], path: str) -> bool:
     """Bar charts of the main rows; False when matplotlib is missing."""
     try:

@@ -17,6 +17,8 @@ from consume import summarize
 from aiorocket.testing.broker import LocalRocketMQ
 
 PY = sys.executable
+#: clients consuming through the Proxy (pop)
+GRPC_CONSUMERS = ("official", "aiorocket-grpc", "java-grpc")
 Argv = tuple[list[str], dict[str, str] | None]
 
 
@@ -26,8 +28,25 @@ class Env:
     broker: str  # the broker holding the benchmark topics (the proxy's)
     java: list[str] | None  # java command line up to the main class
     size: int
+    java_grpc: list[str] | None = None  # the Java 5.x gRPC client's command line
 
     def consumer(self, client: str, topic: str, group: str, n: int, latency: bool) -> Argv:
+        extra = ["--latency"] if latency else []
+        idle = "10" if latency else "20"  # stop after this many seconds without messages
+        if client == "aiorocket-grpc":
+            script = os.path.join(c.HERE, "consume.py")
+            args = [self.cl.proxy_grpc, topic, group, str(n), "grpc", "--idle-timeout", idle]
+            return [PY, script, "child", *args, *extra], None
+        if client == "java-grpc":
+            assert self.java_grpc is not None
+            flag = "1" if latency else "0"
+            args = [self.cl.proxy_grpc, topic, group, str(n), idle, flag]
+            return [*self.java_grpc, "consume", *args], None
+        return self._remoting_consumer(client, topic, group, n, latency)
+
+    def _remoting_consumer(
+        self, client: str, topic: str, group: str, n: int, latency: bool
+    ) -> Argv:
         extra = ["--latency"] if latency else []
         idle = "10" if latency else "20"  # stop after this many seconds without messages
         if client.startswith("aiorocket"):  # -plain: the producer differs, not the consumer
@@ -58,6 +77,12 @@ class Env:
         """``k``: sends in flight (produce) or the rate (paced); ``in_flight`` > 0 bounds
         a paced producer's sends in flight."""
         args = [topic, str(n), str(self.size), str(k)]
+        if client == "aiorocket-grpc":
+            script = os.path.join(c.HERE, "aio_children.py")
+            return [PY, script, mode, self.cl.proxy_grpc, *args, "grpc"], None
+        if client == "java-grpc":
+            assert self.java_grpc is not None
+            return [*self.java_grpc, mode, self.cl.proxy_grpc, *args], None
         if client.startswith("aiorocket"):
             script = os.path.join(c.HERE, "aio_children.py")
             batching = "plain" if client == "aiorocket-plain" else "auto"
@@ -76,7 +101,7 @@ class Env:
 def consume(env: Env, client: str, topic: str, n: int) -> dict[str, Any]:
     """Drain ``n`` pre-filled messages with a fresh group from the first offset."""
     group = f"bench_{client.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
-    if client == "official":
+    if client in GRPC_CONSUMERS:  # pop starts a new group at the end: start it at 0
         anyio.run(s.set_group_offsets, env.cl, topic, group, 0)
     argv, extra_env = env.consumer(client, topic, group, n, latency=False)
     child = c.Child(client, argv, extra_env).start()
@@ -108,7 +133,7 @@ def latency(env: Env, client: str, rate: int, seconds: float, warmup: float) -> 
     topic = s.new_topic(env.cl, f"bench_lat_{client}", env.broker)
     n = int(rate * (seconds + warmup))
     group = f"bench_lat_{uuid.uuid4().hex[:8]}"
-    if client == "official":
+    if client in GRPC_CONSUMERS:
         anyio.run(lambda: env.cl.create_group(group))  # the proxy wants the group to exist
     argv, extra_env = env.consumer(client, topic, group, n, latency=True)
     quiet = s.wait_cluster_quiet(env.cl)

@@ -16,6 +16,8 @@ from aiorocket.testing._procs import cpu_seconds
 from aiorocket.testing.broker import LocalRocketMQ
 
 JAVA_DIR = os.path.join(c.HERE, "java")
+#: the Java 5.x gRPC client's program (rocketmq-client-java, through the Proxy)
+JAVA_GRPC_DIR = os.path.join(c.HERE, "java-grpc")
 OFFICIAL_VENV = os.path.join(c.HERE, ".venv-official")
 OFFICIAL_PY = os.path.join(OFFICIAL_VENV, "bin", "python")
 #: the official client logs to ~/logs/rocketmq_python: keep that inside its venv
@@ -31,25 +33,35 @@ def _read(path: str) -> str:
 
 
 def build_java(version: str) -> list[str] | None:
-    """``mvn -q package`` once per broker version; the java command line, or None."""
+    """The remoting client's program: ``mvn -q package`` once per broker version; the java
+    command line, or None."""
+    return _build(JAVA_DIR, "java-bench-1.jar", "bench.Bench", [f"-Drmq.version={version}"])
+
+
+def build_java_grpc() -> list[str] | None:
+    """The gRPC client's program (rocketmq-client-java, the version in its pom.xml)."""
+    return _build(JAVA_GRPC_DIR, "java-grpc-bench-1.jar", "bench.GrpcBench", [])
+
+
+def _build(directory: str, jar_name: str, main: str, props: list[str]) -> list[str] | None:
     from shutil import which
 
     if not (which("java") and which("mvn")):
         c.log("java/mvn not found: skipping the Java client")
         return None
-    target = os.path.join(JAVA_DIR, "target")
+    target = os.path.join(directory, "target")
     stamp, cp_file = os.path.join(target, "rmq.version"), os.path.join(target, "classpath.txt")
-    jar = os.path.join(target, "java-bench-1.jar")
+    jar = os.path.join(target, jar_name)
     # Rebuilt when the client version or the program's sources change.
-    sources = [os.path.join(JAVA_DIR, "pom.xml")]
-    for root, _dirs, files in os.walk(os.path.join(JAVA_DIR, "src")):
+    sources = [os.path.join(directory, "pom.xml")]
+    for root, _dirs, files in os.walk(os.path.join(directory, "src")):
         sources += [os.path.join(root, f) for f in sorted(files)]
     digest = hashlib.sha256(b"".join(_read(f).encode() for f in sorted(sources))).hexdigest()
-    version_stamp = f"{version} {digest}"
+    version_stamp = f"{' '.join(props)} {digest}"
     if not (os.path.exists(jar) and _read(stamp) == version_stamp):
-        c.log(f"building the Java benchmark (rocketmq-client {version}) with Maven")
-        argv = ["mvn", "-q", "-B", f"-Drmq.version={version}", "package"]
-        r = subprocess.run(argv, cwd=JAVA_DIR, capture_output=True, text=True)
+        c.log(f"building {jar_name} ({' '.join(props) or 'pom.xml versions'}) with Maven")
+        argv = ["mvn", "-q", "-B", *props, "package"]
+        r = subprocess.run(argv, cwd=directory, capture_output=True, text=True)
         if r.returncode != 0:
             c.log("Maven build failed, skipping Java:\n" + (r.stdout + r.stderr)[-2000:])
             return None
@@ -57,7 +69,12 @@ def build_java(version: str) -> list[str] | None:
             f.write(version_stamp)
     cp = jar + ":" + _read(cp_file).strip()
     home = os.path.join(target, "home")  # the client's logs go to ${user.home}/logs
-    return ["java", f"-Duser.home={home}", "-Xms256m", "-Xmx1g", "-cp", cp, "bench.Bench"]
+    return ["java", f"-Duser.home={home}", "-Xms256m", "-Xmx1g", "-cp", cp, main]
+
+
+def cluster_cpu(cl: LocalRocketMQ) -> dict[str, float]:
+    """CPU seconds used so far by each cluster process (Linux /proc)."""
+    return {p.name: cpu_seconds(p.pid) for p in cl.processes}
 
 
 def ensure_official() -> bool:

@@ -1,11 +1,12 @@
 """aiorocket child processes of compare.py (the consumer child lives in consume.py).
 
-    aio_children.py produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT auto|plain  # send() workers
+    aio_children.py produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT auto|plain|grpc  # send() workers
     aio_children.py paced   NAMESRV TOPIC COUNT SIZE RATE auto|plain       # fixed rate
     aio_children.py idle    NAMESRV GROUP SECONDS TOPIC...     # scale case: no traffic
     aio_children.py backlog NAMESRV TOPIC GROUP SECONDS DELAY  # slow handler on a backlog
 
-``auto`` turns the producer's ``auto_batch`` on, ``plain`` leaves it off.
+``auto`` turns the producer's ``auto_batch`` on, ``plain`` leaves it off; ``grpc`` sends
+one message per request through the Proxy at NAMESRV (a gRPC endpoint).
 
 Same line protocol as every child: READY, PROGRESS n, RESULT {json}.
 """
@@ -31,11 +32,14 @@ from aiorocket.producer import Producer
 
 
 async def produce(
-    namesrv: str, topic: str, count: int, size: int, in_flight: int, auto_batch: bool
-) -> None:
+    namesrv: str, topic: str, count: int, size: int, in_flight: int, auto_batch: bool,
+    grpc: bool = False,
+) -> None:  # fmt: skip
     """``in_flight`` tasks each awaiting ``send`` in a loop: that many messages in flight."""
     body = os.urandom(size)
     settings = {"max_in_flight": in_flight, "auto_batch": auto_batch}
+    if grpc:
+        settings["transport"] = "grpc"
     async with Producer("bench_aio_producer", namesrv, **settings) as producer:
         await run_workers(producer, topic, body, min(2000, count), in_flight)  # warm-up
         c.emit("READY")
@@ -233,6 +237,8 @@ def main(argv: list[str]) -> None:
         fn = produce if cmd == "produce" else paced
         auto = len(r) < 5 or r[4] == "auto"
         run = partial(fn, namesrv, r[0], int(r[1]), int(r[2]), int(r[3]), auto)
+        if cmd == "produce" and len(r) > 4 and r[4] == "grpc":
+            run = partial(produce, namesrv, r[0], int(r[1]), int(r[2]), int(r[3]), False, True)
         if cmd == "paced" and len(r) > 5:  # paced ... RATE BATCHING SENDERS
             run = partial(run, int(r[5]))
     elif cmd == "idle":

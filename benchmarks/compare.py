@@ -25,7 +25,9 @@ import _runs
 import _setup
 
 RESULTS = os.path.join(c.HERE, "results")
-CASES = {"consume", "produce", "send", "latency", "idle", "backlog"}
+CASES = {"consume", "produce", "send", "latency", "idle", "backlog", "grpc"}
+#: the gRPC case's clients, all through the one Proxy (official: only when not skipped)
+GRPC_CLIENTS = ("aiorocket-grpc", "java-grpc", "official")
 
 
 def parse() -> argparse.Namespace:
@@ -59,12 +61,14 @@ def parse() -> argparse.Namespace:
     add("--backlog-count", type=int, help="default 1,000,000 (quick: --count)")
     add("--backlog-seconds", type=float, help="default 30, quick 15")
     add("--backlog-delay", type=float, default=0.01, help="the slow handler's sleep")
+    add("--grpc-count", type=int, help="messages per gRPC consume/produce run (default 50000)")
     add("--skip", default="", help="comma list of java,official and/or cases")
     add("--only", default="", help="comma list of cases: " + ",".join(sorted(CASES)))
     a = p.parse_args()
     q = a.quick
     a.count = a.count or (50_000 if q else 500_000)
     a.official_count = min(a.count, a.official_count or 50_000)
+    a.grpc_count = min(a.count, a.grpc_count or 50_000)
     a.produce_count = a.produce_count or max(10_000, a.count // 2)
     a.latency_seconds = a.latency_seconds or (5.0 if q else 10.0)
     a.send_seconds = a.send_seconds or (5.0 if q else 10.0)
@@ -110,9 +114,10 @@ def main() -> None:
     meta.update(loadavg_start=os.getloadavg(), calibrate_ms_start=c.calibrate())
     meta.update(cluster_idle_cpu_pct=_setup.cluster_idle_cpu(cl))
     res: dict[str, Any] = {"meta": meta, "consume": {}, "produce": {}, "send": {}, "latency": {}}
+    res["grpc"] = {"consume": {}, "produce": {}, "latency": {}}
 
     topic = _setup.new_topic(cl, "bench_compare", broker)
-    if not a.skip >= {"consume", "backlog"}:
+    if not a.skip >= {"consume", "backlog", "grpc"}:
         _setup.prefill(cl, topic, a.count, a.size)
     if "consume" not in a.skip and a.consume_warm_pass:
         # Not recorded: the first consume run after the cluster starts was always the
@@ -168,6 +173,8 @@ def main() -> None:
                 title = f"e2e latency run {run + 1}: common producer -> {cli} at {pace}"
                 r = measure(title, partial(_runs.latency, env, cli, a.rate, secs, warm))
                 res["latency"].setdefault(cli, []).append(r)
+    if "grpc" not in a.skip:
+        grpc_case(a, env, topic, official, res["grpc"])
     if "idle" not in a.skip:
         title = f"scale: 1 consumer, {a.idle_topics} x 8 idle queues"
         res["idle"] = measure(title, partial(_runs.idle, env, a.idle_topics, a.idle_seconds))
@@ -182,10 +189,56 @@ def main() -> None:
     path = os.path.join(RESULTS, f"compare-{stamp}.json")
     with open(path, "w") as f:
         json.dump(res, f, indent=1, default=str)
-    print(_report.table(res))
+    if any(res[case] for case in ("consume", "produce", "send", "latency")):
+        print(_report.table(res))
+    if res["grpc"]["consume"] or res["grpc"]["produce"]:
+        print(_report.grpc_table(res["grpc"]))
     print(f"\nJSON  {path}")
     png = path.replace(".json", ".png")
     print(f"chart {png}" if _report.chart(res, png) else "no chart: pip install matplotlib")
+
+
+def grpc_case(
+    a: argparse.Namespace, env: _runs.Env, topic: str, official: bool, out: dict[str, Any]
+) -> None:
+    """Every client through the one Proxy: consume the pre-filled topic, produce, and the
+    e2e latency of the common paced producer; with the cluster's CPU (the Proxy runs in
+    broker-a's JVM, local mode) per message beside each client's own."""
+    env.java_grpc = None if "java" in a.skip else _setup.build_java_grpc()
+    clients = [cli for cli in GRPC_CLIENTS if cli != "official" or official]
+    if env.java_grpc is None:
+        clients.remove("java-grpc")
+    n = a.grpc_count
+    ptopic = _setup.new_topic(env.cl, "bench_grpc_produce", env.broker)
+    for run in range(a.runs):
+        for cli in clients:
+            if cli == "official" and run > 0:
+                continue  # slow: once is enough
+            title = f"gRPC consume run {run + 1}: {cli} ({n:,} msgs)"
+            r = with_cluster_cpu(env, n, partial(_runs.consume, env, cli, topic, n))
+            out["consume"].setdefault(cli, []).append(measure(title, lambda r=r: r))
+            title = f"gRPC produce run {run + 1}: {cli} ({n:,} msgs, {a.in_flight} in flight)"
+            r = with_cluster_cpu(env, n, partial(_runs.produce, env, cli, ptopic, n, a.in_flight))
+            out["produce"].setdefault(cli, []).append(measure(title, lambda r=r: r))
+            if cli == "official":
+                continue  # its e2e latency is the main latency case's column
+            pace = f"{a.rate:,} msg/s for {a.latency_warmup:.0f}+{a.latency_seconds:.0f}s"
+            title = f"gRPC e2e latency run {run + 1}: common producer -> {cli} at {pace}"
+            args = (env, cli, a.rate, a.latency_seconds, a.latency_warmup)
+            out["latency"].setdefault(cli, []).append(measure(title, partial(_runs.latency, *args)))
+
+
+def with_cluster_cpu(env: _runs.Env, n: int, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``fn()``'s result with each cluster process's CPU during it, in µs per message."""
+    before = _setup.cluster_cpu(env.cl)
+    try:
+        r = fn()
+    except Exception as exc:  # reported by measure(), as a failed run
+        return {"error": str(exc)[-2000:]}
+    after = _setup.cluster_cpu(env.cl)
+    count = r.get("count") or n
+    r["cluster_cpu_us_per_msg"] = {k: (after[k] - before[k]) / count * 1e6 for k in before}
+    return r
 
 
 if __name__ == "__main__":

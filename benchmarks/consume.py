@@ -90,19 +90,22 @@ async def consume(
             if idle * 0.5 >= (idle_timeout if count else 90.0):  # stalled, or nothing in 90 s
                 done.set()
 
-    consumer = Consumer(
-        group,
-        namesrv,
-        handler=handler if mode == "handler" else None,
-        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-        **(settings or {}),
-    )
+    if mode == "grpc":  # ``namesrv`` is the Proxy; where the group starts is set on it
+        consumer = Consumer(group, proxy=namesrv, handler=handler, **(settings or {}))
+    else:
+        consumer = Consumer(
+            group,
+            namesrv,
+            handler=handler if mode == "handler" else None,
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            **(settings or {}),
+        )
     consumer.subscribe(topic)
     cpu0, t0 = time.process_time(), time.perf_counter()
     async with consumer, anyio.create_task_group() as tg:
         c.emit("READY")
         tg.start_soon(watchdog)
-        if mode == "handler":
+        if mode in ("handler", "grpc"):
             await done.wait()
         else:
             async for msg in consumer:
@@ -139,7 +142,7 @@ def child_main(argv: list[str]) -> None:
     p.add_argument("topic")
     p.add_argument("group")
     p.add_argument("expected", type=int)
-    p.add_argument("mode", choices=["handler", "iter"])
+    p.add_argument("mode", choices=["handler", "iter", "grpc"])  # grpc: NAMESRV is the Proxy
     p.add_argument("--latency", action="store_true")
     p.add_argument("--idle-timeout", type=float, default=20.0)
     p.add_argument("--profile", default=None, help="FILE.txt: pyinstrument, else cProfile")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from types import TracebackType
 
 import anyio
+import anyio.abc
 
 from aiorocket._log import get_logger
 from aiorocket.client.results import SendResult, SendStatus
@@ -37,6 +38,7 @@ from aiorocket.errors import (
     RocketMQError,
 )
 from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._batcher import GrpcBatcher
 from aiorocket.grpc._convert import Outgoing, prepare
 from aiorocket.grpc._encode import FastSendResponse, SendEntry, encode_message, send_request
 from aiorocket.grpc._received import message_ext
@@ -63,6 +65,10 @@ _RESOLUTION = {
 class _Sent:
     entry: pb.SendResultEntry
     topic: str
+
+
+#: Bytes counted per message besides its body when filling a batch (properties, ids).
+_OVERHEAD = 200
 
 
 class GrpcProducer:
@@ -119,9 +125,23 @@ class GrpcProducer:
         self._closed = False
         self._limit_of: pb.Settings | None = None
         self._limit = config.max_message_size
+        self._batcher: GrpcBatcher | None = None
+        self._batches: anyio.abc.TaskGroup | None = None
+
+    @property
+    def batcher(self) -> GrpcBatcher | None:
+        """The auto-batcher (``auto_batch=True``), with its request and message counts."""
+        return self._batcher
 
     async def __aenter__(self) -> GrpcProducer:
         await self.session.__aenter__()
+        if self.config.auto_batch:
+            self._batches = anyio.create_task_group()
+            await self._batches.__aenter__()
+            self._batcher = GrpcBatcher(
+                self._send_batched, self._batches,
+                max_bytes=self.config.batch_max_bytes, in_flight=self.config.batch_in_flight,
+            )  # fmt: skip
         return self
 
     async def __aexit__(
@@ -131,6 +151,13 @@ class GrpcProducer:
         tb: TracebackType | None,
     ) -> None:
         self._closed = True
+        if self._batches is not None and self._batcher is not None:
+            # Requests in flight carry other callers' messages: let them end, bounded.
+            self._batches.cancel_scope.deadline = anyio.current_time() + (
+                self.config.shutdown_timeout
+            )
+            await self._batches.__aexit__(None, None, None)
+            self._batcher.fail_waiting()
         await self.session.__aexit__(exc_type, exc, tb)
 
     # -- sending -------------------------------------------------------------------
@@ -190,6 +217,12 @@ class GrpcProducer:
         """Send one message; ``held``: the caller already holds an in-flight slot."""
         group = None if sharding_key is None else str(sharding_key)
         pbm = self._build(msg, group)
+        if self._batcher is not None and group is None and msg.deliver_time_ms is None:
+            size = len(msg.body) + _OVERHEAD
+            if held:
+                return await self._batcher.send(pbm, size)
+            async with self._slot(timeout):
+                return await self._batcher.send(pbm, size)
         if held:
             (result,) = await self._send([pbm], msg.topic, timeout)
             return result
@@ -222,6 +255,10 @@ class GrpcProducer:
         pbms = [self._build(m, group) for m in messages]
         async with self._slot(timeout):
             return await self._send(pbms, topic, timeout)
+
+    async def _send_batched(self, pbms: list[Outgoing], topic: str) -> list[SendResult]:
+        await self._ensure_topic(topic)
+        return await self._send(pbms, topic, None)
 
     async def _send(
         self,

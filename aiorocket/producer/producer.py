@@ -60,6 +60,7 @@ from aiorocket.protocol.codes import RequestCode
 
 if TYPE_CHECKING:
     from aiorocket.grpc import GrpcOptions
+    from aiorocket.grpc._batcher import GrpcBatcher
     from aiorocket.grpc._producer import GrpcProducer
 
 __all__ = [
@@ -143,8 +144,6 @@ class Producer:
         self._client_id = client_id
         self._grpc_options = grpc_options
         self._grpc: GrpcProducer | None = None
-        if self.transport == "grpc" and cfg.auto_batch:
-            raise _unsupported("auto_batch")
         self._checker = transaction_checker
         self._client: ClientInstance | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -174,8 +173,11 @@ class Producer:
         return self._closed
 
     @property
-    def batcher(self) -> AutoBatcher | None:
-        """The auto-batcher (``auto_batch`` on, once started), with its batch counters."""
+    def batcher(self) -> AutoBatcher | GrpcBatcher | None:
+        """The auto-batcher (``auto_batch`` on, once started), with its batch counters
+        (``batches``, ``batched_messages``)."""
+        if self._grpc is not None:
+            return self._grpc.batcher
         return self._batcher
 
     @property

@@ -158,6 +158,27 @@ async def test_tls_to_the_permissive_proxy(
 # -- producer --------------------------------------------------------------------------
 
 
+async def consume_remoting(
+    rocketmq: LocalRocketMQ, topic: str, group: str, count: int
+) -> dict[str, ConsumerMessage]:
+    """``count`` messages of ``topic`` read back by a remoting consumer, by message id."""
+    got: dict[str, ConsumerMessage] = {}
+    done = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        got[msg.msg_id] = msg
+        if len(got) >= count:
+            done.set()
+
+    consumer = Consumer(group, rocketmq.namesrv_addr, handler=handle,
+                        consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST)  # fmt: skip
+    consumer.subscribe(topic)
+    async with consumer:
+        with anyio.fail_after(30):
+            await done.wait()
+    return got
+
+
 async def test_grpc_producer_to_remoting_consumer(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
@@ -175,26 +196,42 @@ async def test_grpc_producer_to_remoting_consumer(
         results = [await producer.send(m) for m in sent]
         results += await producer.send_batch(batch)
     assert len({r.msg_id for r in results}) == len(results)
-    got: dict[str, ConsumerMessage] = {}
-    done = anyio.Event()
-
-    async def handle(msg: ConsumerMessage) -> None:
-        got[msg.msg_id] = msg
-        if len(got) >= len(results):
-            done.set()
-
-    consumer = Consumer(group, rocketmq.namesrv_addr, handler=handle,
-                        consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST)  # fmt: skip
-    consumer.subscribe(topic)
-    async with consumer:
-        with anyio.fail_after(30):
-            await done.wait()
+    got = await consume_remoting(rocketmq, topic, group, len(results))
     for msg, result in zip([*sent, *batch], results, strict=True):
         remote = got[result.msg_id]
         assert remote.body == msg.body
         assert remote.tags == msg.tags
         assert remote.keys == list(msg.keys)
         assert user_props(remote.properties) == msg.properties
+
+
+async def test_auto_batching_over_grpc_shares_requests_and_loses_nothing(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """``auto_batch=True`` over gRPC: concurrent sends leave in shared SendMessage
+    requests (fewer requests than messages), each send gets its own result, every
+    message arrives with its own tag and properties; a FIFO send goes alone."""
+    topic, group = unique_name("gbatch"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=4, brokers=[rocketmq.state["proxy_broker"]])
+    count = 300
+    results: list[SendResult] = []
+    async with Producer(unique_name("pg"), proxy=rocketmq.proxy_grpc, auto_batch=True,
+                        max_in_flight=64) as producer:  # fmt: skip
+        async with anyio.create_task_group() as tg:
+            for i in range(count):
+                props = {"u-i": str(i)}
+                msg = Message(topic, f"m{i}".encode(), tags=f"t{i % 3}", properties=props)
+                await producer.start_send(tg, msg, on_result=results.append)
+        batcher = producer.batcher
+        assert batcher is not None
+        assert batcher.batched_messages == count
+        assert batcher.batches < count / 4  # requests shared under load
+    assert len({r.msg_id for r in results}) == count
+    got = await consume_remoting(rocketmq, topic, group, count)
+    by_body = {m.body: m for m in got.values()}
+    for i in range(count):
+        msg = by_body[f"m{i}".encode()]
+        assert (msg.tags, user_props(msg.properties)) == (f"t{i % 3}", {"u-i": str(i)})
 
 
 async def test_remoting_producer_to_simple_consumer(
@@ -260,8 +297,6 @@ async def test_features_of_the_other_transport_name_it(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
     topic = unique_name("gunsup")
-    with pytest.raises(UnsupportedTransportError, match="remoting"):
-        Producer("pg", proxy=rocketmq.proxy_grpc, auto_batch=True)
     with pytest.raises(UnsupportedTransportError, match="gRPC"):
         Producer("pg", rocketmq.namesrv_addr, grpc_options=GrpcOptions())
     with pytest.raises(ConfigError):
@@ -301,8 +336,9 @@ async def test_transactions_commit_rollback_and_recovery(
         return run
 
     async with (
-        Producer(unique_name("pg"), proxy=rocketmq.proxy_grpc,
-                 transaction_checker=checker) as producer,  # fmt: skip
+        Producer(
+            unique_name("pg"), proxy=rocketmq.proxy_grpc, transaction_checker=checker
+        ) as producer,  # fmt: skip
         SimpleConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5) as consumer,
     ):
         for body, state in [

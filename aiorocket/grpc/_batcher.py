@@ -1,0 +1,144 @@
+"""Auto-batching over gRPC: concurrent sends to one topic share ``SendMessage`` requests.
+
+A gRPC call costs the client far more than the bytes of one small message (a new HTTP/2
+stream, HPACK-encoded metadata, the reply's frames): benchmarks/README.md, "gRPC". With
+``auto_batch=True`` a send does not wait for a timer: it goes at once when fewer than
+``batch_in_flight`` requests of its topic are out; otherwise it waits for one of them
+to return and then leaves with every message that queued meanwhile (up to
+``batch_max_bytes``). At low load nothing waits; under load, requests fill up by
+themselves. The Proxy stores a request's messages as one batch, in one queue.
+
+Only plain messages are batched: FIFO (a message group) and timed ones go alone. A
+failed request fails each of its messages with the same error (after the retries of the
+server's policy); a send cancelled while its message waits takes it out of the queue,
+one cancelled after its request left may still be stored (as with any send).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+
+from aiorocket.client.results import SendResult
+from aiorocket.errors import ClientClosedError, RocketMQError
+from aiorocket.grpc._convert import Outgoing
+
+__all__ = ["GrpcBatcher", "SendBatch"]
+
+#: ``send(outgoing, topic)`` of one request: the producer's retrying send.
+SendBatch = Callable[[list[Outgoing], str], Awaitable[list[SendResult]]]
+
+
+@dataclass(eq=False)
+class _Pending:
+    out: Outgoing
+    size: int
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: SendResult | None = None
+    error: RocketMQError | None = None
+
+
+@dataclass(eq=False)
+class _Lane:
+    """One topic's queue of messages and its requests in flight."""
+
+    waiting: deque[_Pending] = field(default_factory=deque)
+    requests: int = 0
+
+
+class GrpcBatcher:
+    """Batches a producer's plain sends per topic.
+
+    Parameters
+    ----------
+    send:
+        Sends one request's messages (with the producer's retries) and returns their
+        results in order.
+    task_group:
+        Runs the requests, so that a caller cancelled while others' messages ride in its
+        request does not cancel it; owned by the producer.
+    max_bytes:
+        A request's messages total at most this many bytes of body and properties (one
+        larger message goes alone).
+    in_flight:
+        Requests of one topic out at once.
+    """
+
+    def __init__(
+        self, send: SendBatch, task_group: anyio.abc.TaskGroup, *, max_bytes: int, in_flight: int
+    ) -> None:
+        self._send = send
+        self._tg = task_group
+        self._max_bytes = max_bytes
+        self._in_flight = in_flight
+        self._lanes: dict[str, _Lane] = {}
+        self._closed = False
+        #: requests sent and the messages they carried (the remoting AutoBatcher's names)
+        self.batches = 0
+        self.batched_messages = 0
+
+    async def send(self, out: Outgoing, size: int) -> SendResult:
+        """Send ``out`` (``size`` bytes) in the next request of its topic."""
+        lane = self._lanes.setdefault(out.topic, _Lane())
+        pending = _Pending(out, size)
+        lane.waiting.append(pending)
+        self._dispatch(lane)
+        try:
+            await pending.done.wait()
+        except BaseException:
+            if not pending.done.is_set():
+                # Not sent yet: never will be. (Already in a request: it may be stored.)
+                with contextlib.suppress(ValueError):
+                    lane.waiting.remove(pending)
+            raise
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        return pending.result
+
+    def _dispatch(self, lane: _Lane) -> None:
+        """Start requests while the lane has messages and a free request slot."""
+        while lane.waiting and lane.requests < self._in_flight and not self._closed:
+            batch = [lane.waiting.popleft()]
+            size = batch[0].size
+            while lane.waiting and size + lane.waiting[0].size <= self._max_bytes:
+                size += lane.waiting[0].size
+                batch.append(lane.waiting.popleft())
+            lane.requests += 1
+            self.batches += 1
+            self.batched_messages += len(batch)
+            self._tg.start_soon(self._request, lane, batch)
+
+    async def _request(self, lane: _Lane, batch: list[_Pending]) -> None:
+        try:
+            results = await self._send([p.out for p in batch], batch[0].out.topic)
+        except RocketMQError as exc:
+            for p in batch:
+                p.error = exc
+        except BaseException:  # cancelled: the producer closes; start nothing more
+            self._closed = True
+            raise
+        else:
+            for p, result in zip(batch, results, strict=True):
+                p.result = result
+        finally:
+            for p in batch:
+                if p.result is None and p.error is None:  # cancelled: the producer closes
+                    p.error = ClientClosedError("the producer closed before the answer came")
+                p.done.set()
+            lane.requests -= 1
+            self._dispatch(lane)
+
+    def fail_waiting(self) -> None:
+        """The producer closed: messages no request took fail (they were never sent)."""
+        self._closed = True
+        for lane in self._lanes.values():
+            while lane.waiting:
+                p = lane.waiting.popleft()
+                p.error = ClientClosedError("the producer closed before the message was sent")
+                p.done.set()
