@@ -164,7 +164,8 @@ def notes(results: dict[str, Any]) -> list[str]:
     return out
 
 
-GRPC_CLIENTS = ("aiorocket-grpc", "java-grpc", "official")
+#: aiorocket-grpc-batch: the producer with auto_batch (requests shared); a producer column
+GRPC_CLIENTS = ("aiorocket-grpc", "aiorocket-grpc-batch", "java-grpc", "official")
 #: the cluster process that runs the Proxy (local mode: the Proxy and broker-a, one JVM)
 PROXY_PROCESS = "broker-a+proxy"
 
@@ -205,11 +206,12 @@ def grpc_rows(results: dict[str, Any]) -> list[Row]:
 
 
 def grpc_table(results: dict[str, Any]) -> str:
-    head = ("gRPC (one Proxy)", "unit", *GRPC_CLIENTS, "aio/java", "aio/official", "target")
+    head = ("gRPC (one Proxy)", "unit", "aiorocket", "auto-batch", "java", "official",
+            "aio/java", "batch/java", "aio/official", "target")  # fmt: skip
     lines = [head]
     for name, unit, v, target in grpc_rows(results):
-        a = v["aiorocket-grpc"]
-        ratios = (ratio(a, v["java-grpc"]), ratio(a, v["official"]))
+        a, b = v["aiorocket-grpc"], v["aiorocket-grpc-batch"]
+        ratios = (ratio(a, v["java-grpc"]), ratio(b, v["java-grpc"]), ratio(a, v["official"]))
         lines.append((name, unit, *(fmt(v[c]) for c in GRPC_CLIENTS), *ratios, target))
     widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
     text = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in lines]

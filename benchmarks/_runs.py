@@ -77,9 +77,10 @@ class Env:
         """``k``: sends in flight (produce) or the rate (paced); ``in_flight`` > 0 bounds
         a paced producer's sends in flight."""
         args = [topic, str(n), str(self.size), str(k)]
-        if client == "aiorocket-grpc":
+        if client in ("aiorocket-grpc", "aiorocket-grpc-batch"):
             script = os.path.join(c.HERE, "aio_children.py")
-            return [PY, script, mode, self.cl.proxy_grpc, *args, "grpc"], None
+            batching = "grpc-auto" if client == "aiorocket-grpc-batch" else "grpc"
+            return [PY, script, mode, self.cl.proxy_grpc, *args, batching], None
         if client == "java-grpc":
             assert self.java_grpc is not None
             return [*self.java_grpc, mode, self.cl.proxy_grpc, *args], None

@@ -1,12 +1,13 @@
 """aiorocket child processes of compare.py (the consumer child lives in consume.py).
 
-    aio_children.py produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT auto|plain|grpc  # send() workers
+    aio_children.py produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT auto|plain|grpc|grpc-auto
     aio_children.py paced   NAMESRV TOPIC COUNT SIZE RATE auto|plain       # fixed rate
     aio_children.py idle    NAMESRV GROUP SECONDS TOPIC...     # scale case: no traffic
     aio_children.py backlog NAMESRV TOPIC GROUP SECONDS DELAY  # slow handler on a backlog
 
 ``auto`` turns the producer's ``auto_batch`` on, ``plain`` leaves it off; ``grpc`` sends
-one message per request through the Proxy at NAMESRV (a gRPC endpoint).
+one message per request through the Proxy at NAMESRV (a gRPC endpoint), ``grpc-auto``
+with ``auto_batch`` (requests shared by concurrent sends).
 
 Same line protocol as every child: READY, PROGRESS n, RESULT {json}.
 """
@@ -237,8 +238,9 @@ def main(argv: list[str]) -> None:
         fn = produce if cmd == "produce" else paced
         auto = len(r) < 5 or r[4] == "auto"
         run = partial(fn, namesrv, r[0], int(r[1]), int(r[2]), int(r[3]), auto)
-        if cmd == "produce" and len(r) > 4 and r[4] == "grpc":
-            run = partial(produce, namesrv, r[0], int(r[1]), int(r[2]), int(r[3]), False, True)
+        if cmd == "produce" and len(r) > 4 and r[4] in ("grpc", "grpc-auto"):
+            batched = r[4] == "grpc-auto"
+            run = partial(produce, namesrv, r[0], int(r[1]), int(r[2]), int(r[3]), batched, True)
         if cmd == "paced" and len(r) > 5:  # paced ... RATE BATCHING SENDERS
             run = partial(run, int(r[5]))
     elif cmd == "idle":

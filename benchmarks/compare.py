@@ -217,9 +217,13 @@ def grpc_case(
             title = f"gRPC consume run {run + 1}: {cli} ({n:,} msgs)"
             r = with_cluster_cpu(env, n, partial(_runs.consume, env, cli, topic, n))
             out["consume"].setdefault(cli, []).append(measure(title, lambda r=r: r))
-            title = f"gRPC produce run {run + 1}: {cli} ({n:,} msgs, {a.in_flight} in flight)"
-            r = with_cluster_cpu(env, n, partial(_runs.produce, env, cli, ptopic, n, a.in_flight))
-            out["produce"].setdefault(cli, []).append(measure(title, lambda r=r: r))
+            for sender in (cli, "aiorocket-grpc-batch")[: 2 if cli == "aiorocket-grpc" else 1]:
+                title = (
+                    f"gRPC produce run {run + 1}: {sender} ({n:,} msgs, {a.in_flight} in flight)"
+                )
+                produce = partial(_runs.produce, env, sender, ptopic, n, a.in_flight)
+                r = with_cluster_cpu(env, n, produce)
+                out["produce"].setdefault(sender, []).append(measure(title, lambda r=r: r))
             if cli == "official":
                 continue  # its e2e latency is the main latency case's column
             pace = f"{a.rate:,} msg/s for {a.latency_warmup:.0f}+{a.latency_seconds:.0f}s"

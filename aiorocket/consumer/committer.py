@@ -51,10 +51,10 @@ class OffsetCommitter:
         tracker = pq.tracker
         if not tracker.dirty:
             return True
-        if pq.offset_unverified:
-            return False  # perhaps stale: the pull task checks it first (Puller)
         offset = tracker.committable()
         try:
+            if pq.offset_unverified and not await self._not_behind(pq, offset):
+                return False
             await self._store.persist(pq.mq, offset)
         except RocketMQError as exc:
             self._log.warning(
@@ -69,6 +69,14 @@ class OffsetCommitter:
         # Marked only now: cancelled above, the queue stays dirty for the next commit.
         tracker.mark_committed(offset)
         return True
+
+    async def _not_behind(self, pq: ProcessQueue, offset: int) -> bool:
+        """After a lost connection (ProcessQueue.offset_unverified): whether ``offset`` is
+        at or past the group's stored one. Behind it, another member consumed the queue
+        meanwhile: committing would move the group back (duplicates), so the commit waits
+        for the pull task to move the queue there."""
+        stored = await self._store.read(pq.mq)
+        return stored is None or stored <= offset
 
     async def commit_all(self, pqs: Iterable[ProcessQueue]) -> None:
         """Commit every changed queue: one task per broker, each within ``bound``."""

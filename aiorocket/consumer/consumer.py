@@ -173,7 +173,7 @@ class Consumer:
 
     def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
         """Subscribe to ``topic`` with a tag expression (``"a || b"``) or an SQL92 ``sql``."""
-        if self.started:
+        if self._engine is not None or self._grpc is not None:
             raise ConfigError("subscribe before starting the consumer")
         if self.transport == "grpc":
             if sql is not None:
@@ -193,7 +193,7 @@ class Consumer:
 
     def handler(self, fn: MessageHandler) -> MessageHandler:
         """Decorator form of ``handler=``."""
-        if self._engine is not None:
+        if self._engine is not None or self._grpc is not None:
             raise ConfigError("set the handler before starting the consumer")
         self._handler_fn, self._batch = fn, False
         return fn

@@ -187,9 +187,11 @@ class ProcessQueue:
         self.request_scope: anyio.CancelScope | None = None
         #: The connection to the queue's broker was lost since the offset was last known
         #: good. The broker unregisters a client whose connection closes, so another
-        #: member may have owned the queue meanwhile and committed past us: until the
-        #: pull task has compared with the broker's stored offset, nothing of this queue
-        #: is committed (a stale commit would move the group's offset backwards).
+        #: member may have owned the queue meanwhile and committed past us. Until the
+        #: pull task has compared with the broker's stored offset (and moved the queue
+        #: there if it is ahead), no pull carries a commit and the committer stores ours
+        #: only if the stored one is not ahead: a stale commit would move the group's
+        #: offset backwards (duplicates).
         self.offset_unverified = False
         self._changed = Signal()
         self._room = Signal()  # a pull waiting for cache room may go

@@ -13,6 +13,11 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from aiorocket._log import get_logger
+from aiorocket.consumer.committer import OffsetCommitter
+from aiorocket.consumer.process_queue import ProcessQueue
+from aiorocket.message import MessageQueue
+
 from .consumer_fakes import TOPIC, Collector, FakeBroker, FakeCluster, consumer_of, running
 
 pytestmark = pytest.mark.anyio
@@ -59,3 +64,39 @@ async def test_a_broker_that_lost_our_last_commit_does_not_make_us_consume_again
     got, stored = await consume_across_a_lost_connection(stored_meanwhile=0, more=2)
     assert got == [b"m0", b"m1", b"m2", b"m3"]
     assert stored == 4
+
+
+class MemoryStore:
+    """An offset store in a dict (the committer's only dependency besides the log)."""
+
+    def __init__(self, stored: int | None) -> None:
+        self.stored = stored
+        self.writes: list[int] = []
+
+    async def read(self, mq: MessageQueue) -> int | None:
+        return self.stored
+
+    async def persist(self, mq: MessageQueue, offset: int) -> None:
+        self.writes.append(offset)
+        self.stored = offset
+
+    async def flush(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(("stored", "written"), [(10, []), (5, [7]), (7, [7]), (None, [7])])
+async def test_an_unverified_queue_is_committed_only_if_the_group_is_not_ahead(
+    stored: int | None, written: list[int]
+) -> None:
+    """At close or revoke the pull task may not have checked yet: the committer checks
+    itself, and never moves the group's offset back below another member's."""
+    store = MemoryStore(stored)
+    committer = OffsetCommitter(store, get_logger("test"), bound=5.0)
+    pq = ProcessQueue(MessageQueue(TOPIC, "broker-a", 0), 3)
+    pq.tracker.add([3, 4, 5, 6], 7)
+    for offset in (3, 4, 5, 6):
+        pq.tracker.done(offset)
+    pq.offset_unverified = True
+    assert await committer.commit(pq) is bool(written)
+    assert store.writes == written
+    assert pq.tracker.dirty is not bool(written)
