@@ -19,6 +19,7 @@ from aiorocket.grpc._convert import Outgoing
 from aiorocket.grpc._fast import _skip, _varint
 
 __all__ = [
+    "RECEIVE_ATTEMPT_ID",
     "AckEntry",
     "FastAckResponse",
     "FastSendResponse",
@@ -28,6 +29,7 @@ __all__ = [
     "ack_request",
     "encode_message",
     "send_request",
+    "string_field",
 ]
 
 
@@ -48,8 +50,10 @@ def _int(v: int) -> bytes:
 
 
 def _len(key: int, payload: bytes) -> bytes:
-    return bytes((key,)) + _uvarint(len(payload)) + payload if key < 0x80 else (
-        _uvarint(key) + _uvarint(len(payload)) + payload
+    return (
+        bytes((key,)) + _uvarint(len(payload)) + payload
+        if key < 0x80
+        else (_uvarint(key) + _uvarint(len(payload)) + payload)
     )
 
 
@@ -109,6 +113,15 @@ class RawRequest:
 
     def SerializeToString(self) -> bytes:
         return self.data
+
+
+#: ReceiveMessageRequest.attempt_id: field 8, length-delimited (the key byte).
+RECEIVE_ATTEMPT_ID = 0x42
+
+
+def string_field(key: int, value: str) -> bytes:
+    """One string field (``key``: the field's key byte) to append to encoded bytes."""
+    return _str(key, value)
 
 
 def send_request(messages: Iterable[bytes]) -> RawRequest:

@@ -137,6 +137,11 @@ class PushConsumer:
         send, recv = anyio.create_memory_object_stream[PopMessage](math.inf)
         self._send: MemoryObjectSendStream[PopMessage] = send
         self._recv: MemoryObjectReceiveStream[PopMessage] = recv
+        # Handlers (not FIFO): ``concurrency`` workers take messages from here. A task
+        # per message cost more than the handler's own work (benchmarks/README.md, gRPC).
+        jobs_send, jobs_recv = anyio.create_memory_object_stream[PopMessage](math.inf)
+        self._jobs_send: MemoryObjectSendStream[PopMessage] = jobs_send
+        self._jobs_recv: MemoryObjectReceiveStream[PopMessage] = jobs_recv
         self._inflight = 0
         self._idle = anyio.Event()
         self._bg: anyio.abc.TaskGroup | None = None
@@ -160,6 +165,9 @@ class PushConsumer:
             self._bg.start_soon(self.acks.run)
             self._work = anyio.create_task_group()
             await self._work.__aenter__()
+            if self.handler is not None and not self.fifo:
+                for _ in range(self.concurrency):
+                    self._work.start_soon(self._worker)
             self._receiving = anyio.create_task_group()
             await self._receiving.__aenter__()
             for _ in range(self.receivers):
@@ -199,6 +207,8 @@ class PushConsumer:
                 self._receiving.cancel_scope.cancel()
                 await self._receiving.__aexit__(None, None, None)
             self._send.close()
+            unstarted = _take_all(self._jobs_recv)  # never handed out: released below
+            self._jobs_send.close()  # the workers end after their current message
             if self._work is not None:
                 with anyio.move_on_after(self.drain_timeout, shield=True):
                     while self._inflight:
@@ -206,7 +216,7 @@ class PushConsumer:
                 self._work.cancel_scope.cancel()
                 await self._work.__aexit__(None, None, None)
             with anyio.CancelScope(shield=True):
-                await self._release_unhandled()
+                await self._release_unhandled(unstarted)
                 await self.acks.flush()
             if self._bg is not None:
                 self._bg.cancel_scope.cancel()
@@ -214,17 +224,13 @@ class PushConsumer:
         finally:
             await self.simple.__aexit__(None, None, None)
 
-    async def _release_unhandled(self) -> None:
+    async def _release_unhandled(self, unstarted: list[PopMessage]) -> None:
         """Make what was received but never handed out visible to the group at once."""
-        left: list[PopMessage] = []
+        left = list(unstarted)
         for queue in self._groups.values():
             left += [m for m in queue if not m._settled]
         self._groups.clear()
-        while True:
-            try:
-                left.append(self._recv.receive_nowait())
-            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                break
+        left += _take_all(self._recv)
         with anyio.move_on_after(self.simple.transport.request_timeout * 2):
             for msg in left:
                 if not msg._settled:
@@ -263,7 +269,7 @@ class PushConsumer:
             else:
                 queue.append(msg)
         else:
-            self._work.start_soon(self._run_one, msg)
+            self._jobs_send.send_nowait(msg)
 
     # -- handling ------------------------------------------------------------------
 
@@ -287,8 +293,13 @@ class PushConsumer:
                              attempt=msg.delivery_attempt, error=repr(err))  # fmt: skip
             return 0
 
-    async def _run_one(self, msg: PopMessage) -> None:
-        async with self._limiter:
+    async def _worker(self) -> None:
+        """One of ``concurrency`` handler workers (not FIFO), until the close."""
+        while True:
+            try:
+                msg = await self._jobs_recv.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return
             self._begin()
             try:
                 level = await self._call(msg)
@@ -403,3 +414,13 @@ class PushConsumer:
             if previous is not None and not previous._held and not previous._settled:
                 with anyio.CancelScope(shield=True):
                     await self.settle(previous, 0)
+
+
+def _take_all(stream: MemoryObjectReceiveStream[PopMessage]) -> list[PopMessage]:
+    """What ``stream`` holds now, without waiting."""
+    out: list[PopMessage] = []
+    while True:
+        try:
+            out.append(stream.receive_nowait())
+        except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+            return out

@@ -20,11 +20,18 @@ import uuid
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from types import TracebackType
+from typing import Any
 
 from aiorocket._settings import check_group
 from aiorocket.errors import ClientClosedError, ConfigError, ProxyResponseError
 from aiorocket.grpc import _pb as pb
-from aiorocket.grpc._encode import FastAckResponse, ack_request
+from aiorocket.grpc._encode import (
+    RECEIVE_ATTEMPT_ID,
+    FastAckResponse,
+    RawRequest,
+    ack_request,
+    string_field,
+)
 from aiorocket.grpc._fast import FastReceiveResponse
 from aiorocket.grpc._received import ReceivedMessage
 from aiorocket.grpc._session import Session
@@ -34,6 +41,7 @@ __all__ = ["SimpleConsumer"]
 
 _ASSIGNMENT_TTL = 5.0  # the Java push consumer re-queries assignments every 5 s
 MAX_BATCH = 32  # the Proxy's cap on one receive
+
 
 class SimpleConsumer:
     """Receives, acks and postpones messages of a consumer group through a Proxy.
@@ -87,10 +95,10 @@ class SimpleConsumer:
             endpoint, options, client_id=client_id, request_timeout=request_timeout
         )
         self._subs: dict[str, str] = dict(subscriptions)
+        #: encoded ReceiveMessageRequests without their attempt id (_receive_request)
+        self._receive_requests: dict[tuple[Any, ...], tuple[pb.MessageQueue, bytes]] = {}
         self._subscription = pb.Subscription()
-        self.session = Session(
-            self.transport, self.client_type, self._subscription, group=group
-        )
+        self.session = Session(self.transport, self.client_type, self._subscription, group=group)
         self._subscription.group = self.session.resource(group)
         self._fill_subscription()
         self._assignments: dict[str, tuple[float, list[pb.MessageQueue]]] = {}
@@ -181,18 +189,7 @@ class SimpleConsumer:
         topic = topics[n % len(topics)]
         queues = await self._assignment(topic)
         mq = queues[(n // len(topics)) % len(queues)]
-        req = pb.ReceiveMessageRequest(
-            group=self.session.resource(self.group),
-            message_queue=mq,
-            filter_expression=pb.FilterExpression(
-                type=pb.FilterType.TAG, expression=self._subs.get(topic) or "*"
-            ),
-            batch_size=max_messages,
-            invisible_duration=timedelta(seconds=invisible_duration),
-            auto_renew=False,
-            long_polling_timeout=timedelta(seconds=self.await_duration),
-            attempt_id=str(uuid.uuid4()),
-        )
+        req = self._receive_request(topic, mq, max_messages, invisible_duration)
         timeout = self.await_duration + self.transport.request_timeout
         broker = mq.broker.name
         out: list[ReceivedMessage] = []
@@ -209,6 +206,33 @@ class SimpleConsumer:
                     resp.message.broker_name = broker
                     out.append(resp.message)
         return out
+
+    def _receive_request(
+        self, topic: str, mq: pb.MessageQueue, max_messages: int, invisible_duration: float
+    ) -> RawRequest:
+        """ReceiveMessageRequest: everything but the attempt id encoded once per queue
+        and settings (betterproto's encoder took a sixth of the push consumer's CPU,
+        benchmarks/README.md, gRPC), then the attempt id appended: protobuf fields may
+        come in any order."""
+        key = (id(mq), max_messages, invisible_duration, self.await_duration, topic)
+        fixed = self._receive_requests.get(key)
+        if fixed is None or fixed[0] is not mq:
+            if len(self._receive_requests) > 1024:  # assignments change: stay bounded
+                self._receive_requests.clear()
+            req = pb.ReceiveMessageRequest(
+                group=self.session.resource(self.group),
+                message_queue=mq,
+                filter_expression=pb.FilterExpression(
+                    type=pb.FilterType.TAG, expression=self._subs.get(topic) or "*"
+                ),
+                batch_size=max_messages,
+                invisible_duration=timedelta(seconds=invisible_duration),
+                auto_renew=False,
+                long_polling_timeout=timedelta(seconds=self.await_duration),
+            )
+            fixed = (mq, bytes(req))
+            self._receive_requests[key] = fixed
+        return RawRequest(fixed[1] + string_field(RECEIVE_ATTEMPT_ID, str(uuid.uuid4())))
 
     async def ack(self, message: ReceivedMessage | Iterable[ReceivedMessage]) -> None:
         """Acknowledge one message, or several of one topic in one request."""

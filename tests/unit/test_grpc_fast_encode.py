@@ -95,3 +95,46 @@ def test_ack_response_decode(code: pb.Code, entries: list[tuple[pb.Code, str, st
     fast = FastAckResponse.FromString(bytes(typed))
     assert fast.status is not None and fast.status.code == code
     assert [(e.status.code, e.message_id, e.receipt_handle) for e in fast.entries] == entries
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    topic=st.from_regex(r"[a-z]{1,8}", fullmatch=True),
+    expression=st.sampled_from(["*", "a", "a || b"]),
+    batch=st.integers(1, 32),
+    invisible=st.integers(10, 300),
+    queue_id=st.integers(0, 15),
+)
+def test_a_receive_request_encoded_once_decodes_as_betterproto_would_build_it(
+    topic: str, expression: str, batch: int, invisible: int, queue_id: int
+) -> None:
+    """SimpleConsumer encodes a ReceiveMessageRequest once per queue and settings and
+    appends each call's attempt id: the bytes parse as the whole request would."""
+    from datetime import timedelta
+
+    from aiorocket.grpc import SimpleConsumer
+
+    consumer = SimpleConsumer("g", "127.0.0.1:1", {topic: expression}, await_duration=7)
+    mq = pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id,
+                         broker=pb.Broker(name="broker-a"))  # fmt: skip
+    first = consumer._receive_request(topic, mq, batch, float(invisible)).SerializeToString()
+    second = consumer._receive_request(topic, mq, batch, float(invisible)).SerializeToString()
+    parsed = [pb.ReceiveMessageRequest().parse(data) for data in (first, second)]
+    for req in parsed:
+        assert (req.group.name, req.message_queue.topic.name, req.message_queue.id) == (
+            "g", topic, queue_id,
+        )  # fmt: skip
+        assert (req.filter_expression.type, req.filter_expression.expression) == (
+            pb.FilterType.TAG, expression,
+        )  # fmt: skip
+        assert req.batch_size == batch and not req.auto_renew
+        assert req.invisible_duration == timedelta(seconds=invisible)
+        assert req.long_polling_timeout == timedelta(seconds=7)
+    assert parsed[0].attempt_id and parsed[0].attempt_id != parsed[1].attempt_id
+    expected = pb.ReceiveMessageRequest(
+        group=pb.Resource(name="g"), message_queue=mq,
+        filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression=expression),
+        batch_size=batch, invisible_duration=timedelta(seconds=invisible), auto_renew=False,
+        long_polling_timeout=timedelta(seconds=7), attempt_id=parsed[0].attempt_id,
+    )  # fmt: skip
+    assert parsed[0] == expected
