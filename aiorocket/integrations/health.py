@@ -17,6 +17,7 @@ from aiorocket.consumer import Consumer
 from aiorocket.consumer.stats import QueueStats
 from aiorocket.errors import RocketMQError
 from aiorocket.message import RETRY_TOPIC_PREFIX, MessageQueue
+from aiorocket.namespace import wrap_queue
 
 __all__ = ["consumer_health", "is_live"]
 
@@ -41,8 +42,9 @@ async def _max_offset(consumer: Consumer, mq: MessageQueue, timeout: float) -> i
     with anyio.move_on_after(timeout):
         try:
             addr = await consumer.read_addr(mq)
-            if addr is not None:
-                return await consumer.client.broker.get_max_offset(addr, mq)
+            if addr is not None:  # the broker's name of the queue (namespace)
+                wire = wrap_queue(consumer.config.namespace, mq)
+                return await consumer.client.broker.get_max_offset(addr, wire)
         except RocketMQError:
             pass
     return None

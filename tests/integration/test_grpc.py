@@ -226,7 +226,7 @@ async def test_auto_batching_over_grpc_shares_requests_and_loses_nothing(
         assert batcher is not None
         assert batcher.batched_messages == count
         # Two requests out at once, 64 sends in flight: the rest queue and share the next
-        # requests (a loaded CI box measured 3.2 messages per request; here, 6-10).
+        # requests (a loaded CI run measured 3.2 messages per request).
         assert batcher.batches <= count / 2
     assert len({r.msg_id for r in results}) == count
     got = await consume_remoting(rocketmq, topic, group, count)

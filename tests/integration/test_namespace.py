@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage, PullConsumer
+from aiorocket.integrations.health import consumer_health
 from aiorocket.message import Message, MessageQueue
 from aiorocket.namespace import wrap
 from aiorocket.producer import Producer
@@ -78,6 +79,7 @@ async def test_a_namespaced_producer_and_consumer_use_prefixed_names_and_hide_th
             await plain.done.wait()
         assignment = c1.assignment()
         subscriptions = c1.subscriptions
+        health = await consumer_health(c1, stuck_after=60)  # lag asks the broker's names
     assert {r.queue.topic for r in sent} == {topic}
     assert sorted(m.body for m in ns1.messages) == [b"ns1-0", b"ns1-1"]
     assert {m.topic for m in ns1.messages} == {topic}
@@ -89,6 +91,9 @@ async def test_a_namespaced_producer_and_consumer_use_prefixed_names_and_hide_th
     assert {mq.topic for mq in listener.queues} == {topic, f"%RETRY%{group}"}
     assert set(subscriptions) == {topic, f"%RETRY%{group}"}
     assert c1.group == group
+    assert health["topics"] == [topic]
+    # The two messages p1 sent, counted by the broker under the topic's broker name.
+    assert sum(q["max_offset"] for q in health["queues"] if q["topic"] == topic) == 2
 
 
 async def test_a_namespaced_pull_consumer_takes_and_gives_the_applications_queue_names(
