@@ -103,7 +103,7 @@ def consume(env: Env, client: str, topic: str, n: int) -> dict[str, Any]:
     """Drain ``n`` pre-filled messages with a fresh group from the first offset."""
     group = f"bench_{client.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
     if client in GRPC_CONSUMERS:  # pop starts a new group at the end: start it at 0
-        anyio.run(s.set_group_offsets, env.cl, topic, group, 0)
+        anyio.run(env.cl.set_group_offsets, topic, group, 0)
     argv, extra_env = env.consumer(client, topic, group, n, latency=False)
     child = c.Child(client, argv, extra_env).start()
     return summarize(child.wait(timeout=7200), child)

@@ -92,12 +92,6 @@ def ensure_official() -> bool:
     return True
 
 
-async def set_group_offsets(cl: LocalRocketMQ, topic: str, group: str, offset: int) -> None:
-    """Give a new group a stored offset on every queue: the proxy's POP starts a new group
-    at the max offset, but starts at the stored offset when there is one."""
-    await cl.set_group_offsets(topic, group, offset)
-
-
 def new_topic(cl: LocalRocketMQ, prefix: str, broker: str) -> str:
     topic = f"{prefix}_{uuid.uuid4().hex[:8]}"
     anyio.run(lambda: cl.create_topic(topic, queues=8, brokers=[broker]))

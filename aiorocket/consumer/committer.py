@@ -24,7 +24,15 @@ if TYPE_CHECKING:
     from aiorocket.consumer.process_queue import ProcessQueue
     from aiorocket.consumer.state import ConsumerState
 
-__all__ = ["AutoCommit", "OffsetCommitter"]
+__all__ = ["AutoCommit", "OffsetCommitter", "group_ahead"]
+
+
+async def group_ahead(store: OffsetStore, pq: ProcessQueue) -> int | None:
+    """The group's stored offset of ``pq``'s queue when it is past ``pq``'s committable
+    one (another member consumed the queue while the broker had dropped us), else None.
+    The one rule of ProcessQueue.offset_unverified, for the committer and the puller."""
+    stored = await store.read(pq.mq)
+    return stored if stored is not None and stored > pq.tracker.committable() else None
 
 
 class OffsetCommitter:
@@ -51,10 +59,13 @@ class OffsetCommitter:
         tracker = pq.tracker
         if not tracker.dirty:
             return True
-        offset = tracker.committable()
+        offset = None  # until the check below passed
         try:
-            if pq.offset_unverified and not await self._not_behind(pq, offset):
+            # After a lost connection: behind the group's stored offset, committing would
+            # move the group back (duplicates); the pull task moves the queue there.
+            if pq.offset_unverified and await group_ahead(self._store, pq) is not None:
                 return False
+            offset = tracker.committable()
             await self._store.persist(pq.mq, offset)
         except RocketMQError as exc:
             self._log.warning(
@@ -69,14 +80,6 @@ class OffsetCommitter:
         # Marked only now: cancelled above, the queue stays dirty for the next commit.
         tracker.mark_committed(offset)
         return True
-
-    async def _not_behind(self, pq: ProcessQueue, offset: int) -> bool:
-        """After a lost connection (ProcessQueue.offset_unverified): whether ``offset`` is
-        at or past the group's stored one. Behind it, another member consumed the queue
-        meanwhile: committing would move the group back (duplicates), so the commit waits
-        for the pull task to move the queue there."""
-        stored = await self._store.read(pq.mq)
-        return stored is None or stored <= offset
 
     async def commit_all(self, pqs: Iterable[ProcessQueue]) -> None:
         """Commit every changed queue: one task per broker, each within ``bound``."""

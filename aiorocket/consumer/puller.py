@@ -11,6 +11,7 @@ import anyio.abc
 
 from aiorocket.client.broker import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from aiorocket.client.results import PullStatus
+from aiorocket.consumer.committer import group_ahead
 from aiorocket.consumer.config import MessageModel
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.undecodable import dead_letter_undecodable
@@ -308,7 +309,7 @@ class Puller:
         """
         pq.offset_unverified = False  # a disconnect during the query sets it again
         try:
-            stored = await self._commits.store.read(pq.mq)
+            stored = await group_ahead(self._commits.store, pq)
         except RocketMQError as exc:
             pq.offset_unverified = True
             log.warning("offset_verify_failed", error=str(exc))
@@ -316,10 +317,9 @@ class Puller:
         except BaseException:  # cancelled (the queue revoked): still unknown, not committed
             pq.offset_unverified = True
             raise
-        ours = pq.tracker.committable()
-        if stored is not None and stored > ours and not pq.dropped:
+        if stored is not None and not pq.dropped:
             log.warning(
-                "queue_consumed_elsewhere", offset=ours, stored_offset=stored,
+                "queue_consumed_elsewhere", offset=pq.tracker.committable(), stored_offset=stored,
                 hint="the broker dropped this consumer (connection lost or heartbeats "
                 "missed past its channel expiry) and another member consumed this queue; "
                 "continuing from the group's offset",

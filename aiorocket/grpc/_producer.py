@@ -217,18 +217,18 @@ class GrpcProducer:
         """Send one message; ``held``: the caller already holds an in-flight slot."""
         group = None if sharding_key is None else str(sharding_key)
         pbm = self._build(msg, group)
-        if self._batcher is not None and group is None and msg.deliver_time_ms is None:
-            size = len(msg.body) + _OVERHEAD
-            if held:
-                return await self._batcher.send(pbm, size)
-            async with self._slot(timeout):
-                return await self._batcher.send(pbm, size)
-        if held:
+        batcher = self._batcher if group is None and msg.deliver_time_ms is None else None
+
+        async def one() -> SendResult:
+            if batcher is not None:  # FIFO and timed messages go alone
+                return await batcher.send(pbm, len(msg.body) + _OVERHEAD)
             (result,) = await self._send([pbm], msg.topic, timeout)
             return result
+
+        if held:
+            return await one()
         async with self._slot(timeout):
-            (result,) = await self._send([pbm], msg.topic, timeout)
-        return result
+            return await one()
 
     @asynccontextmanager
     async def _slot(self, timeout: float | None) -> AsyncIterator[None]:
