@@ -1,4 +1,5 @@
-"""A grpclib ``Channel`` whose connection writes the frames of one loop iteration at once.
+"""A grpclib ``Channel`` whose connection writes the frames of one loop iteration at once
+and encodes its request headers with :class:`~aiorocket.grpc._hpack.StableHeaderEncoder`.
 
 grpclib hands every HTTP/2 frame to ``transport.write`` as soon as h2 produces it: a
 unary call is a HEADERS and a DATA frame, each its own ``send`` system call (and the
@@ -6,8 +7,9 @@ answers' WINDOW_UPDATEs more). On a loaded machine those calls were the producer
 largest cost. :class:`CoalescingTransport` buffers the writes of one event-loop
 iteration and sends them with one ``write``, as aiorocket's remoting connections do.
 
-This reaches into two private names of grpclib (``Channel._protocol_factory`` and the
-``_config``/``_h2_config`` it uses), stable across 0.4.x; the extra pins grpclib below 0.5.
+This reaches into private names of grpclib (``Channel._protocol_factory``, the
+``_config``/``_h2_config`` it uses and ``Connection._connection``, the h2 connection),
+stable across 0.4.x; the extra pins grpclib below 0.5.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 
 from grpclib.client import Channel, Handler
 from grpclib.protocol import H2Protocol
+
+from aiorocket.grpc._hpack import RepeatingBlockDecoder, StableHeaderEncoder
 
 __all__ = ["CoalescingChannel", "CoalescingTransport"]
 
@@ -54,6 +58,13 @@ class _CoalescingProtocol(H2Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         super().connection_made(CoalescingTransport(transport))  # type: ignore[arg-type]
+        # Before the first request: h2 has encoded no header block yet.
+        h2_conn = self.connection._connection
+        h2_conn.encoder = StableHeaderEncoder()  # type: ignore[assignment]  # duck-typed
+        decoder = RepeatingBlockDecoder()
+        decoder.max_header_list_size = h2_conn.decoder.max_header_list_size
+        decoder.max_allowed_table_size = h2_conn.decoder.max_allowed_table_size
+        h2_conn.decoder = decoder
 
 
 class CoalescingChannel(Channel):

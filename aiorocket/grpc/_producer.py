@@ -273,7 +273,6 @@ class GrpcProducer:
         deadline = time.monotonic() + budget
         await self._ensure_topic(topic)
         total = self.config.retries + 1 if attempts is None else attempts
-        delay = backoff_delays(self.session.retry_policy())
         request = send_request(encode_message(o) for o in pbms)
         attempt = 0
         while True:
@@ -294,7 +293,7 @@ class GrpcProducer:
             except RocketMQError as exc:
                 if attempt >= total or not exc.retriable:
                     raise
-                pause = delay(attempt)
+                pause = backoff_delays(self.session.retry_policy())(attempt)
                 if time.monotonic() + pause >= deadline:
                     raise
                 self.log.warning("send_retry", topic=topic, attempt=attempt, error=str(exc))
