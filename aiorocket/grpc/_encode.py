@@ -167,13 +167,57 @@ class SendEntry:
 
 
 class AckEntry:
-    """A decoded ``AckMessageResultEntry``."""
+    """A decoded ``AckMessageResultEntry``: the status at once, the message id and
+    receipt handle only when read (a warning about a failed entry is their one use)."""
 
-    __slots__ = ("message_id", "receipt_handle", "status")
+    __slots__ = ("_data", "_handle", "_id", "status")
 
-    def __init__(self) -> None:
+    def __init__(self, data: bytes = b"") -> None:
         self.status = Status()
-        self.message_id = self.receipt_handle = ""
+        self._data = data
+        self._id = self._handle = (0, 0)
+
+    @property
+    def message_id(self) -> str:
+        return self._data[self._id[0] : self._id[1]].decode(errors="replace")
+
+    @property
+    def receipt_handle(self) -> str:
+        return self._data[self._handle[0] : self._handle[1]].decode(errors="replace")
+
+
+#: Decoded statuses by their bytes: an ack answer repeats one OK status per entry.
+_STATUSES: dict[bytes, Status] = {}
+
+
+def _known_status(buf: bytes, pos: int, end: int) -> Status:
+    raw = buf[pos:end]
+    status = _STATUSES.get(raw)
+    if status is None:
+        status = _status(buf, pos, end)
+        if len(_STATUSES) < 64:
+            _STATUSES[raw] = status
+    return status
+
+
+def _ack_entry(data: bytes, pos: int, end: int) -> AckEntry:
+    entry = AckEntry(data)
+    while pos < end:
+        key, pos = _varint(data, pos)
+        if key & 7 != 2:
+            pos = _skip(data, pos, key & 7)
+            continue
+        n, pos = _varint(data, pos)
+        if pos + n > end:
+            raise MessageDecodeError("gRPC answer truncated")
+        if key == 0x0A:
+            entry._id = (pos, pos + n)
+        elif key == 0x12:
+            entry._handle = (pos, pos + n)
+        elif key == 0x1A:
+            entry.status = _known_status(data, pos, pos + n)
+        pos += n
+    return entry
 
 
 def _status(buf: bytes, pos: int, end: int) -> Status:
@@ -267,18 +311,12 @@ class FastAckResponse:
     @classmethod
     def FromString(cls, data: bytes) -> FastAckResponse:
         self = cls()
-        for key, start, end in _fields(data):
-            if key == 0x0A:
-                self.status = _status(data, start, end)
-            elif key == 0x12:
-                entry = AckEntry()
-                for k, s, e in _fields(data[start:end]):
-                    chunk = data[start + s : start + e]
-                    if k == 0x0A:
-                        entry.message_id = chunk.decode()
-                    elif k == 0x12:
-                        entry.receipt_handle = chunk.decode()
-                    elif k == 0x1A:
-                        entry.status = _status(chunk, 0, len(chunk))
-                self.entries.append(entry)
+        try:
+            for key, start, end in _fields(data):
+                if key == 0x0A:
+                    self.status = _status(data, start, end)
+                elif key == 0x12:
+                    self.entries.append(_ack_entry(data, start, end))
+        except (IndexError, UnicodeDecodeError) as exc:
+            raise MessageDecodeError(f"corrupt gRPC answer: {exc}") from exc
         return self

@@ -81,7 +81,11 @@ def _timestamp_ms(buf: bytes, pos: int, end: int) -> int:
 
 
 def _str(buf: bytes, pos: int) -> tuple[str, int]:
-    n, pos = _varint(buf, pos)
+    n = buf[pos]
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = _varint(buf, pos)
     end = pos + n
     return buf[pos:end].decode(), end
 
@@ -100,7 +104,11 @@ def _resource_name(buf: bytes, pos: int, end: int) -> str:
 def _map_entry(buf: bytes, pos: int, end: int) -> tuple[str, str]:
     k = v = ""
     while pos < end:
-        key, pos = _varint(buf, pos)
+        key = buf[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(buf, pos)
         if key == 0x0A:
             k, pos = _str(buf, pos)
         elif key == 0x12:
@@ -129,18 +137,30 @@ def decode_message(buf: bytes, pos: int = 0, end: int | None = None) -> Received
     attempt = 0
     try:
         while pos < end:
-            key, pos = _varint(buf, pos)
+            key = buf[pos]  # keys and most lengths are one byte: read those inline
+            if key < 0x80:
+                pos += 1
+            else:
+                key, pos = _varint(buf, pos)
             if key == 0x1A:  # 3: system_properties
                 n, pos = _varint(buf, pos)
                 send = pos + n
                 if send > end:
                     raise MessageDecodeError("system properties overrun the message")
                 while pos < send:
-                    key, pos = _varint(buf, pos)
+                    key = buf[pos]
+                    if key < 0x80:
+                        pos += 1
+                    else:
+                        key, pos = _varint(buf, pos)
                     field = key >> 3
                     wire = key & 7
                     if wire == 2:
-                        n, pos = _varint(buf, pos)
+                        n = buf[pos]
+                        if n < 0x80:
+                            pos += 1
+                        else:
+                            n, pos = _varint(buf, pos)
                         fend = pos + n
                         if fend > send:
                             raise MessageDecodeError("system property overruns its message")
@@ -166,7 +186,11 @@ def decode_message(buf: bytes, pos: int = 0, end: int | None = None) -> Received
                             delivery_ms = _timestamp_ms(buf, pos, fend)
                         pos = fend
                     elif wire == 0:
-                        v, pos = _varint(buf, pos)
+                        v = buf[pos]
+                        if v < 0x80:
+                            pos += 1
+                        else:
+                            v, pos = _varint(buf, pos)
                         if field == 14:
                             queue_offset = _signed(v)
                         elif field == 13:

@@ -143,7 +143,8 @@ class PushConsumer:
         self._jobs_send: MemoryObjectSendStream[PopMessage] = jobs_send
         self._jobs_recv: MemoryObjectReceiveStream[PopMessage] = jobs_recv
         self._inflight = 0
-        self._idle = anyio.Event()
+        #: set when the last handler returns; made only when the close waits for it
+        self._idle: anyio.Event | None = None
         self._bg: anyio.abc.TaskGroup | None = None
         self._work: anyio.abc.TaskGroup | None = None
         self._receiving: anyio.abc.TaskGroup | None = None
@@ -212,6 +213,7 @@ class PushConsumer:
             if self._work is not None:
                 with anyio.move_on_after(self.drain_timeout, shield=True):
                     while self._inflight:
+                        self._idle = anyio.Event()
                         await self._idle.wait()
                 self._work.cancel_scope.cancel()
                 await self._work.__aexit__(None, None, None)
@@ -275,12 +277,10 @@ class PushConsumer:
 
     def _begin(self) -> None:
         self._inflight += 1
-        if self._idle.is_set():
-            self._idle = anyio.Event()
 
     def _end(self) -> None:
         self._inflight -= 1
-        if not self._inflight:
+        if not self._inflight and self._idle is not None:
             self._idle.set()
 
     async def _call(self, msg: PopMessage) -> int | None:

@@ -9,6 +9,7 @@ pytest.importorskip("betterproto")
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aiorocket.errors import MessageDecodeError
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._convert import Outgoing, to_pb_message
 from aiorocket.grpc._encode import (
@@ -95,6 +96,29 @@ def test_ack_response_decode(code: pb.Code, entries: list[tuple[pb.Code, str, st
     fast = FastAckResponse.FromString(bytes(typed))
     assert fast.status is not None and fast.status.code == code
     assert [(e.status.code, e.message_id, e.receipt_handle) for e in fast.entries] == entries
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(codes, text, text), min_size=1), st.data())
+def test_a_cut_ack_answer_is_a_decode_error(
+    entries: list[tuple[pb.Code, str, str]], data: st.DataObject
+) -> None:
+    wire = bytes(
+        pb.AckMessageResponse(
+            status=pb.Status(code=pb.Code.OK),
+            entries=[
+                pb.AckMessageResultEntry(message_id=m, receipt_handle=h, status=pb.Status(code=c))
+                for c, m, h in entries
+            ],
+        )
+    )
+    cut = data.draw(st.integers(1, len(wire) - 1))
+    try:
+        fast = FastAckResponse.FromString(wire[:cut])
+    except MessageDecodeError:
+        return
+    # A cut on a field boundary is a shorter, valid answer: never more entries.
+    assert len(fast.entries) <= len(entries)
 
 
 @settings(max_examples=50, deadline=None)
