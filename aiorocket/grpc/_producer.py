@@ -130,12 +130,13 @@ class GrpcProducer:
 
     @property
     def batcher(self) -> GrpcBatcher | None:
-        """The auto-batcher (``auto_batch=True``), with its request and message counts."""
+        """The auto-batcher (on unless ``auto_batch=False``), with its request and message
+        counts."""
         return self._batcher
 
     async def __aenter__(self) -> GrpcProducer:
         await self.session.__aenter__()
-        if self.config.auto_batch:
+        if self.config.auto_batch is not False:  # None: on over gRPC (ProducerConfig)
             self._batches = anyio.create_task_group()
             await self._batches.__aenter__()
             self._batcher = GrpcBatcher(

@@ -208,14 +208,18 @@ async def test_grpc_producer_to_remoting_consumer(
 async def test_auto_batching_over_grpc_shares_requests_and_loses_nothing(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
-    """``auto_batch=True`` over gRPC: concurrent sends leave in shared SendMessage
-    requests (fewer requests than messages), each send gets its own result, every
-    message arrives with its own tag and properties; a FIFO send goes alone."""
+    """Auto-batching is on by default over gRPC: concurrent sends leave in shared
+    SendMessage requests (fewer requests than messages), each send gets its own result,
+    every message arrives with its own tag and properties. ``auto_batch=False`` sends
+    one message per request."""
     topic, group = unique_name("gbatch"), unique_name("g")
     await rocketmq.create_topic(topic, queues=4, brokers=[rocketmq.state["proxy_broker"]])
     count = 300
     results: list[SendResult] = []
-    async with Producer(unique_name("pg"), proxy=rocketmq.proxy_grpc, auto_batch=True,
+    async with Producer(unique_name("pg"), proxy=rocketmq.proxy_grpc, auto_batch=False) as plain:
+        await plain.send(Message(topic, b"alone"))
+        assert plain.batcher is None
+    async with Producer(unique_name("pg"), proxy=rocketmq.proxy_grpc,
                         max_in_flight=64) as producer:  # fmt: skip
         async with anyio.create_task_group() as tg:
             for i in range(count):
@@ -229,8 +233,9 @@ async def test_auto_batching_over_grpc_shares_requests_and_loses_nothing(
         # requests (a loaded CI run measured 3.2 messages per request).
         assert batcher.batches <= count / 2
     assert len({r.msg_id for r in results}) == count
-    got = await consume_remoting(rocketmq, topic, group, count)
+    got = await consume_remoting(rocketmq, topic, group, count + 1)
     by_body = {m.body: m for m in got.values()}
+    assert b"alone" in by_body
     for i in range(count):
         msg = by_body[f"m{i}".encode()]
         assert (msg.tags, user_props(msg.properties)) == (f"t{i % 3}", {"u-i": str(i)})

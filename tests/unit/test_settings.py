@@ -38,3 +38,22 @@ def test_consumer_and_producer_reject_the_same_wrong_values(
 ) -> None:
     with pytest.raises(ConfigError, match=f"{name} must be a {message}"):
         make("g", "127.0.0.1:9876", **{name: value})
+
+
+@pytest.mark.parametrize("value", ["yes", 1, 0.0])
+def test_auto_batch_is_true_false_or_none(value: object) -> None:
+    with pytest.raises(ConfigError, match="auto_batch must be True, False or None"):
+        Producer("p", "127.0.0.1:9876", auto_batch=value)
+
+
+@pytest.mark.anyio
+async def test_remoting_sends_one_message_per_request_unless_asked() -> None:
+    # None (the default) means off over remoting, as in Java (on over gRPC: tested
+    # against the Proxy in tests/integration/test_grpc.py).
+    from tests.unit.test_producer_fake_broker import cluster, producer
+
+    async with cluster(brokers=1) as fake, producer(fake) as p:
+        assert p.config.auto_batch is None
+        assert p.batcher is None
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True) as p:
+        assert p.batcher is not None
