@@ -222,7 +222,12 @@ class GrpcProducer:
 
         async def one() -> SendResult:
             if batcher is not None:  # FIFO and timed messages go alone
-                return await batcher.send(pbm, len(msg.body) + _OVERHEAD)
+                # The batch's request has the producer's send_timeout; this caller waits
+                # no longer than its own (a message still queued then is never sent).
+                budget = self.config.send_timeout if timeout is None else timeout
+                with anyio.move_on_after(budget):
+                    return await batcher.send(pbm, len(msg.body) + _OVERHEAD)
+                raise RequestTimeoutError(f"send to {msg.topic}: no answer within {budget}s")
             (result,) = await self._send([pbm], msg.topic, timeout)
             return result
 

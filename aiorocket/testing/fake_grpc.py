@@ -11,8 +11,9 @@ Heartbeat, QueryRoute, QueryAssignment, AckMessage, ChangeInvisibleDuration and
 NotifyClientTermination with OK, and ReceiveMessage according to ``receive_mode``:
 ``"ok"`` (Status OK then the queued ``messages``), ``"unavailable"`` (one message, then
 the stream ends with gRPC UNAVAILABLE), ``"reset"`` (one message, then the connection
-drops) or ``"hang"`` (nothing, ever). :meth:`restart` drops every connection, as a
-Proxy that restarts does.
+drops) or ``"hang"`` (nothing, ever). SendMessage stores the messages in ``sent`` and
+answers OK, or never answers while ``send_hangs``. :meth:`restart` drops every
+connection, as a Proxy that restarts does.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class FakeProxy:
     def __init__(self, port: int = 0) -> None:
         self.port = port
         self.receive_mode: ReceiveMode = "ok"
+        #: SendMessage stores every message (in ``sent``) or, when True, never answers
+        self.send_hangs = False
+        self.sent: list[pb.Message] = []
         #: messages ReceiveMessage hands out (each once)
         self.messages: list[pb.Message] = []
         #: settings commands received on Telemetry, and the streams opened
@@ -95,6 +99,8 @@ class FakeProxy:
                         pb.TelemetryCommand, pb.TelemetryCommand),
                 handler("ReceiveMessage", self._receive, unary_stream,
                         pb.ReceiveMessageRequest, pb.ReceiveMessageResponse),
+                handler("SendMessage", self._send, unary_unary,
+                        pb.SendMessageRequest, pb.SendMessageResponse),
             ]
         )  # fmt: skip
 
@@ -119,6 +125,24 @@ class FakeProxy:
         await stream.send_message(
             pb.QueryAssignmentResponse(status=_OK, assignments=[pb.Assignment(message_queue=mq)])
         )
+
+    async def _send(self, stream: Stream[pb.SendMessageRequest, pb.SendMessageResponse]) -> None:
+        self._track(stream)
+        req = await stream.recv_message()
+        assert req is not None
+        self.calls.append("SendMessage")
+        if self.send_hangs:
+            await asyncio.Event().wait()
+        entries = []
+        for msg in req.messages:
+            self.sent.append(msg)
+            entries.append(
+                pb.SendResultEntry(
+                    status=_OK, message_id=msg.system_properties.message_id,
+                    offset=len(self.sent) - 1,
+                )
+            )  # fmt: skip
+        await stream.send_message(pb.SendMessageResponse(status=_OK, entries=entries))
 
     async def _receive(
         self, stream: Stream[pb.ReceiveMessageRequest, pb.ReceiveMessageResponse]

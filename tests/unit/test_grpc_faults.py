@@ -14,6 +14,8 @@ pytest.importorskip("grpclib")
 from aiorocket.errors import ProxyUnavailableError, RequestTimeoutError
 from aiorocket.grpc import SimpleConsumer
 from aiorocket.grpc import _pb as pb
+from aiorocket.message import Message
+from aiorocket.producer import Producer
 from aiorocket.testing.fake_grpc import FakeProxy
 
 pytestmark = pytest.mark.anyio
@@ -90,3 +92,22 @@ async def test_telemetry_reconnects_and_resends_the_settings() -> None:
         proxy.messages = [message(b"after")]
         got = await c.receive(4, invisible_duration=20)
         assert [m.body for m in got] == [b"after"]
+
+
+async def test_a_batched_send_ends_at_its_own_timeout() -> None:
+    """Auto-batching is the default over gRPC; a send's own ``timeout`` still bounds it
+    (the batch's request runs under the producer's longer send_timeout)."""
+    async with (
+        FakeProxy() as proxy,
+        Producer(
+            "pg", proxy=proxy.endpoint, send_timeout=10, request_timeout=10, shutdown_timeout=0.5
+        ) as producer,
+    ):
+        assert producer.batcher is not None
+        first = await producer.send(Message("t", b"first"))
+        assert [m.body for m in proxy.sent] == [b"first"] and first.queue_offset == 0
+        proxy.send_hangs = True
+        start = time.monotonic()
+        with pytest.raises(RequestTimeoutError):
+            await producer.send(Message("t", b"late"), timeout=0.5)
+        assert time.monotonic() - start < 3.0
