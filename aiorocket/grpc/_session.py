@@ -171,8 +171,9 @@ class Session:
                 await self._tg.__aexit__(None, None, None)
         finally:
             if self.settings is not None:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(
-                    self.transport.request_timeout
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(self.transport.request_timeout),
                 ):
                     try:
                         await self.notify_termination()
@@ -249,10 +250,11 @@ class Session:
     async def _on_command(
         self, stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand], cmd: pb.TelemetryCommand
     ) -> None:
+        # A refusal (an ACL failure, say) comes as a command with only a status.
+        if cmd.status is not None:
+            check_status(cmd.status, "Telemetry")
         kind, value = pb.oneof(cmd, "command")
         if kind == "settings":
-            if cmd.status is not None:
-                check_status(cmd.status, "Telemetry")
             self.settings = value
             self._settings_seen.set()
         elif kind == "recover_orphaned_transaction_command":
@@ -321,4 +323,3 @@ class Session:
             return None
         kind, value = pb.oneof(self.settings, "pub_sub")
         return value if kind == "subscription" else None
-

@@ -18,6 +18,7 @@ that loop (telemetry, heartbeats, sends) add their own backoff.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import ssl
@@ -349,6 +350,11 @@ class GrpcTransport:
                 rpc, Cardinality.STREAM_STREAM, request_type, reply_type, None
             ) as stream:
                 yield stream
+                # The Proxy ended the stream (the block read to its end). End ours too:
+                # then the call's status is read and raised (an ACL refusal, say),
+                # instead of grpclib's "Outgoing stream was not ended".
+                with contextlib.suppress(ProtocolError):  # already ended
+                    await stream.end()
 
     @contextmanager
     def boundary(self, rpc: str, timeout: float | None) -> Iterator[None]:

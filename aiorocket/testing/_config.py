@@ -75,8 +75,12 @@ def broker_conf(name: str, port: int, namesrv: str, store: Path, cluster: str = 
     })  # fmt: skip
 
 
-def proxy_json(namesrv: str, broker_conf_path: Path, grpc: int, remoting: int) -> str:
-    """rmq-proxy.json for ``ProxyStartup -pm local`` (proxy + broker in one JVM)."""
+def proxy_json(
+    namesrv: str, broker_conf_path: Path, grpc: int, remoting: int,
+    extra: dict[str, object] | None = None,
+) -> str:  # fmt: skip
+    """rmq-proxy.json for ``ProxyStartup -pm local`` (proxy + broker in one JVM), with
+    ``extra`` keys (e.g. the Proxy's own ``authenticationEnabled``)."""
     cfg = {
         "rocketMQClusterName": CLUSTER, "namesrvAddr": namesrv, "proxyMode": "local",
         "brokerConfigPath": str(broker_conf_path), "grpcServerPort": grpc,
@@ -84,6 +88,7 @@ def proxy_json(namesrv: str, broker_conf_path: Path, grpc: int, remoting: int) -
         "remotingAccessAddr": LOOPBACK, "enablePrintJstack": False,
         # Negative route-cache entries last this long (default 20 s): pitfall 8.
         "topicRouteServiceCacheRefreshSeconds": 5,
+        **(extra or {}),
     }  # fmt: skip
     return json.dumps(cfg, indent=2) + "\n"
 

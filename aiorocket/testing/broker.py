@@ -87,6 +87,8 @@ def _run_blocking(func: Callable[..., Awaitable[T]], *args: Any) -> T:
         return anyio.run(func, *args)
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="aiorocket-broker") as pool:
         return pool.submit(anyio.run, func, *args).result()
+
+
 STD_NAMESRV, STD_PROXY_REMOTING, STD_PROXY_GRPC, STD_BROKER = 9876, 8080, 8081, 10911
 
 
@@ -169,7 +171,9 @@ class LocalRocketMQ:
             return
         admin = Credentials(sec["access_key"], sec["secret_key"]) if sec.get("access_key") else None
         ctx = tls_context(verify=False) if sec.get("tls") else None
-        _admin.register_security([*self.namesrv_addrs, *self.broker_addrs.values()], admin, ctx)
+        proxy = [self.state["proxy_remoting"]] if "proxy_remoting" in self.state else []
+        addrs = [*self.namesrv_addrs, *self.broker_addrs.values(), *proxy]
+        _admin.register_security(addrs, admin, ctx)
 
     def _save(self) -> None:
         tmp = (self.base_dir / STATE_FILE).with_suffix(".tmp")
@@ -190,9 +194,7 @@ class LocalRocketMQ:
         return None
 
     @classmethod
-    async def aattach(
-        cls, base_dir: str | os.PathLike[str] | None = None
-    ) -> LocalRocketMQ | None:
+    async def aattach(cls, base_dir: str | os.PathLike[str] | None = None) -> LocalRocketMQ | None:
         """:meth:`attach` for async code (the checks run in a worker thread)."""
         return await anyio.to_thread.run_sync(cls.attach, base_dir)
 
@@ -231,6 +233,7 @@ class LocalRocketMQ:
         conf_files: dict[str, str] | None = None,
         admin: Credentials | None = None,
         tls: bool = False,
+        proxy_props: dict[str, object] | None = None,
     ) -> bool:
         """Start the cluster and wait until it is ready; False if it was already running.
 
@@ -240,7 +243,8 @@ class LocalRocketMQ:
         The rest is for throw-away clusters of fault and security tests: ``namesrvs=2``
         starts a second NameServer (``namesrv-2``) the brokers register with too; ``proxy=False``
         runs broker-a without the Proxy (a lighter JVM); ``broker_props`` are added to each
-        broker.conf (e.g. ``authenticationEnabled``), ``jvm_props`` are system properties
+        broker.conf (e.g. ``authenticationEnabled``) and ``proxy_props`` to rmq-proxy.json
+        (the Proxy's own settings), ``jvm_props`` are system properties
         of every JVM (e.g. ``tls.server.mode``), ``conf_files`` are written to
         ``<dir>/conf`` (ROCKETMQ_HOME/conf: ``plain_acl.yml``); ``admin`` signs the
         harness's own requests and ``tls`` makes them use TLS (unverified).
@@ -269,7 +273,7 @@ class LocalRocketMQ:
             started = time.monotonic()
             try:
                 self._launch(java, jars, brokers, namesrvs, proxy, broker_props or {},
-                             jvm_props or {})  # fmt: skip
+                             jvm_props or {}, proxy_props or {})  # fmt: skip
                 if admin is not None or tls:
                     self.state["security"] = {
                         "access_key": admin.access_key if admin else None,
@@ -320,7 +324,8 @@ class LocalRocketMQ:
         warn_if_disk_full(base)
 
     def _launch(self, java: str, jars: _maven.Jars, brokers: int, namesrvs: int, proxy: bool,
-                broker_props: dict[str, object], jvm_props: dict[str, str]) -> None:  # fmt: skip
+                broker_props: dict[str, object], jvm_props: dict[str, str],
+                proxy_props: dict[str, object]) -> None:  # fmt: skip
         base, taken = self.base_dir, set[int]()
         ns_ports = [pick_port(STD_NAMESRV + 10 * i, taken) for i in range(namesrvs)]
         ns_port = ns_ports[0]
@@ -359,7 +364,7 @@ class LocalRocketMQ:
         plain = list(zip(names, ports, confs, strict=True))
         if proxy:
             (conf / "rmq-proxy.json").write_text(
-                _config.proxy_json(ns_all, confs[0], grpc, remoting)
+                _config.proxy_json(ns_all, confs[0], grpc, remoting, proxy_props)
             )
             proxy_args = ["-pc", str(conf / "rmq-proxy.json"), "-pm", "local", "-n", ns_all]
             self._spawn(java, jars, "proxy", names[0], proxy_args, [ports[0], grpc, remoting])

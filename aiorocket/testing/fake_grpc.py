@@ -49,6 +49,9 @@ class FakeProxy:
         self.receive_mode: ReceiveMode = "ok"
         #: SendMessage stores every message (in ``sent``) or, when True, never answers
         self.send_hangs = False
+        #: Telemetry ends every stream after the client's first command: with this gRPC
+        #: error, or with status OK and no answer (``"end"``)
+        self.telemetry_refusal: GRPCError | Literal["end"] | None = None
         self.sent: list[pb.Message] = []
         #: messages ReceiveMessage hands out (each once)
         self.messages: list[pb.Message] = []
@@ -107,6 +110,11 @@ class FakeProxy:
     async def _telemetry(self, stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand]) -> None:
         self.telemetry_streams += 1
         self._track(stream)
+        if self.telemetry_refusal is not None:
+            await stream.recv_message()
+            if self.telemetry_refusal == "end":
+                return  # trailers with grpc-status OK, nothing said
+            raise self.telemetry_refusal
         async for cmd in stream:
             kind, settings = pb.oneof(cmd, "command")
             if kind == "settings":

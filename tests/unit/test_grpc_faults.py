@@ -11,7 +11,10 @@ import pytest
 
 pytest.importorskip("grpclib")
 
-from aiorocket.errors import ProxyUnavailableError, RequestTimeoutError
+from grpclib.const import Status as GrpcStatus
+from grpclib.exceptions import GRPCError
+
+from aiorocket.errors import GrpcStatusError, ProxyUnavailableError, RequestTimeoutError
 from aiorocket.grpc import SimpleConsumer
 from aiorocket.grpc import _pb as pb
 from aiorocket.message import Message
@@ -111,3 +114,28 @@ async def test_a_batched_send_ends_at_its_own_timeout() -> None:
         with pytest.raises(RequestTimeoutError):
             await producer.send(Message("t", b"late"), timeout=0.5)
         assert time.monotonic() - start < 3.0
+
+
+async def test_a_telemetry_stream_ended_with_a_grpc_status_fails_the_start_with_it() -> None:
+    """The Proxy ends the session stream with an error status: the client's start raises
+    that status, typed."""
+    async with FakeProxy() as proxy:
+        proxy.telemetry_refusal = GRPCError(GrpcStatus.UNAUTHENTICATED, "who are you")
+        with anyio.fail_after(5), pytest.raises(GrpcStatusError) as refused:
+            async with SimpleConsumer("g", proxy.endpoint, {"t": "*"}):
+                pass
+    assert refused.value.status == GrpcStatus.UNAUTHENTICATED.value
+    assert "who are you" in str(refused.value)
+
+
+async def test_a_telemetry_stream_ended_without_settings_says_so() -> None:
+    """The Proxy ends the session stream with status OK but no settings: the start fails
+    saying that, not with grpclib's complaint about our still-open side."""
+    async with FakeProxy() as proxy:
+        proxy.telemetry_refusal = "end"
+        with (
+            anyio.fail_after(5),
+            pytest.raises(ProxyUnavailableError, match="closed the telemetry stream"),
+        ):
+            async with SimpleConsumer("g", proxy.endpoint, {"t": "*"}):
+                pass
