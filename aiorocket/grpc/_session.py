@@ -250,8 +250,9 @@ class Session:
     async def _on_command(
         self, stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand], cmd: pb.TelemetryCommand
     ) -> None:
-        # A refusal (an ACL failure, say) comes as a command with only a status.
-        if cmd.status is not None:
+        # A refusal (an ACL failure, say) comes as a command with only a status. A status
+        # left unset (CODE_UNSPECIFIED) on a server command is no refusal.
+        if cmd.status is not None and cmd.status.code != pb.Code.CODE_UNSPECIFIED:
             check_status(cmd.status, "Telemetry")
         kind, value = pb.oneof(cmd, "command")
         if kind == "settings":

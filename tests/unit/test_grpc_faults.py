@@ -1,5 +1,6 @@
 """Faults a real Proxy cannot produce on demand, against the fake Proxy: a receive stream
-that breaks or hangs midway, a Proxy that goes away and comes back."""
+that breaks or hangs midway, a Proxy that goes away and comes back, a send that never
+gets an answer, a session stream the Proxy ends or refuses."""
 
 from __future__ import annotations
 
@@ -14,9 +15,16 @@ pytest.importorskip("grpclib")
 from grpclib.const import Status as GrpcStatus
 from grpclib.exceptions import GRPCError
 
-from aiorocket.errors import GrpcStatusError, ProxyUnavailableError, RequestTimeoutError
+from aiorocket.errors import (
+    GrpcStatusError,
+    ProxyResponseError,
+    ProxyUnavailableError,
+    RequestTimeoutError,
+)
 from aiorocket.grpc import SimpleConsumer
 from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._session import Session
+from aiorocket.grpc._transport import GrpcTransport
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.fake_grpc import FakeProxy
@@ -139,3 +147,24 @@ async def test_a_telemetry_stream_ended_without_settings_says_so() -> None:
         ):
             async with SimpleConsumer("g", proxy.endpoint, {"t": "*"}):
                 pass
+
+
+async def test_a_telemetry_command_is_a_refusal_only_with_a_status_that_says_so() -> None:
+    transport = GrpcTransport("127.0.0.1:1", client_id="c")  # never connected here
+    session = Session(transport, pb.ClientType.PRODUCER, pb.Publishing())
+    sent: list[pb.TelemetryCommand] = []
+
+    class Replies:
+        async def send_message(self, cmd: pb.TelemetryCommand) -> None:
+            sent.append(cmd)
+
+    unset = pb.TelemetryCommand(
+        status=pb.Status(code=pb.Code.CODE_UNSPECIFIED),
+        print_thread_stack_trace_command=pb.PrintThreadStackTraceCommand(nonce="n1"),
+    )
+    await session._on_command(Replies(), unset)  # type: ignore[arg-type]
+    assert [c.thread_stack_trace.nonce for c in sent] == ["n1"]
+    refusal = pb.TelemetryCommand(status=pb.Status(code=pb.Code.UNAUTHORIZED, message="no"))
+    with pytest.raises(ProxyResponseError) as refused:
+        await session._on_command(Replies(), refusal)  # type: ignore[arg-type]
+    assert refused.value.code == 40100 and not refused.value.retriable
