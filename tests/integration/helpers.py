@@ -116,6 +116,7 @@ def throwaway_cluster(prefix: str, **start: Any) -> Iterator[LocalRocketMQ]:
         inst.start(**start)
     except BrokerStartError as exc:
         inst.stop(timeout=5)
+        shutil.rmtree(base, ignore_errors=True)
         pytest.fail(f"throw-away cluster failed to start: {exc}", pytrace=False)
     try:
         yield inst
