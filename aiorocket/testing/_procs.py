@@ -165,11 +165,15 @@ def alive(proc: Proc) -> bool:
 
 def spawn(name: str, argv: Sequence[str], *, log: Path, home: Path, ports: Iterable[int],
           env: dict[str, str]) -> tuple[Proc, subprocess.Popen[bytes]]:  # fmt: skip
-    """Start ``argv`` in its own session/process group, output appended to ``log``."""
+    """Start ``argv`` in its own session/process group, output appended to ``log``, with
+    ``home`` as its working directory: whatever the process writes to relative paths (the
+    Proxy's ACL store ``null/users`` when its ``authConfigPath`` is unset) stays there,
+    not in the caller's directory."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         popen = subprocess.Popen(
             list(argv),
+            cwd=home,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -172,6 +172,19 @@ def _group_members(pgid: int, wait: float = 0.0) -> list[int]:
         time.sleep(0.05)
 
 
+def test_a_spawned_process_writes_relative_paths_into_its_home(tmp_path: Path) -> None:
+    """A JVM's stray relative writes (the Proxy's ACL store ``null/users``) land in its
+    own directory, never in the caller's working tree."""
+    home = tmp_path / "home"
+    home.mkdir()
+    writer = [sys.executable, "-c", "open('stray.txt', 'w').write('x')"]
+    _, popen = spawn(
+        "writer", writer, log=tmp_path / "writer.out", home=home, ports=[], env=dict(os.environ)
+    )
+    assert popen.wait(timeout=30) == 0
+    assert (home / "stray.txt").read_text() == "x"
+
+
 def test_stop_kills_every_recorded_process_group(tmp_path: Path) -> None:
     """Pid bookkeeping of stop: SIGTERM, SIGKILL after the grace, children, pid reuse."""
     env = dict(os.environ)
