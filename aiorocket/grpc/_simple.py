@@ -214,7 +214,8 @@ class SimpleConsumer:
         and settings (betterproto's encoder took a sixth of the push consumer's CPU,
         benchmarks/README.md, gRPC), then the attempt id appended: protobuf fields may
         come in any order."""
-        key = (id(mq), max_messages, invisible_duration, self.await_duration, topic)
+        expression = self._subs.get(topic) or "*"  # subscribe() may change it
+        key = (id(mq), max_messages, invisible_duration, self.await_duration, topic, expression)
         fixed = self._receive_requests.get(key)
         if fixed is None or fixed[0] is not mq:
             if len(self._receive_requests) > 1024:  # assignments change: stay bounded
@@ -223,7 +224,7 @@ class SimpleConsumer:
                 group=self.session.resource(self.group),
                 message_queue=mq,
                 filter_expression=pb.FilterExpression(
-                    type=pb.FilterType.TAG, expression=self._subs.get(topic) or "*"
+                    type=pb.FilterType.TAG, expression=expression
                 ),
                 batch_size=max_messages,
                 invisible_duration=timedelta(seconds=invisible_duration),

@@ -162,3 +162,20 @@ def test_a_receive_request_encoded_once_decodes_as_betterproto_would_build_it(
         long_polling_timeout=timedelta(seconds=7), attempt_id=parsed[0].attempt_id,
     )  # fmt: skip
     assert parsed[0] == expected
+
+
+def test_a_changed_subscription_changes_the_encoded_receive_request() -> None:
+    """The encoded request is cached per queue and settings, the filter included:
+    subscribe() with a new expression must not keep receiving with the old one."""
+    from aiorocket.grpc import SimpleConsumer
+
+    consumer = SimpleConsumer("g", "127.0.0.1:1", {"t": "a"})
+    mq = pb.MessageQueue(topic=pb.Resource(name="t"), id=0, broker=pb.Broker(name="b"))
+
+    def expression() -> str:
+        data = consumer._receive_request("t", mq, 16, 30.0).SerializeToString()
+        return pb.ReceiveMessageRequest().parse(data).filter_expression.expression
+
+    assert expression() == "a"
+    consumer._subs["t"] = "b"  # what subscribe() does, before telling the Proxy
+    assert expression() == "b"
