@@ -19,7 +19,6 @@ from aiorocket.grpc._convert import Outgoing
 from aiorocket.grpc._fast import _skip, _varint
 
 __all__ = [
-    "RECEIVE_ATTEMPT_ID",
     "AckEntry",
     "FastAckResponse",
     "FastSendResponse",
@@ -29,7 +28,7 @@ __all__ = [
     "ack_request",
     "encode_message",
     "send_request",
-    "string_field",
+    "with_attempt_id",
 ]
 
 
@@ -115,13 +114,10 @@ class RawRequest:
         return self.data
 
 
-#: ReceiveMessageRequest.attempt_id: field 8, length-delimited (the key byte).
-RECEIVE_ATTEMPT_ID = 0x42
-
-
-def string_field(key: int, value: str) -> bytes:
-    """One string field (``key``: the field's key byte) to append to encoded bytes."""
-    return _str(key, value)
+def with_attempt_id(receive_request: bytes, attempt_id: str) -> RawRequest:
+    """An encoded ReceiveMessageRequest without ``attempt_id`` plus that field (8):
+    protobuf fields may come in any order."""
+    return RawRequest(receive_request + _str(0x42, attempt_id))
 
 
 def send_request(messages: Iterable[bytes]) -> RawRequest:

@@ -25,13 +25,7 @@ from typing import Any
 from aiorocket._settings import check_group
 from aiorocket.errors import ClientClosedError, ConfigError, ProxyResponseError
 from aiorocket.grpc import _pb as pb
-from aiorocket.grpc._encode import (
-    RECEIVE_ATTEMPT_ID,
-    FastAckResponse,
-    RawRequest,
-    ack_request,
-    string_field,
-)
+from aiorocket.grpc._encode import FastAckResponse, RawRequest, ack_request, with_attempt_id
 from aiorocket.grpc._fast import FastReceiveResponse
 from aiorocket.grpc._received import ReceivedMessage
 from aiorocket.grpc._session import Session
@@ -233,7 +227,7 @@ class SimpleConsumer:
             )
             fixed = (mq, bytes(req))
             self._receive_requests[key] = fixed
-        return RawRequest(fixed[1] + string_field(RECEIVE_ATTEMPT_ID, str(uuid.uuid4())))
+        return with_attempt_id(fixed[1], str(uuid.uuid4()))
 
     async def ack(self, message: ReceivedMessage | Iterable[ReceivedMessage]) -> None:
         """Acknowledge one message, or several of one topic in one request."""
