@@ -83,7 +83,7 @@ _PROCESSORS = [_to_record]
 
 
 class Logger(structlog.stdlib.BoundLogger):
-    """A structlog bound logger writing to a :class:`logging.Logger`.
+    """A structlog bound logger writing to a ``logging.Logger``.
 
     Each level is checked before the event dict is built, so debug events on hot paths
     cost next to nothing when DEBUG is off.

@@ -48,7 +48,7 @@ class FutureEvent:
         await self._future
 
 
-#: what :attr:`LoopShortcuts.new_event` makes.
+#: what ``LoopShortcuts.new_event`` makes.
 OneShotEvent = anyio.Event | FutureEvent
 
 
@@ -56,7 +56,7 @@ OneShotEvent = anyio.Event | FutureEvent
 class LoopShortcuts:
     #: the running loop's clock: the same values as ``anyio.current_time()``.
     now: Callable[[], float]
-    #: makes a one-shot event: a :class:`FutureEvent` on asyncio, else an ``anyio.Event``.
+    #: makes a one-shot event: a ``FutureEvent`` on asyncio, else an ``anyio.Event``.
     new_event: Callable[[], OneShotEvent]
 
 

@@ -1,4 +1,4 @@
-"""A reusable wake-up signal: waiters block until the next :meth:`Signal.notify`.
+"""A reusable wake-up signal: waiters block until the next ``Signal.notify``.
 
 ``anyio.Event`` cannot be cleared, so a signal hands out a fresh event per round of
 waiters. The event is created only when somebody waits: notifying with no waiter (the

@@ -23,7 +23,7 @@ def choose_transport(
     grpc_options: GrpcOptions | None,
 ) -> Transport:
     """``proxy=`` (a Proxy endpoint) means gRPC; otherwise ``transport``, by default
-    remoting. Contradictory arguments are a :class:`ConfigError`."""
+    remoting. Contradictory arguments are a ``ConfigError``."""
     if transport not in (None, "remoting", "grpc"):
         raise ConfigError(f"transport must be 'remoting' or 'grpc', got {transport!r}")
     if proxy is not None:

@@ -1,6 +1,6 @@
 """Client message ids (``UNIQ_KEY``), as the Java client's ``MessageClientIDSetter`` makes them.
 
-Apart from :mod:`aiorocket.protocol` because the id carries this host's address, which
+Apart from [`aiorocket.protocol`][] because the id carries this host's address, which
 takes a question to the operating system (``aiorocket._host``): the protocol package
 does no I/O.
 """

@@ -1,21 +1,23 @@
 """Client settings from prefixed environment variables, so that a container needs no
 code change between environments.
 
-Every field of :class:`~aiorocket.consumer.ConsumerConfig` (for consumers) and
-:class:`~aiorocket.producer.ProducerConfig` (for producers) may be set as
-``<PREFIX><FIELD NAME IN CAPITALS>``, e.g. with the default prefixes::
+Every field of [`ConsumerConfig`][aiorocket.consumer.ConsumerConfig] (for consumers) and
+[`ProducerConfig`][aiorocket.producer.ProducerConfig] (for producers) may be set as
+``<PREFIX><FIELD NAME IN CAPITALS>``, e.g. with the default prefixes:
 
-    AIOROCKET_CONSUMER_CONSUME_CONCURRENCY=50
-    AIOROCKET_CONSUMER_CONSUME_FROM_WHERE=CONSUME_FROM_FIRST_OFFSET   # or FIRST_OFFSET
-    AIOROCKET_CONSUMER_SHUTDOWN_TIMEOUT=20
-    AIOROCKET_PRODUCER_AUTO_BATCH=true
+```sh
+AIOROCKET_CONSUMER_CONSUME_CONCURRENCY=50
+AIOROCKET_CONSUMER_CONSUME_FROM_WHERE=CONSUME_FROM_FIRST_OFFSET   # or FIRST_OFFSET
+AIOROCKET_CONSUMER_SHUTDOWN_TIMEOUT=20
+AIOROCKET_PRODUCER_AUTO_BATCH=true
+```
 
 and, for both, the ACL identity and TLS (``AIOROCKET_ACCESS_KEY``,
 ``AIOROCKET_SECRET_KEY``, ``AIOROCKET_SECURITY_TOKEN``, ``AIOROCKET_TLS=true``); the
 NameServer comes from ``AIOROCKET_NAMESRV_ADDR`` as everywhere. Values are converted
 to the field's type (integers, numbers, booleans ``true/false/1/0/yes/no/on/off``,
 enum names or values, ``none`` for optional fields) and validated like keyword
-settings; a bad value raises :class:`~aiorocket.errors.ConfigError` naming the variable.
+settings; a bad value raises [`ConfigError`][aiorocket.errors.ConfigError] naming the variable.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ _SECURITY = {"credentials", "tls"}
 def consumer_settings(
     prefix: str = CONSUMER_PREFIX, environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """:class:`~aiorocket.consumer.ConsumerConfig` fields set in the environment, as
+    """[`ConsumerConfig`][aiorocket.consumer.ConsumerConfig] fields set in the environment, as
     keyword settings (``Consumer(group, **consumer_settings())``), validated."""
     return _settings(ConsumerConfig, prefix, os.environ if environ is None else environ)
 
@@ -54,7 +56,7 @@ def consumer_settings(
 def producer_settings(
     prefix: str = PRODUCER_PREFIX, environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """:class:`~aiorocket.producer.ProducerConfig` fields set in the environment, as
+    """[`ProducerConfig`][aiorocket.producer.ProducerConfig] fields set in the environment, as
     keyword settings (``Producer(group, **producer_settings())``), validated."""
     return _settings(ProducerConfig, prefix, os.environ if environ is None else environ)
 

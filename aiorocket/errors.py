@@ -1,10 +1,10 @@
 """Typed exceptions raised by aiorocket.
 
-Every error a caller can see derives from :class:`RocketMQError`, so one ``except``
+Every error a caller can see derives from ``RocketMQError``, so one ``except``
 clause is enough to catch "anything the client library raised". Errors that come
 from a broker or NameServer answer carry the response ``code`` and ``remark``; which
 class a response code raises, and whether it is retriable, is decided in one table
-(:func:`error_for_response`), used by the producer, the consumer and the admin client.
+(``error_for_response``), used by the producer, the consumer and the admin client.
 
 ``retriable`` (as aiokafka's ``KafkaError.retriable``) says whether the same call may
 succeed if made again without changing anything: a dropped connection, a timeout, a busy
@@ -134,7 +134,7 @@ class MessageTooLargeError(RocketMQError, ValueError):
 class BrokerResponseError(RocketMQError):
     """The broker or NameServer answered a request with a non-success code.
 
-    ``retriable`` follows the code (see :func:`error_for_response`).
+    ``retriable`` follows the code (see ``error_for_response``).
     """
 
     def __init__(self, code: int, remark: str | None, *, request_code: int | None = None) -> None:
@@ -233,7 +233,7 @@ def _response_name(code: int) -> str:
 
 #: Broker response code -> the exception it raises, and whether it is retriable. The one
 #: place where broker answers become exceptions; codes not here raise a plain,
-#: non-retriable :class:`BrokerResponseError`. Retriable: the broker's own trouble, which
+#: non-retriable ``BrokerResponseError``. Retriable: the broker's own trouble, which
 #: another attempt (later, or on another broker) may not meet; these are the codes after
 #: which the Java producer tries again, but NO_PERMISSION (see below).
 _RESPONSE_ERRORS: dict[int, tuple[type[BrokerResponseError], bool]] = {

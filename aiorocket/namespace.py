@@ -42,7 +42,7 @@ _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 def check_namespace(namespace: str) -> str:
     """``namespace`` if it can prefix names (letters, digits, ``-``, ``_``; at most 64),
-    else :class:`ConfigError`. The empty string means no namespace."""
+    else ``ConfigError``. The empty string means no namespace."""
     if not isinstance(namespace, str):
         raise ConfigError(f"namespace must be a string, got {type(namespace).__name__}")
     if namespace and not _NAMESPACE_RE.match(namespace):
@@ -68,7 +68,10 @@ def _split_kind(name: str) -> tuple[str, str]:
 def wrap(namespace: str, name: str) -> str:
     """The broker's name of topic or group ``name`` in ``namespace``.
 
-    >>> wrap("staging", "orders"), wrap("staging", "%RETRY%billing")
+    ```python
+    wrap("staging", "orders"), wrap("staging", "%RETRY%billing")
+    ```
+
     ('staging%orders', '%RETRY%staging%billing')
 
     Idempotent: a name already in the namespace is returned as it is.
@@ -85,7 +88,10 @@ def unwrap(namespace: str, name: str) -> str:
     """The application's name of the broker's ``name``: ``namespace`` taken off; a name
     of another namespace (or of none) is returned as it is.
 
-    >>> unwrap("staging", "staging%orders"), unwrap("staging", "%DLQ%staging%billing")
+    ```python
+    unwrap("staging", "staging%orders"), unwrap("staging", "%DLQ%staging%billing")
+    ```
+
     ('orders', '%DLQ%billing')
     """
     if not namespace or not name:

@@ -8,13 +8,13 @@ header fields get ``AccessKey`` (and ``SecurityToken`` when there is one); the v
 all header fields except ``Signature``, sorted by field name and concatenated, followed by
 the body, are signed with HMAC-SHA1 under the secret key; the base64 of the digest
 becomes the ``Signature`` field. A request the broker refuses comes back as
-``NO_PERMISSION`` (16): :class:`~aiorocket.errors.AccessDeniedError`.
+``NO_PERMISSION`` (16): [`AccessDeniedError`][aiorocket.errors.AccessDeniedError].
 
 TLS. RocketMQ servers (NameServer, broker) accept TLS on their remoting port next to
 plain TCP by default (``tls.server.mode=permissive``) or only TLS (``enforcing``).
 ``tls=True`` verifies the server's certificate against the system's CAs and its host
-name; pass an :class:`ssl.SSLContext` for a private CA (:func:`tls_context`). A failed
-handshake raises :class:`~aiorocket.errors.TlsError`.
+name; pass an ``ssl.SSLContext`` for a private CA (``tls_context``). A failed
+handshake raises [`TlsError`][aiorocket.errors.TlsError].
 """
 
 from __future__ import annotations

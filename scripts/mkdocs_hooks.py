@@ -5,14 +5,15 @@
   comment above the field.
 * ``<!-- benchmark-chart -->`` becomes a bar chart (inline SVG) of the throughput rows of
   the median table in benchmarks/README.md.
+
+The hooks read the source files and never import aiorocket, so that the ``docs``
+dependency group alone builds the site (mkdocstrings reads the code statically too).
 """
 
 from __future__ import annotations
 
 import ast
 import html
-import importlib
-import inspect
 import re
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,16 @@ CHART_ROWS = ("consume msg/s", "produce msg/s")
 
 def config_table(path: str) -> str:
     module_name, _, class_name = path.rpartition(".")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    source = inspect.getsource(cls)
+    source = (REPO / (module_name.replace(".", "/") + ".py")).read_text()
     lines = source.splitlines()
+    cls = next(
+        (n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == class_name),
+        None,
+    )
+    if cls is None:
+        raise ValueError(f"config-reference: no class {class_name} in {module_name}")
     rows = ["| setting | type | default | meaning |", "|---|---|---|---|"]
-    for node in ast.parse(source).body[0].body:  # type: ignore[attr-defined]
+    for node in cls.body:
         if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
             continue
         comment: list[str] = []

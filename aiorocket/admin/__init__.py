@@ -1,17 +1,19 @@
 """Admin operations for services and tools: topics, consumer groups, lag, offsets, messages.
 
->>> async with Admin("127.0.0.1:9876") as admin:
-...     lag = await admin.lag("orders-service")
-...     print(lag.total)
+```python
+async with Admin("127.0.0.1:9876") as admin:
+    lag = await admin.lag("orders-service")
+    print(lag.total)
+```
 
 Every request goes to the NameServer or to the brokers directly over remoting, through
-one connection pool (:class:`~aiorocket.client.instance.ClientInstance`). Errors are
-typed: :class:`~aiorocket.errors.TopicNotExistError`,
-:class:`~aiorocket.errors.GroupNotFoundError`,
-:class:`~aiorocket.errors.AccessDeniedError`,
-:class:`~aiorocket.errors.NameServerUnavailableError`,
-:class:`~aiorocket.errors.MessageNotFoundError`, :class:`~aiorocket.errors.ConfigError`
-(bad arguments).
+one connection pool (``ClientInstance``). Errors are
+typed: [`TopicNotExistError`][aiorocket.errors.TopicNotExistError],
+[`GroupNotFoundError`][aiorocket.errors.GroupNotFoundError],
+[`AccessDeniedError`][aiorocket.errors.AccessDeniedError],
+[`NameServerUnavailableError`][aiorocket.errors.NameServerUnavailableError],
+[`MessageNotFoundError`][aiorocket.errors.MessageNotFoundError],
+[`ConfigError`][aiorocket.errors.ConfigError] (bad arguments).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ __all__ = [
     "is_system_topic",
 ]
 
-#: where :meth:`Admin.reset_offset` moves a group: the oldest stored message, the end
+#: where ``Admin.reset_offset`` moves a group: the oldest stored message, the end
 #: of each queue, or the first message stored at or after a time (an aware datetime or
 #: epoch milliseconds).
 ResetTarget = Literal["earliest", "latest"] | _dt.datetime | int

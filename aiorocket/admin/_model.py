@@ -1,4 +1,4 @@
-"""The typed results of :class:`aiorocket.admin.Admin`."""
+"""The typed results of [`aiorocket.admin.Admin`][]."""
 
 from __future__ import annotations
 

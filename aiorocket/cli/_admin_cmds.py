@@ -1,4 +1,4 @@
-"""``aiorocket topic|group|message``: the admin commands, on :class:`aiorocket.admin.Admin`."""
+"""``aiorocket topic|group|message``: the admin commands, on [`aiorocket.admin.Admin`][]."""
 
 from __future__ import annotations
 

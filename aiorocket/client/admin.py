@@ -2,8 +2,8 @@
 
 The operators' requests (cluster info, topic and consume statistics, connections,
 subscription groups, message lookup, offset reset), answered in the broker's JSON
-dialect (:mod:`aiorocket.protocol.fastjson`). This layer parses answers into plain
-values; :mod:`aiorocket.admin` composes them across brokers into typed results.
+dialect ([`aiorocket.protocol.fastjson`][]). This layer parses answers into plain
+values; [`aiorocket.admin`][] composes them across brokers into typed results.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def parse_cluster_info(body: bytes) -> dict[str, dict[int, str]]:
 
 
 class AdminRequests:
-    """Typed admin requests sent through a :class:`BrokerClient`'s pool.
+    """Typed admin requests sent through a ``BrokerClient``'s pool.
 
     Parameters
     ----------
@@ -117,7 +117,7 @@ class AdminRequests:
     async def consumer_connections(self, addr: str, group: str) -> dict[str, Any]:
         """GET_CONSUMER_CONNECTION_LIST: the group's connections, subscriptions and model.
 
-        Raises :class:`~aiorocket.errors.ConsumerNotOnlineError` when no member is
+        Raises [`ConsumerNotOnlineError`][aiorocket.errors.ConsumerNotOnlineError] when no member is
         connected to that broker.
         """
         obj = await self._ok(

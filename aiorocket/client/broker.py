@@ -114,7 +114,7 @@ def _send_ext(
 
 
 class BrokerClient:
-    """Typed broker requests on top of a :class:`ConnectionPool`."""
+    """Typed broker requests on top of a ``ConnectionPool``."""
 
     def __init__(self, pool: ConnectionPool, timeout: float = 3.0) -> None:
         self.pool = pool
@@ -249,7 +249,7 @@ class BrokerClient:
         keep_undecodable: bool = False,
     ) -> PullResult:
         """PULL_MESSAGE. A record that cannot be decoded fails the whole pull with
-        :class:`MessageDecodeError`, unless ``keep_undecodable``: then it is left out of
+        ``MessageDecodeError``, unless ``keep_undecodable``: then it is left out of
         ``messages`` and listed in ``undecodable``."""
         ext = {
             "consumerGroup": group,

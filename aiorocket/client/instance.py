@@ -1,6 +1,6 @@
 """The shared client core: one connection pool, one NameServer client, one broker client.
 
-Producers and consumers each own one :class:`ClientInstance`; its task group runs the
+Producers and consumers each own one ``ClientInstance``; its task group runs the
 connections' readers and the route refresher, so closing the instance stops them all.
 """
 

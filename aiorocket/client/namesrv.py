@@ -1,9 +1,9 @@
 """NameServer client: topic routes with failover across addresses and a refreshed cache.
 
 Routes change when brokers come and go or topics are re-created; the Java client polls
-every 30 s (``pollNameServerInterval``) and so do we, from :meth:`run_refresher`,
+every 30 s (``pollNameServerInterval``) and so do we, from ``run_refresher``,
 which an owner runs in its task group. A refresh that finds a route unchanged keeps the
-cached :class:`TopicRoute` object, so users (the rebalancer) can tell "unchanged" by
+cached ``TopicRoute`` object, so users (the rebalancer) can tell "unchanged" by
 identity and reuse what they derived from it.
 """
 
@@ -100,7 +100,8 @@ class NameServerClient:
     async def ask(self, code: int, ext: dict[str, str]) -> RemotingCommand:
         """One request to the NameServers (the last good one first); a success answer.
 
-        Raises :class:`~aiorocket.errors.NameServerUnavailableError` when none answers.
+        Raises [`NameServerUnavailableError`][aiorocket.errors.NameServerUnavailableError] when none
+        answers.
         """
         last_error: Exception | None = None
         for attempt in range(len(self._addrs)):

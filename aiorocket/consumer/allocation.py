@@ -17,7 +17,7 @@ it.
 Common rules, shared by every strategy:
 
 * an empty or non-string ``client_id`` (or a bare string passed as ``client_ids``)
-  raises :class:`~aiorocket.errors.ConfigError`;
+  raises [`ConfigError`][aiorocket.errors.ConfigError];
 * no queues, or a ``client_id`` not among ``client_ids`` (the broker has not seen our
   heartbeat yet) gives ``[]``: Java logs and returns nothing in the second case and
   throws in the first, which its caller also turns into "nothing".
@@ -406,10 +406,10 @@ class AllocateByMachineRoom:
 class SeparatorMachineRoomResolver:
     """Room = text before the first ``separator`` of a broker name or client id.
 
-    Suits the ``<idc>@<brokerName>`` broker naming of :class:`AllocateByMachineRoom`.
+    Suits the ``<idc>@<brokerName>`` broker naming of ``AllocateByMachineRoom``.
     Note that a default client id is ``<ip>@<instance>``, so client ids need the room
     as their first field (a custom client id) for this to say anything useful. A name
-    without the separator has no room and makes :class:`AllocateMachineRoomNearby`
+    without the separator has no room and makes ``AllocateMachineRoomNearby``
     raise ConfigError.
     """
 

@@ -1,4 +1,4 @@
-"""Per-queue buffers for :class:`~aiorocket.consumer.PullConsumer`.
+"""Per-queue buffers for [`PullConsumer`][aiorocket.consumer.PullConsumer].
 
 Messages wait in their ProcessQueue's buffer until the application takes them, which
 makes per-queue ``pause``/``resume`` and ``seek`` cheap: they act on one queue's buffer

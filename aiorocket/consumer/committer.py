@@ -45,7 +45,7 @@ class OffsetCommitter:
     log:
         The consumer's logger; failures are logged with the queue, never raised.
     bound:
-        Seconds one broker's commits may take in one :meth:`commit_all` call; queues not
+        Seconds one broker's commits may take in one ``commit_all`` call; queues not
         committed in time stay dirty and are retried by the next call.
     """
 

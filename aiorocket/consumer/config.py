@@ -40,7 +40,7 @@ UNLIMITED_RECONSUME = 2**31 - 1
 
 @dataclass(slots=True)
 class ConsumerConfig:
-    """Settings of :class:`~aiorocket.consumer.Consumer` and ``PullConsumer``.
+    """Settings of [`Consumer`][aiorocket.consumer.Consumer] and ``PullConsumer``.
 
     Pass them as keyword arguments (``Consumer(group, consume_concurrency=50)``) or as
     ``config=ConsumerConfig(...)``; invalid values raise ``ConfigError``.
@@ -115,16 +115,16 @@ class ConsumerConfig:
     #: broadcasting: where the local offset files live (default ~/.aiorocket/offsets).
     offset_store_dir: str | None = None
     #: ACL identity (access key, secret key, optional security token) signing every
-    #: request; see :mod:`aiorocket.security`. Remoting transport only.
+    #: request; see [`aiorocket.security`][]. Remoting transport only.
     credentials: Credentials | None = None
     #: TLS to the NameServers and brokers: True (system CAs, host names checked) or an
-    #: ``ssl.SSLContext`` (e.g. :func:`aiorocket.security.tls_context` with a private CA).
+    #: ``ssl.SSLContext`` (e.g. [`aiorocket.security.tls_context`][] with a private CA).
     tls: TlsSetting = False
     #: servers reached at another address than the one they advertise (port forwarding,
     #: a tunnel, a test proxy): ``{"10.0.0.5:10911": "127.0.0.1:20911"}``.
     address_map: dict[str, str] | None = None
     #: a namespace (Java ``setNamespace``): every topic and group name is sent as
-    #: ``<namespace>%<name>`` and handed back without it (:mod:`aiorocket.namespace`).
+    #: ``<namespace>%<name>`` and handed back without it ([`aiorocket.namespace`][]).
     #: Empty: none.
     namespace: str = ""
 

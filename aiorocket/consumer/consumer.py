@@ -1,6 +1,6 @@
 """The push consumer: what the application configures, starts and reads.
 
-The work is done by the :class:`~aiorocket.consumer.engine.Engine` and its parts; this
+The work is done by the [`Engine`][aiorocket.consumer.engine.Engine] and its parts; this
 class holds the user's choices (subscriptions, handler, settings), picks the delivery
 strategy from them at start, and exposes what an application reads (assignment,
 statistics, joined state).
@@ -57,16 +57,20 @@ _ORDERLY_NEEDS_HANDLER = (
 class Consumer:
     """A push consumer for one group.
 
-    >>> consumer = Consumer("my-group", namesrv="127.0.0.1:9876")
-    >>> consumer.subscribe("orders", "paid || refunded")
-    >>> async with consumer:
-    ...     async for msg in consumer:
-    ...         print(msg.body)
+    ```python
+    consumer = Consumer("my-group", namesrv="127.0.0.1:9876")
+    consumer.subscribe("orders", "paid || refunded")
+    async with consumer:
+        async for msg in consumer:
+            print(msg.body)
+    ```
 
-    or with a handler (run concurrently, up to ``consume_concurrency`` at a time)::
+    or with a handler (run concurrently, up to ``consume_concurrency`` at a time):
 
-        async def handle(msg: ConsumerMessage) -> None: ...
-        async with Consumer("my-group", namesrv=..., handler=handle) as consumer: ...
+    ```python
+    async def handle(msg: ConsumerMessage) -> None: ...
+    async with Consumer("my-group", namesrv=..., handler=handle) as consumer: ...
+    ```
 
     Parameters
     ----------
@@ -79,18 +83,18 @@ class Consumer:
     handler:
         Called with each message (``async def`` or a plain function, run in a worker
         thread); returning normally settles it, raising, ``False`` or
-        :class:`~aiorocket.consumer.Reconsume` sends it back for a retry. Without a
+        [`Reconsume`][aiorocket.consumer.Reconsume] sends it back for a retry. Without a
         handler, consume with ``async for``.
     batch_handler:
         Like ``handler``, with a list of up to ``consume_batch_size`` messages of one
         queue, settled together.
     config:
-        A :class:`~aiorocket.consumer.ConsumerConfig`; keyword ``settings`` override
+        A [`ConsumerConfig`][aiorocket.consumer.ConsumerConfig]; keyword ``settings`` override
         its fields.
     allocate:
         The queue allocation strategy (default: averagely, as in Java).
     listener:
-        A :class:`RebalanceListener` awaited around queue ownership changes.
+        A ``RebalanceListener`` awaited around queue ownership changes.
     client_id:
         This client's id in the group (default ``<ip>@<pid>#<random>``).
     instance_name:
@@ -99,16 +103,17 @@ class Consumer:
     proxy:
         A 5.x Proxy's gRPC endpoint ``host:port`` instead of a NameServer: selects the
         gRPC transport (``grpc`` extra, asyncio only), where an
-        :class:`aiorocket.grpc.PushConsumer` does the work with the same handler and
+        [`aiorocket.grpc.PushConsumer`][] does the work with the same handler and
         ``async for`` API. Queue-level features (assignment, listener, stats, offsets)
         and the remoting-only settings raise
-        :class:`~aiorocket.errors.UnsupportedTransportError` there.
+        [`UnsupportedTransportError`][aiorocket.errors.UnsupportedTransportError] there.
     transport:
         ``"remoting"`` (the default) or ``"grpc"`` (then ``namesrv`` is the Proxy).
     grpc_options:
-        :class:`aiorocket.grpc.GrpcOptions` (TLS, namespace, ACL credentials); gRPC only.
+        [`aiorocket.grpc.GrpcOptions`][] (TLS, namespace, ACL credentials); gRPC only.
     settings:
-        :class:`~aiorocket.consumer.ConsumerConfig` fields, e.g. ``consume_concurrency=50``.
+        [`ConsumerConfig`][aiorocket.consumer.ConsumerConfig] fields, e.g.
+        ``consume_concurrency=50``.
     """
 
     def __init__(
@@ -321,7 +326,7 @@ class Consumer:
         return self.messages()
 
     def messages(self) -> AsyncGenerator[ConsumerMessage, None]:
-        """Yield messages one by one (see :meth:`aiorocket.consumer.iterate.Iterated.messages`).
+        """Yield messages one by one (see ``aiorocket.consumer.iterate.Iterated.messages``).
 
         A yielded message is acked when you ask for the next one (the loop body finished
         without raising). Take manual control with ``async with msg:``, ``msg.hold()``,
@@ -369,7 +374,7 @@ class Consumer:
         return self._state.joined
 
     async def wait_joined(self) -> None:
-        """Wait until :attr:`has_joined` is true."""
+        """Wait until ``has_joined`` is true."""
         self._remoting("wait_joined()")
         await self._state.wait_joined()
 

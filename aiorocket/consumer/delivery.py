@@ -1,14 +1,14 @@
 """How pulled messages reach the application: one strategy per consumer, chosen at start.
 
-* :class:`~aiorocket.consumer.dispatch.WorkerPool`: handler calls by a fixed set of
+* [`WorkerPool`][aiorocket.consumer.dispatch.WorkerPool]: handler calls by a fixed set of
   worker tasks (``handler=`` / ``batch_handler=``);
-* :class:`~aiorocket.consumer.orderly.Orderly`: one handler call at a time per locked
+* [`Orderly`][aiorocket.consumer.orderly.Orderly]: one handler call at a time per locked
   queue, in offset order (``orderly=True``);
-* :class:`~aiorocket.consumer.iterate.Iterated`: ``async for msg in consumer``;
-* :class:`~aiorocket.consumer.buffered.Buffered`: per-queue buffers that
-  :class:`~aiorocket.consumer.PullConsumer` takes from.
+* [`Iterated`][aiorocket.consumer.iterate.Iterated]: ``async for msg in consumer``;
+* [`Buffered`][aiorocket.consumer.buffered.Buffered]: per-queue buffers that
+  [`PullConsumer`][aiorocket.consumer.PullConsumer] takes from.
 
-The engine talks to each only through :class:`Delivery`, so no part of it asks which
+The engine talks to each only through ``Delivery``, so no part of it asks which
 mode it is in.
 """
 

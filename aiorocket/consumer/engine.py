@@ -9,9 +9,9 @@ Everything runs in one task group the engine owns (entered by ``start``, left by
 * one pull task per assigned queue (ProcessQueue), each in its own cancel scope so a
   rebalance can stop exactly that queue;
 * the delivery strategy's tasks (worker pool, orderly loops; see
-  :mod:`aiorocket.consumer.delivery`).
+  [`aiorocket.consumer.delivery`][]).
 
-The parts share one :class:`~aiorocket.consumer.state.ConsumerState` and are built with
+The parts share one [`ConsumerState`][aiorocket.consumer.state.ConsumerState] and are built with
 exactly what they use; none of them knows the engine or the user-facing consumer.
 """
 
@@ -97,7 +97,7 @@ class Engine:
     Parameters
     ----------
     state:
-        The consumer's shared state (subscriptions and mode set before :meth:`start`).
+        The consumer's shared state (subscriptions and mode set before ``start``).
     namesrv:
         NameServer addresses.
     delivery:

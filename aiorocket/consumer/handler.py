@@ -1,8 +1,8 @@
 """The application's handler: how it is called and what its result means.
 
-One :class:`Handler` wraps the function given as ``handler=`` or ``batch_handler=``:
+One ``Handler`` wraps the function given as ``handler=`` or ``batch_handler=``:
 async functions are awaited on the loop, plain ones run in a worker thread
-(:class:`~aiorocket.consumer.threads.HandlerThreads`). The worker pool, orderly
+([`HandlerThreads`][aiorocket.consumer.threads.HandlerThreads]). The worker pool, orderly
 consumption and the operators' CONSUME_MESSAGE_DIRECTLY all call it through here.
 """
 
@@ -153,7 +153,7 @@ class ConsumeTimeouts:
         self._slots: list[TimeoutSlot] = []
 
     def slot(self) -> TimeoutSlot:
-        """A new call site to watch (give it back with :meth:`release`)."""
+        """A new call site to watch (give it back with ``release``)."""
         slot = TimeoutSlot()
         self._slots.append(slot)
         return slot

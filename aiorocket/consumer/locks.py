@@ -3,7 +3,7 @@
 The locks of the queues a consumer owns, and of revoked queues whose handler is still
 running (``ConsumerState.releasing``), are renewed every ``lock_renew_interval``. A queue
 whose lock is refused (another consumer still holds it) or could not be renewed (the
-broker did not answer) is asked for again after :data:`LOCK_RETRY_DELAY`, not a whole
+broker did not answer) is asked for again after ``LOCK_RETRY_DELAY``, not a whole
 interval later: one request per broker for all such queues, so waiting queues cost a
 small request per second, not a storm. A broker that does not answer changes nothing
 locally: its queues stay locked until the lock's age passes ``lock_max_live_time``, as
@@ -56,7 +56,7 @@ class QueueLocks:
         self._broker = broker
         self._finder = finder
         self._client_id = client_id
-        #: notified when a queue's lock is refused at renewal: :meth:`keep` asks again soon
+        #: notified when a queue's lock is refused at renewal: ``keep`` asks again soon
         self.lost = Signal()
 
     async def _by_broker(self, mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
@@ -129,7 +129,7 @@ class QueueLocks:
 
     async def keep(self) -> None:
         """Renew the locks every ``lock_renew_interval``; retry refused or failed ones after
-        :data:`LOCK_RETRY_DELAY` in between. Runs until cancelled."""
+        ``LOCK_RETRY_DELAY`` in between. Runs until cancelled."""
         interval = self._state.config.lock_renew_interval
         next_renewal = anyio.current_time() + interval
         while True:

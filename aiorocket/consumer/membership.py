@@ -15,7 +15,7 @@ __all__ = ["Membership"]
 class Membership:
     """Tells the brokers of the subscribed topics that this client is in the group.
 
-    Shaped like the producer's :class:`~aiorocket.producer.membership.Membership`.
+    Shaped like the producer's [`Membership`][aiorocket.producer.membership.Membership].
 
     Parameters
     ----------

@@ -32,20 +32,20 @@ class OffsetTracker:
 
     Not thread-safe; meant to be driven from one event loop.
 
-    Contract with the pull loop: :meth:`add` each pull's messages (possibly none) and
+    Contract with the pull loop: ``add`` each pull's messages (possibly none) and
     its ``nextBeginOffset``; every offset must be at or above the previous
     ``next_offset`` and batches must be strictly increasing. A violation raises
-    :class:`ValueError` and leaves the tracker unchanged; the pull loop should then
-    :meth:`reset`. (With 5.x inner-batch messages a pull that starts mid-batch may
-    return offsets below the requested one; drop those before calling :meth:`add`.)
+    ``ValueError`` and leaves the tracker unchanged; the pull loop should then
+    ``reset``. (With 5.x inner-batch messages a pull that starts mid-batch may
+    return offsets below the requested one; drop those before calling ``add``.)
 
-    Commit flow: when :attr:`dirty`, read :meth:`committable`, store it, and call
-    :meth:`mark_committed` with that value only after the store accepted it, so a commit
+    Commit flow: when ``dirty``, read ``committable``, store it, and call
+    ``mark_committed`` with that value only after the store accepted it, so a commit
     that failed or was cancelled on the way is sent again by the next flush.
 
-    :meth:`reset` (OFFSET_ILLEGAL, seek, reset-offset request) bumps
-    :attr:`generation`. Handlers still running for the old generation should pass the
-    generation they were started under to :meth:`done`, so a late completion cannot
+    ``reset`` (OFFSET_ILLEGAL, seek, reset-offset request) bumps
+    ``generation``. Handlers still running for the old generation should pass the
+    generation they were started under to ``done``, so a late completion cannot
     mark a re-pulled message with the same offset as finished.
     """
 
@@ -174,14 +174,14 @@ class OffsetTracker:
 
     @property
     def generation(self) -> int:
-        """Incremented by every :meth:`reset`."""
+        """Incremented by every ``reset``."""
         return self._generation
 
     # ---------------------------------------------------------------- commit side
 
     @property
     def dirty(self) -> bool:
-        """Whether :meth:`committable` differs from the last committed value."""
+        """Whether ``committable`` differs from the last committed value."""
         return self.committable() != self._committed
 
     def mark_committed(self, offset: int) -> None:

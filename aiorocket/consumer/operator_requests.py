@@ -9,7 +9,7 @@
   cached messages are dropped (a handler still running for one settles nothing), and the
   new offset is committed at once, so the next commit cannot move it back.
 
-The engine registers :meth:`OperatorRequests.register` with its request dispatcher.
+The engine registers ``OperatorRequests.register`` with its request dispatcher.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ move on.
 A handling step (the handler call and what its result does: settle, suspend or
 dead-letter) runs under the queue's ``order_lock`` (the Java client's consume lock).
 A queue revoked while a step runs keeps its broker lock, renewed, until the step has
-finished (:meth:`Orderly._release_when_idle`), so the next owner cannot consume it at the same
+finished (``Orderly._release_when_idle``), so the next owner cannot consume it at the same
 time.
 """
 

@@ -1,5 +1,5 @@
-"""A :class:`~aiorocket.consumer.Consumer` whose endpoint is a 5.x Proxy: what of its
-configuration carries over to :class:`aiorocket.grpc.PushConsumer`, and what exists on
+"""A [`Consumer`][aiorocket.consumer.Consumer] whose endpoint is a 5.x Proxy: what of its
+configuration carries over to [`aiorocket.grpc.PushConsumer`][], and what exists on
 the remoting transport only.
 
 The check runs at construction, where the user made the choice; the PushConsumer is
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["CARRIED_SETTINGS", "check_grpc_consumer", "push_consumer", "remoting_only"]
 
 #: ConsumerConfig fields with the same meaning over gRPC (the PushConsumer argument each
-#: becomes is in :func:`push_consumer`); every other field must keep its default.
+#: becomes is in ``push_consumer``); every other field must keep its default.
 CARRIED_SETTINGS = frozenset({
     "consume_concurrency", "max_reconsume_times", "request_timeout", "shutdown_timeout",
     "long_poll_timeout", "pull_batch_size", "pull_threshold_for_all", "credentials", "tls",
@@ -62,7 +62,7 @@ def check_grpc_consumer(
     custom_allocation: bool,
     instance_name: str | None,
 ) -> None:
-    """Raise :class:`UnsupportedTransportError` for a choice the gRPC transport lacks."""
+    """Raise ``UnsupportedTransportError`` for a choice the gRPC transport lacks."""
     defaults = ConsumerConfig()
     for f in fields(cfg):
         if f.name not in CARRIED_SETTINGS and getattr(cfg, f.name) != getattr(defaults, f.name):

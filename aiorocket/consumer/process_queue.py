@@ -33,7 +33,7 @@ __all__ = [
 
 
 class QueueState(enum.Enum):
-    """Where a :class:`ProcessQueue` is in its life.
+    """Where a ``ProcessQueue`` is in its life.
 
     ``ACTIVE``: pulled and consumed. ``PAUSED``: the application paused it
     (``PullConsumer.pause``): no pulls, its buffered messages are not returned, but it is
@@ -47,7 +47,7 @@ class QueueState(enum.Enum):
 
 
 #: The transitions a queue may make, all of them: a move not listed is a bug
-#: (:class:`InvalidQueueTransition`). Moving to the state it is in is allowed and
+#: (``InvalidQueueTransition``). Moving to the state it is in is allowed and
 #: changes nothing (pausing twice, dropping a dropped queue at close).
 TRANSITIONS: dict[QueueState, frozenset[QueueState]] = {
     QueueState.ACTIVE: frozenset({QueueState.PAUSED, QueueState.DROPPED}),
@@ -57,7 +57,7 @@ TRANSITIONS: dict[QueueState, frozenset[QueueState]] = {
 
 
 class InvalidQueueTransition(RuntimeError):
-    """A ProcessQueue was asked to make a move :data:`TRANSITIONS` does not allow (a bug
+    """A ProcessQueue was asked to make a move ``TRANSITIONS`` does not allow (a bug
     in the engine, not a condition of the broker: deliberately not a RocketMQError)."""
 
 
@@ -71,7 +71,7 @@ def next_state(current: QueueState, wanted: QueueState) -> QueueState:
 class CacheBudget:
     """The cap on messages cached by all of a consumer's queues (``pull_threshold_for_all``).
 
-    Each :class:`ProcessQueue` reports here every change of its cached count (pulled,
+    Each ``ProcessQueue`` reports here every change of its cached count (pulled,
     finished or taken, reset, dropped), so the total is always current and a pull
     waiting for room is woken by whichever of them frees it, whoever caused it.
 
@@ -213,7 +213,7 @@ class ProcessQueue:
             self._enter(QueueState.PAUSED)
 
     def resume(self) -> None:
-        """Undo :meth:`pause` (a dropped queue stays dropped); wakes its pull task."""
+        """Undo ``pause`` (a dropped queue stays dropped); wakes its pull task."""
         if not self.dropped:
             self._enter(QueueState.ACTIVE)
             self._changed.notify()

@@ -2,12 +2,12 @@
 
 It is the push consumer's engine in another mode: the same ProcessQueue pull tasks,
 flow-control limits, rebalance and offset flusher, but messages wait in per-queue
-buffers until :meth:`PullConsumer.getmany` hands them out. That makes per-queue
+buffers until ``PullConsumer.getmany`` hands them out. That makes per-queue
 ``pause``/``resume`` and ``seek`` cheap: they act on one queue's buffer and pull task.
 
 Offsets follow aiokafka's *position* model: a message counts as consumed once it was
 returned to you, and auto-commit (on by default) commits positions every
-``persist_offset_interval``. Turn it off and call :meth:`commit` after processing for
+``persist_offset_interval``. Turn it off and call ``commit`` after processing for
 at-least-once delivery of every returned batch.
 """
 
@@ -41,11 +41,13 @@ __all__ = ["PullConsumer"]
 class PullConsumer:
     """A consumer you pull from: ``getmany()``, ``getone()`` or ``async for``.
 
-    >>> consumer = PullConsumer("my-group", namesrv="127.0.0.1:9876", auto_commit=False)
-    >>> consumer.subscribe("orders")
-    >>> async with consumer:
-    ...     batch = await consumer.getmany(timeout=1.0)
-    ...     await consumer.commit()
+    ```python
+    consumer = PullConsumer("my-group", namesrv="127.0.0.1:9876", auto_commit=False)
+    consumer.subscribe("orders")
+    async with consumer:
+        batch = await consumer.getmany(timeout=1.0)
+        await consumer.commit()
+    ```
 
     Parameters
     ----------
@@ -55,19 +57,19 @@ class PullConsumer:
         NameServer addresses; default: ``$AIOROCKET_NAMESRV_ADDR``.
     auto_commit:
         Commit the positions of returned messages every ``persist_offset_interval``;
-        with ``False``, only :meth:`commit` stores offsets.
+        with ``False``, only ``commit`` stores offsets.
     listener:
-        A :class:`~aiorocket.consumer.RebalanceListener` awaited around queue
+        A [`RebalanceListener`][aiorocket.consumer.RebalanceListener] awaited around queue
         ownership changes.
     config:
-        A :class:`~aiorocket.consumer.ConsumerConfig`; keyword ``settings`` override
+        A [`ConsumerConfig`][aiorocket.consumer.ConsumerConfig]; keyword ``settings`` override
         its fields.
     allocate:
         The queue allocation strategy (default: averagely, as in Java).
     client_id:
         This client's id in the group (default ``<ip>@<pid>#<random>``).
     settings:
-        :class:`~aiorocket.consumer.ConsumerConfig` fields.
+        [`ConsumerConfig`][aiorocket.consumer.ConsumerConfig] fields.
     """
 
     def __init__(
@@ -126,7 +128,7 @@ class PullConsumer:
     # -- assignment ------------------------------------------------------------------
 
     def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
-        """Join the group's rebalance for ``topic`` (exclusive with :meth:`assign`)."""
+        """Join the group's rebalance for ``topic`` (exclusive with ``assign``)."""
         state = self._state
         if state.manual_assignment is not None:
             raise ConfigError("assign() and subscribe() cannot be combined")
@@ -233,7 +235,7 @@ class PullConsumer:
         return pq
 
     def position(self, mq: MessageQueue) -> int:
-        """The offset of the next message :meth:`getmany` will return for ``mq``."""
+        """The offset of the next message ``getmany`` will return for ``mq``."""
         pq = self._pq(mq)
         return int(pq.buffer[0].queue_offset) if pq.buffer else int(pq.tracker.committable())
 

@@ -8,7 +8,7 @@ every 20 s and should stay near zero CPU. So a pass
   not per topic, and one broker's answer serves every topic it hosts;
 * re-runs the allocation strategy only for topics whose inputs (route, members)
   changed, and otherwise reuses the previous result: strategies are pure functions of
-  their inputs (see :mod:`aiorocket.consumer.allocation`);
+  their inputs (see [`aiorocket.consumer.allocation`][]);
 * revokes, locks and starts queues of all topics together, computing (and committing)
   the start offsets of new queues concurrently, so a start-up on many queues takes a
   few round trips instead of several per queue.
@@ -202,7 +202,7 @@ class Rebalancer:
 
     async def run(self) -> None:
         """A pass every ``rebalance_interval``, at once when asked (the group changed),
-        and after :data:`SOON` while queues wait for a lock or we must rejoin."""
+        and after ``SOON`` while queues wait for a lock or we must rejoin."""
         state = self._state
         while True:
             if not state.rebalance_requested:

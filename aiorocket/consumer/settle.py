@@ -148,5 +148,5 @@ class RemotingSettler:
     async def send_to_dead_letter(
         self, pq: ProcessQueue, msg: ConsumerMessage, *, raise_unreachable: bool = False
     ) -> bool:
-        """Send ``msg`` to the group's DLQ; False when it failed (see :meth:`send_back`)."""
+        """Send ``msg`` to the group's DLQ; False when it failed (see ``send_back``)."""
         return await self.send_back(pq, msg, -1, raise_unreachable=raise_unreachable)

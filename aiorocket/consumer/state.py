@@ -1,6 +1,6 @@
 """The state a consumer's parts share: one object, no back-reference to the consumer.
 
-Like aiokafka's ``SubscriptionState``, :class:`ConsumerState` is what the rebalancer,
+Like aiokafka's ``SubscriptionState``, ``ConsumerState`` is what the rebalancer,
 the pullers, the delivery strategy and the operator requests read and change: the
 subscriptions, the owned process queues, the assignment mode and the cache budget.
 Each part is built with this object and the few other things it uses (a broker
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from aiorocket.consumer.config import ConsumerConfig
 
 __all__ = ["ConsumerState", "PullObserver"]
-#: ``observer(queue, seconds, messages)``: see :meth:`Consumer.observe_pulls`.
+#: ``observer(queue, seconds, messages)``: see ``Consumer.observe_pulls``.
 PullObserver = Callable[[MessageQueue, float, int], None]
 
 

@@ -54,7 +54,7 @@ class WorkQueue(Generic[T]):
 
     def push_front(self, *items: T) -> None:
         """Return items taken but not handled, so they are the next ones taken (also
-        after :meth:`close`: getters drain them with the rest)."""
+        after ``close``: getters drain them with the rest)."""
         self._items.extendleft(reversed(items))
         if self._waiters:
             self._waiters.popleft().set()

@@ -1,9 +1,9 @@
 """RocketMQ 5.x Proxy over gRPC (the ``grpc`` extra: grpclib and betterproto; asyncio only).
 
-* :class:`aiorocket.producer.Producer` with ``proxy="host:port"`` sends through the Proxy.
-* :class:`PushConsumer` pushes messages to a handler or ``async for`` (pop underneath).
-* :class:`SimpleConsumer` receives with long polling, acks and changes invisibility.
-* :class:`GrpcOptions` sets TLS, namespace and ACL credentials.
+* [`aiorocket.producer.Producer`][] with ``proxy="host:port"`` sends through the Proxy.
+* ``PushConsumer`` pushes messages to a handler or ``async for`` (pop underneath).
+* ``SimpleConsumer`` receives with long polling, acks and changes invisibility.
+* ``GrpcOptions`` sets TLS, namespace and ACL credentials.
 
 Nothing else in aiorocket imports this package, so ``import aiorocket`` never needs
 grpclib or betterproto.

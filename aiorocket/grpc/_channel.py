@@ -1,10 +1,11 @@
 """A grpclib ``Channel`` whose connection writes the frames of one loop iteration at once
-and encodes its request headers with :class:`~aiorocket.grpc._hpack.StableHeaderEncoder`.
+and encodes its request headers with
+[`StableHeaderEncoder`][aiorocket.grpc._hpack.StableHeaderEncoder].
 
 grpclib hands every HTTP/2 frame to ``transport.write`` as soon as h2 produces it: a
 unary call is a HEADERS and a DATA frame, each its own ``send`` system call (and the
 answers' WINDOW_UPDATEs more). On a loaded machine those calls were the producer's
-largest cost. :class:`CoalescingTransport` buffers the writes of one event-loop
+largest cost. ``CoalescingTransport`` buffers the writes of one event-loop
 iteration and sends them with one ``write``, as aiorocket's remoting connections do.
 
 This reaches into private names of grpclib (``Channel._protocol_factory``, the
@@ -68,7 +69,7 @@ class _CoalescingProtocol(H2Protocol):
 
 
 class CoalescingChannel(Channel):
-    """A grpclib ``Channel`` on :class:`CoalescingTransport` connections."""
+    """A grpclib ``Channel`` on ``CoalescingTransport`` connections."""
 
     def _protocol_factory(self) -> H2Protocol:
         return _CoalescingProtocol(Handler(), self._config, self._h2_config)

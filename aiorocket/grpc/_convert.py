@@ -1,12 +1,12 @@
 """Between aiorocket's message types and the v2 API's ``Message``.
 
-Outgoing: an :class:`aiorocket.Message` becomes a ``Message`` whose system properties
+Outgoing: an [`aiorocket.Message`][] becomes a ``Message`` whose system properties
 carry the tag, keys, client message id (the same ``UNIQ_KEY`` format the remoting
 producer uses, so both transports' consumers see one id), message group and delivery
 time; user properties travel as they are. The Proxy maps these to the broker's stored
 properties, so a remoting consumer reads the same tags, keys and properties.
 
-Incoming: a received ``Message`` becomes a :class:`MessageExt` whose ``properties``
+Incoming: a received ``Message`` becomes a ``MessageExt`` whose ``properties``
 hold the user properties plus TAGS/KEYS/UNIQ_KEY, as a remoting consumer would see them.
 """
 
@@ -127,7 +127,7 @@ def prepare(
 
 def to_pb_message(out: Outgoing) -> pb.Message:
     """The typed (betterproto) ``Message`` of ``out``; the send path encodes it with
-    :func:`aiorocket.grpc._encode.encode_message`, which must produce the same."""
+    [`aiorocket.grpc._encode.encode_message`][], which must produce the same."""
     sysp = pb.SystemProperties(
         tag=out.tag,
         keys=list(out.keys),

@@ -6,7 +6,7 @@ on the producer that cost about 1 ms of CPU per message here. The hot requests
 to protobuf bytes in field order, proto3 defaults omitted, and their answers
 (SendMessageResponse, AckMessageResponse) read in one pass. grpclib's codec only calls
 ``SerializeToString`` on a request and ``FromString`` on a reply type, so
-:class:`RawRequest` and the ``Fast*Response`` classes stand in for the betterproto
+``RawRequest`` and the ``Fast*Response`` classes stand in for the betterproto
 types. ``tests/unit/test_grpc_fast_encode.py`` checks both against betterproto.
 """
 
@@ -251,7 +251,7 @@ def _fields(buf: bytes) -> Iterable[tuple[int, int, int]]:
 
 
 class FastSendResponse:
-    """A SendMessageResponse: ``status`` and ``entries`` (:class:`SendEntry`)."""
+    """A SendMessageResponse: ``status`` and ``entries`` (``SendEntry``)."""
 
     __slots__ = ("entries", "status")
 

@@ -1,14 +1,14 @@
-"""The fast decode path of the receive stream: protobuf bytes → :class:`ReceivedMessage`.
+"""The fast decode path of the receive stream: protobuf bytes → ``ReceivedMessage``.
 
 betterproto's generic decoder walks field metadata and builds a dataclass per nested
 message (Resource, SystemProperties, Timestamp, Digest, map entries...), which costs
 far more than the receive path can pay per message. This decoder is specialised for
 the three hot messages (ReceiveMessageResponse → Message → SystemProperties): one pass
 over the bytes, fields read by hand, the result built directly as the
-:class:`ReceivedMessage` the application gets. Unknown or unused fields are skipped by
+``ReceivedMessage`` the application gets. Unknown or unused fields are skipped by
 wire type, so a newer Proxy's additions are harmless.
 
-It must decode exactly what the betterproto path (:func:`message_ext` over the
+It must decode exactly what the betterproto path (``message_ext`` over the
 ``_pb`` dataclasses) does; ``tests/unit/test_grpc_fast_decode.py`` checks that with
 hypothesis.
 """
@@ -119,7 +119,7 @@ def _map_entry(buf: bytes, pos: int, end: int) -> tuple[str, str]:
 
 
 def decode_message(buf: bytes, pos: int = 0, end: int | None = None) -> ReceivedMessage:
-    """Decode a v2 ``Message`` (``buf[pos:end]``) into a :class:`ReceivedMessage`."""
+    """Decode a v2 ``Message`` (``buf[pos:end]``) into a ``ReceivedMessage``."""
     if end is None:
         end = len(buf)
     elif end > len(buf):
@@ -254,9 +254,9 @@ def _int32(v: int) -> int:
 class FastReceiveResponse:
     """One ``ReceiveMessageResponse`` decoded by the fast path.
 
-    Exactly one of ``status`` (a betterproto :class:`Status`: rare, small) and
+    Exactly one of ``status`` (a betterproto ``Status``: rare, small) and
     ``message`` is set; a ``delivery_timestamp`` response has neither. grpclib's codec
-    calls :meth:`FromString` with the raw bytes of each streamed response.
+    calls ``FromString`` with the raw bytes of each streamed response.
     """
 
     __slots__ = ("message", "status")

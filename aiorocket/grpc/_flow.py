@@ -13,7 +13,7 @@ __all__ = ["FlowControl"]
 
 
 class FlowControl:
-    """Counts cached messages and body bytes; :meth:`wait_room` blocks above the limits."""
+    """Counts cached messages and body bytes; ``wait_room`` blocks above the limits."""
 
     def __init__(self, max_count: int, max_bytes: int) -> None:
         self.max_count = max_count

@@ -5,7 +5,7 @@ deadline, the signature's time stamp) are the same on every call of a client. h2
 default encoder (the ``hpack`` package) searches its tables linearly for each header and
 logs as it goes: about a sixth of a single-message send's CPU (cProfile of 64 concurrent
 sends), 40 µs per call against 6 for this encoder (``benchmarks/grpc_hpack.py``).
-:class:`StableHeaderEncoder` keeps the answer: a constant header goes into the dynamic
+``StableHeaderEncoder`` keeps the answer: a constant header goes into the dynamic
 table once and is afterwards one indexed byte or two, looked up in a dict; a header
 named in ``volatile`` is sent as a literal that is never added to the table, so the
 table stops changing after a client's first calls and no entry is ever evicted. What
@@ -13,7 +13,7 @@ does not fit in the table goes as a plain literal. The decoder on the other side
 HPACK decoder: the tests decode every block with the ``hpack`` package's.
 
 It stands in for ``H2Connection.encoder`` (``encode`` and ``header_table_size`` are
-what h2 uses). :class:`RepeatingBlockDecoder` is the other direction: the Proxy's answers
+what h2 uses). ``RepeatingBlockDecoder`` is the other direction: the Proxy's answers
 repeat the same few header blocks (``:status 200``, the content type, ``grpc-status 0``)
 once its own table holds them, so a block that left the table as it was is remembered.
 """

@@ -1,8 +1,8 @@
 """Sending over the Proxy: plain, FIFO (message group), delayed, batches, transactions.
 
-:class:`GrpcProducer` is what :class:`aiorocket.producer.Producer` delegates to when it
+``GrpcProducer`` is what [`aiorocket.producer.Producer`][] delegates to when it
 is given a Proxy endpoint. The Proxy picks the queue itself (FIFO messages by their
-message group's hash), so a send names only the topic; a :class:`SendResult` carries
+message group's hash), so a send names only the topic; a ``SendResult`` carries
 the queue offset the Proxy reports but no queue (``queue_id`` -1, broker unknown).
 
 Retries follow the server's producer backoff policy (from the Telemetry settings):

@@ -1,11 +1,11 @@
 """PushConsumer over gRPC: pop consumption driven by the client, handler or ``async for``.
 
 Receivers long-poll the Proxy (``ReceiveMessage``) while the cache has room
-(:class:`FlowControl`), and hand each message to the handler (at most ``concurrency``
+(``FlowControl``), and hand each message to the handler (at most ``concurrency``
 at once) or to the ``async for`` loop. Settling follows the remoting Consumer:
 
 * success (handler returns None/True/SUCCESS, ``msg.ack()``, the loop asking for the
-  next message) → ack, batched per topic (:class:`AckBatcher`);
+  next message) → ack, batched per topic (``AckBatcher``);
 * failure (handler raises or returns RECONSUME_LATER/False/Reconsume, ``msg.nack()``)
   → ``ChangeInvisibleDuration`` by the server's retry policy (the merged settings'
   backoff for the delivery attempt), so the message comes back after that delay; at the
@@ -57,9 +57,11 @@ class _PushSession(SimpleConsumer):
 class PushConsumer:
     """Consumes a group's messages through a Proxy, pushing them to a handler or loop.
 
-    >>> async def handle(msg: ConsumerMessage) -> None: ...
-    >>> async with PushConsumer("g", "127.0.0.1:8081", {"orders": "*"}, handle):
-    ...     await anyio.sleep_forever()
+    ```python
+    async def handle(msg: ConsumerMessage) -> None: ...
+    async with PushConsumer("g", "127.0.0.1:8081", {"orders": "*"}, handle):
+        await anyio.sleep_forever()
+    ```
 
     or, without a handler, ``async for msg in consumer:`` (the body's success acks).
 

@@ -1,4 +1,4 @@
-"""The push consumer's message: a :class:`ConsumerMessage` with the pop state.
+"""The push consumer's message: a ``ConsumerMessage`` with the pop state.
 
 Handlers get the same type, and settle it the same way, on both transports
 (``ack``/``nack``/``hold``/``async with``); over gRPC it also carries the receipt

@@ -1,6 +1,6 @@
-"""Received messages over gRPC: a :class:`MessageExt` plus what pop consumption needs.
+"""Received messages over gRPC: a ``MessageExt`` plus what pop consumption needs.
 
-:class:`ReceivedMessage` is what :class:`SimpleConsumer.receive` returns: the stored
+``ReceivedMessage`` is what ``SimpleConsumer.receive`` returns: the stored
 message as the remoting consumers see it (topic, body, properties with TAGS/KEYS/
 UNIQ_KEY, queue id and offset, timestamps, ``reconsume_times``) and the pop state: the
 ``receipt_handle`` that acks it or changes its invisibility (replaced by each
@@ -35,7 +35,7 @@ def _ms(ts: datetime | None) -> int:
 
 @dataclass(slots=True, eq=False, repr=False)
 class ReceivedMessage(MessageExt):
-    """A message received by a :class:`SimpleConsumer` (see the module docstring)."""
+    """A message received by a ``SimpleConsumer`` (see the module docstring)."""
 
     receipt_handle: str = ""
     delivery_attempt: int = 1
@@ -67,7 +67,7 @@ class ReceivedMessage(MessageExt):
 def message_ext(
     msg: pb.Message, *, broker_name: str, consumer: SimpleConsumer | None = None
 ) -> ReceivedMessage:
-    """The :class:`ReceivedMessage` of a decoded v2 ``Message`` (betterproto path)."""
+    """The ``ReceivedMessage`` of a decoded v2 ``Message`` (betterproto path)."""
     sp = msg.system_properties
     attempt = sp.delivery_attempt or 1
     return ReceivedMessage(

@@ -2,7 +2,7 @@
 
 The Proxy knows a client only through the settings it sent on its ``Telemetry`` stream:
 Heartbeat answers UNRECOGNIZED_CLIENT_TYPE and ReceiveMessage fails without them. So
-:meth:`Session.__aenter__` opens the stream, sends the settings and waits (bounded) for
+``Session.__aenter__`` opens the stream, sends the settings and waits (bounded) for
 the Proxy's merged settings before anything else. A background task keeps the stream:
 it applies settings the Proxy pushes later, hands server commands (orphaned
 transactions) to the registered handler, and reopens the stream with exponential

@@ -40,10 +40,12 @@ MAX_BATCH = 32  # the Proxy's cap on one receive
 class SimpleConsumer:
     """Receives, acks and postpones messages of a consumer group through a Proxy.
 
-    >>> async with SimpleConsumer("g", "127.0.0.1:8081", {"orders": "*"}) as consumer:
-    ...     for msg in await consumer.receive(16, invisible_duration=30):
-    ...         handle(msg.body)
-    ...         await msg.ack()
+    ```python
+    async with SimpleConsumer("g", "127.0.0.1:8081", {"orders": "*"}) as consumer:
+        for msg in await consumer.receive(16, invisible_duration=30):
+            handle(msg.body)
+            await msg.ack()
+    ```
 
     Parameters
     ----------

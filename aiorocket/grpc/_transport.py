@@ -1,15 +1,15 @@
 """The gRPC transport to a RocketMQ 5.x Proxy, on grpclib (asyncio only).
 
-One :class:`GrpcTransport` owns one HTTP/2 connection (grpclib ``Channel``) to one Proxy
+One ``GrpcTransport`` owns one HTTP/2 connection (grpclib ``Channel``) to one Proxy
 endpoint. Every call carries the metadata the Proxy requires (client id, language,
 protocol, version, a fresh request id; namespace and the signed ``authorization``
 header when configured) and a deadline. Errors are mapped here, once, to
-:mod:`aiorocket.errors` types:
+[`aiorocket.errors`][] types:
 
-* a Proxy ``Status`` other than OK → :class:`ProxyResponseError` (:func:`check_status`);
-* gRPC status DEADLINE_EXCEEDED, or the deadline passing → :class:`RequestTimeoutError`;
-* refused / unreachable / broken connection, gRPC UNAVAILABLE → :class:`ProxyUnavailableError`;
-* any other gRPC status (UNIMPLEMENTED, ...) → :class:`GrpcStatusError`.
+* a Proxy ``Status`` other than OK → ``ProxyResponseError`` (``check_status``);
+* gRPC status DEADLINE_EXCEEDED, or the deadline passing → ``RequestTimeoutError``;
+* refused / unreachable / broken connection, gRPC UNAVAILABLE → ``ProxyUnavailableError``;
+* any other gRPC status (UNIMPLEMENTED, ...) → ``GrpcStatusError``.
 
 grpclib reconnects by itself: a call after a lost connection opens a new one. Callers
 that loop (telemetry, heartbeats, sends) add their own backoff.
@@ -68,7 +68,7 @@ class GrpcOptions:
     ``tls``: ``False`` plaintext h2c (default, what the Apache Proxy accepts), ``True``
     TLS verified with the system CAs, a CA bundle path, or an ``ssl.SSLContext``.
     ``namespace``: the 5.x namespace sent with every call and resource.
-    ``credentials``: :class:`aiorocket.security.Credentials` (ACL access key, secret,
+    ``credentials``: [`aiorocket.security.Credentials`][] (ACL access key, secret,
     optional session token): every call carries the signed ``authorization`` header.
     """
 
@@ -85,7 +85,7 @@ def with_security(
 ) -> GrpcOptions:
     """``options`` with the client config's ``credentials``/``tls``/``namespace`` (the
     settings both transports share); set in both places differently is a
-    :class:`ConfigError`."""
+    ``ConfigError``."""
     opts = options or GrpcOptions()
     if namespace:
         if opts.namespace and opts.namespace != namespace:
@@ -140,7 +140,7 @@ RETRIABLE_PROXY_CODES = frozenset(
 
 
 def check_status(status: StatusLike | None, rpc: str) -> None:
-    """Raise :class:`ProxyResponseError` unless the Proxy's ``status`` is OK."""
+    """Raise ``ProxyResponseError`` unless the Proxy's ``status`` is OK."""
     if status is None:
         return
     code = status.code

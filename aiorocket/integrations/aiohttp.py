@@ -1,25 +1,25 @@
 """aiohttp integration (extra ``aiohttp``): run a service's RocketMQ clients with the app.
 
-::
+```python
+from aiohttp import web
+from aiorocket.integrations.aiohttp import ROCKETMQ, RocketMQService, setup
 
-    from aiohttp import web
-    from aiorocket.integrations.aiohttp import ROCKETMQ, RocketMQService, setup
+rocketmq = RocketMQService(producer_group="orders-api")
 
-    rocketmq = RocketMQService(producer_group="orders-api")
+@rocketmq.subscriber("orders", group="order-processor")
+async def process(msg: ConsumerMessage) -> None: ...
 
-    @rocketmq.subscriber("orders", group="order-processor")
-    async def process(msg: ConsumerMessage) -> None: ...
+async def create(request: web.Request) -> web.Response:
+    await request.app[ROCKETMQ].producer.send(Message("orders", b"..."))
+    return web.json_response({"ok": True})
 
-    async def create(request: web.Request) -> web.Response:
-        await request.app[ROCKETMQ].producer.send(Message("orders", b"..."))
-        return web.json_response({"ok": True})
+app = web.Application()
+setup(app, rocketmq)  # cleanup_ctx + app key + /health routes
+app.router.add_post("/orders", create)
+web.run_app(app)
+```
 
-    app = web.Application()
-    setup(app, rocketmq)  # cleanup_ctx + app key + /health routes
-    app.router.add_post("/orders", create)
-    web.run_app(app)
-
-:func:`setup` adds a ``cleanup_ctx`` entry: the producer starts, then the consumers,
+``setup`` adds a ``cleanup_ctx`` entry: the producer starts, then the consumers,
 at the app's startup; at cleanup (``run_app`` on SIGTERM/SIGINT) the consumers stop
 pulling, drain their running handlers within ``shutdown_timeout``, commit what finished
 and unregister, then the producer closes. aiohttp runs startup and cleanup in the task
@@ -38,7 +38,7 @@ from aiorocket.producer import Producer
 
 __all__ = ["ROCKETMQ", "RocketMQService", "health_routes", "producer", "setup"]
 
-#: ``request.app[ROCKETMQ]``: the app's :class:`RocketMQService`.
+#: ``request.app[ROCKETMQ]``: the app's ``RocketMQService``.
 ROCKETMQ = web.AppKey("aiorocket", RocketMQService)
 
 
@@ -48,7 +48,7 @@ def producer(request: web.Request) -> Producer:
 
 
 def health_routes(service: RocketMQService, path: str = "/health") -> list[web.RouteDef]:
-    """The health routes of ``service`` (added by :func:`setup`; for a sub-app or another
+    """The health routes of ``service`` (added by ``setup``; for a sub-app or another
     prefix): ``path`` (the JSON report with lag), ``path/live`` and ``path/ready``."""
 
     async def live(request: web.Request) -> web.Response:

@@ -1,23 +1,23 @@
 """FastAPI integration (extra ``fastapi``): a router that runs a service's RocketMQ clients.
 
-::
+```python
+from fastapi import FastAPI
+from aiorocket.consumer import ConsumerMessage
+from aiorocket.integrations.fastapi import ProducerDep, RocketMQRouter
 
-    from fastapi import FastAPI
-    from aiorocket.consumer import ConsumerMessage
-    from aiorocket.integrations.fastapi import ProducerDep, RocketMQRouter
+router = RocketMQRouter(producer_group="orders-api")
 
-    router = RocketMQRouter(producer_group="orders-api")
+@router.subscriber("orders", group="order-processor")
+async def process(msg: ConsumerMessage) -> None: ...
 
-    @router.subscriber("orders", group="order-processor")
-    async def process(msg: ConsumerMessage) -> None: ...
+app = FastAPI()
+app.include_router(router)  # its lifespan starts and stops the clients
 
-    app = FastAPI()
-    app.include_router(router)  # its lifespan starts and stops the clients
-
-    @app.post("/orders")
-    async def create(producer: ProducerDep) -> dict[str, str]:
-        result = await producer.send(Message("orders", b"..."))
-        return {"msg_id": result.msg_id}
+@app.post("/orders")
+async def create(producer: ProducerDep) -> dict[str, str]:
+    result = await producer.send(Message("orders", b"..."))
+    return {"msg_id": result.msg_id}
+```
 
 Including the router merges its lifespan into the app's (``FastAPI(lifespan=
 router.lifespan_context)`` works too): the producer starts, then the consumers; at
@@ -47,7 +47,7 @@ H = TypeVar("H", bound=MessageHandler)
 
 
 def get_service(request: Request) -> RocketMQService:
-    """Dependency: the running :class:`RocketMQService` of the app (set by the lifespan)."""
+    """Dependency: the running ``RocketMQService`` of the app (set by the lifespan)."""
     service = getattr(request.app.state, "aiorocket", None)
     if not isinstance(service, RocketMQService):
         raise ClientClosedError("no RocketMQRouter lifespan is running for this app")
@@ -55,7 +55,7 @@ def get_service(request: Request) -> RocketMQService:
 
 
 def get_producer(request: Request) -> Producer:
-    """Dependency: the service's shared, started :class:`~aiorocket.producer.Producer`."""
+    """Dependency: the service's shared, started [`Producer`][aiorocket.producer.Producer]."""
     return get_service(request).producer
 
 
@@ -64,22 +64,22 @@ ProducerDep = Annotated[Producer, Depends(get_producer)]
 
 
 class RocketMQRouter(APIRouter):
-    """An ``APIRouter`` whose lifespan runs a :class:`RocketMQService`.
+    """An ``APIRouter`` whose lifespan runs a ``RocketMQService``.
 
     Parameters
     ----------
     namesrv:
         NameServer addresses (default ``$AIOROCKET_NAMESRV_ADDR``).
     producer_group:
-        Start a shared producer of this group (see :data:`ProducerDep`).
+        Start a shared producer of this group (see ``ProducerDep``).
     service:
-        An existing :class:`RocketMQService` to run instead of building one from
+        An existing ``RocketMQService`` to run instead of building one from
         ``namesrv``, ``producer_group`` and ``service_settings``.
     health_path:
         Where the health routes go (``{path}``, ``{path}/live``, ``{path}/ready``);
         None: no health routes.
     service_settings:
-        Other :class:`RocketMQService` parameters (``producer_settings``,
+        Other ``RocketMQService`` parameters (``producer_settings``,
         ``consumer_settings``, ``stuck_after``).
     router_settings:
         Passed to ``APIRouter`` (``prefix``, ``tags``, ...).
@@ -117,7 +117,7 @@ class RocketMQRouter(APIRouter):
         **settings: Any,
     ) -> Callable[[H], H]:
         """Decorator: consume ``topic`` in ``group`` with the decorated handler (see
-        :meth:`RocketMQService.subscriber`)."""
+        ``RocketMQService.subscriber``)."""
         return self.service.subscriber(
             topic, group=group, expression=expression, sql=sql, **settings
         )

@@ -1,8 +1,8 @@
 """Health of a service's consumers: readiness, liveness, and a JSON-ready report with lag.
 
-Readiness is per consumer :attr:`~aiorocket.consumer.Consumer.has_joined` (a member of
+Readiness is per consumer [`has_joined`][aiorocket.consumer.Consumer.has_joined] (a member of
 its group with its first assignment); liveness notices an assigned queue whose pulls
-stopped completing (:attr:`~aiorocket.consumer.QueueStats.pull_idle`).
+stopped completing (``QueueStats.pull_idle``).
 The lag of a queue is the broker's max offset minus the committed offset (the offset the
 consumer commits: every message before it is finished).
 """
@@ -24,7 +24,7 @@ __all__ = ["consumer_health", "is_live"]
 
 def is_live(consumer: Consumer, stuck_after: float) -> bool:
     """False when a queue assigned to ``consumer`` has had no pull completed for
-    ``stuck_after`` seconds (:attr:`~aiorocket.consumer.QueueStats.pull_idle`).
+    ``stuck_after`` seconds (``QueueStats.pull_idle``).
 
     A pull completes at least every ``long_poll_timeout`` plus 5 s on a healthy queue
     that is not paused; one paused because its cache is full of unfinished messages

@@ -1,15 +1,15 @@
 """The RocketMQ clients of one service, started and stopped together.
 
 A service declares its consumers (``@service.subscriber(topic, group=...)`` or
-:meth:`RocketMQService.add_consumer`) and, with ``producer_group``, one shared
-:class:`~aiorocket.producer.Producer`. ``async with service:`` starts the producer, then
+``RocketMQService.add_consumer``) and, with ``producer_group``, one shared
+[`Producer`][aiorocket.producer.Producer]. ``async with service:`` starts the producer, then
 the consumers; leaving it stops the consumers first (they stop pulling, drain their
 running handlers within ``shutdown_timeout``, commit the offsets of what finished and
 unregister: a message whose handler did not finish is not committed, so another member
 or the next instance gets it again), then the producer (its handlers may still send).
 
-The framework adapters (:mod:`aiorocket.integrations.fastapi`,
-:mod:`aiorocket.integrations.aiohttp`) enter it in the app's lifespan.
+The framework adapters ([`aiorocket.integrations.fastapi`][],
+[`aiorocket.integrations.aiohttp`][]) enter it in the app's lifespan.
 """
 
 from __future__ import annotations
@@ -42,11 +42,13 @@ H = TypeVar("H", bound=MessageHandler)
 class RocketMQService:
     """Consumers and a shared producer with one lifecycle, and their health.
 
-    >>> service = RocketMQService(namesrv="127.0.0.1:9876", producer_group="orders-api")
-    >>> @service.subscriber("orders", group="order-processor", consume_concurrency=8)
-    ... async def process(msg: ConsumerMessage) -> None: ...
-    >>> async with service:
-    ...     await service.producer.send(Message("orders", b"..."))
+    ```python
+    service = RocketMQService(namesrv="127.0.0.1:9876", producer_group="orders-api")
+    @service.subscriber("orders", group="order-processor", consume_concurrency=8)
+    async def process(msg: ConsumerMessage) -> None: ...
+    async with service:
+        await service.producer.send(Message("orders", b"..."))
+    ```
 
     Parameters
     ----------
@@ -54,19 +56,19 @@ class RocketMQService:
         NameServer addresses for the clients built here (default:
         ``$AIOROCKET_NAMESRV_ADDR``).
     producer_group:
-        Build and start a shared :class:`~aiorocket.producer.Producer` of this group
-        (None: the service has no producer unless :meth:`set_producer` gives one).
+        Build and start a shared [`Producer`][aiorocket.producer.Producer] of this group
+        (None: the service has no producer unless ``set_producer`` gives one).
     producer_settings:
-        :class:`~aiorocket.producer.ProducerConfig` fields for that producer.
+        [`ProducerConfig`][aiorocket.producer.ProducerConfig] fields for that producer.
     consumer_settings:
-        :class:`~aiorocket.consumer.ConsumerConfig` fields every consumer built by
-        :meth:`subscriber` starts from (its own keywords override them).
+        [`ConsumerConfig`][aiorocket.consumer.ConsumerConfig] fields every consumer built by
+        ``subscriber`` starts from (its own keywords override them).
     from_env:
-        Read settings from the environment (:mod:`aiorocket.env`:
+        Read settings from the environment ([`aiorocket.env`][]:
         ``AIOROCKET_CONSUMER_*``, ``AIOROCKET_PRODUCER_*``, credentials, TLS): settings
         given in code win over them, they win over the defaults.
     telemetry:
-        OpenTelemetry metrics and tracing (:mod:`aiorocket.integrations.telemetry`):
+        OpenTelemetry metrics and tracing ([`aiorocket.integrations.telemetry`][]):
         None (default) turns them on when ``opentelemetry`` is installed (extra
         ``otel``), with the global providers; False turns them off; or a configured
         ``Telemetry``. Async handlers and ``producer.send`` are instrumented.
@@ -121,7 +123,7 @@ class RocketMQService:
         """Decorator: consume ``topic`` in ``group`` with the decorated handler.
 
         ``expression`` is a tag expression (``"a || b"``), ``sql`` an SQL92 filter;
-        ``settings`` are :class:`~aiorocket.consumer.ConsumerConfig` fields (over the
+        ``settings`` are [`ConsumerConfig`][aiorocket.consumer.ConsumerConfig] fields (over the
         service's ``consumer_settings``). The handler is called as the consumer's
         ``handler=``: returning settles the message, raising sends it back for a retry.
         """
@@ -166,7 +168,7 @@ class RocketMQService:
 
     @property
     def producer(self) -> Producer:
-        """The shared producer; :class:`~aiorocket.errors.ClientClosedError` unless the
+        """The shared producer; [`ClientClosedError`][aiorocket.errors.ClientClosedError] unless the
         service is running with one."""
         if self._producer is None:
             raise ClientClosedError("this service has no producer (pass producer_group=)")
@@ -223,11 +225,11 @@ class RocketMQService:
 
     def ready(self) -> bool:
         """True while running once every consumer has joined its group and received its
-        first assignment (:attr:`~aiorocket.consumer.Consumer.has_joined`)."""
+        first assignment ([`has_joined`][aiorocket.consumer.Consumer.has_joined])."""
         return self._running and all(c.has_joined for c in self.consumers)
 
     async def wait_ready(self, timeout: float | None = None) -> bool:
-        """Wait until :meth:`ready` (at most ``timeout`` seconds); return it."""
+        """Wait until ``ready`` (at most ``timeout`` seconds); return it."""
         with anyio.move_on_after(timeout):
             for consumer in self.consumers:
                 await consumer.wait_joined()
@@ -235,13 +237,14 @@ class RocketMQService:
 
     def live(self) -> bool:
         """False when a consumer is stuck: an assigned queue with no pull completed for
-        ``stuck_after`` seconds (see :func:`~aiorocket.integrations.health.is_live`)."""
+        ``stuck_after`` seconds (see [`is_live`][aiorocket.integrations.health.is_live])."""
         return all(is_live(c, self.stuck_after) for c in self.consumers)
 
     async def health(self, *, with_lag: bool = True) -> dict[str, Any]:
         """The report served by the health routes: ``{"ready", "live", "lag",
-        "consumers": [...]}`` (see :func:`~aiorocket.integrations.health.consumer_health`);
-        ``lag`` is the total over every consumer's queues."""
+        "consumers": [...]}`` (see
+        [`consumer_health`][aiorocket.integrations.health.consumer_health]); ``lag`` is the total
+        over every consumer's queues."""
         reports = [
             await consumer_health(c, stuck_after=self.stuck_after, with_lag=with_lag)
             for c in self.consumers

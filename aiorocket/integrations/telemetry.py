@@ -1,12 +1,12 @@
 """OpenTelemetry metrics and tracing for a service's consumers and producer (extra ``otel``).
 
 Importing this module imports ``opentelemetry``;
-:class:`~aiorocket.integrations.service.RocketMQService` imports it only when the package
+[`RocketMQService`][aiorocket.integrations.service.RocketMQService] imports it only when the package
 is installed, so a service without it pays nothing.
 
-Tracing: :meth:`Telemetry.instrument_producer` makes each ``producer.send`` a PRODUCER
+Tracing: ``Telemetry.instrument_producer`` makes each ``producer.send`` a PRODUCER
 span (``send <topic>``) and writes its W3C trace context (``traceparent``,
-``tracestate``) into the message's properties; :meth:`Telemetry.instrument_handler`
+``tracestate``) into the message's properties; ``Telemetry.instrument_handler``
 makes each handler call a CONSUMER span (``process <topic>``) whose parent is the
 context found in the message's properties, i.e. the producer's span.
 

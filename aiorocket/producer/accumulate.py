@@ -2,8 +2,8 @@
 
 A broker spends most of its effort per request, not per byte: batches of 1 KiB
 messages go several times faster than one message per request (benchmarks/README.md,
-produce figures). So with ``auto_batch`` on, :meth:`Producer.send` hands eligible messages to an
-:class:`AutoBatcher`, and each caller still awaits its own :class:`SendResult`.
+produce figures). So with ``auto_batch`` on, ``Producer.send`` hands eligible messages to an
+``AutoBatcher``, and each caller still awaits its own ``SendResult``.
 
 There is no linger timer. A topic keeps at most ``batch_in_flight`` requests under
 way; a message that finds one of them free leaves at once (with whatever else was sent
@@ -127,7 +127,7 @@ class AutoBatcher:
         )
 
     async def send(self, msg: Message, deadline: float) -> SendResult:
-        """Send ``msg`` (for which :meth:`accepts` is true) alone or with others.
+        """Send ``msg`` (for which ``accepts`` is true) alone or with others.
 
         No cancel scope per call (the costliest part of a send here): a message that
         outlives its deadline while waiting is failed by the sweeper, and one in a

@@ -1,10 +1,12 @@
 """Batch bodies: several messages of one topic sent in one SEND_BATCH_MESSAGE request.
 
 The body is the concatenation of one record per message (apache/rocketmq
-``MessageDecoder.encodeMessages``), all big-endian::
+``MessageDecoder.encodeMessages``), all big-endian:
 
-    int32 TOTALSIZE   int32 MAGICCODE (0)   int32 BODYCRC (0)   int32 FLAG
-    int32 BODYLEN + body   int16 PROPERTIESLEN + properties
+```text
+int32 TOTALSIZE   int32 MAGICCODE (0)   int32 BODYCRC (0)   int32 FLAG
+int32 BODYLEN + body   int16 PROPERTIESLEN + properties
+```
 
 The broker stores the messages consecutively in one queue. Batched bodies are not
 compressed (as in Java), and delayed or timer messages cannot be batched.
@@ -52,7 +54,7 @@ def encode_record(body: bytes, properties: str, flag: int = 0) -> bytes:
 
 
 def decode_records(data: bytes) -> list[tuple[int, bytes, str]]:
-    """Inverse of :func:`encode_batch` bodies: ``(flag, body, properties)`` per record."""
+    """Inverse of ``encode_batch`` bodies: ``(flag, body, properties)`` per record."""
     out: list[tuple[int, bytes, str]] = []
     pos = 0
     while pos < len(data):

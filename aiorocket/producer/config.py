@@ -26,7 +26,7 @@ MIB = 1024 * KIB
 
 @dataclass(slots=True)
 class ProducerConfig:
-    """Settings of :class:`~aiorocket.producer.Producer`.
+    """Settings of [`Producer`][aiorocket.producer.Producer].
 
     Pass them as keyword arguments (``Producer(group, auto_batch=True)``) or as
     ``config=ProducerConfig(...)``; invalid values raise ``ConfigError``.
@@ -49,7 +49,7 @@ class ProducerConfig:
     #: requests (sends, oneway sends, batches) that may be waiting for a broker at once.
     max_in_flight: int = 1024
     #: group concurrent plain sends of a topic into batch requests (Java ``autoBatch``; see
-    #: :mod:`aiorocket.producer.accumulate`): a batch fails or succeeds as a whole, and its
+    #: ``aiorocket.producer.accumulate``): a batch fails or succeeds as a whole, and its
     #: messages land consecutively in one queue. ``None`` (default): off over remoting,
     #: as in Java; on over gRPC, where a call costs the client several times a small
     #: message's CPU: measured with 64 sends in flight, 4-5x the messages per second at
@@ -80,16 +80,16 @@ class ProducerConfig:
     #: queues per broker of a topic created that way (Java ``defaultTopicQueueNums``).
     default_topic_queue_nums: int = 4
     #: ACL identity (access key, secret key, optional security token) signing every
-    #: request; see :mod:`aiorocket.security`. Remoting transport only.
+    #: request; see [`aiorocket.security`][]. Remoting transport only.
     credentials: Credentials | None = None
     #: TLS to the NameServers and brokers: True (system CAs, host names checked) or an
-    #: ``ssl.SSLContext`` (e.g. :func:`aiorocket.security.tls_context` with a private CA).
+    #: ``ssl.SSLContext`` (e.g. [`aiorocket.security.tls_context`][] with a private CA).
     tls: TlsSetting = False
     #: servers reached at another address than the one they advertise (port forwarding,
     #: a tunnel, a test proxy): ``{"10.0.0.5:10911": "127.0.0.1:20911"}``.
     address_map: dict[str, str] | None = None
     #: a namespace (Java ``setNamespace``): every topic and group name is sent as
-    #: ``<namespace>%<name>`` and handed back without it (:mod:`aiorocket.namespace`).
+    #: ``<namespace>%<name>`` and handed back without it ([`aiorocket.namespace`][]).
     #: Empty: none. The gRPC producer hands it to the Proxy (``GrpcOptions.namespace``).
     namespace: str = ""
 

@@ -1,4 +1,4 @@
-"""Turning a :class:`Message` into what goes on the wire, validating it first.
+"""Turning a ``Message`` into what goes on the wire, validating it first.
 
 Everything that can make a send fail for a reason the broker need not be asked about is
 checked here, before any connection is made: topic name, empty or oversized body,

@@ -1,11 +1,11 @@
 """The producer: lifecycle and the public send API (plain, ordered, batch, transactional).
 
-``async with Producer(group, namesrv=...)`` owns a :class:`ClientInstance` (connections,
+``async with Producer(group, namesrv=...)`` owns a ``ClientInstance`` (connections,
 route refresher) and a task group running the heartbeat loop and the transaction
 check-back workers; leaving the block unregisters the group and stops them all.
 
 However many tasks send at once, at most ``max_in_flight`` requests wait for brokers
-(see :mod:`aiorocket.producer.sender`); :meth:`Producer.start_send` waits for a slot
+(see [`aiorocket.producer.sender`][]); ``Producer.start_send`` waits for a slot
 *before* spawning, so a loop feeding a task group is held back too.
 """
 
@@ -75,16 +75,18 @@ ResultCallback = Callable[[SendResult], "Awaitable[None] | None"]
 class Producer:
     """Sends messages for one producer group.
 
-    >>> async with Producer("my-group", namesrv="127.0.0.1:9876") as producer:
-    ...     result = await producer.send(Message("orders", b"paid"))
-    ...     print(result.msg_id, result.queue, result.queue_offset)
+    ```python
+    async with Producer("my-group", namesrv="127.0.0.1:9876") as producer:
+        result = await producer.send(Message("orders", b"paid"))
+        print(result.msg_id, result.queue, result.queue_offset)
+    ```
 
     Over a RocketMQ 5.x Proxy's gRPC endpoint instead of a NameServer (``grpc`` extra,
     asyncio only): ``Producer(group, proxy="host:8081")`` or
     ``Producer(group, "host:8081", transport="grpc")``. The Proxy picks the queue, so
     ``selector=``, oneway sends, auto-batching and delay levels raise
-    :class:`~aiorocket.errors.UnsupportedTransportError` there (``sharding_key`` is the
-    FIFO message group; ``deliver_time_ms`` delays).
+    [`UnsupportedTransportError`][aiorocket.errors.UnsupportedTransportError] there
+    (``sharding_key`` is the FIFO message group; ``deliver_time_ms`` delays).
 
     Parameters
     ----------
@@ -95,7 +97,7 @@ class Producer:
         default: ``$AIOROCKET_NAMESRV_ADDR``. With ``transport="grpc"``: the Proxy
         endpoint.
     config:
-        A :class:`ProducerConfig`; keyword ``settings`` override its fields.
+        A ``ProducerConfig``; keyword ``settings`` override its fields.
     transaction_checker:
         Answers the brokers' check-backs of transactional messages (over gRPC: the
         Proxy's orphaned-transaction recovery commands).
@@ -106,9 +108,9 @@ class Producer:
     transport:
         ``"remoting"`` (the default) or ``"grpc"``.
     grpc_options:
-        :class:`aiorocket.grpc.GrpcOptions` (TLS, namespace, ACL credentials); gRPC only.
+        [`aiorocket.grpc.GrpcOptions`][] (TLS, namespace, ACL credentials); gRPC only.
     settings:
-        :class:`ProducerConfig` fields, e.g. ``auto_batch=True``.
+        ``ProducerConfig`` fields, e.g. ``auto_batch=True``.
     """
 
     def __init__(
@@ -337,7 +339,7 @@ class Producer:
 
         With ``auto_batch``, an unpinned message without delay whose body is below
         ``compress_over`` may leave in one batch request with other sends of its topic
-        that wait at the same time (see :mod:`aiorocket.producer.accumulate`).
+        that wait at the same time (see ``aiorocket.producer.accumulate``).
         """
         if self.transport == "grpc":
             return await self._grpc_producer(selector).send(

@@ -1,6 +1,6 @@
 """Where a topic can be written: its writable queues, from the NameServer's route.
 
-Routes come from the client's :class:`~aiorocket.client.namesrv.NameServerClient`, whose
+Routes come from the client's [`NameServerClient`][aiorocket.client.namesrv.NameServerClient], whose
 cache its refresher re-queries every ``route_refresh_interval``; the queue list here is
 rebuilt whenever that cache holds a newer route. A send that finds no queue, or a broker
 that says the topic does not exist, asks the NameServer again at once.

@@ -2,7 +2,7 @@
 
 A *selector* picks the queue of an ordered message: ``selector(queues, message, arg)``
 gets every writable queue of the topic (broker order, then queue id) and returns one of
-them. :func:`hash_selector` maps equal keys to the same queue as the Java client's
+them. ``hash_selector`` maps equal keys to the same queue as the Java client's
 ``SelectMessageQueueByHash`` does for strings and integers, so Java and Python producers
 sharing a topic agree on where a key goes.
 """

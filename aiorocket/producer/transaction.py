@@ -4,7 +4,7 @@ A transactional send stores a *half* message (sys flag TRANSACTION_PREPARED, pro
 ``TRAN_MSG=true`` and ``PGROUP=<group>``) that consumers cannot see, runs the local
 transaction, then sends END_TRANSACTION (oneway) with COMMIT, ROLLBACK or UNKNOWN. For a
 half message left unresolved the broker later sends CHECK_TRANSACTION_STATE (oneway, the
-stored message as body) to a client of the group; :class:`CheckBacks` queues these and
+stored message as body) to a client of the group; ``CheckBacks`` queues these and
 answers each with the user's checker's verdict.
 """
 

@@ -3,8 +3,8 @@
 The broker serialises maps keyed by objects as objects with object keys
 (``{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"t"}:{...}}}``) and maps keyed
 by numbers with bare number keys (``{"brokerAddrs":{0:"127.0.0.1:10911"}}``); neither is
-JSON that :func:`json.loads` accepts. :func:`loads` reads both (an object key becomes a
-:class:`FrozenKey`); :func:`dumps_queue_map` writes a MessageQueue-keyed map the way the
+JSON that ``json.loads`` accepts. ``loads`` reads both (an object key becomes a
+``FrozenKey``); ``dumps_queue_map`` writes a MessageQueue-keyed map the way the
 Java tools expect to read it.
 """
 
@@ -103,7 +103,7 @@ class _Reader:
 
 
 def loads(body: bytes | str, what: str = "body") -> Any:
-    """Parse a broker body; :class:`~aiorocket.errors.ProtocolError` if it is malformed."""
+    """Parse a broker body; [`ProtocolError`][aiorocket.errors.ProtocolError] if it is malformed."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
         return json.loads(text)  # the common case: plain JSON

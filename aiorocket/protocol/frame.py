@@ -1,11 +1,13 @@
 """Remoting frames: length prefix, serialize type + header length, header, body.
 
-Layout (all big-endian)::
+Layout (all big-endian):
 
-    int32 total length L (4 + header length + body length; not counting itself)
-    int32 (serialize type << 24) | header length
-    header: JSON (type 0) or the ROCKETMQ binary form (type 1)
-    body
+```text
+int32 total length L (4 + header length + body length; not counting itself)
+int32 (serialize type << 24) | header length
+header: JSON (type 0) or the ROCKETMQ binary form (type 1)
+body
+```
 
 Encoding always uses JSON (the binary form cannot carry request codes above 32767);
 decoding accepts both, because a broker answers in *its* configured serialize type.
@@ -284,7 +286,7 @@ class FrameDecoder:
 
     A bad length prefix raises before any of the announced bytes are buffered, so a
     garbage stream cannot make us allocate 2 GiB. A *response* over the frame limit
-    (up to :data:`MAX_SKIPPED_FRAME_LENGTH`) is not an error of the stream: its header
+    (up to ``MAX_SKIPPED_FRAME_LENGTH``) is not an error of the stream: its header
     comes out with an empty body and ``skipped_body`` set, and the body is thrown away
     as it arrives, so the connection and the other requests on it go on.
     """

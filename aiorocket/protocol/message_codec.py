@@ -1,17 +1,19 @@
 """Stored-message codec: the records in a PULL_MESSAGE body, properties and message ids.
 
 A pull body is a concatenation of commit-log records, all big-endian (apache/rocketmq
-``MessageDecoder``)::
+``MessageDecoder``):
 
-    int32 TOTALSIZE   int32 MAGICCODE   int32 BODYCRC   int32 QUEUEID   int32 FLAG
-    int64 QUEUEOFFSET   int64 PHYSICALOFFSET   int32 SYSFLAG   int64 BORNTIMESTAMP
-    BORNHOST (4 or 16 IP bytes + int32 port)   int64 STORETIMESTAMP
-    STOREHOST (4 or 16 IP bytes + int32 port)   int32 RECONSUMETIMES
-    int64 PREPARED_TRANSACTION_OFFSET   int32 BODYLEN + body
-    TOPICLEN (int8 for magic V1, int16 for V2) + topic   int16 PROPERTIESLEN + properties
+```text
+int32 TOTALSIZE   int32 MAGICCODE   int32 BODYCRC   int32 QUEUEID   int32 FLAG
+int64 QUEUEOFFSET   int64 PHYSICALOFFSET   int32 SYSFLAG   int64 BORNTIMESTAMP
+BORNHOST (4 or 16 IP bytes + int32 port)   int64 STORETIMESTAMP
+STOREHOST (4 or 16 IP bytes + int32 port)   int32 RECONSUMETIMES
+int64 PREPARED_TRANSACTION_OFFSET   int32 BODYLEN + body
+TOPICLEN (int8 for magic V1, int16 for V2) + topic   int16 PROPERTIESLEN + properties
+```
 
 Decoding is strict where Java is lenient: every record must be exactly TOTALSIZE bytes,
-and any truncated, overlong or malformed field raises :class:`MessageDecodeError` for the
+and any truncated, overlong or malformed field raises ``MessageDecodeError`` for the
 whole body (Java silently returns the records before the first bad one).
 As in Java, a decompressed message has the COMPRESSED bit (0x1) cleared in ``sys_flag``
 (the compression-type bits are kept) and ``body_crc`` stays the CRC of the stored
@@ -144,7 +146,7 @@ def decode_messages(
     ``check_crc`` verifies BODYCRC against the stored body; ``decompress=False`` keeps
     compressed bodies (and the COMPRESSED bit) as stored. ``message_class`` may be a
     MessageExt subclass whose extra fields all have defaults. Raises
-    :class:`MessageDecodeError` for any truncated or corrupt input, unless
+    ``MessageDecodeError`` for any truncated or corrupt input, unless
     ``undecodable`` is given: then each bad record is appended there and decoding goes
     on with the next one (its framing, TOTALSIZE and magic code, is intact), or stops
     (it is not), returning the records decoded.
@@ -409,7 +411,7 @@ _T = TypeVar("_T")
 
 
 class StoredProperties(Mapping[str, str]):
-    """A stored message's properties, parsed (like :func:`decode_properties`) on first use.
+    """A stored message's properties, parsed (like ``decode_properties``) on first use.
 
     Parsing them was the largest per-message cost of decoding a pull, and most handlers
     read few messages' properties, so the decoder keeps the validated raw text instead.
@@ -485,7 +487,7 @@ class StoredProperties(Mapping[str, str]):
 def encode_properties(props: Mapping[str, str]) -> str:
     """``name\\x01value\\x02`` per property, trailing separator included (as Java emits).
 
-    Raises :class:`ConfigError` if a name or value contains ``\\x01`` or ``\\x02``.
+    Raises ``ConfigError`` if a name or value contains ``\\x01`` or ``\\x02``.
     Empty names or values are emitted but are dropped by every decoder (Java's too).
     """
     text = "".join([f"{k}\x01{v}\x02" for k, v in props.items()])
@@ -530,7 +532,7 @@ def offset_message_id(store_host: str, commit_log_offset: int) -> str:
 
 
 def decode_offset_message_id(msg_id: str) -> tuple[str, int]:
-    """Inverse of :func:`offset_message_id`: ``("ip:port", commit_log_offset)``."""
+    """Inverse of ``offset_message_id``: ``("ip:port", commit_log_offset)``."""
     if len(msg_id) not in (32, 56) or not msg_id.isascii():
         raise ValueError(f"not an offset message id: {msg_id!r}")
     try:

@@ -1,4 +1,4 @@
-"""Build commit-log store records, the inverse of :func:`~.message_codec.decode_messages`.
+"""Build commit-log store records, the inverse of ``decode_messages``.
 
 Used by the unit tests and by the in-process fake broker: a PULL_MESSAGE (FOUND) body is
 simply ``b"".join(encode_stored_message(...) for each message)``.
@@ -68,7 +68,7 @@ def encode_stored_message(
       than 127 UTF-8 bytes, as the broker does.
     - ``body_crc``: defaults to the broker's CRC (CRC32 & 0x7FFFFFFF of the stored body).
 
-    Raises :class:`ConfigError` for values the format cannot carry.
+    Raises ``ConfigError`` for values the format cannot carry.
     """
     topic_bytes = topic.encode()
     props_bytes = encode_properties(properties or {}).encode()

@@ -1,17 +1,17 @@
 """One remoting TCP connection: requests multiplexed by ``opaque``.
 
 A connection is *run* by an owner (a task group, usually the pool's):
-:meth:`Connection.run` takes frames from its :mod:`~aiorocket.remoting.wire` until the
+``Connection.run`` takes frames from its [`wire`][aiorocket.remoting.wire] until the
 peer goes away, routes responses to the requests waiting for them and dispatches
 server-initiated requests to a handler. When the connection ends for any reason every
-pending request fails at once with :class:`~aiorocket.errors.ConnectionClosedError`;
-nothing waits for its timeout.
+pending request fails at once with
+[`ConnectionClosedError`][aiorocket.errors.ConnectionClosedError]; nothing waits for its timeout.
 
 A request that gets no answer within its timeout closes the connection (as the Java
 client does by default, ``clientCloseSocketIfTimeout``): on a half-open socket (NAT
 eviction, a partition without RST) nothing would otherwise notice before the kernel gives
 up, minutes later, and every request in between would time out too. The other requests
-pending on it fail at once with :class:`~aiorocket.errors.ConnectionClosedError`
+pending on it fail at once with [`ConnectionClosedError`][aiorocket.errors.ConnectionClosedError]
 (retriable) and the pool opens a new connection for the next request.
 """
 
@@ -101,7 +101,7 @@ def _tls_error(address: str, exc: BaseException) -> TlsError:
 
 
 class Connection:
-    """A multiplexed remoting connection over a :class:`~aiorocket.remoting.wire.Wire`
+    """A multiplexed remoting connection over a [`Wire`][aiorocket.remoting.wire.Wire]
     (or any anyio byte stream, which gets wrapped in one)."""
 
     def __init__(
@@ -354,7 +354,7 @@ class Connection:
         await self._send(encode_command(cmd))
 
     async def aclose(self) -> None:
-        """Close the stream; :meth:`run` then fails whatever is pending and returns."""
+        """Close the stream; ``run`` then fails whatever is pending and returns."""
         if not self._closed:
             self._closed = True
             self._close_reason = self._close_reason or ClientClosedError(

@@ -24,7 +24,7 @@ from aiorocket.security import Credentials
 
 
 class ConnectionPool:
-    """One :class:`Connection` per ``host:port``, created on first use."""
+    """One ``Connection`` per ``host:port``, created on first use."""
 
     def __init__(
         self,
@@ -48,7 +48,7 @@ class ConnectionPool:
             opens a new one (the Java client's default): a half-open socket is
             otherwise only noticed by the kernel, minutes later.
         credentials:
-            ACL identity signing every request sent (see :mod:`aiorocket.security`).
+            ACL identity signing every request sent (see [`aiorocket.security`][]).
         ssl_context:
             Connect over TLS, verifying the servers with this context.
         address_map:

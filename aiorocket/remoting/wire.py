@@ -6,14 +6,14 @@ anyio's socket stream pays for its generality per frame: every ``receive()`` re-
 the socket's reader (two ``epoll_ctl`` calls per read), every ``send()`` first yields
 to the loop once, and the reader and writer tasks each add a task switch. At 5,000
 messages/s on two shared cores those hops are most of the client's CPU and show up as
-latency. :class:`ProtocolWire` gets its bytes in the transport's callback and hands the
+latency. ``ProtocolWire`` gets its bytes in the transport's callback and hands the
 frames written during one loop iteration to the transport in one call at its end: no
 tasks, no re-arming, one ``send()`` for the pulls of every queue answered by one read.
 
-Trio, and any other anyio backend, use :class:`StreamWire`: a reader loop and one
+Trio, and any other anyio backend, use ``StreamWire``: a reader loop and one
 writer task over the backend's byte stream. The tests run both.
 
-Either way a frame is queued whole and synchronously by :meth:`Wire.write`, so a
+Either way a frame is queued whole and synchronously by ``Wire.write``, so a
 cancelled requester can never leave half a frame on the wire.
 """
 
@@ -53,7 +53,7 @@ LOW_WATER = HIGH_WATER // 4
 
 
 class Wire:
-    """The frame transport under a :class:`~aiorocket.remoting.connection.Connection`."""
+    """The frame transport under a [`Connection`][aiorocket.remoting.connection.Connection]."""
 
     #: True while more than ``HIGH_WATER`` bytes wait to be sent: writers should
     #: ``await drain()``.
@@ -70,9 +70,9 @@ class Wire:
     async def run(self, on_command: OnCommand) -> None:
         """Deliver incoming commands until the connection ends.
 
-        Returns or raises :class:`anyio.EndOfStream` when the peer closes; raises
-        :class:`~aiorocket.errors.ProtocolError` for garbage, :class:`OSError` or
-        :class:`anyio.BrokenResourceError` when the connection breaks.
+        Returns or raises ``anyio.EndOfStream`` when the peer closes; raises
+        [`ProtocolError`][aiorocket.errors.ProtocolError] for garbage, ``OSError`` or
+        ``anyio.BrokenResourceError`` when the connection breaks.
         """
         raise NotImplementedError
 
@@ -80,7 +80,7 @@ class Wire:
         raise NotImplementedError
 
     def abort(self) -> None:
-        """Drop the connection at once, discarding unsent bytes: :meth:`run` then ends.
+        """Drop the connection at once, discarding unsent bytes: ``run`` then ends.
 
         For a connection the peer no longer reads: a graceful close would wait for a
         full send buffer to drain, which on a half-open socket never happens.

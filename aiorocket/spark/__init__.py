@@ -3,10 +3,13 @@
 Install with the ``spark`` extra. Importing this package imports pyspark; nothing else
 in aiorocket does.
 
->>> from aiorocket.spark import register
->>> register(spark)
->>> df = (spark.read.format("rocketmq").option("nameServer", "127.0.0.1:9876")
-...       .option("subscribe", "orders").load())
+```python
+from aiorocket.spark import register
+register(spark)
+df = (spark.read.format("rocketmq").option("nameServer", "127.0.0.1:9876")
+      .option("subscribe", "orders").load())
+```
+
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The broker calls behind the data source: queues of a subscription, offsets, pulls.
 
-Plain aiorocket coroutines on a :class:`ClientInstance` (no pyspark): the driver
+Plain aiorocket coroutines on a ``ClientInstance`` (no pyspark): the driver
 resolves subscriptions and offsets with them, executors pull ranges.
 """
 
@@ -215,7 +215,7 @@ async def pull_segment(
     """Every message stored at offsets ``[start, end)`` that passes ``flt``.
 
     Offsets below the queue's minimum, or past its end (the queue was reset), are data
-    loss: :class:`DataLossError`, or skipped and reported in ``lost``.
+    loss: ``DataLossError``, or skipped and reported in ``lost``.
     """
     seg = Segment()
     tags = flt.tags

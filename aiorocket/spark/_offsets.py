@@ -3,7 +3,7 @@
 A streaming offset is ``{"topic": {"brokerName": {"queueId": next_offset}}}`` (the
 layout of the old rocketmq-spark connector): for every queue, the next offset to read.
 Spark compares offsets as JSON *strings*, so every offset we hand out is built by
-:func:`to_json` in sorted key order; the same positions in another key order would make
+``to_json`` in sorted key order; the same positions in another key order would make
 Spark run an empty micro-batch on every trigger.
 """
 
@@ -32,7 +32,7 @@ def to_json(offsets: Mapping[MessageQueue, int]) -> dict[str, Any]:
 
 
 def from_json(obj: Mapping[str, Any]) -> Offsets:
-    """Inverse of :func:`to_json` (offsets read back from a checkpoint)."""
+    """Inverse of ``to_json`` (offsets read back from a checkpoint)."""
     out: Offsets = {}
     try:
         for topic, brokers in obj.items():

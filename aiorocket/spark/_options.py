@@ -1,7 +1,7 @@
 """The connector's options: parsed and checked once, on the driver, into typed values.
 
 Spark hands every option over as a string in a case-insensitive mapping. A wrong value
-raises :class:`~aiorocket.errors.ConfigError` naming the option, so the mistake shows
+raises [`ConfigError`][aiorocket.errors.ConfigError] naming the option, so the mistake shows
 up where the user made it (``load()``, ``start()``, ``save()``), not in a task.
 Nothing here imports pyspark: the parsed values are plain, picklable dataclasses that
 travel to executors inside the input partitions.

@@ -4,7 +4,7 @@ Spark calls a data source synchronously (``read()`` must return a plain iterator
 reuses its Python worker processes across tasks and jobs. So each process runs one
 asyncio loop in a daemon thread; clients and producers are opened in it on first use,
 kept for the life of the process (later tasks reuse their connections), and callers
-block on :func:`call` / wait on :func:`submit` futures. A forked child (Spark's worker
+block on ``call`` / wait on ``submit`` futures. A forked child (Spark's worker
 daemon forks) starts its own loop instead of inheriting a dead thread's.
 """
 

@@ -1,4 +1,4 @@
-"""Command line of :mod:`aiorocket.testing.broker` (kept apart to keep files small)."""
+"""Command line of [`aiorocket.testing.broker`][] (kept apart to keep files small)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ _VERSION_RE = re.compile(r"^5\.(\d+)\.(\d+)$")
 class BrokerSetupError(RuntimeError):
     """The local RocketMQ cannot be provisioned (missing tool, unresolvable jars, ...).
 
-    Deliberately not a :class:`~aiorocket.errors.RocketMQError`: it is about the test
+    Deliberately not a [`RocketMQError`][aiorocket.errors.RocketMQError]: it is about the test
     harness's machine (Java, Maven, ports, processes), not an answer of RocketMQ, so an
     ``except RocketMQError`` in client code never swallows a broken test setup. (The test
     harness's admin requests, which are RocketMQ answers, raise ``AdminError``, a

@@ -2,14 +2,16 @@
 
 NameServer + broker ``broker-a`` with the 5.x Proxy in local mode (one JVM:
 ``ProxyStartup -pm local``) + optional plain brokers ``broker-b``, ... in the same cluster,
-all from the Maven Central jars (see :mod:`aiorocket.testing._maven`)::
+all from the Maven Central jars (see [`aiorocket.testing._maven`][]):
 
-    python -m aiorocket.testing.broker start [--brokers 2] [--dir DIR] [--timeout S]
-    python -m aiorocket.testing.broker status [--json | --env]
-    python -m aiorocket.testing.broker topic NAME... [--queues 8] [--type FIFO]
-    python -m aiorocket.testing.broker group NAME...
-    python -m aiorocket.testing.broker stop [--timeout S]
-    python -m aiorocket.testing.broker resolve [--refresh]   # only fetch the jars
+```sh
+python -m aiorocket.testing.broker start [--brokers 2] [--dir DIR] [--timeout S]
+python -m aiorocket.testing.broker status [--json | --env]
+python -m aiorocket.testing.broker topic NAME... [--queues 8] [--type FIFO]
+python -m aiorocket.testing.broker group NAME...
+python -m aiorocket.testing.broker stop [--timeout S]
+python -m aiorocket.testing.broker resolve [--refresh]   # only fetch the jars
+```
 
 The home directory (``$AIOROCKET_BROKER_DIR``, default ``/tmp/aiorocket-broker-<uid>``)
 holds the configs, logs, stores and ``state.json`` (pids, ports, addresses, version), so
@@ -195,7 +197,7 @@ class LocalRocketMQ:
 
     @classmethod
     async def aattach(cls, base_dir: str | os.PathLike[str] | None = None) -> LocalRocketMQ | None:
-        """:meth:`attach` for async code (the checks run in a worker thread)."""
+        """``attach`` for async code (the checks run in a worker thread)."""
         return await anyio.to_thread.run_sync(cls.attach, base_dir)
 
     def healthy(self, timeout: float = 5.0) -> bool:
@@ -464,7 +466,7 @@ class LocalRocketMQ:
         send_signal(self.process(name), signal.SIGSTOP)
 
     def resume(self, name: str) -> None:
-        """SIGCONT after :meth:`pause`."""
+        """SIGCONT after ``pause``."""
         send_signal(self.process(name), signal.SIGCONT)
 
     async def restart(self, name: str, timeout: float = 120.0) -> None:

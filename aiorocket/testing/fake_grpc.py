@@ -12,7 +12,7 @@ NotifyClientTermination with OK, and ReceiveMessage according to ``receive_mode`
 ``"ok"`` (Status OK then the queued ``messages``), ``"unavailable"`` (one message, then
 the stream ends with gRPC UNAVAILABLE), ``"reset"`` (one message, then the connection
 drops) or ``"hang"`` (nothing, ever). SendMessage stores the messages in ``sent`` and
-answers OK, or never answers while ``send_hangs``. :meth:`restart` drops every
+answers OK, or never answers while ``send_hangs``. ``restart`` drops every
 connection, as a Proxy that restarts does.
 """
 
@@ -41,7 +41,7 @@ class FakeProxy:
     Parameters
     ----------
     port:
-        the port to listen on, 0 for any (the same port again after :meth:`restart`).
+        the port to listen on, 0 for any (the same port again after ``restart``).
     """
 
     def __init__(self, port: int = 0) -> None:

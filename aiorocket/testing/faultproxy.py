@@ -1,17 +1,19 @@
 """A fault-injecting TCP proxy on loopback, for network-fault tests.
 
 Put it between a client and a server (a broker, a NameServer) and change the network
-under the running client, on command::
+under the running client, on command:
 
-    async with FaultProxy("127.0.0.1:10911") as proxy:
-        consumer = Consumer(..., address_map={"127.0.0.1:10911": proxy.address})
-        ...
-        proxy.stall()            # half-open: no data, no FIN, both ways
-        proxy.drop()             # reset every open connection
-        proxy.latency = 0.2      # seconds added to each chunk, each way
-        proxy.bandwidth = 2**20  # bytes/s per connection and direction
-        proxy.refuse = True      # new connections are reset at once
-        proxy.heal()             # all faults off (stalled connections stay stalled)
+```python
+async with FaultProxy("127.0.0.1:10911") as proxy:
+    consumer = Consumer(..., address_map={"127.0.0.1:10911": proxy.address})
+    ...
+    proxy.stall()            # half-open: no data, no FIN, both ways
+    proxy.drop()             # reset every open connection
+    proxy.latency = 0.2      # seconds added to each chunk, each way
+    proxy.bandwidth = 2**20  # bytes/s per connection and direction
+    proxy.refuse = True      # new connections are reset at once
+    proxy.heal()             # all faults off (stalled connections stay stalled)
+```
 
 ``stall()`` freezes the connections open at that moment (a NAT entry evicted, a peer
 frozen): new connections work, so a client that notices and reconnects recovers.
@@ -51,7 +53,7 @@ class _Link:
 
 
 class FaultProxy:
-    """Forwards every connection made to :attr:`address` to ``target``, with faults.
+    """Forwards every connection made to ``address`` to ``target``, with faults.
 
     Parameters
     ----------
@@ -81,7 +83,7 @@ class FaultProxy:
 
     @property
     def address(self) -> str:
-        """``127.0.0.1:port`` to give the client instead of :attr:`target`."""
+        """``127.0.0.1:port`` to give the client instead of ``target``."""
         if self._listener is None:
             raise RuntimeError("the proxy is not started")
         port = self._listener.extra(anyio.abc.SocketAttribute.local_port)
@@ -128,7 +130,7 @@ class FaultProxy:
 
     def heal(self) -> None:
         """No latency, no throttling, no refusal; new connections are not stalled.
-        Connections stalled by :meth:`stall` stay stalled, as on a real network."""
+        Connections stalled by ``stall`` stay stalled, as on a real network."""
         self.latency = 0.0
         self.bandwidth = None
         self.refuse = False
@@ -141,7 +143,7 @@ class FaultProxy:
             link.resumed.set()
 
     async def wait_accepted(self, count: int) -> None:
-        """Wait until :attr:`accepted` reaches ``count``."""
+        """Wait until ``accepted`` reaches ``count``."""
         while self.accepted < count:
             await self._accepted_event.wait()
 

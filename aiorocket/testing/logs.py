@@ -1,11 +1,13 @@
 """Capture aiorocket's log events in tests.
 
-aiorocket logs through the standard ``logging`` module (see :mod:`aiorocket._log`), so
-``structlog.testing.capture_logs`` does not see its events; this does, at every level::
+aiorocket logs through the standard ``logging`` module (see [`aiorocket._log`][]), so
+``structlog.testing.capture_logs`` does not see its events; this does, at every level:
 
-    with capture_logs() as events:
-        ...
-    assert any(e["event"] == "send_failed" for e in events)
+```python
+with capture_logs() as events:
+    ...
+assert any(e["event"] == "send_failed" for e in events)
+```
 
 Each entry is the event dict (``event``, the bound context, the call's keywords) plus
 ``log_level`` and ``logger`` (the stdlib logger's name).

@@ -1,7 +1,7 @@
 """pytest fixtures for testing a service that uses aiorocket (registered as the ``pytest11``
 entry point ``aiorocket``: active in every pytest run, inert unless a test uses them).
 
-* ``rocketmq_cluster`` (session): a :class:`~aiorocket.testing.broker.LocalRocketMQ`;
+* ``rocketmq_cluster`` (session): a [`LocalRocketMQ`][aiorocket.testing.broker.LocalRocketMQ];
   the one recorded in ``$AIOROCKET_BROKER_DIR`` (or the default directory) if it runs
   and is healthy (left running), else a private 2-broker cluster started in a temporary
   directory and stopped at the end of the session (Java 17+ and Maven needed; the
@@ -10,7 +10,8 @@ entry point ``aiorocket``: active in every pytest run, inert unless a test uses 
   ``AIOROCKET_NAMESRV_ADDR`` for the test, so clients built without one find it);
 * ``rocketmq_topic``: a fresh topic (8 queues on each broker) per test;
 * ``rocketmq_group``: a fresh group name per test;
-* ``rocketmq_fake_server``: :class:`~aiorocket.testing.fake_remoting.FakeRemotingServer`,
+* ``rocketmq_fake_server``:
+``FakeRemotingServer`` (aiorocket.testing.fake_remoting),
   the scriptable remoting server for fault tests (``async with
   rocketmq_fake_server(handler) as server: ... server.address``).
 

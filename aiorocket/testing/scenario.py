@@ -26,7 +26,7 @@ __all__ = ["Tally", "produce_steadily"]
 
 @dataclass
 class Tally:
-    """Counts of one scenario. Feed it with :func:`produce_steadily` and :meth:`handler`."""
+    """Counts of one scenario. Feed it with ``produce_steadily`` and ``handler``."""
 
     #: bodies whose send was acknowledged (SendResult returned)
     acked: set[bytes] = field(default_factory=set)
@@ -47,7 +47,7 @@ class Tally:
         self.record(msg.body)
 
     def record(self, body: bytes) -> None:
-        """Count one delivery of ``body`` (by a consumer that is not :meth:`handler`,
+        """Count one delivery of ``body`` (by a consumer that is not ``handler``,
         such as one in another process)."""
         self.consumed[body] += 1
         self._notify()
