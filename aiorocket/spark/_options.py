@@ -169,16 +169,19 @@ _READ_OPTIONS = _CLIENT_OPTIONS | {
     "endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp",
     "failondataloss", "maxoffsetspertrigger", "minpartitions", "maxrecordsperpartition",
     "pullbatchsize", "pulldepth", "commitoffsetstogroup", "includesystemproperties",
-    "path",
 }  # fmt: skip
+#: options Spark itself adds to those a data source gets (pyspark 4.2 and 4.3): ``path``
+#: from ``load(path)`` / ``save(path)`` / ``start(path)``, and for a streaming write
+#: ``queryName`` and ``checkpointLocation`` (only when given as options, not as the
+#: ``spark.sql.streaming.checkpointLocation`` conf). Accepted and ignored.
+SPARK_OPTIONS = frozenset({"path", "queryname", "checkpointlocation"})
 _WRITE_OPTIONS = _CLIENT_OPTIONS | {
     "topic", "producergroup", "sendtimeoutms", "retrytimes", "dedupkeyproperty", "autobatch",
-    "path", "checkpointlocation",  # Spark's own, passed along to the sink
 }  # fmt: skip
 
 
 def _check_known(opts: dict[str, str], known: set[str], what: str) -> None:
-    unknown = sorted(k for k in opts if k not in known)
+    unknown = sorted(k for k in opts if k not in known and k not in SPARK_OPTIONS)
     if unknown:
         raise ConfigError(f"unknown rocketmq {what} option(s): {', '.join(unknown)}")
 

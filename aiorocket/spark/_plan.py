@@ -47,6 +47,16 @@ async def batch_ranges(client: ClientInstance, opts: ReadOptions) -> list[Range]
     start = await resolve(client, opts.starting, queues, opts.group)
     end = await resolve(client, opts.ending, queues, opts.group)
     ranges = [Range(mq, start[mq], end[mq]) for mq in queues]
+    backwards = [r for r in ranges if r.end < r.start]
+    if backwards:
+        # Spark's Kafka source fails the same way rather than read nothing for the queue.
+        shown = "; ".join(f"queue {r.mq}: starting offset {r.start} > ending offset {r.end}"
+                          for r in backwards[:5])  # fmt: skip
+        more = f" (and {len(backwards) - 5} more queues)" if len(backwards) > 5 else ""
+        raise ConfigError(
+            f"the ending position is before the starting position ({opts.ending.option} "
+            f"before {opts.starting.option}): {shown}{more}"
+        )
     return split_ranges(
         ranges, min_partitions=opts.min_partitions, max_records=opts.max_records_per_partition
     )

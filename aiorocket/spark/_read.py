@@ -36,13 +36,19 @@ class QueueSplit(InputPartition):
 
 
 def read_split(
-    opts: ReadOptions, schema: StructType, split: QueueSplit
+    opts: ReadOptions, schema: StructType, split: InputPartition
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of every message of ``split`` passing the filter, in offset order.
+
+    When a read plans no partitions (nothing to read: an empty topic, an empty range,
+    a trigger without new messages) Spark still runs one task and hands it a
+    placeholder partition of its own: that task reads nothing.
 
     ``opts.pull_depth`` pulls of ``opts.pull_batch_size`` offsets each are in flight on
     the process's event loop while Spark consumes the batches built so far.
     """
+    if not isinstance(split, QueueSplit):
+        return
     rt = runtime()
     client = rt.client(opts.client)
     builder = BatchBuilder(schema, opts.include_system_properties)

@@ -102,7 +102,6 @@ class RocketMQBatchReader(DataSourceReader):
         return [QueueSplit.of(r) for r in self.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueueSplit)
         return read_split(self.opts, self.schema, partition)
 
 
@@ -195,7 +194,6 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [QueueSplit.of(r) for r in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueueSplit)
         return read_split(self.opts, self.schema, partition)
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -140,6 +140,33 @@ def test_clear_errors_at_load(
         reader.load()
 
 
+def test_empty_reads_return_no_rows(
+    spark: SparkSession, filled: Filled, rocketmq: LocalRocketMQ
+) -> None:
+    """A read that plans no partitions runs Spark's placeholder task, which reads nothing."""
+    empty = create_and_fill(rocketmq, f"spark_empty_{uuid.uuid4().hex[:8]}", 0)
+    assert empty.reader(spark).load().count() == 0
+    assert empty.reader(spark).load().collect() == []
+    after_last = filled.reader(spark, startingTimestamp=str(2**41)).load()  # year 2039
+    assert after_last.count() == 0
+    q = filled.sent[0].queue
+    same = json.dumps({filled.topic: {q.broker_name: {str(q.queue_id): 1}}})
+    assign = json.dumps({filled.topic: {q.broker_name: [q.queue_id]}})
+    df = filled.reader(spark, assign=assign, startingOffsets=same, endingOffsets=same).load()
+    assert df.count() == 0
+
+
+def test_ending_before_starting_names_the_queue(spark: SparkSession, filled: Filled) -> None:
+    q = filled.sent[0].queue
+    start = json.dumps({filled.topic: {q.broker_name: {str(q.queue_id): 3}}})
+    end = json.dumps({filled.topic: {q.broker_name: {str(q.queue_id): 1}}})
+    df = filled.reader(spark, startingOffsets=start, endingOffsets=end).load()
+    needle = f"queue {q}: starting offset 3 > ending offset 1"
+    with pytest.raises(Exception, match=r"(?s)ConfigError.*endingOffsets before.*"
+                       + re.escape(needle)):  # fmt: skip
+        df.count()
+
+
 def test_batch_only_mistakes_fail_the_first_action(spark: SparkSession, filled: Filled) -> None:
     """Spark tells a source that a read is a batch read only when it plans the read."""
     df = filled.reader(spark, startingOffsets="latest").load()

@@ -95,6 +95,8 @@ def test_topic_column_and_string_body(
         ("body binary, keys map<string,string>", {"topic": "t"}, "column 'keys' must be"),
         ("body binary", {"topic": "no_such_topic_sink"}, "does not exist (option topic)"),
         ("body binary", {"topic": "t", "sendTimeoutMs": "soon"}, "sendTimeoutMs must be"),
+        # Spark's own options (path, queryName, checkpointLocation) pass; a misspelt one not
+        ("body binary", {"topic": "t", "path": "p", "topik": "t"}, "sink option(s): topik"),
     ],
 )
 def test_clear_errors_at_save(

@@ -27,16 +27,27 @@ def stream(filled: Filled, spark: SparkSession, **options: str) -> DataFrame:
     return r.load()
 
 
-def run_available_now(df: DataFrame, fmt: str, checkpoint: Path, **options: str) -> list[int]:
+def run_available_now(
+    df: DataFrame, fmt: str, checkpoint: Path, name: str | None = None, **options: str
+) -> list[int]:
     """Run ``df`` into ``fmt`` with Trigger.AvailableNow until it stops by itself; the
-    number of input rows of each micro-batch."""
+    number of input rows of each micro-batch that had any."""
+    return [n for n in run_batches(df, fmt, checkpoint, name, **options) if n]
+
+
+def run_batches(
+    df: DataFrame, fmt: str, checkpoint: Path, name: str | None = None, **options: str
+) -> list[int]:
+    """As :func:`run_available_now`, every micro-batch's input rows, empty ones too."""
     w = df.writeStream.format(fmt).option("checkpointLocation", str(checkpoint))
+    if name is not None:
+        w = w.queryName(name)
     for k, v in options.items():
         w = w.option(k, v)
     query = w.trigger(availableNow=True).start()
     assert query.awaitTermination(180), "AvailableNow query did not stop by itself"
     assert query.exception() is None, query.exception()
-    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    return [p["numInputRows"] for p in query.recentProgress]
 
 
 def last_offsets(checkpoint: Path) -> tuple[int, dict[str, Any]]:
@@ -110,9 +121,10 @@ def test_stream_to_rocketmq_sink_replays_with_the_same_keys(
     ckpt = tmp_path / "ckpt"
     df = stream(filled, spark, maxOffsetsPerTrigger="8").select("body", "tags", "properties")
     sink = {"nameServer": filled.namesrv, "topic": target}
-    run_available_now(df, "rocketmq", ckpt, **sink)
+    # A named query: Spark hands the sink queryName and checkpointLocation too.
+    run_available_now(df, "rocketmq", ckpt, name=f"q_{target}", **sink)
     forget_last_commit(ckpt)  # the restart sends the last batch again
-    run_available_now(df, "rocketmq", ckpt, **sink)
+    run_available_now(df, "rocketmq", ckpt, name=f"q_{target}", **sink)
     batch, _ = last_offsets(ckpt)
     replayed = 20 - (batch * 8 if batch * 8 < 20 else 0)
     got = consume_all(filled.namesrv, target, 20 + replayed)
@@ -126,6 +138,18 @@ def test_stream_to_rocketmq_sink_replays_with_the_same_keys(
         m.body for m in filled.messages
     )
     assert len(got) > 20  # the last batch really was sent twice
+
+
+def test_stream_of_an_empty_topic_runs_empty_batches(
+    spark: SparkSession, make_topic: Callable[..., Filled], tmp_path: Path
+) -> None:
+    """The first micro-batch of an empty topic has start == end: no partitions, Spark's
+    placeholder task reads nothing; a stream joined to it still gets all its rows."""
+    empty, full = make_topic(0, queues=1), make_topic(6, queues=1)
+    batches = run_batches(stream(empty, spark).select("body"), "noop", tmp_path / "a")
+    assert batches == [0]
+    both = stream(empty, spark).select("body").union(stream(full, spark).select("body"))
+    assert sum(run_batches(both, "noop", tmp_path / "b")) == 6
 
 
 def test_data_loss_after_the_topic_was_recreated(
