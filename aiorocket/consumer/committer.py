@@ -1,12 +1,18 @@
 """Committing queue offsets to the offset store, safe against cancellation and dead brokers.
 
-Two rules:
+Three rules:
 
 * an offset counts as committed only once the store accepted it. A commit cancelled
   mid-request (the flusher stopped at close, a rebalance pass cancelled) leaves the queue
   dirty, so the next commit, the final one at close included, sends it again;
 * the queues of different brokers are committed concurrently, each broker under its own
-  time bound: one dead broker costs its own queues' commits, never the healthy ones'.
+  time bound: one dead broker costs its own queues' commits, never the healthy ones';
+* a queue whose broker connection was lost (``ProcessQueue.offset_unverified``) is
+  neither committed nor pulled from its own position until the group's stored offset
+  was read and found not ahead of it (``verify_offset``, ``group_ahead``). The
+  flag is cleared only by a check that succeeded with no new loss of the connection
+  during its query, so whatever runs meanwhile (a flush, the application's commit)
+  checks for itself, and a failed or timed-out query leaves the queue unverified.
 """
 
 from __future__ import annotations
@@ -24,15 +30,54 @@ if TYPE_CHECKING:
     from aiorocket.consumer.process_queue import ProcessQueue
     from aiorocket.consumer.state import ConsumerState
 
-__all__ = ["AutoCommit", "OffsetCommitter", "group_ahead"]
+__all__ = ["AutoCommit", "OffsetCommitter", "group_ahead", "verify_offset"]
 
 
-async def group_ahead(store: OffsetStore, pq: ProcessQueue) -> int | None:
-    """The group's stored offset of ``pq``'s queue when it is past ``pq``'s committable
-    one (another member consumed the queue while the broker had dropped us), else None.
-    The one rule of ProcessQueue.offset_unverified, for the committer and the puller."""
+async def group_ahead(
+    store: OffsetStore, pq: ProcessQueue, offset: int | None = None
+) -> int | None:
+    """The group's stored offset of ``pq``'s queue when it is past ``offset`` (default:
+    ``pq``'s committable one), else None: another member consumed the queue while the
+    broker had dropped us. The one rule of ProcessQueue.offset_unverified, for the
+    committer, the puller and the application's commits."""
     stored = await store.read(pq.mq)
-    return stored if stored is not None and stored > pq.tracker.committable() else None
+    if offset is None:
+        offset = pq.tracker.committable()  # read after the query: the position now
+    return stored if stored is not None and stored > offset else None
+
+
+async def verify_offset(store: OffsetStore, pq: ProcessQueue, log: Logger) -> bool:
+    """Check an unverified queue's offset; True once it is verified (and the flag cleared).
+
+    If the group's stored offset is past ours, another member consumed the queue while we
+    were cut off (frozen, or dropped by the broker after missed heartbeats): the queue
+    moves there instead of consuming it all again. Only an offset *past* ours moves it:
+    one below is the broker's own older record (it persists offsets every few seconds, a
+    restart loses the rest), which our next commit corrects.
+
+    A failed query raises and leaves the queue unverified. A connection lost again during
+    the query leaves it unverified too (False): the answer may predate a commit made since.
+    """
+    disconnects = pq.disconnects
+    stored = await store.read(pq.mq)
+    tracker = pq.tracker
+    if pq.dropped:
+        return False
+    if stored is not None and stored > tracker.committable():
+        log.warning(
+            "queue_consumed_elsewhere", offset=tracker.committable(), stored_offset=stored,
+            hint="the broker dropped this consumer (connection lost or heartbeats "
+            "missed past its channel expiry) and another member consumed this queue; "
+            "continuing from the group's offset",
+        )  # fmt: skip
+        pq.reset(stored)
+        tracker.mark_committed(stored)
+    if stored is not None:
+        tracker.floor = stored if tracker.floor is None else max(tracker.floor, stored)
+    if pq.disconnects != disconnects:
+        return False
+    pq.offset_unverified = False
+    return True
 
 
 class OffsetCommitter:

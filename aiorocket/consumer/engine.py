@@ -332,7 +332,7 @@ class Engine:
             route = namesrv.cached_route(pq.mq.topic) if namesrv is not None else None
             data = route.brokers.get(pq.mq.broker_name) if route is not None else None
             if data is None or address in data.broker_addrs.values():
-                pq.offset_unverified = True
+                pq.mark_unverified()
 
     async def _on_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
         if cmd.ext_fields.get("consumerGroup") == self.state.group:

@@ -43,13 +43,13 @@ class OffsetTracker:
     ``mark_committed`` with that value only after the store accepted it, so a commit
     that failed or was cancelled on the way is sent again by the next flush.
 
-    ``reset`` (OFFSET_ILLEGAL, seek, reset-offset request) bumps
-    ``generation``. Handlers still running for the old generation should pass the
+    ``reset`` (OFFSET_ILLEGAL, seek, reset-offset request) bumps ``generation`` and
+    clears ``floor``. Handlers still running for the old generation should pass the
     generation they were started under to ``done``, so a late completion cannot
     mark a re-pulled message with the same offset as finished.
     """
 
-    __slots__ = ("_committed", "_generation", "_next", "_order", "_pending")
+    __slots__ = ("_committed", "_generation", "_next", "_order", "_pending", "floor")
 
     def __init__(self, start_offset: int) -> None:
         _check_offset("start_offset", start_offset)
@@ -60,6 +60,11 @@ class OffsetTracker:
         # is already committed; call mark_dirty() if it was computed locally instead.
         self._committed: int | None = start_offset
         self._generation = 0
+        #: The group's stored offset as read when the queue was checked after a lost
+        #: connection: an application's commit below it would move the group back over
+        #: what it (or another member) had committed. Belongs to one generation: a
+        #: ``reset`` (a seek, the application choosing a position) clears it.
+        self.floor: int | None = None
 
     # ----------------------------------------------------------------- pull side
 
@@ -104,6 +109,7 @@ class OffsetTracker:
         self._pending.clear()
         self._next = offset
         self._generation += 1
+        self.floor = None
 
     # -------------------------------------------------------------- handler side
 

@@ -126,6 +126,7 @@ class ProcessQueue:
         "consume_scope",
         "consumed_total",
         "created_at",
+        "disconnects",
         "dropped",
         "last_lock_time",
         "last_pull_completed",
@@ -193,6 +194,9 @@ class ProcessQueue:
         #: only if the stored one is not ahead: a stale commit would move the group's
         #: offset backwards (duplicates).
         self.offset_unverified = False
+        #: how many times ``mark_unverified`` was called: a check whose query spanned
+        #: a new loss of the connection does not count (its answer may predate it).
+        self.disconnects = 0
         self._changed = Signal()
         self._room = Signal()  # a pull waiting for cache room may go
         self._room_at: tuple[int, int] | None = None  # (count, bytes) it resumes at
@@ -217,6 +221,11 @@ class ProcessQueue:
         if not self.dropped:
             self._enter(QueueState.ACTIVE)
             self._changed.notify()
+
+    def mark_unverified(self) -> None:
+        """The connection to the queue's broker was lost (see ``offset_unverified``)."""
+        self.offset_unverified = True
+        self.disconnects += 1
 
     # -- pull side -----------------------------------------------------------------
 

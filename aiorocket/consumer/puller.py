@@ -11,7 +11,7 @@ import anyio.abc
 
 from aiorocket.client.broker import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from aiorocket.client.results import PullStatus
-from aiorocket.consumer.committer import group_ahead
+from aiorocket.consumer.committer import verify_offset
 from aiorocket.consumer.config import MessageModel
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.undecodable import dead_letter_undecodable
@@ -162,6 +162,7 @@ class Puller:
             if with_sub:
                 sys_flag |= PULL_SUBSCRIPTION
             generation = pq.tracker.generation
+            disconnects = pq.disconnects
             batch = _batch_size(pq, offset, cfg.pull_batch_size) if pq.small_batch else max_batch
             sent_at = time.monotonic()
             try:
@@ -223,6 +224,8 @@ class Puller:
                 break
             if request_scope.cancelled_caught or generation != pq.tracker.generation:
                 continue  # seeked or reset while the pull was in flight
+            if disconnects != pq.disconnects:
+                continue  # the position is unverified now: check it before using the answer
             broker_id = result.suggest_which_broker_id
             status = result.status
             if status is PullStatus.NO_MATCHED_MSG and from_slave:
@@ -298,35 +301,15 @@ class Puller:
                 await self._commits.commit(pq)
 
     async def _verify_offset(self, pq: ProcessQueue, log: Logger) -> bool:
-        """After the connection to ``pq``'s broker was lost: if the group's stored
-        offset is past ours, another member consumed the queue meanwhile (we were frozen
-        or cut off long enough for the broker to drop us), so continue from there instead
-        of consuming it all again; False if the broker could not be asked.
-
-        Only an offset *past* ours moves the queue: one below it is the broker's own
-        older record (it persists offsets every few seconds, a restart loses the rest),
-        which our next commit corrects.
-        """
-        pq.offset_unverified = False  # a disconnect during the query sets it again
+        """After the connection to ``pq``'s broker was lost: move the queue to the
+        group's stored offset if another member committed past us (see verify_offset);
+        False while it is not verified (the query failed, or the connection was lost
+        again meanwhile), and the queue is not pulled."""
         try:
-            stored = await group_ahead(self._commits.store, pq)
+            return await verify_offset(self._commits.store, pq, log)
         except RocketMQError as exc:
-            pq.offset_unverified = True
             log.warning("offset_verify_failed", error=str(exc))
             return False
-        except BaseException:  # cancelled (the queue revoked): still unknown, not committed
-            pq.offset_unverified = True
-            raise
-        if stored is not None and not pq.dropped:
-            log.warning(
-                "queue_consumed_elsewhere", offset=pq.tracker.committable(), stored_offset=stored,
-                hint="the broker dropped this consumer (connection lost or heartbeats "
-                "missed past its channel expiry) and another member consumed this queue; "
-                "continuing from the group's offset",
-            )  # fmt: skip
-            pq.reset(stored)
-            pq.tracker.mark_committed(stored)
-        return True
 
 
 #: the broker does not know this consumer's group or subscription (yet): its heartbeat

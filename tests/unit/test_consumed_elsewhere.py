@@ -14,11 +14,25 @@ import anyio
 import pytest
 
 from aiorocket._log import get_logger
-from aiorocket.consumer.committer import OffsetCommitter
+from aiorocket.consumer import ConsumeFromWhere, PullConsumer
+from aiorocket.consumer.committer import OffsetCommitter, verify_offset
 from aiorocket.consumer.process_queue import ProcessQueue
+from aiorocket.errors import RequestTimeoutError, RocketMQError
 from aiorocket.message import MessageQueue
+from aiorocket.protocol.codes import RequestCode
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.testing.fake_remoting import ServerSession
 
-from .consumer_fakes import TOPIC, Collector, FakeBroker, FakeCluster, consumer_of, running
+from .consumer_fakes import (
+    FAST,
+    TOPIC,
+    Collector,
+    FakeBroker,
+    FakeCluster,
+    consumer_of,
+    engine_of,
+    running,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -100,3 +114,130 @@ async def test_an_unverified_queue_is_committed_only_if_the_group_is_not_ahead(
     assert await committer.commit(pq) is bool(written)
     assert store.writes == written
     assert pq.tracker.dirty is not bool(written)
+
+
+class ParkingBroker(FakeBroker):
+    """Leaves queue 0's QUERY_CONSUMER_OFFSET unanswered while ``park`` is set (the
+    client's request times out), and notes every offset request of queue 0."""
+
+    def __init__(self) -> None:
+        super().__init__("broker-a", 0)
+        self.park = False
+        self.parked = 0
+        #: set (and replaced) at every QUERY_ or UPDATE_CONSUMER_OFFSET of queue 0
+        self.offset_request = anyio.Event()
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        offset_codes = (RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.UPDATE_CONSUMER_OFFSET)
+        if cmd.code in offset_codes and cmd.ext_fields.get("queueId") == "0":
+            self.offset_request.set()
+            self.offset_request = anyio.Event()
+            if self.park and cmd.code == RequestCode.QUERY_CONSUMER_OFFSET:
+                self.parked += 1
+                return
+        await super().handle(session, cmd)
+
+
+async def take(consumer: PullConsumer, n: int) -> list[bytes]:
+    got: list[bytes] = []
+    with anyio.fail_after(10):
+        while len(got) < n:
+            for msgs in (await consumer.getmany(timeout=5)).values():
+                got.extend(m.body for m in msgs)
+    return got
+
+
+async def test_a_flush_during_the_verifying_query_does_not_store_the_stale_offset() -> None:
+    """Issue 30, item 2. We are at 2; another member committed 10 while we were cut off.
+    The pull task's query of the group's offset is in flight when a flush runs: the flush
+    must check for itself, not store 2. The query then times out: the queue stays
+    unverified (no pull), and the next query moves it to 10 (m2..m9 not again)."""
+    broker = ParkingBroker()
+    broker.offsets[(TOPIC, 0)] = 0
+    cluster = FakeCluster({"broker-a": [broker]})
+    async with running(cluster):
+        consumer = PullConsumer(
+            "g", cluster.namesrv.address, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            **{**FAST, "persist_offset_interval": 3600.0, "request_timeout": 1.0},
+        )  # fmt: skip  (flushes only when the test runs one)
+        consumer.assign([MessageQueue(TOPIC, "broker-a", q) for q in range(2)])
+        async with consumer, anyio.create_task_group() as tg:
+            broker.add(0, b"m0", b"m1")
+            assert await take(consumer, 2) == [b"m0", b"m1"]
+            broker.park = True
+            broker.offsets[(TOPIC, 0)] = 10
+            asked = broker.offset_request
+            for session in list(broker.server.sessions):
+                await session.close()
+            broker.add(0, *(f"m{i}".encode() for i in range(2, 12)))
+            with anyio.fail_after(10):
+                await asked.wait()  # the pull task's query, left unanswered
+                asked = broker.offset_request
+                tg.start_soon(engine_of(consumer).commits.commit_all)
+                await asked.wait()  # the flush's own request, during that query
+            broker.park = False  # the next queries are answered
+            assert broker.offsets[(TOPIC, 0)] == 10
+            assert await take(consumer, 2) == [b"m10", b"m11"]
+        assert broker.parked == 2  # the pull task's query and the flush's
+    assert broker.offsets[(TOPIC, 0)] == 12
+
+
+class GatedStore(MemoryStore):
+    """A MemoryStore whose reads wait until ``answer`` is set, then fail if ``error``."""
+
+    def __init__(self, stored: int | None) -> None:
+        super().__init__(stored)
+        self.asked = anyio.Event()
+        self.answer = anyio.Event()
+        self.error: RocketMQError | None = None
+
+    async def read(self, mq: MessageQueue) -> int | None:
+        self.asked.set()
+        await self.answer.wait()
+        if self.error is not None:
+            raise self.error
+        return self.stored
+
+
+def unverified_queue_at(offset: int) -> ProcessQueue:
+    pq = ProcessQueue(MessageQueue(TOPIC, "broker-a", 0), offset)
+    pq.mark_unverified()
+    return pq
+
+
+@pytest.mark.parametrize("lost_again", [False, True])
+async def test_a_queue_is_verified_only_by_a_query_that_no_disconnect_overlapped(
+    lost_again: bool,
+) -> None:
+    """The flag stays set while the query runs (a flush meanwhile checks for itself); a
+    connection lost again during the query leaves it set, as the answer may predate a
+    commit made since; the queue moves to the group's offset in both cases."""
+    store = GatedStore(10)
+    pq = unverified_queue_at(2)
+    async with anyio.create_task_group() as tg:
+        verified: list[bool] = []
+
+        async def verify() -> None:
+            verified.append(await verify_offset(store, pq, get_logger("test")))
+
+        tg.start_soon(verify)
+        with anyio.fail_after(5):
+            await store.asked.wait()
+        assert pq.offset_unverified
+        if lost_again:
+            pq.mark_unverified()
+        store.answer.set()
+    assert verified == [not lost_again]
+    assert pq.offset_unverified is lost_again
+    assert (pq.tracker.next_offset, pq.tracker.dirty, pq.tracker.floor) == (10, False, 10)
+
+
+async def test_a_failed_query_leaves_the_queue_unverified() -> None:
+    store = GatedStore(10)
+    store.error = RequestTimeoutError("no answer")
+    store.answer.set()
+    pq = unverified_queue_at(2)
+    with pytest.raises(RequestTimeoutError):
+        await verify_offset(store, pq, get_logger("test"))
+    assert pq.offset_unverified
+    assert pq.tracker.next_offset == 2
