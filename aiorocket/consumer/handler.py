@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from aiorocket._failure_log import handler_failed, message_dead_lettered, msg_id_of
+from aiorocket.consumer.config import MessageModel
 from aiorocket.consumer.results import HandlerResult, Reconsume, failure_delay_level
 
 if TYPE_CHECKING:
@@ -92,20 +94,29 @@ class Handler:
         failure of that handler call (logged), not of the worker and the other messages."""
         default = self._state.config.retry_delay_level
         try:
-            return failure_delay_level(result, default)
+            level = failure_delay_level(result, default)
         except TypeError as exc:
             self.log_failure(pq, first, exc)
             return default
+        if level is not None:
+            self.log_if_last(first, f"handler returned {result!r}", level)
+        return level
 
     def log_failure(self, pq: ProcessQueue, first: ConsumerMessage, exc: Exception) -> None:
-        self._state.log.warning(
-            "handler_failed",
-            topic=pq.mq.topic,
-            broker=pq.mq.broker_name,
-            queue=pq.mq.queue_id,
-            offset=first.queue_offset,
-            error=repr(exc),
-        )
+        handler_failed(self._state.log, exc, attempt=first.reconsume_times + 1,
+                       topic=first.topic, broker=pq.mq.broker_name, queue=pq.mq.queue_id,
+                       offset=first.queue_offset, msg_id=msg_id_of(first))  # fmt: skip
+        self.log_if_last(first, repr(exc), self._state.config.retry_delay_level)
+
+    def log_if_last(self, msg: ConsumerMessage, error: str, level: int) -> None:
+        """``message_dead_lettered`` if this failure sends ``msg`` to the DLQ: its last
+        attempt (the broker's rule: reconsume times at the limit), or a level of -1."""
+        cfg = self._state.config
+        if cfg.message_model is MessageModel.BROADCASTING:
+            return  # no DLQ: broadcast_message_dropped says what happens instead
+        if msg.reconsume_times >= cfg.reconsume_limit() or (level < 0 and not cfg.orderly):
+            message_dead_lettered(self._state.log, topic=msg.topic, msg_id=msg_id_of(msg),
+                                  attempts=msg.reconsume_times + 1, error=error)  # fmt: skip
 
     def log_timeout(self, pq: ProcessQueue, first: ConsumerMessage) -> None:
         self._state.log.warning(
@@ -115,6 +126,7 @@ class Handler:
             offset=first.queue_offset,
             timeout=self._state.config.consume_timeout,
         )
+        self.log_if_last(first, "consume_timeout", self._state.config.retry_delay_level)
 
 
 class TimeoutSlot:

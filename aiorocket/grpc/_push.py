@@ -33,6 +33,7 @@ import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from aiorocket._failure_log import handler_failed, message_dead_lettered
 from aiorocket._log import get_logger
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.results import HandlerResult, failure_delay_level
@@ -289,11 +290,17 @@ class PushConsumer:
         """The handler's verdict: None for success, else the delay level."""
         assert self.handler is not None
         try:
-            return failure_delay_level(await self.handler(msg))
+            result = await self.handler(msg)
+            level = failure_delay_level(result)
+            error = f"handler returned {result!r}"
         except Exception as err:  # a handler failure is a nack, never a crash
-            self.log.warning("handler_failed", topic=msg.topic, id=msg.message_id,
-                             attempt=msg.delivery_attempt, error=repr(err))  # fmt: skip
-            return 0
+            handler_failed(self.log, err, attempt=msg.delivery_attempt, topic=msg.topic,
+                           msg_id=msg.message_id)  # fmt: skip
+            level, error = 0, repr(err)
+        if level is not None and (level == -1 or msg.delivery_attempt >= self.max_attempts):
+            message_dead_lettered(self.log, topic=msg.topic, msg_id=msg.message_id,
+                                  attempts=msg.delivery_attempt, error=error)  # fmt: skip
+        return level
 
     async def _worker(self) -> None:
         """One of ``concurrency`` handler workers (not FIFO), until the close."""

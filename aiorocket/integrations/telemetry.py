@@ -14,6 +14,9 @@ Metrics (OpenTelemetry messaging semantic conventions where one exists; attribut
 ``messaging.system=rocketmq``, ``messaging.destination.name``,
 ``messaging.consumer.group.name``, ``messaging.operation.name``, ``error.type``):
 
+Histograms have bucket boundaries in seconds (``DURATION_BUCKETS``, ``DELAY_BUCKETS``,
+given as the instruments' advisory: a View of your own still overrides them).
+
 * ``messaging.client.sent.messages`` (counter) and ``messaging.client.operation.duration``
   (histogram, s) for each send, failures with ``error.type``;
 * ``messaging.client.operation.duration`` also for each pull that returned messages
@@ -46,10 +49,24 @@ from aiorocket.consumer import Consumer, ConsumerMessage, Reconsume
 from aiorocket.message import Message, MessageQueue
 from aiorocket.producer import Producer
 
-__all__ = ["Telemetry"]
+__all__ = ["DELAY_BUCKETS", "DURATION_BUCKETS", "Telemetry"]
 
 SYSTEM = "rocketmq"
 _SCOPE = "aiorocket"
+
+#: bucket boundaries (seconds) of the send, pull and handler duration histograms: the
+#: SDK's default boundaries are meant for milliseconds (0, 5, 10 ... 10000) and would put
+#: every call in the first bucket. Sub-millisecond sends up to a minute-long handler.
+DURATION_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    30.0, 60.0,
+)  # fmt: skip
+#: bucket boundaries (seconds) of ``aiorocket.message.delay`` (store to handler start):
+#: milliseconds when keeping up, up to an hour behind during a backlog.
+DELAY_BUCKETS = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    300.0, 900.0, 3600.0,
+)  # fmt: skip
 
 
 def _failed(result: object) -> bool:
@@ -85,14 +102,16 @@ class Telemetry:
         self.operation_duration = meter.create_histogram(
             "messaging.client.operation.duration", unit="s",
             description="Duration of a send (retries included) or of a pull that returned messages",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )  # fmt: skip
         self.consumed = meter.create_counter(
             "messaging.client.consumed.messages", unit="{message}",
             description="Messages handed to a handler",
         )  # fmt: skip
         self.process_duration = meter.create_histogram(
-            "messaging.process.duration", unit="s", description="Duration of a handler call"
-        )
+            "messaging.process.duration", unit="s", description="Duration of a handler call",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )  # fmt: skip
         self.retried = meter.create_counter(
             "aiorocket.consumer.retried", unit="{message}",
             description="Failed handler calls whose message is sent back for a retry",
@@ -104,6 +123,7 @@ class Telemetry:
         self.delay = meter.create_histogram(
             "aiorocket.message.delay", unit="s",
             description="Handler start minus the broker's store time of the message",
+            explicit_bucket_boundaries_advisory=DELAY_BUCKETS,
         )  # fmt: skip
         self._consumers: list[Consumer] = []
         self._lag: dict[tuple[str, str, str, int], int] = {}

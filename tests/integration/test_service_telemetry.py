@@ -19,7 +19,7 @@ from opentelemetry.trace import SpanKind
 from aiorocket import Message
 from aiorocket.consumer import ConsumeFromWhere, ConsumerMessage
 from aiorocket.integrations.service import RocketMQService
-from aiorocket.integrations.telemetry import Telemetry
+from aiorocket.integrations.telemetry import DELAY_BUCKETS, DURATION_BUCKETS, Telemetry
 from aiorocket.testing.broker import LocalRocketMQ
 
 from .helpers import eventually
@@ -131,6 +131,51 @@ async def test_metrics_and_trace_context(
         assert span.name == f"process {topic}" and producer.name == f"send {topic}"
     failed = [s for s in consumers if not s.status.is_ok]
     assert len(failed) == 2
+
+
+async def test_duration_histograms_have_buckets_in_seconds(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A 3 ms and a 300 ms handler call land in different buckets (the SDK's default
+    boundaries, meant for milliseconds, would put both in the first one)."""
+    topic, group = unique_name("buckets"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1)
+    reader = InMemoryMetricReader()
+    telemetry = Telemetry(MeterProvider(metric_readers=[reader]))
+    service = RocketMQService(rocketmq.namesrv_addr, producer_group=unique_name("p"),
+                              telemetry=telemetry)  # fmt: skip
+    handled: list[bytes] = []
+    both = anyio.Event()
+
+    @service.subscriber(topic, group=group, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                        consume_concurrency=1)  # fmt: skip
+    async def handle(msg: ConsumerMessage) -> None:
+        await anyio.sleep(0.003 if msg.body == b"fast" else 0.3)  # the work being measured
+        handled.append(msg.body)
+        if len(handled) == 2:
+            both.set()
+
+    async with service:
+        await service.producer.send(Message(topic, b"fast"))
+        await service.producer.send(Message(topic, b"slow"))
+        with anyio.fail_after(30):
+            await both.wait()
+        points = _points(reader)
+
+    (process,) = [p for p in points["messaging.process.duration"]
+                  if p.attributes["messaging.destination.name"] == topic]  # fmt: skip
+    assert tuple(process.explicit_bounds) == DURATION_BUCKETS
+    filled = [i for i, n in enumerate(process.bucket_counts) if n]
+    assert len(filled) == 2 and process.count == 2  # two calls, two buckets
+    bounds = (0.0, *DURATION_BUCKETS, float("inf"))  # bucket i holds (bounds[i], bounds[i+1]]
+    fast, slow = filled
+    assert bounds[fast + 1] <= 0.1 and bounds[slow] >= 0.25
+    sends = [p for p in points["messaging.client.operation.duration"]
+             if p.attributes["messaging.destination.name"] == topic]  # fmt: skip
+    assert sends and all(tuple(p.explicit_bounds) == DURATION_BUCKETS for p in sends)
+    (delay,) = [p for p in points["aiorocket.message.delay"]
+                if p.attributes["messaging.destination.name"] == topic]  # fmt: skip
+    assert tuple(delay.explicit_bounds) == DELAY_BUCKETS
 
 
 def test_without_opentelemetry_nothing_is_instrumented() -> None:
