@@ -20,6 +20,7 @@ __all__ = [
     "AccessDeniedError",
     "BrokerResponseError",
     "ClientClosedError",
+    "CommitFailedError",
     "ConfigError",
     "ConnectionClosedError",
     "ConsumerNotOnlineError",
@@ -222,6 +223,16 @@ class DataLossError(RocketMQError):
 
 class ClientClosedError(RocketMQError):
     """The client (producer, consumer or connection pool) has been closed."""
+
+
+class CommitFailedError(RocketMQError):
+    """An application's offset commit was refused and nothing was stored: a queue it
+    names is no longer assigned to this consumer, or the offset is behind the group's
+    stored offset found after a lost connection (another member consumed the queue
+    meanwhile). Storing it would move the group back, and the messages in between would
+    be consumed again. As Kafka's ``CommitFailedException`` after a rebalance: the
+    messages processed since the last commit may be processed by another member too.
+    """
 
 
 def _response_name(code: int) -> str:

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING
 import anyio
 
 from aiorocket._log import Logger
-from aiorocket.errors import RocketMQError
+from aiorocket.errors import CommitFailedError, RocketMQError
 
 if TYPE_CHECKING:
     from aiorocket.consumer.offset_store import OffsetStore
     from aiorocket.consumer.process_queue import ProcessQueue
     from aiorocket.consumer.state import ConsumerState
 
-__all__ = ["AutoCommit", "OffsetCommitter", "group_ahead", "verify_offset"]
+__all__ = ["AutoCommit", "OffsetCommitter", "check_commit", "group_ahead", "verify_offset"]
 
 
 async def group_ahead(
@@ -78,6 +78,26 @@ async def verify_offset(store: OffsetStore, pq: ProcessQueue, log: Logger) -> bo
         return False
     pq.offset_unverified = False
     return True
+
+
+async def check_commit(store: OffsetStore, pq: ProcessQueue, offset: int) -> None:
+    """Raise [`CommitFailedError`][aiorocket.errors.CommitFailedError] if the
+    application's commit of ``offset`` for ``pq`` would move the group's stored offset
+    back: below the offset read when the queue was checked after a lost connection, or,
+    not checked yet, below the one stored now. A failed query raises its own error."""
+    floor = pq.tracker.floor
+    if floor is not None and offset < floor:
+        stored: int | None = floor
+    elif pq.offset_unverified:
+        stored = await group_ahead(store, pq, offset)
+    else:
+        return
+    if stored is not None:
+        raise CommitFailedError(
+            f"offset {offset} of {pq.mq} is behind the group's stored offset {stored}: the "
+            "connection to its broker was lost and the group moved on meanwhile; nothing "
+            "was committed (the messages in between may be consumed twice)"
+        )
 
 
 class OffsetCommitter:

@@ -24,13 +24,14 @@ from aiorocket._settings import apply_settings, check_group
 from aiorocket.client.namesrv import namesrv_addrs
 from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
 from aiorocket.consumer.buffered import Buffered
+from aiorocket.consumer.committer import check_commit
 from aiorocket.consumer.config import ConsumerConfig
 from aiorocket.consumer.delivery import Delivery, DeliveryParts
 from aiorocket.consumer.engine import Engine, RebalanceListener
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.consumer.state import ConsumerState
-from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError
+from aiorocket.errors import ClientClosedError, CommitFailedError, ConfigError, RocketMQError
 from aiorocket.message import MessageQueue
 from aiorocket.namespace import unwrap_queue, wrap, wrap_queue
 from aiorocket.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, Subscription
@@ -294,22 +295,58 @@ class PullConsumer:
         return {self._app(mq) for mq, pq in self._state.process_queues.items() if pq.paused}
 
     async def commit(self, offsets: Mapping[MessageQueue, int] | None = None) -> None:
-        """Commit ``offsets`` (next offset to consume), or every queue's current position."""
+        """Commit ``offsets`` (per queue, the next offset to consume), or the current
+        position of every queue this consumer owns.
+
+        All queues are checked before anything is stored, as Kafka's commit after a
+        rebalance is refused: storing an offset the group has moved past would make the
+        messages in between be consumed again.
+
+        Raises
+        ------
+        CommitFailedError
+            Nothing was stored: a queue in ``offsets`` is not assigned to this consumer
+            (any more: a rebalance gave it to another member), or an offset is behind the
+            group's stored offset found after the connection to the queue's broker was
+            lost (another member consumed the queue meanwhile; this consumer continues
+            from the group's offset). What was processed since the last commit may be
+            processed by that member too.
+        ConfigError
+            A negative offset.
+        ClientClosedError
+            The consumer is not running (commit inside ``async with``).
+        """
+        if not self._engine.started or self._state.closing:
+            raise ClientClosedError("commit() needs a running consumer (inside async with)")
         store = self._engine.offset_store
-        process_queues = self._state.process_queues
         if offsets is None:
-            for pq in list(process_queues.values()):
-                offset = pq.tracker.committable()
-                await store.persist(pq.mq, offset)
-                pq.tracker.mark_committed(offset)
+            # A queue revoked meanwhile is not ours to commit: its new owner continues
+            # from its last commit.
+            plan = [
+                (pq, pq.tracker.committable())
+                for pq in self._state.process_queues.values()
+                if not pq.dropped
+            ]
         else:
-            for mq, offset in offsets.items():
-                wire = self._wire(mq)
-                await store.persist(wire, offset)
-                owned = process_queues.get(wire)
-                if owned is not None:
-                    owned.tracker.mark_committed(offset)
+            plan = [(self._owned(mq, offset), offset) for mq, offset in offsets.items()]
+        for pq, offset in plan:
+            await check_commit(store, pq, offset)
+        for pq, offset in plan:
+            await store.persist(pq.mq, offset)
+            pq.tracker.mark_committed(offset)
         await store.flush()
+
+    def _owned(self, mq: MessageQueue, offset: int) -> ProcessQueue:
+        """``mq``'s ProcessQueue for a commit of ``offset``."""
+        if offset < 0:
+            raise ConfigError(f"offset must be >= 0, got {offset} for {mq}")
+        pq = self._state.process_queues.get(self._wire(mq))
+        if pq is None or pq.dropped:
+            raise CommitFailedError(
+                f"{mq} is not assigned to this consumer (a rebalance gave it to another "
+                "member, or it never was): nothing was committed"
+            )
+        return pq
 
     async def committed(self, mq: MessageQueue) -> int | None:
         return await self._engine.offset_store.read(self._wire(mq))

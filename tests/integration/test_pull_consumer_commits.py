@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import anyio
 import pytest
 
 from aiorocket.client.instance import ClientInstance
 from aiorocket.consumer import ConsumeFromWhere, PullConsumer
+from aiorocket.errors import CommitFailedError
 from aiorocket.message import Message, MessageQueue
 from aiorocket.testing.broker import LocalRocketMQ
 
@@ -70,10 +72,13 @@ async def test_without_auto_commit_leaving_async_with_stores_only_what_commit_st
     assert await stored_offsets(rocketmq.namesrv_addr, group, [q1, q2]) == [3, None]
 
 
-async def test_without_auto_commit_a_revoked_queue_keeps_its_committed_offset(
-    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
-) -> None:
-    topic, group = unique_name("manualrev"), unique_name("g")
+@asynccontextmanager
+async def half_taken_over(
+    rocketmq: LocalRocketMQ, topic: str, group: str
+) -> AsyncIterator[tuple[PullConsumer, list[MessageQueue], dict[MessageQueue, int]]]:
+    """A member that was returned the 16 messages of the topic's 4 queues (nothing
+    committed), after a second member joined and took 2 of them: the first member, the
+    queues, and its positions before the second one joined."""
     await rocketmq.create_topic(topic, queues=2)
     await rocketmq.create_group(group)
     queues = await produce(rocketmq.namesrv_addr, topic, 16)
@@ -82,10 +87,41 @@ async def test_without_auto_commit_a_revoked_queue_keeps_its_committed_offset(
     async with one:
         assert one.assignment() == set(queues)
         await take(one, 16)  # returned, never committed
+        positions = {mq: one.position(mq) for mq in queues}
         two = manual(rocketmq.namesrv_addr, group)
         two.subscribe(topic)
         async with two:
             await eventually(lambda: len(queues_of(one)) == 2)  # revoked, forgotten
-            revoked = sorted(set(queues) - one.assignment())
-            assert len(revoked) == 2
-            assert await stored_offsets(rocketmq.namesrv_addr, group, revoked) == [None, None]
+            yield one, queues, positions
+
+
+async def test_without_auto_commit_a_revoked_queue_keeps_its_committed_offset(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    group = unique_name("g")
+    async with half_taken_over(rocketmq, unique_name("manualrev"), group) as (one, queues, _):
+        revoked = sorted(set(queues) - one.assignment())
+        assert len(revoked) == 2
+        assert await stored_offsets(rocketmq.namesrv_addr, group, revoked) == [None, None]
+
+
+async def test_a_commit_naming_a_queue_revoked_by_a_rebalance_is_refused_and_stores_nothing(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """As Kafka's commit after a rebalance (issue 30, item 3): the application processed
+    messages of every queue; meanwhile a second member joined and took half of them. The
+    commit of those positions raises CommitFailedError and stores nothing, not even for
+    the queues still owned; commit() of the current positions stores the owned ones."""
+    group = unique_name("g")
+    async with half_taken_over(rocketmq, unique_name("manualgone"), group) as (
+        one, queues, processed,
+    ):  # fmt: skip
+        assert sum(processed.values()) == 16
+        kept = sorted(one.assignment())
+        revoked = sorted(set(queues) - set(kept))
+        with pytest.raises(CommitFailedError, match="not assigned"):
+            await one.commit(processed)
+        assert await stored_offsets(rocketmq.namesrv_addr, group, queues) == [None] * 4
+        await one.commit()
+        stored = await stored_offsets(rocketmq.namesrv_addr, group, [*kept, *revoked])
+        assert stored == [processed[kept[0]], processed[kept[1]], None, None]

@@ -17,7 +17,7 @@ from aiorocket._log import get_logger
 from aiorocket.consumer import ConsumeFromWhere, PullConsumer
 from aiorocket.consumer.committer import OffsetCommitter, verify_offset
 from aiorocket.consumer.process_queue import ProcessQueue
-from aiorocket.errors import RequestTimeoutError, RocketMQError
+from aiorocket.errors import CommitFailedError, RequestTimeoutError, RocketMQError
 from aiorocket.message import MessageQueue
 from aiorocket.protocol.codes import RequestCode
 from aiorocket.protocol.command import RemotingCommand
@@ -117,12 +117,12 @@ async def test_an_unverified_queue_is_committed_only_if_the_group_is_not_ahead(
 
 
 class ParkingBroker(FakeBroker):
-    """Leaves queue 0's QUERY_CONSUMER_OFFSET unanswered while ``park`` is set (the
+    """Leaves the next ``park`` QUERY_CONSUMER_OFFSET requests of queue 0 unanswered (the
     client's request times out), and notes every offset request of queue 0."""
 
     def __init__(self) -> None:
         super().__init__("broker-a", 0)
-        self.park = False
+        self.park = 0
         self.parked = 0
         #: set (and replaced) at every QUERY_ or UPDATE_CONSUMER_OFFSET of queue 0
         self.offset_request = anyio.Event()
@@ -133,9 +133,21 @@ class ParkingBroker(FakeBroker):
             self.offset_request.set()
             self.offset_request = anyio.Event()
             if self.park and cmd.code == RequestCode.QUERY_CONSUMER_OFFSET:
+                self.park -= 1
                 self.parked += 1
                 return
         await super().handle(session, cmd)
+
+    async def cut_off(self, stored_meanwhile: int) -> anyio.Event:
+        """Close every connection to us (the broker unregisters the consumer) once
+        another member committed ``stored_meanwhile``; then m2..m11 arrive. The event
+        of the next offset request of queue 0: the pull task's check."""
+        self.offsets[(TOPIC, 0)] = stored_meanwhile
+        asked = self.offset_request
+        for session in list(self.server.sessions):
+            await session.close()
+        self.add(0, *(f"m{i}".encode() for i in range(2, 12)))
+        return asked
 
 
 async def take(consumer: PullConsumer, n: int) -> list[bytes]:
@@ -164,18 +176,14 @@ async def test_a_flush_during_the_verifying_query_does_not_store_the_stale_offse
         async with consumer, anyio.create_task_group() as tg:
             broker.add(0, b"m0", b"m1")
             assert await take(consumer, 2) == [b"m0", b"m1"]
-            broker.park = True
-            broker.offsets[(TOPIC, 0)] = 10
-            asked = broker.offset_request
-            for session in list(broker.server.sessions):
-                await session.close()
-            broker.add(0, *(f"m{i}".encode() for i in range(2, 12)))
+            broker.park = 2
+            asked = await broker.cut_off(10)
             with anyio.fail_after(10):
                 await asked.wait()  # the pull task's query, left unanswered
                 asked = broker.offset_request
                 tg.start_soon(engine_of(consumer).commits.commit_all)
                 await asked.wait()  # the flush's own request, during that query
-            broker.park = False  # the next queries are answered
+            broker.park = 0  # the next queries are answered
             assert broker.offsets[(TOPIC, 0)] == 10
             assert await take(consumer, 2) == [b"m10", b"m11"]
         assert broker.parked == 2  # the pull task's query and the flush's
@@ -241,3 +249,45 @@ async def test_a_failed_query_leaves_the_queue_unverified() -> None:
         await verify_offset(store, pq, get_logger("test"))
     assert pq.offset_unverified
     assert pq.tracker.next_offset == 2
+
+
+async def test_an_apps_commit_behind_the_groups_offset_after_a_disconnect_is_refused() -> None:
+    """Issue 30, item 3. With ``auto_commit=False`` we committed 2; another member
+    committed 10 while we were cut off. The application's commit of its old position is
+    refused (CommitFailedError) and stores nothing: while the queue is unverified (the
+    pull task's query unanswered) and after the pull task moved it to 10. Before, it
+    stored 2 and the next polls returned m2..m9 again."""
+    broker = ParkingBroker()
+    broker.offsets[(TOPIC, 0)] = 0
+    cluster = FakeCluster({"broker-a": [broker]})
+    q0, q1 = (MessageQueue(TOPIC, "broker-a", q) for q in range(2))
+    async with running(cluster):
+        consumer = PullConsumer(
+            "g", cluster.namesrv.address, auto_commit=False,
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **{**FAST, "request_timeout": 1.0},
+        )  # fmt: skip
+        consumer.assign([q0])
+        async with consumer:
+            broker.add(0, b"m0", b"m1")
+            assert await take(consumer, 2) == [b"m0", b"m1"]
+            await consumer.commit()
+            assert broker.offsets == {(TOPIC, 0): 2}
+            with pytest.raises(CommitFailedError, match="not assigned"):
+                await consumer.commit({q0: 1, q1: 0})  # q1 is not ours: q0 is not stored either
+            assert broker.offsets == {(TOPIC, 0): 2}
+
+            broker.park = 1  # the pull task's query: the queue stays unverified
+            asked = await broker.cut_off(10)
+            with anyio.fail_after(10):
+                await asked.wait()
+            for offsets in ({q0: 2}, None):  # the batch processed; the position (2 too)
+                with pytest.raises(CommitFailedError, match="stored offset 10"):
+                    await consumer.commit(offsets)
+            assert broker.offsets == {(TOPIC, 0): 10}
+
+            assert await take(consumer, 2) == [b"m10", b"m11"]  # moved to the group's offset
+            with pytest.raises(CommitFailedError, match="stored offset 10"):
+                await consumer.commit({q0: 2})
+            assert broker.offsets == {(TOPIC, 0): 10}
+            await consumer.commit()
+            assert broker.offsets == {(TOPIC, 0): 12}

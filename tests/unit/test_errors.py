@@ -64,6 +64,7 @@ def test_a_response_error_made_directly_follows_the_table_too() -> None:
         (ConfigError("bad value"), False),
         (errors.MessageTooLargeError("big"), False),
         (errors.ClientClosedError("closed"), False),
+        (errors.CommitFailedError("stale"), False),  # the same commit is refused again
         (errors.NoRouteError("no route"), False),
         (ProxyResponseError(42900, "slow down", retriable=True), True),
         (ProxyResponseError(40402, "no topic"), False),
