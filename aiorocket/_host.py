@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 import socket
 
-__all__ = ["local_ipv4"]
+__all__ = ["local_ip", "local_ipv4", "make_client_id"]
 
 
 def local_ipv4() -> str | None:
@@ -16,3 +18,18 @@ def local_ipv4() -> str | None:
             return str(sock.getsockname()[0])
     except OSError:
         return None
+
+
+def local_ip() -> str:
+    """The address other peers would see us as; loopback when there is no route out."""
+    return local_ipv4() or "127.0.0.1"
+
+
+def make_client_id(instance_name: str | None = None) -> str:
+    """``ip@instance``: unique per client object, so several consumers can share a process.
+
+    Both transports name their clients this way (remoting heartbeats, the gRPC
+    ``x-mq-client-id`` header), so it lives below either.
+    """
+    name = instance_name or f"{os.getpid()}#{secrets.token_hex(4)}"
+    return f"{local_ip()}@{name}"

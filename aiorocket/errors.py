@@ -14,7 +14,7 @@ only when the retries ran out.
 
 from __future__ import annotations
 
-from aiorocket.protocol.codes import ResponseCode
+from aiorocket._response_code import ResponseCode
 
 __all__ = [
     "AccessDeniedError",

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from aiorocket._message_id import offset_message_id
+
 __all__ = [
     "DLQ_TOPIC_PREFIX",
     "KEY_SEPARATOR",
@@ -157,8 +159,6 @@ class MessageExt:
 
     @property
     def offset_msg_id(self) -> str:
-        from aiorocket.protocol.message_codec import offset_message_id
-
         return offset_message_id(self.store_host, self.commit_log_offset)
 
     @property

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
 .venv/bin/ruff check aiorocket tests benchmarks examples
 .venv/bin/mypy --strict aiorocket
+# The layers of the package (docs/architecture.md; the contracts are in pyproject.toml).
+.venv/bin/lint-imports --no-logo
 # The documentation site: a broken API reference, link or included example fails here.
 # (Not with -q: mkdocs then stops counting the warnings that --strict turns into errors.)
 if ! docs_log=$(NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict 2>&1); then

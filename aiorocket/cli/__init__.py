@@ -10,7 +10,7 @@ import logging
 
 import click
 
-from aiorocket import __version__
+from aiorocket._version import __version__
 from aiorocket.cli._admin_cmds import group, message, topic
 from aiorocket.cli._broker_cmds import broker
 from aiorocket.cli._common import Settings

@@ -6,15 +6,13 @@ connections' readers and the route refresher, so closing the instance stops them
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 import anyio
 import anyio.abc
 
-from aiorocket._host import local_ipv4
+from aiorocket._host import local_ip, make_client_id
 from aiorocket.client.broker import BrokerClient
 from aiorocket.client.namesrv import NameServerClient
 from aiorocket.errors import ClientClosedError
@@ -22,22 +20,13 @@ from aiorocket.remoting.dispatcher import RequestDispatcher
 from aiorocket.remoting.pool import ConnectionPool
 from aiorocket.security import Credentials, TlsSetting, resolve_tls
 
+# local_ip and make_client_id live in the neutral core (aiorocket._host), which the gRPC
+# transport shares; they stay importable from here for the remoting side's callers.
 __all__ = [
     "ClientInstance",
     "local_ip",
     "make_client_id",
 ]
-
-
-def local_ip() -> str:
-    """The address other peers would see us as; loopback when there is no route out."""
-    return local_ipv4() or "127.0.0.1"
-
-
-def make_client_id(instance_name: str | None = None) -> str:
-    """``ip@instance``: unique per client object, so several consumers can share a process."""
-    name = instance_name or f"{os.getpid()}#{secrets.token_hex(4)}"
-    return f"{local_ip()}@{name}"
 
 
 class ClientInstance:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from aiorocket import __version__
+from aiorocket._version import __version__
 from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.results import failure_delay_level
 from aiorocket.consumer.stats import Snapshot, queue_stats

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from aiorocket._unique_id import create_unique_id
+from aiorocket._validate import check_body, check_schedule, check_topic
 from aiorocket.errors import ConfigError, MessageDecodeError, UnsupportedTransportError
 from aiorocket.grpc import _pb as pb
 from aiorocket.message import (
@@ -30,7 +31,6 @@ from aiorocket.message import (
     PROPERTY_UNIQ_KEY,
     Message,
 )
-from aiorocket.producer.prepare import check_body, check_schedule, check_topic
 
 __all__ = [
     "HOSTNAME",

@@ -36,6 +36,8 @@ from grpclib.const import Cardinality
 from grpclib.const import Status as GrpcStatus
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
+from aiorocket._host import make_client_id
+from aiorocket._version import __version__
 from aiorocket.errors import (
     ConfigError,
     GrpcStatusError,
@@ -207,9 +209,7 @@ class GrpcTransport:
         self.namespace = namespace
         self.credentials = credentials
         self.request_timeout = request_timeout
-        if not version:
-            from aiorocket import __version__ as version
-        self._version = version
+        self._version = version or __version__
         self._ssl = _tls_context(tls)
         self._channel: Channel | None = None
 
@@ -223,8 +223,6 @@ class GrpcTransport:
         request_timeout: float,
     ) -> GrpcTransport:
         """A transport with ``options`` (TLS, namespace, credentials) and a default id."""
-        from aiorocket.client.instance import make_client_id
-
         opts = options or GrpcOptions()
         return cls(
             endpoint,

@@ -89,7 +89,7 @@ class Telemetry:
         meter_provider: metrics.MeterProvider | None = None,
         tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
-        from aiorocket import __version__
+        from aiorocket._version import __version__
 
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(_SCOPE, __version__)
         self.tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(

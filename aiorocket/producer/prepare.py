@@ -7,11 +7,13 @@ conflicting delay settings, oversized properties.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from aiorocket._unique_id import create_unique_id
-from aiorocket.errors import ConfigError, MessageTooLargeError
+
+# The message checks both transports share (the gRPC producer's too); re-exported here.
+from aiorocket._validate import TOPIC_MAX_LENGTH, check_body, check_schedule, check_topic
+from aiorocket.errors import MessageTooLargeError
 from aiorocket.message import PROPERTY_UNIQ_KEY, Message
 from aiorocket.namespace import wrap
 from aiorocket.producer.config import ProducerConfig
@@ -44,9 +46,6 @@ TRANSACTION_NOT_TYPE = 0x0
 TRANSACTION_COMMIT_TYPE = 0x8
 TRANSACTION_ROLLBACK_TYPE = 0xC
 
-TOPIC_MAX_LENGTH = 127
-_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
@@ -58,36 +57,6 @@ class Outgoing:
     sys_flag: int
     msg_id: str
     flag: int = 0
-
-
-def check_topic(topic: str) -> None:
-    if not topic:
-        raise ConfigError("topic must not be empty")
-    if len(topic) > TOPIC_MAX_LENGTH:
-        raise ConfigError(f"topic {topic[:20]!r}... is longer than {TOPIC_MAX_LENGTH} characters")
-    if not _TOPIC_RE.match(topic):
-        raise ConfigError(f"topic {topic!r} may only contain letters, digits, '%', '|', '-', '_'")
-
-
-def check_body(msg: Message, max_size: int) -> None:
-    if not isinstance(msg.body, (bytes, bytearray, memoryview)):
-        raise ConfigError(f"message body must be bytes, not {type(msg.body).__name__}")
-    size = len(msg.body)
-    if size == 0:
-        raise ConfigError("message body must not be empty")
-    if size > max_size:
-        raise MessageTooLargeError(
-            f"message body of {size} bytes exceeds the maximum of {max_size} bytes"
-        )
-
-
-def check_schedule(msg: Message) -> None:
-    if msg.delay_level < 0:
-        raise ConfigError(f"delay_level must be >= 0, got {msg.delay_level}")
-    if msg.delay_level and msg.deliver_time_ms is not None:
-        raise ConfigError("set either delay_level or deliver_time_ms, not both")
-    if msg.deliver_time_ms is not None and msg.deliver_time_ms < 0:
-        raise ConfigError(f"deliver_time_ms must be an epoch time in ms, got {msg.deliver_time_ms}")
 
 
 def encode_props(props: dict[str, str]) -> str:

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import enum
 
+# The errors' vocabulary (BrokerResponseError names and classifies by it), so it is
+# defined in the neutral core, below aiorocket.errors; re-exported here with its siblings.
+from aiorocket._response_code import ResponseCode
+
 __all__ = [
     "CLIENT_VERSION",
     "LANGUAGE",
@@ -54,34 +58,6 @@ class RequestCode(enum.IntEnum):
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     GET_SUBSCRIPTIONGROUP_CONFIG = 352
-
-
-class ResponseCode(enum.IntEnum):
-    SUCCESS = 0
-    SYSTEM_ERROR = 1
-    SYSTEM_BUSY = 2
-    REQUEST_CODE_NOT_SUPPORTED = 3
-    TRANSACTION_FAILED = 4
-    FLUSH_DISK_TIMEOUT = 10
-    SLAVE_NOT_AVAILABLE = 11
-    FLUSH_SLAVE_TIMEOUT = 12
-    MESSAGE_ILLEGAL = 13
-    SERVICE_NOT_AVAILABLE = 14
-    VERSION_NOT_SUPPORTED = 15
-    NO_PERMISSION = 16
-    TOPIC_NOT_EXIST = 17
-    TOPIC_EXIST_ALREADY = 18
-    PULL_NOT_FOUND = 19
-    PULL_RETRY_IMMEDIATELY = 20
-    PULL_OFFSET_MOVED = 21
-    QUERY_NOT_FOUND = 22
-    SUBSCRIPTION_PARSE_FAILED = 23
-    SUBSCRIPTION_NOT_EXIST = 24
-    SUBSCRIPTION_NOT_LATEST = 25
-    SUBSCRIPTION_GROUP_NOT_EXIST = 26
-    FILTER_DATA_NOT_EXIST = 27
-    FILTER_DATA_NOT_LATEST = 28
-    CONSUMER_NOT_ONLINE = 206
 
 
 class RemotingFlag(enum.IntFlag):

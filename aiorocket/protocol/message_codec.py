@@ -30,12 +30,14 @@ import threading
 import zlib
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, TypeVar, overload
 
 import lz4.frame
 import zstandard
 
+# The message ids live in the neutral core (MessageExt computes them); re-exported here.
+from aiorocket._message_id import decode_offset_message_id, offset_message_id, pack_host
+from aiorocket._message_id import host_str as _host_str
 from aiorocket.errors import ConfigError, MessageDecodeError
 from aiorocket.message import MessageExt
 
@@ -106,8 +108,6 @@ _HEAD_SIZE = _HEAD.size
 MIN_RECORD_SIZE = _HEAD_SIZE + _TAILS[0].size + 1 + 2  # 91, as in Java
 
 _inet_ntoa = socket.inet_ntoa
-_inet_ntop = socket.inet_ntop
-_AF_INET6 = socket.AF_INET6
 
 
 def _fail(pos: int, what: str) -> MessageDecodeError:
@@ -314,12 +314,6 @@ def _uniq_key(data: bytes, p: int, rec_end: int, body_len: int, magic: int) -> s
         return ""
 
 
-def _host_str(ip: bytes, port: int) -> str:
-    if len(ip) == 4:
-        return f"{_inet_ntoa(ip)}:{port}"
-    return f"[{_inet_ntop(_AF_INET6, ip)}]:{port}"
-
-
 def _decompress_at(pos: int, data: bytes, sys_flag: int) -> bytes:
     try:
         return decompress_body(data, sys_flag)
@@ -497,50 +491,3 @@ def encode_properties(props: Mapping[str, str]) -> str:
             if "\x01" in k or "\x02" in k or "\x01" in v or "\x02" in v:
                 raise ConfigError(f"property {k!r} contains a reserved separator (\\x01 or \\x02)")
     return text
-
-
-@lru_cache(maxsize=1024)
-def pack_host(host: str) -> bytes:
-    """``"ip:port"`` / ``"[ipv6]:port"`` to IP bytes (4 or 16) + int32 port, as stored."""
-    addr, sep, port_text = host.rpartition(":")
-    if addr.startswith("[") and addr.endswith("]"):
-        addr = addr[1:-1]
-    try:
-        if not sep or not (port_text.isascii() and port_text.isdigit()):
-            raise ValueError
-        port = int(port_text)
-        if port > 0xFFFF:
-            raise ValueError
-        family = _AF_INET6 if ":" in addr else socket.AF_INET
-        return socket.inet_pton(family, addr) + port.to_bytes(4, "big")
-    except (OSError, ValueError):
-        raise ValueError(f"not a numeric 'ip:port' or '[ipv6]:port' address: {host!r}") from None
-
-
-@lru_cache(maxsize=256)
-def _host_hex(host: str) -> str:
-    return pack_host(host).hex().upper()
-
-
-def offset_message_id(store_host: str, commit_log_offset: int) -> str:
-    """The broker's offset message id: hex of store IP + int32 port + int64 commit-log offset.
-
-    32 hex chars for an IPv4 store host, 56 for IPv6. Raises ValueError for a host that
-    is not a numeric ``ip:port``.
-    """
-    return f"{_host_hex(store_host)}{commit_log_offset & 0xFFFFFFFFFFFFFFFF:016X}"
-
-
-def decode_offset_message_id(msg_id: str) -> tuple[str, int]:
-    """Inverse of ``offset_message_id``: ``("ip:port", commit_log_offset)``."""
-    if len(msg_id) not in (32, 56) or not msg_id.isascii():
-        raise ValueError(f"not an offset message id: {msg_id!r}")
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError:
-        raise ValueError(f"not an offset message id: {msg_id!r}") from None
-    if len(raw) * 2 != len(msg_id):
-        raise ValueError(f"not an offset message id: {msg_id!r}")
-    ip_len = len(raw) - 12
-    port, offset = struct.unpack_from(">iq", raw, ip_len)
-    return _host_str(raw[:ip_len], port), offset

@@ -1,0 +1,48 @@
+"""What a message must be before either transport sends it: a legal topic name, a body
+of bytes within the size limit, consistent delay settings.
+
+In the neutral core because the remoting producer (``aiorocket.producer.prepare``)
+and the gRPC one (``aiorocket.grpc._convert``) both check it, and must say the same.
+"""
+
+from __future__ import annotations
+
+import re
+
+from aiorocket.errors import ConfigError, MessageTooLargeError
+from aiorocket.message import Message
+
+__all__ = ["TOPIC_MAX_LENGTH", "check_body", "check_schedule", "check_topic"]
+
+TOPIC_MAX_LENGTH = 127
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+def check_topic(topic: str) -> None:
+    if not topic:
+        raise ConfigError("topic must not be empty")
+    if len(topic) > TOPIC_MAX_LENGTH:
+        raise ConfigError(f"topic {topic[:20]!r}... is longer than {TOPIC_MAX_LENGTH} characters")
+    if not _TOPIC_RE.match(topic):
+        raise ConfigError(f"topic {topic!r} may only contain letters, digits, '%', '|', '-', '_'")
+
+
+def check_body(msg: Message, max_size: int) -> None:
+    if not isinstance(msg.body, (bytes, bytearray, memoryview)):
+        raise ConfigError(f"message body must be bytes, not {type(msg.body).__name__}")
+    size = len(msg.body)
+    if size == 0:
+        raise ConfigError("message body must not be empty")
+    if size > max_size:
+        raise MessageTooLargeError(
+            f"message body of {size} bytes exceeds the maximum of {max_size} bytes"
+        )
+
+
+def check_schedule(msg: Message) -> None:
+    if msg.delay_level < 0:
+        raise ConfigError(f"delay_level must be >= 0, got {msg.delay_level}")
+    if msg.delay_level and msg.deliver_time_ms is not None:
+        raise ConfigError("set either delay_level or deliver_time_ms, not both")
+    if msg.deliver_time_ms is not None and msg.deliver_time_ms < 0:
+        raise ConfigError(f"deliver_time_ms must be an epoch time in ms, got {msg.deliver_time_ms}")
