@@ -17,7 +17,9 @@ not finished by then is not committed: the next instance processes it), commits,
 unregisters, then closes the producer. Settings (all optional):
 ORDERS_TOPIC, ORDERS_GROUP, ORDER_PROCESSING_SECONDS (a slow handler, for trying the
 shutdown), ORDER_SHUTDOWN_TIMEOUT, ORDERS_JOURNAL (a file each processed order's id is
-appended to, standing in for a database).
+appended to, standing in for a database), ORDERS_LAG_INTERVAL (seconds between
+refreshes of the lag metric, 15). monitoring/ has a Grafana dashboard and Prometheus
+alert rules for these metrics.
 """
 
 import json
@@ -52,7 +54,11 @@ except ImportError:
 else:
     metrics.set_meter_provider(MeterProvider(metric_readers=[PrometheusMetricReader()]))
 
-rocketmq = RocketMQRouter(producer_group="orders-api")
+# The lag gauge (aiorocket.consumer.lag) is refreshed every ORDERS_LAG_INTERVAL seconds.
+LAG_INTERVAL = float(os.environ.get("ORDERS_LAG_INTERVAL", "15"))
+rocketmq = RocketMQRouter(
+    producer_group="orders-api", service_settings={"lag_interval": LAG_INTERVAL}
+)
 
 
 @rocketmq.subscriber(

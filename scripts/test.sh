@@ -1,9 +1,11 @@
 #!/bin/sh
-# The whole suite: environment, lint, types, the docs site, the real broker (provisioned by the
-# pytest session fixture), unit and integration tests on asyncio and trio.
+# The whole suite: environment (and Prometheus), lint, types, the docs site, the real broker
+# (provisioned by the pytest session fixture), unit and integration tests on asyncio and trio.
 set -eu
 cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
+# A real Prometheus for the monitoring test (the Debian package, installed where missing).
+./scripts/ensure_prometheus.sh
 .venv/bin/ruff check aiorocket tests benchmarks examples
 .venv/bin/mypy --strict aiorocket
 # The layers of the package (docs/architecture.md; the contracts are in pyproject.toml).

@@ -25,11 +25,16 @@ given as the instruments' advisory: a View of your own still overrides them).
 * ``messaging.client.consumed.messages`` (counter: handler calls, failures with
   ``error.type``) and ``messaging.process.duration`` (histogram, s);
 * ``aiorocket.consumer.retried`` and ``aiorocket.consumer.dead_lettered`` (counters:
-  failed calls sent back for a retry, and those that were the last attempt);
+  failed calls sent back for a retry, and those that were the last attempt; per group
+  and topic, without ``error.type``, from 0 on);
 * ``aiorocket.message.delay`` (histogram, s): handler start minus the broker's store
   time (end-to-end delay);
 * ``aiorocket.consumer.cached`` and ``aiorocket.consumer.in_flight`` (observable gauges,
   per group);
+* ``aiorocket.consumer.assigned_queues`` (observable gauge, per group): queues of the
+  subscribed topics assigned to this member (remoting only): 0 for every member of a
+  group means nothing is consumed (the topic is missing, or the members subscribe
+  differently);
 * ``aiorocket.consumer.lag`` (observable gauge, per queue: ``messaging.destination.name``,
   ``messaging.destination.partition.id`` = queue id, ``aiorocket.broker.name``): the
   broker's max offset minus the committed offset, refreshed every ``lag_interval``.
@@ -46,7 +51,7 @@ from opentelemetry import metrics, propagate, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from aiorocket.consumer import Consumer, ConsumerMessage, Reconsume
-from aiorocket.message import Message, MessageQueue
+from aiorocket.message import RETRY_TOPIC_PREFIX, Message, MessageQueue
 from aiorocket.producer import Producer
 
 __all__ = ["DELAY_BUCKETS", "DURATION_BUCKETS", "Telemetry"]
@@ -139,6 +144,10 @@ class Telemetry:
             "aiorocket.consumer.in_flight", [self._observe("running")], unit="{message}",
             description="Handler calls running",
         )  # fmt: skip
+        meter.create_observable_gauge(
+            "aiorocket.consumer.assigned_queues", [self._observe_assigned], unit="{queue}",
+            description="Queues of the subscribed topics assigned to this member",
+        )  # fmt: skip
 
     def _observe(self, field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def callback(options: CallbackOptions) -> Iterable[Observation]:
@@ -150,6 +159,18 @@ class Telemetry:
                     yield Observation(total, group)
 
         return callback
+
+    def _observe_assigned(self, options: CallbackOptions) -> Iterable[Observation]:
+        for consumer in self._consumers:
+            if consumer.transport != "remoting":
+                continue  # over gRPC the Proxy assigns no queues to clients
+            if not consumer.started:
+                continue
+            # The group's retry queue is assigned too, even when no topic exists.
+            queues = consumer.assignment()
+            count = sum(1 for mq in queues if not mq.topic.startswith(RETRY_TOPIC_PREFIX))
+            yield Observation(count, {"messaging.system": SYSTEM,
+                                      "messaging.consumer.group.name": consumer.group})  # fmt: skip
 
     def record_lag(self, report: dict[str, Any]) -> None:
         """Keep the per-queue lag of a health report (``RocketMQService.health()``) for
@@ -204,6 +225,8 @@ class Telemetry:
         """``handler`` (async) with a CONSUMER span per call, child of the producer's
         span, and the consumer metrics; ``max_attempts`` tells a last attempt."""
 
+        seen_topics: set[str] = set()
+
         @functools.wraps(handler)
         async def instrumented(msg: ConsumerMessage) -> Any:
             attrs = {
@@ -212,6 +235,13 @@ class Telemetry:
                 "messaging.consumer.group.name": group,
                 "messaging.operation.name": "process",
             }
+            if msg.topic not in seen_topics:
+                # The counters exist at 0 from the topic's first message on: Prometheus'
+                # rate() and increase() see no increase in the first sample of a series,
+                # so the first message dead-lettered would otherwise go unnoticed.
+                seen_topics.add(msg.topic)
+                self.retried.add(0, attrs)
+                self.dead_lettered.add(0, attrs)
             start = time.time()
             if msg.store_timestamp:
                 self.delay.record(max(start - msg.store_timestamp / 1000, 0.0), attrs)
@@ -235,9 +265,9 @@ class Telemetry:
                     return result
                 finally:
                     if error is not None:
-                        attrs["error.type"] = error
                         last = msg.reconsume_times + 1 >= max_attempts
                         (self.dead_lettered if last else self.retried).add(1, attrs)
+                        attrs["error.type"] = error
                     self.consumed.add(1, attrs)
                     self.process_duration.record(time.time() - start, attrs)
 

@@ -97,6 +97,9 @@ async def test_metrics_and_trace_context(
 
         # One point per queue (2 on each broker), every one caught up.
         await eventually(lambda: len(lag_points()) == 4 and _total(lag_points()) == 0)
+        mine_group = {"messaging.consumer.group.name": group}
+        # the topic's 4 queues, all this member's (its retry queue is not counted)
+        assert _total(_points(reader)["aiorocket.consumer.assigned_queues"], **mine_group) == 4
 
     mine = {"messaging.destination.name": topic}
     assert _total(points["messaging.client.sent.messages"], **mine) == 6

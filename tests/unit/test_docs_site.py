@@ -49,7 +49,7 @@ def build(config: Path, site: Path, *, block_aiorocket: bool = False) -> None:
     # the `docs` dependency group alone (no aiorocket, no anyio) builds the site.
     prelude = "import sys; sys.modules['aiorocket'] = None; " if block_aiorocket else ""
     code = prelude + "from mkdocs.__main__ import cli; cli()"
-    args = ["build", "--strict", "-q", "-f", str(config), "-d", str(site)]
+    args = ["build", "--strict", "-f", str(config), "-d", str(site)]
     done = subprocess.run(
         [sys.executable, "-c", code, *args], cwd=config.parent, capture_output=True, text=True
     )
