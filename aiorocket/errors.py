@@ -25,6 +25,7 @@ __all__ = [
     "ConnectionClosedError",
     "ConsumerNotOnlineError",
     "DataLossError",
+    "FilterExpressionError",
     "FrameTooLargeError",
     "GroupNotFoundError",
     "GrpcStatusError",
@@ -170,6 +171,29 @@ class GroupNotFoundError(BrokerResponseError):
     """The broker has no such consumer group (SUBSCRIPTION_GROUP_NOT_EXIST, 26)."""
 
 
+class FilterExpressionError(BrokerResponseError, ConfigError):
+    """The broker refuses a subscription's filter (SUBSCRIPTION_PARSE_FAILED, 23): an SQL92
+    expression that does not parse, or SQL92 on a broker without ``enablePropertyFilter``.
+
+    A consumer checks its SQL92 subscriptions with the broker when it starts (the
+    broker's pulls would otherwise ignore a filter it cannot compile and deliver every
+    message). ``topic`` and ``expression`` name the refused subscription.
+    """
+
+    def __init__(
+        self,
+        code: int,
+        remark: str | None,
+        *,
+        request_code: int | None = None,
+        topic: str = "",
+        expression: str = "",
+    ) -> None:
+        super().__init__(code, remark, request_code=request_code)
+        self.topic = topic
+        self.expression = expression
+
+
 class ConsumerNotOnlineError(BrokerResponseError):
     """The consumer group has no connected member (CONSUMER_NOT_ONLINE, 206)."""
 
@@ -258,6 +282,7 @@ _RESPONSE_ERRORS: dict[int, tuple[type[BrokerResponseError], bool]] = {
     ResponseCode.NO_PERMISSION: (AccessDeniedError, False),
     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: (GroupNotFoundError, False),
     ResponseCode.CONSUMER_NOT_ONLINE: (ConsumerNotOnlineError, False),
+    ResponseCode.SUBSCRIPTION_PARSE_FAILED: (FilterExpressionError, False),
 }
 _RETRIABLE_CODES = frozenset(code for code, (_, retriable) in _RESPONSE_ERRORS.items() if retriable)
 

@@ -30,10 +30,12 @@ __all__ = [
     "PROPERTY_UNIQ_KEY",
     "PROPERTY_WAIT_STORE_MSG_OK",
     "RETRY_TOPIC_PREFIX",
+    "SYSTEM_PROPERTIES",
     "Message",
     "MessageExt",
     "MessageQueue",
     "dlq_topic",
+    "is_system_property",
     "retry_topic",
 ]
 
@@ -57,6 +59,29 @@ PROPERTY_MAX_OFFSET = "MAX_OFFSET"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+
+#: Properties the clients and brokers set for themselves (MessageConst's names): what an
+#: operator's view shows apart from the application's own properties.
+SYSTEM_PROPERTIES = frozenset({
+    "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG",
+    "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
+    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY",
+    "EXTEND_UNIQ_INFO", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "INNER_NUM",
+    "INNER_BASE", "CHECK_IMMUNITY_TIME_IN_SECONDS", "TRAN_PREPARED_QUEUE_OFFSET",
+    "__transactionId__", "TRANSACTION_CHECK_TIMES", "INSTANCE_ID", "CORRELATION_ID",
+    "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE",
+    "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "__SHARDINGKEY", "PROPERTY_FORWARD_QUEUE_ID",
+    "REDIRECT", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET", "TRACE_CONTEXT",
+    "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "__BORNHOST", "BORN_TIMESTAMP",
+    "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS",
+    "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "TIMER_DELAY_MS", "__CRC32#",
+    "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
+})  # fmt: skip
+
+
+def is_system_property(name: str) -> bool:
+    """A property the client or broker set (not the application's own)."""
+    return name in SYSTEM_PROPERTIES or name.startswith("__RMQ.TRANSIENT.")
 
 #: Prefixes of a consumer group's retry topic (``%RETRY%<group>``: failed messages come
 #: back through it) and dead-letter topic (``%DLQ%<group>``), named by the broker.

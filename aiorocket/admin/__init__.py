@@ -19,80 +19,71 @@ typed: [`TopicNotExistError`][aiorocket.errors.TopicNotExistError],
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable, Sequence
-from types import TracebackType
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import anyio
 
+from aiorocket._validate import check_topic
+from aiorocket.admin._cluster import PERMISSIONS, ClusterAdmin
+from aiorocket.admin._dlq import DeadLetterAdmin, original_topic
+from aiorocket.admin._groups import GroupAdmin
 from aiorocket.admin._model import (
+    BrokerStatus,
+    CustomizedRetry,
+    ExponentialRetry,
+    GroupConfig,
     GroupDescription,
     GroupLag,
+    GroupProgress,
     Member,
     OffsetChange,
+    ProducerClient,
     QueueLag,
     QueueRange,
+    Resent,
     TopicStats,
 )
-from aiorocket.client.admin import AdminRequests, parse_cluster_info
-from aiorocket.client.instance import ClientInstance
-from aiorocket.client.namesrv import namesrv_addrs
+from aiorocket.admin._names import is_system_group, is_system_topic
 from aiorocket.errors import (
-    ClientClosedError,
     ConfigError,
     ConsumerNotOnlineError,
-    GroupNotFoundError,
     MessageNotFoundError,
     NoRouteError,
     RocketMQError,
 )
-from aiorocket.message import DLQ_TOPIC_PREFIX, RETRY_TOPIC_PREFIX, MessageExt, MessageQueue
+from aiorocket.message import MessageExt, MessageQueue
 from aiorocket.protocol import fastjson
-from aiorocket.protocol.codes import RequestCode
 from aiorocket.protocol.message_codec import decode_offset_message_id
 from aiorocket.protocol.route import TopicRoute
-from aiorocket.security import Credentials, TlsSetting
 
 __all__ = [
+    "PERMISSIONS",
     "Admin",
+    "BrokerStatus",
+    "CustomizedRetry",
+    "ExponentialRetry",
+    "GroupConfig",
     "GroupDescription",
     "GroupLag",
+    "GroupProgress",
     "Member",
     "OffsetChange",
+    "ProducerClient",
     "QueueLag",
     "QueueRange",
+    "Resent",
     "ResetTarget",
     "TopicStats",
     "is_system_group",
     "is_system_topic",
+    "original_topic",
 ]
 
 #: where ``Admin.reset_offset`` moves a group: the oldest stored message, the end
 #: of each queue, or the first message stored at or after a time (an aware datetime or
 #: epoch milliseconds).
 ResetTarget = Literal["earliest", "latest"] | _dt.datetime | int
-
-_SYSTEM_TOPICS = {
-    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
-    "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-    "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "DefaultHeartBeatSyncerTopic",
-}  # fmt: skip
-_SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX, "%SYS%", "RMQ_SYS_")
-_SYSTEM_GROUPS = {
-    "TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "SELF_TEST_C_GROUP",
-    "CLIENT_INNER_PRODUCER", "SELF_TEST_P_GROUP",
-}  # fmt: skip
-_SYSTEM_GROUP_PREFIXES = ("CID_RMQ_SYS_", "CID_SYS_", "CID_ONS", "PID_RMQ_SYS_")
-
-
-def is_system_topic(topic: str) -> bool:
-    """A broker-internal topic (retry, dead-letter, schedule, transaction, trace, ...)."""
-    return topic in _SYSTEM_TOPICS or topic.startswith(_SYSTEM_TOPIC_PREFIXES)
-
-
-def is_system_group(group: str) -> bool:
-    return group in _SYSTEM_GROUPS or group.startswith(_SYSTEM_GROUP_PREFIXES)
-
 
 def _timestamp_ms(target: _dt.datetime | int) -> int:
     if isinstance(target, _dt.datetime):
@@ -115,8 +106,7 @@ def _shows(route: TopicRoute, brokers: list[str], queues: int) -> bool:
     have = {q.broker_name: q.read_queue_nums for q in route.queue_datas}
     return all(have.get(b) == queues for b in brokers)
 
-
-class Admin:
+class Admin(ClusterAdmin, GroupAdmin, DeadLetterAdmin):
     """Admin operations against one RocketMQ cluster (through its NameServers).
 
     Parameters
@@ -131,66 +121,6 @@ class Admin:
     tls:
         Connect over TLS: True (system CAs) or an ``ssl.SSLContext``.
     """
-
-    def __init__(
-        self,
-        namesrv: str | Sequence[str] | None = None,
-        *,
-        request_timeout: float = 5.0,
-        credentials: Credentials | None = None,
-        tls: TlsSetting | None = None,
-    ) -> None:
-        self._namesrv = namesrv_addrs(namesrv)
-        self._timeout = request_timeout
-        self._credentials = credentials
-        self._tls = tls
-        self._client: ClientInstance | None = None
-        self._requests: AdminRequests | None = None
-
-    async def __aenter__(self) -> Admin:
-        client = ClientInstance(
-            self._namesrv,
-            request_timeout=self._timeout,
-            credentials=self._credentials,
-            tls=self._tls,
-        )
-        await client.__aenter__()
-        self._client = client
-        self._requests = AdminRequests(client.broker)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        client, self._client, self._requests = self._client, None, None
-        if client is not None:
-            await client.__aexit__(exc_type, exc, tb)
-
-    @property
-    def client(self) -> ClientInstance:
-        if self._client is None:
-            raise ClientClosedError("use the Admin in `async with`")
-        return self._client
-
-    @property
-    def requests(self) -> AdminRequests:
-        if self._requests is None:
-            raise ClientClosedError("use the Admin in `async with`")
-        return self._requests
-
-    # -- cluster -----------------------------------------------------------------------
-
-    async def brokers(self) -> dict[str, dict[int, str]]:
-        """Broker name -> {broker id: address} (id 0 is the master), from the NameServer."""
-        resp = await self.client.namesrv.ask(RequestCode.GET_BROKER_CLUSTER_INFO, {})
-        return parse_cluster_info(resp.body)
-
-    async def masters(self) -> dict[str, str]:
-        """Broker name -> master address."""
-        return {name: ids[0] for name, ids in (await self.brokers()).items() if 0 in ids}
 
     # -- topics ------------------------------------------------------------------------
 
@@ -210,10 +140,6 @@ class Admin:
             and t not in topics_named_after_clusters(topics, brokers)
         ]
 
-    async def route(self, topic: str) -> TopicRoute:
-        """The topic's route (TopicNotExistError when the NameServers have none)."""
-        return await self.client.namesrv.query_route(topic)
-
     async def create_topic(
         self,
         topic: str,
@@ -229,8 +155,9 @@ class Admin:
         master broker (or those named in ``brokers``) and wait until the NameServer's
         route shows them (up to ``wait`` seconds). ``message_type`` (NORMAL, FIFO,
         DELAY, TRANSACTION) becomes the 5.x attribute ``+message.type``."""
-        if not topic or len(topic) > 127 or is_system_topic(topic):
-            raise ConfigError(f"invalid topic name {topic!r}")
+        if is_system_topic(topic):
+            raise ConfigError(f"invalid topic name {topic!r}: a system topic's name")
+        check_topic(topic)  # the broker's rules: characters and length
         if not 1 <= queues <= 1024:
             raise ConfigError(f"queues must be between 1 and 1024, not {queues}")
         masters = await self.masters()
@@ -278,19 +205,6 @@ class Admin:
         for addr in (await self.masters()).values():
             groups.update(await self.requests.group_configs(addr))
         return sorted(g for g in groups if include_system or not is_system_group(g))
-
-    async def _require_group(self, group: str) -> dict[str, str]:
-        """The masters of brokers that know ``group``; GroupNotFoundError if none does."""
-        masters = await self.masters()
-        known: dict[str, str] = {}
-        for name, addr in masters.items():
-            # The whole table: asking for one group (GET_SUBSCRIPTIONGROUP_CONFIG) creates
-            # it on a broker with autoCreateSubscriptionGroup.
-            if group in await self.requests.group_configs(addr):
-                known[name] = addr
-        if not known:
-            raise GroupNotFoundError(26, f"consumer group {group!r} does not exist")
-        return known
 
     async def describe_group(self, group: str, *, assignment: bool = True) -> GroupDescription:
         """Members (client id, address, language, version), subscriptions and model.

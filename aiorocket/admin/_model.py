@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiorocket.message import MessageQueue
 
 __all__ = [
+    "BrokerStatus",
+    "CustomizedRetry",
+    "ExponentialRetry",
+    "GroupConfig",
     "GroupDescription",
     "GroupLag",
+    "GroupProgress",
     "Member",
     "OffsetChange",
+    "ProducerClient",
     "QueueLag",
     "QueueRange",
+    "Resent",
     "TopicStats",
 ]
 
@@ -108,3 +116,107 @@ class OffsetChange:
     queue: MessageQueue
     old: int
     new: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatus:
+    """One broker of the cluster and its figures (GET_BROKER_RUNTIME_INFO)."""
+
+    cluster: str
+    name: str
+    #: 0 for the master, else a slave
+    broker_id: int
+    address: str
+    #: e.g. ``V5_5_0``; "" when the broker did not answer
+    version: str = ""
+    #: messages stored per second (the broker's last-minute average)
+    put_tps: float = 0.0
+    #: messages sent to consumers per second
+    get_tps: float = 0.0
+    put_today: int = 0
+    got_today: int = 0
+    boot_ms: int = 0
+    #: the error when the broker did not answer
+    error: str = ""
+    #: every figure the broker reported, as it reported it
+    runtime: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ExponentialRetry:
+    """Retry delays that double (``multiplier``) from ``initial_ms`` up to ``max_ms``."""
+
+    initial_ms: int = 5000
+    max_ms: int = 7_200_000
+    multiplier: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class CustomizedRetry:
+    """Retry delays listed one per attempt (the delay levels' 1s 5s 10s ... 2h by default)."""
+
+    delays_ms: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """A consumer group's subscription group config on the brokers."""
+
+    group: str
+    #: the group may consume (off: its pulls are refused)
+    consume_enable: bool = True
+    #: broadcasting consumers are allowed
+    broadcast_enable: bool = True
+    #: FIFO: the group consumes each queue in order (the Proxy's FIFO consumption)
+    orderly: bool = False
+    #: deliveries after the first before a message goes to the DLQ
+    retry_max_times: int = 16
+    retry_queues: int = 1
+    #: minutes a POP (Proxy) consumer may hold a message before it is redelivered
+    consume_timeout_minutes: int = 15
+    #: the retry schedule of POP (Proxy) consumers; None: the broker's default
+    retry_policy: ExponentialRetry | CustomizedRetry | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
+    #: brokers holding this config
+    brokers: tuple[str, ...] = ()
+    #: every field the broker returned (the ones above included)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupProgress:
+    """One consumer group's position over all its topics."""
+
+    group: str
+    #: messages stored but not consumed yet, over all its queues
+    lag: int
+    #: topics it has offsets for (its retry topic included)
+    topics: tuple[str, ...]
+    #: connected members, -1 when unknown
+    members: int
+    #: store time (epoch ms) of the newest message it consumed, 0 when unknown
+    last_consumed_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerClient:
+    """A producer connected to a broker."""
+
+    group: str
+    client_id: str
+    address: str
+    language: str
+    version: int
+    broker: str
+    last_update_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Resent:
+    """A dead-lettered message and where it went (or would go, in a dry run)."""
+
+    msg_id: str
+    dlq_offset_msg_id: str
+    topic: str
+    #: the new message's id; "" in a dry run
+    new_msg_id: str = ""

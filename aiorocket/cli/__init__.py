@@ -11,10 +11,15 @@ import logging
 import click
 
 from aiorocket._version import __version__
-from aiorocket.cli._admin_cmds import group, message, topic
+from aiorocket.cli import _group_config_cmds  # noqa: F401  (adds group subcommands)
 from aiorocket.cli._broker_cmds import broker
+from aiorocket.cli._cluster_cmds import cluster, producer
 from aiorocket.cli._common import Settings
-from aiorocket.cli._data_cmds import bench, produce, tail
+from aiorocket.cli._data_cmds import bench, produce
+from aiorocket.cli._group_cmds import group
+from aiorocket.cli._message_cmds import dlq, message
+from aiorocket.cli._tail import tail
+from aiorocket.cli._topic_cmds import topic
 from aiorocket.client.namesrv import NAMESRV_ENV
 
 __all__ = ["cli", "main"]
@@ -55,8 +60,41 @@ cli.add_command(tail, "consume")
 cli.add_command(topic)
 cli.add_command(group)
 cli.add_command(message)
+cli.add_command(dlq)
+cli.add_command(cluster)
+cli.add_command(producer)
 cli.add_command(broker)
 cli.add_command(bench)
+
+
+def _namesrv_here(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value:
+        ctx.find_object(Settings).namesrv = value  # type: ignore[union-attr]
+
+
+def _accept_namesrv(command: click.Command) -> None:
+    """``-n/--namesrv`` after the command too (``aiorocket topic list -n host:9876``, as
+    mqadmin takes it): ``-n`` means the NameServer everywhere."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _accept_namesrv(sub)
+        return
+    if any(p.name == "namesrv" for p in command.params):
+        return  # registered under two names (tail and consume)
+    command.params.append(
+        click.Option(
+            ["--namesrv", "-n"],
+            metavar="HOST:PORT[;HOST:PORT]",
+            expose_value=False,
+            callback=_namesrv_here,
+            help="NameServer address(es) (as the global option).",
+        )
+    )
+
+
+for _command in cli.commands.values():
+    if _command is not broker:  # the local broker has its own addresses
+        _accept_namesrv(_command)
 
 
 def main() -> None:

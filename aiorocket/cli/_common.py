@@ -23,15 +23,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from aiorocket.admin import Admin
+from aiorocket.client.namesrv import NAMESRV_ENV
 from aiorocket.errors import (
     AccessDeniedError,
     ConfigError,
     GroupNotFoundError,
     MessageNotFoundError,
+    MessageTooLargeError,
     NameServerUnavailableError,
     RocketMQError,
     TopicNotExistError,
 )
+from aiorocket.message import MessageQueue
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -57,8 +60,19 @@ class Settings:
         self.namesrv = namesrv
         self.timeout = timeout
 
+    @property
+    def addrs(self) -> str:
+        """The NameServer address(es); a usage error when neither the option nor the
+        environment gives one (the library's message names its Python argument)."""
+        if not (self.namesrv or "").strip():
+            fail(
+                f"no NameServer address: pass --namesrv/-n HOST:PORT or set {NAMESRV_ENV}",
+                EXIT_USAGE,
+            )
+        return str(self.namesrv)
+
     def admin(self) -> Admin:
-        return Admin(self.namesrv, request_timeout=self.timeout)
+        return Admin(self.addrs, request_timeout=self.timeout)
 
 
 pass_settings = click.make_pass_decorator(Settings)
@@ -77,7 +91,7 @@ def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
 def _exit_code(exc: RocketMQError) -> int:
     if isinstance(exc, TopicNotExistError | GroupNotFoundError | MessageNotFoundError):
         return EXIT_NOT_FOUND
-    if isinstance(exc, ConfigError):
+    if isinstance(exc, ConfigError | MessageTooLargeError):
         return EXIT_USAGE
     return EXIT_FAILED
 
@@ -92,19 +106,63 @@ def _describe(exc: RocketMQError) -> str:
     return str(exc) or type(exc).__name__
 
 
+def ask(settings: Settings, op: Callable[[Admin], Awaitable[T]]) -> T:
+    """Run one admin operation on an `Admin` opened for it (errors as `run`)."""
+
+    async def go() -> T:
+        async with settings.admin() as admin:
+            return await op(admin)
+
+    return run(go)
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The error a user should read: task groups (concurrent sends, a consumer's tasks)
+    wrap what failed in (nested) exception groups; the first real error inside, not a
+    cancellation its siblings got because of it."""
+    # By its shape: BaseExceptionGroup is a builtin from 3.11 only (a backport before).
+    # Cancellations (asyncio's and trio's) are BaseExceptions, errors are Exceptions.
+    while isinstance(inside := getattr(exc, "exceptions", None), tuple) and inside:
+        errors = [e for e in inside if isinstance(e, Exception)]
+        exc = (errors or list(inside))[0]
+    return exc
+
+
 def run(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
     """Run a coroutine function; a library error becomes a one-line message and an exit code."""
     try:
         return anyio.run(functools.partial(fn, *args, **kwargs))
-    except RocketMQError as exc:
-        fail(_describe(exc), _exit_code(exc))
-    except TimeoutError:
-        fail("timed out")
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(EXIT_INTERRUPTED)
-    except OSError as exc:  # a file named on the command line, a closed pipe
-        fail(str(exc))
+    except BaseException as raised:
+        exc = first_error(raised)
+        if isinstance(exc, RocketMQError):
+            fail(_describe(exc), _exit_code(exc))
+        if isinstance(exc, TimeoutError):
+            fail("timed out")
+        if isinstance(exc, KeyboardInterrupt):
+            err.print("interrupted")
+            sys.exit(EXIT_INTERRUPTED)
+        if isinstance(exc, OSError):  # a file named on the command line, a closed pipe
+            fail(str(exc))
+        if exc is not raised:
+            raise exc from None
+        raise
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Ask before changing something; without a terminal, refuse unless ``--yes``."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        fail("refusing without confirmation: pass --yes", EXIT_USAGE)
+    click.confirm(question, abort=True, err=True)
+
+
+def yes_option(fn: Callable[P, T]) -> Callable[P, T]:
+    return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")(fn)
+
+
+def mq_json(mq: MessageQueue) -> dict[str, Any]:
+    return {"topic": mq.topic, "broker": mq.broker_name, "queue": mq.queue_id}
 
 
 def json_option(fn: Callable[P, T]) -> Callable[P, T]:
@@ -150,6 +208,11 @@ def parse_time(text: str) -> int:
     """An ISO 8601 time (local when it has no zone), epoch ms, or ``-5m``/``-2h``/``-1d``."""
     text = text.strip()
     if text.isdigit():
+        if int(text) < 10**11:  # before 1973: an offset or a count, surely not a time
+            raise click.BadParameter(
+                f"{text!r} is not a time: epoch milliseconds have 13 digits; "
+                "use ISO 8601 (2026-01-31T12:00) or -10m"
+            )
         return int(text)
     if text.startswith("-") and text[1:-1].isdigit() and text[-1] in "smhd":
         seconds = int(text[1:-1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[text[-1]]

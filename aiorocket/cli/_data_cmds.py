@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import secrets
 import sys
 import time
@@ -21,7 +20,6 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from aiorocket.cli._admin_cmds import body_text, message_json
 from aiorocket.cli._common import (
     EXIT_USAGE,
     Settings,
@@ -29,16 +27,13 @@ from aiorocket.cli._common import (
     fail,
     json_option,
     out,
-    parse_time,
     pass_settings,
     print_json,
     run,
 )
-from aiorocket.consumer import ConsumeFromWhere, Consumer, PullConsumer
-from aiorocket.message import Message, MessageExt, MessageQueue
+from aiorocket.consumer import ConsumeFromWhere, Consumer
+from aiorocket.message import Message
 from aiorocket.producer import Producer
-
-TAIL_GROUP = "aiorocket-cli-tail"
 
 
 def progress_bar(transient: bool = False) -> Progress:
@@ -120,7 +115,11 @@ def _properties(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--tag", help="The message tag.")
 @click.option("--key", "keys", multiple=True, help="A message key (repeatable).")
 @click.option("--property", "-p", "props", multiple=True, help="KEY=VALUE (repeatable).")
-@click.option("--delay", type=float, help="Deliver after this many seconds (5.x timer).")
+@click.option(
+    "--delay",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Deliver after this many seconds (5.x timer).",
+)
 @click.option(
     "--delay-level",
     type=click.IntRange(0, 18),
@@ -129,7 +128,7 @@ def _properties(pairs: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option(
     "--count",
-    "-n",
+    "-c",
     type=click.IntRange(1),
     help="Send this many messages, cycling through the bodies (default: each body once).",
 )
@@ -165,6 +164,7 @@ def produce(
     as_json: bool,
 ) -> None:
     """Send messages: the BODIES given, or the lines of --file or stdin."""
+    namesrv = settings.addrs
     payloads = _bodies(bodies, file)
     if not payloads:
         fail("nothing to send: give bodies, --file or lines on stdin", EXIT_USAGE)
@@ -188,7 +188,7 @@ def produce(
         results: list[dict[str, Any]] = []
         source = messages()
         workers = 1 if rate else min(concurrency, total)
-        async with Producer(group, settings.namesrv, auto_batch=total > 1) as producer:
+        async with Producer(group, namesrv, auto_batch=total > 1) as producer:
             with progress_bar() as progress:
                 meter = Meter(progress, "produce", total)
 
@@ -228,123 +228,6 @@ def produce(
     )
 
 
-# -- tail ----------------------------------------------------------------------------------
-
-
-def _print_message(msg: MessageExt, body_format: str) -> None:
-    if body_format == "json":
-        sys.stdout.write(json.dumps(message_json(msg, "text")) + "\n")
-    else:
-        sys.stdout.write(body_text(msg.body, body_format) + "\n")
-    sys.stdout.flush()
-
-
-@click.command()
-@click.argument("topic")
-@click.option(
-    "--from",
-    "start",
-    default="latest",
-    show_default=True,
-    help="Where to start: earliest, latest, or a time (ISO 8601, epoch ms, -10m).",
-)
-@click.option("--until", help="Stop at messages stored after this time.")
-@click.option(
-    "--follow/--no-follow",
-    default=None,
-    help="Keep waiting for new messages (default: follow from latest, stop at the end otherwise).",
-)
-@click.option("--max", "-n", "limit", type=click.IntRange(1), help="Stop after N messages.")
-@click.option("--tag", "tags", help="Tag expression, e.g. 'a || b'.")
-@click.option("--sql", help="SQL92 filter over properties (broker needs enablePropertyFilter).")
-@click.option(
-    "--format",
-    "body_format",
-    type=click.Choice(["text", "json", "hex", "base64"]),
-    default="text",
-    show_default=True,
-    help="How to print messages.",
-)
-@click.option("--timeout", type=float, help="Give up after this many seconds without N.")
-@pass_settings
-def tail(
-    settings: Settings,
-    topic: str,
-    start: str,
-    until: str | None,
-    follow: bool | None,
-    limit: int | None,
-    tags: str | None,
-    sql: str | None,
-    body_format: str,
-    timeout: float | None,
-) -> None:
-    """Print a topic's messages without committing anything (no consumer group is joined)."""
-    if tags and sql:
-        fail("--tag and --sql exclude each other", EXIT_USAGE)
-    if start not in ("earliest", "latest"):
-        start_ms: int | None = parse_time(start)
-    else:
-        start_ms = None
-    until_ms = parse_time(until) if until else None
-    keep_following = follow if follow is not None else start == "latest" and until is None
-
-    async def go() -> None:
-        # One shared name: a manually assigned pull consumer that never commits joins no
-        # group, but brokers create a subscription group for every name that pulls.
-        group = TAIL_GROUP
-        async with settings.admin() as admin:
-            route = await admin.route(topic)
-        queues = route.read_queues()
-        consumer = PullConsumer(
-            group,
-            settings.namesrv,
-            auto_commit=False,
-            request_timeout=settings.timeout,
-            long_poll_timeout=2.0,
-        )
-        consumer.assign(queues, tags or "*", sql=sql)
-        printed = 0
-        async with consumer:
-            if start == "earliest":
-                await consumer.seek_to_beginning(*queues)
-            elif start == "latest":
-                await consumer.seek_to_end(*queues)
-            else:
-                assert start_ms is not None
-                offsets = await consumer.offsets_for_times(dict.fromkeys(queues, start_ms))
-                for mq, offset in offsets.items():
-                    consumer.seek(mq, offset)
-            ends = {} if keep_following else await consumer.end_offsets(queues)
-            done: set[MessageQueue] = set()
-
-            def finished() -> bool:
-                if keep_following:
-                    return False
-                for mq in queues:
-                    if mq not in done and consumer.position(mq) >= ends[mq]:
-                        done.add(mq)
-                return len(done) == len(queues)
-
-            with anyio.fail_after(timeout) if timeout else anyio.CancelScope():
-                while not finished():
-                    batch = await consumer.getmany(timeout=1.0)
-                    for mq, msgs in batch.items():
-                        for msg in msgs:
-                            if until_ms is not None and msg.store_timestamp > until_ms:
-                                done.add(mq)
-                                consumer.pause(mq)
-                                break
-                            if not keep_following and msg.queue_offset >= ends[mq]:
-                                break
-                            _print_message(msg, body_format)
-                            printed += 1
-                            if limit is not None and printed >= limit:
-                                return
-
-    run(go)
-
-
 # -- bench ---------------------------------------------------------------------------------
 
 
@@ -355,7 +238,7 @@ def bench() -> None:
 
 @bench.command("produce")
 @click.argument("topic")
-@click.option("--count", "-n", type=click.IntRange(1), default=10_000, show_default=True)
+@click.option("--count", "-c", type=click.IntRange(1), default=10_000, show_default=True)
 @click.option("--size", type=click.IntRange(0), default=1024, show_default=True, help="Body bytes.")
 @click.option("--concurrency", type=click.IntRange(1), default=64, show_default=True)
 @json_option
@@ -364,11 +247,12 @@ def bench_produce(
     settings: Settings, topic: str, count: int, size: int, concurrency: int, as_json: bool
 ) -> None:
     """Send COUNT messages of SIZE bytes with auto-batching."""
+    namesrv = settings.addrs
     body = b"x" * size
     left = iter(range(count))
 
     async def go() -> dict[str, Any]:
-        async with Producer("aiorocket-bench", settings.namesrv, auto_batch=True) as producer:
+        async with Producer("aiorocket-bench", namesrv, auto_batch=True) as producer:
             with progress_bar() as progress:
                 meter = Meter(progress, "produce", count)
 
@@ -394,7 +278,7 @@ def bench_produce(
 
 @bench.command("consume")
 @click.argument("topic")
-@click.option("--count", "-n", type=click.IntRange(1), default=10_000, show_default=True)
+@click.option("--count", "-c", type=click.IntRange(1), default=10_000, show_default=True)
 @click.option("--group", help="Consumer group (default: a fresh one, from the oldest message).")
 @click.option("--timeout", type=float, default=120.0, show_default=True)
 @json_option
@@ -407,13 +291,24 @@ def bench_consume(
     timeout: float,
     as_json: bool,
 ) -> None:
-    """Consume COUNT messages with a push consumer (``async for``)."""
+    """Consume COUNT messages with a push consumer (``async for``).
 
-    async def go() -> dict[str, Any]:
-        name = group or f"aiorocket-bench-{secrets.token_hex(4)}"
+    Without --group, a fresh group reads from the oldest message and is deleted (with
+    its offsets) afterwards."""
+    namesrv = settings.addrs
+
+    # A pull the broker holds (long polling) is answered after the consumer closed, and
+    # the broker then creates the group again: a fresh group's pulls are held briefly,
+    # and it is deleted only once they have been answered (the broker looks at held
+    # pulls every 5 s).
+    poll = 1.0 if group is None else 15.0
+    held = poll + 5.5
+
+    async def consume(name: str) -> dict[str, Any]:
         consumer = Consumer(
-            name, settings.namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
-        )
+            name, namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            long_poll_timeout=poll,
+        )  # fmt: skip
         consumer.subscribe(topic)
         with progress_bar() as progress:
             meter = Meter(progress, "consume", count)
@@ -424,7 +319,20 @@ def bench_consume(
                         if meter.done >= count:
                             await msg.ack()
                             break
-        return meter.summary()
+        return {"group": name, **meter.summary()}
+
+    async def go() -> dict[str, Any]:
+        if group:
+            return await consume(group)
+        name = f"aiorocket-bench-{secrets.token_hex(4)}"
+        try:
+            return await consume(name)
+        finally:
+            with anyio.CancelScope(shield=True):
+                err.print(f"deleting the bench's group {name} (in {held:.0f} s)")
+                await anyio.sleep(held)  # the held pulls are answered (see above)
+                async with settings.admin() as admin:
+                    await admin.delete_group(name, missing_ok=True)
 
     summary = run(go)
     if as_json:

@@ -8,6 +8,7 @@ values; [`aiorocket.admin`][] composes them across brokers into typed results.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,3 +219,53 @@ class AdminRequests:
             return []
         check_response(resp, RequestCode.QUERY_MESSAGE)
         return decode_messages(resp.body, broker_name=broker_name)
+
+    # -- brokers -----------------------------------------------------------------------
+
+    async def runtime_info(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO: the broker's figures (version, TPS, totals, disk)."""
+        obj = await self._ok(addr, RequestCode.GET_BROKER_RUNTIME_INFO, {})
+        return {str(k): str(v) for k, v in ((obj or {}).get("table") or {}).items()}
+
+    async def broker_config(self, addr: str) -> dict[str, str]:
+        """GET_BROKER_CONFIG: every setting of one broker (a properties text)."""
+        resp = await self._broker.call(addr, RequestCode.GET_BROKER_CONFIG, {})
+        check_response(resp, RequestCode.GET_BROKER_CONFIG)
+        config: dict[str, str] = {}
+        for line in resp.body.decode("utf-8", "replace").splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() and not key.lstrip().startswith("#"):
+                config[key.strip()] = value.strip()
+        return config
+
+    async def update_broker_config(self, addr: str, settings: dict[str, str]) -> None:
+        """UPDATE_BROKER_CONFIG: set these keys on one broker (in memory and its file)."""
+        body = "".join(f"{k}={v}\n" for k, v in settings.items()).encode()
+        await self._ok(addr, RequestCode.UPDATE_BROKER_CONFIG, {}, body)
+
+    # -- topics and groups: changes ------------------------------------------------------
+
+    async def topic_config(self, addr: str, topic: str) -> dict[str, Any]:
+        """GET_TOPIC_CONFIG: queues, permission, order flag and attributes on one broker."""
+        return dict(await self._ok(addr, RequestCode.GET_TOPIC_CONFIG, {"topic": topic}) or {})
+
+    async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
+        await self._ok(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+
+    async def create_group(self, addr: str, config: dict[str, Any]) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP with a SubscriptionGroupConfig document."""
+        body = json.dumps(config, separators=(",", ":")).encode()
+        await self._ok(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+
+    async def delete_group(self, addr: str, group: str, *, clean_offset: bool = True) -> None:
+        """DELETE_SUBSCRIPTIONGROUP (and, with ``clean_offset``, its committed offsets)."""
+        ext = {"groupName": group, "cleanOffset": "true" if clean_offset else "false"}
+        await self._ok(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, ext)
+
+    # -- producers -------------------------------------------------------------------------
+
+    async def producers(self, addr: str) -> dict[str, list[dict[str, Any]]]:
+        """GET_ALL_PRODUCER_INFO: producer group -> its connected producers on one broker."""
+        obj = await self._ok(addr, RequestCode.GET_ALL_PRODUCER_INFO, {})
+        data = (obj or {}).get("data") or {}
+        return {str(g): [dict(p) for p in (ps or [])] for g, ps in data.items()}

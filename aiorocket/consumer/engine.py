@@ -33,6 +33,7 @@ from aiorocket.consumer.brokers import BrokerFinder
 from aiorocket.consumer.committer import AutoCommit, OffsetCommitter
 from aiorocket.consumer.config import MessageModel
 from aiorocket.consumer.delivery import Delivery, DeliveryFactory, DeliveryParts
+from aiorocket.consumer.filters import check_filters
 from aiorocket.consumer.local_offsets import LocalFileOffsetStore, default_offset_dir
 from aiorocket.consumer.locks import QueueLocks
 from aiorocket.consumer.membership import Membership
@@ -183,6 +184,7 @@ class Engine:
         await client.__aenter__()
         try:
             await _require_namesrv(client, state.subscriptions)
+            await check_filters(client, state.group, list(state.subscriptions.values()))
             await self._build(client)
         except BaseException:
             await client.__aexit__(None, None, None)

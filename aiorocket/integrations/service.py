@@ -23,13 +23,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from aiorocket import env
+from aiorocket._log import get_logger
 from aiorocket._settings import apply_settings
 from aiorocket.consumer import Consumer, MessageHandler
 from aiorocket.consumer.config import ConsumerConfig
 from aiorocket.consumer.handler import is_async_callable
-from aiorocket.errors import ClientClosedError, ConfigError
+from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError
 from aiorocket.integrations.health import consumer_health, is_live
 from aiorocket.producer import Producer
+
+_log = get_logger("service")
 
 if TYPE_CHECKING:
     from aiorocket.integrations.telemetry import Telemetry
@@ -197,6 +200,16 @@ class RocketMQService:
         except BaseException as exc:
             self._stack = None
             await stack.__aexit__(type(exc), exc, exc.__traceback__)
+            if isinstance(exc, RocketMQError):
+                # A start that fails (no NameServer, no topic, a refused filter) is the
+                # environment's doing, not a bug: one clear log line, and an exception
+                # without the client's internal frames and causes, which ASGI servers
+                # print whole (70 lines under uvicorn for an unreachable NameServer).
+                _log.error(
+                    "service_start_failed", error=str(exc), error_type=type(exc).__name__
+                )
+                _log.debug("service_start_failed_traceback", exc_info=exc)
+                raise exc.with_traceback(None) from None
             raise
         self._running = True
         return self

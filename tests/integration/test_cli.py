@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -15,29 +16,15 @@ from click.testing import CliRunner, Result
 from aiorocket.cli import cli
 from aiorocket.testing.broker import LocalRocketMQ
 
+from .cli_helpers import invoke, one_line_error
+
 pytestmark = [pytest.mark.integration]
 
 
 @pytest.fixture
 def aio(rocketmq: LocalRocketMQ) -> Callable[..., Result]:
     """Run ``aiorocket ARGS...`` against the local broker."""
-
-    def invoke(*args: str, input: str | None = None, ok: bool = True) -> Result:
-        result = CliRunner().invoke(
-            cli, ["--namesrv", rocketmq.namesrv_addr, *args], input=input, catch_exceptions=False
-        )
-        if ok:
-            assert result.exit_code == 0, (result.output, result.stderr)
-        return result
-
-    return invoke
-
-
-def one_line_error(result: Result) -> str:
-    assert "Traceback" not in result.output + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
+    return functools.partial(invoke, rocketmq.namesrv_addr)
 
 
 def test_produce_n_then_tail_n_returns_the_same_bodies(
@@ -48,17 +35,19 @@ def test_produce_n_then_tail_n_returns_the_same_bodies(
     bodies = [f"line {i}" for i in range(25)]
     sent = json.loads(aio("produce", topic, "--tag", "a", "--json", input="\n".join(bodies)).stdout)
     assert sent["messages"] == 25 and len(sent["results"]) == 25
-    got = aio("tail", topic, "--from", "earliest", "-n", "25", "--timeout", "30").stdout
+    got = aio("tail", topic, "--from", "earliest", "-c", "25", "--timeout", "30",
+              "--body-only").stdout  # fmt: skip
     assert sorted(got.splitlines()) == sorted(bodies)
     # Filtered by tag, as JSON documents, stopping at the end without --max.
     aio("produce", topic, "other", "--tag", "b")
     docs = aio("consume", topic, "--from", "earliest", "--tag", "b", "--format", "json").stdout
     assert [json.loads(line)["body"] for line in docs.splitlines()] == ["other"]
-    hexed = aio("tail", topic, "--from", "earliest", "--tag", "b", "--format", "hex").stdout
+    hexed = aio("tail", topic, "--from", "earliest", "--tag", "b", "--format", "hex",
+                "--body-only").stdout  # fmt: skip
     assert hexed.split() == [b"other".hex()]
     # --count repeats the bodies, from arguments too.
     aio("produce", topic, "x", "y", "--count", "4", "--tag", "c", "--key", "k-1", "-p", "p=1")
-    got = aio("tail", topic, "--from", "earliest", "--tag", "c").stdout.split()
+    got = aio("tail", topic, "--from", "earliest", "--tag", "c", "--body-only").stdout.split()
     assert sorted(got) == ["x", "x", "y", "y"]
     stats = json.loads(aio("topic", "stats", topic, "--json").stdout)
     assert stats["messages"] == 30
@@ -83,7 +72,7 @@ def test_lag_falls_to_zero_and_reset_offset_re_reads(
     topic, group = unique_name("cli"), unique_name("g")
     aio("topic", "create", topic, "--queues", "2")
     aio("produce", topic, *[f"m{i}" for i in range(10)])
-    aio("bench", "consume", topic, "--group", group, "-n", "10", "--timeout", "60")
+    aio("bench", "consume", topic, "--group", group, "-c", "10", "--timeout", "60")
     assert _lag(aio, group, topic) == 0
     assert group in json.loads(aio("group", "list", "--json").stdout)
     dry = json.loads(aio("group", "reset-offset", group, "--topic", topic, "--to", "earliest",
@@ -95,7 +84,7 @@ def test_lag_falls_to_zero_and_reset_offset_re_reads(
     aio("group", "reset-offset", group, "--topic", topic, "--to", "earliest", "--yes")
     assert _lag(aio, group, topic) == 10
     again = json.loads(
-        aio("bench", "consume", topic, "--group", group, "-n", "10", "--json").stdout
+        aio("bench", "consume", topic, "--group", group, "-c", "10", "--json").stdout
     )
     assert again["messages"] == 10
     assert _lag(aio, group, topic) == 0
@@ -112,6 +101,8 @@ def test_message_get_by_id_and_key(
     msg_id = sent["results"][0]["msg_id"]
     doc = json.loads(aio("message", "get", msg_id, "--topic", topic, "--json").stdout)
     assert doc["body"] == "needle" and doc["keys"] == ["order-9"]
+    assert doc["properties"] == {}  # the user's own; KEYS, UNIQ_KEY, ... apart
+    assert doc["system_properties"]["KEYS"] == "order-9"
     again = json.loads(aio("message", "get", doc["offset_msg_id"], "--json").stdout)
     assert again["msg_id"] == msg_id
     text = aio("message", "get", doc["offset_msg_id"]).stdout

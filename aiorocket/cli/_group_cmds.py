@@ -1,0 +1,267 @@
+"""``aiorocket group``: consumer groups: list, describe, lag, progress, reset-offset,
+create, update, config, delete, consume-directly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from aiorocket.admin import (
+    CustomizedRetry,
+    ExponentialRetry,
+    GroupConfig,
+    GroupDescription,
+    GroupLag,
+    ResetTarget,
+)
+from aiorocket.cli._common import (
+    Settings,
+    ask,
+    confirm,
+    json_option,
+    mq_json,
+    out,
+    parse_time,
+    pass_settings,
+    print_json,
+    run,
+    table,
+    yes_option,
+)
+from aiorocket.errors import RocketMQError
+from aiorocket.message import RETRY_TOPIC_PREFIX
+
+
+@click.group()
+def group() -> None:
+    """Consumer groups: list, describe, lag, progress, reset-offset, create, update,
+    config, delete, consume-directly."""
+
+
+@group.command("list")
+@click.option("--system", is_flag=True, help="Include system groups.")
+@json_option
+@pass_settings
+def group_list(settings: Settings, system: bool, as_json: bool) -> None:
+    """The consumer groups of the brokers."""
+
+    groups = ask(settings, lambda admin: admin.list_groups(include_system=system))
+    if as_json:
+        print_json(groups)
+    else:
+        for g in groups:
+            out.print(g)
+
+
+def config_json(c: GroupConfig) -> dict[str, Any]:
+    policy: Any = None
+    if isinstance(c.retry_policy, ExponentialRetry):
+        policy = {"type": "EXPONENTIAL", "initial_ms": c.retry_policy.initial_ms,
+                  "max_ms": c.retry_policy.max_ms, "multiplier": c.retry_policy.multiplier}
+    elif isinstance(c.retry_policy, CustomizedRetry):
+        policy = {"type": "CUSTOMIZED", "delays_ms": list(c.retry_policy.delays_ms)}
+    return {
+        "group": c.group, "brokers": list(c.brokers), "consume_enable": c.consume_enable,
+        "broadcast_enable": c.broadcast_enable, "orderly": c.orderly,
+        "retry_max_times": c.retry_max_times, "retry_queues": c.retry_queues,
+        "consume_timeout_minutes": c.consume_timeout_minutes, "retry_policy": policy,
+        "attributes": c.attributes,
+    }  # fmt: skip
+
+
+def _policy_text(c: GroupConfig) -> str:
+    p = c.retry_policy
+    if isinstance(p, ExponentialRetry):
+        return f"exponential {p.initial_ms} ms x{p.multiplier} up to {p.max_ms} ms"
+    if isinstance(p, CustomizedRetry):
+        return "customized " + " ".join(f"{d}ms" for d in p.delays_ms)
+    return "broker default"
+
+
+def _config_lines(c: GroupConfig) -> list[str]:
+    yes_no = {True: "yes", False: "no"}
+    return [
+        f"  on brokers: {', '.join(c.brokers)}",
+        f"  consume enabled: {yes_no[c.consume_enable]}, broadcast allowed: "
+        f"{yes_no[c.broadcast_enable]}, orderly (FIFO): {yes_no[c.orderly]}",
+        f"  retry max times: {c.retry_max_times}, retry policy: {_policy_text(c)}, "
+        f"POP consume timeout: {c.consume_timeout_minutes} min",
+    ]
+
+
+def _lag_rows(lag: GroupLag | None) -> list[dict[str, Any]]:
+    if lag is None:
+        return []
+    return [
+        {**mq_json(q.queue), "committed": q.committed, "max": q.max_offset, "lag": q.lag}
+        for q in lag.queues
+    ]
+
+
+@group.command("describe")
+@click.argument("name")
+@json_option
+@pass_settings
+def group_describe(settings: Settings, name: str, as_json: bool) -> None:
+    """Config, members (client ids, addresses, assigned queues), subscriptions, and
+    the committed offsets and lag, with or without members connected."""
+
+    async def go() -> tuple[GroupDescription, GroupConfig, GroupLag | None]:
+        async with settings.admin() as admin:
+            described = await admin.describe_group(name)
+            config = await admin.group_config(name)
+            try:
+                lag: GroupLag | None = await admin.lag(name)
+            except RocketMQError:
+                lag = None  # no offsets committed yet
+            return described, config, lag
+
+    d, config, lag = run(go)
+    members = [
+        {
+            "client_id": m.client_id,
+            "address": m.address,
+            "language": m.language,
+            "version": m.version,
+            "assignment": None if m.assignment is None else [mq_json(q) for q in m.assignment],
+        }
+        for m in d.members
+    ]
+    rows = _lag_rows(lag)
+    if as_json:
+        print_json(
+            {
+                "group": name,
+                "message_model": d.message_model,
+                "consume_type": d.consume_type,
+                "consume_from_where": d.consume_from_where,
+                "subscriptions": d.subscriptions,
+                "members": members,
+                "config": config_json(config),
+                "lag": {"total": lag.total if lag else 0, "queues": rows},
+            }
+        )
+        return
+    if members:
+        out.print(f"group {name}: {len(members)} member(s) {d.message_model} {d.consume_type}")
+    else:
+        out.print(f"group {name}: no members connected")
+    for line in _config_lines(config):
+        out.print(line)
+    for t, expr in d.subscriptions.items():
+        out.print(f"  subscribed to {t}: {expr}")
+    if rows:
+        table(
+            f"offsets: lag {lag.total if lag else 0}",
+            ["topic", "broker", "queue", "committed", "max", "lag"],
+            [list(r.values()) for r in rows],
+        )
+    else:
+        out.print("  no committed offsets")
+    if not members:
+        return
+
+    def queues(m: dict[str, Any]) -> str:
+        if m["assignment"] is None:
+            return "?"
+        return (
+            " ".join(
+                f"{q['broker']}:{q['queue']}"
+                for q in m["assignment"]
+                if not q["topic"].startswith(RETRY_TOPIC_PREFIX)
+            )
+            or "-"
+        )
+
+    table(
+        "members",
+        ["client id", "address", "language", "queues"],
+        [[m["client_id"], m["address"], m["language"], queues(m)] for m in members],
+    )
+
+
+@group.command("lag")
+@click.argument("name")
+@click.option("--topic", "topic_name", help="Only this topic.")
+@json_option
+@pass_settings
+def group_lag(settings: Settings, name: str, topic_name: str | None, as_json: bool) -> None:
+    """Per queue: committed offset, max offset, lag; and the total."""
+
+    lag = ask(settings, lambda admin: admin.lag(name, topic_name))
+    rows = [
+        {**mq_json(q.queue), "committed": q.committed, "max": q.max_offset, "lag": q.lag}
+        for q in lag.queues
+    ]
+    if as_json:
+        print_json({"group": name, "total": lag.total, "queues": rows})
+        return
+    table(
+        f"{name}: lag {lag.total}",
+        ["topic", "broker", "queue", "committed", "max", "lag"],
+        [list(r.values()) for r in rows],
+    )
+
+
+def _target(to: str) -> ResetTarget:
+    if to in ("earliest", "latest"):
+        return to  # type: ignore[return-value]
+    try:
+        return parse_time(to)
+    except click.BadParameter as exc:
+        raise click.BadParameter(
+            f"--to takes earliest, latest or a time; {exc.message}", param_hint="--to"
+        ) from None
+
+
+@group.command("reset-offset")
+@click.argument("name")
+@click.option("--topic", "topic_name", required=True, help="The topic whose offsets move.")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    help="earliest, latest, or a time: ISO 8601, epoch ms, or -10m/-2h/-1d.",
+)
+@click.option("--dry-run", is_flag=True, help="Show the new offsets, change nothing.")
+@yes_option
+@json_option
+@pass_settings
+def group_reset(
+    settings: Settings,
+    name: str,
+    topic_name: str,
+    to: str,
+    dry_run: bool,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Move a group's committed offsets; running consumers follow."""
+    target = _target(to)
+
+    async def plan(dry: bool) -> Any:
+        async with settings.admin() as admin:
+            return await admin.reset_offset(name, topic_name, target, dry_run=dry)
+
+    changes = run(plan, True)
+    rows = [{**mq_json(c.queue), "old": c.old, "new": c.new} for c in changes]
+    if not as_json:
+        table(
+            f"{name} on {topic_name}: reset to {to}",
+            ["broker", "queue", "old", "new"],
+            [[r["broker"], r["queue"], r["old"], r["new"]] for r in rows],
+        )
+    if dry_run:
+        if as_json:
+            print_json({"group": name, "topic": topic_name, "dry_run": True, "queues": rows})
+        return
+    confirm(f"reset {len(rows)} queue(s) of group {name}?", yes)
+    changes = run(plan, False)
+    rows = [{**mq_json(c.queue), "old": c.old, "new": c.new} for c in changes]
+    if as_json:
+        print_json({"group": name, "topic": topic_name, "dry_run": False, "queues": rows})
+    else:
+        out.print(f"reset {len(rows)} queue(s)")
+
+

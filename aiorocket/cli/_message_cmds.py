@@ -1,0 +1,155 @@
+"""``aiorocket message|dlq``: look messages up by id or key; a group's dead letters,
+and sending them back to their topic."""
+
+from __future__ import annotations
+
+import click
+
+from aiorocket.admin import Resent, original_topic
+from aiorocket.cli._common import (
+    EXIT_USAGE,
+    Settings,
+    ask,
+    confirm,
+    fail,
+    json_option,
+    out,
+    pass_settings,
+    print_json,
+    run,
+    table,
+    yes_option,
+)
+from aiorocket.cli._show import BODY_FORMATS, message_block, message_json
+from aiorocket.errors import MessageNotFoundError
+from aiorocket.message import MessageExt
+
+_format = click.option(
+    "--format",
+    "body_format",
+    type=click.Choice(BODY_FORMATS),
+    default="text",
+    show_default=True,
+    help="How to print bodies (text falls back to hex for binary).",
+)
+
+
+def print_block(m: MessageExt, body_format: str) -> None:
+    fields = message_block(m, body_format)
+    width = max(len(label) for label, _ in fields) + 2
+    for label, value in fields:
+        out.print(f"{label:<{width}}{value}")
+
+
+@click.group()
+def message() -> None:
+    """Look messages up by id or key."""
+
+
+@message.command("get")
+@click.argument("msg_id", required=False)
+@click.option("--topic", "topic_name", help="The topic (needed for producer ids and keys).")
+@click.option("--key", help="Find the messages with this key instead.")
+@_format
+@json_option
+@pass_settings
+def message_get(
+    settings: Settings,
+    msg_id: str | None,
+    topic_name: str | None,
+    key: str | None,
+    body_format: str,
+    as_json: bool,
+) -> None:
+    """A message by its id (offset id, or producer id with --topic), or by --key."""
+    if (msg_id is None) == (key is None):
+        fail("give a message id or --key (not both)", EXIT_USAGE)
+    if key is not None and topic_name is None:
+        fail("--key needs --topic", EXIT_USAGE)
+
+    async def go() -> list[MessageExt]:
+        async with settings.admin() as admin:
+            if key is not None:
+                assert topic_name is not None
+                found = await admin.find_messages(topic_name, key)
+                if not found:
+                    raise MessageNotFoundError(f"no message with key {key!r} in {topic_name!r}")
+                return found
+            assert msg_id is not None
+            return [await admin.get_message(msg_id, topic_name)]
+
+    found = run(go)
+    if as_json:
+        docs = [message_json(m, body_format) for m in found]
+        print_json(docs if key is not None else docs[0])
+        return
+    for i, m in enumerate(found):
+        if i:
+            out.print()
+        print_block(m, body_format)
+
+
+@click.group()
+def dlq() -> None:
+    """A consumer group's dead-letter queue: list, resend."""
+
+
+@dlq.command("list")
+@click.argument("group")
+@click.option("--count", "-c", "limit", type=click.IntRange(1), default=1000, show_default=True)
+@_format
+@json_option
+@pass_settings
+def dlq_list(settings: Settings, group: str, limit: int, body_format: str, as_json: bool) -> None:
+    """The messages in a group's dead-letter queue (%DLQ%GROUP)."""
+
+    found = ask(settings, lambda admin: admin.dead_letters(group, limit=limit))
+    if as_json:
+        print_json([{**message_json(m, body_format), "original_topic": original_topic(m)}
+                    for m in found])  # fmt: skip
+        return
+    out.print(f"{len(found)} dead-lettered message(s) of group {group}")
+    for m in found:
+        out.print()
+        print_block(m, body_format)
+
+
+@dlq.command("resend")
+@click.argument("group")
+@click.option("--msg-id", help="The message with this id (producer id or DLQ offset id).")
+@click.option("--key", help="The messages with this key.")
+@click.option("--all", "everything", is_flag=True, help="Every message in the DLQ.")
+@click.option("--dry-run", is_flag=True, help="Show what would be sent, send nothing.")
+@yes_option
+@json_option
+@pass_settings
+def dlq_resend(
+    settings: Settings, group: str, msg_id: str | None, key: str | None, everything: bool,
+    dry_run: bool, yes: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """Send dead-lettered messages again to the topic they came from (copies stay in
+    the DLQ): one (--msg-id), those with a key (--key), or --all."""
+    if sum((msg_id is not None, key is not None, everything)) != 1:
+        fail("choose one of --msg-id, --key or --all", EXIT_USAGE)
+
+    async def go(dry: bool) -> list[Resent]:
+        async with settings.admin() as admin:
+            return await admin.resend_dead_letters(
+                group, msg_id=msg_id, key=key, everything=everything, dry_run=dry
+            )
+
+    plan = run(go, True)
+    if not dry_run and plan:
+        confirm(f"send {len(plan)} message(s) of the DLQ of {group} again?", yes)
+    done = plan if dry_run or not plan else run(go, False)
+    rows = [{"msg_id": r.msg_id, "dlq_offset_msg_id": r.dlq_offset_msg_id, "topic": r.topic,
+             "new_msg_id": r.new_msg_id} for r in done]  # fmt: skip
+    if as_json:
+        print_json({"group": group, "dry_run": dry_run, "messages": rows})
+        return
+    verb = "would send" if dry_run else "sent"
+    table(
+        f"{verb} {len(rows)} message(s) of the DLQ of {group}",
+        ["msg id", "to topic", "new msg id"],
+        [[r["msg_id"], r["topic"], r["new_msg_id"] or "-"] for r in rows],
+    )
