@@ -193,7 +193,7 @@ class ClusterAdmin(AdminCore):
                     ProducerClient(
                         group=g,
                         client_id=str(c.get("clientId", "")),
-                        address=str(c.get("remoteIP", "")),
+                        address=str(c.get("remoteIP", "")).lstrip("/"),
                         language=str(c.get("language", "")),
                         version=int(c.get("version", 0)),
                         broker=name,

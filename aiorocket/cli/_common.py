@@ -174,23 +174,13 @@ def print_json(value: Any) -> None:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A rich table; columns whose values are all numbers are right-aligned."""
     t = Table(title=title, title_justify="left", header_style="bold")
-    for c in columns:
-        numeric = c.lower() in {
-            "queue",
-            "min",
-            "max",
-            "lag",
-            "committed",
-            "messages",
-            "old",
-            "new",
-            "change",
-            "offset",
-            "read",
-            "write",
-            "perm",
-        }
+    for i, c in enumerate(columns):
+        values = [row[i] for row in rows if row[i] is not None]
+        numeric = bool(values) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in values
+        )
         t.add_column(c, justify="right" if numeric else "left")
     for row in rows:
         t.add_row(*("" if v is None else str(v) for v in row))
