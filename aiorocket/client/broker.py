@@ -212,7 +212,14 @@ class BrokerClient:
         transaction_id: str | None,
         from_check: bool,
         topic: str = "",
+        confirm: bool = False,
     ) -> None:
+        """END_TRANSACTION for the half message at ``commit_log_offset``.
+
+        Oneway, as the Java client sends it, unless ``confirm``: then the broker's answer
+        is awaited and a refusal raised (e.g. ``ILLEGAL_OPERATION`` for a half message
+        past its check-immunity time, which only a check-back may end now).
+        """
         ext = {
             "producerGroup": producer_group,
             "tranStateTableOffset": str(tran_state_table_offset),
@@ -225,7 +232,11 @@ class BrokerClient:
             ext["transactionId"] = transaction_id
         if topic:
             ext["topic"] = topic
-        await self.pool.oneway(addr, RemotingCommand.request(RequestCode.END_TRANSACTION, ext))
+        cmd = RemotingCommand.request(RequestCode.END_TRANSACTION, ext)
+        if confirm:
+            _check(await self.pool.request(addr, cmd, self.timeout), RequestCode.END_TRANSACTION)
+        else:
+            await self.pool.oneway(addr, cmd)
 
     # -- pulling -------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from aiorocket.producer.routes import PublishRoutes
 from aiorocket.producer.selectors import QueueSelector
 from aiorocket.producer.sender import Plan, Sender
 from aiorocket.producer.transaction import (
+    PROPERTY_CHECK_IMMUNITY,
     CheckBacks,
     LocalTransaction,
     TransactionChecker,
@@ -510,24 +511,7 @@ class Producer:
             return await self._grpc_producer(None).send_in_transaction(
                 msg, local_transaction, timeout=timeout
             )
-        if msg.delay_level or msg.deliver_time_ms is not None:
-            raise ConfigError("transactional messages cannot be delayed")
-        sender = self._open_sender()
-        extra = {
-            PROPERTY_TRANSACTION_PREPARED: "true",
-            PROPERTY_PRODUCER_GROUP: wrap(self.config.namespace, self.group),
-        }
-        out = prepare_message(
-            msg, self.config, extra_properties=extra, sys_flag=SYSFLAG_TRANSACTION_PREPARED
-        )
-        plan = sender.plan(msg, None, None, None)
-        deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
-        try:
-            result = await sender.send(out, plan, deadline)
-        finally:
-            sender.release()
-        addr = await sender.addr_of(result.queue)
+        result, addr = await self._send_half(msg, self.group, {}, timeout)
         if result.status is not SendStatus.SEND_OK:
             state = TransactionState.ROLLBACK
         else:
@@ -542,6 +526,65 @@ class Producer:
                 raise
         await self._end(addr, result, state)
         return TransactionResult(result, state)
+
+    async def send_prepared(
+        self,
+        msg: Message,
+        *,
+        producer_group: str | None = None,
+        check_immunity: int | None = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Store ``msg`` as a half message and leave its transaction open.
+
+        Remoting only. Whoever holds the result ends the transaction later
+        ([`HalfMessage.of`][aiorocket.producer.transaction.HalfMessage] and
+        [`end_half`][aiorocket.producer.transaction.end_half], from any process), or the
+        ``transaction_checker`` of ``producer_group`` (default: this producer's group)
+        when the broker asks. With another group, the broker's check-backs go to that
+        group's members, not to this producer. ``check_immunity`` (seconds) keeps the
+        broker from checking back sooner, and refuses a non-check end after it.
+        """
+        if self.transport == "grpc":
+            raise _unsupported("leaving a transaction open (send_prepared)")
+        extra = {} if check_immunity is None else {PROPERTY_CHECK_IMMUNITY: str(check_immunity)}
+        result, _ = await self._send_half(msg, producer_group or self.group, extra, timeout)
+        return result
+
+    async def _send_half(
+        self, msg: Message, group: str, extra: dict[str, str], timeout: float | None
+    ) -> tuple[SendResult, str]:
+        if msg.delay_level or msg.deliver_time_ms is not None:
+            raise ConfigError("transactional messages cannot be delayed")
+        sender = self._open_sender()
+        extra = {
+            **extra,
+            PROPERTY_TRANSACTION_PREPARED: "true",
+            PROPERTY_PRODUCER_GROUP: wrap(self.config.namespace, group),
+        }
+        out = prepare_message(
+            msg, self.config, extra_properties=extra, sys_flag=SYSFLAG_TRANSACTION_PREPARED
+        )
+        plan = sender.plan(msg, None, None, None)
+        deadline = sender.deadline(timeout)
+        await sender.acquire(deadline)
+        try:
+            result = await sender.send(out, plan, deadline)
+        finally:
+            sender.release()
+        return result, await sender.addr_of(result.queue)
+
+    async def accept_checks(self, *topics: str) -> None:
+        """Join this producer's group on the brokers of ``topics`` now (and keep
+        heartbeating them), so that their transaction check-backs reach this producer
+        although it has not sent there. Remoting only."""
+        if self.transport == "grpc":
+            raise _unsupported("accept_checks")
+        sender = self._open_sender()
+        assert self._membership is not None
+        for topic in topics:
+            await sender.routes.get(wrap(self.config.namespace, topic))
+        await self._membership.heartbeat_all()
 
     async def _end(self, addr: str, result: SendResult, state: TransactionState) -> None:
         namespace = self.config.namespace

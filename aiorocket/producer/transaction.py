@@ -33,15 +33,23 @@ from aiorocket.protocol.message_codec import decode_messages, decode_offset_mess
 from aiorocket.remoting.connection import Connection
 
 __all__ = [
+    "PROPERTY_CHECK_IMMUNITY",
     "CheckBacks",
     "CheckRequest",
+    "HalfMessage",
     "LocalTransaction",
     "TransactionChecker",
     "TransactionResult",
     "TransactionState",
+    "end_half",
     "end_transaction",
     "parse_check_request",
 ]
+
+#: seconds after its birth during which the broker neither checks a half message back
+#: nor lets anyone but a check-back answer end it afterwards (so that an end sent late,
+#: after a check-back was answered, cannot commit the message a second time).
+PROPERTY_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 
 
 class TransactionState(enum.Enum):
@@ -116,6 +124,64 @@ def parse_check_request(broker_addr: str, cmd: RemotingCommand) -> CheckRequest:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class HalfMessage:
+    """What ending a half message needs, from any client of its producer group.
+
+    The broker finds a half message by its commit-log offset and checks the producer
+    group and queue offset; it does not care which connection sent it. So a process
+    other than the sender (a Spark driver, for half messages its executors sent) can
+    end it given this (picklable) handle.
+    """
+
+    topic: str
+    broker_name: str
+    #: the half message's offset in the broker's half-message queue.
+    queue_offset: int
+    commit_log_offset: int
+    msg_id: str
+    transaction_id: str | None = None
+
+    @classmethod
+    def of(cls, result: SendResult) -> HalfMessage:
+        if not result.offset_msg_id:
+            raise ProtocolError("the broker did not return the half message's offset id")
+        _, commit_log_offset = decode_offset_message_id(result.offset_msg_id)
+        return cls(
+            result.queue.topic, result.queue.broker_name, result.queue_offset,
+            commit_log_offset, result.msg_id, result.transaction_id,
+        )  # fmt: skip
+
+
+async def end_half(
+    broker: BrokerClient,
+    addr: str,
+    group: str,
+    half: HalfMessage,
+    state: TransactionState,
+    *,
+    confirm: bool = True,
+    from_check: bool = False,
+) -> None:
+    """END_TRANSACTION for ``half`` (of producer ``group``) at broker ``addr``.
+
+    With ``confirm`` (the default) the broker's answer is awaited: a refusal raises.
+    ``from_check``: the answer to a check-back (never refused for being late).
+    """
+    await broker.end_transaction(
+        addr,
+        producer_group=group,
+        tran_state_table_offset=half.queue_offset,
+        commit_log_offset=half.commit_log_offset,
+        commit_or_rollback=state.end_type,
+        msg_id=half.msg_id,
+        transaction_id=half.transaction_id,
+        from_check=from_check,
+        topic=half.topic,
+        confirm=confirm,
+    )
+
+
 async def end_transaction(
     broker: BrokerClient,
     addr: str,
@@ -123,21 +189,8 @@ async def end_transaction(
     result: SendResult,
     state: TransactionState,
 ) -> None:
-    """END_TRANSACTION for a half message this producer just sent."""
-    if not result.offset_msg_id:
-        raise ProtocolError("the broker did not return the half message's offset id")
-    _, commit_log_offset = decode_offset_message_id(result.offset_msg_id)
-    await broker.end_transaction(
-        addr,
-        producer_group=group,
-        tran_state_table_offset=result.queue_offset,
-        commit_log_offset=commit_log_offset,
-        commit_or_rollback=state.end_type,
-        msg_id=result.msg_id,
-        transaction_id=result.transaction_id,
-        from_check=False,
-        topic=result.queue.topic,
-    )
+    """END_TRANSACTION (oneway) for a half message this producer just sent."""
+    await end_half(broker, addr, group, HalfMessage.of(result), state, confirm=False)
 
 
 class CheckBacks:
@@ -218,17 +271,10 @@ class CheckBacks:
         except Exception:
             log.exception("checker_failed")
         try:
-            await self._broker.end_transaction(
-                req.broker_addr,
-                producer_group=self._group,
-                tran_state_table_offset=req.tran_state_table_offset,
-                commit_log_offset=req.commit_log_offset,
-                commit_or_rollback=state.end_type,
-                msg_id=req.msg_id,
-                transaction_id=req.transaction_id,
-                from_check=True,
-                topic=topic,
-            )
+            half = HalfMessage(topic, "", req.tran_state_table_offset, req.commit_log_offset,
+                               req.msg_id, req.transaction_id)  # fmt: skip
+            await end_half(self._broker, req.broker_addr, self._group, half, state,
+                           confirm=False, from_check=True)  # fmt: skip
         except RocketMQError as exc:
             log.warning("check_answer_failed", error=str(exc))
             return

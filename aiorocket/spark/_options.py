@@ -9,6 +9,7 @@ travel to executors inside the input partitions.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -155,6 +156,14 @@ class WriteOptions:
     retries: int = 2
     dedup_property: str = DEFAULT_DEDUP_PROPERTY
     auto_batch: bool = True
+    #: ``deliveryGuarantee=exactly-once``: rows go out as half messages that the
+    #: driver's commit ends (see ``aiorocket.spark._txn``).
+    exactly_once: bool = False
+    #: directory of the commit records (exactly-once only).
+    txn_log: str | None = None
+    #: seconds a micro-batch has, from its first row sent to its commit, before only the
+    #: broker's check-back may end its half messages (exactly-once only).
+    txn_timeout: int = 300
 
 
 _CLIENT_OPTIONS = {
@@ -177,6 +186,7 @@ _READ_OPTIONS = _CLIENT_OPTIONS | {
 SPARK_OPTIONS = frozenset({"path", "queryname", "checkpointlocation"})
 _WRITE_OPTIONS = _CLIENT_OPTIONS | {
     "topic", "producergroup", "sendtimeoutms", "retrytimes", "dedupkeyproperty", "autobatch",
+    "deliveryguarantee", "transactionlog", "transactiontimeoutseconds",
 }  # fmt: skip
 
 
@@ -412,14 +422,54 @@ def parse_read(options: Mapping[str, str], *, stream: bool | None) -> ReadOption
     )
 
 
-def parse_write(options: Mapping[str, str]) -> WriteOptions:
+def _txn_log(opts: dict[str, str]) -> str:
+    """The directory of the exactly-once commit records: ``transactionLog``, else
+    ``<checkpointLocation>/rocketmq-sink`` when the checkpoint is on a local disk."""
+    given = opts.get("transactionlog")
+    where = "option transactionLog"
+    if given is None:
+        ckpt = opts.get("checkpointlocation")
+        if not ckpt:
+            raise ConfigError(
+                "deliveryGuarantee=exactly-once needs the option checkpointLocation on the "
+                "writeStream (Spark does not pass the spark.sql.streaming.checkpointLocation "
+                "conf to a data source) or the option transactionLog"
+            )
+        given, where = f"{ckpt.rstrip('/')}/rocketmq-sink", "option checkpointLocation"
+    path = given[len("file:") :] if given.startswith("file:") else given
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path):
+        raise ConfigError(
+            f"{where}: {given!r} is not on a local filesystem; the exactly-once commit "
+            "records need one the driver writes to (set the option transactionLog)"
+        )
+    return os.path.abspath(re.sub(r"^//+", "/", path))
+
+
+def parse_write(options: Mapping[str, str], *, stream: bool = True) -> WriteOptions:
     opts = _lower(options)
     _check_known(opts, _WRITE_OPTIONS, "sink")
     client = parse_client(opts)
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise ConfigError("option topic must not be empty")
-    group = opts.get("producergroup", DEFAULT_PRODUCER_GROUP)
+    guarantee = opts.get("deliveryguarantee", "at-least-once").strip().lower()
+    if guarantee not in ("at-least-once", "exactly-once"):
+        raise ConfigError(f"option deliveryGuarantee must be at-least-once or exactly-once, "
+                          f"got {opts['deliveryguarantee']!r}")  # fmt: skip
+    exactly_once = guarantee == "exactly-once"
+    if exactly_once and not stream:
+        raise ConfigError(
+            "deliveryGuarantee=exactly-once applies to writeStream; a batch write (df.write) "
+            "has no checkpoint to recover from and is at-least-once"
+        )
+    txn_log = _txn_log(opts) if exactly_once else None
+    default_group = DEFAULT_PRODUCER_GROUP
+    if txn_log is not None:
+        # One group per query: the broker sends check-backs to any member of the group
+        # named in a half message, and only this query's driver can answer for it.
+        digest = hashlib.sha1(txn_log.encode()).hexdigest()[:12]
+        default_group = f"{DEFAULT_PRODUCER_GROUP}-{digest}"
+    group = opts.get("producergroup", default_group)
     from aiorocket._settings import check_group
 
     check_group(group, "producerGroup")
@@ -434,4 +484,7 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
         retries=retries,
         dedup_property=opts.get("dedupkeyproperty", DEFAULT_DEDUP_PROPERTY).strip(),
         auto_batch=_bool(opts, "autoBatch", True),
+        exactly_once=exactly_once,
+        txn_log=txn_log,
+        txn_timeout=_int(opts, "transactionTimeoutSeconds", 300, minimum=6) or 300,
     )

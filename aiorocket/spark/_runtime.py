@@ -19,7 +19,9 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from aiorocket.client.instance import ClientInstance
+from aiorocket.message import MessageExt
 from aiorocket.producer.producer import Producer
+from aiorocket.producer.transaction import TransactionState
 from aiorocket.spark._options import ClientOptions, WriteOptions
 
 T = TypeVar("T")
@@ -33,6 +35,8 @@ class _Runtime:
         self._lock = threading.Lock()
         self._clients: dict[ClientOptions, concurrent.futures.Future[ClientInstance]] = {}
         self._producers: dict[WriteOptions, concurrent.futures.Future[Producer]] = {}
+        self._senders: dict[WriteOptions, concurrent.futures.Future[Producer]] = {}
+        self._checkers: dict[WriteOptions, concurrent.futures.Future[Producer]] = {}
         self._holders: list[concurrent.futures.Future[None]] = []
         self.thread = threading.Thread(
             target=self.loop.run_forever, name="aiorocket-spark", daemon=True
@@ -101,6 +105,51 @@ class _Runtime:
                 # batch requests per topic be under way than an interactive producer.
                 batch_in_flight=8,
                 batch_max_bytes=256 * 1024,
+            ),
+        )
+
+    def sender(self, opts: WriteOptions) -> Producer:
+        """The executors' producer of half messages (exactly-once): no resend (a lost
+        answer would leave a second stored copy) and no auto-batching (the broker takes
+        no half messages in batches). Its own group is not the half messages' one, so
+        the broker's check-backs go to the driver, not here."""
+        return self._open(  # type: ignore[no-any-return]
+            self._senders,
+            opts,
+            lambda: Producer(
+                f"{opts.producer_group}-send",
+                opts.client.namesrv,
+                send_timeout=opts.send_timeout,
+                retries=0,
+                request_timeout=opts.client.request_timeout,
+                credentials=opts.client.credentials(),
+                tls=opts.client.tls_setting(),
+                auto_batch=False,
+            ),
+        )
+
+    def checker(self, opts: WriteOptions) -> Producer:
+        """The driver's member of the half messages' group: answers check-backs from
+        the commit records (exactly-once)."""
+        from aiorocket.spark._txn import TxnLog, verdict
+
+        assert opts.txn_log is not None
+        client = self.client(opts.client)
+        txn_log = TxnLog(opts.txn_log)
+
+        async def check(msg: MessageExt) -> TransactionState:
+            return await verdict(client, txn_log, msg)
+
+        return self._open(  # type: ignore[no-any-return]
+            self._checkers,
+            opts,
+            lambda: Producer(
+                opts.producer_group,
+                opts.client.namesrv,
+                request_timeout=opts.client.request_timeout,
+                credentials=opts.client.credentials(),
+                tls=opts.client.tls_setting(),
+                transaction_checker=check,
             ),
         )
 

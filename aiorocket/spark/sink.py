@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import pyarrow as pa
@@ -37,8 +38,11 @@ from aiorocket.client.instance import ClientInstance
 from aiorocket.errors import ConfigError, TopicNotExistError
 from aiorocket.message import Message
 from aiorocket.producer.producer import Producer
+from aiorocket.producer.transaction import HalfMessage, TransactionState
+from aiorocket.spark import _txn
 from aiorocket.spark._options import WriteOptions
 from aiorocket.spark._runtime import call, runtime
+from aiorocket.spark._txn import TXN_PROPERTY
 
 __all__ = [
     "RocketMQStreamWriter",
@@ -49,6 +53,9 @@ __all__ = [
 ]
 
 log = get_logger("spark")
+#: how long past ``transactionTimeoutSeconds`` a commit waits for the broker's
+#: check-backs to commit rows whose end failed (it checks every 30 s by default).
+_CHECK_BACK_WAIT = 300.0
 
 _STR = StringType()
 #: accepted column -> accepted types (a description for errors).
@@ -108,6 +115,9 @@ def _check_topic(opts: WriteOptions) -> None:
 class SinkCommit(WriterCommitMessage):
     partition: int
     count: int
+    #: exactly-once: the task attempt's transaction and its half messages.
+    txn: str | None = None
+    halves: tuple[HalfMessage, ...] = ()
 
 
 def _messages(batch: pa.RecordBatch, opts: WriteOptions, prefix: str, first: int) -> list[Message]:
@@ -152,6 +162,25 @@ async def _send_all(producer: Producer, messages: list[Message]) -> None:
             await producer.start_send(tg, msg)
 
 
+async def _send_halves(
+    producer: Producer, messages: list[Message], opts: WriteOptions
+) -> list[HalfMessage]:
+    out: list[HalfMessage | None] = [None] * len(messages)
+    limiter = anyio.CapacityLimiter(producer.config.max_in_flight)
+
+    async def one(i: int, msg: Message) -> None:
+        async with limiter:
+            result = await producer.send_prepared(
+                msg, producer_group=opts.producer_group, check_immunity=opts.txn_timeout
+            )
+        out[i] = HalfMessage.of(result)
+
+    async with anyio.create_task_group() as tg:
+        for i, msg in enumerate(messages):
+            tg.start_soon(one, i, msg)
+    return [h for h in out if h is not None]
+
+
 class _Sender:
     """The executor half shared by the batch and the streaming writer."""
 
@@ -168,6 +197,9 @@ class _Sender:
         batch_id = (ctx.getLocalProperty("streaming.sql.batchId") if ctx else None) or "0"
         prefix = f"{query}-{batch_id}-{partition}-"
         rt = runtime()
+        if self.opts.exactly_once:
+            attempt = ctx.taskAttemptId() if ctx is not None else 0
+            return self._send_exactly_once(rt, batches, prefix, batch_id, partition, attempt)
         producer = rt.producer(self.opts)
         count = 0
         for batch in batches:
@@ -175,6 +207,22 @@ class _Sender:
             rt.submit(_send_all(producer, messages)).result()
             count += len(messages)
         return SinkCommit(partition, count)
+
+    def _send_exactly_once(
+        self, rt: Any, batches: Iterator[pa.RecordBatch], prefix: str, batch_id: str,
+        partition: int, attempt: int,
+    ) -> SinkCommit:  # fmt: skip
+        # Unique per task attempt: a retried task is another transaction.
+        txn = f"{self.write_id}.{partition}.{attempt}"
+        tag = f"{batch_id}:{txn}"
+        producer = rt.sender(self.opts)
+        halves: list[HalfMessage] = []
+        for batch in batches:
+            messages = _messages(batch, self.opts, prefix, len(halves))
+            for msg in messages:
+                msg.properties[TXN_PROPERTY] = tag
+            halves.extend(rt.submit(_send_halves(producer, messages, self.opts)).result())
+        return SinkCommit(partition, len(halves), txn, tuple(halves))
 
 
 class RocketMQWriter(DataSourceArrowWriter):
@@ -201,9 +249,32 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         return self._sender.send(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        opts = self._sender.opts
+        if opts.exactly_once:
+            self._end(messages, batchId, commit=True)
+            return
         total = sum(m.count for m in messages if isinstance(m, SinkCommit))
         log.info("spark_batch_committed", batch=batchId, messages=total)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         sent = sum(m.count for m in messages if isinstance(m, SinkCommit))
         log.warning("spark_batch_aborted", batch=batchId, messages_sent=sent)
+        if self._sender.opts.exactly_once:
+            self._end(messages, batchId, commit=False)
+
+    def _end(self, messages: list[WriterCommitMessage | None], batch: int, commit: bool) -> None:
+        """Exactly-once: the driver ends the batch's half messages (``_txn``)."""
+        opts = self._sender.opts
+        assert opts.txn_log is not None
+        rt = runtime()
+        client = rt.client(opts.client)
+        checker = rt.checker(opts)
+        halves = _txn.by_txn(messages)
+        if commit:
+            wait = opts.txn_timeout + _CHECK_BACK_WAIT
+            log_ = _txn.TxnLog(opts.txn_log)
+            rt.submit(_txn.commit(client, checker, log_, batch, halves, wait)).result()
+            return
+        every = [h for hs in halves.values() for h in hs]
+        rollback = TransactionState.ROLLBACK
+        rt.submit(_txn.end_all(client, opts.producer_group, every, rollback)).result()

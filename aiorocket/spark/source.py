@@ -78,7 +78,7 @@ class RocketMQDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from aiorocket.spark.sink import RocketMQWriter
 
-        return RocketMQWriter(parse_write(self.options), schema)
+        return RocketMQWriter(parse_write(self.options, stream=False), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from aiorocket.spark.sink import RocketMQStreamWriter

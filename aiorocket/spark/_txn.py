@@ -1,0 +1,283 @@
+"""Exactly-once into a topic: RocketMQ transactional messages that the driver ends.
+
+Per micro-batch ``N`` of a streaming write with ``deliveryGuarantee=exactly-once``:
+
+* Each task attempt sends every row as a *half message* (stored, invisible to
+  consumers) of producer group ``G``, with the property ``sparkTxn = "N:<txn>"`` where
+  ``<txn>`` names the task attempt, and no resend of a failed send (a resend could
+  leave a second stored copy); a failure fails the task and Spark retries it as a new
+  attempt, i.e. a new ``<txn>``. Its commit message carries ``<txn>`` and the handle
+  of every half message (:class:`~aiorocket.producer.transaction.HalfMessage`).
+* The driver's ``commit(messages, N)`` first writes the *commit record* of batch ``N``
+  (the committed ``<txn>`` s and their rows' ids) atomically to the transaction log
+  (by default ``<checkpointLocation>/rocketmq-sink``), then ends every half message
+  with COMMIT (confirmed by the broker). If a record of ``N`` is already there, an
+  earlier run committed the batch and died before Spark logged it: this attempt's half
+  messages are ended with ROLLBACK instead.
+* ``abort`` ends the half messages it knows with ROLLBACK. Those of failed task
+  attempts are never committed and the broker's check-back learns that (below).
+* Every half message carries ``CHECK_IMMUNITY_TIME_IN_SECONDS = transactionTimeoutSeconds``
+  (T): before T the broker does not check it back; after T it refuses an end that is
+  not a check-back answer. So the driver's own end and a check-back can never both
+  commit one message.
+* A check-back (after T, for a half message nobody ended, or a copy the broker put back
+  while waiting) is answered by :func:`verdict` from the records: a batch without a
+  record that is not the newest never committed (ROLLBACK); the newest may still be
+  committing (UNKNOWN, the broker asks again); a recorded ``<txn>`` commits unless its
+  row is already visible in the topic (then this is a copy: ROLLBACK).
+* ``commit`` returns only once every row of the batch is visible, waiting for
+  check-backs if some end failed or came too late; a replayed commit whose record has
+  no ``.done`` marker (the earlier run died while committing) waits the same way for
+  the earlier run's rows. The process answering the check-backs is the one waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import anyio
+
+from aiorocket._log import get_logger
+from aiorocket.client.admin import AdminRequests
+from aiorocket.client.instance import ClientInstance
+from aiorocket.errors import RocketMQError
+from aiorocket.message import MessageExt, MessageQueue
+from aiorocket.producer.producer import Producer
+from aiorocket.producer.transaction import HalfMessage, TransactionState, end_half
+from aiorocket.spark import _broker
+
+__all__ = [
+    "TXN_PROPERTY",
+    "Row",
+    "TxnLog",
+    "by_txn",
+    "commit",
+    "end_all",
+    "rows_of",
+    "verdict",
+    "wait_visible",
+]
+
+log = get_logger("spark")
+
+#: the property of every half message: ``"<batch>:<txn>"``.
+TXN_PROPERTY = "sparkTxn"
+#: how many records (batches) the log keeps; a check-back for an older batch waits.
+KEEP = 100
+#: ends (and visibility queries) in flight at once.
+PARALLEL = 128
+
+#: one row of a committed batch: (topic, broker name, message id).
+Row = tuple[str, str, str]
+
+
+class TxnLog:
+    """One JSON file per committed batch: ``<batch>.json``, and ``<batch>.done`` once
+    every row of it is visible. Written atomically (temp file, fsync, rename)."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = directory
+
+    def _path(self, batch: int, suffix: str) -> str:
+        return os.path.join(self.dir, f"{batch}.{suffix}")
+
+    def read(self, batch: int) -> dict[str, list[Row]] | None:
+        """The committed txns of ``batch`` and their rows, or None if it has no record."""
+        try:
+            with open(self._path(batch, "json"), encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return None
+        return {txn: [tuple(r) for r in rows] for txn, rows in data["txns"].items()}
+
+    def write(self, batch: int, txns: dict[str, list[Row]]) -> bool:
+        """Record ``batch`` as committed by ``txns``; False if it already had a record."""
+        os.makedirs(self.dir, exist_ok=True)
+        data = json.dumps({"batch": batch, "time": time.time(), "txns": txns}).encode()
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{batch}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, self._path(batch, "json"))  # fails if it exists: first wins
+            except FileExistsError:
+                return False
+        finally:
+            os.unlink(tmp)
+        self._sync_dir()
+        return True
+
+    def is_done(self, batch: int) -> bool:
+        return os.path.exists(self._path(batch, "done"))
+
+    def mark_done(self, batch: int) -> None:
+        with open(self._path(batch, "done"), "wb") as f:
+            os.fsync(f.fileno())
+        self._sync_dir()
+        self._forget_before(batch - KEEP)
+
+    def newest(self) -> int:
+        """The highest batch with a record, -1 if none."""
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return -1
+        batches = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
+        return max(batches, default=-1)
+
+    def _forget_before(self, batch: int) -> None:
+        for name in os.listdir(self.dir):
+            stem = name.split(".", 1)[0]
+            if stem.isdigit() and int(stem) < batch:
+                os.unlink(os.path.join(self.dir, name))
+
+    def _sync_dir(self) -> None:
+        fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def rows_of(halves: Iterable[HalfMessage]) -> list[Row]:
+    return [(h.topic, h.broker_name, h.msg_id) for h in halves]
+
+
+def parse_tag(value: str | None) -> tuple[int, str] | None:
+    if not value or ":" not in value:
+        return None
+    batch, txn = value.split(":", 1)
+    return (int(batch), txn) if batch.isdigit() else None
+
+
+async def _addr(client: ClientInstance, topic: str, broker_name: str) -> str:
+    return await _broker._broker_addr(client, MessageQueue(topic, broker_name, 0))
+
+
+async def _visible_at(client: ClientInstance, addr: str, topic: str, msg_id: str) -> bool:
+    found = await AdminRequests(client.broker).query_messages(
+        addr, topic, msg_id, unique_key=True, max_num=4
+    )
+    return any(m.msg_id == msg_id and m.topic == topic for m in found)
+
+
+async def verdict(client: ClientInstance, txn_log: TxnLog, msg: MessageExt) -> TransactionState:
+    """The answer to a check-back for ``msg`` (see the module docstring)."""
+    tag = parse_tag(msg.properties.get(TXN_PROPERTY))
+    if tag is None:
+        return TransactionState.UNKNOWN  # not one of ours
+    batch, txn = tag
+    record = txn_log.read(batch)
+    if record is None:
+        # Spark commits batches in order: a later record means this batch's attempt
+        # died before its commit, and a replay committed other txns (or will).
+        newer = txn_log.newest() > batch
+        return TransactionState.ROLLBACK if newer else TransactionState.UNKNOWN
+    if txn not in record:
+        return TransactionState.ROLLBACK
+    # Committed. If the driver's own end got through, this is a copy the broker put back
+    # while waiting for it: the row is in the topic already.
+    if await _visible_at(client, msg.store_host, msg.topic, msg.msg_id):
+        return TransactionState.ROLLBACK
+    return TransactionState.COMMIT
+
+
+async def end_all(
+    client: ClientInstance, group: str, halves: Sequence[HalfMessage], state: TransactionState
+) -> list[HalfMessage]:
+    """End every half message with ``state``; those the broker did not confirm."""
+    failed: list[HalfMessage] = []
+    limiter = anyio.CapacityLimiter(PARALLEL)
+
+    async def one(half: HalfMessage) -> None:
+        async with limiter:
+            try:
+                addr = await _addr(client, half.topic, half.broker_name)
+                await end_half(client.broker, addr, group, half, state)
+            except RocketMQError as exc:
+                failed.append(half)
+                log.warning("spark_end_transaction_failed", state=state.value,
+                            msg_id=half.msg_id, error=str(exc))  # fmt: skip
+
+    async with anyio.create_task_group() as tg:
+        for half in halves:
+            tg.start_soon(one, half)
+    return failed
+
+
+async def wait_visible(client: ClientInstance, rows: Sequence[Row], timeout: float) -> None:
+    """Return once every row is in its topic (the broker's check-backs commit those
+    whose end failed); TimeoutError after ``timeout`` seconds."""
+    missing = list(rows)
+    limiter = anyio.CapacityLimiter(PARALLEL)
+    delay = 0.5
+    with anyio.fail_after(timeout):
+        while missing:
+            still: list[Row] = []
+
+            async def one(row: Row, still: list[Row]) -> None:
+                async with limiter:
+                    topic, broker_name, msg_id = row
+                    addr = await _addr(client, topic, broker_name)
+                    if not await _visible_at(client, addr, topic, msg_id):
+                        still.append(row)
+
+            async with anyio.create_task_group() as tg:
+                for row in missing:
+                    tg.start_soon(one, row, still)
+            if still:
+                log.info("spark_waiting_for_check_backs", rows=len(still))
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            missing = still
+
+
+def by_txn(messages: Iterable[Any]) -> dict[str, list[HalfMessage]]:
+    """The half messages of each task attempt named in the commit messages."""
+    out: dict[str, list[HalfMessage]] = {}
+    for m in messages:
+        txn = getattr(m, "txn", None)
+        if txn is not None:
+            out[txn] = list(m.halves)
+    return out
+
+
+async def commit(
+    client: ClientInstance,
+    checker: Producer,
+    txn_log: TxnLog,
+    batch: int,
+    halves: dict[str, list[HalfMessage]],
+    wait: float,
+) -> None:
+    """The driver's commit of ``batch`` (see the module docstring)."""
+    group = checker.group
+    record = {txn: rows_of(hs) for txn, hs in halves.items()}
+    if txn_log.write(batch, record):
+        topics = {r[0] for rows in record.values() for r in rows}
+        await checker.accept_checks(*sorted(topics))
+        failed = await end_all(client, group, [h for hs in halves.values() for h in hs],
+                               TransactionState.COMMIT)  # fmt: skip
+        if failed:
+            await wait_visible(client, rows_of(failed), wait)
+        txn_log.mark_done(batch)
+        log.info("spark_batch_committed_exactly_once", batch=batch, txns=len(record),
+                 rows=sum(map(len, record.values())), left_to_check_backs=len(failed))  # fmt: skip
+        return
+    # A replay: an earlier run recorded this batch and died before Spark logged it.
+    recorded = txn_log.read(batch) or {}
+    surplus = [h for txn, hs in halves.items() if txn not in recorded for h in hs]
+    await end_all(client, group, surplus, TransactionState.ROLLBACK)
+    if not txn_log.is_done(batch):
+        rows = [r for rs in recorded.values() for r in rs]
+        await checker.accept_checks(*sorted({r[0] for r in rows}))
+        await wait_visible(client, rows, wait)
+        txn_log.mark_done(batch)
+    log.info("spark_batch_replayed_exactly_once", batch=batch, rolled_back=len(surplus))

@@ -1,0 +1,194 @@
+"""A Spark driver process for crash tests of the exactly-once sink, and its controller.
+
+``python -m tests.spark.eos_driver NAMESRV SOURCE TARGET WORKDIR PER_BATCH`` runs one
+streaming query (``local[2]``) from topic SOURCE into topic TARGET with
+``deliveryGuarantee=exactly-once``, Trigger.AvailableNow and ``maxOffsetsPerTrigger``
+PER_BATCH, checkpointing in ``WORKDIR/ckpt``. Its sink is the connector's, with marker
+files written to ``WORKDIR/markers`` at three points of each micro-batch ``b``:
+
+* ``send:b``: a task has stored all its rows as half messages, not yet reported success;
+* ``tasks-done:b``: every task succeeded, the driver's commit has not started;
+* ``recorded:b``: the driver wrote the commit record, no half message is ended yet.
+
+When ``WORKDIR/markers/target`` names the point reached, the driver pauses there so that
+the controller (:class:`Run`) can SIGKILL its whole process group at that point.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+PAUSE = 30.0  # seconds a driver waits at the target point (it is killed long before)
+
+
+def _marker_dir() -> Path:
+    return Path(os.environ["EOS_MARKERS"])
+
+
+def mark(point: str) -> None:
+    """Record reaching ``point``; pause there if it is the controller's target."""
+    markers = _marker_dir()
+    (markers / point).touch()
+    target = markers / "target"
+    if target.exists() and target.read_text() == point:
+        time.sleep(PAUSE)
+
+
+def child(namesrv: str, source: str, target: str, workdir: str, per_batch: int) -> None:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["EOS_MARKERS"] = os.path.join(workdir, "markers")
+    from pyspark import TaskContext
+    from pyspark.sql import SparkSession
+
+    from aiorocket.spark import _txn
+    from aiorocket.spark.sink import RocketMQStreamWriter
+    from aiorocket.spark.source import RocketMQDataSource
+
+    class HookedWriter(RocketMQStreamWriter):
+        def write(self, iterator: Iterator[Any]) -> Any:
+            out = super().write(iterator)
+            ctx = TaskContext.get()
+            mark(f"send:{ctx.getLocalProperty('streaming.sql.batchId') if ctx else '?'}")
+            return out
+
+        def commit(self, messages: list[Any], batchId: int) -> None:
+            mark(f"tasks-done:{batchId}")
+            write = _txn.TxnLog.write
+
+            def hooked(log: Any, batch: int, txns: Any) -> bool:
+                done = write(log, batch, txns)
+                if done:
+                    mark(f"recorded:{batch}")
+                return done
+
+            _txn.TxnLog.write = hooked  # type: ignore[method-assign]
+            try:
+                super().commit(messages, batchId)
+            finally:
+                _txn.TxnLog.write = write  # type: ignore[method-assign]
+
+    class HookedSource(RocketMQDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "rocketmq_hooked"
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+            from aiorocket.spark._options import parse_write
+
+            return HookedWriter(parse_write(self.options), schema)
+
+    spark = (
+        SparkSession.builder.master("local[2]").appName("eos-crash")
+        .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    )  # fmt: skip
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(RocketMQDataSource)
+    spark.dataSource.register(HookedSource)
+    df = (
+        spark.readStream.format("rocketmq").option("nameServer", namesrv)
+        .option("subscribe", source).option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_batch)).load().select("body", "properties")
+    )  # fmt: skip
+    query = (
+        df.writeStream.format("rocketmq_hooked").option("nameServer", namesrv)
+        .option("topic", target).option("deliveryGuarantee", "exactly-once")
+        .option("transactionTimeoutSeconds", "6")
+        .option("checkpointLocation", os.path.join(workdir, "ckpt"))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise SystemExit(f"query failed: {query.exception()}")
+    spark.stop()
+
+
+class Run:
+    """Launches driver processes on one checkpoint and kills them at chosen points."""
+
+    def __init__(self, namesrv: str, source: str, target: str, workdir: Path,
+                 per_batch: int) -> None:  # fmt: skip
+        self.argv = [sys.executable, "-m", "tests.spark.eos_driver", namesrv, source, target,
+                     str(workdir), str(per_batch)]  # fmt: skip
+        self.markers = workdir / "markers"
+        self.workdir = workdir
+        self.launches = 0
+
+    def _start(self, target: str | None) -> subprocess.Popen[bytes]:
+        self.markers.mkdir(parents=True, exist_ok=True)
+        for f in self.markers.iterdir():
+            f.unlink()
+        if target is not None:
+            (self.markers / "target").write_text(target)
+        self.launches += 1
+        out = open(self.workdir / f"driver-{self.launches}.log", "wb")  # noqa: SIM115
+        # Its own process group: the JVM and Spark's Python workers die with it.
+        return subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=_ROOT)  # fmt: skip
+
+    def kill_at(self, point: str, timeout: float = 300) -> bool:
+        """Run a driver until it reaches ``point``, then SIGKILL it (True), or False if
+        it ended before getting there."""
+        proc = self._start(point)
+        deadline = time.monotonic() + timeout
+        try:
+            while not (self.markers / point).exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    return False
+                time.sleep(0.05)
+            return True
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def finish(self, timeout: float = 600) -> None:
+        """Run a driver until its AvailableNow query ends; it must end cleanly."""
+        proc = self._start(None)
+        try:
+            code = proc.wait(timeout)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log = (self.workdir / f"driver-{self.launches}.log").read_text(errors="replace")
+        assert code == 0, f"driver exited with {code}:\n{log[-4000:]}"
+
+
+_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def stored(namesrv: str, topic: str) -> list[bytes]:
+    """The body of every message stored in ``topic`` (each queue from its min to max
+    offset), read with the connector's own pulls."""
+    from aiorocket.client.instance import ClientInstance
+    from aiorocket.spark import _broker
+    from aiorocket.spark._options import Filter, Subscription
+
+    async def run() -> list[bytes]:
+        out: list[bytes] = []
+        async with ClientInstance(namesrv) as client:
+            queues = await _broker.resolve_queues(client, Subscription(topics=(topic,)))
+            lows = await _broker.min_offsets(client, queues)
+            highs = await _broker.max_offsets(client, queues)
+            for mq in queues:
+                seg = await _broker.pull_segment(
+                    client, "eos-check", mq, lows[mq], highs[mq], Filter(),
+                    fail_on_data_loss=True, batch=32,
+                )  # fmt: skip
+                out.extend(m.body for m in seg.messages)
+        return out
+
+    return anyio.run(run)
+
+
+if __name__ == "__main__":
+    child(*sys.argv[1:5], int(sys.argv[5]))

@@ -1,0 +1,77 @@
+"""The sink's exactly-once mode: transactional half messages the driver commits.
+
+One in-process query (replay of a batch whose commit Spark did not log) and one crash
+test: a driver process SIGKILLed at points of the batch cycle and restarted from its
+checkpoint (``tests/spark/eos_driver.py``; the repeated run is
+``scripts/spark_eos_crash.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+from pyspark.sql import SparkSession
+
+from aiorocket.testing.broker import LocalRocketMQ
+from tests.spark import eos_driver
+from tests.spark.conftest import Filled
+from tests.spark.test_stream import forget_last_commit, run_available_now, stream
+
+pytestmark = pytest.mark.integration
+
+
+def stored_bodies(namesrv: str, topic: str) -> Counter[bytes]:
+    """Every message stored in ``topic`` (each queue from 0 to its end), by body."""
+    return Counter(eos_driver.stored(namesrv, topic))
+
+
+def test_replayed_batch_is_rolled_back(
+    spark: SparkSession, make_topic: Callable[..., Filled], rocketmq: LocalRocketMQ,
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:  # fmt: skip
+    filled = make_topic(30)
+    target = unique_name("eos")
+    anyio.run(lambda: rocketmq.create_topic(target, queues=2))
+    ckpt = tmp_path / "ckpt"
+    df = stream(filled, spark, maxOffsetsPerTrigger="12").select("body", "properties")
+    sink = {"nameServer": filled.namesrv, "topic": target, "deliveryGuarantee": "exactly-once"}
+    assert sum(run_available_now(df, "rocketmq", ckpt, **sink)) == 30
+    batch = forget_last_commit(ckpt)  # as if the driver died after our commit, before Spark's
+    assert (ckpt / "rocketmq-sink" / f"{batch}.done").exists()
+    run_available_now(df, "rocketmq", ckpt, **sink)  # the batch again: its rows roll back
+    expected = Counter(m.body for m in filled.messages)
+    assert stored_bodies(filled.namesrv, target) == expected  # each row once, no copy
+
+
+def test_exactly_once_errors(spark: SparkSession, rocketmq: LocalRocketMQ) -> None:
+    df = spark.createDataFrame([(b"x",)], "body binary")
+    w = df.write.format("rocketmq").option("nameServer", rocketmq.namesrv_addr)
+    w = w.option("topic", "t").option("deliveryGuarantee", "exactly-once").mode("append")
+    with pytest.raises(Exception, match=r"(?s)ConfigError.*applies to writeStream"):
+        w.save()
+    w = w.option("deliveryGuarantee", "twice")
+    with pytest.raises(Exception, match=r"(?s)ConfigError.*" + re.escape("at-least-once or")):
+        w.save()
+
+
+@pytest.mark.parametrize("kills", [("send:1", "tasks-done:2", "recorded:3")])
+def test_driver_killed_in_the_batch_cycle(
+    rocketmq: LocalRocketMQ, make_topic: Callable[..., Filled],
+    unique_name: Callable[[str], str], tmp_path: Path, kills: tuple[str, ...],
+) -> None:  # fmt: skip
+    """SIGKILL the driver while tasks send, between task success and commit, and right
+    after the commit record is written (before any end), restarting from the checkpoint
+    each time: the output topic holds every input row exactly once."""
+    filled = make_topic(80)
+    target = unique_name("eoscrash")
+    anyio.run(lambda: rocketmq.create_topic(target, queues=2))
+    run = eos_driver.Run(filled.namesrv, filled.topic, target, tmp_path, per_batch=16)
+    for point in kills:
+        assert run.kill_at(point), f"the driver did not reach {point}"
+    run.finish()
+    assert stored_bodies(filled.namesrv, target) == Counter(m.body for m in filled.messages)
