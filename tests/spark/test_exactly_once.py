@@ -59,14 +59,16 @@ def test_exactly_once_errors(spark: SparkSession, rocketmq: LocalRocketMQ) -> No
         w.save()
 
 
-@pytest.mark.parametrize("kills", [("send:1", "tasks-done:2", "recorded:3")])
+@pytest.mark.parametrize("kills", [("send:1", "recorded:2")])
 def test_driver_killed_in_the_batch_cycle(
     rocketmq: LocalRocketMQ, make_topic: Callable[..., Filled],
     unique_name: Callable[[str], str], tmp_path: Path, kills: tuple[str, ...],
 ) -> None:  # fmt: skip
-    """SIGKILL the driver while tasks send, between task success and commit, and right
-    after the commit record is written (before any end), restarting from the checkpoint
-    each time: the output topic holds every input row exactly once."""
+    """SIGKILL the driver while tasks send, and right after the commit record is written
+    (before any end: the rows become visible through the broker's check-backs, answered
+    by the restarted driver), restarting from the checkpoint each time: the output topic
+    holds every input row exactly once. Between task success and commit, and random
+    points in repeated runs: ``scripts/spark_eos_crash.py``."""
     filled = make_topic(80)
     target = unique_name("eoscrash")
     anyio.run(lambda: rocketmq.create_topic(target, queues=2))
