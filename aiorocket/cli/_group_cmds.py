@@ -74,9 +74,9 @@ def _policy_text(c: GroupConfig) -> str:
     p = c.retry_policy
     if isinstance(p, ExponentialRetry):
         return f"exponential {p.initial_ms} ms x{p.multiplier} up to {p.max_ms} ms"
-    if isinstance(p, CustomizedRetry):
+    if isinstance(p, CustomizedRetry) and p.delays_ms:
         return "customized " + " ".join(f"{d}ms" for d in p.delays_ms)
-    return "broker default"
+    return "the delay levels (1s 5s 10s 30s 1m ... 2h)"
 
 
 def _config_lines(c: GroupConfig) -> list[str]:

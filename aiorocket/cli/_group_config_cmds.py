@@ -154,15 +154,19 @@ def group_delete(
 @group.command("progress")
 @click.option("--system", is_flag=True, help="Include system groups.")
 @click.option("--min-lag", type=click.IntRange(0), default=0, help="Only groups this far behind.")
+@click.option("--match", "pattern", help="Only groups whose name contains this.")
 @json_option
 @pass_settings
-def group_progress(settings: Settings, system: bool, min_lag: int, as_json: bool) -> None:
+def group_progress(
+    settings: Settings, system: bool, min_lag: int, pattern: str | None, as_json: bool
+) -> None:
     """Every group's lag over all its topics, the most behind first."""
 
     rows: list[dict[str, Any]] = [
         {"group": p.group, "lag": p.lag, "members": p.members, "topics": list(p.topics),
          "last_consumed_ms": p.last_consumed_ms}
-        for p in ask(settings, lambda a: a.progress(include_system=system)) if p.lag >= min_lag
+        for p in ask(settings, lambda a: a.progress(include_system=system))
+        if p.lag >= min_lag and (pattern is None or pattern in p.group)
     ]  # fmt: skip
     if as_json:
         print_json(rows)
