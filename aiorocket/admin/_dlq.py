@@ -4,10 +4,8 @@ messages from it back to the topic they came from."""
 from __future__ import annotations
 
 from aiorocket._unique_id import create_unique_id
-from aiorocket.admin._core import AdminCore
 from aiorocket.admin._model import Resent
-from aiorocket.client.broker import PULL_SUBSCRIPTION
-from aiorocket.client.results import PullStatus
+from aiorocket.admin._read import READER_GROUP, QueueReader
 from aiorocket.errors import ConfigError, MessageNotFoundError, NoRouteError, TopicNotExistError
 from aiorocket.message import (
     PROPERTY_RETRY_TOPIC,
@@ -21,9 +19,6 @@ from aiorocket.protocol.message_codec import encode_properties
 
 __all__ = ["DeadLetterAdmin", "original_topic"]
 
-#: the pulls reading a DLQ: brokers create a subscription group for every name that
-#: pulls, so one shared name (never committed)
-READER_GROUP = "aiorocket-admin-dlq"
 _ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 
 
@@ -32,7 +27,7 @@ def original_topic(msg: MessageExt) -> str:
     return msg.properties.get(_ORIGIN_TOPIC) or msg.properties.get(PROPERTY_RETRY_TOPIC) or ""
 
 
-class DeadLetterAdmin(AdminCore):
+class DeadLetterAdmin(QueueReader):
     async def dead_letters(self, group: str, *, limit: int = 1000) -> list[MessageExt]:
         """The messages in ``group``'s dead-letter queue (``%DLQ%<group>``), oldest first
         per queue, at most ``limit``; [] when the group never dead-lettered one."""
@@ -43,20 +38,9 @@ class DeadLetterAdmin(AdminCore):
         found: list[MessageExt] = []
         for mq in route.read_queues():
             addr = route.master_addr(mq.broker_name)
-            if addr is None:
-                continue
-            offset = await self.client.broker.get_min_offset(addr, mq)
-            end = await self.client.broker.get_max_offset(addr, mq)
-            while offset < end and len(found) < limit:
-                result = await self.client.broker.pull(
-                    addr, READER_GROUP, mq, offset, max_nums=32, sys_flag=PULL_SUBSCRIPTION,
-                    subscription="*", suspend_timeout_ms=0, timeout=self._timeout,
-                )  # fmt: skip
-                if result.status is not PullStatus.FOUND:
-                    break
-                found += [m for m in result.messages if m.queue_offset >= offset]
-                offset = result.next_begin_offset
-        return found[:limit]
+            if addr is not None and len(found) < limit:
+                found += await self._read(addr, mq, None, None, limit - len(found))
+        return found
 
     async def resend_dead_letters(
         self,

@@ -51,7 +51,7 @@ def cli(ctx: click.Context, namesrv: str | None, timeout: float, verbose: bool) 
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
     else:
         logging.getLogger("aiorocket").setLevel(logging.CRITICAL)
-    ctx.obj = Settings(namesrv, timeout)
+    ctx.obj = Settings(namesrv, timeout, verbose)
 
 
 cli.add_command(produce)

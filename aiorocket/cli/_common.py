@@ -56,9 +56,13 @@ err = Console(stderr=True, highlight=False)
 class Settings:
     """The root options, passed to every command through click's context object."""
 
-    def __init__(self, namesrv: str | None, timeout: float) -> None:
+    #: -v: the client's log, and the traceback of an unexpected error
+    verbose = False
+
+    def __init__(self, namesrv: str | None, timeout: float, verbose: bool = False) -> None:
         self.namesrv = namesrv
         self.timeout = timeout
+        Settings.verbose = verbose
 
     @property
     def addrs(self) -> str:
@@ -143,6 +147,10 @@ def run(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
             sys.exit(EXIT_INTERRUPTED)
         if isinstance(exc, OSError):  # a file named on the command line, a closed pipe
             fail(str(exc))
+        if isinstance(exc, click.ClickException | click.Abort):
+            raise exc from None  # click prints these itself
+        if isinstance(exc, Exception) and not Settings.verbose:  # a bug: still one line
+            fail(f"unexpected {type(exc).__name__}: {exc} (-v shows the traceback)")
         if exc is not raised:
             raise exc from None
         raise

@@ -318,3 +318,28 @@ async def test_dead_letters_listed_and_resent(
     with pytest.raises(TopicNotExistError):
         async with Admin(namesrv) as admin:
             await admin.route(f"%DLQ%{unique_name('g')}")
+
+
+def test_a_queue_by_offset_range(
+    aio: Callable[..., Result], rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("parity")
+    aio("topic", "create", topic, "--queues", "1", "--broker", "broker-a")
+    aio("produce", topic, *[f"m{i}" for i in range(5)])
+
+    async def read(admin: Admin) -> None:
+        every = await admin.read_queue(topic, "broker-a", 0)
+        assert [m.body for m in every] == [b"m%d" % i for i in range(5)]
+        middle = await admin.read_queue(topic, "broker-a", 0, 1, 4)
+        assert [m.queue_offset for m in middle] == [1, 2, 3]
+        assert len(await admin.read_queue(topic, "broker-a", 0, 2, limit=2)) == 2
+        with pytest.raises(TopicNotExistError):
+            await admin.read_queue(topic, "broker-b", 0)
+        with pytest.raises(ConfigError):
+            await admin.read_queue(topic, "broker-a", 0, -1)
+
+    run_admin(rocketmq, read)
+    # the command line's view of the same range
+    shown = aio("tail", topic, "--queue", "broker-a:0", "--offset", "1", "--end-offset", "4",
+                "--json").stdout  # fmt: skip
+    assert [json.loads(line)["body"] for line in shown.splitlines()] == ["m1", "m2", "m3"]
