@@ -48,15 +48,17 @@ def _running(base_dir: str | None) -> LocalRocketMQ:
 
 
 class _SetupErrors(click.Group):
-    """Turns the harness's setup errors (no Java, no Maven, a port taken) into one line."""
+    """Turns the harness's errors (no Java, no Maven, a port taken, a refused request)
+    into one line."""
 
     def invoke(self, ctx: click.Context) -> object:
+        from aiorocket.errors import RocketMQError
         from aiorocket.testing._maven import BrokerSetupError
 
         try:
             return super().invoke(ctx)
-        except BrokerSetupError as exc:
-            _fail(str(exc))
+        except (BrokerSetupError, RocketMQError, OSError) as exc:
+            _fail(" ".join(str(exc).split()))
             return None
 
 

@@ -227,6 +227,9 @@ def test_one_local_broker_command_set(rocketmq: LocalRocketMQ, unique_name: Call
     for result in both("group", group):
         assert result.returncode == 0, result.stderr
         assert f"consumer group {group}" in result.stdout
+    for result in both("topic", "bad name"):  # the broker's refusal: one line
+        assert result.returncode == 1
+        assert result.stderr.startswith("error: ") and len(result.stderr.splitlines()) == 1
 
 
 _APP = textwrap.dedent("""

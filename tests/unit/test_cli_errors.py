@@ -3,6 +3,9 @@ one line on stderr and an exit status (task groups' exception groups unwrapped).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import anyio
 import pytest
 
@@ -55,3 +58,18 @@ def test_verbose_shows_an_unexpected_error_whole() -> None:
     finally:
         Settings.verbose = False
 
+
+
+def test_the_local_broker_commands_without_click_say_what_to_install() -> None:
+    code = (
+        "import sys; sys.modules['click'] = None\n"
+        "from aiorocket.testing._cli import run\n"
+        "sys.exit(run(['status']))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "error: the local broker's command line needs click (click is missing): "
+        "pip install 'aiorocketmq[cli]'"
+    )
