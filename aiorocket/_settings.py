@@ -47,3 +47,23 @@ def check_positive_numbers(values: Mapping[str, object]) -> None:
     for name, value in values.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
             raise ConfigError(f"{name} must be a positive number, got {value!r}")
+
+
+#: The bounds the Apache Proxy puts on a receive's invisible duration, in seconds
+#: (ProxyConfig ``minInvisibleTimeMillsForRecv`` 10 s, ``maxInvisibleTimeMills`` 12 h);
+#: outside them every receive fails.
+MIN_INVISIBLE_DURATION = 10.0
+MAX_INVISIBLE_DURATION = 12 * 3600.0
+
+
+def check_invisible_duration(value: object) -> None:
+    """A pop consumer's invisible duration: a number of seconds the Proxy accepts."""
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not MIN_INVISIBLE_DURATION <= value <= MAX_INVISIBLE_DURATION
+    ):
+        raise ConfigError(
+            f"invisible_duration must be {MIN_INVISIBLE_DURATION:g}..{MAX_INVISIBLE_DURATION:g} "
+            f"seconds (the Proxy's bounds), got {value!r}"
+        )

@@ -36,7 +36,7 @@ from aiorocket.consumer.dispatch import WorkerPool
 from aiorocket.consumer.handler import Handler
 from aiorocket.consumer.iterate import Iterated
 from aiorocket.consumer.membership import Membership
-from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.received import ConsumerMessage
 from aiorocket.consumer.offsets import OffsetTracker
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.consumer.puller import Puller

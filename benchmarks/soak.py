@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 
 from aiorocket.consumer import ConsumeFromWhere, Consumer
-from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.received import ConsumerMessage
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ

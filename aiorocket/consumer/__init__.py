@@ -13,11 +13,11 @@ from aiorocket.consumer.allocation import (
 from aiorocket.consumer.config import ConsumeFromWhere, ConsumerConfig, MessageModel
 from aiorocket.consumer.consumer import BatchHandler, Consumer, MessageHandler
 from aiorocket.consumer.engine import RebalanceListener
-from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.pull_consumer import PullConsumer
-from aiorocket.consumer.results import RECONSUME_LATER, SUCCESS, ConsumeStatus, Reconsume
 from aiorocket.consumer.state import PullObserver
 from aiorocket.consumer.stats import QueueStats
+from aiorocket.received import ConsumerMessage
+from aiorocket.results import RECONSUME_LATER, SUCCESS, ConsumeStatus, Reconsume
 
 __all__ = [
     "RECONSUME_LATER",

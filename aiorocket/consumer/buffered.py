@@ -16,10 +16,10 @@ from aiorocket._signal import Signal
 
 if TYPE_CHECKING:
     from aiorocket.consumer.locks import QueueLocks
-    from aiorocket.consumer.message import ConsumerMessage
     from aiorocket.consumer.process_queue import ProcessQueue
     from aiorocket.consumer.state import ConsumerState
     from aiorocket.message import MessageQueue
+    from aiorocket.received import ConsumerMessage, QueueView
 
 __all__ = ["Buffered"]
 
@@ -44,7 +44,7 @@ class Buffered:
 
     # -- Delivery ------------------------------------------------------------------
 
-    def deliver(self, pq: ProcessQueue, messages: list[ConsumerMessage]) -> None:
+    def deliver(self, pq: QueueView, messages: list[ConsumerMessage]) -> None:
         if self._state.closing:
             return  # unsettled: never committed, so redelivered
         pq.buffer.extend(messages)
@@ -54,7 +54,7 @@ class Buffered:
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         pass
 
-    def start_queue(self, pq: ProcessQueue) -> None:
+    def start_queue(self, pq: QueueView) -> None:
         pass
 
     async def quiesce(self, pqs: list[ProcessQueue]) -> None:
@@ -64,8 +64,8 @@ class Buffered:
         if self._locks is not None:
             await self._locks.unlock([pq.mq for pq in pqs])
 
-    def stop(self) -> None:
-        pass
+    def stop(self) -> list[ConsumerMessage]:
+        return []  # buffered until the application takes them: uncommitted, redelivered
 
     async def drain(self, *, graceful: bool) -> None:
         pass

@@ -5,7 +5,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from aiorocket._settings import check_positive_ints, check_positive_numbers
+from aiorocket._settings import (
+    check_invisible_duration,
+    check_positive_ints,
+    check_positive_numbers,
+)
 from aiorocket.errors import ConfigError
 from aiorocket.namespace import check_namespace
 from aiorocket.security import Credentials, TlsSetting, check_security
@@ -79,6 +83,11 @@ class ConsumerConfig:
     retry_delay_level: int = 0
     #: seconds a handler may run; then it is cancelled and the message counts as failed.
     consume_timeout: float = 15 * 60.0
+    #: over gRPC (pop): seconds a received message stays invisible to the rest of the
+    #: group; the consumer renews it before then while it is cached or handled (up to
+    #: ``consume_timeout``), so it is the bound on a redelivery after a crash, not on a
+    #: handler. 10 s to 12 h (the Proxy's bounds).
+    invisible_duration: float = 30.0
     #: synchronous handlers: threads abandoned by a timeout (a thread cannot be
     #: interrupted) that may still run before new handler calls wait for one to return.
     max_abandoned_threads: int = 20
@@ -165,6 +174,7 @@ class ConsumerConfig:
             "stall_warning_after": self.stall_warning_after,
         }
         check_positive_numbers(positive_floats)
+        check_invisible_duration(self.invisible_duration)
         # The broker sweeps held pulls every 5 s, so a long poll can last that much longer.
         if self.pull_request_timeout < self.long_poll_timeout + 5:
             raise ConfigError("pull_request_timeout must exceed long_poll_timeout by 5 s or more")

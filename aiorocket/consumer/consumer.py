@@ -21,26 +21,29 @@ from aiorocket._transport import Transport, choose_transport
 from aiorocket.client.instance import ClientInstance, make_client_id
 from aiorocket.client.namesrv import namesrv_addrs
 from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
+from aiorocket.consumer.backend import (
+    ConsumerBackend,
+    GrpcBackend,
+    RemotingBackend,
+    remoting_only,
+)
 from aiorocket.consumer.config import ConsumerConfig
-from aiorocket.consumer.delivery import Delivery, DeliveryParts
-from aiorocket.consumer.dispatch import WorkerPool
-from aiorocket.consumer.engine import Engine, RebalanceListener
+from aiorocket.consumer.engine import RebalanceListener
 from aiorocket.consumer.handler import Handler
 from aiorocket.consumer.iterate import Iterated
-from aiorocket.consumer.message import ConsumerMessage
-from aiorocket.consumer.orderly import Orderly
-from aiorocket.consumer.over_grpc import check_grpc_consumer, push_consumer, remoting_only
-from aiorocket.consumer.results import HandlerResult
+from aiorocket.consumer.over_grpc import check_grpc_consumer, check_remoting_consumer
 from aiorocket.consumer.state import ConsumerState, PullObserver
 from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
+from aiorocket.consumer.strategies import choose_delivery
 from aiorocket.consumer.threads import HandlerThreads
 from aiorocket.errors import ClientClosedError, ConfigError
 from aiorocket.message import MessageQueue
 from aiorocket.namespace import app_subscriptions, unwrap_queue, wrap, wrap_queue
 from aiorocket.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, Subscription
+from aiorocket.received import ConsumerMessage
+from aiorocket.results import HandlerResult
 
 if TYPE_CHECKING:
-    from aiorocket.grpc._push import PushConsumer
     from aiorocket.grpc._transport import GrpcOptions
 
 __all__ = ["BatchHandler", "Consumer", "MessageHandler", "PullObserver", "RebalanceListener"]
@@ -140,28 +143,32 @@ class Consumer:
         if instance_name is not None and (not instance_name or "@" in instance_name):
             raise ConfigError(f"invalid instance name {instance_name!r}")
         self.transport: Transport = choose_transport(namesrv, proxy, transport, grpc_options)
-        self._proxy = ""
-        self._grpc_options = grpc_options
-        self._grpc: PushConsumer | None = None
         if self.transport == "grpc":
             check_grpc_consumer(
-                cfg, batch_handler=batch_handler is not None, listener=listener,
-                custom_allocation=allocate is not allocate_averagely, instance_name=instance_name,
+                cfg, listener=listener, custom_allocation=allocate is not allocate_averagely,
+                instance_name=instance_name,
             )  # fmt: skip
-            self._proxy = str(proxy or namesrv)
+        else:
+            check_remoting_consumer(cfg)
         self._group = group
-        # The engine works with the broker's names: the group and topics in the namespace.
-        wire_group = wrap(cfg.namespace, group)
+        # The engine works with the broker's names: the group and topics in the namespace
+        # (over gRPC the Proxy applies the namespace).
+        wire_group = wrap(cfg.namespace, group) if self.transport == "remoting" else group
         self._state = ConsumerState(wire_group, cfg, get_logger("consumer", group=wire_group))
-        # Over gRPC, no NameServer: the Proxy knows the routes.
-        self._namesrv = namesrv_addrs(namesrv) if self.transport == "remoting" else []
-        self._allocate = allocate
-        self._listener = listener
-        self._instance_name = instance_name
-        self._client_id = client_id or (make_client_id(instance_name) if instance_name else None)
+        client_id = client_id or (make_client_id(instance_name) if instance_name else None)
+        self._backend: ConsumerBackend
+        if self.transport == "grpc":
+            self._backend = GrpcBackend(
+                self._state, str(proxy or namesrv), options=grpc_options, client_id=client_id
+            )
+        else:
+            self._backend = RemotingBackend(
+                self._state, namesrv_addrs(namesrv), allocate=allocate, listener=listener,
+                client_id=client_id, instance_name=instance_name,
+            )  # fmt: skip
         self._handler_fn: Callable[..., Any] | None = handler or batch_handler
         self._batch = batch_handler is not None
-        self._engine: Engine | None = None
+        self._starting = False
         self._iterated: Iterated | None = None
         self._threads: HandlerThreads | None = None
         self._last_stats: Snapshot | None = None
@@ -178,8 +185,7 @@ class Consumer:
 
     def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
         """Subscribe to ``topic`` with a tag expression (``"a || b"``) or an SQL92 ``sql``."""
-        if self._engine is not None or self._grpc is not None:
-            raise ConfigError("subscribe before starting the consumer")
+        self._check_not_started("subscribe")
         if self.transport == "grpc":
             if sql is not None:
                 raise remoting_only("an SQL92 subscription", "over gRPC, subscribe by tag")
@@ -198,64 +204,38 @@ class Consumer:
 
     def handler(self, fn: MessageHandler) -> MessageHandler:
         """Decorator form of ``handler=``."""
-        if self._engine is not None or self._grpc is not None:
-            raise ConfigError("set the handler before starting the consumer")
+        self._check_not_started("set the handler")
         self._handler_fn, self._batch = fn, False
         return fn
 
+    def _check_not_started(self, what: str) -> None:
+        if self._starting:
+            raise ConfigError(f"{what} before starting the consumer")
+
     @property
     def client(self) -> ClientInstance:
-        self._remoting("client (the remoting ClientInstance)")
-        if self._engine is None:
-            raise ClientClosedError("consumer is not started")
-        return self._engine.client
+        return self._backend.engine("client (the remoting ClientInstance)").client
 
     @property
     def started(self) -> bool:
-        if self._grpc is not None:
-            return self._grpc.started
-        return self._engine is not None and self._engine.started
+        return self._backend.started
 
     @property
     def client_id(self) -> str:
-        if self._grpc is not None:
-            return self._grpc.simple.transport.client_id
-        return self.client.client_id
-
-    def _remoting(self, feature: str) -> None:
-        if self.transport == "grpc":
-            raise remoting_only(feature)
+        return self._backend.client_id
 
     # -- lifecycle -----------------------------------------------------------------
 
-    def _delivery(self, handler: Handler | None) -> Callable[[DeliveryParts], Delivery]:
-        """The delivery strategy the consumer's choices call for."""
-        if handler is None:
-
-            def iterated(parts: DeliveryParts) -> Delivery:
-                self._iterated = Iterated(parts.state, parts.settler)
-                return self._iterated
-
-            return iterated
-        if self.config.orderly:
-
-            def orderly(parts: DeliveryParts) -> Delivery:
-                assert parts.locks is not None
-                return Orderly(parts.state, handler, parts.settler, parts.locks, parts.commits)
-
-            return orderly
-        return lambda parts: WorkerPool(parts.state, handler, parts.settler)
+    def _found_iterated(self, iterated: Iterated) -> None:
+        self._iterated = iterated
 
     async def __aenter__(self) -> Consumer:
-        if self._engine is not None or self._grpc is not None:
+        if self._starting:
             raise ClientClosedError("a consumer can be started once")
         state = self._state
         if not state.subscriptions:
             raise ConfigError("subscribe to at least one topic before starting")
         cfg = state.config
-        if self.transport == "grpc":
-            await self._start_grpc()
-            return self
         if cfg.orderly and self._handler_fn is None:
             raise ConfigError(_ORDERLY_NEEDS_HANDLER)
         handler = None
@@ -268,33 +248,14 @@ class Consumer:
             handler = Handler(
                 self._handler_fn, batch=self._batch, threads=self._threads, state=state
             )
-        self._engine = Engine(
-            state,
-            self._namesrv,
-            delivery=self._delivery(handler),
-            handler=handler,
-            allocate=self._allocate,
-            listener=self._listener,
-            client_id=self._client_id,
-            instance_name=self._instance_name,
-        )
+        self._starting = True
         try:
-            await self._engine.start()
+            await self._backend.start(choose_delivery(handler, self._found_iterated), handler)
         except BaseException:
-            if not self._engine.started:
-                self._engine = None  # nothing was started (e.g. no NameServer): may retry
+            if not self._backend.started:
+                self._starting = False  # nothing was started (e.g. no NameServer): may retry
             raise
         return self
-
-    async def _start_grpc(self) -> None:
-        state = self._state
-        subscriptions = {topic: sub.expression for topic, sub in state.subscriptions.items()}
-        grpc = push_consumer(
-            self._group, self._proxy, subscriptions, self._handler_fn, state.config,
-            options=self._grpc_options, client_id=self._client_id,
-        )  # fmt: skip
-        await grpc.__aenter__()
-        self._grpc = grpc
 
     async def __aexit__(
         self,
@@ -302,17 +263,12 @@ class Consumer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        if self._grpc is not None:
-            await self._grpc.__aexit__(exc_type, exc, tb)
-            return None
-        if self._engine is None:
-            return None
         graceful = (
             exc_type is None
             or not issubclass(exc_type, BaseException)
             or issubclass(exc_type, Exception)
         )
-        await self._engine.close(exc_type, exc, tb, graceful=graceful)
+        await self._backend.close(exc_type, exc, tb, graceful=graceful)
         return None
 
     async def run(self) -> None:
@@ -333,14 +289,13 @@ class Consumer:
         ``await msg.ack()`` or ``await msg.nack()``. A message you leave unsettled (you
         broke out of the loop, or the body raised or was cancelled) is released when the
         iterator closes: the next iteration yields it again. It is never committed past
-        before it is settled, so a restart or rebalance redelivers it.
+        (remoting) or acked (gRPC) before it is settled, so a restart or rebalance
+        redelivers it; the same on both transports.
         """
         if self._handler_fn is not None:
             raise ConfigError("this consumer has a handler; iterate a consumer without one")
         if self.config.orderly:
             raise ConfigError(_ORDERLY_NEEDS_HANDLER)
-        if self._grpc is not None:
-            return self._grpc.messages()
         if self._iterated is None:
             raise ClientClosedError("start the consumer (async with) before iterating")
         return self._iterated.messages()
@@ -358,7 +313,8 @@ class Consumer:
         return self._threads.abandoned_total if self._threads else 0
 
     def assignment(self) -> set[MessageQueue]:
-        self._remoting("assignment() (queues)")
+        if self.transport == "grpc":
+            raise remoting_only("assignment() (queues)")
         namespace = self._state.config.namespace
         return {unwrap_queue(namespace, mq) for mq in self._state.assignment()}
 
@@ -369,13 +325,12 @@ class Consumer:
         empty when the group has more members than queues). Readiness checks use it.
         Over gRPC: once the session with the Proxy is up (the client's settings
         exchanged)."""
-        if self.transport == "grpc":
-            return self.started
-        return self._state.joined
+        return self._backend.joined
 
     async def wait_joined(self) -> None:
         """Wait until ``has_joined`` is true."""
-        self._remoting("wait_joined()")
+        if self.transport == "grpc":
+            raise remoting_only("wait_joined()")
         await self._state.wait_joined()
 
     @property
@@ -394,7 +349,8 @@ class Consumer:
         messages it brought (metrics use it: pull latency). Pulls that found nothing are
         left out: a long poll held by the broker measures the wait, not the broker.
         ``observer`` runs on the pull path: it must be quick and must not raise."""
-        self._remoting("observe_pulls()")
+        if self.transport == "grpc":
+            raise remoting_only("observe_pulls()")
         self._state.pull_observers.append(observer)
 
     def stats(self, *, advance: bool = True) -> list[QueueStats]:
@@ -403,7 +359,8 @@ class Consumer:
         ``advance=False`` reads the figures without starting a new rate interval, so a
         health endpoint polling them does not disturb the application's own rates.
         """
-        self._remoting("stats() (per-queue figures)")
+        if self.transport == "grpc":
+            raise remoting_only("stats() (per-queue figures)")
         stats, snapshot = queue_stats(self._state.process_queues, self._last_stats)
         if advance or self._last_stats is None:
             self._last_stats = snapshot
@@ -414,14 +371,10 @@ class Consumer:
 
     async def committed(self, mq: MessageQueue) -> int | None:
         """The offset stored for ``mq`` (the next one to consume), or None."""
-        self._remoting("committed() (queue offsets)")
-        if self._engine is None:
-            raise ClientClosedError("consumer is not started")
-        return await self._engine.offset_store.read(wrap_queue(self._state.config.namespace, mq))
+        engine = self._backend.engine("committed() (queue offsets)")
+        return await engine.offset_store.read(wrap_queue(self._state.config.namespace, mq))
 
     async def read_addr(self, mq: MessageQueue) -> str | None:
         """A broker serving reads of ``mq`` (its master, else a slave), or None."""
-        self._remoting("read_addr()")
-        if self._engine is None:
-            raise ClientClosedError("consumer is not started")
-        return await self._engine.finder.reader(wrap_queue(self._state.config.namespace, mq))
+        engine = self._backend.engine("read_addr()")
+        return await engine.finder.reader(wrap_queue(self._state.config.namespace, mq))

@@ -15,14 +15,14 @@ import anyio.abc
 import anyio.lowlevel
 
 from aiorocket.consumer.handler import ConsumeTimeouts
-from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.work_queue import WorkQueue
+from aiorocket.received import ConsumerMessage
 
 if TYPE_CHECKING:
     from aiorocket.consumer.handler import Handler, TimeoutSlot
     from aiorocket.consumer.process_queue import ProcessQueue
-    from aiorocket.consumer.settle import RemotingSettler
     from aiorocket.consumer.state import ConsumerState
+    from aiorocket.received import QueueView, Settler
 
 __all__ = ["WorkItem", "WorkerPool"]
 
@@ -45,7 +45,7 @@ class WorkerPool:
         Settles each message after its handler call.
     """
 
-    def __init__(self, state: ConsumerState, handler: Handler, settler: RemotingSettler) -> None:
+    def __init__(self, state: ConsumerState, handler: Handler, settler: Settler) -> None:
         self._state = state
         self._handler = handler
         self._settler = settler
@@ -59,7 +59,7 @@ class WorkerPool:
 
     # -- Delivery ------------------------------------------------------------------
 
-    def deliver(self, pq: ProcessQueue, messages: list[ConsumerMessage]) -> None:
+    def deliver(self, pq: QueueView, messages: list[ConsumerMessage]) -> None:
         queue = self.queue
         if self._state.closing or queue.closed:
             return  # unsettled: never committed, so redelivered
@@ -73,7 +73,7 @@ class WorkerPool:
         self._done = anyio.Event()
         await tg.start(self.run)
 
-    def start_queue(self, pq: ProcessQueue) -> None:
+    def start_queue(self, pq: QueueView) -> None:
         pass
 
     async def quiesce(self, pqs: list[ProcessQueue]) -> None:
@@ -86,11 +86,15 @@ class WorkerPool:
     async def release(self, pqs: list[ProcessQueue]) -> None:
         pass
 
-    def stop(self) -> None:
+    def stop(self) -> list[ConsumerMessage]:
         self.queue.close()
+        unstarted: list[ConsumerMessage] = []
+        for item in self.queue.take_all():
+            unstarted.extend(item if isinstance(item, list) else [item])
+        return unstarted
 
     async def drain(self, *, graceful: bool) -> None:
-        """Workers finish what is queued (bounded), then are cancelled."""
+        """Running handlers finish (bounded), then the workers are cancelled."""
         cfg = self._state.config
         if graceful and self._done is not None:
             with anyio.move_on_after(cfg.shutdown_timeout) as drain:

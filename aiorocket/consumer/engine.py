@@ -50,10 +50,10 @@ from aiorocket.protocol.subscription import Subscription
 
 if TYPE_CHECKING:
     from aiorocket.consumer.handler import Handler
-    from aiorocket.consumer.message import ConsumerMessage
     from aiorocket.consumer.process_queue import ProcessQueue
     from aiorocket.consumer.state import ConsumerState
     from aiorocket.protocol.command import RemotingCommand
+    from aiorocket.received import ConsumerMessage
     from aiorocket.remoting.connection import Connection
 
 __all__ = ["Engine", "RebalanceListener"]
@@ -230,7 +230,13 @@ class Engine:
             self._locks = QueueLocks(state, client.broker, self.finder, client.client_id)
         settler = RemotingSettler(state, client.broker, self.finder, self._retry_later)
         self.delivery = self._make_delivery(
-            DeliveryParts(state=state, settler=settler, commits=self.commits, locks=self._locks)
+            DeliveryParts(
+                state=state,
+                settler=settler,
+                ordered=cfg.orderly,
+                commits=self.commits,
+                locks=self._locks,
+            )
         )
         self._puller = Puller(
             state,
@@ -280,6 +286,7 @@ class Engine:
                 pq.pull_scope.cancel()
         started = self._client is not None
         if started:
+            # What was never handed out stays uncommitted: the next owner delivers it.
             self.delivery.stop()
         cfg = state.config
         with anyio.CancelScope(shield=True):

@@ -16,14 +16,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from aiorocket._failure_log import handler_failed, message_dead_lettered, msg_id_of
-from aiorocket.consumer.config import MessageModel
-from aiorocket.consumer.results import HandlerResult, Reconsume, failure_delay_level
+from aiorocket.results import HandlerResult, Reconsume, failure_delay_level
 
 if TYPE_CHECKING:
-    from aiorocket.consumer.message import ConsumerMessage
-    from aiorocket.consumer.process_queue import ProcessQueue
     from aiorocket.consumer.state import ConsumerState
     from aiorocket.consumer.threads import HandlerThreads
+    from aiorocket.received import ConsumerMessage, QueueView
 
 __all__ = ["ConsumeTimeouts", "Handler", "TimeoutSlot", "is_async_callable"]
 
@@ -75,7 +73,7 @@ class Handler:
         return result  # type: ignore[no-any-return]
 
     async def call(
-        self, pq: ProcessQueue, live: list[ConsumerMessage]
+        self, pq: QueueView, live: list[ConsumerMessage]
     ) -> tuple[int | None, float | None]:
         """One handler call: (failure delay level or None on success, orderly suspend)."""
         retry_level = self._state.config.retry_delay_level
@@ -88,7 +86,7 @@ class Handler:
         return self.level_of(pq, live[0], result), suspend
 
     def level_of(
-        self, pq: ProcessQueue, first: ConsumerMessage, result: HandlerResult
+        self, pq: QueueView, first: ConsumerMessage, result: HandlerResult
     ) -> int | None:
         """The failure delay level of a handler's result; a result of the wrong type is a
         failure of that handler call (logged), not of the worker and the other messages."""
@@ -102,23 +100,21 @@ class Handler:
             self.log_if_last(first, f"handler returned {result!r}", level)
         return level
 
-    def log_failure(self, pq: ProcessQueue, first: ConsumerMessage, exc: Exception) -> None:
+    def log_failure(self, pq: QueueView, first: ConsumerMessage, exc: Exception) -> None:
         handler_failed(self._state.log, exc, attempt=first.reconsume_times + 1,
                        topic=first.topic, broker=pq.mq.broker_name, queue=pq.mq.queue_id,
                        offset=first.queue_offset, msg_id=msg_id_of(first))  # fmt: skip
         self.log_if_last(first, repr(exc), self._state.config.retry_delay_level)
 
     def log_if_last(self, msg: ConsumerMessage, error: str, level: int) -> None:
-        """``message_dead_lettered`` if this failure sends ``msg`` to the DLQ: its last
-        attempt (the broker's rule: reconsume times at the limit), or a level of -1."""
-        cfg = self._state.config
-        if cfg.message_model is MessageModel.BROADCASTING:
-            return  # no DLQ: broadcast_message_dropped says what happens instead
-        if msg.reconsume_times >= cfg.reconsume_limit() or (level < 0 and not cfg.orderly):
+        """``message_dead_lettered`` if this failure sends ``msg`` to the DLQ; the
+        message's settler decides (each transport's rule lives there)."""
+        settler = msg._settler
+        if settler is not None and settler.dead_letters(msg, level):
             message_dead_lettered(self._state.log, topic=msg.topic, msg_id=msg_id_of(msg),
                                   attempts=msg.reconsume_times + 1, error=error)  # fmt: skip
 
-    def log_timeout(self, pq: ProcessQueue, first: ConsumerMessage) -> None:
+    def log_timeout(self, pq: QueueView, first: ConsumerMessage) -> None:
         self._state.log.warning(
             "consume_timeout",
             topic=pq.mq.topic,

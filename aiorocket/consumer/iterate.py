@@ -14,13 +14,13 @@ import anyio.abc
 import anyio.lowlevel
 
 from aiorocket.consumer.dispatch import WorkItem
-from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.work_queue import WorkQueue
+from aiorocket.received import ConsumerMessage
 
 if TYPE_CHECKING:
     from aiorocket.consumer.process_queue import ProcessQueue
-    from aiorocket.consumer.settle import RemotingSettler
     from aiorocket.consumer.state import ConsumerState
+    from aiorocket.received import QueueView, Settler
 
 __all__ = ["Iterated"]
 
@@ -39,7 +39,7 @@ class Iterated:
         Settles the message the loop asked past.
     """
 
-    def __init__(self, state: ConsumerState, settler: RemotingSettler) -> None:
+    def __init__(self, state: ConsumerState, settler: Settler) -> None:
         self._state = state
         self._settler = settler
         #: messages not yet yielded (and those a closed iterator released)
@@ -47,7 +47,7 @@ class Iterated:
 
     # -- Delivery ------------------------------------------------------------------
 
-    def deliver(self, pq: ProcessQueue, messages: list[ConsumerMessage]) -> None:
+    def deliver(self, pq: QueueView, messages: list[ConsumerMessage]) -> None:
         queue = self.queue
         if self._state.closing or queue.closed:
             return  # unsettled: never committed, so redelivered
@@ -56,7 +56,7 @@ class Iterated:
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         pass
 
-    def start_queue(self, pq: ProcessQueue) -> None:
+    def start_queue(self, pq: QueueView) -> None:
         pass
 
     async def quiesce(self, pqs: list[ProcessQueue]) -> None:
@@ -65,8 +65,12 @@ class Iterated:
     async def release(self, pqs: list[ProcessQueue]) -> None:
         pass
 
-    def stop(self) -> None:
+    def stop(self) -> list[ConsumerMessage]:
         self.queue.close()
+        unstarted: list[ConsumerMessage] = []
+        for item in self.queue.take_all():
+            unstarted.extend(item if isinstance(item, list) else [item])
+        return unstarted
 
     async def drain(self, *, graceful: bool) -> None:
         pass  # the loop's body is the application's: closing ends its iteration

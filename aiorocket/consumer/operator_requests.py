@@ -20,15 +20,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from aiorocket._version import __version__
-from aiorocket.consumer.message import ConsumerMessage
-from aiorocket.consumer.results import failure_delay_level
 from aiorocket.consumer.stats import Snapshot, queue_stats
 from aiorocket.errors import ProtocolError
 from aiorocket.protocol import fastjson
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.message_codec import decode_messages
+from aiorocket.received import ConsumerMessage
 from aiorocket.remoting.dispatcher import RequestDispatcher
+from aiorocket.results import failure_delay_level
 
 if TYPE_CHECKING:
     from aiorocket.consumer.committer import AutoCommit

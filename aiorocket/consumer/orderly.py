@@ -1,10 +1,13 @@
-"""Orderly consumption: one handler at a time per queue, in offset order, under a lock.
+"""Orderly consumption: one handler at a time per queue, in order, under a lock.
 
-The broker lock (LOCK_BATCH_MQ) makes sure one consumer of the group handles a queue;
-this task makes sure that consumer handles its messages one after another. A failed
-message is retried in place after a suspension (never skipped, never reordered) and,
-after ``max_reconsume_times`` attempts, moved to the dead-letter queue so the queue can
-move on.
+Over remoting the unit is a locked queue: the broker lock (LOCK_BATCH_MQ) makes sure
+one consumer of the group handles a queue, and this task makes sure that consumer
+handles its messages one after another. Over gRPC (a FIFO group) the unit is a message
+group, and the Proxy keeps the rest of a group back while its messages are unsettled,
+so there are no locks (``locks=None``). A failed message is retried in place after a
+pause (never skipped, never reordered) and, once the settler says it is out of
+attempts, moved to the dead-letter queue so the queue can move on; the settler makes
+both decisions (``aiorocket.received.Settler.retry_in_place``).
 
 A handling step (the handler call and what its result does: settle, suspend or
 dead-letter) runs under the queue's ``order_lock`` (the Java client's consume lock).
@@ -16,22 +19,22 @@ time.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 
 from aiorocket.consumer.handler import ConsumeTimeouts
+from aiorocket.consumer.process_queue import ProcessQueue
 
 if TYPE_CHECKING:
     from aiorocket._log import Logger
     from aiorocket.consumer.committer import AutoCommit
     from aiorocket.consumer.handler import Handler, TimeoutSlot
     from aiorocket.consumer.locks import QueueLocks
-    from aiorocket.consumer.message import ConsumerMessage
-    from aiorocket.consumer.process_queue import ProcessQueue
-    from aiorocket.consumer.settle import RemotingSettler
     from aiorocket.consumer.state import ConsumerState
+    from aiorocket.received import ConsumerMessage, QueueView, Settler
 
 __all__ = ["Orderly"]
 
@@ -49,18 +52,19 @@ class Orderly:
         Settles handled messages and dead-letters those out of attempts.
     locks:
         The queues' broker locks: a loop handles a message only under a valid lock, and
-        a revoked queue is unlocked once its running step has finished.
+        a revoked queue is unlocked once its running step has finished. None: no locks
+        (a gRPC FIFO group).
     commits:
-        Commits a revoked queue's offset before its lock is released.
+        Commits a revoked queue's offset before its lock is released (remoting).
     """
 
     def __init__(
         self,
         state: ConsumerState,
         handler: Handler,
-        settler: RemotingSettler,
-        locks: QueueLocks,
-        commits: AutoCommit,
+        settler: Settler,
+        locks: QueueLocks | None,
+        commits: AutoCommit | None,
     ) -> None:
         self._state = state
         self._handler = handler
@@ -72,10 +76,12 @@ class Orderly:
         self._timeouts = ConsumeTimeouts(state.config.consume_timeout)
         self._watchdog_scope = anyio.CancelScope()
         self._tg: anyio.abc.TaskGroup | None = None
+        #: the queues with a consume loop (remoting: owned or releasing; gRPC: groups)
+        self._loops: dict[int, QueueView] = {}
 
     # -- Delivery ------------------------------------------------------------------
 
-    def deliver(self, pq: ProcessQueue, messages: list[ConsumerMessage]) -> None:
+    def deliver(self, pq: QueueView, messages: list[ConsumerMessage]) -> None:
         if self._state.closing:
             return  # unsettled: never committed, so redelivered
         pq.buffer.extend(messages)
@@ -89,8 +95,9 @@ class Orderly:
         with self._watchdog_scope:
             await self._timeouts.run()
 
-    def start_queue(self, pq: ProcessQueue) -> None:
+    def start_queue(self, pq: QueueView) -> None:
         assert self._tg is not None
+        self._loops[id(pq)] = pq
         self._tg.start_soon(self._consume_loop, pq)
 
     async def quiesce(self, pqs: list[ProcessQueue]) -> None:
@@ -106,17 +113,18 @@ class Orderly:
                 self._tg.start_soon(self._release_when_idle, pq)
             else:
                 idle.append(pq.mq)
-        await self._locks.unlock(idle)
+        if self._locks is not None:
+            await self._locks.unlock(idle)
 
-    def stop(self) -> None:
-        pass
+    def stop(self) -> list[ConsumerMessage]:
+        return []  # each loop sees the closing flag; what its buffer holds stays unsettled
 
     async def drain(self, *, graceful: bool) -> None:
         """Let running steps finish within ``shutdown_timeout`` (when graceful), then
         cancel the rest and wait for them to end, so no queue is unlocked under a running
         async handler. The consumer is closing, so no loop starts a new step."""
         state = self._state
-        pqs = [*state.process_queues.values(), *state.releasing.values()]
+        pqs = list(self._loops.values())
         wait = state.config.shutdown_timeout if graceful else 0
         running = [pq for pq in pqs if _busy(pq)]
         if running and wait > 0:
@@ -138,7 +146,7 @@ class Orderly:
 
     # -- the consume loop ----------------------------------------------------------------
 
-    async def _consume_loop(self, pq: ProcessQueue) -> None:
+    async def _consume_loop(self, pq: QueueView) -> None:
         slot = self._timeouts.slot()
         try:
             with anyio.CancelScope() as scope:
@@ -146,10 +154,12 @@ class Orderly:
                 await self._consume(pq, slot)
         finally:
             self._timeouts.release(slot)
+            if self._loops.get(id(pq)) is pq:
+                del self._loops[id(pq)]
 
-    async def _consume(self, pq: ProcessQueue, slot: TimeoutSlot) -> None:
+    async def _consume(self, pq: QueueView, slot: TimeoutSlot) -> None:
         state = self._state
-        valid = self._locks.valid
+        valid = _lock_check(self._locks)
         log = state.log.bind(topic=pq.mq.topic, broker=pq.mq.broker_name, queue=pq.mq.queue_id)
         while not pq.dropped and not state.closing:
             now = anyio.current_time()
@@ -175,7 +185,7 @@ class Orderly:
                     pq.notify()  # a revoke or the close may be waiting for the step's end
 
     async def _call(
-        self, pq: ProcessQueue, msg: ConsumerMessage, slot: TimeoutSlot
+        self, pq: QueueView, msg: ConsumerMessage, slot: TimeoutSlot
     ) -> tuple[int | None, float | None]:
         """The handler call under the consume timeout (an overrun is a failure)."""
         pq.running += 1
@@ -197,10 +207,9 @@ class Orderly:
             pq.notify()
 
     async def _step(
-        self, pq: ProcessQueue, msg: ConsumerMessage, slot: TimeoutSlot, log: Logger
+        self, pq: QueueView, msg: ConsumerMessage, slot: TimeoutSlot, log: Logger
     ) -> None:
         """Handle the message at the head of the buffer and apply the result."""
-        cfg = self._state.config
         settler = self._settler
         generation = msg._generation
         level, suspend = await self._call(pq, msg, slot)
@@ -215,10 +224,8 @@ class Orderly:
             return
         if pq.dropped:
             return  # failed, and no longer ours: the next owner delivers it again
-        msg.reconsume_times += 1
-        if msg.reconsume_times > cfg.reconsume_limit() and await settler.send_to_dead_letter(
-            pq, msg
-        ):
+        pause = settler.retry_in_place(msg)
+        if pause is None and await settler.dead_letter(msg):
             log.warning("orderly_dead_lettered", offset=msg.queue_offset,
                         attempts=msg.reconsume_times)  # fmt: skip
             if generation == pq.tracker.generation:  # not reset during the send
@@ -226,7 +233,9 @@ class Orderly:
                 msg._settled = True
                 pq.on_done(msg, generation)
             return
-        delay = suspend if suspend is not None else cfg.suspend_current_queue_time
+        delay = suspend if suspend is not None else pause
+        if delay is None:  # out of attempts, and the dead-letter queue failed: again
+            delay = self._state.config.suspend_current_queue_time
         pq.suspended_until = anyio.current_time() + delay
         log.info("orderly_suspended", offset=msg.queue_offset, seconds=delay,
                  attempts=msg.reconsume_times)  # fmt: skip
@@ -242,8 +251,10 @@ class Orderly:
         state = self._state
         try:
             async with pq.order_lock:  # the step has finished; no new one starts (dropped)
-                await self._commits.commit(pq)
-                await self._locks.unlock([pq.mq])
+                if self._commits is not None:
+                    await self._commits.commit(pq)
+                if self._locks is not None:
+                    await self._locks.unlock([pq.mq])
         finally:
             if state.releasing.get(pq.mq) is pq:
                 del state.releasing[pq.mq]
@@ -253,12 +264,30 @@ class Orderly:
                     state.request_rebalance()  # assigned to us again meanwhile: start it now
 
 
-def _take(pq: ProcessQueue, msg: ConsumerMessage) -> None:
+def _always(pq: QueueView) -> bool:
+    return True
+
+
+def _lock_check(locks: QueueLocks | None) -> Callable[[QueueView], bool]:
+    """Whether a queue may be handled now: under a valid broker lock (remoting, whose
+    queues are ProcessQueues), or always (no locks: a gRPC FIFO group)."""
+    if locks is None:
+        return _always
+    valid = locks.valid
+
+    def check(pq: QueueView) -> bool:
+        assert isinstance(pq, ProcessQueue)
+        return valid(pq)
+
+    return check
+
+
+def _take(pq: QueueView, msg: ConsumerMessage) -> None:
     """Remove the message just handled from the head of the buffer (only that one)."""
     if pq.buffer and pq.buffer[0] is msg:
         pq.buffer.popleft()
 
 
-def _busy(pq: ProcessQueue) -> bool:
+def _busy(pq: QueueView) -> bool:
     """Whether a handling step of this queue is under way."""
     return pq.order_lock.locked()

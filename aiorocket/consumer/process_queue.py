@@ -69,35 +69,47 @@ def next_state(current: QueueState, wanted: QueueState) -> QueueState:
 
 
 class CacheBudget:
-    """The cap on messages cached by all of a consumer's queues (``pull_threshold_for_all``).
+    """The cap on messages cached by all of a consumer's queues (``pull_threshold_for_all``;
+    over gRPC, what the receivers may hold: messages and body bytes).
 
-    Each ``ProcessQueue`` reports here every change of its cached count (pulled,
-    finished or taken, reset, dropped), so the total is always current and a pull
-    waiting for room is woken by whichever of them frees it, whoever caused it.
+    Each queue (a remoting ``ProcessQueue``, a gRPC ``PopQueue``) reports here every
+    change of its cached count (pulled, finished or taken, reset, dropped), so the total
+    is always current and a pull waiting for room is woken by whichever of them frees
+    it, whoever caused it.
 
     Parameters
     ----------
     limit:
         Pulls wait while this many messages or more are cached.
+    max_bytes:
+        ... or while this many body bytes or more are (default: no byte limit). One
+        large message always passes: the limit is checked before a pull, not per message.
     """
 
-    __slots__ = ("_room", "count", "limit")
+    __slots__ = ("_room", "bytes", "count", "limit", "max_bytes")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_bytes: float = float("inf")) -> None:
         self.limit = limit
+        self.max_bytes = max_bytes
         self.count = 0
+        self.bytes = 0
         self._room = Signal()
 
     def has_room(self) -> bool:
-        return self.count < self.limit
+        return self.count < self.limit and self.bytes < self.max_bytes
 
-    def release(self, n: int) -> None:
+    def add(self, n: int, size: int) -> None:
+        self.count += n
+        self.bytes += size
+
+    def release(self, n: int, size: int = 0) -> None:
         self.count -= n
-        if self.count < self.limit:
+        self.bytes -= size
+        if self.count < self.limit and self.bytes < self.max_bytes:
             self._room.notify()
 
     async def wait_room(self) -> None:
-        while self.count >= self.limit:
+        while not self.has_room():
             await self._room.wait()
 
 
@@ -263,21 +275,23 @@ class ProcessQueue:
     def on_pulled(self, messages: Sequence[MessageExt], next_offset: int) -> None:
         self.tracker.add([m.queue_offset for m in messages], next_offset)
         n = len(messages)
+        size = sum([len(m.body) for m in messages])
         self.cached_count += n
         if self._budget is not None:
-            self._budget.count += n
-        self.cached_bytes += sum([len(m.body) for m in messages])
+            self._budget.add(n, size)
+        self.cached_bytes += size
         self.pulled_total += n
 
     def on_done(self, msg: MessageExt, generation: int) -> bool:
         """Mark a message finished; False if it belonged to an older generation (reset)."""
         if not self.tracker.done(msg.queue_offset, generation):
             return False
+        size = len(msg.body)
         self.cached_count -= 1
-        self.cached_bytes -= len(msg.body)
+        self.cached_bytes -= size
         self.consumed_total += 1
         if self._budget is not None:
-            self._budget.release(1)
+            self._budget.release(1, size)
         self._changed.notify()
         room_at = self._room_at
         if room_at and self.cached_count <= room_at[0] and self.cached_bytes <= room_at[1]:
@@ -288,7 +302,7 @@ class ProcessQueue:
         """Forget everything cached (OFFSET_ILLEGAL or seek) and restart at ``offset``."""
         self.tracker.reset(offset)
         if self._budget is not None:
-            self._budget.release(self.cached_count)
+            self._budget.release(self.cached_count, self.cached_bytes)
         self.cached_count = 0
         self.cached_bytes = 0
         self.buffer.clear()
@@ -303,7 +317,7 @@ class ProcessQueue:
         if self._budget is not None:
             # Messages still being handled finish later, but they are no more than the
             # running handlers; leaving the rest counted would hold every other pull.
-            self._budget.release(self.cached_count)
+            self._budget.release(self.cached_count, self.cached_bytes)
             self._budget = None
         if self.pull_scope is not None:
             self.pull_scope.cancel()

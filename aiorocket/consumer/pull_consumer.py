@@ -28,13 +28,13 @@ from aiorocket.consumer.committer import check_commit
 from aiorocket.consumer.config import ConsumerConfig
 from aiorocket.consumer.delivery import Delivery, DeliveryParts
 from aiorocket.consumer.engine import Engine, RebalanceListener
-from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.errors import ClientClosedError, CommitFailedError, ConfigError, RocketMQError
 from aiorocket.message import MessageQueue
 from aiorocket.namespace import unwrap_queue, wrap, wrap_queue
 from aiorocket.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, Subscription
+from aiorocket.received import ConsumerMessage
 
 __all__ = ["PullConsumer"]
 

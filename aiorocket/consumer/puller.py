@@ -13,7 +13,6 @@ from aiorocket.client.broker import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_
 from aiorocket.client.results import PullStatus
 from aiorocket.consumer.committer import verify_offset
 from aiorocket.consumer.config import MessageModel
-from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.consumer.undecodable import dead_letter_undecodable
 from aiorocket.errors import (
     BrokerResponseError,
@@ -26,6 +25,7 @@ from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.frame import MAX_FRAME_LENGTH
 from aiorocket.protocol.route import MASTER_ID
 from aiorocket.protocol.subscription import Subscription
+from aiorocket.received import ConsumerMessage
 
 if TYPE_CHECKING:
     from aiorocket._log import Logger

@@ -1,4 +1,6 @@
-"""Settling a message: success lets its offset be committed; failure sends it back first.
+"""Settling a message over remoting: success lets its offset be committed; failure sends
+it back first. Every retry and dead-letter decision of the remoting consumer is made here
+(the gRPC one's are in ``aiorocket.consumer.pop.settler``).
 
 A failed message goes back to the broker (CONSUMER_SEND_MSG_BACK: the group's retry
 topic, or the dead-letter queue after ``max_reconsume_times``) before its offset may be
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiorocket.consumer.config import MessageModel
+from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import (
     BrokerResponseError,
     ConnectionClosedError,
@@ -23,9 +26,8 @@ from aiorocket.namespace import wrap
 if TYPE_CHECKING:
     from aiorocket.client.broker import BrokerClient
     from aiorocket.consumer.brokers import BrokerFinder
-    from aiorocket.consumer.message import ConsumerMessage
-    from aiorocket.consumer.process_queue import ProcessQueue
     from aiorocket.consumer.state import ConsumerState
+    from aiorocket.received import ConsumerMessage
 
 __all__ = ["RemotingSettler"]
 
@@ -69,6 +71,7 @@ class RemotingSettler:
         pq = msg._pq
         if pq is None:
             return
+        assert isinstance(pq, ProcessQueue)
         state = self._state
         cfg = state.config
         if cfg.message_model is MessageModel.BROADCASTING:
@@ -109,6 +112,30 @@ class RemotingSettler:
         msg._settled = True
         pq = msg._pq
         return pq is not None and pq.on_done(msg, msg._generation)
+
+    def dead_letters(self, msg: ConsumerMessage, delay_level: int) -> bool:
+        """The broker's rule for a send-back: reconsume times at the limit, or a level
+        of -1 (orderly consumption retries in place instead; broadcasting has no DLQ)."""
+        cfg = self._state.config
+        if cfg.message_model is MessageModel.BROADCASTING:
+            return False  # broadcast_message_dropped says what happens instead
+        return msg.reconsume_times >= cfg.reconsume_limit() or (
+            delay_level < 0 and not cfg.orderly
+        )
+
+    def retry_in_place(self, msg: ConsumerMessage) -> float | None:
+        """Orderly: count the failed attempt; pause ``suspend_current_queue_time``, or
+        None past ``max_reconsume_times`` (then the dead-letter queue)."""
+        msg.reconsume_times += 1
+        cfg = self._state.config
+        if msg.reconsume_times > cfg.reconsume_limit():
+            return None
+        return cfg.suspend_current_queue_time
+
+    async def dead_letter(self, msg: ConsumerMessage, *, raise_unreachable: bool = False) -> bool:
+        pq = msg._pq
+        assert isinstance(pq, ProcessQueue)
+        return await self.send_to_dead_letter(pq, msg, raise_unreachable=raise_unreachable)
 
     async def send_back(
         self,

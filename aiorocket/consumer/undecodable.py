@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 from aiorocket.client.results import PullResult
 from aiorocket.consumer.config import MessageModel
-from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.message import PROPERTY_UNIQ_KEY
 from aiorocket.protocol.message_codec import UndecodableRecord
+from aiorocket.received import ConsumerMessage
 
 if TYPE_CHECKING:
     from aiorocket._log import Logger

@@ -59,6 +59,12 @@ class WorkQueue(Generic[T]):
         if self._waiters:
             self._waiters.popleft().set()
 
+    def take_all(self) -> list[T]:
+        """Remove and return every queued item."""
+        items = list(self._items)
+        self._items.clear()
+        return items
+
     def close(self) -> None:
         """No more puts; getters drain what is queued, then get EndOfStream."""
         self._closed = True

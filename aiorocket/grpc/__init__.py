@@ -1,7 +1,8 @@
 """RocketMQ 5.x Proxy over gRPC (the ``grpc`` extra: grpclib and betterproto; asyncio only).
 
 * [`aiorocket.producer.Producer`][] with ``proxy="host:port"`` sends through the Proxy.
-* ``PushConsumer`` pushes messages to a handler or ``async for`` (pop underneath).
+* [`aiorocket.consumer.Consumer`][] with ``proxy="host:port"`` consumes through the
+  Proxy, on the same runtime as over remoting; its messages are ``PopMessage``.
 * ``SimpleConsumer`` receives with long polling, acks and changes invisibility.
 * ``GrpcOptions`` sets TLS, namespace and ACL credentials.
 
@@ -21,7 +22,6 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
         name=exc.name,
     ) from exc
 
-from aiorocket.grpc._push import PushConsumer
 from aiorocket.grpc._push_message import PopMessage
 from aiorocket.grpc._received import ReceivedMessage
 from aiorocket.grpc._simple import SimpleConsumer
@@ -32,7 +32,6 @@ __all__ = [
     "Credentials",
     "GrpcOptions",
     "PopMessage",
-    "PushConsumer",
     "ReceivedMessage",
     "SimpleConsumer",
 ]

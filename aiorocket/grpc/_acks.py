@@ -1,9 +1,17 @@
-"""Batched acks of the push consumer: one AckMessage per topic for what settled together.
+"""Batched acks of the pop consumer: one AckMessage per topic for what settled together.
 
 ``add`` only queues the ack; the flusher sends what queued within ``delay`` seconds in
 requests of at most ``MAX_ENTRIES`` entries (the Proxy acks and answers each entry on
-its own). A failed ack is logged, not retried: the message becomes visible again when
-its invisible duration ends and is delivered again (at least once).
+its own). Rules:
+
+* an ack stays queued until its request has been answered: a flush that is cancelled
+  mid-request (the consumer closes) puts its entries back, so ``AckBatcher.close``
+  sends them (an entry the Proxy had acked already is answered with an error: harmless);
+* an ack waits for a renewal of the same message in flight, since the renewal replaces
+  the receipt handle the ack must carry;
+* a failed ack is logged and counted, not retried: the message becomes visible again
+  when its invisible duration ends and is delivered again (at least once). The close
+  reports how many acks it could not deliver, never silently.
 """
 
 from __future__ import annotations
@@ -23,25 +31,42 @@ if TYPE_CHECKING:
     from aiorocket.grpc._push_message import PopMessage
     from aiorocket.grpc._simple import SimpleConsumer
 
-__all__ = ["AckBatcher"]
+__all__ = ["MAX_ENTRIES", "AckBatcher"]
 
 MAX_ENTRIES = 64
 
 
 class AckBatcher:
+    """Queues acks and sends them in batches per topic.
+
+    Parameters
+    ----------
+    consumer:
+        The session whose transport carries the AckMessage calls.
+    delay:
+        Seconds the flusher waits after the first queued ack, so more share a request.
+    """
+
     def __init__(self, consumer: SimpleConsumer, delay: float) -> None:
         self.consumer = consumer
         self.delay = delay
         self._pending: dict[str, list[PopMessage]] = defaultdict(list)
         self._wake = anyio.Event()
+        #: acks the Proxy confirmed / that failed (request or entry), since the start
+        self.acked = 0
+        self.failed = 0
         self.log = get_logger("grpc.acks", group=consumer.group)
 
     def add(self, msg: PopMessage) -> None:
         self._pending[msg.topic].append(msg)
         self._wake.set()
 
+    @property
+    def pending(self) -> int:
+        return sum(len(v) for v in self._pending.values())
+
     async def run(self) -> None:
-        """The flusher task (owned by the push consumer's task group)."""
+        """The flusher task (owned by the consumer's task group)."""
         while True:
             await self._wake.wait()
             self._wake = anyio.Event()
@@ -50,26 +75,53 @@ class AckBatcher:
             await self.flush()
 
     async def flush(self) -> None:
-        """Send everything queued now (also called once more when closing)."""
+        """Send everything queued now, one request per topic and chunk."""
         while self._pending:
-            batches, self._pending = self._pending, defaultdict(list)
-            for topic, msgs in batches.items():
-                for i in range(0, len(msgs), MAX_ENTRIES):
-                    chunk = msgs[i : i + MAX_ENTRIES]
-                    try:
-                        await self._ack(topic, chunk)
-                    except RocketMQError as err:
-                        self.log.warning("ack_failed", topic=topic, n=len(chunk), error=str(err))
+            topic = next(iter(self._pending))
+            queued = self._pending[topic]
+            chunk = queued[:MAX_ENTRIES]
+            del queued[:MAX_ENTRIES]
+            if not queued:
+                del self._pending[topic]
+            try:
+                await self._ack(topic, chunk)
+            except RocketMQError as err:
+                self.failed += len(chunk)
+                self.log.warning("ack_failed", topic=topic, n=len(chunk), error=str(err))
+            except BaseException:
+                # Cancelled (or worse) mid-request: nothing is known to be acked; the
+                # entries go back to the front so the close sends them.
+                self._pending[topic][:0] = chunk
+                raise
+
+    async def close(self, timeout: float) -> int:
+        """The last flush (shielded, at most ``timeout`` s); returns the acks not sent."""
+        with anyio.move_on_after(timeout, shield=True):
+            await self.flush()
+        unsent = self.pending + self.failed
+        if unsent:
+            self.log.warning(
+                "acks_not_delivered", n=unsent,
+                hint="those messages are delivered again after their invisible duration",
+            )  # fmt: skip
+        return unsent
 
     async def _ack(self, topic: str, msgs: list[PopMessage]) -> None:
+        for m in msgs:
+            await m.renewed()
         c = self.consumer
         handles = [(m.message_id, m.receipt_handle) for m in msgs]
         req = ack_request(c.transport.namespace, c.group, topic, handles)
         resp = await c.transport.unary("AckMessage", req, FastAckResponse)
         check_status(resp.status, "AckMessage")
+        ok = 0
         for entry in resp.entries:
-            if entry.status.code not in (0, pb.Code.OK):
+            if entry.status.code in (0, pb.Code.OK):
+                ok += 1
+            else:
                 self.log.warning(
                     "ack_entry_failed", topic=topic, code=entry.status.code,
                     error=entry.status.message,
                 )  # fmt: skip
+        self.acked += ok
+        self.failed += len(msgs) - ok

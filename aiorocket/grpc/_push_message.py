@@ -1,17 +1,20 @@
-"""The push consumer's message: a ``ConsumerMessage`` with the pop state.
+"""The pop consumer's message: a ``ConsumerMessage`` with the pop state.
 
 Handlers get the same type, and settle it the same way, on both transports
 (``ack``/``nack``/``hold``/``async with``); over gRPC it also carries the receipt
-handle that acks it and its delivery attempt.
+handle that acks it (replaced by each renewal of its invisible time) and its delivery
+attempt.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from aiorocket.consumer.message import ConsumerMessage
+import anyio
+
 from aiorocket.grpc._received import ReceivedMessage
 from aiorocket.message import MessageExt
+from aiorocket.received import ConsumerMessage
 
 __all__ = ["PopMessage", "pop_message"]
 
@@ -24,6 +27,14 @@ class PopMessage(ConsumerMessage):
     delivery_attempt: int = 1
     message_group: str | None = None
     message_id: str = ""
+    #: set while a renewal of the invisible time is in flight: whatever else uses the
+    #: receipt handle (ack, nack, dead-letter) waits for it, since the renewal replaces it
+    _renewal: anyio.Event | None = None
+
+    async def renewed(self) -> None:
+        """Wait until no renewal of this message is in flight (its handle is current)."""
+        while self._renewal is not None:
+            await self._renewal.wait()
 
     def __repr__(self) -> str:
         state = "settled" if self._settled else "pending"

@@ -20,9 +20,9 @@ import uuid
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
-from aiorocket._settings import check_group
+from aiorocket._settings import check_group, check_invisible_duration
 from aiorocket.errors import ClientClosedError, ConfigError, ProxyResponseError
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._encode import FastAckResponse, RawRequest, ack_request, with_attempt_id
@@ -31,10 +31,18 @@ from aiorocket.grpc._received import ReceivedMessage
 from aiorocket.grpc._session import Session
 from aiorocket.grpc._transport import GrpcOptions, GrpcTransport, check_status
 
-__all__ = ["SimpleConsumer"]
+__all__ = ["MAX_BATCH", "Receipt", "SimpleConsumer"]
 
 _ASSIGNMENT_TTL = 5.0  # the Java push consumer re-queries assignments every 5 s
 MAX_BATCH = 32  # the Proxy's cap on one receive
+
+
+class Receipt(Protocol):
+    """What settling a received message over gRPC needs of it."""
+
+    topic: str
+    message_id: str
+    receipt_handle: str
 
 
 class SimpleConsumer:
@@ -79,8 +87,11 @@ class SimpleConsumer:
         request_timeout: float = 3.0,
         options: GrpcOptions | None = None,
         client_id: str | None = None,
+        client_type: pb.ClientType | None = None,
     ) -> None:
         check_group(group, "consumer")
+        if client_type is not None:
+            self.client_type = client_type
         if not subscriptions:
             raise ConfigError("a SimpleConsumer needs at least one subscription")
         if not await_duration > 0:
@@ -173,13 +184,13 @@ class SimpleConsumer:
         self, max_messages: int = 16, invisible_duration: float = 30.0
     ) -> list[ReceivedMessage]:
         """Up to ``max_messages`` (1-32) messages, invisible to the group for
-        ``invisible_duration`` seconds (the Proxy requires at least 10 s); waits up to
+        ``invisible_duration`` seconds (10 s to 12 h, the Proxy's bounds: else
+        ConfigError); waits up to
         ``await_duration`` for one to arrive, and returns ``[]`` when none did."""
         self._check_open()
         if not 1 <= max_messages <= MAX_BATCH:
             raise ConfigError(f"max_messages must be 1..{MAX_BATCH}, got {max_messages!r}")
-        if not invisible_duration > 0:
-            raise ConfigError(f"invisible_duration must be positive, got {invisible_duration!r}")
+        check_invisible_duration(invisible_duration)
         n = next(self._rr)
         topics = list(self._subs)
         topic = topics[n % len(topics)]
@@ -249,7 +260,7 @@ class SimpleConsumer:
         for entry in resp.entries:
             check_status(entry.status, "AckMessage")
 
-    async def change_invisible_duration(self, message: ReceivedMessage, seconds: float) -> None:
+    async def change_invisible_duration(self, message: Receipt, seconds: float) -> None:
         """Make ``message`` visible again ``seconds`` from now; its receipt handle is
         replaced by the new one the Proxy returns (ack with the message afterwards)."""
         self._check_open()
@@ -266,3 +277,21 @@ class SimpleConsumer:
         check_status(resp.status, "ChangeInvisibleDuration")
         if resp.receipt_handle:
             message.receipt_handle = resp.receipt_handle
+
+    async def forward_to_dead_letter(
+        self, message: Receipt, *, delivery_attempt: int, max_delivery_attempts: int
+    ) -> None:
+        """Move ``message`` to the group's dead-letter queue (``%DLQ%<group>``)."""
+        self._check_open()
+        req = pb.ForwardMessageToDeadLetterQueueRequest(
+            group=self.session.resource(self.group),
+            topic=self.session.resource(message.topic),
+            receipt_handle=message.receipt_handle,
+            message_id=message.message_id,
+            delivery_attempt=delivery_attempt,
+            max_delivery_attempts=max_delivery_attempts,
+        )
+        resp = await self.transport.unary(
+            "ForwardMessageToDeadLetterQueue", req, pb.ForwardMessageToDeadLetterQueueResponse
+        )
+        check_status(resp.status, "ForwardMessageToDeadLetterQueue")

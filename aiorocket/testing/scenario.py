@@ -16,10 +16,10 @@ from typing import Any
 
 import anyio
 
-from aiorocket.consumer.message import ConsumerMessage
 from aiorocket.errors import RocketMQError
 from aiorocket.message import Message
 from aiorocket.producer import Producer
+from aiorocket.received import ConsumerMessage
 
 __all__ = ["Tally", "produce_steadily"]
 

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from aiorocket.consumer.config import ConsumeFromWhere
-from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.received import ConsumerMessage
 from aiorocket.consumer.pull_consumer import PullConsumer
 from aiorocket.testing.broker import LocalRocketMQ
 

@@ -363,9 +363,11 @@ async def _then_cancel(wait: Callable[[], Awaitable[object]], scope: anyio.Cance
 
 def engine_of(consumer: Consumer | PullConsumer) -> Engine:
     """The engine of a started consumer."""
-    engine = consumer._engine
-    assert engine is not None, "start the consumer first"
-    return engine
+    if isinstance(consumer, PullConsumer):
+        engine = consumer._engine
+        assert engine is not None, "start the consumer first"
+        return engine
+    return consumer._backend.engine("the engine")
 
 
 def queues_of(consumer: Consumer | PullConsumer) -> dict[MessageQueue, ProcessQueue]:

@@ -43,7 +43,6 @@ def test_contradictory_transport_arguments_are_refused(kwargs: dict[str, Any], m
         ({"message_model": MessageModel.BROADCASTING}, "message_model"),
         ({"consume_from_where": ConsumeFromWhere.FIRST_OFFSET}, "consume_from_where"),
         ({"persist_offset_interval": 1.0}, "persist_offset_interval"),
-        ({"batch_handler": _handle}, "batch_handler"),
         ({"listener": object()}, "listener"),
         ({"allocate": allocate_averagely_by_circle}, "allocation"),
         ({"instance_name": "a"}, "instance_name"),
@@ -66,6 +65,25 @@ def test_settings_with_a_meaning_over_grpc_are_accepted_and_checked() -> None:
         consumer.subscribe("t", sql="a > 1")
     with pytest.raises(UnsupportedTransportError, match="remoting"):
         consumer.stats()
+
+
+def test_the_shared_runtime_s_settings_carry_over_to_grpc() -> None:
+    """Batch handlers, the consume timeout and thread caps are the shared runtime's."""
+    consumer = Consumer("g", proxy="p:8081", batch_handler=_handle, consume_batch_size=8,
+                        consume_timeout=5.0, max_abandoned_threads=2, invisible_duration=10)  # fmt: skip
+    assert consumer.config.consume_timeout == 5.0
+    assert consumer.config.invisible_duration == 10
+
+
+@pytest.mark.parametrize("bad", [0, 0.5, 9.99, -10, 12 * 3600 + 1, True, "30"])
+def test_an_invisible_duration_the_proxy_refuses_is_a_config_error(bad: object) -> None:
+    with pytest.raises(ConfigError, match=r"invisible_duration must be 10\.\.43200 seconds"):
+        Consumer("g", proxy="p:8081", invisible_duration=bad)
+
+
+def test_the_invisible_duration_is_refused_over_remoting() -> None:
+    with pytest.raises(UnsupportedTransportError, match="invisible_duration exists only over gRPC"):
+        Consumer("g", "a:9876", invisible_duration=60)
 
 
 def test_grpc_options_need_the_grpc_transport() -> None:

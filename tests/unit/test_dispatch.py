@@ -21,9 +21,9 @@ from aiorocket.consumer.brokers import BrokerFinder
 from aiorocket.consumer.config import ConsumerConfig
 from aiorocket.consumer.dispatch import WorkerPool
 from aiorocket.consumer.handler import Handler
-from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.received import ConsumerMessage
 from aiorocket.consumer.process_queue import ProcessQueue
-from aiorocket.consumer.results import ConsumeStatus, Reconsume
+from aiorocket.results import ConsumeStatus, Reconsume
 from aiorocket.consumer.settle import RemotingSettler
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.consumer.threads import HandlerThreads
@@ -55,6 +55,7 @@ class Harness:
             state, cast(BrokerClient, self), cast(BrokerFinder, Masters()), self.retry_later
         )
         self.pool: WorkerPool
+        self.released: list[ConsumerMessage] = []
 
     async def send_back(
         self, addr: str, msg: MessageExt, group: str, *, delay_level: int,
@@ -65,6 +66,12 @@ class Harness:
 
     def retry_later(self, msg: ConsumerMessage) -> None:
         raise AssertionError("no send-back fails here")
+
+    async def consumed(self, n: int) -> None:
+        """Wait until ``n`` messages of the queue were settled as consumed."""
+        with anyio.fail_after(10):
+            while self.pq.consumed_total < n:
+                await self.pq.wait_changed()
 
     def feed(self, count: int) -> list[ConsumerMessage]:
         start = self.pq.tracker.next_offset
@@ -92,7 +99,7 @@ async def workers(
     async with anyio.create_task_group() as tg:
         await h.pool.start(tg)
         yield h
-        h.pool.stop()  # drain, as on close
+        h.released = h.pool.stop()  # as on close: what never started is handed back
         with anyio.fail_after(10):
             await h.pool.drain(graceful=True)
 
@@ -161,6 +168,7 @@ async def test_a_handler_may_settle_its_message_itself() -> None:
 
     async with workers(handle) as h:
         h.feed(10)
+        await h.consumed(10)
     assert h.pq.consumed_total == 10
     assert h.pq.tracker.committable() == 10
 
@@ -186,8 +194,33 @@ async def test_slow_handlers_spread_over_all_workers_and_no_more() -> None:
         assert h.pq.running == 4
         assert h.pq.tracker.committable() == 0  # nothing finished: nothing committable
         gate.set()
+        await h.consumed(10)
     assert peak == 4
     assert h.pq.tracker.committable() == 10
+
+
+async def test_close_finishes_running_handlers_and_hands_back_the_unstarted() -> None:
+    """A closing consumer handles no new message: the queued ones are handed back (left
+    uncommitted, so the next owner has them), the running ones finish; a rolling restart
+    then duplicates no more than the handlers running at the signal."""
+    gate, busy = anyio.Event(), anyio.Event()
+    seen: list[int] = []
+
+    async def handle(msg: ConsumerMessage) -> None:
+        seen.append(msg.queue_offset)
+        if len(seen) == 2:
+            busy.set()
+        await gate.wait()
+
+    async with workers(handle, consume_concurrency=2) as h:
+        h.feed(10)
+        with anyio.fail_after(10):
+            await busy.wait()
+        gate.set()  # the two running ones may finish during the drain
+    assert sorted(seen) == [0, 1]
+    assert sorted(m.queue_offset for m in h.released) == list(range(2, 10))
+    assert not any(m.settled for m in h.released)
+    assert h.pq.tracker.committable() == 2  # past the handled ones, not the released
 
 
 async def test_consume_timeout_cancels_the_handler_and_sends_it_back() -> None:
@@ -220,6 +253,7 @@ async def test_stale_and_dropped_messages_are_skipped() -> None:
         h.pq.reset(0)
         queue.put_many(stale)
         h.feed(2)
+        await h.consumed(2)
     assert seen == [0, 1]  # only the re-pulled generation
     assert h.pq.consumed_total == 2
 

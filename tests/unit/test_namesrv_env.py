@@ -14,8 +14,11 @@ CLIENTS = [Consumer, PullConsumer, Producer]
 
 
 def addrs(client: Consumer | PullConsumer | Producer) -> list[str]:
-    engine = client._engine if isinstance(client, PullConsumer) else client
-    return list(engine._namesrv)
+    if isinstance(client, PullConsumer):
+        return list(client._engine._namesrv)
+    if isinstance(client, Consumer):
+        return list(client._backend._namesrv)  # type: ignore[attr-defined]
+    return list(client._namesrv)
 
 
 @pytest.mark.parametrize("cls", CLIENTS)

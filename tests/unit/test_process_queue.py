@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from aiorocket.consumer.config import ConsumerConfig
-from aiorocket.consumer.message import ConsumerMessage
+from aiorocket.received import ConsumerMessage
 from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
 from aiorocket.message import MessageQueue
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiorocket.client.namesrv import NameServerClient, parse_namesrv_addrs
-from aiorocket.consumer.results import Reconsume, failure_delay_level
+from aiorocket.results import Reconsume, failure_delay_level
 from aiorocket.errors import ConfigError, ProtocolError, TopicNotExistError
 from aiorocket.message import MessageQueue
 from aiorocket.protocol.codes import ResponseCode

@@ -1,0 +1,122 @@
+"""Receivers: long-poll the Proxy while the cache has room, hand the messages on.
+
+Each of a few receive loops asks for a batch only while the consumer's cache budget has
+room, so slow handlers stop the consumer from popping more (messages that would sit
+invisible to the rest of the group) instead of growing memory. A received batch is
+held by the renewer at once, split by ``PopQueue``
+and delivered to the strategy.
+
+A receive cancelled in flight (the close) may have popped messages that never arrive:
+they come back after their invisible time, which is why the close cancels receives
+first and keeps everything else.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+
+from aiorocket.errors import RocketMQError
+from aiorocket.grpc._push_message import PopMessage, pop_message
+from aiorocket.received import ConsumerMessage
+
+if TYPE_CHECKING:
+    from aiorocket._log import Logger
+    from aiorocket.consumer.delivery import Delivery
+    from aiorocket.consumer.pop.queue import PopQueue, PopQueues
+    from aiorocket.consumer.pop.renewer import Renewer
+    from aiorocket.consumer.process_queue import CacheBudget
+    from aiorocket.grpc._simple import SimpleConsumer
+    from aiorocket.received import Settler
+
+__all__ = ["Receiver"]
+
+
+class Receiver:
+    """Feeds the delivery strategy from the Proxy.
+
+    Parameters
+    ----------
+    consumer:
+        The session that receives.
+    queues:
+        Finds each message's queue.
+    budget:
+        The cache budget the receives wait on.
+    renewer:
+        Holds every received message until it is settled.
+    settler:
+        Every received message's settler.
+    delivery:
+        The strategy messages are handed to.
+    log:
+        The consumer's logger.
+    batch_size:
+        Messages asked for per receive (1-32).
+    invisible:
+        The receives' invisible duration, in seconds.
+    """
+
+    def __init__(
+        self,
+        consumer: SimpleConsumer,
+        queues: PopQueues,
+        budget: CacheBudget,
+        renewer: Renewer,
+        settler: Settler,
+        delivery: Delivery,
+        log: Logger,
+        *,
+        batch_size: int,
+        invisible: float,
+    ) -> None:
+        self._consumer = consumer
+        self._queues = queues
+        self._budget = budget
+        self._renewer = renewer
+        self._settler = settler
+        self._delivery = delivery
+        self._log = log
+        self._batch_size = batch_size
+        self._invisible = invisible
+        #: receives that failed in a row (any loop), for the backoff
+        self.failures = 0
+
+    async def run(self) -> None:
+        """One receive loop, until cancelled."""
+        while True:
+            await self._budget.wait_room()
+            try:
+                received = await self._consumer.receive(self._batch_size, self._invisible)
+            except RocketMQError as err:
+                self.failures += 1
+                self._log.warning("receive_failed", error=str(err), failures=self.failures)
+                await anyio.sleep(min(10.0, 0.2 * 2 ** min(self.failures, 6)))
+                continue
+            self.failures = 0
+            if received:
+                self.hand_on([pop_message(r) for r in received], time.monotonic())
+
+    def hand_on(self, messages: list[PopMessage], received_at: float) -> None:
+        """Hold, count and deliver one receive's messages (synchronous: nothing is lost
+        to a cancellation between the receive's answer and the hand-over)."""
+        self._renewer.hold(messages, received_at)
+        settler = self._settler
+        split: dict[int, tuple[PopQueue, bool, list[PopMessage]]] = {}
+        for msg in messages:
+            msg._settler = settler
+            pq, new = self._queues.queue_of(msg)
+            msg._pq = pq
+            entry = split.get(id(pq))
+            if entry is None:
+                split[id(pq)] = (pq, new, [msg])
+            else:
+                entry[2].append(msg)
+        delivery = self._delivery
+        for pq, new, msgs in split.values():
+            pq.on_received(msgs)
+            if new:
+                delivery.start_queue(pq)
+            delivery.deliver(pq, list[ConsumerMessage](msgs))

@@ -1,0 +1,165 @@
+"""The invisible time of received messages: renewed before it ends, while they are ours.
+
+A popped message is invisible to the rest of the group for ``invisible_duration``; if
+it is still unsettled then, the Proxy delivers it again, to us or another member, while
+we may still be handling it (a duplicate beyond the in-flight window, the complaint most
+often made of pop consumers). So every message received and not yet settled is renewed
+(ChangeInvisibleDuration) shortly before its invisible time ends: while it waits in the
+cache, while its handler runs (up to ``consume_timeout``: the watchdog then cancels the
+handler and the message is settled as failed) and while a FIFO retry waits in place.
+
+Rules:
+
+* renewal is by the client, not the Proxy's ``auto_renew``: the Apache Proxy renews
+  auto-renewed messages on its own schedule (its default invisible time, for up to 3 h)
+  and other Proxies may not at all, while this keeps the bound the application chose
+  and works against any Proxy;
+* messages are held in receive batches keyed by when their invisible time ends, in a
+  heap: a sweep looks only at the batches due, and a settled message costs nothing (it
+  is skipped when its batch comes up), so the hot path never touches the renewer;
+* a renewal replaces the receipt handle: anything else that uses the handle (ack, nack,
+  dead-letter) waits for a renewal in flight (``PopMessage.renewed``);
+* a renewal the Proxy refuses for good (the handle is no longer valid: the message was
+  redelivered meanwhile) *loses* the message: it is settled locally without an ack and
+  counted (``lost``), since it is now someone else's; a transient failure is retried at
+  the next sweep.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import anyio
+
+from aiorocket.errors import ProxyResponseError, RocketMQError
+
+if TYPE_CHECKING:
+    from aiorocket._log import Logger
+    from aiorocket.grpc._push_message import PopMessage
+
+__all__ = ["Renewer", "renew_margin"]
+
+#: renewals in flight at once
+_CONCURRENCY = 16
+#: the Proxy's code for a receipt handle that is no longer valid
+_INVALID_RECEIPT_HANDLE = 40013
+
+
+def renew_margin(invisible: float, request_timeout: float) -> float:
+    """Seconds before its invisible time ends that a message is renewed: room for two
+    request timeouts, but never more than half of the invisible time."""
+    return min(max(invisible / 3, 2 * request_timeout), invisible / 2)
+
+
+class Renewer:
+    """Keeps received, unsettled messages invisible to the rest of the group.
+
+    Parameters
+    ----------
+    change:
+        ``change(msg, seconds)``: ChangeInvisibleDuration, replacing the handle.
+    invisible:
+        The invisible duration of receives and renewals, in seconds.
+    request_timeout:
+        The deadline of one renewal (sets the margin, ``renew_margin``).
+    on_lost:
+        Called with a message whose renewal was refused for good.
+    log:
+        The consumer's logger.
+    """
+
+    def __init__(
+        self,
+        change: Callable[[PopMessage, float], Awaitable[None]],
+        *,
+        invisible: float,
+        request_timeout: float,
+        on_lost: Callable[[PopMessage], None],
+        log: Logger,
+    ) -> None:
+        self._change = change
+        self.invisible = invisible
+        self.margin = renew_margin(invisible, request_timeout)
+        self.tick = min(1.0, self.margin / 4)
+        self._on_lost = on_lost
+        self._log = log
+        self._held: list[tuple[float, int, list[PopMessage]]] = []
+        self._seq = itertools.count()
+        #: renewals that succeeded / messages lost to a refused renewal, since the start
+        self.renewed = 0
+        self.lost = 0
+
+    def hold(self, messages: list[PopMessage], received_at: float) -> None:
+        """Messages received at ``received_at`` (``time.monotonic()``)."""
+        if messages:
+            heapq.heappush(self._held, (received_at + self.invisible, next(self._seq), messages))
+
+    def held(self) -> list[PopMessage]:
+        """Every held message not settled yet."""
+        return [m for _, _, batch in self._held for m in batch if not m._settled]
+
+    async def run(self) -> None:
+        """Sweep until cancelled (owned by the consumer's task group)."""
+        while True:
+            await anyio.sleep(self.tick)
+            await self.sweep()
+
+    async def sweep(self) -> None:
+        """Renew every unsettled message whose invisible time ends within the margin."""
+        started = time.monotonic()
+        due: list[PopMessage] = []
+        held = self._held
+        while held and held[0][0] <= started + self.margin:
+            due.extend(m for m in heapq.heappop(held)[2] if not m._settled)
+        if not due:
+            return
+        renewed: list[PopMessage] = []
+        limiter = anyio.Semaphore(_CONCURRENCY)
+
+        async def renew(msg: PopMessage) -> None:
+            async with limiter:
+                if msg._settled:
+                    return
+                event = msg._renewal = anyio.Event()
+                try:
+                    await self._change(msg, self.invisible)
+                except ProxyResponseError as err:
+                    if err.code == _INVALID_RECEIPT_HANDLE:
+                        self._lose(msg, err)
+                    else:
+                        self._log.warning("renew_failed", topic=msg.topic,
+                                          msg_id=msg.message_id, error=str(err))  # fmt: skip
+                except RocketMQError as err:
+                    self._log.warning("renew_failed", topic=msg.topic,
+                                      msg_id=msg.message_id, error=str(err))  # fmt: skip
+                else:
+                    renewed.append(msg)
+                finally:
+                    msg._renewal = None
+                    event.set()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for msg in due:
+                    tg.start_soon(renew, msg)
+        finally:
+            # Renewed: invisible from the sweep's start on. Not renewed (a transient
+            # failure, or cancelled): due again at once, so the next sweep tries again.
+            self.renewed += len(renewed)
+            self.hold(renewed, started)
+            done = {id(m) for m in renewed}
+            left = [m for m in due if id(m) not in done and not m._settled]
+            if left:
+                heapq.heappush(held, (started, next(self._seq), left))
+
+    def _lose(self, msg: PopMessage, err: ProxyResponseError) -> None:
+        self.lost += 1
+        self._log.warning(
+            "invisible_time_lost", topic=msg.topic, msg_id=msg.message_id, error=str(err),
+            hint="the Proxy no longer knows this delivery: the message is delivered again",
+        )  # fmt: skip
+        self._on_lost(msg)

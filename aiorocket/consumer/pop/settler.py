@@ -1,0 +1,167 @@
+"""Settling a message received through a Proxy; every retry and dead-letter decision of
+the gRPC consumer is made here (the remoting one's are in
+``aiorocket.consumer.settle``).
+
+* success: the ack is queued (``AckBatcher``), no await;
+* failure: ChangeInvisibleDuration by the server's retry policy (the backoff of the
+  delivery attempt), so the message comes back then; at the policy's max attempts (or
+  ``Reconsume(-1)``) ForwardMessageToDeadLetterQueue;
+* FIFO (orderly delivery): a failed message is retried in place after the backoff,
+  kept invisible meanwhile by the renewer, and dead-lettered at max attempts;
+* released (never handed out, or its handler cancelled by the close): made visible
+  again at once (invisible duration 0), so another member takes it without waiting.
+
+A request that fails leaves the message to come back when its invisible time ends:
+nothing is lost. Each step waits for a renewal of the same message in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+
+from aiorocket.errors import RocketMQError
+from aiorocket.grpc._push_message import PopMessage
+from aiorocket.received import ConsumerMessage
+
+if TYPE_CHECKING:
+    from aiorocket._log import Logger
+    from aiorocket.grpc._acks import AckBatcher
+    from aiorocket.grpc._simple import SimpleConsumer
+
+__all__ = ["GrpcSettler"]
+
+
+class GrpcSettler:
+    """Settles the messages of a consumer talking to a Proxy (``ConsumerMessage._settler``).
+
+    Parameters
+    ----------
+    consumer:
+        The session: ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue.
+    acks:
+        Where successes queue their acks.
+    max_attempts:
+        Deliveries before the dead-letter queue (the server policy's, capped by
+        ``max_reconsume_times + 1``).
+    backoff:
+        ``backoff(attempt)``: seconds before the retry of a failed delivery attempt.
+    log:
+        The consumer's logger.
+    """
+
+    def __init__(
+        self,
+        consumer: SimpleConsumer,
+        acks: AckBatcher,
+        *,
+        max_attempts: int,
+        backoff: Callable[[int], float],
+        log: Logger,
+    ) -> None:
+        self._consumer = consumer
+        self._acks = acks
+        self.max_attempts = max_attempts
+        self._backoff = backoff
+        self._log = log
+
+    def finish(self, msg: ConsumerMessage) -> bool:
+        if msg._settled:
+            return False
+        msg._settled = True
+        assert isinstance(msg, PopMessage)
+        self._acks.add(msg)
+        pq = msg._pq
+        return pq is not None and pq.on_done(msg, 0)
+
+    async def settle(self, msg: ConsumerMessage, delay_level: int | None) -> None:
+        if delay_level is None:
+            self.finish(msg)
+            return
+        if msg._settled or not isinstance(msg, PopMessage):
+            return
+        msg._settled = True
+        try:
+            if delay_level == -1 or msg.delivery_attempt >= self.max_attempts:
+                await self._forward(msg)
+            else:
+                await self._change(msg, self._backoff(msg.delivery_attempt))
+        except RocketMQError as err:
+            self._log.warning("nack_failed", topic=msg.topic, msg_id=msg.message_id,
+                              error=str(err))  # fmt: skip
+        finally:
+            # Settled on our side whatever happened: no longer renewed, so a failed or
+            # interrupted request still brings it back after its invisible time.
+            if msg._pq is not None:
+                msg._pq.on_done(msg, 0)
+
+    def dead_letters(self, msg: ConsumerMessage, delay_level: int) -> bool:
+        assert isinstance(msg, PopMessage)
+        return delay_level == -1 or msg.delivery_attempt >= self.max_attempts
+
+    def retry_in_place(self, msg: ConsumerMessage) -> float | None:
+        assert isinstance(msg, PopMessage)
+        attempt = msg.delivery_attempt
+        if attempt >= self.max_attempts:
+            return None
+        msg.delivery_attempt = attempt + 1
+        msg.reconsume_times += 1
+        return self._backoff(attempt)
+
+    async def dead_letter(self, msg: ConsumerMessage, *, raise_unreachable: bool = False) -> bool:
+        assert isinstance(msg, PopMessage)
+        try:
+            await self._forward(msg)
+        except RocketMQError as err:
+            self._log.warning("dead_letter_failed", topic=msg.topic, msg_id=msg.message_id,
+                              error=str(err))  # fmt: skip
+            if raise_unreachable:
+                raise
+            return False
+        return True
+
+    async def release(self, messages: list[PopMessage], timeout: float) -> int:
+        """Make unsettled ``messages`` visible again at once (at most ``timeout`` s);
+        returns how many could not be released (they come back after their invisible
+        time). Released messages are settled on our side."""
+        left = [m for m in messages if not m._settled]
+        for m in left:
+            m._settled = True
+        released = 0
+
+        async def one(msg: PopMessage) -> None:
+            nonlocal released
+            try:
+                await self._change(msg, 0.0)
+                released += 1
+            except RocketMQError:
+                pass
+            finally:
+                if msg._pq is not None:
+                    msg._pq.on_done(msg, 0)
+
+        with anyio.move_on_after(timeout, shield=True):
+            limiter = anyio.Semaphore(16)
+
+            async def bounded(msg: PopMessage) -> None:
+                async with limiter:
+                    await one(msg)
+
+            async with anyio.create_task_group() as tg:
+                for m in left:
+                    tg.start_soon(bounded, m)
+        return len(left) - released
+
+    async def _change(self, msg: PopMessage, seconds: float) -> None:
+        await msg.renewed()
+        await self._consumer.change_invisible_duration(msg, seconds)
+
+    async def _forward(self, msg: PopMessage) -> None:
+        await msg.renewed()
+        await self._consumer.forward_to_dead_letter(
+            msg, delivery_attempt=msg.delivery_attempt, max_delivery_attempts=self.max_attempts
+        )
+        self._log.info("forwarded_to_dlq", topic=msg.topic, msg_id=msg.message_id,
+                       attempts=msg.delivery_attempt)  # fmt: skip

@@ -1,0 +1,171 @@
+"""The message consumers hand to user code, and the two seams it is settled through.
+
+This is the neutral core of consumption, shared by both transports:
+
+* ``ConsumerMessage``: a stored message that can be settled (ack, nack, hold);
+* ``Settler``: what settling means on a transport (remoting: commit offsets and
+  send failures back; gRPC: ack, change the invisible duration, forward to the DLQ).
+  Every retry and dead-letter decision of a transport is made in its settler;
+* ``QueueView``: what the delivery strategies read and change of the queue a
+  message came from (a remoting ``ProcessQueue``, or the gRPC source's ``PopQueue``).
+
+The delivery strategies (worker pool, ``async for``, orderly) are typed against these
+protocols only, so one runtime serves both transports.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol
+
+import anyio
+
+from aiorocket.message import MessageExt, MessageQueue
+
+__all__ = [
+    "ConsumerMessage",
+    "Generation",
+    "QueueView",
+    "Settler",
+]
+
+
+class Generation(Protocol):
+    """A queue's position generation: bumped by a reset (seek, OFFSET_ILLEGAL)."""
+
+    @property
+    def generation(self) -> int: ...
+
+
+class QueueView(Protocol):
+    """The queue a message came from, as the delivery strategies see it."""
+
+    @property
+    def mq(self) -> MessageQueue: ...
+
+    @property
+    def tracker(self) -> Generation: ...
+
+    #: revoked (remoting) or closed: its messages are no longer to be handed out
+    dropped: bool
+    #: handler calls running for this queue
+    running: int
+    #: orderly: messages in order, the head being handled
+    buffer: deque[Any]
+    #: orderly: held while a handling step runs
+    order_lock: anyio.Lock
+    #: orderly: ``anyio.current_time()`` before which no step starts
+    suspended_until: float
+    #: orderly: the scope of the queue's consume loop
+    consume_scope: anyio.CancelScope | None
+
+    def notify(self) -> None:
+        """Wake whoever waits in ``wait_changed``."""
+
+    async def wait_changed(self) -> None:
+        """Wait until a message of this queue finishes, or it is dropped or notified."""
+
+    def on_done(self, msg: MessageExt, generation: int) -> bool:
+        """A message left the queue's cache settled; False if it was stale."""
+
+
+class Settler(Protocol):
+    """How messages of one transport are settled: every decision about a failed
+    message (retry where, how often, when to dead-letter) lives in the implementation.
+    """
+
+    def finish(self, msg: ConsumerMessage) -> bool:
+        """Settle as consumed, without awaiting; False if settled already or stale."""
+
+    async def settle(self, msg: ConsumerMessage, delay_level: int | None) -> None:
+        """``None``: consumed; else a failure: retry by ``delay_level`` (0: the
+        transport's policy; -1: straight to the dead-letter queue)."""
+
+    def dead_letters(self, msg: ConsumerMessage, delay_level: int) -> bool:
+        """Whether failing ``msg`` now (with ``delay_level``) sends it to the
+        dead-letter queue: its last attempt, or -1. For the log, before the settle."""
+
+    def retry_in_place(self, msg: ConsumerMessage) -> float | None:
+        """Orderly/FIFO consumption failed ``msg``: count the attempt and return the
+        pause before it is handled again, or None once it is out of attempts (then
+        ``dead_letter``). The message stays unsettled and in place."""
+
+    async def dead_letter(self, msg: ConsumerMessage, *, raise_unreachable: bool = False) -> bool:
+        """Send ``msg`` to the group's dead-letter queue; False if that failed (logged).
+        ``raise_unreachable``: a failure that is not the server's answer raises."""
+
+
+@dataclass(slots=True, eq=False, repr=False)
+class ConsumerMessage(MessageExt):
+    """A received message.
+
+    A message is *settled* exactly once: ``await msg.ack()`` marks it consumed (its
+    offset may then be committed); ``await msg.nack(delay_level)`` sends it back for a
+    later retry (or, after ``max_reconsume_times``, to the dead-letter queue).
+    ``async with msg:`` acks on a clean exit and nacks when the block raises.
+    Until it is settled, no offset at or past it is committed, so a crash or
+    cancellation redelivers it.
+    """
+
+    _pq: QueueView | None = None
+    _generation: int = 0
+    _settler: Settler | None = None
+    _settled: bool = False
+    _held: bool = False
+
+    @property
+    def settled(self) -> bool:
+        return self._settled
+
+    def current(self) -> bool:
+        """Still to be handed out or handled: not settled, its queue still ours, and not
+        reset (seek, OFFSET_ILLEGAL, an operator's reset) since it was pulled. The one
+        check every delivery path makes before giving a message to the application."""
+        pq = self._pq
+        return (
+            pq is not None
+            and not self._settled
+            and not pq.dropped
+            and self._generation == pq.tracker.generation
+        )
+
+    async def ack(self) -> None:
+        if self._settler is not None:
+            await self._settler.settle(self, None)
+
+    async def nack(self, delay_level: int = 0) -> None:
+        if self._settler is not None:
+            await self._settler.settle(self, delay_level)
+
+    def hold(self) -> ConsumerMessage:
+        """Take manual control: ``async for`` will not auto-ack this message."""
+        self._held = True
+        return self
+
+    async def __aenter__(self) -> ConsumerMessage:
+        self._held = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._settled:
+            return
+        if exc_type is None:
+            await self.ack()
+        elif isinstance(exc, Exception):
+            await self.nack()
+        # Cancellation and other BaseExceptions leave the message unsettled, so it is
+        # redelivered rather than reported as a handler failure.
+
+    def __repr__(self) -> str:
+        state = "settled" if self._settled else "pending"
+        return (
+            f"ConsumerMessage(topic={self.topic!r}, queue={self.broker_name}:{self.queue_id}, "
+            f"offset={self.queue_offset}, tags={self.tags!r}, body={len(self.body)}B, {state})"
+        )
