@@ -112,7 +112,7 @@ async def test_failure_and_dead_lettering_over_grpc(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
     pytest.importorskip("grpclib")
-    from aiorocket.grpc import PopMessage, PushConsumer
+    from aiorocket.grpc import PopMessage
 
     topic, group = unique_name("gfaillog"), unique_name("g")
     await rocketmq.create_topic(topic, queues=1, brokers=[rocketmq.state["proxy_broker"]])
@@ -129,8 +129,10 @@ async def test_failure_and_dead_lettering_over_grpc(
         raise Boom("no")
 
     with capture_logs(level=logging.DEBUG) as events:
-        async with PushConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, handle,
-                                await_duration=5.0):  # fmt: skip
+        consumer = Consumer(group, proxy=rocketmq.proxy_grpc, handler=handle,
+                            long_poll_timeout=5)  # fmt: skip
+        consumer.subscribe(topic)
+        async with consumer:
             with anyio.fail_after(30):
                 await called.wait()
     (failed,) = _of(events, "handler_failed", ids[0])

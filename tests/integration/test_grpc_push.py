@@ -1,14 +1,18 @@
-"""The gRPC PushConsumer against the real Proxy of the local cluster (broker-a, local mode).
+"""The consumer over a Proxy (``Consumer(group, proxy=...)``) against the real Proxy of
+the local cluster (broker-a, local mode): the shared runtime with the gRPC source.
 
 Settle semantics as the remoting Consumer: success acks, failure comes back after the
 server policy's backoff and reaches %DLQ%<group> at max attempts, FIFO groups in order,
-two members share the messages with none lost, closing loses nothing.
+two members share the messages with none lost, closing loses nothing. The contract
+tests of the runtime over gRPC (renewal, FIFO retries, acks at close, the consume
+timeout, ``break``) are in test_grpc_runtime.py.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -17,6 +21,7 @@ from aiorocket.client.broker import PULL_SUBSCRIPTION
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.results import PullStatus
 from aiorocket.consumer import Consumer, ConsumerMessage
+from aiorocket.consumer.backend import GrpcBackend
 from aiorocket.errors import ProxyUnavailableError, UnsupportedTransportError
 from aiorocket.integrations.health import consumer_health
 from aiorocket.message import Message, MessageQueue
@@ -25,7 +30,8 @@ from aiorocket.testing.broker import LocalRocketMQ
 
 pytest.importorskip("grpclib")
 
-from aiorocket.grpc import PopMessage, PushConsumer
+from aiorocket.consumer.pop.runtime import GrpcRuntime  # noqa: E402
+from aiorocket.grpc import PopMessage  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -57,6 +63,21 @@ async def _dead_letters(rocketmq: LocalRocketMQ, group: str) -> list[bytes]:
     return found
 
 
+def grpc_consumer(
+    rocketmq: LocalRocketMQ, group: str, topic: str, handler: Any = None, **settings: Any
+) -> Consumer:
+    consumer = Consumer(group, proxy=rocketmq.proxy_grpc, handler=handler,
+                        long_poll_timeout=5, **settings)  # fmt: skip
+    consumer.subscribe(topic)
+    return consumer
+
+
+def runtime_of(consumer: Consumer) -> GrpcRuntime:
+    runtime = cast(GrpcBackend, consumer._backend).runtime
+    assert runtime is not None
+    return runtime
+
+
 async def test_two_members_share_the_messages_none_lost(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
@@ -77,11 +98,11 @@ async def test_two_members_share_the_messages_none_lost(
 
         return handle
 
-    kw = {"await_duration": 5.0, "batch_size": 8, "concurrency": 4}
-    async with (
-        PushConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, handler("a"), **kw),  # type: ignore[arg-type]
-        PushConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, handler("b"), **kw),  # type: ignore[arg-type]
-    ):
+    a = grpc_consumer(rocketmq, group, topic, handler("a"), pull_batch_size=8,
+                      consume_concurrency=4)  # fmt: skip
+    b = grpc_consumer(rocketmq, group, topic, handler("b"), pull_batch_size=8,
+                      consume_concurrency=4)  # fmt: skip
+    async with a, b:
         with anyio.fail_after(30):
             await done.wait()
     assert sorted(set(seen["a"]) | set(seen["b"])) == sorted(bodies)
@@ -108,9 +129,9 @@ async def test_failure_comes_back_by_the_policy_then_goes_to_the_dlq(
             second.set()
         return False
 
-    async with PushConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, handle,
-                            await_duration=5.0) as consumer:  # fmt: skip
-        assert consumer.max_attempts == 2 and not consumer.fifo
+    async with grpc_consumer(rocketmq, group, topic, handle) as consumer:
+        runtime = runtime_of(consumer)
+        assert runtime.settler.max_attempts == 2 and not runtime.fifo
         with anyio.fail_after(40):
             await ok.wait()
             await second.wait()
@@ -144,9 +165,8 @@ async def test_fifo_groups_in_order_with_local_retries_then_dlq(
         if msg.body == b"A2":
             raise RuntimeError("A2 always fails")
 
-    async with PushConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, handle,
-                            await_duration=5.0) as consumer:  # fmt: skip
-        assert consumer.fifo
+    async with grpc_consumer(rocketmq, group, topic, handle) as consumer:
+        assert runtime_of(consumer).fifo
         with anyio.fail_after(40):
             await done.wait()
     a = order["A"]
@@ -164,15 +184,16 @@ async def test_async_for_and_close_loses_nothing(
     bodies = [f"m{i}".encode() for i in range(10)]
     await _send(rocketmq, topic, bodies)
     first: list[bytes] = []
-    async with PushConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5.0,
-                            batch_size=10) as consumer:  # fmt: skip
+    consumer = grpc_consumer(rocketmq, group, topic, pull_batch_size=10)
+    async with consumer:
         with anyio.fail_after(20):
             async for msg in consumer:
                 first.append(msg.body)
                 if len(first) == 3:
-                    break  # the 3rd is nacked (1 s); the 4th.. were never handed out
+                    break  # the 3rd is released; the 4th.. were never handed out
     rest: list[bytes] = []
-    async with PushConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5.0) as c:
+    started = time.monotonic()
+    async with grpc_consumer(rocketmq, group, topic) as c:
         with anyio.fail_after(20):
             async for msg in c:
                 rest.append(msg.body)
@@ -181,18 +202,24 @@ async def test_async_for_and_close_loses_nothing(
         await msg.ack()
     assert sorted(set(first[:2] + rest)) == sorted(bodies)
     assert not set(first[:2]) & set(rest)  # acked when the loop asked for the next
+    # Released at the close (visible again at once), not after the invisible time (30 s).
+    assert time.monotonic() - started < 15
 
 
 async def test_unreachable_endpoint_and_trio(unique_name: Callable[[str], str]) -> None:
+    consumer = Consumer("g", proxy="127.0.0.1:1", request_timeout=2.0)
+    consumer.subscribe("t")
     with anyio.fail_after(10), pytest.raises(ProxyUnavailableError):
-        async with PushConsumer("g", "127.0.0.1:1", {"t": "*"}, request_timeout=2.0):
+        async with consumer:
             pass
 
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_trio_gets_a_clear_error() -> None:
+    consumer = Consumer("g", proxy="127.0.0.1:8081")
+    consumer.subscribe("t")
     with pytest.raises(UnsupportedTransportError, match="asyncio"):
-        async with PushConsumer("g", "127.0.0.1:8081", {"t": "*"}):
+        async with consumer:
             pass
 
 
@@ -200,8 +227,7 @@ async def test_the_consumer_class_over_a_proxy_endpoint_handler_and_async_for(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
     """``Consumer(group, proxy=...)``: the one argument that picks the transport. The
-    same handler (here a plain function, run in a worker thread) and ``async for`` API,
-    a PushConsumer underneath."""
+    same handler (here a plain function, run in a worker thread) and ``async for`` API."""
     topic, group = unique_name("gpconsumer"), unique_name("g")
     await rocketmq.create_topic(topic, queues=1, brokers=[rocketmq.state["proxy_broker"]])
     await rocketmq.create_group(group)
