@@ -36,7 +36,6 @@ from aiorocket.consumer.dispatch import WorkerPool
 from aiorocket.consumer.handler import Handler
 from aiorocket.consumer.iterate import Iterated
 from aiorocket.consumer.membership import Membership
-from aiorocket.received import ConsumerMessage
 from aiorocket.consumer.offsets import OffsetTracker
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.consumer.puller import Puller
@@ -47,6 +46,7 @@ from aiorocket.message import MessageQueue
 from aiorocket.protocol.message_codec import decode_messages
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.protocol.subscription import Subscription
+from aiorocket.received import ConsumerMessage
 
 N = 100_000
 

@@ -29,9 +29,9 @@ from typing import Any
 import anyio
 
 from aiorocket.consumer import ConsumeFromWhere, Consumer
-from aiorocket.received import ConsumerMessage
 from aiorocket.message import Message
 from aiorocket.producer import Producer
+from aiorocket.received import ConsumerMessage
 from aiorocket.testing.broker import LocalRocketMQ
 
 _STAMP = struct.Struct(">QQ")  # send time (epoch µs), sequence number

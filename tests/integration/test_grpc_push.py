@@ -30,8 +30,8 @@ from aiorocket.testing.broker import LocalRocketMQ
 
 pytest.importorskip("grpclib")
 
-from aiorocket.consumer.pop.runtime import GrpcRuntime  # noqa: E402
-from aiorocket.grpc import PopMessage  # noqa: E402
+from aiorocket.consumer.pop.runtime import GrpcRuntime
+from aiorocket.grpc import PopMessage
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from aiorocket.consumer.config import ConsumeFromWhere
-from aiorocket.received import ConsumerMessage
 from aiorocket.consumer.pull_consumer import PullConsumer
+from aiorocket.received import ConsumerMessage
 from aiorocket.testing.broker import LocalRocketMQ
 
 DEDUP = "sparkDedupKey"

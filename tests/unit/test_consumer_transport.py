@@ -70,7 +70,8 @@ def test_settings_with_a_meaning_over_grpc_are_accepted_and_checked() -> None:
 def test_the_shared_runtime_s_settings_carry_over_to_grpc() -> None:
     """Batch handlers, the consume timeout and thread caps are the shared runtime's."""
     consumer = Consumer("g", proxy="p:8081", batch_handler=_handle, consume_batch_size=8,
-                        consume_timeout=5.0, max_abandoned_threads=2, invisible_duration=10)  # fmt: skip
+                        consume_timeout=5.0, max_abandoned_threads=2,
+                        invisible_duration=10)  # fmt: skip
     assert consumer.config.consume_timeout == 5.0
     assert consumer.config.invisible_duration == 10
 

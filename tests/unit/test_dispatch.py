@@ -21,14 +21,14 @@ from aiorocket.consumer.brokers import BrokerFinder
 from aiorocket.consumer.config import ConsumerConfig
 from aiorocket.consumer.dispatch import WorkerPool
 from aiorocket.consumer.handler import Handler
-from aiorocket.received import ConsumerMessage
 from aiorocket.consumer.process_queue import ProcessQueue
-from aiorocket.results import ConsumeStatus, Reconsume
 from aiorocket.consumer.settle import RemotingSettler
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.consumer.threads import HandlerThreads
 from aiorocket.consumer.work_queue import WorkQueue
 from aiorocket.message import MessageExt, MessageQueue
+from aiorocket.received import ConsumerMessage
+from aiorocket.results import ConsumeStatus, Reconsume
 
 pytestmark = pytest.mark.anyio
 

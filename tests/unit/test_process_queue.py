@@ -6,9 +6,9 @@ import anyio
 import pytest
 
 from aiorocket.consumer.config import ConsumerConfig
-from aiorocket.received import ConsumerMessage
 from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
 from aiorocket.message import MessageQueue
+from aiorocket.received import ConsumerMessage
 
 pytestmark = pytest.mark.anyio
 

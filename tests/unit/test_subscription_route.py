@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aiorocket.client.namesrv import NameServerClient, parse_namesrv_addrs
-from aiorocket.results import Reconsume, failure_delay_level
 from aiorocket.errors import ConfigError, ProtocolError, TopicNotExistError
 from aiorocket.message import MessageQueue
 from aiorocket.protocol.codes import ResponseCode
@@ -18,6 +17,7 @@ from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.route import TopicRoute
 from aiorocket.protocol.subscription import Subscription, java_string_hash, parse_tags
 from aiorocket.remoting.pool import ConnectionPool
+from aiorocket.results import Reconsume, failure_delay_level
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 
 
