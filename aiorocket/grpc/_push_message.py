@@ -16,7 +16,7 @@ from aiorocket.grpc._received import ReceivedMessage
 from aiorocket.message import MessageExt
 from aiorocket.received import ConsumerMessage
 
-__all__ = ["PopMessage", "pop_message"]
+__all__ = ["PopMessage", "handle_invisible_time", "pop_message"]
 
 _EXT_FIELDS = tuple(f.name for f in fields(MessageExt))
 
@@ -42,6 +42,19 @@ class PopMessage(ConsumerMessage):
             f"PopMessage(topic={self.topic!r}, id={self.message_id!r}, tags={self.tags!r}, "
             f"attempt={self.delivery_attempt}, body={len(self.body)}B, {state})"
         )
+
+
+def handle_invisible_time(receipt_handle: str) -> float | None:
+    """The invisible time (seconds) a receipt handle was issued with, or None if the
+    handle is not in the Apache Proxy's format (``startOffset retrieveTime invisibleTime
+    reviveQueueId topicType brokerName queueId offset commitLogOffset``)."""
+    parts = receipt_handle.split(" ")
+    if len(parts) < 9:
+        return None
+    try:
+        return int(parts[2]) / 1000
+    except ValueError:
+        return None
 
 
 def pop_message(r: ReceivedMessage) -> PopMessage:

@@ -76,6 +76,9 @@ class SimpleConsumer:
 
     #: what the Proxy is told this client is (the push consumer reuses this class).
     client_type = pb.ClientType.SIMPLE_CONSUMER
+    #: ask the Proxy to keep received messages invisible until they are settled (the
+    #: push consumer's receives; a Proxy that does it ignores ``invisible_duration``)
+    auto_renew = False
 
     def __init__(
         self,
@@ -222,7 +225,8 @@ class SimpleConsumer:
         benchmarks/README.md, gRPC), then the attempt id appended: protobuf fields may
         come in any order."""
         expression = self._subs.get(topic) or "*"  # subscribe() may change it
-        key = (id(mq), max_messages, invisible_duration, self.await_duration, topic, expression)
+        key = (id(mq), max_messages, invisible_duration, self.await_duration, topic, expression,
+               self.auto_renew)  # fmt: skip
         fixed = self._receive_requests.get(key)
         if fixed is None or fixed[0] is not mq:
             if len(self._receive_requests) > 1024:  # assignments change: stay bounded
@@ -234,8 +238,12 @@ class SimpleConsumer:
                     type=pb.FilterType.TAG, expression=expression
                 ),
                 batch_size=max_messages,
-                invisible_duration=timedelta(seconds=invisible_duration),
-                auto_renew=False,
+                # Auto-renewed: the Proxy's own invisible time (a Proxy that does not
+                # renew refuses the receive: ILLEGAL_INVISIBLE_TIME, see the push runtime).
+                invisible_duration=(
+                    None if self.auto_renew else timedelta(seconds=invisible_duration)
+                ),
+                auto_renew=self.auto_renew,
                 long_polling_timeout=timedelta(seconds=self.await_duration),
             )
             fixed = (mq, bytes(req))

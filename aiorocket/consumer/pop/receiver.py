@@ -6,6 +6,17 @@ invisible to the rest of the group) instead of growing memory. A received batch 
 held by the renewer at once, split by ``PopQueue``
 and delivered to the strategy.
 
+Who renews the invisible time: receives ask the Proxy to (``auto_renew``, as the Java
+push consumer does): the Apache Proxy then keeps each message invisible until it is
+acked or its invisible duration changed, on its own schedule (``defaultInvisibleTimeMills``,
+renewed ``renewAheadTimeMillis`` before it ends, for up to ``renewMaxTimeMillis``). A
+Proxy that does not (``enableProxyAutoRenew=false``) refuses such a receive with
+ILLEGAL_INVISIBLE_TIME; the receivers then receive with ``invisible_duration`` and the
+client's renewer (``aiorocket.consumer.pop.renewer``) renews. The Proxy's renewal is
+preferred because renewing from the client hits an Apache RocketMQ defect (5.3-5.5,
+apache/rocketmq#9583): after ChangeInvisibleDuration, an ack of any but the first
+message of a receive batch is accepted and then ignored, and the message comes back.
+
 A receive cancelled in flight (the close) may have popped messages that never arrive:
 they come back after their invisible time, which is why the close cancels receives
 first and keeps everything else.
@@ -18,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from aiorocket.errors import RocketMQError
+from aiorocket.errors import ProxyResponseError, RocketMQError
 from aiorocket.grpc._push_message import PopMessage, pop_message
 from aiorocket.received import ConsumerMessage
 
@@ -32,6 +43,9 @@ if TYPE_CHECKING:
     from aiorocket.received import Settler
 
 __all__ = ["Receiver"]
+
+#: the Proxy's answer to an auto-renewed receive when it does not renew by itself
+_ILLEGAL_INVISIBLE_TIME = 40011
 
 
 class Receiver:
@@ -83,6 +97,9 @@ class Receiver:
         self._invisible = invisible
         #: receives that failed in a row (any loop), for the backoff
         self.failures = 0
+        #: the Proxy renews received messages itself (see the module docstring)
+        self.proxy_renews = True
+        consumer.auto_renew = True
 
     async def run(self) -> None:
         """One receive loop, until cancelled."""
@@ -90,19 +107,31 @@ class Receiver:
             await self._budget.wait_room()
             try:
                 received = await self._consumer.receive(self._batch_size, self._invisible)
+            except ProxyResponseError as err:
+                if err.code == _ILLEGAL_INVISIBLE_TIME and self._consumer.auto_renew:
+                    self._consumer.auto_renew = self.proxy_renews = False
+                    self._log.info("proxy_does_not_renew", renewer="client",
+                                   invisible_duration=self._invisible)  # fmt: skip
+                    continue
+                await self._failed(err)
+                continue
             except RocketMQError as err:
-                self.failures += 1
-                self._log.warning("receive_failed", error=str(err), failures=self.failures)
-                await anyio.sleep(min(10.0, 0.2 * 2 ** min(self.failures, 6)))
+                await self._failed(err)
                 continue
             self.failures = 0
             if received:
                 self.hand_on([pop_message(r) for r in received], time.monotonic())
 
+    async def _failed(self, err: RocketMQError) -> None:
+        self.failures += 1
+        self._log.warning("receive_failed", error=str(err), failures=self.failures)
+        await anyio.sleep(min(10.0, 0.2 * 2 ** min(self.failures, 6)))
+
     def hand_on(self, messages: list[PopMessage], received_at: float) -> None:
         """Hold, count and deliver one receive's messages (synchronous: nothing is lost
         to a cancellation between the receive's answer and the hand-over)."""
-        self._renewer.hold(messages, received_at)
+        if not self.proxy_renews:
+            self._renewer.hold(messages, received_at)
         settler = self._settler
         split: dict[int, tuple[PopQueue, bool, list[PopMessage]]] = {}
         for msg in messages:

@@ -1,4 +1,6 @@
-"""The invisible time of received messages: renewed before it ends, while they are ours.
+"""The invisible time of received messages, renewed by the client: the fallback for a
+Proxy that does not renew auto-renewed receives itself (see
+``aiorocket.consumer.pop.receiver``; the Apache Proxy does, by default).
 
 A popped message is invisible to the rest of the group for ``invisible_duration``; if
 it is still unsettled then, the Proxy delivers it again, to us or another member, while
@@ -10,10 +12,7 @@ handler and the message is settled as failed) and while a FIFO retry waits in pl
 
 Rules:
 
-* renewal is by the client, not the Proxy's ``auto_renew``: the Apache Proxy renews
-  auto-renewed messages on its own schedule (its default invisible time, for up to 3 h)
-  and other Proxies may not at all, while this keeps the bound the application chose
-  and works against any Proxy;
+* the invisible time is the consumer's ``invisible_duration``;
 * messages are held in receive batches keyed by when their invisible time ends, in a
   heap: a sweep looks only at the batches due, and a settled message costs nothing (it
   is skipped when its batch comes up), so the hot path never touches the renewer;
