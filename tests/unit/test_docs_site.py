@@ -74,7 +74,7 @@ def test_built_pages_show_no_raw_role_or_flattened_example(site: Path) -> None:
     ("page", "anchors"),
     [
         ("api/admin/index.html", ["aiorocket.admin.Admin", "aiorocket.admin.Admin.lag"]),
-        ("api/grpc/index.html", ["aiorocket.grpc.PushConsumer", "aiorocket.grpc.SimpleConsumer"]),
+        ("api/grpc/index.html", ["aiorocket.grpc.PopMessage", "aiorocket.grpc.SimpleConsumer"]),
         (
             "api/spark/index.html",
             ["aiorocket.spark.register", "aiorocket.spark.source.RocketMQDataSource"],
