@@ -105,10 +105,10 @@ class Consumer:
         broadcasting consumer finds its offset file again by it after a restart.
     proxy:
         A 5.x Proxy's gRPC endpoint ``host:port`` instead of a NameServer: selects the
-        gRPC transport (``grpc`` extra, asyncio only), where an
-        [`aiorocket.grpc.PushConsumer`][] does the work with the same handler and
-        ``async for`` API. Queue-level features (assignment, listener, stats, offsets)
-        and the remoting-only settings raise
+        gRPC transport (``grpc`` extra, asyncio only): the same runtime (handler,
+        ``async for``, consume timeout, close) with messages popped through the Proxy
+        ([`PopMessage`][aiorocket.grpc.PopMessage]s). Queue-level features
+        (assignment, listener, stats, offsets) and the remoting-only settings raise
         [`UnsupportedTransportError`][aiorocket.errors.UnsupportedTransportError] there.
     transport:
         ``"remoting"`` (the default) or ``"grpc"`` (then ``namesrv`` is the Proxy).
