@@ -68,7 +68,6 @@ def cluster_list(settings: Settings, as_json: bool) -> None:
 @pass_settings
 def cluster_status(settings: Settings, broker: str, as_json: bool) -> None:
     """Everything one broker (name or address) reports about itself."""
-
     status = ask(settings, lambda admin: admin.broker_status(broker))
     if as_json:
         print_json(_status_json(status, full=True))
@@ -85,7 +84,6 @@ def cluster_status(settings: Settings, broker: str, as_json: bool) -> None:
 @pass_settings
 def cluster_config(settings: Settings, broker: str, keys: tuple[str, ...], as_json: bool) -> None:
     """A broker's settings: all, or the KEYS named."""
-
     config = ask(settings, lambda admin: admin.broker_config(broker))
     if keys:
         missing = [k for k in keys if k not in config]
@@ -111,7 +109,6 @@ def cluster_set_config(
     settings: Settings, key: str, value: str, brokers: tuple[str, ...], as_json: bool
 ) -> None:
     """Set a broker setting (in memory and in the broker's config file)."""
-
     changes = ask(
         settings,
         lambda admin: admin.update_broker_config(key, value, brokers=list(brokers) or None),

@@ -181,6 +181,15 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
 
 
+def print_names(names: list[str], as_json: bool) -> None:
+    """A listing: a JSON array, or one name per line."""
+    if as_json:
+        print_json(names)
+    else:
+        for name in names:
+            out.print(name)
+
+
 def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A rich table; columns whose values are all numbers are right-aligned."""
     t = Table(title=title, title_justify="left", header_style="bold")

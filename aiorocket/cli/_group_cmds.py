@@ -25,6 +25,7 @@ from aiorocket.cli._common import (
     parse_time,
     pass_settings,
     print_json,
+    print_names,
     run,
     table,
     yes_option,
@@ -45,13 +46,8 @@ def group() -> None:
 @pass_settings
 def group_list(settings: Settings, system: bool, as_json: bool) -> None:
     """The consumer groups of the brokers."""
-
     groups = ask(settings, lambda admin: admin.list_groups(include_system=system))
-    if as_json:
-        print_json(groups)
-    else:
-        for g in groups:
-            out.print(g)
+    print_names(groups, as_json)
 
 
 def config_json(c: GroupConfig) -> dict[str, Any]:
@@ -188,7 +184,6 @@ def group_describe(settings: Settings, name: str, as_json: bool) -> None:
 @pass_settings
 def group_lag(settings: Settings, name: str, topic_name: str | None, as_json: bool) -> None:
     """Per queue: committed offset, max offset, lag; and the total."""
-
     lag = ask(settings, lambda admin: admin.lag(name, topic_name))
     rows = [
         {**mq_json(q.queue), "committed": q.committed, "max": q.max_offset, "lag": q.lag}

@@ -126,7 +126,6 @@ def group_update(settings: Settings, /, name: str, as_json: bool, **fields: Any)
 @pass_settings
 def group_config(settings: Settings, name: str, as_json: bool) -> None:
     """A group's subscription config: retry, FIFO, consume and broadcast flags."""
-
     _print_config(ask(settings, lambda admin: admin.group_config(name)), as_json)
 
 
@@ -140,7 +139,6 @@ def group_delete(
     settings: Settings, name: str, keep_offsets: bool, yes: bool, as_json: bool
 ) -> None:
     """Delete a group's config (and its committed offsets) from every broker."""
-
     found = ask(settings, lambda admin: admin.group_config(name))
     confirm(f"delete group {name} from {', '.join(found.brokers)}?", yes)
 

@@ -102,7 +102,6 @@ def dlq() -> None:
 @pass_settings
 def dlq_list(settings: Settings, group: str, limit: int, body_format: str, as_json: bool) -> None:
     """The messages in a group's dead-letter queue (%DLQ%GROUP)."""
-
     found = ask(settings, lambda admin: admin.dead_letters(group, limit=limit))
     if as_json:
         print_json([{**message_json(m, body_format), "original_topic": original_topic(m)}

@@ -17,6 +17,7 @@ from aiorocket.cli._common import (
     out,
     pass_settings,
     print_json,
+    print_names,
     run,
     table,
     yes_option,
@@ -34,13 +35,8 @@ def topic() -> None:
 @pass_settings
 def topic_list(settings: Settings, system: bool, as_json: bool) -> None:
     """The topics the NameServer knows."""
-
     topics = ask(settings, lambda admin: admin.list_topics(include_system=system))
-    if as_json:
-        print_json(topics)
-    else:
-        for t in topics:
-            out.print(t)
+    print_names(topics, as_json)
 
 
 @topic.command("route")
@@ -49,7 +45,6 @@ def topic_list(settings: Settings, system: bool, as_json: bool) -> None:
 @pass_settings
 def topic_route(settings: Settings, name: str, as_json: bool) -> None:
     """Brokers and queues of a topic."""
-
     route = ask(settings, lambda admin: admin.route(name))
     rows = [
         {
@@ -114,7 +109,6 @@ def topic_create(
 @pass_settings
 def topic_stats(settings: Settings, name: str, as_json: bool) -> None:
     """Per queue: min and max offset, last store time."""
-
     stats = ask(settings, lambda admin: admin.topic_stats(name))
     rows = [
         {
@@ -181,7 +175,6 @@ def topic_perm(
     settings: Settings, name: str, perm: str, brokers: tuple[str, ...], as_json: bool
 ) -> None:
     """Set a topic's permission: rw, r (drain: no new messages), w, none."""
-
     route = ask(
         settings, lambda admin: admin.set_topic_perm(name, perm, brokers=list(brokers) or None)
     )
