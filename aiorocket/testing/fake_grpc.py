@@ -7,8 +7,12 @@ Proxy that goes away and comes back). Needs the ``grpc`` extra; asyncio only.
         ... SimpleConsumer("g", proxy.endpoint, {"t": "*"}) ...
 
 It answers Telemetry settings (echoing the client's, as the Proxy merges them),
-Heartbeat, QueryRoute, QueryAssignment, AckMessage, ChangeInvisibleDuration and
-NotifyClientTermination with OK, and ReceiveMessage according to ``receive_mode``:
+Heartbeat, QueryRoute, QueryAssignment and NotifyClientTermination with OK;
+AckMessage with an OK entry per message (recorded in ``acked``; held while ``ack_gate``
+is set and not yet open); ChangeInvisibleDuration with a new receipt handle (recorded
+in ``invisible_changes``); and ReceiveMessage according to ``receive_mode`` (an
+auto-renewed receive is refused with ILLEGAL_INVISIBLE_TIME unless ``auto_renew``, as
+a Proxy with ``enableProxyAutoRenew=false`` does):
 ``"ok"`` (Status OK then the queued ``messages``), ``"unavailable"`` (one message, then
 the stream ends with gRPC UNAVAILABLE), ``"reset"`` (one message, then the connection
 drops) or ``"hang"`` (nothing, ever). SendMessage stores the messages in ``sent`` and
@@ -59,6 +63,15 @@ class FakeProxy:
         self.settings_received: list[pb.Settings] = []
         self.telemetry_streams = 0
         self.calls: list[str] = []
+        #: receipt handles acked, in order; AckMessage waits for ``ack_gate`` when set
+        self.acked: list[str] = []
+        self.ack_gate: asyncio.Event | None = None
+        self.ack_started = asyncio.Event()
+        #: (receipt handle, seconds) of each ChangeInvisibleDuration
+        self.invisible_changes: list[tuple[str, float]] = []
+        #: renew auto-renewed receives itself (else refuse them, as the real one does
+        #: when configured so)
+        self.auto_renew = True
         self.receive_started = asyncio.Event()
         self._server: Server | None = None
         self._transports: set[asyncio.BaseTransport] = set()
@@ -85,17 +98,15 @@ class FakeProxy:
         return dict(
             [
                 unary("Heartbeat", pb.HeartbeatRequest, pb.HeartbeatResponse),
-                unary("AckMessage", pb.AckMessageRequest, pb.AckMessageResponse),
                 unary(
                     "NotifyClientTermination",
                     pb.NotifyClientTerminationRequest,
                     pb.NotifyClientTerminationResponse,
                 ),
-                unary(
-                    "ChangeInvisibleDuration",
-                    pb.ChangeInvisibleDurationRequest,
-                    pb.ChangeInvisibleDurationResponse,
-                ),
+                handler("AckMessage", self._ack, unary_unary,
+                        pb.AckMessageRequest, pb.AckMessageResponse),
+                handler("ChangeInvisibleDuration", self._change, unary_unary,
+                        pb.ChangeInvisibleDurationRequest, pb.ChangeInvisibleDurationResponse),
                 handler("QueryAssignment", self._assignment, unary_unary,
                         pb.QueryAssignmentRequest, pb.QueryAssignmentResponse),
                 handler("Telemetry", self._telemetry, Cardinality.STREAM_STREAM,
@@ -120,6 +131,36 @@ class FakeProxy:
             if kind == "settings":
                 self.settings_received.append(settings)
                 await stream.send_message(pb.TelemetryCommand(status=_OK, settings=settings))
+
+    async def _ack(self, stream: Stream[pb.AckMessageRequest, pb.AckMessageResponse]) -> None:
+        self._track(stream)
+        req = await stream.recv_message()
+        assert req is not None
+        self.calls.append("AckMessage")
+        self.ack_started.set()
+        if self.ack_gate is not None:
+            await self.ack_gate.wait()
+        entries = []
+        for entry in req.entries:
+            self.acked.append(entry.receipt_handle)
+            entries.append(pb.AckMessageResultEntry(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=_OK
+            ))  # fmt: skip
+        await stream.send_message(pb.AckMessageResponse(status=_OK, entries=entries))
+
+    async def _change(
+        self,
+        stream: Stream[pb.ChangeInvisibleDurationRequest, pb.ChangeInvisibleDurationResponse],
+    ) -> None:
+        self._track(stream)
+        req = await stream.recv_message()
+        assert req is not None
+        self.calls.append("ChangeInvisibleDuration")
+        seconds = req.invisible_duration.total_seconds() if req.invisible_duration else 0.0
+        self.invisible_changes.append((req.receipt_handle, seconds))
+        await stream.send_message(pb.ChangeInvisibleDurationResponse(
+            status=_OK, receipt_handle=f"{req.receipt_handle}+"
+        ))  # fmt: skip
 
     async def _assignment(
         self, stream: Stream[pb.QueryAssignmentRequest, pb.QueryAssignmentResponse]
@@ -156,8 +197,14 @@ class FakeProxy:
         self, stream: Stream[pb.ReceiveMessageRequest, pb.ReceiveMessageResponse]
     ) -> None:
         self._track(stream)
-        await stream.recv_message()
+        req = await stream.recv_message()
+        assert req is not None
         self.receive_started.set()
+        if req.auto_renew and not self.auto_renew:
+            await stream.send_message(pb.ReceiveMessageResponse(status=pb.Status(
+                code=pb.Code.ILLEGAL_INVISIBLE_TIME, message="auto renew is off"
+            )))  # fmt: skip
+            return
         mode = self.receive_mode
         if mode == "hang":
             await asyncio.Event().wait()

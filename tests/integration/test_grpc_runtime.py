@@ -18,23 +18,21 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import aclosing
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import pytest
 
 from aiorocket.consumer import Consumer, ConsumerMessage
-from aiorocket.consumer.backend import GrpcBackend
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
 
 pytest.importorskip("grpclib")
 
-from aiorocket.consumer.pop.runtime import GrpcRuntime
 from aiorocket.grpc import PopMessage
 from aiorocket.grpc._push_message import handle_invisible_time
-from tests.integration.test_grpc_push import _dead_letters
+from tests.integration.test_grpc_push import _dead_letters, grpc_consumer, runtime_of
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -45,21 +43,6 @@ INVISIBLE = 10.0
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # grpclib is asyncio-only
-
-
-def consumer_of(
-    rocketmq: LocalRocketMQ, group: str, topic: str, handler: Any = None, **settings: Any
-) -> Consumer:
-    consumer = Consumer(group, proxy=rocketmq.proxy_grpc, handler=handler,
-                        long_poll_timeout=5, **settings)  # fmt: skip
-    consumer.subscribe(topic)
-    return consumer
-
-
-def runtime_of(consumer: Consumer) -> GrpcRuntime:
-    runtime = cast(GrpcBackend, consumer._backend).runtime
-    assert runtime is not None
-    return runtime
 
 
 async def _setup(
@@ -82,7 +65,7 @@ async def _nothing_comes_back(rocketmq: LocalRocketMQ, group: str, topic: str) -
     async def record(msg: ConsumerMessage) -> None:
         got.append(msg.body)
 
-    async with consumer_of(rocketmq, group, topic, record):
+    async with grpc_consumer(rocketmq, group, topic, record):
         await anyio.sleep(INVISIBLE + 4)  # the event waited for is an absence: a bound
     return got
 
@@ -109,7 +92,7 @@ async def test_a_handler_longer_than_the_invisible_time_runs_once_and_is_acked_o
         return handle
 
     members = {
-        name: consumer_of(rocketmq, group, topic, slow(name), invisible_duration=INVISIBLE)
+        name: grpc_consumer(rocketmq, group, topic, slow(name), invisible_duration=INVISIBLE)
         for name in ("a", "b")
     }
     async with members["a"], members["b"]:
@@ -143,7 +126,7 @@ async def test_a_backlog_longer_than_the_invisible_time_is_handled_once_each(
         if set(seen) == set(bodies):
             done.set()
 
-    consumer = consumer_of(rocketmq, group, topic, handle, invisible_duration=INVISIBLE,
+    consumer = grpc_consumer(rocketmq, group, topic, handle, invisible_duration=INVISIBLE,
                            consume_concurrency=2)  # fmt: skip
     async with consumer:
         with anyio.fail_after(60):
@@ -191,7 +174,7 @@ async def test_fifo_retries_outliving_the_invisible_time_keep_each_group_in_orde
         if len(seen["A"]) == 6 and len(seen["B"]) == 4:
             done.set()
 
-    consumer = consumer_of(rocketmq, group, topic, handle, invisible_duration=INVISIBLE)
+    consumer = grpc_consumer(rocketmq, group, topic, handle, invisible_duration=INVISIBLE)
     async with consumer:
         assert runtime_of(consumer).fifo
         with anyio.fail_after(60):
@@ -220,7 +203,7 @@ async def test_the_close_delivers_every_ack_it_owes(
             all_running.set()
         await gate.wait()
 
-    consumer = consumer_of(rocketmq, group, topic, handle, consume_concurrency=200,
+    consumer = grpc_consumer(rocketmq, group, topic, handle, consume_concurrency=200,
                            pull_threshold_for_all=400)  # fmt: skip
     async with consumer:
         with anyio.fail_after(60):
@@ -245,7 +228,7 @@ async def test_the_consume_timeout_stops_a_stuck_handler_and_the_message_comes_b
             await anyio.sleep_forever()
         second.set()
 
-    consumer = consumer_of(rocketmq, group, topic, handle, consume_timeout=2.0)
+    consumer = grpc_consumer(rocketmq, group, topic, handle, consume_timeout=2.0)
     async with consumer:
         with anyio.fail_after(30):
             await second.wait()
@@ -267,7 +250,7 @@ async def test_break_out_of_async_for_releases_the_message_on_both_transports(
         pytest.skip("grpclib is asyncio-only")
     topic, group = await _setup(rocketmq, unique_name, [b"x0", b"x1"])
     if transport == "grpc":
-        consumer = consumer_of(rocketmq, group, topic)
+        consumer = grpc_consumer(rocketmq, group, topic)
     else:
         consumer = Consumer(group, rocketmq.namesrv_addr,
                             consume_from_where="CONSUME_FROM_FIRST_OFFSET")  # fmt: skip

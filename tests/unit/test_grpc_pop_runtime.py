@@ -1,0 +1,97 @@
+"""The gRPC source of the consumer runtime on the fake Proxy: what a real Proxy cannot be
+made to do on demand (an ack request held while the consumer closes; a Proxy that does
+not renew received messages itself)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+
+import anyio
+import pytest
+
+pytest.importorskip("grpclib")
+
+from aiorocket.consumer import Consumer, ConsumerMessage
+from aiorocket.consumer.backend import GrpcBackend
+from aiorocket.grpc import SimpleConsumer
+from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._acks import MAX_ENTRIES, AckBatcher
+from aiorocket.grpc._push_message import PopMessage
+from aiorocket.testing.fake_grpc import FakeProxy
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # grpclib is asyncio-only
+
+
+def _pop(i: int) -> PopMessage:
+    msg = PopMessage("t", b"x", {}, 0, i, 0)
+    msg.receipt_handle, msg.message_id = f"h{i}", f"id{i}"
+    return msg
+
+
+async def test_acks_of_a_flush_cancelled_mid_request_are_sent_by_the_close() -> None:
+    """200 acks queued, the first request held by the Proxy while the close cancels the
+    flusher: the close sends every one of them (before the fix, the request's entries
+    had left the queue and were lost with the flusher: 64 of 200 reached the Proxy)."""
+    msgs = [_pop(i) for i in range(200)]
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as session:
+        acks = AckBatcher(session, delay=0)
+        proxy.ack_gate = asyncio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(acks.run)
+            for m in msgs:
+                acks.add(m)
+            with anyio.fail_after(10):
+                await proxy.ack_started.wait()  # MAX_ENTRIES of them in flight, held
+            assert acks.pending == len(msgs) - MAX_ENTRIES
+            tg.cancel_scope.cancel()  # the close stops the flusher mid-request
+        assert acks.pending == len(msgs)  # the interrupted request's entries are back
+        proxy.ack_gate.set()
+        unsent = await acks.close(timeout=10)
+    assert unsent == 0 and acks.acked == len(msgs)
+    assert set(proxy.acked) == {m.receipt_handle for m in msgs}
+
+
+def _message(i: int) -> pb.Message:
+    return pb.Message(
+        topic=pb.Resource(name="t"),
+        system_properties=pb.SystemProperties(
+            message_id=f"id{i}", receipt_handle=f"rh{i}", delivery_attempt=1,
+            born_timestamp=datetime.now(timezone.utc),
+        ),
+        body=f"m{i}".encode(),
+    )  # fmt: skip
+
+
+async def test_a_proxy_that_does_not_renew_gets_renewals_from_the_client() -> None:
+    """The Proxy refuses auto-renewed receives (``enableProxyAutoRenew=false``): the
+    consumer receives with its ``invisible_duration`` and renews a message whose handler
+    outlives the renewal margin itself; the ack then carries the renewed handle."""
+    handled = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        await anyio.sleep(6.5)  # past the renewal margin of a 10 s invisible time (5 s)
+        handled.set()
+
+    async with FakeProxy() as proxy:
+        proxy.auto_renew = False
+        proxy.messages = [_message(0)]
+        consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, invisible_duration=10,
+                            long_poll_timeout=5)  # fmt: skip
+        consumer.subscribe("t")
+        async with consumer:
+            with anyio.fail_after(20):
+                await handled.wait()
+                while not proxy.acked:  # noqa: ASYNC110 - the ack flusher's request
+                    await anyio.sleep(0.01)
+            assert isinstance(consumer._backend, GrpcBackend)
+            runtime = consumer._backend.runtime
+            assert runtime is not None and not runtime.receiver.proxy_renews
+            assert runtime.renewer.renewed == 1
+    assert proxy.invisible_changes == [("rh0", 10.0)]
+    assert proxy.acked == ["rh0+"]  # the handle the renewal returned
