@@ -137,8 +137,7 @@ class RocketMQService:
             )
             handler: MessageHandler = fn
             if self.telemetry is not None and is_async_callable(fn):
-                attempts = config.reconsume_limit() + 1
-                handler = self.telemetry.instrument_handler(fn, group, attempts)
+                handler = self.telemetry.instrument_handler(fn, group)
             consumer = Consumer(group, self.namesrv, handler=handler, config=config)
             consumer.subscribe(topic, expression, sql=sql)
             self.add_consumer(consumer)

@@ -78,6 +78,13 @@ def _failed(result: object) -> bool:
     return result is False or isinstance(result, Reconsume)
 
 
+def _last_attempt(msg: ConsumerMessage, result: object) -> bool:
+    """Whether this failure sends ``msg`` to the dead-letter queue, by its transport."""
+    level = result.delay_level if isinstance(result, Reconsume) else 0
+    settler = msg._settler
+    return settler is not None and settler.dead_letters(msg, level)
+
+
 class Telemetry:
     """The instruments, and the wrappers that feed them.
 
@@ -220,10 +227,11 @@ class Telemetry:
     # -- consumer side -------------------------------------------------------------------
 
     def instrument_handler(
-        self, handler: Callable[[ConsumerMessage], Any], group: str, max_attempts: int
+        self, handler: Callable[[ConsumerMessage], Any], group: str
     ) -> Callable[[ConsumerMessage], Awaitable[Any]]:
         """``handler`` (async) with a CONSUMER span per call, child of the producer's
-        span, and the consumer metrics; ``max_attempts`` tells a last attempt."""
+        span, and the consumer metrics; whether a failure was the message's last attempt
+        is its settler's decision (the transport's retry rule)."""
 
         seen_topics: set[str] = set()
 
@@ -265,7 +273,7 @@ class Telemetry:
                     return result
                 finally:
                     if error is not None:
-                        last = msg.reconsume_times + 1 >= max_attempts
+                        last = _last_attempt(msg, result if error == "reconsume" else False)
                         (self.dead_lettered if last else self.retried).add(1, attrs)
                         attrs["error.type"] = error
                     self.consumed.add(1, attrs)

@@ -31,7 +31,7 @@ from aiorocket.consumer.delivery import DeliveryFactory, DeliveryParts
 from aiorocket.consumer.pop.queue import PopQueues
 from aiorocket.consumer.pop.receiver import Receiver
 from aiorocket.consumer.pop.renewer import Renewer
-from aiorocket.consumer.pop.settler import GrpcSettler
+from aiorocket.consumer.pop.settler import GrpcSettler, max_attempts
 from aiorocket.consumer.process_queue import CacheBudget
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._acks import AckBatcher
@@ -54,8 +54,6 @@ ACK_DELAY = 0.005
 MAX_CACHE_BYTES = 64 * 1024 * 1024
 #: messages the cache may hold when ``pull_threshold_for_all`` is not set (Java 5.x)
 DEFAULT_MAX_CACHE = 1024
-#: the server's max delivery attempts when its settings name none
-DEFAULT_MAX_ATTEMPTS = 17
 
 
 class GrpcRuntime:
@@ -156,13 +154,11 @@ class GrpcRuntime:
         sub = session.session.subscription()
         self.fifo = bool(sub is not None and sub.fifo)
         policy = session.session.retry_policy()
-        server_max = policy.max_attempts if policy is not None and policy.max_attempts else 0
-        max_attempts = server_max or DEFAULT_MAX_ATTEMPTS
-        if cfg.max_reconsume_times != -1:
-            max_attempts = min(max_attempts, cfg.max_reconsume_times + 1)
+        server_max = policy.max_attempts if policy is not None else 0
         self.acks = AckBatcher(session, ACK_DELAY)
         self.settler = GrpcSettler(
-            session, self.acks, max_attempts=max_attempts, backoff=backoff_delays(policy),
+            session, self.acks, max_attempts=max_attempts(server_max, cfg.max_reconsume_times),
+            backoff=backoff_delays(policy),
             log=state.log,
         )  # fmt: skip
         self.renewer = Renewer(

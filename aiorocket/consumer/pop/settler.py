@@ -31,7 +31,19 @@ if TYPE_CHECKING:
     from aiorocket.grpc._acks import AckBatcher
     from aiorocket.grpc._simple import SimpleConsumer
 
-__all__ = ["GrpcSettler"]
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "GrpcSettler", "max_attempts"]
+
+#: the server's max delivery attempts when its settings name none
+DEFAULT_MAX_ATTEMPTS = 17
+
+
+def max_attempts(server_max: int, max_reconsume_times: int) -> int:
+    """Deliveries before the dead-letter queue: the server policy's (0: unknown), capped
+    by the consumer's ``max_reconsume_times + 1`` (-1: the server's alone)."""
+    attempts = server_max or DEFAULT_MAX_ATTEMPTS
+    if max_reconsume_times != -1:
+        attempts = min(attempts, max_reconsume_times + 1)
+    return attempts
 
 
 class GrpcSettler:
