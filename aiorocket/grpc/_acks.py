@@ -9,9 +9,12 @@ its own). Rules:
   sends them (an entry the Proxy had acked already is answered with an error: harmless);
 * an ack waits for a renewal of the same message in flight, since the renewal replaces
   the receipt handle the ack must carry;
-* a failed ack is logged and counted, not retried: the message becomes visible again
-  when its invisible duration ends and is delivered again (at least once). The close
-  reports how many acks it could not deliver, never silently.
+* an ack whose request failed with a retriable error (a timeout, the Proxy unavailable)
+  is sent again, up to ``ACK_TRIES`` times, a second apart at most: the Proxy renews an
+  auto-renewed message until it is acked, so a lost ack would hold it back until this
+  client goes away. One refused for good (an entry's error, or out of tries) is logged
+  and counted: the message is delivered again (at least once). The close reports how
+  many acks it could not deliver, never silently.
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ if TYPE_CHECKING:
     from aiorocket.grpc._push_message import PopMessage
     from aiorocket.grpc._simple import SimpleConsumer
 
-__all__ = ["MAX_ENTRIES", "AckBatcher"]
+__all__ = ["ACK_TRIES", "MAX_ENTRIES", "AckBatcher"]
 
 MAX_ENTRIES = 64
+#: requests an ack may take when they fail with a retriable error
+ACK_TRIES = 3
 
 
 class AckBatcher:
@@ -86,8 +91,13 @@ class AckBatcher:
             try:
                 await self._ack(topic, chunk)
             except RocketMQError as err:
-                self.failed += len(chunk)
-                self.log.warning("ack_failed", topic=topic, n=len(chunk), error=str(err))
+                again = [m for m in chunk if err.retriable and _tried(m) < ACK_TRIES]
+                self.failed += len(chunk) - len(again)
+                self.log.warning("ack_failed", topic=topic, n=len(chunk), error=str(err),
+                                 retried=len(again))  # fmt: skip
+                if again:
+                    self._pending[topic].extend(again)
+                    await anyio.sleep(min(1.0, 0.1 * _tried(again[0])))
             except BaseException:
                 # Cancelled (or worse) mid-request: nothing is known to be acked; the
                 # entries go back to the front so the close sends them.
@@ -125,3 +135,9 @@ class AckBatcher:
                 )  # fmt: skip
         self.acked += ok
         self.failed += len(msgs) - ok
+
+
+def _tried(msg: PopMessage) -> int:
+    """Count one more request for ``msg``'s ack; the requests so far."""
+    msg._ack_tries += 1
+    return msg._ack_tries

@@ -30,6 +30,8 @@ class PopMessage(ConsumerMessage):
     #: set while a renewal of the invisible time is in flight: whatever else uses the
     #: receipt handle (ack, nack, dead-letter) waits for it, since the renewal replaces it
     _renewal: anyio.Event | None = None
+    #: ack requests made for this message (the ack batcher's retries)
+    _ack_tries: int = 0
 
     async def renewed(self) -> None:
         """Wait until no renewal of this message is in flight (its handle is current)."""

@@ -66,6 +66,8 @@ class FakeProxy:
         #: receipt handles acked, in order; AckMessage waits for ``ack_gate`` when set
         self.acked: list[str] = []
         self.ack_gate: asyncio.Event | None = None
+        #: the next this many AckMessage calls fail with gRPC UNAVAILABLE
+        self.ack_failures = 0
         self.ack_started = asyncio.Event()
         #: (receipt handle, seconds) of each ChangeInvisibleDuration
         self.invisible_changes: list[tuple[str, float]] = []
@@ -138,6 +140,9 @@ class FakeProxy:
         assert req is not None
         self.calls.append("AckMessage")
         self.ack_started.set()
+        if self.ack_failures:
+            self.ack_failures -= 1
+            raise GRPCError(GrpcStatus.UNAVAILABLE, "fake proxy: ack refused")
         if self.ack_gate is not None:
             await self.ack_gate.wait()
         entries = []

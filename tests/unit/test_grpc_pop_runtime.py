@@ -57,6 +57,22 @@ async def test_acks_of_a_flush_cancelled_mid_request_are_sent_by_the_close() -> 
     assert set(proxy.acked) == {m.receipt_handle for m in msgs}
 
 
+async def test_an_ack_the_proxy_could_not_take_is_sent_again() -> None:
+    """The Proxy renews an auto-renewed message until it is acked: an ack request that
+    failed retriably is sent again, not dropped (the message would be held back)."""
+    msgs = [_pop(i) for i in range(3)]
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as session:
+        proxy.ack_failures = 1
+        acks = AckBatcher(session, delay=0)
+        for m in msgs:
+            acks.add(m)
+        with anyio.fail_after(10):
+            await acks.flush()
+    assert proxy.calls.count("AckMessage") == 2
+    assert proxy.acked == [m.receipt_handle for m in msgs]
+    assert (acks.acked, acks.failed) == (3, 0)
+
+
 def _message(i: int) -> pb.Message:
     return pb.Message(
         topic=pb.Resource(name="t"),

@@ -11,13 +11,17 @@ the gRPC consumer is made here (the remoting one's are in
 * released (never handed out, or its handler cancelled by the close): made visible
   again at once (invisible duration 0), so another member takes it without waiting.
 
-A request that fails leaves the message to come back when its invisible time ends:
-nothing is lost. Each step waits for a renewal of the same message in flight.
+A request that fails with a retriable error is tried again (``TRIES`` times, backing
+off): the Proxy renews an auto-renewed message until it is acked or its invisible time
+changed, so a lost nack would hold the message back until this client goes away. One
+that still fails leaves the message to come back when the Proxy stops renewing it (the
+client's session ends) or its invisible time ends: nothing is lost. Each step waits for
+a renewal of the same message in flight.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -31,7 +35,10 @@ if TYPE_CHECKING:
     from aiorocket.grpc._acks import AckBatcher
     from aiorocket.grpc._simple import SimpleConsumer
 
-__all__ = ["DEFAULT_MAX_ATTEMPTS", "GrpcSettler", "max_attempts"]
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "TRIES", "GrpcSettler", "max_attempts"]
+
+#: requests a nack, release or dead-lettering may take on retriable errors
+TRIES = 3
 
 #: the server's max delivery attempts when its settings name none
 DEFAULT_MAX_ATTEMPTS = 17
@@ -168,12 +175,23 @@ class GrpcSettler:
 
     async def _change(self, msg: PopMessage, seconds: float) -> None:
         await msg.renewed()
-        await self._consumer.change_invisible_duration(msg, seconds)
+        await _retried(lambda: self._consumer.change_invisible_duration(msg, seconds))
 
     async def _forward(self, msg: PopMessage) -> None:
         await msg.renewed()
-        await self._consumer.forward_to_dead_letter(
+        await _retried(lambda: self._consumer.forward_to_dead_letter(
             msg, delivery_attempt=msg.delivery_attempt, max_delivery_attempts=self.max_attempts
-        )
+        ))  # fmt: skip
         self._log.info("forwarded_to_dlq", topic=msg.topic, msg_id=msg.message_id,
                        attempts=msg.delivery_attempt)  # fmt: skip
+
+
+async def _retried(call: Callable[[], Awaitable[None]]) -> None:
+    """``call()``, again after a retriable error (``TRIES`` in all, backing off)."""
+    for attempt in range(1, TRIES + 1):
+        try:
+            return await call()
+        except RocketMQError as err:
+            if not err.retriable or attempt == TRIES:
+                raise
+            await anyio.sleep(0.2 * 2**attempt)
