@@ -50,7 +50,10 @@ def broker_conf(name: str, port: int, namesrv: str, store: Path, cluster: str = 
         "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",
         "namesrvAddr": namesrv, "brokerIP1": LOOPBACK, "bindAddress": LOOPBACK,
         "listenPort": port, "storePathRootDir": store,
-        "autoCreateTopicEnable": True, "autoCreateSubscriptionGroup": True,
+        # Off, as production should run: a send to a missing topic fails (NoRouteError)
+        # instead of creating a 4-queue topic on one broker, so the docs' and examples'
+        # creation step is exercised. A test that needs auto-creation turns it on.
+        "autoCreateTopicEnable": False, "autoCreateSubscriptionGroup": True,
         "enablePropertyFilter": True,  # SQL92 filters
         "timerWheelEnable": True,  # 5.x timer (arbitrary delay) messages; default anyway
         "mappedFileSizeCommitLog": 64 * 1024 * 1024,  # default 1 GiB

@@ -40,10 +40,12 @@ async def test_producer_body_error_comes_out_unwrapped(
     unique_name: Callable[[str], str],
     make_error: Callable[[], Exception],
 ) -> None:
+    topic = unique_name("t")
+    await rocketmq.create_topic(topic, queues=1)
     error = make_error()
     with pytest.raises(type(error)) as caught:
         async with Producer(unique_name("pg"), rocketmq.namesrv_addr) as producer:
-            await producer.send(Message("TBW102", b"warm-up"))  # start the background work
+            await producer.send(Message(topic, b"warm-up"))  # start the background work
             raise error
     assert caught.value is error
 
@@ -78,9 +80,11 @@ async def test_consumer_body_error_comes_out_unwrapped(
 async def test_producer_body_cancelled_from_outside_closes_cleanly(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
+    topic = unique_name("t")
+    await rocketmq.create_topic(topic, queues=1)
     with anyio.move_on_after(0.5) as scope:
         async with Producer(unique_name("pg"), rocketmq.namesrv_addr, auto_batch=True) as producer:
-            await producer.send(Message("TBW102", b"warm-up"))
+            await producer.send(Message(topic, b"warm-up"))
             await anyio.sleep_forever()
     assert scope.cancelled_caught
     assert producer.closed

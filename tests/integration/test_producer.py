@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import anyio
 import pytest
@@ -21,7 +21,7 @@ from aiorocket.producer import LocalTransaction, Producer, TransactionState
 from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.logs import capture_logs
 
-from .helpers import eventually
+from .helpers import eventually, throwaway_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -333,10 +333,19 @@ async def test_transactions_commit_rollback_and_check_back(
     assert set(checked) <= set(verdicts)  # ended transactions are not asked about
 
 
+@pytest.fixture(scope="module")
+def auto_creating() -> Iterator[LocalRocketMQ]:
+    """A broker that creates topics on first use: the local cluster's brokers do not
+    (autoCreateTopicEnable=false, as in production), and it cannot be switched on for
+    one test there, since a broker registers TBW102 only when started with it."""
+    yield from throwaway_cluster("autocreate", brokers=1, proxy=False,
+                                 broker_props={"autoCreateTopicEnable": True})  # fmt: skip
+
+
 async def test_send_to_a_new_topic_creates_it_on_an_auto_creating_broker(
-    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+    auto_creating: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
-    # The test cluster's brokers run with autoCreateTopicEnable=true (testing._config).
+    rocketmq = auto_creating
     topic = unique_name("auto")
     with capture_logs() as logs:
         async with Producer(unique_name("pg"), rocketmq.namesrv_addr) as producer:
