@@ -267,3 +267,35 @@ async def test_break_out_of_async_for_releases_the_message_on_both_transports(
         assert again.reconsume_times == 0
         await again.ack()
     assert await _dead_letters(rocketmq, group) == []
+
+
+async def test_a_handler_cut_off_by_the_close_hands_its_message_back_at_once(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A handler still running when ``shutdown_timeout`` ends is cancelled and its
+    message released (made visible again): the next member gets it at once, not after
+    the invisible time."""
+    topic, group = await _setup(rocketmq, unique_name, [b"cut"])
+    started = anyio.Event()
+
+    async def hang(msg: ConsumerMessage) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    first = grpc_consumer(rocketmq, group, topic, hang, shutdown_timeout=0.5)
+    async with first:
+        with anyio.fail_after(30):
+            await started.wait()
+    closed = time.monotonic()
+    again: list[tuple[bytes, float]] = []
+    got = anyio.Event()
+
+    async def record(msg: ConsumerMessage) -> None:
+        again.append((msg.body, time.monotonic() - closed))
+        got.set()
+
+    async with grpc_consumer(rocketmq, group, topic, record):
+        with anyio.fail_after(30):
+            await got.wait()
+    assert again[0][0] == b"cut"
+    assert again[0][1] < INVISIBLE  # one receive long poll (5 s) at most

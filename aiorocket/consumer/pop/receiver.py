@@ -100,6 +100,7 @@ class Receiver:
         #: the Proxy renews received messages itself (see the module docstring)
         self.proxy_renews = True
         consumer.auto_renew = True
+        renewer.renews = False
 
     async def run(self) -> None:
         """One receive loop, until cancelled."""
@@ -110,6 +111,7 @@ class Receiver:
             except ProxyResponseError as err:
                 if err.code == _ILLEGAL_INVISIBLE_TIME and self._consumer.auto_renew:
                     self._consumer.auto_renew = self.proxy_renews = False
+                    self._renewer.renews = True
                     self._log.info("proxy_does_not_renew", renewer="client",
                                    invisible_duration=self._invisible)  # fmt: skip
                     continue
@@ -130,8 +132,7 @@ class Receiver:
     def hand_on(self, messages: list[PopMessage], received_at: float) -> None:
         """Hold, count and deliver one receive's messages (synchronous: nothing is lost
         to a cancellation between the receive's answer and the hand-over)."""
-        if not self.proxy_renews:
-            self._renewer.hold(messages, received_at)
+        self._renewer.hold(messages, received_at)
         settler = self._settler
         split: dict[int, tuple[PopQueue, bool, list[PopMessage]]] = {}
         for msg in messages:

@@ -87,6 +87,9 @@ class Renewer:
         self._on_lost = on_lost
         self._log = log
         self._held: list[tuple[float, int, list[PopMessage]]] = []
+        #: renew from the client; False while the Proxy renews (auto_renew): messages are
+        #: still held, so that the close knows what is unsettled, but not renewed here
+        self.renews = True
         self._seq = itertools.count()
         #: renewals that succeeded / messages lost to a refused renewal, since the start
         self.renewed = 0
@@ -115,6 +118,9 @@ class Renewer:
         while held and held[0][0] <= started + self.margin:
             due.extend(m for m in heapq.heappop(held)[2] if not m._settled)
         if not due:
+            return
+        if not self.renews:
+            self.hold(due, started)  # kept track of only: the Proxy renews them
             return
         renewed: list[PopMessage] = []
         limiter = anyio.Semaphore(_CONCURRENCY)
