@@ -7,7 +7,8 @@ instances of examples/fastapi_service.py under load against the real broker.
   quantity of every alert (its expression without the threshold) returns data;
 * the lag alert fires for the group whose consumer stopped consuming (its handlers
   hang) and not for the group that keeps up; the dead-letter alert fires for the group
-  a poison message was dead-lettered in.
+  a poison message was dead-lettered in; the no-assigned-queues alert for the group
+  whose topic does not exist.
 
 Prometheus scrapes and evaluates every second, and the rules run with their windows
 scaled from minutes to seconds (``[10m]`` -> ``[10s]``, ``for: 10m`` -> ``for: 10s``),
@@ -190,10 +191,14 @@ def test_dashboard_and_alerts_against_a_real_prometheus(
     # A consumer of the same topic that stopped consuming: its handlers never return.
     hung = services("fastapi", ORDERS_GROUP=stopped, ORDER_PROCESSING_SECONDS="3600",
                     ORDER_SHUTDOWN_TIMEOUT="1", **fast)  # fmt: skip
-    prometheus = Prometheus(tmp_path, [f"127.0.0.1:{api.port}", f"127.0.0.1:{hung.port}"])
+    # A consumer of a topic nobody created: it joins its group, and gets no queue.
+    idle_group = unique_name("gc")
+    idle = services("fastapi", ORDERS_GROUP=idle_group, **{**fast, "ORDERS_TOPIC": topic + "-x"})
+    prometheus = Prometheus(tmp_path, [f"127.0.0.1:{s.port}" for s in (api, hung, idle)])
     try:
         api.wait_listening()
         hung.wait_listening()
+        idle.wait_listening()
         eventually(lambda: api.get("/health/ready").status_code == 200)
         eventually(lambda: hung.get("/health/ready").status_code == 200)
         eventually(prometheus.ready)
@@ -214,6 +219,12 @@ def test_dashboard_and_alerts_against_a_real_prometheus(
         eventually(lambda: bool(prometheus.alerts(dlq, "firing")), timeout=30)
         assert {a["messaging_consumer_group_name"] for a in prometheus.alerts(dlq, "firing")} == {
             keeps_up
+        }
+
+        none = "RocketMQConsumerNoAssignedQueues"
+        eventually(lambda: bool(prometheus.alerts(none, "firing")), timeout=30)
+        assert {a["messaging_consumer_group_name"] for a in prometheus.alerts(none, "firing")} == {
+            idle_group
         }
 
         lag = "RocketMQConsumerLagGrowing"
