@@ -2,9 +2,10 @@
 
 Imports every module of the installed ``aiorocket`` and constructs every public client.
 A module may fail to import only for want of an optional dependency that one of the
-distribution's extras declares. Prints one JSON line with what it saw; exits non-zero on
-any other failure. Run from a directory outside the repository, so that the installed
-package (not the source tree) is the one imported.
+distribution's extras declares, and its error must then say which extra to install.
+Prints one JSON line with what it saw; exits non-zero on any other failure. Run from a
+directory outside the repository, so that the installed package (not the source tree)
+is the one imported.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ def import_all() -> tuple[list[str], dict[str, str], list[str]]:
             top = (exc.name or "").split(".")[0]
             if top in optional:
                 needs_extra[name] = optional[top]
+                # It must say what to install, not only what is missing.
+                hint = f"pip install '{DIST}[{optional[top]}]'"
+                if top != "pytest" and hint not in str(exc):
+                    failed.append(f"{name}: the error does not name {hint!r}: {exc}")
                 continue
             failed.append(f"{name}: {exc!r}")
         except Exception as exc:

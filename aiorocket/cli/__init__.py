@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import logging
 
-import click
+from aiorocket._extras import needs_extra
+
+with needs_extra("cli", "the aiorocket command (aiorocket.cli)"):
+    import click
+    import rich  # noqa: F401  # the commands' output: checked here, with click
 
 from aiorocket._version import __version__
 from aiorocket.cli import _group_config_cmds  # noqa: F401  (adds group subcommands)

@@ -12,15 +12,11 @@ grpclib or betterproto.
 
 from __future__ import annotations
 
-try:
+from aiorocket._extras import needs_extra
+
+with needs_extra("grpc", "aiorocket.grpc (the 5.x Proxy over gRPC)"):
     import betterproto  # noqa: F401
     import grpclib  # noqa: F401
-except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
-    raise ModuleNotFoundError(
-        f"aiorocket.grpc needs the 'grpc' extra ({exc.name} is missing): "
-        "pip install 'aiorocketmq[grpc]'",
-        name=exc.name,
-    ) from exc
 
 from aiorocket.grpc._push_message import PopMessage
 from aiorocket.grpc._received import ReceivedMessage

@@ -31,7 +31,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from aiohttp import web
+from aiorocket._extras import needs_extra
+
+with needs_extra("aiohttp", "aiorocket.integrations.aiohttp"):
+    from aiohttp import web
 
 from aiorocket.integrations.service import RocketMQService
 from aiorocket.producer import Producer

@@ -33,8 +33,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from aiorocket._extras import needs_extra
+
+with needs_extra("fastapi", "aiorocket.integrations.fastapi"):
+    from fastapi import APIRouter, Depends, Request
+    from fastapi.responses import JSONResponse
 
 from aiorocket.consumer import MessageHandler
 from aiorocket.errors import ClientClosedError

@@ -47,8 +47,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from opentelemetry import metrics, propagate, trace
-from opentelemetry.metrics import CallbackOptions, Observation
+from aiorocket._extras import needs_extra
+
+with needs_extra("otel", "aiorocket.integrations.telemetry (OpenTelemetry)"):
+    from opentelemetry import metrics, propagate, trace
+    from opentelemetry.metrics import CallbackOptions, Observation
 
 from aiorocket.consumer import Consumer, ConsumerMessage, Reconsume
 from aiorocket.message import RETRY_TOPIC_PREFIX, Message, MessageQueue

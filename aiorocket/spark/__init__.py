@@ -16,6 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiorocket._extras import needs_extra
+
+with needs_extra("spark", "aiorocket.spark (the PySpark data source and sink)"):
+    import pyarrow  # noqa: F401
+    import pyspark  # noqa: F401
+
 from aiorocket.spark.source import RocketMQDataSource
 
 

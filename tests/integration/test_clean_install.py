@@ -65,6 +65,32 @@ def test_clean_install_imports_every_module_and_constructs_clients(
         assert probe.returncode != 0, f"{dev_only} is installed in the clean venv"
 
 
+def test_clean_install_names_the_extra_each_optional_part_needs(
+    clean_python: Path, tmp_path: Path
+) -> None:
+    """No extras installed: every optional module, and the ``aiorocket`` command, says
+    which extra to install instead of a bare ModuleNotFoundError (issue 30, item 8)."""
+    proc = run_outside_repo(clean_python, [str(REPO / "tests" / "install_smoke.py")], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # a module that names none fails
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {
+        "aiorocket.cli": "cli",
+        "aiorocket.grpc": "grpc",
+        "aiorocket.integrations.fastapi": "fastapi",
+        "aiorocket.integrations.aiohttp": "aiohttp",
+        "aiorocket.integrations.telemetry": "otel",
+        "aiorocket.spark": "spark",
+    }.items() <= seen["needs_extra"].items()
+    script = clean_python.parent / ("aiorocket.exe" if sys.platform == "win32" else "aiorocket")
+    for args in ([str(script), "--help"], [str(clean_python), "-m", "aiorocket.cli", "--help"]):
+        cmd = run_outside_repo(Path(args[0]), args[1:], tmp_path)
+        assert cmd.returncode != 0
+        assert "pip install 'aiorocketmq[cli]'" in cmd.stderr, cmd.stderr
+    # The console script says it in one line; `python -m` shows Python's traceback.
+    cmd = run_outside_repo(script, ["--help"], tmp_path)
+    assert "Traceback" not in cmd.stderr and cmd.stderr.count("\n") == 1, cmd.stderr
+
+
 def test_clean_install_runs_the_readme_quick_start(
     clean_python: Path, rocketmq: LocalRocketMQ, tmp_path: Path
 ) -> None:
