@@ -1,4 +1,4 @@
-"""The ``aiorocket`` console script: runs :mod:`aiorocket.cli`, or says which extra it
+"""The ``aiorocket`` console script: runs ``aiorocket.cli``, or says which extra it
 needs (a base install has the script but not click and rich)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Optional modules name the extra they need when its dependency is missing.
 
 An optional module (the command line, the service integrations, the Spark data source,
-the gRPC transport) imports its third-party dependencies inside :func:`needs_extra`, so
+the gRPC transport) imports its third-party dependencies inside ``needs_extra``, so
 that a base install (``pip install aiorocketmq``) gets one sentence saying what to
 install instead of a bare ``No module named 'click'``. The error stays a
 ``ModuleNotFoundError`` with the missing module's ``name``: code that probes for an

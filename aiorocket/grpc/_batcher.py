@@ -10,8 +10,14 @@ themselves. The Proxy stores a request's messages as one batch, in one queue.
 
 Only plain messages are batched: FIFO (a message group) and timed ones go alone. A
 failed request fails each of its messages with the same error (after the retries of the
-server's policy); a send cancelled while its message waits takes it out of the queue,
-one cancelled after its request left may still be stored (as with any send).
+server's policy).
+
+A request runs under the earliest deadline of the sends it carries, as the remoting
+auto-batcher's do, so no attempt starts after a caller's timeout. A send cancelled (or
+timed out) while its message waits takes it out of the queue; one whose message is in a
+request already leaves it for the retries: a retry carries only the messages whose
+callers still wait. The attempt under way when the caller gave up may still store it
+(as with any send whose answer was not awaited), none after it does.
 """
 
 from __future__ import annotations
@@ -25,22 +31,29 @@ import anyio
 import anyio.abc
 
 from aiorocket.client.results import SendResult
-from aiorocket.errors import ClientClosedError, RocketMQError
+from aiorocket.errors import ClientClosedError, RequestTimeoutError, RocketMQError
 from aiorocket.grpc._convert import Outgoing
 
-__all__ = ["GrpcBatcher", "SendBatch"]
+__all__ = ["GrpcBatcher", "SendBatch", "Wanted"]
 
-#: ``send(outgoing, topic)`` of one request: the producer's retrying send.
-SendBatch = Callable[[list[Outgoing], str], Awaitable[list[SendResult]]]
+#: A request's messages whose callers still wait (read before each attempt).
+Wanted = Callable[[], list[Outgoing]]
+#: ``send(wanted, topic, deadline)`` of one request: the producer's retrying send; it
+#: returns a result for each message of its last attempt (none if nobody waited).
+SendBatch = Callable[[Wanted, str, float], Awaitable[list[SendResult]]]
 
 
 @dataclass(eq=False)
 class _Pending:
     out: Outgoing
     size: int
+    #: the caller's deadline (``time.monotonic()``)
+    deadline: float
     done: anyio.Event = field(default_factory=anyio.Event)
     result: SendResult | None = None
     error: RocketMQError | None = None
+    #: the caller gave up while its message was in a request: retries leave it out
+    gone: bool = False
 
 
 @dataclass(eq=False)
@@ -82,17 +95,20 @@ class GrpcBatcher:
         self.batches = 0
         self.batched_messages = 0
 
-    async def send(self, out: Outgoing, size: int) -> SendResult:
-        """Send ``out`` (``size`` bytes) in the next request of its topic."""
+    async def send(self, out: Outgoing, size: int, deadline: float) -> SendResult:
+        """Send ``out`` (``size`` bytes) in the next request of its topic, by ``deadline``
+        (``time.monotonic()``; the caller bounds its own wait by it)."""
         lane = self._lanes.setdefault(out.topic, _Lane())
-        pending = _Pending(out, size)
+        pending = _Pending(out, size, deadline)
         lane.waiting.append(pending)
         self._dispatch(lane)
         try:
             await pending.done.wait()
         except BaseException:
             if not pending.done.is_set():
-                # Not sent yet: never will be. (Already in a request: it may be stored.)
+                # Still queued: never sent. In a request: no retry of it carries this
+                # message any more (the attempt under way may store it).
+                pending.gone = True
                 with contextlib.suppress(ValueError):
                     lane.waiting.remove(pending)
             raise
@@ -115,8 +131,12 @@ class GrpcBatcher:
             self._tg.start_soon(self._request, lane, batch)
 
     async def _request(self, lane: _Lane, batch: list[_Pending]) -> None:
+        def wanted() -> list[Outgoing]:
+            return [p.out for p in batch if not p.gone]
+
+        deadline = min(p.deadline for p in batch)
         try:
-            results = await self._send([p.out for p in batch], batch[0].out.topic)
+            results = await self._send(wanted, batch[0].out.topic, deadline)
         except RocketMQError as exc:
             for p in batch:
                 p.error = exc
@@ -124,8 +144,15 @@ class GrpcBatcher:
             self._closed = True
             raise
         else:
-            for p, result in zip(batch, results, strict=True):
-                p.result = result
+            by_id: dict[str, list[SendResult]] = {}
+            for result in results:
+                by_id.setdefault(result.msg_id, []).append(result)
+            for p in batch:
+                same = by_id.get(p.out.message_id)
+                if same:
+                    p.result = same.pop(0)
+                elif not p.gone:  # not sent: a caller that left took it out
+                    p.error = RequestTimeoutError("the message left its batch unsent")
         finally:
             for p in batch:
                 if p.result is None and p.error is None:  # cancelled: the producer closes

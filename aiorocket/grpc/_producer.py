@@ -13,8 +13,10 @@ resent (as in the Java client).
 
 A transactional producer answers the Proxy's RecoverOrphanedTransactionCommand with
 the user's async checker and EndTransaction(source=SERVER_CHECK). The Proxy finds a
-producer for a topic's orphaned transactions through the topics its settings publish,
-so the first send to a topic adds it to the settings (one Telemetry update).
+producer for a topic's orphaned transactions through the topics its settings publish:
+the topics declared with ``Producer(topics=...)`` are in the first settings, so a
+restarted producer is asked about its predecessor's orphans before it sends anything;
+any other topic joins at its first send (one Telemetry update).
 """
 
 from __future__ import annotations
@@ -38,14 +40,16 @@ from aiorocket.errors import (
     RocketMQError,
 )
 from aiorocket.grpc import _pb as pb
-from aiorocket.grpc._batcher import GrpcBatcher
+from aiorocket.grpc._batcher import GrpcBatcher, Wanted
 from aiorocket.grpc._convert import Outgoing, prepare
 from aiorocket.grpc._encode import FastSendResponse, SendEntry, encode_message, send_request
 from aiorocket.grpc._received import message_ext
 from aiorocket.grpc._session import Session, backoff_delays
 from aiorocket.grpc._transport import GrpcOptions, GrpcTransport, check_status, with_security
 from aiorocket.message import Message, MessageQueue
+from aiorocket.producer.backend import ResultCallback, report, unsupported
 from aiorocket.producer.config import ProducerConfig
+from aiorocket.producer.selectors import QueueSelector
 from aiorocket.producer.transaction import (
     LocalTransaction,
     TransactionChecker,
@@ -100,8 +104,10 @@ class GrpcProducer:
         checker: TransactionChecker | None = None,
         options: GrpcOptions | None = None,
         client_id: str | None = None,
+        topics: Sequence[str] = (),
     ) -> None:
         self.group = group
+        self.endpoint = endpoint
         self.config = config
         options = with_security(options, config.credentials, config.tls, config.namespace)
         self.transport = GrpcTransport.create(
@@ -117,7 +123,10 @@ class GrpcProducer:
             on_orphan=self._on_orphan,
         )
         self.log = get_logger("producer", group=group, client_id=self.transport.client_id)
-        self._topics: set[str] = set()
+        # Declared topics go in the first settings: the Proxy registers this client as
+        # their producer at once, and asks it about their orphaned transactions.
+        self._topics: set[str] = set(topics)
+        self._publishing.topics.extend(self.session.resource(t) for t in topics)
         self._topics_lock = anyio.Lock()
         self._checks = anyio.CapacityLimiter(config.check_concurrency)
         #: requests waiting for the Proxy at once (``max_in_flight``)
@@ -127,6 +136,7 @@ class GrpcProducer:
         self._limit = config.max_message_size
         self._batcher: GrpcBatcher | None = None
         self._batches: anyio.abc.TaskGroup | None = None
+        self._started = False
 
     @property
     def batcher(self) -> GrpcBatcher | None:
@@ -134,7 +144,17 @@ class GrpcProducer:
         counts."""
         return self._batcher
 
-    async def __aenter__(self) -> GrpcProducer:
+    async def start(self) -> None:
+        if self._started:
+            raise ClientClosedError("a producer can be started once")
+        self._started = True
+        if self._checker is not None and not self._topics:
+            self.log.warning(
+                "transaction_topics_undeclared",
+                advice="pass topics=[...]: the Proxy asks a producer about the orphaned "
+                "transactions of the topics it declared only, so the half messages a "
+                "previous run left are checked only after a send to their topic",
+            )
         await self.session.__aenter__()
         if self.config.auto_batch is not False:  # None: on over gRPC (ProducerConfig)
             self._batches = anyio.create_task_group()
@@ -143,9 +163,8 @@ class GrpcProducer:
                 self._send_batched, self._batches,
                 max_bytes=self.config.batch_max_bytes, in_flight=self.config.batch_in_flight,
             )  # fmt: skip
-        return self
 
-    async def __aexit__(
+    async def close(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
@@ -213,79 +232,145 @@ class GrpcProducer:
         *,
         timeout: float | None = None,
         sharding_key: object = None,
+        selector: QueueSelector | None = None,
+        selector_arg: object = None,
         held: bool = False,
     ) -> SendResult:
-        """Send one message; ``held``: the caller already holds an in-flight slot."""
+        """Send one message; ``held``: the caller already holds an in-flight slot.
+
+        ``timeout`` (default ``send_timeout``) bounds the whole call, the wait for a slot
+        included. When it runs out, or the caller is cancelled, no attempt of the
+        message starts any more: not a retry of its own request, nor one of a batch it
+        shared (the batch's request runs under the earliest deadline of its callers,
+        and a retry leaves out the messages whose callers have gone). An attempt
+        already under way may still have stored it.
+        """
+        _no_selector(selector)
+        deadline = self._deadline(timeout)
         group = None if sharding_key is None else str(sharding_key)
         pbm = self._build(msg, group)
         batcher = self._batcher if group is None and msg.deliver_time_ms is None else None
 
         async def one() -> SendResult:
             if batcher is not None:  # FIFO and timed messages go alone
-                # The batch's request has the producer's send_timeout; this caller waits
-                # no longer than its own (a message still queued then is never sent).
-                budget = self.config.send_timeout if timeout is None else timeout
-                with anyio.move_on_after(budget):
-                    return await batcher.send(pbm, len(msg.body) + _OVERHEAD)
-                raise RequestTimeoutError(f"send to {msg.topic}: no answer within {budget}s")
-            (result,) = await self._send([pbm], msg.topic, timeout)
+                with anyio.move_on_after(deadline - time.monotonic()):
+                    return await batcher.send(pbm, len(msg.body) + _OVERHEAD, deadline)
+                raise RequestTimeoutError(
+                    f"send to {msg.topic}: no answer within {self._budget(timeout)}s"
+                )
+            (result,) = await self._send([pbm], msg.topic, deadline)
             return result
 
         if held:
             return await one()
-        async with self._slot(timeout):
+        async with self._slot(deadline):
             return await one()
 
-    @asynccontextmanager
-    async def _slot(self, timeout: float | None) -> AsyncIterator[None]:
+    def _budget(self, timeout: float | None) -> float:
         budget = self.config.send_timeout if timeout is None else timeout
-        with anyio.move_on_after(budget) as scope:
+        if not budget > 0:
+            raise ConfigError(f"timeout must be positive, got {budget!r}")
+        return budget
+
+    def _deadline(self, timeout: float | None) -> float:
+        """The ``time.monotonic()`` by which a send with ``timeout`` ends."""
+        return time.monotonic() + self._budget(timeout)
+
+    @asynccontextmanager
+    async def _slot(self, deadline: float) -> AsyncIterator[None]:
+        with anyio.move_on_after(deadline - time.monotonic()) as scope:
             await self._slots.acquire()
         if scope.cancelled_caught:
-            raise RequestTimeoutError(f"no in-flight slot free within {budget}s")
+            raise RequestTimeoutError("no in-flight slot freed up before the send's deadline")
         try:
             yield
         finally:
             self._slots.release()
 
+    async def start_send(
+        self, task_group: anyio.abc.TaskGroup, msg: Message, *,
+        on_result: ResultCallback | None = None, timeout: float | None = None,
+        sharding_key: object = None, selector: QueueSelector | None = None,
+        selector_arg: object = None,
+    ) -> None:  # fmt: skip
+        """Wait for an in-flight slot, then send ``msg`` in ``task_group``."""
+        _no_selector(selector)
+        await self.acquire()
+        try:
+            task_group.start_soon(self._send_in_slot, msg, on_result, timeout, sharding_key)
+        except BaseException:
+            self.release()
+            raise
+
+    async def _send_in_slot(
+        self, msg: Message, on_result: ResultCallback | None, timeout: float | None,
+        sharding_key: object,
+    ) -> None:  # fmt: skip
+        try:
+            result = await self.send(msg, timeout=timeout, sharding_key=sharding_key, held=True)
+        finally:
+            self.release()
+        await report(on_result, result)
+
+    async def send_oneway(
+        self, msg: Message, *, timeout: float | None = None, sharding_key: object = None,
+        selector: QueueSelector | None = None, selector_arg: object = None,
+    ) -> None:  # fmt: skip
+        raise unsupported("send_oneway", "remoting")
+
     async def send_batch(
         self, messages: Sequence[Message], *, timeout: float | None = None,
-        sharding_key: object = None,
+        sharding_key: object = None, selector: QueueSelector | None = None,
+        selector_arg: object = None,
     ) -> list[SendResult]:  # fmt: skip
+        _no_selector(selector)
         if not messages:
             raise ConfigError("send_batch needs at least one message")
         topic = messages[0].topic
         if any(m.topic != topic for m in messages):
             raise ConfigError("a batch's messages must share one topic")
         group = None if sharding_key is None else str(sharding_key)
+        deadline = self._deadline(timeout)
         pbms = [self._build(m, group) for m in messages]
-        async with self._slot(timeout):
-            return await self._send(pbms, topic, timeout)
+        async with self._slot(deadline):
+            return await self._send(pbms, topic, deadline)
 
-    async def _send_batched(self, pbms: list[Outgoing], topic: str) -> list[SendResult]:
-        await self._ensure_topic(topic)
-        return await self._send(pbms, topic, None)
+    async def _send_batched(
+        self, wanted: Wanted, topic: str, deadline: float
+    ) -> list[SendResult]:  # fmt: skip
+        return await self._send(wanted(), topic, deadline, wanted=wanted)
 
     async def _send(
         self,
         pbms: list[Outgoing],
         topic: str,
-        timeout: float | None,
+        deadline: float,
         *,
         attempts: int | None = None,
         transactional: bool = False,
+        wanted: Wanted | None = None,
     ) -> list[SendResult]:
-        budget = self.config.send_timeout if timeout is None else timeout
-        deadline = time.monotonic() + budget
+        """Send ``pbms`` in one request, retried by the server's policy until ``deadline``.
+
+        ``wanted`` (a shared batch) gives, before each retry, the messages whose callers
+        still wait: a retry carries only those (none left: nothing is sent).
+        """
         await self._ensure_topic(topic)
         total = self.config.retries + 1 if attempts is None else attempts
         request = send_request(encode_message(o) for o in pbms)
         attempt = 0
         while True:
             attempt += 1
+            if attempt > 1 and wanted is not None:
+                still = wanted()
+                if not still:
+                    return []
+                if len(still) != len(pbms):
+                    pbms = still
+                    request = send_request(encode_message(o) for o in pbms)
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RequestTimeoutError(f"send to {topic}: no answer within {budget}s")
+                raise RequestTimeoutError(f"send to {topic}: no answer by its deadline")
             try:
                 resp = await self.transport.unary(
                     "SendMessage", request, FastSendResponse,
@@ -318,9 +403,11 @@ class GrpcProducer:
     ) -> TransactionResult:
         if self._checker is None:
             raise ConfigError("a transactional send needs transaction_checker= on the producer")
+        deadline = self._deadline(timeout)
         pbm = self._build(msg, None, transactional=True)
-        async with self._slot(timeout):
-            (result,) = await self._send([pbm], msg.topic, timeout, attempts=1, transactional=True)
+        async with self._slot(deadline):
+            (result,) = await self._send([pbm], msg.topic, deadline, attempts=1,
+                                         transactional=True)  # fmt: skip
         # If the local transaction raises, nothing is ended: the Proxy's recovery
         # command asks the checker later (Java sends nothing for UNKNOWN either).
         state = await local_transaction(msg, result)
@@ -361,6 +448,11 @@ class GrpcProducer:
             if state in _RESOLUTION:
                 await self._end(ext.topic, ext.msg_id, cmd.transaction_id, state,
                                 pb.TransactionSource.SOURCE_SERVER_CHECK)  # fmt: skip
+
+
+def _no_selector(selector: QueueSelector | None) -> None:
+    if selector is not None:  # the Proxy picks the queue
+        raise unsupported("choosing the queue (selector=)", "remoting")
 
 
 def _results(

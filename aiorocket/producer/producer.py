@@ -1,19 +1,17 @@
 """The producer: lifecycle and the public send API (plain, ordered, batch, transactional).
 
-``async with Producer(group, namesrv=...)`` owns a ``ClientInstance`` (connections,
-route refresher) and a task group running the heartbeat loop and the transaction
-check-back workers; leaving the block unregisters the group and stops them all.
-
-However many tasks send at once, at most ``max_in_flight`` requests wait for brokers
-(see [`aiorocket.producer.sender`][]); ``Producer.start_send`` waits for a slot
-*before* spawning, so a loop feeding a task group is held back too.
+A ``Producer`` picks the engine of its transport once, at construction, and every
+method forwards to it (``ProducerBackend``): the
+remoting one (``aiorocket.producer.remoting``: NameServer, brokers, heartbeats,
+check-backs) or the gRPC one (``aiorocket.grpc._producer``: a 5.x Proxy). A feature
+of one transport only raises ``UnsupportedTransportError``
+naming the other.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
-from collections.abc import Awaitable, Callable, Sequence
+import functools
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -25,52 +23,37 @@ from aiorocket._settings import apply_settings, check_group
 from aiorocket._transport import Transport, choose_transport
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.namesrv import namesrv_addrs
-from aiorocket.client.results import SendResult, SendStatus
-from aiorocket.errors import (
-    ClientClosedError,
-    ConfigError,
-    RocketMQError,
-    UnsupportedTransportError,
-)
-from aiorocket.message import (
-    PROPERTY_PRODUCER_GROUP,
-    PROPERTY_SHARDING_KEY,
-    PROPERTY_TRANSACTION_PREPARED,
-    Message,
-)
-from aiorocket.namespace import wrap, wrap_queue
+from aiorocket.client.results import SendResult
+from aiorocket.errors import ClientClosedError, ConfigError
+from aiorocket.message import Message
 from aiorocket.producer.accumulate import AutoBatcher
-from aiorocket.producer.batch import prepare_batch, split_batch_result
+from aiorocket.producer.backend import (
+    ProducerBackend,
+    ResultCallback,
+    declared_topics,
+    unsupported,
+)
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.fault import LatencyFaultTolerance
 from aiorocket.producer.membership import Membership
-from aiorocket.producer.prepare import SYSFLAG_TRANSACTION_PREPARED, Outgoing, prepare_message
-from aiorocket.producer.routes import PublishRoutes
+from aiorocket.producer.remoting import RemotingProducer
 from aiorocket.producer.selectors import QueueSelector
-from aiorocket.producer.sender import Plan, Sender
 from aiorocket.producer.transaction import (
-    PROPERTY_CHECK_IMMUNITY,
     CheckBacks,
     LocalTransaction,
     TransactionChecker,
     TransactionResult,
-    TransactionState,
-    end_transaction,
 )
-from aiorocket.protocol.codes import RequestCode
 
 if TYPE_CHECKING:
     from aiorocket.grpc import GrpcOptions
     from aiorocket.grpc._batcher import GrpcBatcher
-    from aiorocket.grpc._producer import GrpcProducer
 
 __all__ = [
     "Producer",
     "ResultCallback",
     "Transport",
 ]
-
-ResultCallback = Callable[[SendResult], "Awaitable[None] | None"]
 
 
 class Producer:
@@ -85,7 +68,8 @@ class Producer:
     Over a RocketMQ 5.x Proxy's gRPC endpoint instead of a NameServer (``grpc`` extra,
     asyncio only): ``Producer(group, proxy="host:8081")`` or
     ``Producer(group, "host:8081", transport="grpc")``. The Proxy picks the queue, so
-    ``selector=``, oneway sends, auto-batching and delay levels raise
+    ``selector=``, oneway sends, delay levels and the remoting internals (``client``,
+    ``fault``, ``membership``, ``checks``) raise
     [`UnsupportedTransportError`][aiorocket.errors.UnsupportedTransportError] there
     (``sharding_key`` is the FIFO message group; ``deliver_time_ms`` delays).
 
@@ -110,6 +94,13 @@ class Producer:
         ``"remoting"`` (the default) or ``"grpc"``.
     grpc_options:
         [`aiorocket.grpc.GrpcOptions`][] (TLS, namespace, ACL credentials); gRPC only.
+    topics:
+        The topics this producer sends to, declared at start (Java 5.x
+        ``ProducerBuilder.setTopics``). Over gRPC the Proxy asks a producer about the
+        orphaned transactions of the topics it declared only: a transactional producer
+        that restarts must declare its topics to be asked about the half messages its
+        predecessor left (without them it is warned at start, and a topic joins only at
+        its first send). Over remoting their routes are fetched at start.
     settings:
         ``ProducerConfig`` fields, e.g. ``auto_batch=True``.
     """
@@ -125,6 +116,7 @@ class Producer:
         proxy: str | None = None,
         transport: Transport | None = None,
         grpc_options: GrpcOptions | None = None,
+        topics: Sequence[str] = (),
         **settings: Any,
     ) -> None:
         self.transport: Transport = choose_transport(namesrv, proxy, transport, grpc_options)
@@ -132,44 +124,56 @@ class Producer:
         if group == "DEFAULT_PRODUCER":  # reserved by the broker
             raise ConfigError(f"invalid producer group {group!r}")
         cfg = apply_settings(config or ProducerConfig(), settings, "producer")
+        topics = declared_topics(topics)
         self.group = group
         self.config = cfg
-        #: per-broker latency record, consulted when ``latency_fault_tolerance`` is on;
-        #: may be replaced (e.g. other thresholds) before the producer starts.
-        self.fault = LatencyFaultTolerance()
         self.log = get_logger("producer", group=group)
-        self._namesrv: list[str] = []
-        self._proxy = ""
+        # One engine, chosen here; the methods below forward to it, whatever it is. The
+        # gRPC one is built at start: constructing a producer imports no grpclib.
+        self._engine: ProducerBackend | None = None
+        self._remoting: RemotingProducer | None = None
+        self._make_engine: Callable[[], ProducerBackend]
         if self.transport == "grpc":
-            self._proxy = str(proxy or namesrv)
+            self._make_engine = functools.partial(
+                _grpc_engine, group, str(proxy or namesrv), cfg, transaction_checker,
+                grpc_options, client_id, topics,
+            )  # fmt: skip
         else:
-            self._namesrv = namesrv_addrs(namesrv)
-        self._client_id = client_id
-        self._grpc_options = grpc_options
-        self._grpc: GrpcProducer | None = None
-        self._checker = transaction_checker
-        self._client: ClientInstance | None = None
-        self._tg: anyio.abc.TaskGroup | None = None
-        self._sender: Sender | None = None
-        self._batcher: AutoBatcher | None = None
-        self._membership: Membership | None = None
-        self._checks: CheckBacks | None = None
+            self._remoting = RemotingProducer(
+                group, namesrv_addrs(namesrv), config=cfg, checker=transaction_checker,
+                client_id=client_id, topics=topics, log=self.log,
+            )  # fmt: skip
+            self._engine = self._remoting
+        self._started = False
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------
 
+    def _only_remoting(self, feature: str) -> RemotingProducer:
+        if self._remoting is None:
+            raise unsupported(feature, "remoting")
+        return self._remoting
+
+    @property
+    def fault(self) -> LatencyFaultTolerance:
+        """The per-broker latency record, consulted when ``latency_fault_tolerance`` is
+        on; may be replaced (e.g. other thresholds) before the producer starts.
+        Remoting only (the Proxy chooses the broker over gRPC)."""
+        return self._only_remoting("the latency fault record (fault)").fault
+
+    @fault.setter
+    def fault(self, value: LatencyFaultTolerance) -> None:
+        self._only_remoting("the latency fault record (fault)").fault = value
+
     @property
     def client(self) -> ClientInstance:
-        if self._client is None:
-            raise ClientClosedError("producer is not started")
-        return self._client
+        """The connections to the NameServer and brokers (remoting only)."""
+        return self._only_remoting("the remoting client (client)").client
 
     @property
     def in_flight(self) -> int:
         """Requests currently holding an in-flight slot."""
-        if self._grpc is not None:
-            return self._grpc.in_flight
-        return 0 if self._sender is None else self._sender.in_flight
+        return 0 if self._engine is None else self._engine.in_flight
 
     @property
     def closed(self) -> bool:
@@ -179,76 +183,30 @@ class Producer:
     def batcher(self) -> AutoBatcher | GrpcBatcher | None:
         """The auto-batcher (``auto_batch`` on, once started), with its batch counters
         (``batches``, ``batched_messages``)."""
-        if self._grpc is not None:
-            return self._grpc.batcher
-        return self._batcher
+        return None if self._engine is None else self._engine.batcher
 
     @property
     def membership(self) -> Membership | None:
-        return self._membership
+        """The brokers this producer heartbeats to (remoting only)."""
+        return self._only_remoting("producer group membership").membership
 
     @property
     def checks(self) -> CheckBacks | None:
-        return self._checks
+        """The broker's transaction check-backs (remoting only)."""
+        return self._only_remoting("broker check-backs (checks)").checks
 
     async def __aenter__(self) -> Producer:
-        if self._client is not None or self._grpc is not None or self._closed:
+        if self._started or self._closed:
             raise ClientClosedError("a producer can be started once")
-        if self.transport == "grpc":
-            from aiorocket.grpc._producer import GrpcProducer
-
-            grpc = GrpcProducer(
-                self.group, self._proxy, config=self.config, checker=self._checker,
-                options=self._grpc_options, client_id=self._client_id,
-            )  # fmt: skip
-            await grpc.__aenter__()
-            self._grpc = grpc
-            self.log = self.log.bind(client_id=grpc.transport.client_id, proxy=self._proxy)
-            self.log.info("producer_started")
-            return self
-        cfg = self.config
-        client = ClientInstance(
-            self._namesrv,
-            client_id=self._client_id,
-            request_timeout=cfg.request_timeout,
-            route_refresh_interval=cfg.route_refresh_interval,
-            credentials=cfg.credentials,
-            tls=cfg.tls,
-            address_map=cfg.address_map,
-        )
-        await client.__aenter__()
-        self._client = client
-        self.log = self.log.bind(client_id=client.client_id)
-        routes = PublishRoutes(
-            client.namesrv, create_topic_key=cfg.create_topic_key,
-            default_topic_queue_nums=cfg.default_topic_queue_nums,
-            borrowed_for=cfg.route_refresh_interval, log=self.log,
-        )  # fmt: skip
-        group = wrap(cfg.namespace, self.group)  # the broker's name of the group
-        self._membership = membership = Membership(
-            client.broker, client.client_id, group, routes.broker_addrs, self.log
-        )
-        self._sender = Sender(
-            client.broker, routes, membership,
-            group=group, config=cfg, fault=self.fault, log=self.log,
-        )  # fmt: skip
-        self._checks = CheckBacks(
-            client.broker, group, self._checker,
-            concurrency=cfg.check_concurrency, backlog=cfg.check_backlog, log=self.log,
-            namespace=cfg.namespace,
-        )  # fmt: skip
-        client.dispatcher.register(RequestCode.CHECK_TRANSACTION_STATE, self._checks.on_request)
-        try:
-            self._tg = anyio.create_task_group()
-            await self._tg.__aenter__()
-            if cfg.auto_batch:
-                self._batcher = AutoBatcher(self._sender, cfg, self.log)
-                self._batcher.start(self._tg)
-            self._tg.start_soon(membership.run, cfg.heartbeat_interval)
-            self._tg.start_soon(self._checks.run)
-        except BaseException as exc:
-            await self._teardown(type(exc), exc, exc.__traceback__)
-            raise
+        self._started = True
+        if self._engine is None:
+            self._engine = self._make_engine()
+        await self._engine.start()
+        if self._remoting is not None:
+            self.log = self._remoting.log
+        else:
+            grpc: Any = self._engine
+            self.log = self.log.bind(client_id=grpc.transport.client_id, proxy=grpc.endpoint)
         self.log.info("producer_started")
         return self
 
@@ -258,66 +216,20 @@ class Producer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        await self._teardown(exc_type, exc, tb)
+        self._closed = True
+        if self._engine is not None:
+            await self._engine.close(exc_type, exc, tb)
+        self.log.info("producer_closed")
         return None
 
-    async def _teardown(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the background tasks, unregister the group (bounded), close the client."""
-        self._closed = True
-        if self._grpc is not None:
-            await self._grpc.__aexit__(exc_type, exc, tb)
-            self.log.info("producer_closed")
-            return
-        if self._client is not None and self._checks is not None:
-            self._client.dispatcher.unregister(
-                RequestCode.CHECK_TRANSACTION_STATE, self._checks.on_request
-            )
-        try:
-            if self._batcher is not None:
-                # Batches carry other callers' messages: let them finish, within bounds.
-                with (
-                    anyio.CancelScope(shield=True),
-                    anyio.move_on_after(self.config.shutdown_timeout),
-                ):
-                    await self._batcher.drain()
-                self._batcher.close()
-            if self._tg is not None:
-                tg, self._tg = self._tg, None
-                tg.cancel_scope.cancel()
-                # The body's exception is not the group's: passed in, it would come out
-                # wrapped in an ExceptionGroup and miss the caller's `except` clauses.
-                await tg.__aexit__(None, None, None)
-        finally:
-            if self._membership is not None:
-                limit = self.config.shutdown_timeout
-                with anyio.CancelScope(shield=True), anyio.move_on_after(limit):
-                    await self._membership.unregister_all()
-            if self._client is not None:
-                # Not inside a shield: the client's task groups were entered before it.
-                await self._client.__aexit__(exc_type, exc, tb)
-            self.log.info("producer_closed")
-
-    def _open_sender(self) -> Sender:
+    def _open(self) -> ProducerBackend:
         if self._closed:
             raise ClientClosedError("producer is closed")
-        if self._sender is None:
+        if self._engine is None or not self._started:
             raise ClientClosedError("producer is not started (use 'async with')")
-        return self._sender
+        return self._engine
 
     # -- sending -------------------------------------------------------------------
-
-    def _plan(
-        self, msg: Message, sharding_key: object, selector: QueueSelector | None, arg: object
-    ) -> tuple[Sender, Outgoing, Plan]:
-        sender = self._open_sender()
-        plan = sender.plan(msg, sharding_key, selector, arg)
-        extra = None if sharding_key is None else {PROPERTY_SHARDING_KEY: str(sharding_key)}
-        return sender, prepare_message(msg, self.config, extra_properties=extra), plan
 
     async def send(
         self,
@@ -342,25 +254,10 @@ class Producer:
         ``compress_over`` may leave in one batch request with other sends of its topic
         that wait at the same time (see ``aiorocket.producer.accumulate``).
         """
-        if self.transport == "grpc":
-            return await self._grpc_producer(selector).send(
-                msg, timeout=timeout, sharding_key=sharding_key
-            )
-        batcher = self._batcher
-        if (
-            batcher is not None
-            and sharding_key is None
-            and selector is None
-            and batcher.accepts(msg)
-        ):
-            return await batcher.send(msg, self._open_sender().deadline(timeout))
-        sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
-        deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
-        try:
-            return await sender.send(out, plan, deadline)
-        finally:
-            sender.release()
+        return await self._open().send(
+            msg, timeout=timeout, sharding_key=sharding_key, selector=selector,
+            selector_arg=selector_arg,
+        )  # fmt: skip
 
     async def start_send(
         self,
@@ -378,66 +275,10 @@ class Producer:
         Returns once the send is under way; ``on_result`` (sync or async) gets its
         result. A failed send raises in ``task_group`` (cancelling it, as any failed task).
         """
-        if self.transport == "grpc":
-            grpc = self._grpc_producer(selector)
-            await grpc.acquire()
-            try:
-                task_group.start_soon(self._grpc_send, msg, on_result, timeout, sharding_key)
-            except BaseException:
-                grpc.release()
-                raise
-            return
-        sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
-        deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
-        try:
-            task_group.start_soon(self._send_in_slot, out, plan, deadline, on_result)
-        except BaseException:
-            sender.release()
-            raise
-
-    async def _send_in_slot(
-        self,
-        out: Outgoing,
-        plan: Plan,
-        deadline: float,
-        on_result: ResultCallback | None,
-    ) -> None:
-        assert self._sender is not None
-        try:
-            result = await self._sender.send(out, plan, deadline)
-        finally:
-            self._sender.release()
-        if on_result is not None:
-            ret = on_result(result)
-            if inspect.isawaitable(ret):
-                await ret
-
-    async def _grpc_send(
-        self,
-        msg: Message,
-        on_result: ResultCallback | None,
-        timeout: float | None,
-        sharding_key: object,
-    ) -> None:
-        grpc = self._grpc_producer(None)
-        try:
-            result = await grpc.send(msg, timeout=timeout, sharding_key=sharding_key, held=True)
-        finally:
-            grpc.release()
-        if on_result is not None:
-            ret = on_result(result)
-            if inspect.isawaitable(ret):
-                await ret
-
-    def _grpc_producer(self, selector: QueueSelector | None) -> GrpcProducer:
-        if selector is not None:
-            raise _unsupported("choosing the queue (selector=)")
-        if self._closed:
-            raise ClientClosedError("producer is closed")
-        if self._grpc is None:
-            raise ClientClosedError("producer is not started (use 'async with')")
-        return self._grpc
+        await self._open().start_send(
+            task_group, msg, on_result=on_result, timeout=timeout, sharding_key=sharding_key,
+            selector=selector, selector_arg=selector_arg,
+        )  # fmt: skip
 
     async def send_oneway(
         self,
@@ -449,15 +290,10 @@ class Producer:
         selector_arg: object = None,
     ) -> None:
         """Write ``msg`` to a broker without waiting for an answer (one attempt)."""
-        if self.transport == "grpc":
-            raise _unsupported("send_oneway")
-        sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
-        deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
-        try:
-            await sender.send_oneway(out, plan, deadline)
-        finally:
-            sender.release()
+        await self._open().send_oneway(
+            msg, timeout=timeout, sharding_key=sharding_key, selector=selector,
+            selector_arg=selector_arg,
+        )  # fmt: skip
 
     async def send_batch(
         self,
@@ -472,20 +308,10 @@ class Producer:
 
         Returns one result per message, in order (own ids; offsets first .. first+n-1).
         """
-        if self.transport == "grpc":
-            return await self._grpc_producer(selector).send_batch(
-                messages, timeout=timeout, sharding_key=sharding_key
-            )
-        sender = self._open_sender()
-        out, ids = prepare_batch(messages, self.config)
-        plan = sender.plan(messages[0], sharding_key, selector, selector_arg)
-        deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
-        try:
-            result = await sender.send(out, plan, deadline, batch=True)
-        finally:
-            sender.release()
-        return split_batch_result(result, ids)
+        return await self._open().send_batch(
+            messages, timeout=timeout, sharding_key=sharding_key, selector=selector,
+            selector_arg=selector_arg,
+        )  # fmt: skip
 
     # -- transactions --------------------------------------------------------------
 
@@ -507,25 +333,7 @@ class Producer:
         Over gRPC, an UNKNOWN outcome (or a local transaction that raises) sends no end
         request: the Proxy's orphaned-transaction recovery asks ``transaction_checker``.
         """
-        if self.transport == "grpc":
-            return await self._grpc_producer(None).send_in_transaction(
-                msg, local_transaction, timeout=timeout
-            )
-        result, addr = await self._send_half(msg, self.group, {}, timeout)
-        if result.status is not SendStatus.SEND_OK:
-            state = TransactionState.ROLLBACK
-        else:
-            assert self._membership is not None
-            await self._membership.ensure(addr)  # so that a check-back can reach us
-            try:
-                state = await local_transaction(msg, result)
-                if not isinstance(state, TransactionState):
-                    raise ConfigError(f"local transaction returned {state!r}, not a state")
-            except Exception:
-                await self._end(addr, result, TransactionState.UNKNOWN)
-                raise
-        await self._end(addr, result, state)
-        return TransactionResult(result, state)
+        return await self._open().send_in_transaction(msg, local_transaction, timeout=timeout)
 
     async def send_prepared(
         self,
@@ -545,63 +353,28 @@ class Producer:
         group's members, not to this producer. ``check_immunity`` (seconds) keeps the
         broker from checking back sooner, and refuses a non-check end after it.
         """
-        if self.transport == "grpc":
-            raise _unsupported("leaving a transaction open (send_prepared)")
-        extra = {} if check_immunity is None else {PROPERTY_CHECK_IMMUNITY: str(check_immunity)}
-        result, _ = await self._send_half(msg, producer_group or self.group, extra, timeout)
-        return result
-
-    async def _send_half(
-        self, msg: Message, group: str, extra: dict[str, str], timeout: float | None
-    ) -> tuple[SendResult, str]:
-        if msg.delay_level or msg.deliver_time_ms is not None:
-            raise ConfigError("transactional messages cannot be delayed")
-        sender = self._open_sender()
-        extra = {
-            **extra,
-            PROPERTY_TRANSACTION_PREPARED: "true",
-            PROPERTY_PRODUCER_GROUP: wrap(self.config.namespace, group),
-        }
-        out = prepare_message(
-            msg, self.config, extra_properties=extra, sys_flag=SYSFLAG_TRANSACTION_PREPARED
+        engine = self._only_remoting("leaving a transaction open (send_prepared)")
+        self._open()
+        return await engine.send_prepared(
+            msg, producer_group=producer_group, check_immunity=check_immunity, timeout=timeout
         )
-        plan = sender.plan(msg, None, None, None)
-        deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
-        try:
-            result = await sender.send(out, plan, deadline)
-        finally:
-            sender.release()
-        return result, await sender.addr_of(result.queue)
 
     async def accept_checks(self, *topics: str) -> None:
         """Join this producer's group on the brokers of ``topics`` now (and keep
         heartbeating them), so that their transaction check-backs reach this producer
         although it has not sent there. Remoting only."""
-        if self.transport == "grpc":
-            raise _unsupported("accept_checks")
-        sender = self._open_sender()
-        assert self._membership is not None
-        for topic in topics:
-            await sender.routes.get(wrap(self.config.namespace, topic))
-        await self._membership.heartbeat_all()
-
-    async def _end(self, addr: str, result: SendResult, state: TransactionState) -> None:
-        namespace = self.config.namespace
-        if namespace:  # the broker's names
-            result = dataclasses.replace(result, queue=wrap_queue(namespace, result.queue))
-        try:
-            await end_transaction(
-                self.client.broker, addr, wrap(namespace, self.group), result, state
-            )
-        except RocketMQError as exc:  # the broker will ask the checker instead
-            self.log.warning(
-                "end_transaction_failed", broker=addr, msg_id=result.msg_id, error=str(exc)
-            )
+        engine = self._only_remoting("accept_checks")
+        self._open()
+        await engine.accept_checks(*topics)
 
 
-def _unsupported(feature: str) -> UnsupportedTransportError:
-    return UnsupportedTransportError(
-        f"{feature} exists only on the remoting transport (a NameServer address); this "
-        "producer talks to a gRPC Proxy"
-    )
+def _grpc_engine(
+    group: str, endpoint: str, config: ProducerConfig, checker: TransactionChecker | None,
+    options: GrpcOptions | None, client_id: str | None, topics: tuple[str, ...],
+) -> ProducerBackend:  # fmt: skip
+    from aiorocket.grpc._producer import GrpcProducer
+
+    return GrpcProducer(
+        group, endpoint, config=config, checker=checker, options=options, client_id=client_id,
+        topics=topics,
+    )  # fmt: skip

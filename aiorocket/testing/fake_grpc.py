@@ -15,20 +15,25 @@ auto-renewed receive is refused with ILLEGAL_INVISIBLE_TIME unless ``auto_renew`
 a Proxy with ``enableProxyAutoRenew=false`` does):
 ``"ok"`` (Status OK then the queued ``messages``), ``"unavailable"`` (one message, then
 the stream ends with gRPC UNAVAILABLE), ``"reset"`` (one message, then the connection
-drops) or ``"hang"`` (nothing, ever). SendMessage stores the messages in ``sent`` and
-answers OK, or never answers while ``send_hangs``. ``restart`` drops every
+drops) or ``"hang"`` (nothing, ever). SendMessage records each request (``send_requests``,
+``wait_sends``), stores the messages in ``sent`` and answers OK, or never answers
+while ``send_hangs``. ``restart`` drops every
 connection, as a Proxy that restarts does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Literal
 
-from grpclib.const import Cardinality, Handler
-from grpclib.const import Status as GrpcStatus
-from grpclib.exceptions import GRPCError
-from grpclib.server import Server, Stream
+from aiorocket._extras import needs_extra
+
+with needs_extra("grpc", "aiorocket.testing.fake_grpc (a fake gRPC Proxy)"):
+    from grpclib.const import Cardinality, Handler
+    from grpclib.const import Status as GrpcStatus
+    from grpclib.exceptions import GRPCError
+    from grpclib.server import Server, Stream
 
 from aiorocket.grpc import _pb as pb
 
@@ -57,6 +62,9 @@ class FakeProxy:
         #: error, or with status OK and no answer (``"end"``)
         self.telemetry_refusal: GRPCError | Literal["end"] | None = None
         self.sent: list[pb.Message] = []
+        #: every SendMessage request: when it came (``time.monotonic()``) and its ids
+        self.send_requests: list[tuple[float, list[str]]] = []
+        self._send_seen = asyncio.Event()
         #: messages ReceiveMessage hands out (each once)
         self.messages: list[pb.Message] = []
         #: settings commands received on Telemetry, and the streams opened
@@ -185,6 +193,9 @@ class FakeProxy:
         req = await stream.recv_message()
         assert req is not None
         self.calls.append("SendMessage")
+        ids = [m.system_properties.message_id for m in req.messages]
+        self.send_requests.append((time.monotonic(), ids))
+        self._send_seen.set()
         if self.send_hangs:
             await asyncio.Event().wait()
         entries = []
@@ -227,6 +238,13 @@ class FakeProxy:
         if mode == "reset":
             self.drop_connections()
             await asyncio.Event().wait()
+
+    async def wait_sends(self, count: int) -> list[str]:
+        """Wait for the ``count``-th SendMessage request; its message ids."""
+        while len(self.send_requests) < count:
+            self._send_seen.clear()
+            await self._send_seen.wait()
+        return self.send_requests[count - 1][1]
 
     def _track(self, stream: Stream[Any, Any]) -> None:
         # grpclib keeps the connection's transport on its protocol stream (private).

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import math
+
 import anyio
 import pytest
 
 from aiorocket.client.results import SendResult, SendStatus
 from aiorocket.errors import ClientClosedError, ProxyResponseError
-from aiorocket.grpc._batcher import GrpcBatcher
+from aiorocket.grpc._batcher import GrpcBatcher, Wanted
 from aiorocket.grpc._convert import Outgoing
 from aiorocket.message import MessageQueue
 
 pytestmark = pytest.mark.anyio
+INF = math.inf
 
 
 def outgoing(topic: str, i: int) -> Outgoing:
@@ -28,9 +31,12 @@ class Proxy:
         self.hold = False
         self.release = anyio.Event()
         self.fail: Exception | None = None
+        self.deadlines: list[float] = []
 
-    async def send(self, outs: list[Outgoing], topic: str) -> list[SendResult]:
+    async def send(self, wanted: Wanted, topic: str, deadline: float) -> list[SendResult]:
+        outs = wanted()
         self.requests.append([o.message_id for o in outs])
+        self.deadlines.append(deadline)
         if self.hold:
             await self.release.wait()
         if self.fail is not None:
@@ -43,13 +49,13 @@ async def test_alone_a_message_goes_at_once_and_under_load_messages_share_reques
     proxy = Proxy()
     async with anyio.create_task_group() as tg:
         batcher = GrpcBatcher(proxy.send, tg, max_bytes=10_000, in_flight=1)
-        first = await batcher.send(outgoing("t", 0), 100)  # nothing else: no waiting
+        first = await batcher.send(outgoing("t", 0), 100, INF)  # nothing else: no waiting
         assert first.msg_id == "id0" and proxy.requests == [["id0"]]
         proxy.hold = True
         results: dict[str, SendResult] = {}
 
         async def send(i: int) -> None:
-            results[f"id{i}"] = await batcher.send(outgoing("t", i), 100)
+            results[f"id{i}"] = await batcher.send(outgoing("t", i), 100, INF)
 
         async with anyio.create_task_group() as senders:
             for i in range(1, 12):
@@ -70,7 +76,7 @@ async def test_a_request_holds_at_most_max_bytes_and_topics_do_not_mix() -> None
         batcher = GrpcBatcher(proxy.send, tg, max_bytes=250, in_flight=1)
         async with anyio.create_task_group() as senders:
             for i in range(7):
-                senders.start_soon(batcher.send, outgoing("a" if i < 6 else "b", i), 100)
+                senders.start_soon(batcher.send, outgoing("a" if i < 6 else "b", i), 100, INF)
             await anyio.wait_all_tasks_blocked()
             proxy.release.set()
     sent = [i for r in proxy.requests for i in r]
@@ -87,7 +93,7 @@ async def test_a_failed_request_fails_each_of_its_messages() -> None:
 
     async def send(i: int) -> None:
         try:
-            await batcher.send(outgoing("t", i), 10)
+            await batcher.send(outgoing("t", i), 10, INF)
         except ProxyResponseError as exc:
             errors.append(exc)
 
@@ -108,7 +114,7 @@ async def test_a_cancelled_waiting_send_is_never_sent_and_close_fails_the_rest()
 
     async def send(i: int) -> None:
         try:
-            await batcher.send(outgoing("t", i), 10)
+            await batcher.send(outgoing("t", i), 10, INF)
         except ClientClosedError as exc:
             outcome[f"id{i}"] = str(exc)
 
@@ -118,7 +124,7 @@ async def test_a_cancelled_waiting_send_is_never_sent_and_close_fails_the_rest()
             callers.start_soon(send, 0)
             await anyio.wait_all_tasks_blocked()
             with anyio.move_on_after(0.01):  # waits behind id0, then gives up
-                await batcher.send(outgoing("t", 1), 10)
+                await batcher.send(outgoing("t", 1), 10, INF)
             callers.start_soon(send, 2)
             await anyio.wait_all_tasks_blocked()
             tg.cancel_scope.cancel()  # the producer closes: id0 in flight, id2 waiting
@@ -126,3 +132,20 @@ async def test_a_cancelled_waiting_send_is_never_sent_and_close_fails_the_rest()
     assert proxy.requests == [["id0"]]  # id1 left the queue; id2 never went
     assert "answer" in outcome["id0"] and "never" not in outcome["id0"]
     assert "before the message was sent" in outcome["id2"]
+
+
+async def test_a_request_runs_under_the_earliest_deadline_of_its_callers() -> None:
+    proxy = Proxy()
+    async with anyio.create_task_group() as tg:
+        batcher = GrpcBatcher(proxy.send, tg, max_bytes=1000, in_flight=1)
+        proxy.hold = True
+        async with anyio.create_task_group() as senders:
+            senders.start_soon(batcher.send, outgoing("t", 0), 10, 500.0)
+            await anyio.wait_all_tasks_blocked()  # id0 alone; the others queue behind it
+            for i, deadline in ((1, 300.0), (2, 100.0), (3, 200.0)):
+                senders.start_soon(batcher.send, outgoing("t", i), 10, deadline)
+            await anyio.wait_all_tasks_blocked()
+            proxy.release.set()
+    assert [sorted(r) for r in proxy.requests] == [["id0"], ["id1", "id2", "id3"]]
+    assert proxy.deadlines == [500.0, 100.0]
+

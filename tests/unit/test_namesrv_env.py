@@ -18,7 +18,7 @@ def addrs(client: Consumer | PullConsumer | Producer) -> list[str]:
         return list(client._engine._namesrv)
     if isinstance(client, Consumer):
         return list(client._backend._namesrv)  # type: ignore[attr-defined]
-    return list(client._namesrv)
+    return list(client._remoting._namesrv)  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("cls", CLIENTS)

@@ -1,0 +1,364 @@
+"""The remoting producer engine: a NameServer, brokers, and the remoting protocol.
+
+``RemotingProducer`` is the ``ProducerBackend``
+that ``aiorocket.producer.Producer`` uses when given NameServer addresses. It owns a
+``ClientInstance`` (connections, route refresher) and a task group running the
+heartbeat loop, the transaction check-back workers and the auto-batcher's requests.
+
+However many tasks send at once, at most ``max_in_flight`` requests wait for brokers
+(see ``aiorocket.producer.sender``); ``start_send`` waits for a slot *before*
+spawning, so a loop feeding a task group is held back too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from aiorocket.client.instance import ClientInstance
+from aiorocket.client.results import SendResult, SendStatus
+from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError
+from aiorocket.message import (
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_TRANSACTION_PREPARED,
+    Message,
+)
+from aiorocket.namespace import wrap, wrap_queue
+from aiorocket.producer.accumulate import AutoBatcher
+from aiorocket.producer.backend import ResultCallback, report
+from aiorocket.producer.batch import prepare_batch, split_batch_result
+from aiorocket.producer.config import ProducerConfig
+from aiorocket.producer.fault import LatencyFaultTolerance
+from aiorocket.producer.membership import Membership
+from aiorocket.producer.prepare import SYSFLAG_TRANSACTION_PREPARED, Outgoing, prepare_message
+from aiorocket.producer.routes import PublishRoutes
+from aiorocket.producer.selectors import QueueSelector
+from aiorocket.producer.sender import Plan, Sender
+from aiorocket.producer.transaction import (
+    PROPERTY_CHECK_IMMUNITY,
+    CheckBacks,
+    LocalTransaction,
+    TransactionChecker,
+    TransactionResult,
+    TransactionState,
+    end_transaction,
+)
+from aiorocket.protocol.codes import RequestCode
+
+__all__ = ["RemotingProducer"]
+
+
+class RemotingProducer:
+    """The remoting engine of a ``Producer`` (module docstring).
+
+    ``fault`` is the per-broker latency record; it may be replaced before ``start``.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv: list[str],
+        *,
+        config: ProducerConfig,
+        checker: TransactionChecker | None,
+        client_id: str | None,
+        topics: Sequence[str] = (),
+        log: Any,
+    ) -> None:
+        self.group = group
+        self.config = config
+        self.fault = LatencyFaultTolerance()
+        self.log = log
+        self._namesrv = namesrv
+        self._client_id = client_id
+        self._checker = checker
+        self._topics = tuple(topics)
+        self._client: ClientInstance | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._sender: Sender | None = None
+        self._batcher: AutoBatcher | None = None
+        self._membership: Membership | None = None
+        self._checks: CheckBacks | None = None
+        self._started = False
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    @property
+    def client(self) -> ClientInstance:
+        if self._client is None:
+            raise ClientClosedError("producer is not started")
+        return self._client
+
+    @property
+    def in_flight(self) -> int:
+        return 0 if self._sender is None else self._sender.in_flight
+
+    @property
+    def batcher(self) -> AutoBatcher | None:
+        return self._batcher
+
+    @property
+    def membership(self) -> Membership | None:
+        return self._membership
+
+    @property
+    def checks(self) -> CheckBacks | None:
+        return self._checks
+
+    async def start(self) -> None:
+        if self._started:
+            raise ClientClosedError("a producer can be started once")
+        self._started = True
+        cfg = self.config
+        client = ClientInstance(
+            self._namesrv,
+            client_id=self._client_id,
+            request_timeout=cfg.request_timeout,
+            route_refresh_interval=cfg.route_refresh_interval,
+            credentials=cfg.credentials,
+            tls=cfg.tls,
+            address_map=cfg.address_map,
+        )
+        await client.__aenter__()
+        self._client = client
+        self.log = self.log.bind(client_id=client.client_id)
+        routes = PublishRoutes(
+            client.namesrv, create_topic_key=cfg.create_topic_key,
+            default_topic_queue_nums=cfg.default_topic_queue_nums,
+            borrowed_for=cfg.route_refresh_interval, log=self.log,
+        )  # fmt: skip
+        group = wrap(cfg.namespace, self.group)  # the broker's name of the group
+        self._membership = membership = Membership(
+            client.broker, client.client_id, group, routes.broker_addrs, self.log
+        )
+        self._sender = Sender(
+            client.broker, routes, membership,
+            group=group, config=cfg, fault=self.fault, log=self.log,
+        )  # fmt: skip
+        self._checks = CheckBacks(
+            client.broker, group, self._checker,
+            concurrency=cfg.check_concurrency, backlog=cfg.check_backlog, log=self.log,
+            namespace=cfg.namespace,
+        )  # fmt: skip
+        client.dispatcher.register(RequestCode.CHECK_TRANSACTION_STATE, self._checks.on_request)
+        try:
+            self._tg = anyio.create_task_group()
+            await self._tg.__aenter__()
+            if cfg.auto_batch:
+                self._batcher = AutoBatcher(self._sender, cfg, self.log)
+                self._batcher.start(self._tg)
+            self._tg.start_soon(membership.run, cfg.heartbeat_interval)
+            self._tg.start_soon(self._checks.run)
+            for topic in self._topics:  # the first sends need not ask the NameServer
+                with contextlib.suppress(RocketMQError):  # a send will say what is wrong
+                    await routes.get(wrap(cfg.namespace, topic))
+        except BaseException as exc:
+            await self.close(type(exc), exc, exc.__traceback__)
+            raise
+
+    async def close(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the background tasks, unregister the group (bounded), close the client."""
+        self._closed = True
+        if self._client is not None and self._checks is not None:
+            self._client.dispatcher.unregister(
+                RequestCode.CHECK_TRANSACTION_STATE, self._checks.on_request
+            )
+        try:
+            if self._batcher is not None:
+                # Batches carry other callers' messages: let them finish, within bounds.
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(self.config.shutdown_timeout),
+                ):
+                    await self._batcher.drain()
+                self._batcher.close()
+            if self._tg is not None:
+                tg, self._tg = self._tg, None
+                tg.cancel_scope.cancel()
+                # The body's exception is not the group's: passed in, it would come out
+                # wrapped in an ExceptionGroup and miss the caller's `except` clauses.
+                await tg.__aexit__(None, None, None)
+        finally:
+            if self._membership is not None:
+                limit = self.config.shutdown_timeout
+                with anyio.CancelScope(shield=True), anyio.move_on_after(limit):
+                    await self._membership.unregister_all()
+            if self._client is not None:
+                # Not inside a shield: the client's task groups were entered before it.
+                await self._client.__aexit__(exc_type, exc, tb)
+
+    def _open_sender(self) -> Sender:
+        if self._closed:
+            raise ClientClosedError("producer is closed")
+        if self._sender is None:
+            raise ClientClosedError("producer is not started (use 'async with')")
+        return self._sender
+
+    # -- sending -------------------------------------------------------------------
+
+    def _plan(
+        self, msg: Message, sharding_key: object, selector: QueueSelector | None, arg: object
+    ) -> tuple[Sender, Outgoing, Plan]:
+        sender = self._open_sender()
+        plan = sender.plan(msg, sharding_key, selector, arg)
+        extra = None if sharding_key is None else {PROPERTY_SHARDING_KEY: str(sharding_key)}
+        return sender, prepare_message(msg, self.config, extra_properties=extra), plan
+
+    async def send(
+        self, msg: Message, *, timeout: float | None, sharding_key: object,
+        selector: QueueSelector | None, selector_arg: object,
+    ) -> SendResult:  # fmt: skip
+        batcher = self._batcher
+        if (
+            batcher is not None
+            and sharding_key is None
+            and selector is None
+            and batcher.accepts(msg)
+        ):
+            return await batcher.send(msg, self._open_sender().deadline(timeout))
+        sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
+        deadline = sender.deadline(timeout)
+        await sender.acquire(deadline)
+        try:
+            return await sender.send(out, plan, deadline)
+        finally:
+            sender.release()
+
+    async def start_send(
+        self, task_group: anyio.abc.TaskGroup, msg: Message, *,
+        on_result: ResultCallback | None, timeout: float | None, sharding_key: object,
+        selector: QueueSelector | None, selector_arg: object,
+    ) -> None:  # fmt: skip
+        sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
+        deadline = sender.deadline(timeout)
+        await sender.acquire(deadline)
+        try:
+            task_group.start_soon(self._send_in_slot, sender, out, plan, deadline, on_result)
+        except BaseException:
+            sender.release()
+            raise
+
+    @staticmethod
+    async def _send_in_slot(
+        sender: Sender, out: Outgoing, plan: Plan, deadline: float,
+        on_result: ResultCallback | None,
+    ) -> None:  # fmt: skip
+        try:
+            result = await sender.send(out, plan, deadline)
+        finally:
+            sender.release()
+        await report(on_result, result)
+
+    async def send_oneway(
+        self, msg: Message, *, timeout: float | None, sharding_key: object,
+        selector: QueueSelector | None, selector_arg: object,
+    ) -> None:  # fmt: skip
+        sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
+        deadline = sender.deadline(timeout)
+        await sender.acquire(deadline)
+        try:
+            await sender.send_oneway(out, plan, deadline)
+        finally:
+            sender.release()
+
+    async def send_batch(
+        self, messages: Sequence[Message], *, timeout: float | None, sharding_key: object,
+        selector: QueueSelector | None, selector_arg: object,
+    ) -> list[SendResult]:  # fmt: skip
+        sender = self._open_sender()
+        out, ids = prepare_batch(messages, self.config)
+        plan = sender.plan(messages[0], sharding_key, selector, selector_arg)
+        deadline = sender.deadline(timeout)
+        await sender.acquire(deadline)
+        try:
+            result = await sender.send(out, plan, deadline, batch=True)
+        finally:
+            sender.release()
+        return split_batch_result(result, ids)
+
+    # -- transactions --------------------------------------------------------------
+
+    async def send_in_transaction(
+        self, msg: Message, local_transaction: LocalTransaction, *, timeout: float | None
+    ) -> TransactionResult:
+        result, addr = await self._send_half(msg, self.group, {}, timeout)
+        if result.status is not SendStatus.SEND_OK:
+            state = TransactionState.ROLLBACK
+        else:
+            assert self._membership is not None
+            await self._membership.ensure(addr)  # so that a check-back can reach us
+            try:
+                state = await local_transaction(msg, result)
+                if not isinstance(state, TransactionState):
+                    raise ConfigError(f"local transaction returned {state!r}, not a state")
+            except Exception:
+                await self._end(addr, result, TransactionState.UNKNOWN)
+                raise
+        await self._end(addr, result, state)
+        return TransactionResult(result, state)
+
+    async def send_prepared(
+        self, msg: Message, *, producer_group: str | None, check_immunity: int | None,
+        timeout: float | None,
+    ) -> SendResult:  # fmt: skip
+        """A half message left open (``Producer.send_prepared``)."""
+        extra = {} if check_immunity is None else {PROPERTY_CHECK_IMMUNITY: str(check_immunity)}
+        result, _ = await self._send_half(msg, producer_group or self.group, extra, timeout)
+        return result
+
+    async def _send_half(
+        self, msg: Message, group: str, extra: dict[str, str], timeout: float | None
+    ) -> tuple[SendResult, str]:
+        if msg.delay_level or msg.deliver_time_ms is not None:
+            raise ConfigError("transactional messages cannot be delayed")
+        sender = self._open_sender()
+        extra = {
+            **extra,
+            PROPERTY_TRANSACTION_PREPARED: "true",
+            PROPERTY_PRODUCER_GROUP: wrap(self.config.namespace, group),
+        }
+        out = prepare_message(
+            msg, self.config, extra_properties=extra, sys_flag=SYSFLAG_TRANSACTION_PREPARED
+        )
+        plan = sender.plan(msg, None, None, None)
+        deadline = sender.deadline(timeout)
+        await sender.acquire(deadline)
+        try:
+            result = await sender.send(out, plan, deadline)
+        finally:
+            sender.release()
+        return result, await sender.addr_of(result.queue)
+
+    async def accept_checks(self, *topics: str) -> None:
+        """Heartbeat the brokers of ``topics`` now (``Producer.accept_checks``)."""
+        sender = self._open_sender()
+        assert self._membership is not None
+        for topic in topics:
+            await sender.routes.get(wrap(self.config.namespace, topic))
+        await self._membership.heartbeat_all()
+
+    async def _end(self, addr: str, result: SendResult, state: TransactionState) -> None:
+        namespace = self.config.namespace
+        if namespace:  # the broker's names
+            result = dataclasses.replace(result, queue=wrap_queue(namespace, result.queue))
+        try:
+            await end_transaction(
+                self.client.broker, addr, wrap(namespace, self.group), result, state
+            )
+        except RocketMQError as exc:  # the broker will ask the checker instead
+            self.log.warning(
+                "end_transaction_failed", broker=addr, msg_id=result.msg_id, error=str(exc)
+            )

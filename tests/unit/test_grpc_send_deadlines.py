@@ -1,0 +1,89 @@
+"""A gRPC send that timed out or was cancelled is never sent again (issue 30, item 4).
+
+Auto-batching is the default over gRPC: a message may share a request with other
+callers' messages. The request runs under the earliest deadline of its callers, and a
+retry leaves out the messages whose callers have gone, so after a caller got its
+``RequestTimeoutError`` or was cancelled no attempt carrying its message starts. Against
+the fake Proxy, which records when each SendMessage request came and what it carried.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+pytest.importorskip("grpclib")
+
+from aiorocket.errors import RequestTimeoutError
+from aiorocket.message import Message
+from aiorocket.producer import Producer
+from aiorocket.testing.fake_grpc import FakeProxy
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.parametrize("auto_batch", [True, False])
+async def test_no_attempt_of_a_send_starts_after_its_caller_timed_out(auto_batch: bool) -> None:
+    async with FakeProxy() as proxy:
+        async with Producer(
+            "pg", proxy=proxy.endpoint, send_timeout=10, request_timeout=0.4, retries=20,
+            shutdown_timeout=5, auto_batch=auto_batch,
+        ) as producer:  # fmt: skip
+            await producer.send(Message("t", b"warm-up"))  # the topic is declared
+            proxy.send_hangs = True
+            with pytest.raises(RequestTimeoutError):
+                await producer.send(Message("t", b"late"), timeout=1.0)
+            gave_up = time.monotonic()
+            proxy.send_hangs = False  # a later attempt would now be stored
+            # Leaving the block waits for the requests still under way (up to 5 s).
+        attempts = [at for at, ids in proxy.send_requests[1:]]
+        assert len(attempts) >= 2  # it was retried while its caller waited
+        assert max(attempts) <= gave_up
+        assert [m.body for m in proxy.sent] == [b"warm-up"]
+
+
+async def test_a_retry_of_a_shared_request_leaves_out_a_cancelled_callers_message() -> None:
+    async with FakeProxy() as proxy:
+        async with Producer(
+            "pg", proxy=proxy.endpoint, send_timeout=10, request_timeout=0.4, retries=20,
+            batch_in_flight=1,
+        ) as producer:  # fmt: skip
+            await producer.send(Message("t", b"warm-up"))
+            proxy.send_hangs = True
+            results: dict[str, str] = {}
+            scopes = {"a": anyio.CancelScope(), "b": anyio.CancelScope()}
+
+            async def send(name: str, timeout: float) -> None:
+                with scopes.get(name, anyio.CancelScope()):
+                    try:
+                        result = await producer.send(Message("t", name.encode()), timeout=timeout)
+                    except RequestTimeoutError:
+                        results[name] = "timed out"
+                    else:
+                        results[name] = result.msg_id
+
+            async with anyio.create_task_group() as tg:
+                # x holds the topic's one request slot while a and b queue behind it.
+                tg.start_soon(send, "x", 0.6)
+                await proxy.wait_sends(2)
+                tg.start_soon(send, "a", 10.0)
+                tg.start_soon(send, "b", 10.0)
+                await anyio.wait_all_tasks_blocked()
+                # x's request ends at x's deadline; a and b leave together.
+                while len(proxy.send_requests[-1][1]) != 2:
+                    await proxy.wait_sends(len(proxy.send_requests) + 1)
+                shared = len(proxy.send_requests)
+                scopes["a"].cancel()  # a's caller gives up while the attempt hangs
+                proxy.send_hangs = False
+            assert results == {"x": "timed out", "b": results["b"]}
+            assert results["b"] != "timed out"
+        after = [ids for _, ids in proxy.send_requests[shared:]]
+        assert after and all(len(ids) == 1 for ids in after)  # b's retries, alone
+        assert [m.body for m in proxy.sent] == [b"warm-up", b"b"]
