@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.abc
 
-from aiorocket.client.results import SendResult
+from aiorocket._send_result import SendResult
 from aiorocket.errors import ClientClosedError, RequestTimeoutError, RocketMQError
 from aiorocket.grpc._convert import Outgoing
 

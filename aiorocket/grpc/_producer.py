@@ -1,9 +1,10 @@
 """Sending over the Proxy: plain, FIFO (message group), delayed, batches, transactions.
 
-``GrpcProducer`` is what [`aiorocket.producer.Producer`][] delegates to when it
-is given a Proxy endpoint. The Proxy picks the queue itself (FIFO messages by their
-message group's hash), so a send names only the topic; a ``SendResult`` carries
-the queue offset the Proxy reports but no queue (``queue_id`` -1, broker unknown).
+``GrpcProducer`` is the transport side of a [`aiorocket.producer.Producer`][] given a
+Proxy endpoint (its engine, ``aiorocket.producer.over_grpc``, wraps it). The Proxy picks
+the queue itself (FIFO messages by their message group's hash), so a send names only the
+topic; a ``SendResult`` carries the queue offset the Proxy reports but no queue
+(``queue_id`` -1, broker unknown).
 
 Retries follow the server's producer backoff policy (from the Telemetry settings):
 a failed attempt (Proxy unreachable, timed out, throttled or a server-side error) is
@@ -12,7 +13,7 @@ the Proxy rejects as invalid are not retried. Transactional half messages are ne
 resent (as in the Java client).
 
 A transactional producer answers the Proxy's RecoverOrphanedTransactionCommand with
-the user's async checker and EndTransaction(source=SERVER_CHECK). The Proxy finds a
+its ``on_orphan`` verdict and EndTransaction(source=SERVER_CHECK). The Proxy finds a
 producer for a topic's orphaned transactions through the topics its settings publish:
 the topics declared with ``Producer(topics=...)`` are in the first settings, so a
 restarted producer is asked about its predecessor's orphans before it sends anything;
@@ -22,16 +23,17 @@ any other topic joins at its first send (one Telemetry update).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Protocol
 
 import anyio
 import anyio.abc
 
 from aiorocket._log import get_logger
-from aiorocket.client.results import SendResult, SendStatus
+from aiorocket._send_result import SendResult, SendStatus
 from aiorocket.errors import (
     ClientClosedError,
     ConfigError,
@@ -46,23 +48,33 @@ from aiorocket.grpc._encode import FastSendResponse, SendEntry, encode_message, 
 from aiorocket.grpc._received import message_ext
 from aiorocket.grpc._session import Session, backoff_delays
 from aiorocket.grpc._transport import GrpcOptions, GrpcTransport, check_status, with_security
-from aiorocket.message import Message, MessageQueue
-from aiorocket.producer.backend import ResultCallback, report, unsupported
-from aiorocket.producer.config import ProducerConfig
-from aiorocket.producer.selectors import QueueSelector
-from aiorocket.producer.transaction import (
-    LocalTransaction,
-    TransactionChecker,
-    TransactionResult,
-    TransactionState,
-)
+from aiorocket.message import Message, MessageExt, MessageQueue
+from aiorocket.security import Credentials, TlsSetting
 
-__all__ = ["GrpcProducer"]
+__all__ = ["GrpcProducer", "OrphanVerdict", "SendSettings"]
 
-_RESOLUTION = {
-    TransactionState.COMMIT: pb.TransactionResolution.COMMIT,
-    TransactionState.ROLLBACK: pb.TransactionResolution.ROLLBACK,
-}
+#: Answers an orphaned half message: True commit, False roll back, None unknown (ask
+#: again later).
+OrphanVerdict = Callable[[MessageExt], Awaitable["bool | None"]]
+
+
+class SendSettings(Protocol):
+    """The producer settings this module reads (``ProducerConfig`` has them)."""
+
+    send_timeout: float
+    retries: int
+    max_message_size: int
+    request_timeout: float
+    heartbeat_interval: float
+    check_concurrency: int
+    max_in_flight: int
+    auto_batch: bool | None
+    batch_max_bytes: int
+    batch_in_flight: int
+    shutdown_timeout: float
+    credentials: Credentials | None
+    tls: TlsSetting
+    namespace: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +99,8 @@ class GrpcProducer:
     config:
         the producer settings (``send_timeout``, ``retries``, ``max_message_size``,
         ``request_timeout``, ``check_concurrency``).
-    checker:
-        answers orphaned-transaction commands.
+    on_orphan:
+        answers orphaned-transaction commands (none: they are not answered).
     options:
         TLS, namespace, ACL credentials.
     client_id:
@@ -100,8 +112,8 @@ class GrpcProducer:
         group: str,
         endpoint: str,
         *,
-        config: ProducerConfig,
-        checker: TransactionChecker | None = None,
+        config: SendSettings,
+        on_orphan: OrphanVerdict | None = None,
         options: GrpcOptions | None = None,
         client_id: str | None = None,
         topics: Sequence[str] = (),
@@ -113,14 +125,14 @@ class GrpcProducer:
         self.transport = GrpcTransport.create(
             endpoint, options, client_id=client_id, request_timeout=config.request_timeout
         )
-        self._checker = checker
+        self._verdict = on_orphan
         self._publishing = pb.Publishing()
         self.session = Session(
             self.transport,
             pb.ClientType.PRODUCER,
             self._publishing,
             heartbeat_interval=min(config.heartbeat_interval, 10.0),
-            on_orphan=self._on_orphan,
+            on_orphan=self._on_orphan if on_orphan is not None else None,
         )
         self.log = get_logger("producer", group=group, client_id=self.transport.client_id)
         # Declared topics go in the first settings: the Proxy registers this client as
@@ -148,13 +160,6 @@ class GrpcProducer:
         if self._started:
             raise ClientClosedError("a producer can be started once")
         self._started = True
-        if self._checker is not None and not self._topics:
-            self.log.warning(
-                "transaction_topics_undeclared",
-                advice="pass topics=[...]: the Proxy asks a producer about the orphaned "
-                "transactions of the topics it declared only, so the half messages a "
-                "previous run left are checked only after a send to their topic",
-            )
         await self.session.__aenter__()
         if self.config.auto_batch is not False:  # None: on over gRPC (ProducerConfig)
             self._batches = anyio.create_task_group()
@@ -232,8 +237,6 @@ class GrpcProducer:
         *,
         timeout: float | None = None,
         sharding_key: object = None,
-        selector: QueueSelector | None = None,
-        selector_arg: object = None,
         held: bool = False,
     ) -> SendResult:
         """Send one message; ``held``: the caller already holds an in-flight slot.
@@ -245,7 +248,6 @@ class GrpcProducer:
         and a retry leaves out the messages whose callers have gone). An attempt
         already under way may still have stored it.
         """
-        _no_selector(selector)
         deadline = self._deadline(timeout)
         group = None if sharding_key is None else str(sharding_key)
         pbm = self._build(msg, group)
@@ -287,43 +289,10 @@ class GrpcProducer:
         finally:
             self._slots.release()
 
-    async def start_send(
-        self, task_group: anyio.abc.TaskGroup, msg: Message, *,
-        on_result: ResultCallback | None = None, timeout: float | None = None,
-        sharding_key: object = None, selector: QueueSelector | None = None,
-        selector_arg: object = None,
-    ) -> None:  # fmt: skip
-        """Wait for an in-flight slot, then send ``msg`` in ``task_group``."""
-        _no_selector(selector)
-        await self.acquire()
-        try:
-            task_group.start_soon(self._send_in_slot, msg, on_result, timeout, sharding_key)
-        except BaseException:
-            self.release()
-            raise
-
-    async def _send_in_slot(
-        self, msg: Message, on_result: ResultCallback | None, timeout: float | None,
-        sharding_key: object,
-    ) -> None:  # fmt: skip
-        try:
-            result = await self.send(msg, timeout=timeout, sharding_key=sharding_key, held=True)
-        finally:
-            self.release()
-        await report(on_result, result)
-
-    async def send_oneway(
-        self, msg: Message, *, timeout: float | None = None, sharding_key: object = None,
-        selector: QueueSelector | None = None, selector_arg: object = None,
-    ) -> None:  # fmt: skip
-        raise unsupported("send_oneway", "remoting")
-
     async def send_batch(
         self, messages: Sequence[Message], *, timeout: float | None = None,
-        sharding_key: object = None, selector: QueueSelector | None = None,
-        selector_arg: object = None,
+        sharding_key: object = None,
     ) -> list[SendResult]:  # fmt: skip
-        _no_selector(selector)
         if not messages:
             raise ConfigError("send_batch needs at least one message")
         topic = messages[0].topic
@@ -394,40 +363,33 @@ class GrpcProducer:
 
     # -- transactions --------------------------------------------------------------
 
-    async def send_in_transaction(
-        self,
-        msg: Message,
-        local_transaction: LocalTransaction,
-        *,
-        timeout: float | None = None,
-    ) -> TransactionResult:
-        if self._checker is None:
-            raise ConfigError("a transactional send needs transaction_checker= on the producer")
+    async def send_half(self, msg: Message, *, timeout: float | None = None) -> SendResult:
+        """Send ``msg`` as a transactional half message: one attempt, never resent (as in
+        the Java client: a second half message would be a second transaction)."""
         deadline = self._deadline(timeout)
         pbm = self._build(msg, None, transactional=True)
         async with self._slot(deadline):
             (result,) = await self._send([pbm], msg.topic, deadline, attempts=1,
                                          transactional=True)  # fmt: skip
-        # If the local transaction raises, nothing is ended: the Proxy's recovery
-        # command asks the checker later (Java sends nothing for UNKNOWN either).
-        state = await local_transaction(msg, result)
-        if not isinstance(state, TransactionState):
-            raise ConfigError(f"local transaction returned {state!r}, not a state")
-        if state is not TransactionState.UNKNOWN:
-            await self._end(msg.topic, result.msg_id, result.transaction_id or "", state,
-                            pb.TransactionSource.SOURCE_CLIENT)  # fmt: skip
-        return TransactionResult(result, state)
+        return result
 
-    async def _end(
-        self, topic: str, msg_id: str, txn_id: str, state: TransactionState,
-        source: pb.TransactionSource,
-    ) -> None:  # fmt: skip
+    async def end(
+        self, topic: str, msg_id: str, txn_id: str, commit: bool, *, checked: bool = False
+    ) -> None:
+        """EndTransaction: commit or roll back (``checked``: answering the Proxy's check).
+        A failure is logged: the Proxy will ask again."""
         req = pb.EndTransactionRequest(
             topic=self.session.resource(topic),
             message_id=msg_id,
             transaction_id=txn_id,
-            resolution=_RESOLUTION[state],
-            source=source,
+            resolution=(
+                pb.TransactionResolution.COMMIT if commit else pb.TransactionResolution.ROLLBACK
+            ),
+            source=(
+                pb.TransactionSource.SOURCE_SERVER_CHECK
+                if checked
+                else pb.TransactionSource.SOURCE_CLIENT
+            ),
         )
         try:
             resp = await self.transport.unary("EndTransaction", req, pb.EndTransactionResponse)
@@ -436,23 +398,17 @@ class GrpcProducer:
             self.log.warning("end_transaction_failed", topic=topic, msg_id=msg_id, error=str(exc))
 
     async def _on_orphan(self, cmd: pb.RecoverOrphanedTransactionCommand) -> None:
-        if self._checker is None:
+        if self._verdict is None:
             return
         async with self._checks:
             ext = message_ext(cmd.message, broker_name="")
             try:
-                state = await self._checker(ext)
+                commit = await self._verdict(ext)
             except Exception as exc:
                 self.log.warning("transaction_check_failed", msg_id=ext.msg_id, error=str(exc))
                 return
-            if state in _RESOLUTION:
-                await self._end(ext.topic, ext.msg_id, cmd.transaction_id, state,
-                                pb.TransactionSource.SOURCE_SERVER_CHECK)  # fmt: skip
-
-
-def _no_selector(selector: QueueSelector | None) -> None:
-    if selector is not None:  # the Proxy picks the queue
-        raise unsupported("choosing the queue (selector=)", "remoting")
+            if commit is not None:
+                await self.end(ext.topic, ext.msg_id, cmd.transaction_id, commit, checked=True)
 
 
 def _results(

@@ -2,7 +2,7 @@
 
 The producer picks its engine once, at construction: the remoting one
 (``aiorocket.producer.remoting.RemotingProducer``, NameServer and brokers) or the
-gRPC one (``aiorocket.grpc._producer.GrpcProducer``, a 5.x Proxy). Both implement
+gRPC one (``aiorocket.producer.over_grpc.GrpcEngine``, a 5.x Proxy). Both implement
 ``ProducerBackend``, so the public methods forward without asking which transport
 they run on. A feature only one transport has is refused by the other engine with
 ``UnsupportedTransportError`` (``unsupported``).

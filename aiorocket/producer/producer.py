@@ -3,7 +3,7 @@
 A ``Producer`` picks the engine of its transport once, at construction, and every
 method forwards to it (``ProducerBackend``): the
 remoting one (``aiorocket.producer.remoting``: NameServer, brokers, heartbeats,
-check-backs) or the gRPC one (``aiorocket.grpc._producer``: a 5.x Proxy). A feature
+check-backs) or the gRPC one (``aiorocket.producer.over_grpc``: a 5.x Proxy). A feature
 of one transport only raises ``UnsupportedTransportError``
 naming the other.
 """
@@ -372,9 +372,9 @@ def _grpc_engine(
     group: str, endpoint: str, config: ProducerConfig, checker: TransactionChecker | None,
     options: GrpcOptions | None, client_id: str | None, topics: tuple[str, ...],
 ) -> ProducerBackend:  # fmt: skip
-    from aiorocket.grpc._producer import GrpcProducer
+    from aiorocket.producer.over_grpc import GrpcEngine
 
-    return GrpcProducer(
+    return GrpcEngine(
         group, endpoint, config=config, checker=checker, options=options, client_id=client_id,
         topics=topics,
     )  # fmt: skip
