@@ -9,7 +9,11 @@ import sys
 from typing import TYPE_CHECKING
 
 import anyio
-import click
+
+from aiorocket._extras import needs_extra
+
+with needs_extra("cli", "the local broker's command line (aiorocket.testing._commands)"):
+    import click
 
 if TYPE_CHECKING:
     from aiorocket.testing.broker import LocalRocketMQ
