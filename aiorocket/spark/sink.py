@@ -86,6 +86,10 @@ def check_columns(schema: StructType, opts: WriteOptions) -> None:
                           f"the DataFrame has {names}")  # fmt: skip
     if opts.topic is None and "topic" not in names:
         raise ConfigError("the rocketmq sink needs the option topic or a 'topic' column")
+    delayed = [n for n in ("delayLevel", "deliverTimeMs") if n in names]
+    if opts.exactly_once and delayed:
+        raise ConfigError(f"column(s) {', '.join(delayed)}: RocketMQ cannot delay transactional "
+                          "messages (deliveryGuarantee=exactly-once)")  # fmt: skip
     for f in schema.fields:
         spec = _COLUMNS.get(f.name)
         if spec is None:

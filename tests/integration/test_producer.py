@@ -15,9 +15,10 @@ import pytest
 from aiorocket.client.broker import PULL_SUBSCRIPTION
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.results import PullStatus, SendResult, SendStatus
-from aiorocket.errors import NoRouteError, TopicNotExistError
+from aiorocket.errors import BrokerResponseError, NoRouteError, TopicNotExistError
 from aiorocket.message import Message, MessageExt, MessageQueue
 from aiorocket.producer import LocalTransaction, Producer, TransactionState
+from aiorocket.producer.transaction import HalfMessage, end_half
 from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.logs import capture_logs
 
@@ -331,6 +332,42 @@ async def test_transactions_commit_rollback_and_check_back(
         stored = {m.body for m in await reader.read_all()}
     assert stored == {b"commit", b"unknown-commit"}  # rolled back ones never appear
     assert set(checked) <= set(verdicts)  # ended transactions are not asked about
+
+
+async def test_half_messages_ended_by_another_client(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """send_prepared leaves the transaction open under another group; a second client,
+    given the handles, ends them (as a Spark driver does for its executors' rows), with
+    the broker's answer; a wrong group is refused."""
+    topic = unique_name("ptxh")
+    await rocketmq.create_topic(topic, queues=2)
+    group = unique_name("pgh")
+    async with Producer(unique_name("pgs"), rocketmq.namesrv_addr, retries=0) as p:
+        sent = {
+            body: await p.send_prepared(
+                Message(topic, body), producer_group=group, check_immunity=60
+            )
+            for body in (b"commit", b"rollback", b"wrong-group")
+        }
+    halves = {body: HalfMessage.of(r) for body, r in sent.items()}
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+        route = await client.namesrv.query_route(topic)
+
+        async def end(body: bytes, state: TransactionState, as_group: str = group) -> None:
+            addr = route.master_addr(halves[body].broker_name)
+            assert addr is not None
+            await end_half(client.broker, addr, as_group, halves[body], state)
+
+        with pytest.raises(BrokerResponseError, match="producer group wrong"):
+            await end(b"wrong-group", TransactionState.COMMIT, as_group="someone_else")
+        await end(b"commit", TransactionState.COMMIT)
+        await end(b"rollback", ROLLBACK)
+        await end(b"wrong-group", ROLLBACK)
+        reader = Reader(client, topic)
+        found = await poll(reader, {}, {sent[b"commit"].msg_id}, timeout=30)
+        assert found[sent[b"commit"].msg_id].body == b"commit"
+        assert {m.body for m in await reader.read_all()} == {b"commit"}
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,8 @@ files written to ``WORKDIR/markers`` at three points of each micro-batch ``b``:
 * ``recorded:b``: the driver wrote the commit record, no half message is ended yet.
 
 When ``WORKDIR/markers/target`` names the point reached, the driver pauses there so that
-the controller (:class:`Run`) can SIGKILL its whole process group at that point.
+the controller (:class:`Run`) can SIGKILL its whole process group at that point, or (at
+a ``send`` point) only the Python worker running that task.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ def _marker_dir() -> Path:
 
 
 def mark(point: str) -> None:
-    """Record reaching ``point``; pause there if it is the controller's target."""
+    """Record reaching ``point`` (the file holds this process's pid); pause there if it is
+    the controller's target."""
     markers = _marker_dir()
-    (markers / point).touch()
+    (markers / point).write_text(str(os.getpid()))
     target = markers / "target"
     if target.exists() and target.read_text() == point:
         time.sleep(PAUSE)
@@ -87,7 +89,8 @@ def child(namesrv: str, source: str, target: str, workdir: str, per_batch: int) 
             return HookedWriter(parse_write(self.options), schema)
 
     spark = (
-        SparkSession.builder.master("local[2]").appName("eos-crash")
+        # local[2, 3]: a failed task is tried up to 3 times (a killed Python worker)
+        SparkSession.builder.master("local[2,3]").appName("eos-crash")
         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.showConsoleProgress", "false").getOrCreate()
     )  # fmt: skip
@@ -150,10 +153,21 @@ class Run:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
-    def finish(self, timeout: float = 600) -> None:
-        """Run a driver until its AvailableNow query ends; it must end cleanly."""
-        proc = self._start(None)
+    def finish(self, kill_worker_at: str | None = None, timeout: float = 600) -> bool:
+        """Run a driver until its AvailableNow query ends; it must end cleanly. With
+        ``kill_worker_at`` (a ``send`` point), SIGKILL the Python worker of the task that
+        reaches it (executor loss: Spark retries the task); True if one was killed."""
+        proc = self._start(kill_worker_at)
+        killed = False
         try:
+            if kill_worker_at is not None:
+                marker = self.markers / kill_worker_at
+                while not marker.exists() and proc.poll() is None:
+                    time.sleep(0.05)
+                if proc.poll() is None:
+                    time.sleep(0.05)  # the pid is written right after the file is created
+                    os.kill(int(marker.read_text()), signal.SIGKILL)
+                    killed = True
             code = proc.wait(timeout)
         finally:
             if proc.poll() is None:
@@ -161,6 +175,7 @@ class Run:
                 proc.wait()
         log = (self.workdir / f"driver-{self.launches}.log").read_text(errors="replace")
         assert code == 0, f"driver exited with {code}:\n{log[-4000:]}"
+        return killed
 
 
 _ROOT = str(Path(__file__).resolve().parents[2])

@@ -66,8 +66,9 @@ def test_driver_killed_in_the_batch_cycle(
 ) -> None:  # fmt: skip
     """SIGKILL the driver while tasks send, and right after the commit record is written
     (before any end: the rows become visible through the broker's check-backs, answered
-    by the restarted driver), restarting from the checkpoint each time: the output topic
-    holds every input row exactly once. Between task success and commit, and random
+    by the restarted driver), restarting from the checkpoint each time, then a Python
+    worker while its task sends (Spark retries the task): the output topic holds every
+    input row exactly once. Between task success and commit, and random
     points in repeated runs: ``scripts/spark_eos_crash.py``."""
     filled = make_topic(80)
     target = unique_name("eoscrash")
@@ -75,5 +76,5 @@ def test_driver_killed_in_the_batch_cycle(
     run = eos_driver.Run(filled.namesrv, filled.topic, target, tmp_path, per_batch=16)
     for point in kills:
         assert run.kill_at(point), f"the driver did not reach {point}"
-    run.finish()
+    assert run.finish(kill_worker_at="send:3")  # and an executor's Python worker dies
     assert stored_bodies(filled.namesrv, target) == Counter(m.body for m in filled.messages)
