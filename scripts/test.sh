@@ -28,4 +28,9 @@ if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: treating as a failure" >&2
     exit 1
 fi
+# The whole suite also runs the Spark connector on the oldest supported pyspark (~1 min,
+# and ~2 min once to make its venv); AIOROCKET_SPARK_COMPAT=0 skips that.
+if [ "$status" -eq 0 ] && [ "$#" -eq 0 ] && [ "${AIOROCKET_SPARK_COMPAT:-1}" != 0 ]; then
+    ./scripts/spark_compat.sh || status=$?
+fi
 exit "$status"

@@ -67,8 +67,10 @@ log = get_logger("spark")
 
 #: the property of every half message: ``"<batch>:<txn>"``.
 TXN_PROPERTY = "sparkTxn"
-#: how many records (batches) the log keeps; a check-back for an older batch waits.
-KEEP = 100
+#: how many records (batches) the log keeps. Once a batch is done every row of it is
+#: visible, so the only answer left for its half messages is ROLLBACK (copies the broker
+#: put back, failed attempts): what a batch without a record below the newest gets.
+KEEP = 10
 #: ends (and visibility queries) in flight at once.
 PARALLEL = 128
 
