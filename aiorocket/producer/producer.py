@@ -346,8 +346,8 @@ class Producer:
         """Store ``msg`` as a half message and leave its transaction open.
 
         Remoting only. Whoever holds the result ends the transaction later
-        (``HalfMessage.of`` and ``end_half`` of ``aiorocket.producer.transaction``, from
-        any process), or the
+        ([`HalfMessage.of`][aiorocket.producer.transaction.HalfMessage] and
+        [`end_half`][aiorocket.producer.transaction.end_half], from any process), or the
         ``transaction_checker`` of ``producer_group`` (default: this producer's group)
         when the broker asks. With another group, the broker's check-backs go to that
         group's members, not to this producer. ``check_immunity`` (seconds) keeps the
