@@ -1,6 +1,6 @@
-"""A grpclib ``Channel`` whose connection writes the frames of one loop iteration at once
-and encodes its request headers with
-[`StableHeaderEncoder`][aiorocket.grpc._hpack.StableHeaderEncoder].
+"""A grpclib ``Channel`` whose connection writes the frames of one loop iteration at once,
+encodes its request headers with ``StableHeaderEncoder``,
+and is abandoned when it stops answering (``aiorocket.grpc._keepalive``).
 
 grpclib hands every HTTP/2 frame to ``transport.write`` as soon as h2 produces it: a
 unary call is a HEADERS and a DATA frame, each its own ``send`` system call (and the
@@ -16,14 +16,21 @@ stable across 0.4.x; the extra pins grpclib below 0.5.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from grpclib.client import Channel, Handler
 from grpclib.protocol import H2Protocol
+from h2.events import DataReceived, Event, ResponseReceived, TrailersReceived
 
 from aiorocket.grpc._hpack import RepeatingBlockDecoder, StableHeaderEncoder
+from aiorocket.grpc._keepalive import Keepalive, KeepaliveSettings
 
 __all__ = ["CoalescingChannel", "CoalescingTransport"]
+
+#: Frames from the server that end a silence for the keepalive: response headers and data
+#: (after these a gRPC server accepts a PING without counting a strike).
+_ANSWERS = (ResponseReceived, DataReceived, TrailersReceived)
 
 
 class CoalescingTransport:
@@ -56,6 +63,15 @@ class CoalescingTransport:
 
 
 class _CoalescingProtocol(H2Protocol):
+    keepalive: Keepalive | None = None
+
+    def __init__(
+        self, *args: Any, keepalive: KeepaliveSettings | None, busy: Callable[[], bool]
+    ) -> None:
+        super().__init__(*args)
+        self._keepalive_settings = keepalive
+        self._busy = busy
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         super().connection_made(CoalescingTransport(transport))  # type: ignore[arg-type]
@@ -66,10 +82,60 @@ class _CoalescingProtocol(H2Protocol):
         decoder.max_header_list_size = h2_conn.decoder.max_header_list_size
         decoder.max_allowed_table_size = h2_conn.decoder.max_allowed_table_size
         h2_conn.decoder = decoder
+        if self._keepalive_settings is not None:
+            self._watch(transport, self._keepalive_settings)
+
+    def _watch(self, transport: asyncio.Transport, settings: KeepaliveSettings) -> None:
+        conn = self.connection
+
+        def ping(data: bytes) -> None:
+            conn._connection.ping(data)
+            conn.flush()
+
+        peer = transport.get_extra_info("peername")
+        keepalive = self.keepalive = Keepalive(
+            settings, self._busy, ping, transport.abort, peer=str(peer)
+        )
+        feed = conn.feed
+
+        def watched_feed(data: bytes) -> list[Event]:
+            events: list[Event] = feed(data)
+            if events:
+                keepalive.heard(answer=any(type(e) in _ANSWERS for e in events))
+            return events
+
+        conn.feed = watched_feed  # type: ignore[method-assign]
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self.keepalive is not None:
+            self.keepalive.stop()
+        super().connection_lost(exc)
 
 
 class CoalescingChannel(Channel):
-    """A grpclib ``Channel`` on ``CoalescingTransport`` connections."""
+    """A grpclib ``Channel`` on ``CoalescingTransport`` connections, each watched by
+    a ``Keepalive`` (unless ``keepalive`` is None) while ``busy()``."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl: Any = None,
+        keepalive: KeepaliveSettings | None = None,
+        busy: Callable[[], bool] = lambda: False,
+    ) -> None:
+        super().__init__(host, port, ssl=ssl)
+        self._keepalive = keepalive
+        self._busy = busy
+
+    @property
+    def protocol(self) -> _CoalescingProtocol | None:
+        """The current connection's protocol (None before the first call)."""
+        protocol: Any = self._protocol
+        return protocol if isinstance(protocol, _CoalescingProtocol) else None
 
     def _protocol_factory(self) -> H2Protocol:
-        return _CoalescingProtocol(Handler(), self._config, self._h2_config)
+        return _CoalescingProtocol(
+            Handler(), self._config, self._h2_config, keepalive=self._keepalive, busy=self._busy
+        )

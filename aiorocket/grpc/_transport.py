@@ -12,7 +12,9 @@ header when configured) and a deadline. Errors are mapped here, once, to
 * any other gRPC status (UNIMPLEMENTED, ...) → ``GrpcStatusError``.
 
 grpclib reconnects by itself: a call after a lost connection opens a new one. Callers
-that loop (telemetry, heartbeats, sends) add their own backoff.
+that loop (telemetry, heartbeats, sends) add their own backoff. A connection that stops
+answering while a call is open is abandoned after an unanswered HTTP/2 PING
+(``aiorocket.grpc._keepalive``), so that the next call opens a new one.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any, Protocol, TypeVar
 
 import anyio
 import h2.exceptions
-from grpclib.client import Channel, Stream
+from grpclib.client import Stream
 from grpclib.const import Cardinality
 from grpclib.const import Status as GrpcStatus
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
@@ -47,6 +49,7 @@ from aiorocket.errors import (
 )
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._channel import CoalescingChannel
+from aiorocket.grpc._keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 from aiorocket.security import Credentials
 
 __all__ = ["GrpcOptions", "GrpcTransport", "check_status", "parse_endpoint", "with_security"]
@@ -72,11 +75,16 @@ class GrpcOptions:
     ``namespace``: the 5.x namespace sent with every call and resource.
     ``credentials``: [`aiorocket.security.Credentials`][] (ACL access key, secret,
     optional session token): every call carries the signed ``authorization`` header.
+    ``keepalive``: when a connection that owes a call its answer has been silent for
+    ``interval`` seconds, one HTTP/2 PING; no answer within ``timeout`` and the
+    connection is abandoned, its calls fail and the next call opens a new one
+    (``aiorocket.grpc._keepalive``; None: never).
     """
 
     tls: bool | str | ssl.SSLContext = False
     namespace: str = ""
     credentials: Credentials | None = None
+    keepalive: KeepaliveSettings | None = DEFAULT_KEEPALIVE
 
 
 def with_security(
@@ -202,6 +210,7 @@ class GrpcTransport:
         credentials: Credentials | None = None,
         request_timeout: float = 3.0,
         version: str = "",
+        keepalive: KeepaliveSettings | None = DEFAULT_KEEPALIVE,
     ) -> None:
         self.endpoint = endpoint
         self.host, self.port = parse_endpoint(endpoint)
@@ -211,7 +220,10 @@ class GrpcTransport:
         self.request_timeout = request_timeout
         self._version = version or __version__
         self._ssl = _tls_context(tls)
-        self._channel: Channel | None = None
+        self._keepalive = keepalive
+        self._channel: CoalescingChannel | None = None
+        #: calls under way (any kind): while one is open, a silent connection is suspect
+        self._calls = 0
 
     @classmethod
     def create(
@@ -231,13 +243,23 @@ class GrpcTransport:
             tls=opts.tls,
             namespace=opts.namespace,
             credentials=opts.credentials,
+            keepalive=opts.keepalive,
         )
 
     @property
-    def channel(self) -> Channel:
+    def channel(self) -> CoalescingChannel:
         if self._channel is None:
-            self._channel = CoalescingChannel(self.host, self.port, ssl=self._ssl)
+            self._channel = CoalescingChannel(
+                self.host, self.port, ssl=self._ssl, keepalive=self._keepalive,
+                busy=lambda: self._calls > 0,
+            )  # fmt: skip
         return self._channel
+
+    def _probe(self) -> None:
+        """A call timed out: is the connection still there? (A PING will tell.)"""
+        protocol = None if self._channel is None else self._channel.protocol
+        if protocol is not None and protocol.keepalive is not None:
+            protocol.keepalive.probe()
 
     def close(self) -> None:
         if self._channel is not None:
@@ -307,7 +329,7 @@ class GrpcTransport:
     ) -> Rep:
         """One request, one reply; the whole call (connecting included) within ``timeout``."""
         limit = self.request_timeout if timeout is None else timeout
-        with self.boundary(rpc, limit), anyio.fail_after(limit):
+        with self._open_call(), self.boundary(rpc, limit), anyio.fail_after(limit):
             call = self._call(rpc, Cardinality.UNARY_UNARY, type(request), reply_type, limit)
             async with call as stream:
                 await stream.send_message(request, end=True)
@@ -315,6 +337,15 @@ class GrpcTransport:
                 if reply is None:
                     raise ProxyUnavailableError(f"{rpc}: the Proxy closed the call without reply")
                 return reply
+
+    @contextmanager
+    def _open_call(self) -> Iterator[None]:
+        """A call is open: the connection's keepalive watches while any is."""
+        self._calls += 1
+        try:
+            yield
+        finally:
+            self._calls -= 1
 
     @asynccontextmanager
     async def server_stream(
@@ -326,7 +357,7 @@ class GrpcTransport:
         with the server's trailers: a connection that drops midway is an error here,
         not a short but seemingly complete answer.
         """
-        with self.boundary(rpc, timeout), anyio.fail_after(timeout):
+        with self._open_call(), self.boundary(rpc, timeout), anyio.fail_after(timeout):
             call = self._call(rpc, Cardinality.UNARY_STREAM, type(request), reply_type, timeout)
             async with call as stream:
                 await stream.send_message(request, end=True)
@@ -343,7 +374,7 @@ class GrpcTransport:
         It has no gRPC deadline on purpose: it is the client's session and lasts as long
         as the client; every read the caller waits for is bounded by the caller.
         """
-        with self.boundary(rpc, None):
+        with self._open_call(), self.boundary(rpc, None):
             async with self._call(
                 rpc, Cardinality.STREAM_STREAM, request_type, reply_type, None
             ) as stream:
@@ -364,12 +395,14 @@ class GrpcTransport:
         except GRPCError as exc:
             _uncancel_to(baseline)
             if exc.status is GrpcStatus.DEADLINE_EXCEEDED:
+                self._probe()
                 raise RequestTimeoutError(f"{where}: no answer within {timeout}s") from exc
             if exc.status is GrpcStatus.UNAVAILABLE:
                 raise ProxyUnavailableError(f"{where}: {exc.message}") from exc
             raise GrpcStatusError(exc.status.value, exc.status.name, exc.message, rpc=rpc) from exc
         except (asyncio.TimeoutError, TimeoutError) as exc:
             _uncancel_to(baseline)
+            self._probe()
             raise RequestTimeoutError(f"{where}: no answer within {timeout}s") from exc
         except (
             OSError,

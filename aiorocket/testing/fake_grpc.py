@@ -58,6 +58,8 @@ class FakeProxy:
         self.receive_mode: ReceiveMode = "ok"
         #: SendMessage stores every message (in ``sent``) or, when True, never answers
         self.send_hangs = False
+        #: seconds SendMessage waits before it answers (a slow but live Proxy)
+        self.send_delay = 0.0
         #: Telemetry ends every stream after the client's first command: with this gRPC
         #: error, or with status OK and no answer (``"end"``)
         self.telemetry_refusal: GRPCError | Literal["end"] | None = None
@@ -198,6 +200,8 @@ class FakeProxy:
         self._send_seen.set()
         if self.send_hangs:
             await asyncio.Event().wait()
+        if self.send_delay:
+            await asyncio.sleep(self.send_delay)
         entries = []
         for msg in req.messages:
             self.sent.append(msg)
