@@ -21,14 +21,10 @@ internal classes, so the extra pins the FastStream minor series it is built on.
 
 from __future__ import annotations
 
-try:
+from aiorocket._extras import needs_extra
+
+with needs_extra("faststream", "aiorocket.faststream"):
     import faststream  # noqa: F401
-except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
-    raise ModuleNotFoundError(
-        f"aiorocket.faststream needs the 'faststream' extra ({exc.name} is missing): "
-        "pip install 'aiorocketmq[faststream]'",
-        name=exc.name,
-    ) from exc
 
 from aiorocket.faststream._broker import RocketBroker
 from aiorocket.faststream._command import RocketPublishCommand, RocketResponse
