@@ -27,6 +27,7 @@ from aiorocket.message import MessageExt, MessageQueue
 __all__ = [
     "ConsumerMessage",
     "Generation",
+    "PopMessage",
     "QueueView",
     "Settler",
 ]
@@ -168,4 +169,37 @@ class ConsumerMessage(MessageExt):
         return (
             f"ConsumerMessage(topic={self.topic!r}, queue={self.broker_name}:{self.queue_id}, "
             f"offset={self.queue_offset}, tags={self.tags!r}, body={len(self.body)}B, {state})"
+        )
+
+
+@dataclass(slots=True, eq=False, repr=False)
+class PopMessage(ConsumerMessage):
+    """A message consumed by pop (through a 5.x Proxy, or from a broker over remoting).
+
+    Handlers get it as a ``ConsumerMessage`` and settle it the same way; the pop state
+    is the receipt handle that acks it (replaced by each renewal of its invisible
+    time: over gRPC the Proxy's handle, over remoting the broker's check point,
+    ``POP_CK``) and its delivery attempt.
+    """
+
+    receipt_handle: str = ""
+    delivery_attempt: int = 1
+    message_group: str | None = None
+    message_id: str = ""
+    #: set while a renewal of the invisible time is in flight: whatever else uses the
+    #: receipt handle (ack, nack, dead-letter) waits for it, since the renewal replaces it
+    _renewal: anyio.Event | None = None
+    #: ack requests made for this message (the ack batcher's retries)
+    _ack_tries: int = 0
+
+    async def renewed(self) -> None:
+        """Wait until no renewal of this message is in flight (its handle is current)."""
+        while self._renewal is not None:
+            await self._renewal.wait()
+
+    def __repr__(self) -> str:
+        state = "settled" if self._settled else "pending"
+        return (
+            f"PopMessage(topic={self.topic!r}, id={self.message_id!r}, tags={self.tags!r}, "
+            f"attempt={self.delivery_attempt}, body={len(self.body)}B, {state})"
         )

@@ -1,17 +1,17 @@
 """The transport behind a [`Consumer`][aiorocket.consumer.Consumer], chosen once at construction.
 
-Both backends run the same delivery strategies and handler (the consumer builds them);
+All backends run the same delivery strategies and handler (the consumer builds them);
 they differ in where messages come from: the remoting ``Engine``
-(rebalance, a pull task per queue, offsets) or the gRPC
-``GrpcRuntime`` (pop through a Proxy). What exists
-on the remoting transport only (queues, offsets, the client instance) is reached
-through ``ConsumerBackend.engine``, which over gRPC raises
+(rebalance, a pull task per queue, offsets) or the ``PopRuntime`` (pop, through a
+Proxy over gRPC or from the brokers over remoting). What exists for pull consumption
+only (queues, offsets, the client instance) is reached through
+``ConsumerBackend.engine``, which for pop raises
 [`UnsupportedTransportError`][aiorocket.errors.UnsupportedTransportError] naming the feature.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
@@ -23,11 +23,20 @@ if TYPE_CHECKING:
     from aiorocket._transport import Transport
     from aiorocket.consumer.delivery import DeliveryFactory
     from aiorocket.consumer.handler import Handler
-    from aiorocket.consumer.pop.runtime import GrpcRuntime
+    from aiorocket.consumer.pop.runtime import PopRuntime
+    from aiorocket.consumer.pop.source import PopSource
     from aiorocket.consumer.state import ConsumerState
     from aiorocket.grpc._transport import GrpcOptions
 
-__all__ = ["ConsumerBackend", "GrpcBackend", "RemotingBackend", "remoting_only"]
+__all__ = [
+    "ConsumerBackend",
+    "PopBackend",
+    "RemotingBackend",
+    "grpc_source",
+    "pull_only",
+    "remoting_only",
+    "remoting_source",
+]
 
 
 def remoting_only(feature: str, hint: str = "") -> UnsupportedTransportError:
@@ -36,6 +45,15 @@ def remoting_only(feature: str, hint: str = "") -> UnsupportedTransportError:
     return UnsupportedTransportError(
         f"{feature} exists only on the remoting transport (a NameServer address); this "
         f"consumer talks to a gRPC Proxy{more}"
+    )
+
+
+def pull_only(feature: str, hint: str = "") -> UnsupportedTransportError:
+    """The error for a pull-mode feature asked of a remoting consumer in POP mode."""
+    more = f" ({hint})" if hint else ""
+    return UnsupportedTransportError(
+        f"{feature} exists only for pull consumption (consume_mode='pull'); this consumer "
+        f"pops (consume_mode='pop'): the brokers hand it messages, not queues{more}"
     )
 
 
@@ -149,36 +167,66 @@ class RemotingBackend:
         return self._engine
 
 
-class GrpcBackend:
-    """The gRPC transport: pop consumption through a 5.x Proxy (``grpc`` extra).
+def grpc_source(
+    state: ConsumerState, endpoint: str, options: GrpcOptions | None, client_id: str | None
+) -> Callable[[], PopSource]:
+    """Makes the gRPC pop source (imports the ``grpc`` extra only when called)."""
+
+    def make() -> PopSource:
+        from aiorocket.consumer.pop.grpc_source import GrpcSource
+        from aiorocket.grpc import _pb as pb
+        from aiorocket.grpc._simple import SimpleConsumer
+        from aiorocket.grpc._transport import with_security
+
+        cfg = state.config
+        session = SimpleConsumer(
+            state.group, endpoint,
+            {topic: sub.expression for topic, sub in state.subscriptions.items()},
+            # The Proxy holds a receive 5-20 s.
+            await_duration=min(max(cfg.long_poll_timeout, 5.0), 20.0),
+            request_timeout=cfg.request_timeout,
+            options=with_security(options, cfg.credentials, cfg.tls, cfg.namespace),
+            client_id=client_id, client_type=pb.ClientType.PUSH_CONSUMER,
+        )  # fmt: skip
+        return GrpcSource(session, state.log)
+
+    return make
+
+
+def remoting_source(
+    state: ConsumerState, namesrv: Sequence[str], client_id: str | None
+) -> Callable[[], PopSource]:
+    """Makes the remoting pop source (POP_MESSAGE from the brokers)."""
+
+    def make() -> PopSource:
+        from aiorocket.consumer.pop.remoting_source import RemotingSource
+
+        return RemotingSource(state, namesrv, client_id=client_id)
+
+    return make
+
+
+class PopBackend:
+    """Pop consumption: through a 5.x Proxy (gRPC, ``grpc`` extra) or from the brokers
+    (remoting, ``consume_mode="pop"``).
 
     Parameters
     ----------
     state:
         The consumer's shared state.
-    endpoint:
-        The Proxy's ``host:port``.
-    options:
-        TLS, namespace and ACL credentials.
-    client_id:
-        This client's id.
+    make_source:
+        Makes the pop source at start (``grpc_source`` or ``remoting_source``).
+    transport:
+        Which one it is.
     """
 
-    transport: Transport = "grpc"
-
     def __init__(
-        self,
-        state: ConsumerState,
-        endpoint: str,
-        *,
-        options: GrpcOptions | None,
-        client_id: str | None,
+        self, state: ConsumerState, make_source: Callable[[], PopSource], transport: Transport
     ) -> None:
         self._state = state
-        self._endpoint = endpoint
-        self._options = options
-        self._client_id = client_id
-        self.runtime: GrpcRuntime | None = None
+        self._make_source = make_source
+        self.transport = transport
+        self.runtime: PopRuntime | None = None
 
     @property
     def started(self) -> bool:
@@ -195,12 +243,11 @@ class GrpcBackend:
         return self.started
 
     async def start(self, delivery: DeliveryFactory, handler: Handler | None) -> None:
-        from aiorocket.consumer.pop.runtime import GrpcRuntime  # the grpc extra
+        from aiorocket.consumer.pop.runtime import PopRuntime
 
-        runtime = GrpcRuntime(
-            self._state, self._endpoint, delivery=delivery, options=self._options,
-            client_id=self._client_id,
-        )  # fmt: skip
+        runtime = PopRuntime(
+            self._state, self._make_source(), delivery=delivery, transport=self.transport
+        )
         await runtime.start()
         self.runtime = runtime
 
@@ -216,4 +263,6 @@ class GrpcBackend:
             await self.runtime.close(graceful=graceful)
 
     def engine(self, feature: str) -> Engine:
-        raise remoting_only(feature)
+        if self.transport == "grpc":
+            raise remoting_only(feature)
+        raise pull_only(feature)

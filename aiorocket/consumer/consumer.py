@@ -23,15 +23,23 @@ from aiorocket.client.namesrv import namesrv_addrs
 from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
 from aiorocket.consumer.backend import (
     ConsumerBackend,
-    GrpcBackend,
+    PopBackend,
     RemotingBackend,
+    grpc_source,
+    pull_only,
     remoting_only,
+    remoting_source,
 )
 from aiorocket.consumer.config import ConsumerConfig
 from aiorocket.consumer.engine import RebalanceListener
 from aiorocket.consumer.handler import Handler
 from aiorocket.consumer.iterate import Iterated
-from aiorocket.consumer.over_grpc import check_grpc_consumer, check_remoting_consumer
+from aiorocket.consumer.over_grpc import (
+    ConsumeMode,
+    check_grpc_consumer,
+    check_remoting_consumer,
+    choose_consume_mode,
+)
 from aiorocket.consumer.state import ConsumerState, PullObserver
 from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
 from aiorocket.consumer.strategies import choose_delivery
@@ -112,6 +120,13 @@ class Consumer:
         [`UnsupportedTransportError`][aiorocket.errors.UnsupportedTransportError] there.
     transport:
         ``"remoting"`` (the default) or ``"grpc"`` (then ``namesrv`` is the Proxy).
+    consume_mode:
+        How a remoting consumer gets messages: ``"pull"`` (the default: client
+        rebalance, a pull per owned queue, offsets committed by the client) or
+        ``"pop"`` (RocketMQ 5.x POP: every member pops from every queue of its topics,
+        the broker tracks what is consumed and keeps what is handled invisible, so more
+        members than queues all receive and nobody waits for a rebalance; needs 5.x
+        brokers). Over gRPC consumption is always pop. See docs/pop.md.
     grpc_options:
         [`aiorocket.grpc.GrpcOptions`][] (TLS, namespace, ACL credentials); gRPC only.
     settings:
@@ -134,6 +149,7 @@ class Consumer:
         proxy: str | None = None,
         transport: Transport | None = None,
         grpc_options: GrpcOptions | None = None,
+        consume_mode: ConsumeMode | None = None,
         **settings: Any,
     ) -> None:
         check_group(group, "consumer")
@@ -143,13 +159,19 @@ class Consumer:
         if instance_name is not None and (not instance_name or "@" in instance_name):
             raise ConfigError(f"invalid instance name {instance_name!r}")
         self.transport: Transport = choose_transport(namesrv, proxy, transport, grpc_options)
+        #: ``"pull"`` or ``"pop"`` (always pop over gRPC)
+        self.consume_mode: ConsumeMode = choose_consume_mode(self.transport, consume_mode)
+        custom_allocation = allocate is not allocate_averagely
         if self.transport == "grpc":
             check_grpc_consumer(
-                cfg, listener=listener, custom_allocation=allocate is not allocate_averagely,
+                cfg, listener=listener, custom_allocation=custom_allocation,
                 instance_name=instance_name,
             )  # fmt: skip
         else:
-            check_remoting_consumer(cfg)
+            check_remoting_consumer(
+                cfg, pop=self.consume_mode == "pop", listener=listener,
+                custom_allocation=custom_allocation,
+            )  # fmt: skip
         self._group = group
         # The engine works with the broker's names: the group and topics in the namespace
         # (over gRPC the Proxy applies the namespace).
@@ -158,9 +180,12 @@ class Consumer:
         client_id = client_id or (make_client_id(instance_name) if instance_name else None)
         self._backend: ConsumerBackend
         if self.transport == "grpc":
-            self._backend = GrpcBackend(
-                self._state, str(proxy or namesrv), options=grpc_options, client_id=client_id
-            )
+            make = grpc_source(self._state, str(proxy or namesrv), grpc_options, client_id)
+            self._backend = PopBackend(self._state, make, "grpc")
+        elif self.consume_mode == "pop":
+            self._state.pop_mode = True
+            make = remoting_source(self._state, namesrv_addrs(namesrv), client_id)
+            self._backend = PopBackend(self._state, make, "remoting")
         else:
             self._backend = RemotingBackend(
                 self._state, namesrv_addrs(namesrv), allocate=allocate, listener=listener,
@@ -312,9 +337,15 @@ class Consumer:
         """Synchronous handler threads given up by a timeout since the start."""
         return self._threads.abandoned_total if self._threads else 0
 
-    def assignment(self) -> set[MessageQueue]:
+    def _pull_only(self, feature: str) -> None:
+        """Raise for a feature of pull consumption (queues) on a pop consumer."""
         if self.transport == "grpc":
-            raise remoting_only("assignment() (queues)")
+            raise remoting_only(feature)
+        if self.consume_mode == "pop":
+            raise pull_only(feature)
+
+    def assignment(self) -> set[MessageQueue]:
+        self._pull_only("assignment() (queues)")
         namespace = self._state.config.namespace
         return {unwrap_queue(namespace, mq) for mq in self._state.assignment()}
 
@@ -323,14 +354,18 @@ class Consumer:
         """True once a rebalance pass found this client among the group's members and
         computed its share of every subscribed topic (its first assignment, possibly
         empty when the group has more members than queues). Readiness checks use it.
-        Over gRPC: once the session with the Proxy is up (the client's settings
-        exchanged)."""
+        Pop consumers: once started (over gRPC, the client's settings exchanged with
+        the Proxy; over remoting, the first heartbeat sent)."""
         return self._backend.joined
 
     async def wait_joined(self) -> None:
-        """Wait until ``has_joined`` is true."""
+        """Wait until ``has_joined`` is true (a started pop consumer has joined)."""
         if self.transport == "grpc":
             raise remoting_only("wait_joined()")
+        if self.consume_mode == "pop":
+            if not self._backend.joined:
+                raise ClientClosedError("start the consumer (async with) before waiting")
+            return
         await self._state.wait_joined()
 
     @property
@@ -349,8 +384,7 @@ class Consumer:
         messages it brought (metrics use it: pull latency). Pulls that found nothing are
         left out: a long poll held by the broker measures the wait, not the broker.
         ``observer`` runs on the pull path: it must be quick and must not raise."""
-        if self.transport == "grpc":
-            raise remoting_only("observe_pulls()")
+        self._pull_only("observe_pulls()")
         self._state.pull_observers.append(observer)
 
     def stats(self, *, advance: bool = True) -> list[QueueStats]:
@@ -359,8 +393,7 @@ class Consumer:
         ``advance=False`` reads the figures without starting a new rate interval, so a
         health endpoint polling them does not disturb the application's own rates.
         """
-        if self.transport == "grpc":
-            raise remoting_only("stats() (per-queue figures)")
+        self._pull_only("stats() (per-queue figures)")
         stats, snapshot = queue_stats(self._state.process_queues, self._last_stats)
         if advance or self._last_stats is None:
             self._last_stats = snapshot

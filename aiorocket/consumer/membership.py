@@ -12,6 +12,12 @@ from aiorocket.errors import AccessDeniedError, RocketMQError, TopicNotExistErro
 __all__ = ["Membership"]
 
 
+def _consume_type(state: ConsumerState) -> str:
+    if state.pop_mode:
+        return "CONSUME_POP"
+    return "CONSUME_ACTIVELY" if state.pull_mode else "CONSUME_PASSIVELY"
+
+
 class Membership:
     """Tells the brokers of the subscribed topics that this client is in the group.
 
@@ -54,7 +60,7 @@ class Membership:
             "consumerDataSet": [
                 {
                     "groupName": state.group,
-                    "consumeType": "CONSUME_ACTIVELY" if state.pull_mode else "CONSUME_PASSIVELY",
+                    "consumeType": _consume_type(state),
                     "messageModel": cfg.message_model.value,
                     "consumeFromWhere": cfg.consume_from_where.value,
                     "subscriptionDataSet": [s.to_heartbeat() for s in state.subscriptions.values()],

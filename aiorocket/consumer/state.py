@@ -49,6 +49,8 @@ class ConsumerState:
         self.config = config
         self.log = log
         self.pull_mode = pull_mode
+        #: a remoting consumer in POP mode (heartbeats say ``CONSUME_POP``)
+        self.pop_mode = False
         self.subscriptions: dict[str, Subscription] = {}
         #: queues chosen by the application (PullConsumer.assign): no group rebalance.
         self.manual_assignment: set[MessageQueue] | None = None

@@ -21,7 +21,7 @@ from aiorocket.client.broker import PULL_SUBSCRIPTION
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.results import PullStatus
 from aiorocket.consumer import Consumer, ConsumerMessage
-from aiorocket.consumer.backend import GrpcBackend
+from aiorocket.consumer.backend import PopBackend
 from aiorocket.errors import ProxyUnavailableError, UnsupportedTransportError
 from aiorocket.integrations.health import consumer_health
 from aiorocket.message import Message, MessageQueue
@@ -30,7 +30,7 @@ from aiorocket.testing.broker import LocalRocketMQ
 
 pytest.importorskip("grpclib")
 
-from aiorocket.consumer.pop.runtime import GrpcRuntime
+from aiorocket.consumer.pop.runtime import PopRuntime
 from aiorocket.grpc import PopMessage
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -72,8 +72,8 @@ def grpc_consumer(
     return consumer
 
 
-def runtime_of(consumer: Consumer) -> GrpcRuntime:
-    runtime = cast(GrpcBackend, consumer._backend).runtime
+def runtime_of(consumer: Consumer) -> PopRuntime:
+    runtime = cast(PopBackend, consumer._backend).runtime
     assert runtime is not None
     return runtime
 

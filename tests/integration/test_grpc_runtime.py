@@ -103,7 +103,7 @@ async def test_a_handler_longer_than_the_invisible_time_runs_once_and_is_acked_o
             while runtime.acks.acked < 1:  # noqa: ASYNC110 - the flusher's answer
                 await anyio.sleep(0.05)
         # The handler outlived the message's invisible time at least twice: renewed.
-        assert runtime.receiver.proxy_renews and invisible == [INVISIBLE]
+        assert runtime.source.server_renews and invisible == [INVISIBLE]
         assert runtime.acks.failed == 0
         await anyio.sleep(INVISIBLE + 2)  # had the ack failed, a member would get it now
     assert seen == Counter({name: 1})

@@ -12,11 +12,13 @@ import pytest
 
 pytest.importorskip("grpclib")
 
+from aiorocket._log import get_logger
 from aiorocket.consumer import Consumer, ConsumerMessage
-from aiorocket.consumer.backend import GrpcBackend
+from aiorocket.consumer.backend import PopBackend
+from aiorocket.consumer.pop.acks import MAX_ENTRIES, AckBatcher
+from aiorocket.consumer.pop.grpc_source import GrpcSource
 from aiorocket.grpc import SimpleConsumer
 from aiorocket.grpc import _pb as pb
-from aiorocket.grpc._acks import MAX_ENTRIES, AckBatcher
 from aiorocket.grpc._push_message import PopMessage
 from aiorocket.testing.fake_grpc import FakeProxy
 
@@ -26,6 +28,9 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # grpclib is asyncio-only
+
+
+LOG = get_logger("test")
 
 
 def _pop(i: int) -> PopMessage:
@@ -40,7 +45,7 @@ async def test_acks_of_a_flush_cancelled_mid_request_are_sent_by_the_close() -> 
     had left the queue and were lost with the flusher: 64 of 200 reached the Proxy)."""
     msgs = [_pop(i) for i in range(200)]
     async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as session:
-        acks = AckBatcher(session, delay=0)
+        acks = AckBatcher(GrpcSource(session, LOG), delay=0)
         proxy.ack_gate = asyncio.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(acks.run)
@@ -63,7 +68,7 @@ async def test_an_ack_the_proxy_could_not_take_is_sent_again() -> None:
     msgs = [_pop(i) for i in range(3)]
     async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as session:
         proxy.ack_failures = 1
-        acks = AckBatcher(session, delay=0)
+        acks = AckBatcher(GrpcSource(session, LOG), delay=0)
         for m in msgs:
             acks.add(m)
         with anyio.fail_after(10):
@@ -105,9 +110,9 @@ async def test_a_proxy_that_does_not_renew_gets_renewals_from_the_client() -> No
                 await handled.wait()
                 while not proxy.acked:  # noqa: ASYNC110 - the ack flusher's request
                     await anyio.sleep(0.01)
-            assert isinstance(consumer._backend, GrpcBackend)
+            assert isinstance(consumer._backend, PopBackend)
             runtime = consumer._backend.runtime
-            assert runtime is not None and not runtime.receiver.proxy_renews
+            assert runtime is not None and not runtime.source.server_renews
             assert runtime.renewer.renewed == 1
     assert proxy.invisible_changes == [("rh0", 10.0)]
     assert proxy.acked == ["rh0+"]  # the handle the renewal returned

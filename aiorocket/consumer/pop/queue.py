@@ -24,7 +24,7 @@ from aiorocket.message import MessageExt, MessageQueue
 
 if TYPE_CHECKING:
     from aiorocket.consumer.process_queue import CacheBudget
-    from aiorocket.grpc._push_message import PopMessage
+    from aiorocket.received import PopMessage
 
 __all__ = ["PopQueue", "PopQueues"]
 

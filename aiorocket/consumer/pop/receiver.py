@@ -1,4 +1,5 @@
-"""Receivers: long-poll the Proxy while the cache has room, hand the messages on.
+"""Receivers: long-poll the server (a Proxy, or the brokers) while the cache has room,
+and hand the messages on.
 
 Each of a few receive loops asks for a batch only while the consumer's cache budget has
 room, so slow handlers stop the consumer from popping more (messages that would sit
@@ -6,16 +7,9 @@ invisible to the rest of the group) instead of growing memory. A received batch 
 held by the renewer at once, split by ``PopQueue``
 and delivered to the strategy.
 
-Who renews the invisible time: receives ask the Proxy to (``auto_renew``, as the Java
-push consumer does): the Apache Proxy then keeps each message invisible until it is
-acked or its invisible duration changed, on its own schedule (``defaultInvisibleTimeMills``,
-renewed ``renewAheadTimeMillis`` before it ends, for up to ``renewMaxTimeMillis``). A
-Proxy that does not (``enableProxyAutoRenew=false``) refuses such a receive with
-ILLEGAL_INVISIBLE_TIME; the receivers then receive with ``invisible_duration`` and the
-client's renewer (``aiorocket.consumer.pop.renewer``) renews. The Proxy's renewal is
-preferred because renewing from the client hits an Apache RocketMQ defect (5.3-5.5,
-apache/rocketmq#9583): after ChangeInvisibleDuration, an ack of any but the first
-message of a receive batch is accepted and then ignored, and the message comes back.
+Who renews the invisible time: the server where it can (``PopSource.server_renews``:
+the Proxy's auto-renew), else the client's renewer (``aiorocket.consumer.pop.renewer``),
+which holds every received message until it is settled.
 
 A receive cancelled in flight (the close) may have popped messages that never arrive:
 they come back after their invisible time, which is why the close cancels receives
@@ -29,31 +23,27 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from aiorocket.errors import ProxyResponseError, RocketMQError
-from aiorocket.grpc._push_message import PopMessage, pop_message
-from aiorocket.received import ConsumerMessage
+from aiorocket.errors import RocketMQError
+from aiorocket.received import ConsumerMessage, PopMessage
 
 if TYPE_CHECKING:
     from aiorocket._log import Logger
     from aiorocket.consumer.delivery import Delivery
     from aiorocket.consumer.pop.queue import PopQueue, PopQueues
     from aiorocket.consumer.pop.renewer import Renewer
+    from aiorocket.consumer.pop.source import PopSource
     from aiorocket.consumer.process_queue import CacheBudget
-    from aiorocket.grpc._simple import SimpleConsumer
     from aiorocket.received import Settler
 
 __all__ = ["Receiver"]
 
-#: the Proxy's answer to an auto-renewed receive when it does not renew by itself
-_ILLEGAL_INVISIBLE_TIME = 40011
-
 
 class Receiver:
-    """Feeds the delivery strategy from the Proxy.
+    """Feeds the delivery strategy from a pop source.
 
     Parameters
     ----------
-    consumer:
+    source:
         The session that receives.
     queues:
         Finds each message's queue.
@@ -75,7 +65,7 @@ class Receiver:
 
     def __init__(
         self,
-        consumer: SimpleConsumer,
+        source: PopSource,
         queues: PopQueues,
         budget: CacheBudget,
         renewer: Renewer,
@@ -86,7 +76,7 @@ class Receiver:
         batch_size: int,
         invisible: float,
     ) -> None:
-        self._consumer = consumer
+        self._source = source
         self._queues = queues
         self._budget = budget
         self._renewer = renewer
@@ -97,32 +87,19 @@ class Receiver:
         self._invisible = invisible
         #: receives that failed in a row (any loop), for the backoff
         self.failures = 0
-        #: the Proxy renews received messages itself (see the module docstring)
-        self.proxy_renews = True
-        consumer.auto_renew = True
-        renewer.renews = False
 
     async def run(self) -> None:
         """One receive loop, until cancelled."""
         while True:
             await self._budget.wait_room()
             try:
-                received = await self._consumer.receive(self._batch_size, self._invisible)
-            except ProxyResponseError as err:
-                if err.code == _ILLEGAL_INVISIBLE_TIME and self._consumer.auto_renew:
-                    self._consumer.auto_renew = self.proxy_renews = False
-                    self._renewer.renews = True
-                    self._log.info("proxy_does_not_renew", renewer="client",
-                                   invisible_duration=self._invisible)  # fmt: skip
-                    continue
-                await self._failed(err)
-                continue
+                received = await self._source.receive(self._batch_size, self._invisible)
             except RocketMQError as err:
                 await self._failed(err)
                 continue
             self.failures = 0
             if received:
-                self.hand_on([pop_message(r) for r in received], time.monotonic())
+                self.hand_on(received, time.monotonic())
 
     async def _failed(self, err: RocketMQError) -> None:
         self.failures += 1
@@ -132,6 +109,8 @@ class Receiver:
     def hand_on(self, messages: list[PopMessage], received_at: float) -> None:
         """Hold, count and deliver one receive's messages (synchronous: nothing is lost
         to a cancellation between the receive's answer and the hand-over)."""
+        # Held whoever renews: the close releases what is still unsettled.
+        self._renewer.renews = not self._source.server_renews
         self._renewer.hold(messages, received_at)
         settler = self._settler
         split: dict[int, tuple[PopQueue, bool, list[PopMessage]]] = {}

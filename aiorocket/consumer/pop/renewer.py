@@ -1,9 +1,10 @@
-"""The invisible time of received messages, renewed by the client: the fallback for a
-Proxy that does not renew auto-renewed receives itself (see
-``aiorocket.consumer.pop.receiver``; the Apache Proxy does, by default).
+"""The invisible time of received messages, renewed by the client: always over
+remoting (a broker has no auto-renew), and over gRPC for a Proxy that does not renew
+auto-renewed receives itself (``aiorocket.consumer.pop.grpc_source``; the Apache
+Proxy does, by default).
 
 A popped message is invisible to the rest of the group for ``invisible_duration``; if
-it is still unsettled then, the Proxy delivers it again, to us or another member, while
+it is still unsettled then, the server delivers it again, to us or another member, while
 we may still be handling it (a duplicate beyond the in-flight window, the complaint most
 often made of pop consumers). So every message received and not yet settled is renewed
 (ChangeInvisibleDuration) shortly before its invisible time ends: while it waits in the
@@ -18,7 +19,7 @@ Rules:
   is skipped when its batch comes up), so the hot path never touches the renewer;
 * a renewal replaces the receipt handle: anything else that uses the handle (ack, nack,
   dead-letter) waits for a renewal in flight (``PopMessage.renewed``);
-* a renewal the Proxy refuses for good (the handle is no longer valid: the message was
+* a renewal the server refuses for good (the handle is no longer valid: the message was
   redelivered meanwhile) *loses* the message: it is settled locally without an ack and
   counted (``lost``), since it is now someone else's; a transient failure is retried at
   the next sweep.
@@ -34,18 +35,16 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from aiorocket.errors import ProxyResponseError, RocketMQError
+from aiorocket.errors import RocketMQError
 
 if TYPE_CHECKING:
     from aiorocket._log import Logger
-    from aiorocket.grpc._push_message import PopMessage
+    from aiorocket.received import PopMessage
 
 __all__ = ["Renewer", "renew_margin"]
 
 #: renewals in flight at once
 _CONCURRENCY = 16
-#: the Proxy's code for a receipt handle that is no longer valid
-_INVALID_RECEIPT_HANDLE = 40013
 
 
 def renew_margin(invisible: float, request_timeout: float) -> float:
@@ -67,6 +66,8 @@ class Renewer:
         The deadline of one renewal (sets the margin, ``renew_margin``).
     on_lost:
         Called with a message whose renewal was refused for good.
+    is_lost:
+        Whether a renewal's error is such a refusal (``PopSource.lost``).
     log:
         The consumer's logger.
     """
@@ -78,6 +79,7 @@ class Renewer:
         invisible: float,
         request_timeout: float,
         on_lost: Callable[[PopMessage], None],
+        is_lost: Callable[[RocketMQError], bool],
         log: Logger,
     ) -> None:
         self._change = change
@@ -85,6 +87,7 @@ class Renewer:
         self.margin = renew_margin(invisible, request_timeout)
         self.tick = min(1.0, self.margin / 4)
         self._on_lost = on_lost
+        self._is_lost = is_lost
         self._log = log
         self._held: list[tuple[float, int, list[PopMessage]]] = []
         #: renew from the client; False while the Proxy renews (auto_renew): messages are
@@ -132,13 +135,10 @@ class Renewer:
                 event = msg._renewal = anyio.Event()
                 try:
                     await self._change(msg, self.invisible)
-                except ProxyResponseError as err:
-                    if err.code == _INVALID_RECEIPT_HANDLE:
-                        self._lose(msg, err)
-                    else:
-                        self._log.warning("renew_failed", topic=msg.topic,
-                                          msg_id=msg.message_id, error=str(err))  # fmt: skip
                 except RocketMQError as err:
+                    if self._is_lost(err):
+                        self._lose(msg, err)
+                        return
                     self._log.warning("renew_failed", topic=msg.topic,
                                       msg_id=msg.message_id, error=str(err))  # fmt: skip
                 else:
@@ -161,10 +161,10 @@ class Renewer:
             if left:
                 heapq.heappush(held, (started, next(self._seq), left))
 
-    def _lose(self, msg: PopMessage, err: ProxyResponseError) -> None:
+    def _lose(self, msg: PopMessage, err: RocketMQError) -> None:
         self.lost += 1
         self._log.warning(
             "invisible_time_lost", topic=msg.topic, msg_id=msg.message_id, error=str(err),
-            hint="the Proxy no longer knows this delivery: the message is delivered again",
+            hint="the server no longer knows this delivery: the message is delivered again",
         )  # fmt: skip
         self._on_lost(msg)

@@ -1,10 +1,11 @@
-"""The consumer runtime over a 5.x Proxy: the gRPC message source and its lifecycle.
+"""The pop consumer runtime: a ``PopSource`` (a Proxy over gRPC, or the brokers over
+remoting) and its lifecycle.
 
-It builds, starts and stops the gRPC parts (session, receivers, renewer, acks, settler)
+It builds, starts and stops the pop parts (source, receivers, renewer, acks, settler)
 around the *shared* delivery strategy and handler, exactly as the remoting
 ``Engine`` does around its pullers. Everything runs in
-one task group it owns (entered by ``GrpcRuntime.start``, left by
-``GrpcRuntime.close``).
+one task group it owns (entered by ``PopRuntime.start``, left by
+``PopRuntime.close``).
 
 The close, in order (each network step shielded and bounded, so a cancelled close
 still leaves nothing behind):
@@ -28,26 +29,21 @@ import anyio
 import anyio.abc
 
 from aiorocket.consumer.delivery import DeliveryFactory, DeliveryParts
+from aiorocket.consumer.pop.acks import AckBatcher
 from aiorocket.consumer.pop.queue import PopQueues
 from aiorocket.consumer.pop.receiver import Receiver
 from aiorocket.consumer.pop.renewer import Renewer
-from aiorocket.consumer.pop.settler import GrpcSettler, max_attempts
+from aiorocket.consumer.pop.settler import PopSettler, max_attempts
 from aiorocket.consumer.process_queue import CacheBudget
-from aiorocket.grpc import _pb as pb
-from aiorocket.grpc._acks import AckBatcher
-from aiorocket.grpc._push_message import PopMessage
-from aiorocket.grpc._session import backoff_delays, ensure_asyncio
-from aiorocket.grpc._simple import SimpleConsumer
-from aiorocket.grpc._transport import GrpcOptions, with_security
+from aiorocket.received import PopMessage
 
 if TYPE_CHECKING:
     from aiorocket.consumer.delivery import Delivery
+    from aiorocket.consumer.pop.source import PopSource
     from aiorocket.consumer.state import ConsumerState
 
-__all__ = ["MAX_CACHE_BYTES", "RECEIVERS", "GrpcRuntime"]
+__all__ = ["MAX_CACHE_BYTES", "PopRuntime"]
 
-#: receive loops at once
-RECEIVERS = 2
 #: acks queued within this many seconds share a request
 ACK_DELAY = 0.005
 #: body bytes the cache may hold before receiving pauses (Java 5.x: 64 MiB)
@@ -56,44 +52,41 @@ MAX_CACHE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_CACHE = 1024
 
 
-class GrpcRuntime:
-    """Runs one consumer's gRPC source and delivery.
+class PopRuntime:
+    """Runs one consumer's pop source and delivery.
 
     Parameters
     ----------
     state:
         The consumer's shared state (group, subscriptions, configuration, logger).
-    endpoint:
-        The Proxy's ``host:port``.
+    source:
+        Where messages are popped (not yet opened).
     delivery:
         Builds the delivery strategy (the same factories as the remoting engine's).
-    options:
-        TLS, namespace and ACL credentials (merged with the configuration's).
-    client_id:
-        This client's id (default: made by the transport).
+    transport:
+        What the logs name: ``"grpc"`` or ``"remoting"``.
     """
 
     def __init__(
         self,
         state: ConsumerState,
-        endpoint: str,
+        source: PopSource,
         *,
         delivery: DeliveryFactory,
-        options: GrpcOptions | None,
-        client_id: str | None,
+        transport: str,
     ) -> None:
         self.state = state
-        self._endpoint = endpoint
+        self.source = source
         self._make_delivery = delivery
-        self._options = options
-        self._client_id = client_id
+        self._transport = transport
         cfg = state.config
         self.budget = CacheBudget(cfg.pull_threshold_for_all or DEFAULT_MAX_CACHE, MAX_CACHE_BYTES)
-        self.session: SimpleConsumer | None = None
+        self.opened = False
         self.delivery: Delivery
-        self.settler: GrpcSettler
+        self.settler: PopSettler
         self.acks: AckBatcher
         self.renewer: Renewer
+        self.receiver: Receiver
         self.fifo = False
         self._tg: anyio.abc.TaskGroup | None = None
         self._receiving = anyio.CancelScope()
@@ -103,67 +96,56 @@ class GrpcRuntime:
 
     @property
     def started(self) -> bool:
-        return self.session is not None and not self._closed
+        return self.opened and not self._closed
 
     @property
     def client_id(self) -> str:
-        assert self.session is not None
-        return self.session.transport.client_id
+        return self.source.client_id
 
     # -- lifecycle -----------------------------------------------------------------
 
     async def start(self) -> None:
-        ensure_asyncio("Consumer")
         state = self.state
-        cfg = state.config
-        subscriptions = {topic: sub.expression for topic, sub in state.subscriptions.items()}
-        session = SimpleConsumer(
-            state.group, self._endpoint, subscriptions,
-            # The Proxy holds a receive 5-20 s.
-            await_duration=min(max(cfg.long_poll_timeout, 5.0), 20.0),
-            request_timeout=cfg.request_timeout,
-            options=with_security(self._options, cfg.credentials, cfg.tls, cfg.namespace),
-            client_id=self._client_id, client_type=pb.ClientType.PUSH_CONSUMER,
-        )  # fmt: skip
-        await session.__aenter__()
-        self.session = session
+        source = self.source
+        await source.open()
+        self.opened = True
         try:
-            self._build(session)
+            self._build()
             tg = anyio.create_task_group()
             await tg.__aenter__()
             self._tg = tg
         except BaseException:
-            await session.__aexit__(None, None, None)
+            await source.close()
             raise
         try:
             tg.start_soon(self.acks.run)
             tg.start_soon(self.renewer.run)
+            tg.start_soon(self.source.run)
             await self.delivery.start(tg)
             tg.start_soon(self._receive)
         except BaseException:
             await self.close(graceful=False)
             raise
-        state.log.info("consumer_started", topics=sorted(state.subscriptions), transport="grpc",
-                       fifo=self.fifo, max_attempts=self.settler.max_attempts)  # fmt: skip
+        state.log.info("consumer_started", topics=sorted(state.subscriptions),
+                       transport=self._transport, fifo=self.fifo,
+                       max_attempts=self.settler.max_attempts)  # fmt: skip
 
-    def _build(self, session: SimpleConsumer) -> None:
-        """The parts, from the Proxy's merged settings (FIFO, retry policy)."""
+    def _build(self) -> None:
+        """The parts, from the server's settings (FIFO, retry policy)."""
         state = self.state
         cfg = state.config
-        state.log = state.log.bind(client_id=session.transport.client_id)
-        sub = session.session.subscription()
-        self.fifo = bool(sub is not None and sub.fifo)
-        policy = session.session.retry_policy()
-        server_max = policy.max_attempts if policy is not None else 0
-        self.acks = AckBatcher(session, ACK_DELAY)
-        self.settler = GrpcSettler(
-            session, self.acks, max_attempts=max_attempts(server_max, cfg.max_reconsume_times),
-            backoff=backoff_delays(policy),
-            log=state.log,
-        )  # fmt: skip
+        source = self.source
+        state.log = state.log.bind(client_id=source.client_id)
+        self.fifo = source.fifo
+        attempts = max_attempts(source.server_max_attempts, cfg.max_reconsume_times)
+        self.acks = AckBatcher(source, ACK_DELAY)
+        self.settler = PopSettler(
+            source, self.acks, max_attempts=attempts, backoff=source.backoff, log=state.log
+        )
         self.renewer = Renewer(
-            session.change_invisible_duration, invisible=cfg.invisible_duration,
-            request_timeout=cfg.request_timeout, on_lost=self._lost, log=state.log,
+            source.change_invisible, invisible=cfg.invisible_duration,
+            request_timeout=cfg.request_timeout, on_lost=self._lost, is_lost=source.lost,
+            log=state.log,
         )  # fmt: skip
         self.delivery = self._make_delivery(
             DeliveryParts(
@@ -171,13 +153,13 @@ class GrpcRuntime:
             )
         )
         self.receiver = Receiver(
-            session, PopQueues(self.budget, fifo=self.fifo), self.budget, self.renewer,
+            source, PopQueues(self.budget, fifo=self.fifo), self.budget, self.renewer,
             self.settler, self.delivery, state.log,
             batch_size=cfg.pull_batch_size, invisible=cfg.invisible_duration,
         )  # fmt: skip
 
     def _lost(self, msg: PopMessage) -> None:
-        """The Proxy refused a renewal for good: the message is no longer ours."""
+        """The server refused a renewal for good: the message is no longer ours."""
         if not msg._settled:
             msg._settled = True
             if msg._pq is not None:
@@ -186,7 +168,7 @@ class GrpcRuntime:
     async def _receive(self) -> None:
         with self._receiving:
             async with anyio.create_task_group() as tg:
-                for _ in range(RECEIVERS):
+                for _ in range(self.source.receivers):
                     tg.start_soon(self.receiver.run)
 
     async def close(self, *, graceful: bool) -> None:
@@ -210,9 +192,9 @@ class GrpcRuntime:
                 await self._tg.__aexit__(None, None, None)
         finally:
             self._tg = None
-            if self.session is not None:
-                await self.session.__aexit__(None, None, None)
-            state.log.info("consumer_closed", graceful=graceful, transport="grpc")
+            if self.opened:
+                await self.source.close()
+            state.log.info("consumer_closed", graceful=graceful, transport=self._transport)
 
     async def _release(self, messages: Sequence[object], bound: float, what: str) -> None:
         pops = [m for m in messages if isinstance(m, PopMessage) and not m._settled]

@@ -1,11 +1,13 @@
-"""Settling a message received through a Proxy; every retry and dead-letter decision of
-the gRPC consumer is made here (the remoting one's are in
-``aiorocket.consumer.settle``).
+"""Settling a popped message (through a Proxy, or from the brokers over remoting); every
+retry and dead-letter decision of pop consumption is made here (the remoting pull
+consumer's are in ``aiorocket.consumer.settle``).
 
 * success: the ack is queued (``AckBatcher``), no await;
-* failure: ChangeInvisibleDuration by the server's retry policy (the backoff of the
-  delivery attempt), so the message comes back then; at the policy's max attempts (or
-  ``Reconsume(-1)``) ForwardMessageToDeadLetterQueue;
+* failure: the invisible time is changed to the retry's backoff (gRPC: the server's
+  retry policy; remoting: the broker's delay levels, 10 s, 30 s, 1 min, ...), so the
+  message comes back then, from the group's pop retry topic; at the last attempt (or
+  ``Reconsume(-1)``) it is moved to the group's dead-letter queue (gRPC:
+  ForwardMessageToDeadLetterQueue; remoting: sent back with delay level -1, then acked);
 * FIFO (orderly delivery): a failed message is retried in place after the backoff,
   kept invisible meanwhile by the renewer, and dead-lettered at max attempts;
 * released (never handed out, or its handler cancelled by the close): made visible
@@ -27,15 +29,14 @@ from typing import TYPE_CHECKING
 import anyio
 
 from aiorocket.errors import RocketMQError
-from aiorocket.grpc._push_message import PopMessage
-from aiorocket.received import ConsumerMessage
+from aiorocket.received import ConsumerMessage, PopMessage
 
 if TYPE_CHECKING:
     from aiorocket._log import Logger
-    from aiorocket.grpc._acks import AckBatcher
-    from aiorocket.grpc._simple import SimpleConsumer
+    from aiorocket.consumer.pop.acks import AckBatcher
+    from aiorocket.consumer.pop.source import PopSource
 
-__all__ = ["DEFAULT_MAX_ATTEMPTS", "TRIES", "GrpcSettler", "max_attempts"]
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "TRIES", "PopSettler", "max_attempts"]
 
 #: requests a nack, release or dead-lettering may take on retriable errors
 TRIES = 3
@@ -53,13 +54,13 @@ def max_attempts(server_max: int, max_reconsume_times: int) -> int:
     return attempts
 
 
-class GrpcSettler:
-    """Settles the messages of a consumer talking to a Proxy (``ConsumerMessage._settler``).
+class PopSettler:
+    """Settles popped messages (``ConsumerMessage._settler``).
 
     Parameters
     ----------
-    consumer:
-        The session: ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue.
+    source:
+        The pop session: changes invisible times, moves messages to the DLQ.
     acks:
         Where successes queue their acks.
     max_attempts:
@@ -73,14 +74,14 @@ class GrpcSettler:
 
     def __init__(
         self,
-        consumer: SimpleConsumer,
+        source: PopSource,
         acks: AckBatcher,
         *,
         max_attempts: int,
         backoff: Callable[[int], float],
         log: Logger,
     ) -> None:
-        self._consumer = consumer
+        self._source = source
         self._acks = acks
         self.max_attempts = max_attempts
         self._backoff = backoff
@@ -175,12 +176,12 @@ class GrpcSettler:
 
     async def _change(self, msg: PopMessage, seconds: float) -> None:
         await msg.renewed()
-        await _retried(lambda: self._consumer.change_invisible_duration(msg, seconds))
+        await _retried(lambda: self._source.change_invisible(msg, seconds))
 
     async def _forward(self, msg: PopMessage) -> None:
         await msg.renewed()
-        await _retried(lambda: self._consumer.forward_to_dead_letter(
-            msg, delivery_attempt=msg.delivery_attempt, max_delivery_attempts=self.max_attempts
+        await _retried(lambda: self._source.dead_letter(
+            msg, attempt=msg.delivery_attempt, max_attempts=self.max_attempts
         ))  # fmt: skip
         self._log.info("forwarded_to_dlq", topic=msg.topic, msg_id=msg.message_id,
                        attempts=msg.delivery_attempt)  # fmt: skip

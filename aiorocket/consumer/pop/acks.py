@@ -1,12 +1,12 @@
-"""Batched acks of the pop consumer: one AckMessage per topic for what settled together.
+"""Batched acks of the pop consumer: one ack request per topic for what settled together
+(gRPC AckMessage with many entries; remoting BATCH_ACK_MESSAGE per broker).
 
 ``add`` only queues the ack; the flusher sends what queued within ``delay`` seconds in
-requests of at most ``MAX_ENTRIES`` entries (the Proxy acks and answers each entry on
-its own). Rules:
+requests of at most ``MAX_ENTRIES`` entries, through the ``PopSource``. Rules:
 
 * an ack stays queued until its request has been answered: a flush that is cancelled
   mid-request (the consumer closes) puts its entries back, so ``AckBatcher.close``
-  sends them (an entry the Proxy had acked already is answered with an error: harmless);
+  sends them (an entry the server had acked already is answered with an error: harmless);
 * an ack waits for a renewal of the same message in flight, since the renewal replaces
   the receipt handle the ack must carry;
 * an ack whose request failed with a retriable error (a timeout, the Proxy unavailable)
@@ -26,13 +26,10 @@ import anyio
 
 from aiorocket._log import get_logger
 from aiorocket.errors import RocketMQError
-from aiorocket.grpc import _pb as pb
-from aiorocket.grpc._encode import FastAckResponse, ack_request
-from aiorocket.grpc._transport import check_status
 
 if TYPE_CHECKING:
-    from aiorocket.grpc._push_message import PopMessage
-    from aiorocket.grpc._simple import SimpleConsumer
+    from aiorocket.consumer.pop.source import PopSource
+    from aiorocket.received import PopMessage
 
 __all__ = ["ACK_TRIES", "MAX_ENTRIES", "AckBatcher"]
 
@@ -46,21 +43,21 @@ class AckBatcher:
 
     Parameters
     ----------
-    consumer:
-        The session whose transport carries the AckMessage calls.
+    source:
+        The pop session that sends the acks.
     delay:
         Seconds the flusher waits after the first queued ack, so more share a request.
     """
 
-    def __init__(self, consumer: SimpleConsumer, delay: float) -> None:
-        self.consumer = consumer
+    def __init__(self, source: PopSource, delay: float) -> None:
+        self.source = source
         self.delay = delay
         self._pending: dict[str, list[PopMessage]] = defaultdict(list)
         self._wake = anyio.Event()
-        #: acks the Proxy confirmed / that failed (request or entry), since the start
+        #: acks the server confirmed / that failed (request or entry), since the start
         self.acked = 0
         self.failed = 0
-        self.log = get_logger("grpc.acks", group=consumer.group)
+        self.log = get_logger("consumer.acks", group=source.group)
 
     def add(self, msg: PopMessage) -> None:
         self._pending[msg.topic].append(msg)
@@ -119,20 +116,7 @@ class AckBatcher:
     async def _ack(self, topic: str, msgs: list[PopMessage]) -> None:
         for m in msgs:
             await m.renewed()
-        c = self.consumer
-        handles = [(m.message_id, m.receipt_handle) for m in msgs]
-        req = ack_request(c.transport.namespace, c.group, topic, handles)
-        resp = await c.transport.unary("AckMessage", req, FastAckResponse)
-        check_status(resp.status, "AckMessage")
-        ok = 0
-        for entry in resp.entries:
-            if entry.status.code in (0, pb.Code.OK):
-                ok += 1
-            else:
-                self.log.warning(
-                    "ack_entry_failed", topic=topic, code=entry.status.code,
-                    error=entry.status.message,
-                )  # fmt: skip
+        ok = await self.source.ack(topic, msgs)
         self.acked += ok
         self.failed += len(msgs) - ok
 

@@ -1,0 +1,286 @@
+"""Pop consumption over remoting: the broker's POP_MESSAGE, ACK_MESSAGE,
+BATCH_ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME requests (RocketMQ 5.x brokers).
+
+A popped message is invisible to the rest of its group until it is acked or its
+invisible time ends; then the broker delivers it again from the group's pop retry topic
+(``%RETRY%<group>_<topic>``, or ``%RETRY%<group>+<topic>`` with retry v2). What settles
+a message is its *check point* (the ``POP_CK`` string, our ``receipt_handle``), which the
+client builds from the pop answer, as the Java client does::
+
+    ckStartOffset popTime invisibleTime reviveQid retryMark brokerName queueId offset
+
+``retryMark`` is 0 for the topic itself, 1/2 for its retry topic (v1/v2). The broker
+finds the check point an ack belongs to by (start offset, pop time, queue) and sets the
+bit ``offset - ckStartOffset``.
+
+A ChangeInvisibleTime acks the old check point and writes a new one *for this message
+alone*, starting at its own offset; so the new receipt handle's start offset is the
+message's offset (the answer carries only the new pop time and invisible time). Acking a
+renewed message with the old start offset names a bit of a check point that does not
+exist: the broker answers SUCCESS and the message comes back (the defect of the 5.x
+Proxy, apache/rocketmq#9583; tests/integration/test_remoting_pop.py shows the remoting
+path is right).
+
+Request codes above 32767 need the JSON header, which is the only one we send.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from aiorocket.errors import error_for_response
+from aiorocket.message import RETRY_TOPIC_PREFIX
+from aiorocket.protocol.message_codec import decode_messages
+from aiorocket.received import PopMessage
+
+if TYPE_CHECKING:
+    from aiorocket.client.broker import BrokerClient
+
+__all__ = [
+    "ACK_MESSAGE",
+    "BATCH_ACK_MESSAGE",
+    "CHANGE_MESSAGE_INVISIBLETIME",
+    "POP_MESSAGE",
+    "CheckPoint",
+    "PopRequests",
+    "PopResult",
+    "group_retry_max_times",
+    "pop_retry_topic",
+]
+
+POP_MESSAGE = 200050
+ACK_MESSAGE = 200051
+CHANGE_MESSAGE_INVISIBLETIME = 200053
+BATCH_ACK_MESSAGE = 200151
+#: answers of a pop that found nothing (long poll over, or the broker's poll queue full)
+_PULL_NOT_FOUND = 19
+_POLLING_FULL = 209
+_POLLING_TIMEOUT = 210
+#: the revive queue id of an orderly pop's check points (KeyBuilder.POP_ORDER_REVIVE_QUEUE)
+ORDER_REVIVE_QUEUE = 999
+#: where a group with no pop progress starts (ConsumeInitMode)
+INIT_MODE_FIRST, INIT_MODE_LAST = 0, 1
+
+
+def _retry_mark(stored_topic: str) -> str:
+    """0: the topic itself; 1 / 2: the group's pop retry topic, v1 / v2."""
+    if not stored_topic.startswith(RETRY_TOPIC_PREFIX):
+        return "0"
+    return "2" if "+" in stored_topic else "1"
+
+
+def pop_retry_topic(topic: str, group: str, mark: str) -> str:
+    """The topic a check point with ``mark`` belongs to."""
+    if mark == "1":
+        return f"{RETRY_TOPIC_PREFIX}{group}_{topic}"
+    if mark == "2":
+        return f"{RETRY_TOPIC_PREFIX}{group}+{topic}"
+    return topic
+
+
+def _pairs(info: str | None) -> dict[str, str]:
+    """``mark queue value;...`` (the pop answer's offset and count infos) by ``mark@queue``."""
+    out: dict[str, str] = {}
+    for one in (info or "").split(";"):
+        parts = one.split(" ")
+        if len(parts) == 3:
+            out[f"{parts[0]}@{parts[1]}"] = parts[2]
+    return out
+
+
+@dataclass(slots=True)
+class PopResult:
+    """One pop's answer: the messages (none when the long poll ended empty)."""
+
+    messages: list[PopMessage] = field(default_factory=list)
+    #: messages left in the popped queues (the broker's estimate)
+    rest: int = 0
+    #: the broker's poll queue was full: it held no poll for us
+    polling_full: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class CheckPoint:
+    """A receipt handle (``POP_CK``) read back."""
+
+    start: int
+    pop_time: int
+    invisible_ms: int
+    revive_qid: int
+    mark: str
+    broker_name: str
+    queue_id: int
+    offset: int
+
+    @classmethod
+    def parse(cls, handle: str) -> CheckPoint:
+        p = handle.split(" ")
+        return cls(int(p[0]), int(p[1]), int(p[2]), int(p[3]), p[4], p[5], int(p[6]), int(p[7]))
+
+    @property
+    def orderly(self) -> bool:
+        return self.revive_qid == ORDER_REVIVE_QUEUE
+
+    def handle(self) -> str:
+        return (
+            f"{self.start} {self.pop_time} {self.invisible_ms} {self.revive_qid} {self.mark} "
+            f"{self.broker_name} {self.queue_id} {self.offset}"
+        )
+
+
+class PopRequests:
+    """The broker's pop requests, on top of a ``BrokerClient``."""
+
+    def __init__(self, broker: BrokerClient) -> None:
+        self.broker = broker
+
+    async def pop(
+        self,
+        addr: str,
+        group: str,
+        topic: str,
+        broker_name: str,
+        *,
+        queue_id: int = -1,
+        max_nums: int = 32,
+        invisible_ms: int,
+        poll_ms: int,
+        init_mode: int = INIT_MODE_LAST,
+        expression: str = "*",
+        expression_type: str = "TAG",
+        order: bool = False,
+        timeout: float,
+    ) -> PopResult:
+        """POP_MESSAGE: up to ``max_nums`` messages of ``topic`` on one broker (of one
+        queue, or any with ``queue_id=-1``, then also from the group's retry topic),
+        invisible for ``invisible_ms``; the broker holds the request up to ``poll_ms``
+        when it finds nothing. Each message's ``receipt_handle`` is its check point and
+        its topic is ``topic`` (a retried one's stored topic is the retry topic)."""
+        ext = {
+            "consumerGroup": group,
+            "topic": topic,
+            "queueId": str(queue_id),
+            "maxMsgNums": str(max_nums),
+            "invisibleTime": str(invisible_ms),
+            "pollTime": str(poll_ms),
+            "bornTime": str(time.time_ns() // 1_000_000),
+            "initMode": str(init_mode),
+            "expType": expression_type,
+            "exp": expression,
+            "order": "true" if order else "false",
+            "bname": broker_name,
+        }
+        resp = await self.broker.call(addr, POP_MESSAGE, ext, timeout=timeout)
+        if resp.code in (_PULL_NOT_FOUND, _POLLING_TIMEOUT, _POLLING_FULL):
+            return PopResult(polling_full=resp.code == _POLLING_FULL)
+        if resp.code != 0:
+            raise error_for_response(resp.code, resp.remark, POP_MESSAGE)
+        messages = decode_messages(resp.body, broker_name=broker_name, message_class=PopMessage)
+        pop_time = resp.ext_int("popTime")
+        invisible = resp.ext_int("invisibleTime")
+        revive_qid = resp.ext_int("reviveQid")
+        starts = _pairs(resp.ext_fields.get("startOffsetInfo"))
+        counts = _pairs(resp.ext_fields.get("orderCountInfo"))
+        first: dict[str, int] = {}
+        out: list[PopMessage] = []
+        for m in messages:
+            assert isinstance(m, PopMessage)
+            mark = _retry_mark(m.topic)
+            key = f"{mark}@{m.queue_id}"
+            start_raw = starts.get(key)
+            # Without startOffsetInfo (an old broker), the batch's first offset per queue.
+            start = int(start_raw) if start_raw is not None else first.setdefault(
+                key, m.queue_offset
+            )
+            m.receipt_handle = (
+                f"{start} {pop_time} {invisible} {revive_qid} {mark} {broker_name} "
+                f"{m.queue_id} {m.queue_offset}"
+            )
+            if order:
+                count = counts.get(f"{mark}@qo{m.queue_id}%{m.queue_offset}") or counts.get(key)
+                if count is not None and int(count) > 0:
+                    m.reconsume_times = int(count)
+            m.topic = topic
+            m.message_id = m.msg_id
+            m.delivery_attempt = m.reconsume_times + 1
+            out.append(m)
+        return PopResult(out, rest=resp.ext_int("restNum", 0))
+
+    async def ack(self, addr: str, group: str, topic: str, handle: str) -> bool:
+        """ACK_MESSAGE of one message of ``topic``; False: the broker no longer knows
+        its check point (the message was redelivered meanwhile, or acked already)."""
+        ck = CheckPoint.parse(handle)
+        ext = {
+            "consumerGroup": group,
+            "topic": pop_retry_topic(topic, group, ck.mark),
+            "queueId": str(ck.queue_id),
+            "extraInfo": handle,
+            "offset": str(ck.offset),
+            "bname": ck.broker_name,
+        }
+        resp = await self.broker.call(addr, ACK_MESSAGE, ext)
+        return resp.code == 0
+
+    async def batch_ack(self, addr: str, group: str, topic: str, handles: list[str]) -> bool:
+        """BATCH_ACK_MESSAGE: every message of ``handles`` (one broker) in one request,
+        as a bit set per check point."""
+        acks: dict[tuple[str, int, int, int], dict[str, object]] = {}
+        bits: dict[tuple[str, int, int, int], int] = {}
+        broker_name = ""
+        for handle in handles:
+            ck = CheckPoint.parse(handle)
+            broker_name = ck.broker_name
+            key = (ck.mark, ck.queue_id, ck.start, ck.pop_time)
+            if key not in acks:
+                acks[key] = {
+                    "c": group, "t": topic, "r": ck.mark, "so": ck.start, "q": ck.queue_id,
+                    "rq": ck.revive_qid, "pt": ck.pop_time, "it": ck.invisible_ms,
+                }  # fmt: skip
+                bits[key] = 0
+            bits[key] |= 1 << (ck.offset - ck.start)
+        for key, ack in acks.items():
+            n = bits[key]
+            ack["b"] = base64.b64encode(n.to_bytes((n.bit_length() + 7) // 8, "little")).decode()
+        body = json.dumps({"brokerName": broker_name, "acks": list(acks.values())}).encode()
+        resp = await self.broker.call(addr, BATCH_ACK_MESSAGE, {}, body)
+        if resp.code != 0:
+            raise error_for_response(resp.code, resp.remark, BATCH_ACK_MESSAGE)
+        return True
+
+    async def change_invisible_time(
+        self, addr: str, group: str, topic: str, handle: str, invisible_ms: int
+    ) -> str:
+        """CHANGE_MESSAGE_INVISIBLETIME: the message becomes visible ``invisible_ms``
+        from now; returns its new receipt handle (see the module docstring)."""
+        ck = CheckPoint.parse(handle)
+        ext = {
+            "consumerGroup": group,
+            "topic": pop_retry_topic(topic, group, ck.mark),
+            "queueId": str(ck.queue_id),
+            "extraInfo": handle,
+            "offset": str(ck.offset),
+            "invisibleTime": str(invisible_ms),
+            "bname": ck.broker_name,
+        }
+        resp = await self.broker.call(addr, CHANGE_MESSAGE_INVISIBLETIME, ext)
+        if resp.code != 0:
+            raise error_for_response(resp.code, resp.remark, CHANGE_MESSAGE_INVISIBLETIME)
+        new = CheckPoint(
+            ck.offset, resp.ext_int("popTime"), resp.ext_int("invisibleTime"),
+            resp.ext_int("reviveQid"), ck.mark, ck.broker_name, ck.queue_id, ck.offset,
+        )  # fmt: skip
+        return new.handle()
+
+
+async def group_retry_max_times(broker: BrokerClient, addr: str, group: str) -> int | None:
+    """The group's ``retryMaxTimes`` on a broker (GET_SUBSCRIPTIONGROUP_CONFIG), or None.
+    Asking creates the group where the broker auto-creates groups, as a pop would."""
+    resp = await broker.call(addr, 352, {"group": group})
+    if resp.code != 0 or not resp.body:
+        return None
+    value = json.loads(resp.body).get("retryMaxTimes")
+    return int(value) if value is not None else None

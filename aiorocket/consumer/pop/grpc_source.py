@@ -1,0 +1,123 @@
+"""The gRPC ``PopSource``: a 5.x Proxy, through ``aiorocket.grpc.SimpleConsumer``.
+
+Who renews the invisible time: receives ask the Proxy to (``auto_renew``, as the Java
+push consumer does): the Apache Proxy then keeps each message invisible until it is
+acked or its invisible duration changed, on its own schedule (``defaultInvisibleTimeMills``,
+renewed ``renewAheadTimeMillis`` before it ends, for up to ``renewMaxTimeMillis``). A
+Proxy that does not (``enableProxyAutoRenew=false``) refuses such a receive with
+ILLEGAL_INVISIBLE_TIME; receives then carry ``invisible_duration`` and the client's
+renewer renews. The Proxy's renewal is preferred because renewing from the client hits
+an Apache RocketMQ defect (5.3-5.5, apache/rocketmq#9583): after
+ChangeInvisibleDuration, an ack of any but the first message of a receive batch is
+accepted and then ignored, and the message comes back. (Over remoting the client builds
+the new check point itself, correctly: ``aiorocket.client.pop``.)
+"""
+
+from __future__ import annotations
+
+from aiorocket._log import Logger
+from aiorocket.errors import ProxyResponseError, RocketMQError
+from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._encode import FastAckResponse, ack_request
+from aiorocket.grpc._push_message import pop_message
+from aiorocket.grpc._session import backoff_delays, ensure_asyncio
+from aiorocket.grpc._simple import SimpleConsumer
+from aiorocket.grpc._transport import check_status
+from aiorocket.received import PopMessage
+
+__all__ = ["RECEIVERS", "GrpcSource"]
+
+#: receive loops at once
+RECEIVERS = 2
+#: the Proxy's answer to an auto-renewed receive when it does not renew by itself
+_ILLEGAL_INVISIBLE_TIME = 40011
+#: the Proxy's code for a receipt handle that is no longer valid
+_INVALID_RECEIPT_HANDLE = 40013
+
+
+class GrpcSource:
+    """Pops through a Proxy (the ``grpc`` extra).
+
+    Parameters
+    ----------
+    session:
+        The (not yet started) session, a push consumer's ``SimpleConsumer``.
+    log:
+        The consumer's logger.
+    """
+
+    def __init__(self, session: SimpleConsumer, log: Logger) -> None:
+        self.session = session
+        self.group = session.group
+        self._log = log
+        self.server_renews = True
+        session.auto_renew = True
+        self.fifo = False
+        self.server_max_attempts = 0
+        self._backoff = backoff_delays(None)
+
+    @property
+    def client_id(self) -> str:
+        return self.session.transport.client_id
+
+    @property
+    def receivers(self) -> int:
+        return RECEIVERS
+
+    async def run(self) -> None:
+        """Nothing: the session keeps itself alive."""
+
+    async def open(self) -> None:
+        ensure_asyncio("Consumer")
+        session = self.session
+        await session.__aenter__()
+        sub = session.session.subscription()
+        self.fifo = bool(sub is not None and sub.fifo)
+        policy = session.session.retry_policy()
+        self.server_max_attempts = policy.max_attempts if policy is not None else 0
+        self._backoff = backoff_delays(policy)
+
+    async def close(self) -> None:
+        await self.session.__aexit__(None, None, None)
+
+    def backoff(self, attempt: int) -> float:
+        return self._backoff(attempt)
+
+    async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
+        try:
+            received = await self.session.receive(max_messages, invisible)
+        except ProxyResponseError as err:
+            if err.code != _ILLEGAL_INVISIBLE_TIME or not self.session.auto_renew:
+                raise
+            self.session.auto_renew = self.server_renews = False
+            self._log.info("proxy_does_not_renew", renewer="client", invisible_duration=invisible)
+            return []
+        return [pop_message(r) for r in received]
+
+    async def ack(self, topic: str, messages: list[PopMessage]) -> int:
+        c = self.session
+        handles = [(m.message_id, m.receipt_handle) for m in messages]
+        req = ack_request(c.transport.namespace, c.group, topic, handles)
+        resp = await c.transport.unary("AckMessage", req, FastAckResponse)
+        check_status(resp.status, "AckMessage")
+        ok = 0
+        for entry in resp.entries:
+            if entry.status.code in (0, pb.Code.OK):
+                ok += 1
+            else:
+                self._log.warning(
+                    "ack_entry_failed", topic=topic, code=entry.status.code,
+                    error=entry.status.message,
+                )  # fmt: skip
+        return ok
+
+    async def change_invisible(self, msg: PopMessage, seconds: float) -> None:
+        await self.session.change_invisible_duration(msg, seconds)
+
+    async def dead_letter(self, msg: PopMessage, *, attempt: int, max_attempts: int) -> None:
+        await self.session.forward_to_dead_letter(
+            msg, delivery_attempt=attempt, max_delivery_attempts=max_attempts
+        )
+
+    def lost(self, err: RocketMQError) -> bool:
+        return isinstance(err, ProxyResponseError) and err.code == _INVALID_RECEIPT_HANDLE

@@ -1,0 +1,228 @@
+"""The remoting ``PopSource``: POP_MESSAGE straight from the brokers (no Proxy).
+
+What the Java push consumer does in POP mode (``clientRebalance=false``): every member
+long-polls every broker of its topics for any of their queues (``queueId=-1``); the
+broker spreads the messages, so more members than queues all receive, and a member
+joining or leaving stops nobody (there is no rebalance). Messages stay invisible to the
+group while handled: a broker has no auto-renew, so the client's renewer renews them
+(ChangeInvisibleTime, with the new check point built as ``aiorocket.client.pop``
+explains; apache/rocketmq#9583 does not apply).
+
+Retries and the dead-letter queue, as the Java POP consumer and the broker do them: a
+failed message's invisible time becomes the pop delay of its attempt (10 s, 30 s,
+1 min, ... 2 h), then the broker redelivers it from the group's pop retry topic with
+``reconsume_times`` + 1; at the last attempt (the group's ``retryMaxTimes``, capped by
+``max_reconsume_times``) the client sends it to ``%DLQ%<group>`` (CONSUMER_SEND_MSG_BACK
+with delay level -1) and acks it.
+
+Orderly (``orderly=True``): pops ask for order (``order=true``): the broker hands out a
+queue's messages to one member at a time, the next ones only once those are acked (its
+order lock per queue and group); each queue is delivered in order, one at a time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import anyio
+
+from aiorocket.client.instance import ClientInstance
+from aiorocket.client.pop import (
+    INIT_MODE_FIRST,
+    INIT_MODE_LAST,
+    CheckPoint,
+    PopRequests,
+    group_retry_max_times,
+)
+from aiorocket.consumer.config import ConsumeFromWhere
+from aiorocket.consumer.membership import Membership
+from aiorocket.consumer.state import ConsumerState
+from aiorocket.errors import NoRouteError, RocketMQError
+from aiorocket.received import PopMessage
+
+__all__ = ["POP_DELAYS", "RemotingSource"]
+
+#: the pop retry delays by attempt (the Java client's popDelayLevel)
+POP_DELAYS = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+#: the broker's default retryMaxTimes of a group
+_DEFAULT_RETRY_MAX = 16
+
+
+class RemotingSource:
+    """Pops one group's messages from the brokers of its topics.
+
+    Parameters
+    ----------
+    state:
+        The consumer's shared state (group, subscriptions, configuration, logger).
+    namesrv:
+        NameServer addresses.
+    client_id:
+        This client's id (default: made by the client).
+    """
+
+    server_renews = False
+
+    def __init__(
+        self, state: ConsumerState, namesrv: Sequence[str], *, client_id: str | None
+    ) -> None:
+        cfg = state.config
+        self.state = state
+        self.group = state.group
+        self.fifo = cfg.orderly
+        self.server_max_attempts = 0
+        self.client = ClientInstance(
+            namesrv, client_id=client_id, request_timeout=cfg.request_timeout,
+            route_refresh_interval=cfg.route_refresh_interval, credentials=cfg.credentials,
+            tls=cfg.tls, address_map=cfg.address_map,
+        )  # fmt: skip
+        self.requests = PopRequests(self.client.broker)
+        self._membership = Membership(
+            state, self.client.client_id, self.client.broker, self.client.namesrv
+        )
+        self._init_mode = (
+            INIT_MODE_FIRST
+            if cfg.consume_from_where is ConsumeFromWhere.FIRST_OFFSET
+            else INIT_MODE_LAST
+        )
+        self._poll_ms = int(cfg.long_poll_timeout * 1000)
+        self._rr = 0
+        self._opened = False
+
+    @property
+    def client_id(self) -> str:
+        return self.client.client_id
+
+    @property
+    def receivers(self) -> int:
+        """Receive loops: one per (topic, broker), so an idle broker's long poll never
+        holds up a busy one's messages."""
+        return max(2, len(self._targets()))
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def open(self) -> None:
+        state = self.state
+        await self.client.__aenter__()
+        self._opened = True
+        try:
+            for topic in state.subscriptions:
+                await self.client.namesrv.get_route(topic)
+            await self._membership.send_heartbeats(starting=True)
+            self.server_max_attempts = await self._group_max_attempts()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _group_max_attempts(self) -> int:
+        """Deliveries before the DLQ by the group's ``retryMaxTimes`` (on any broker)."""
+        for _topic, _broker, addr in self._targets():
+            try:
+                times = await group_retry_max_times(self.client.broker, addr, self.group)
+            except RocketMQError:
+                continue
+            if times is not None and times >= 0:
+                return times + 1
+        return _DEFAULT_RETRY_MAX + 1
+
+    async def run(self) -> None:
+        """Heartbeats (the brokers list us among the group's consumers), until cancelled."""
+        while True:
+            await anyio.sleep(self.state.config.heartbeat_interval)
+            await self._membership.send_heartbeats()
+
+    async def close(self) -> None:
+        if not self._opened:
+            return
+        self._opened = False
+        with anyio.move_on_after(self.state.config.request_timeout * 2, shield=True):
+            await self._membership.unregister()
+        await self.client.__aexit__(None, None, None)
+
+    def backoff(self, attempt: int) -> float:
+        return float(POP_DELAYS[min(max(attempt, 1), len(POP_DELAYS)) - 1])
+
+    # -- popping -------------------------------------------------------------------
+
+    def _targets(self) -> list[tuple[str, str, str]]:
+        """(topic, broker name, master address) of every readable subscribed topic."""
+        out: list[tuple[str, str, str]] = []
+        for topic in self.state.subscriptions:
+            route = self.client.namesrv.cached_route(topic)
+            if route is None:
+                continue
+            brokers = sorted({mq.broker_name for mq in route.read_queues()})
+            for name in brokers:
+                addr = route.master_addr(name)
+                if addr is not None:
+                    out.append((topic, name, addr))
+        return out
+
+    async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
+        targets = self._targets()
+        if not targets:
+            raise NoRouteError(
+                f"no readable queue of {sorted(self.state.subscriptions)} has a master broker"
+            )
+        self._rr += 1
+        topic, broker_name, addr = targets[self._rr % len(targets)]
+        sub = self.state.subscriptions[topic]
+        result = await self.requests.pop(
+            addr, self.group, topic, broker_name, max_nums=max_messages,
+            invisible_ms=int(invisible * 1000), poll_ms=self._poll_ms,
+            init_mode=self._init_mode, expression=sub.expression,
+            expression_type=sub.expression_type, order=self.fifo,
+            timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
+        )  # fmt: skip
+        if self.fifo:
+            for m in result.messages:
+                m.message_group = f"{m.broker_name}:{m.queue_id}"
+        return result.messages
+
+    # -- settling ------------------------------------------------------------------
+
+    async def _addr(self, msg: PopMessage) -> str:
+        route = self.client.namesrv.cached_route(msg.topic)
+        if route is None:
+            route = await self.client.namesrv.get_route(msg.topic)
+        addr = route.master_addr(msg.broker_name)
+        if addr is None:
+            raise NoRouteError(f"broker {msg.broker_name} has no master")
+        return addr
+
+    async def ack(self, topic: str, messages: list[PopMessage]) -> int:
+        by_broker: dict[str, list[PopMessage]] = defaultdict(list)
+        for m in messages:
+            by_broker[m.broker_name].append(m)
+        ok = 0
+        for msgs in by_broker.values():
+            addr = await self._addr(msgs[0])
+            # Orderly check points are acked one by one (the broker's order lock moves on
+            # with each); the rest in one batch per broker.
+            orderly = [m for m in msgs if CheckPoint.parse(m.receipt_handle).orderly]
+            batch = [m.receipt_handle for m in msgs if m not in orderly]
+            if batch:
+                await self.requests.batch_ack(addr, self.group, topic, batch)
+                ok += len(batch)
+            for m in orderly:
+                ok += await self.requests.ack(addr, self.group, topic, m.receipt_handle)
+        return ok
+
+    async def change_invisible(self, msg: PopMessage, seconds: float) -> None:
+        addr = await self._addr(msg)
+        msg.receipt_handle = await self.requests.change_invisible_time(
+            addr, self.group, msg.topic, msg.receipt_handle, int(seconds * 1000)
+        )
+
+    async def dead_letter(self, msg: PopMessage, *, attempt: int, max_attempts: int) -> None:
+        addr = await self._addr(msg)
+        await self.client.broker.send_back(
+            addr, msg, self.group, delay_level=-1, max_reconsume_times=max_attempts - 1,
+            origin_topic=msg.topic,
+        )  # fmt: skip
+        await self.requests.ack(addr, self.group, msg.topic, msg.receipt_handle)
+
+    def lost(self, err: RocketMQError) -> bool:
+        return False
+
