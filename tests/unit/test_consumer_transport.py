@@ -82,9 +82,34 @@ def test_an_invisible_duration_the_proxy_refuses_is_a_config_error(bad: object) 
         Consumer("g", proxy="p:8081", invisible_duration=bad)
 
 
-def test_the_invisible_duration_is_refused_over_remoting() -> None:
-    with pytest.raises(UnsupportedTransportError, match="invisible_duration exists only over gRPC"):
+def test_the_invisible_duration_is_refused_over_remoting_in_pull_mode() -> None:
+    with pytest.raises(UnsupportedTransportError, match="invisible_duration exists only for pop"):
         Consumer("g", "a:9876", invisible_duration=60)
+    assert Consumer("g", "a:9876", consume_mode="pop", invisible_duration=60).consume_mode == "pop"
+
+
+def test_consume_modes() -> None:
+    assert Consumer("g", "a:9876").consume_mode == "pull"
+    assert Consumer("g", proxy="p:8081").consume_mode == "pop"
+    with pytest.raises(UnsupportedTransportError, match="consumes by pop only"):
+        Consumer("g", proxy="p:8081", consume_mode="pull")
+    with pytest.raises(ConfigError, match="consume_mode must be 'pull' or 'pop'"):
+        Consumer("g", "a:9876", consume_mode="push")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "match"),
+    [
+        ({"message_model": "BROADCASTING"}, UnsupportedTransportError, "BROADCASTING"),
+        ({"listener": object()}, UnsupportedTransportError, "rebalance listener"),
+        ({"pull_batch_size": 33}, ConfigError, "at most 32"),
+    ],
+)
+def test_pull_only_choices_are_refused_in_pop_mode(
+    settings: dict[str, object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        Consumer("g", "a:9876", consume_mode="pop", **settings)  # type: ignore[arg-type]
 
 
 def test_grpc_options_need_the_grpc_transport() -> None:
