@@ -34,3 +34,6 @@ class SendResult:
     queue_offset: int
     offset_msg_id: str = ""
     transaction_id: str | None = None
+    #: a timer (``deliver_time_ms``) message's handle for ``Producer.recall`` before its
+    #: delivery time (RocketMQ 5.3.2+ brokers), else None
+    recall_handle: str | None = None

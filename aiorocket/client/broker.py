@@ -176,6 +176,7 @@ class BrokerClient:
             queue_offset=resp.ext_int("queueOffset", -1),
             offset_msg_id=resp.ext_fields.get("msgId", ""),
             transaction_id=resp.ext_fields.get("transactionId"),
+            recall_handle=resp.ext_fields.get("recallHandle") or None,
         )
 
     async def send_message_oneway(

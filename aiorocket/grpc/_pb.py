@@ -509,6 +509,18 @@ class ForwardMessageToDeadLetterQueueResponse(betterproto.Message):
 
 
 @dataclass(eq=False, repr=False)
+class RecallMessageRequest(betterproto.Message):
+    topic: Resource | None = betterproto.message_field(1, optional=True)
+    recall_handle: str = betterproto.string_field(2)
+
+
+@dataclass(eq=False, repr=False)
+class RecallMessageResponse(betterproto.Message):
+    status: Status = betterproto.message_field(1)
+    message_id: str = betterproto.string_field(2)
+
+
+@dataclass(eq=False, repr=False)
 class HeartbeatRequest(betterproto.Message):
     group: Resource | None = betterproto.message_field(1, optional=True)
     client_type: ClientType = betterproto.enum_field(2)

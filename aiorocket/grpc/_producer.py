@@ -397,6 +397,15 @@ class GrpcProducer:
         except RocketMQError as exc:  # the Proxy will ask the checker instead
             self.log.warning("end_transaction_failed", topic=topic, msg_id=msg_id, error=str(exc))
 
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """RecallMessage: withdraw a timer message before its delivery time; returns its id."""
+        req = pb.RecallMessageRequest(
+            topic=self.session.resource(topic), recall_handle=recall_handle
+        )
+        resp = await self.transport.unary("RecallMessage", req, pb.RecallMessageResponse)
+        check_status(resp.status, "RecallMessage")
+        return resp.message_id
+
     async def _on_orphan(self, cmd: pb.RecoverOrphanedTransactionCommand) -> None:
         if self._verdict is None:
             return
@@ -427,6 +436,7 @@ def _results(
             queue=MessageQueue(topic, "", -1),
             queue_offset=offset,
             transaction_id=(e.transaction_id or None) if transactional else None,
+            recall_handle=e.recall_handle or None,
         )
         for m, e, offset in pairs
     ]

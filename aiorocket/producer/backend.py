@@ -84,6 +84,10 @@ class ProducerBackend(Protocol):
         self, msg: Message, local_transaction: LocalTransaction, *, timeout: float | None
     ) -> TransactionResult: ...
 
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Withdraw a timer message before its delivery time; its message id."""
+        ...
+
 
 def unsupported(feature: str, only_on: Literal["remoting", "grpc"]) -> UnsupportedTransportError:
     """The error for ``feature``, which only the ``only_on`` transport has."""

@@ -90,6 +90,9 @@ class GrpcEngine:
     ) -> None:
         await self._grpc.close(exc_type, exc, tb)
 
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        return await self._grpc.recall(topic, recall_handle)
+
     # -- sending -------------------------------------------------------------------
 
     async def send(

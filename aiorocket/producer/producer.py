@@ -23,6 +23,7 @@ from aiorocket._settings import apply_settings, check_group
 from aiorocket._transport import Transport, choose_transport
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.namesrv import namesrv_addrs
+from aiorocket.client.recall import RecallHandle
 from aiorocket.client.results import SendResult
 from aiorocket.errors import ClientClosedError, ConfigError
 from aiorocket.message import Message
@@ -358,6 +359,17 @@ class Producer:
         return await engine.send_prepared(
             msg, producer_group=producer_group, check_immunity=check_immunity, timeout=timeout
         )
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Withdraw a timer message of ``topic`` before its delivery time, by the
+        ``recall_handle`` of its ``SendResult`` (a message
+        sent with ``deliver_time_ms``); it is then never delivered. Returns its message
+        id. Both transports; RocketMQ 5.3.2+ brokers with ``recallMessageEnable=true``
+        (else [`AccessDeniedError`][aiorocket.errors.AccessDeniedError]); a message
+        already delivered is refused (``BrokerResponseError``), and a string that is not
+        a recall handle raises ``ConfigError`` before anything is sent."""
+        RecallHandle.parse(recall_handle)
+        return await self._open().recall(topic, recall_handle)
 
     async def accept_checks(self, *topics: str) -> None:
         """Join this producer's group on the brokers of ``topics`` now (and keep

@@ -22,8 +22,9 @@ import anyio
 import anyio.abc
 
 from aiorocket.client.instance import ClientInstance
+from aiorocket.client.recall import RecallHandle, recall_message
 from aiorocket.client.results import SendResult, SendStatus
-from aiorocket.errors import ClientClosedError, ConfigError, RocketMQError
+from aiorocket.errors import ClientClosedError, ConfigError, NoRouteError, RocketMQError
 from aiorocket.message import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_SHARDING_KEY,
@@ -349,6 +350,20 @@ class RemotingProducer:
         for topic in topics:
             await sender.routes.get(wrap(self.config.namespace, topic))
         await self._membership.heartbeat_all()
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """RECALL_MESSAGE to the broker the handle names (``Producer.recall``)."""
+        sender = self._open_sender()
+        handle = RecallHandle.parse(recall_handle)
+        wire_topic = wrap(self.config.namespace, topic)
+        route = (await sender.routes.get(wire_topic)).route
+        addr = route.master_addr(handle.broker_name)
+        if addr is None:
+            raise NoRouteError(f"broker {handle.broker_name} of the recall handle has no master")
+        return await recall_message(
+            self.client.broker, addr, wrap(self.config.namespace, self.group), wire_topic,
+            recall_handle,
+        )  # fmt: skip
 
     async def _end(self, addr: str, result: SendResult, state: TransactionState) -> None:
         namespace = self.config.namespace

@@ -56,6 +56,7 @@ def broker_conf(name: str, port: int, namesrv: str, store: Path, cluster: str = 
         "autoCreateTopicEnable": False, "autoCreateSubscriptionGroup": True,
         "enablePropertyFilter": True,  # SQL92 filters
         "timerWheelEnable": True,  # 5.x timer (arbitrary delay) messages; default anyway
+        "recallMessageEnable": True,  # Producer.recall (5.3.2+; off by default)
         "mappedFileSizeCommitLog": 64 * 1024 * 1024,  # default 1 GiB
         # Writes are refused above diskSpaceWarningLevelRatio, which is clamped to <= 90.
         "diskSpaceWarningLevelRatio": 90, "diskSpaceCleanForciblyRatio": 90,
