@@ -30,8 +30,8 @@ def is_live(consumer: Consumer, stuck_after: float) -> bool:
     that is not paused; one paused because its cache is full of unfinished messages
     (stuck handlers) completes none, so it counts as stuck.
     """
-    if not consumer.started or consumer.transport != "remoting":
-        return True  # over gRPC the Proxy hands out messages: no queue to be stuck on
+    if not consumer.started or consumer.consume_mode != "pull":
+        return True  # a pop consumer is handed messages: no queue to be stuck on
     assigned = consumer.assignment()
     return all(
         s.pull_idle <= stuck_after for s in consumer.stats(advance=False) if s.queue in assigned
@@ -65,8 +65,8 @@ async def consumer_health(
     offsets are asked concurrently, each within ``timeout`` seconds (``max_offset`` and
     ``lag`` are None for a queue whose broker did not answer; the total counts the others).
     """
-    # Over gRPC there are no queues of its own to report (the Proxy hands out messages).
-    per_queue = consumer.started and consumer.transport == "remoting"
+    # A pop consumer (gRPC, or consume_mode="pop") has no queues of its own to report.
+    per_queue = consumer.started and consumer.consume_mode == "pull"
     stats: list[QueueStats] = consumer.stats(advance=False) if per_queue else []
     assigned = consumer.assignment() if per_queue else set()
     stats = [s for s in stats if s.queue in assigned]

@@ -162,7 +162,7 @@ class Telemetry:
     def _observe(self, field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def callback(options: CallbackOptions) -> Iterable[Observation]:
             for consumer in self._consumers:
-                if consumer.started and consumer.transport == "remoting":
+                if consumer.started and consumer.consume_mode == "pull":
                     total = sum(getattr(s, field) for s in consumer.stats(advance=False))
                     group = {"messaging.system": SYSTEM,
                              "messaging.consumer.group.name": consumer.group}  # fmt: skip
@@ -172,7 +172,7 @@ class Telemetry:
 
     def _observe_assigned(self, options: CallbackOptions) -> Iterable[Observation]:
         for consumer in self._consumers:
-            if consumer.transport != "remoting":
+            if consumer.consume_mode != "pull":
                 continue  # over gRPC the Proxy assigns no queues to clients
             if not consumer.started:
                 continue
@@ -224,7 +224,7 @@ class Telemetry:
                 }
             record(seconds, attrs)
 
-        if consumer.transport == "remoting":  # over gRPC there are no pulls of queues
+        if consumer.consume_mode == "pull":  # over gRPC there are no pulls of queues
             consumer.observe_pulls(observe)
 
     # -- consumer side -------------------------------------------------------------------

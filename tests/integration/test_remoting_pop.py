@@ -23,6 +23,7 @@ from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
 from aiorocket.consumer.backend import PopBackend
 from aiorocket.consumer.pop.runtime import PopRuntime
 from aiorocket.errors import UnsupportedTransportError
+from aiorocket.integrations.health import consumer_health, is_live
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.received import PopMessage
@@ -131,6 +132,10 @@ async def test_consume_and_ack(
             consumer.assignment()
         with pytest.raises(UnsupportedTransportError, match="consume_mode='pull'"):
             consumer.stats()
+        # The service integrations' health report works (no queues of its own to list).
+        assert is_live(consumer, stuck_after=1.0)
+        report = await consumer_health(consumer, stuck_after=1.0)
+        assert report["joined"] and report["live"] and report["topics"] == [topic]
         with anyio.fail_after(30):
             await all_seen.wait()
         runtime = runtime_of(consumer)
@@ -295,3 +300,41 @@ async def test_orderly_pop_keeps_each_queue_in_order(
     for key in keys:
         assert handled[key] == list(range(n)), (key, handled[key])
     assert len(failed_once) == len(keys)
+
+
+async def test_switching_a_group_between_pull_and_pop_keeps_its_progress(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """Pull and POP keep a group's progress in the same broker offsets: a group that
+    consumed in pull mode continues in POP mode after what it committed, and back."""
+    topic, group = unique_name("rpopsw"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=2)
+
+    async def consume(mode: str, bodies: list[bytes]) -> list[bytes]:
+        await send(rocketmq, topic, bodies)
+        got: list[bytes] = []
+        done = anyio.Event()
+
+        async def handle(msg: ConsumerMessage) -> None:
+            got.append(msg.body)
+            if set(bodies) <= set(got):
+                done.set()
+
+        consumer = Consumer(group, rocketmq.namesrv_addr, handler=handle, consume_mode=mode,
+                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                            long_poll_timeout=3)  # type: ignore[arg-type]  # fmt: skip
+        consumer.subscribe(topic)
+        async with consumer:
+            with anyio.fail_after(30):
+                await done.wait()
+            if mode == "pop":  # the broker's offsets move as the acks complete a pop
+                runtime = runtime_of(consumer)
+                await eventually(lambda: runtime.acks.acked >= len(bodies), timeout=10)
+        return got
+
+    first = [f"pull-{i}".encode() for i in range(10)]
+    second = [f"pop-{i}".encode() for i in range(10)]
+    third = [f"pull-again-{i}".encode() for i in range(10)]
+    assert sorted(await consume("pull", first)) == sorted(first)
+    assert sorted(await consume("pop", second)) == sorted(second)  # nothing of "first"
+    assert sorted(await consume("pull", third)) == sorted(third)  # nothing of "second"
