@@ -11,10 +11,12 @@ Run it (the NameServer from $AIOROCKET_NAMESRV_ADDR):
     curl localhost:8080/health          # per consumer: queues, in flight, lag
 
 On SIGTERM ``web.run_app`` stops taking requests and runs the app's cleanup: the
-consumer stops pulling, lets running handlers finish within ``shutdown_timeout`` (the
-order not finished by then is not committed: the next instance processes it), commits,
-unregisters, then the producer closes. Settings as in fastapi_service.py: ORDERS_TOPIC,
-ORDERS_GROUP, ORDER_PROCESSING_SECONDS, ORDER_SHUTDOWN_TIMEOUT, ORDERS_JOURNAL.
+consumer stops pulling, gives back the orders it had not started, lets running handlers
+finish within ``shutdown_timeout`` (an order not finished by then is processed again,
+by another instance), commits, unregisters, then the producer closes (see "Startup and
+shutdown" in docs/services.md). Settings as in fastapi_service.py: ORDERS_TOPIC,
+ORDERS_GROUP, ORDER_PROCESSING_SECONDS (per item), ORDER_SHUTDOWN_TIMEOUT,
+ORDERS_JOURNAL.
 """
 
 import argparse
@@ -50,7 +52,8 @@ rocketmq = RocketMQService(producer_group="orders-api")
 async def process_order(msg: ConsumerMessage) -> None:
     """Returning settles the message; raising would send it back for a retry."""
     order = json.loads(msg.body)
-    await anyio.sleep(PROCESSING_SECONDS)  # the work: payment, stock, ...
+    # The work (payment, stock, ...): ORDER_PROCESSING_SECONDS per item.
+    await anyio.sleep(PROCESSING_SECONDS * order["quantity"])
     orders[order["id"]] = {**order, "status": "processed"}
     if JOURNAL:
         async with await anyio.open_file(JOURNAL, "a") as journal:

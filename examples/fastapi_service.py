@@ -12,14 +12,15 @@ Run it (the NameServer from $AIOROCKET_NAMESRV_ADDR):
     curl localhost:8000/metrics/        # Prometheus (with the OpenTelemetry exporter)
 
 On SIGTERM uvicorn stops taking requests and the router's lifespan stops the consumer:
-it stops pulling, lets running handlers finish within ``shutdown_timeout`` (the order
-not finished by then is not committed: the next instance processes it), commits,
-unregisters, then closes the producer. Settings (all optional):
-ORDERS_TOPIC, ORDERS_GROUP, ORDER_PROCESSING_SECONDS (a slow handler, for trying the
-shutdown), ORDER_SHUTDOWN_TIMEOUT, ORDERS_JOURNAL (a file each processed order's id is
-appended to, standing in for a database), ORDERS_LAG_INTERVAL (seconds between
-refreshes of the lag metric, 15). monitoring/ has a Grafana dashboard and Prometheus
-alert rules for these metrics.
+it stops pulling, gives back the orders it had not started, lets running handlers
+finish within ``shutdown_timeout`` (an order not finished by then is processed again,
+by another instance), commits, unregisters, then closes the producer (see "Startup and
+shutdown" in docs/services.md). Settings (all optional): ORDERS_TOPIC, ORDERS_GROUP,
+ORDER_PROCESSING_SECONDS (per item: a slow handler, for trying the shutdown),
+ORDER_SHUTDOWN_TIMEOUT, ORDERS_JOURNAL (a file each processed order's id is appended
+to, standing in for a database), ORDERS_LAG_INTERVAL (seconds between refreshes of
+the lag metric, 15). monitoring/ has a Grafana dashboard and Prometheus alert rules
+for these metrics.
 """
 
 import json
@@ -71,7 +72,8 @@ rocketmq = RocketMQRouter(
 async def process_order(msg: ConsumerMessage) -> None:
     """Returning settles the message; raising would send it back for a retry."""
     order = json.loads(msg.body)
-    await anyio.sleep(PROCESSING_SECONDS)  # the work: payment, stock, ...
+    # The work (payment, stock, ...): ORDER_PROCESSING_SECONDS per item.
+    await anyio.sleep(PROCESSING_SECONDS * order["quantity"])
     orders[order["id"]] = {**order, "status": "processed"}
     if JOURNAL:
         async with await anyio.open_file(JOURNAL, "a") as journal:

@@ -67,8 +67,8 @@ class Buffered:
     def stop(self) -> list[ConsumerMessage]:
         return []  # buffered until the application takes them: uncommitted, redelivered
 
-    async def drain(self, *, graceful: bool) -> None:
-        pass
+    async def drain(self, *, graceful: bool) -> list[ConsumerMessage]:
+        return []
 
     # -- taking ------------------------------------------------------------------------
 

@@ -58,9 +58,11 @@ class Delivery(Protocol):
         remoting, made visible again over gRPC), so a closing consumer only finishes
         what is running (a rolling restart duplicates no more than that)."""
 
-    async def drain(self, *, graceful: bool) -> None:
+    async def drain(self, *, graceful: bool) -> list[ConsumerMessage]:
         """At close (shielded): let in-flight work finish within ``shutdown_timeout``
-        when ``graceful``, then stop every task of the strategy."""
+        when ``graceful``, then stop every task of the strategy. Returns the messages
+        whose handler call it cut (cancelled, unsettled): the engine hands them back
+        (remoting: see ``RemotingSettler.hand_back``; gRPC: made visible again)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ class WorkerPool:
         self._timeouts = ConsumeTimeouts(cfg.consume_timeout)
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
+        self._slots: list[TimeoutSlot] = []  # one per worker (its handler call)
 
     # -- Delivery ------------------------------------------------------------------
 
@@ -93,16 +94,28 @@ class WorkerPool:
             unstarted.extend(item if isinstance(item, list) else [item])
         return unstarted
 
-    async def drain(self, *, graceful: bool) -> None:
-        """Running handlers finish (bounded), then the workers are cancelled."""
+    async def drain(self, *, graceful: bool) -> list[ConsumerMessage]:
+        """Running handlers finish (bounded), then the workers are cancelled; returns the
+        messages of the handler calls cancelled here."""
         cfg = self._state.config
         if graceful and self._done is not None:
-            with anyio.move_on_after(cfg.shutdown_timeout) as drain:
+            with anyio.move_on_after(cfg.shutdown_timeout):
                 await self._done.wait()
-            if drain.cancelled_caught:
-                self._state.log.warning("shutdown_timeout", timeout=cfg.shutdown_timeout)
-        if self._scope is not None:
-            self._scope.cancel()
+        if self._scope is None or self._done is None or self._done.is_set():
+            return []
+        self._scope.cancel()
+        # The calls running now are the ones cancelled: no handler completes from here
+        # on (the next checkpoint of each raises), and no worker takes another message.
+        cut: list[ConsumerMessage] = []
+        for slot in self._slots:
+            current = slot.current
+            if current is not None:
+                cut.extend(m for m in (current if isinstance(current, list) else [current])
+                           if not m.settled)  # fmt: skip
+        if graceful:
+            self._state.log.warning("shutdown_timeout", timeout=cfg.shutdown_timeout,
+                                    cut=len(cut))  # fmt: skip
+        return cut
 
     # -- workers -----------------------------------------------------------------------
 
@@ -110,7 +123,9 @@ class WorkerPool:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Run the workers until the queue closes and drains (or they are cancelled)."""
-        slots = [self._timeouts.slot() for _ in range(self._state.config.consume_concurrency)]
+        slots = self._slots = [
+            self._timeouts.slot() for _ in range(self._state.config.consume_concurrency)
+        ]
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope

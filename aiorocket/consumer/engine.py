@@ -148,6 +148,7 @@ class Engine:
         self._membership: Membership
         self._locks: QueueLocks | None = None
         self._puller: Puller
+        self._settler: RemotingSettler
         self._operator_requests: OperatorRequests
 
     @property
@@ -228,7 +229,9 @@ class Engine:
         self._membership = Membership(state, client.client_id, client.broker, client.namesrv)
         if cfg.orderly:
             self._locks = QueueLocks(state, client.broker, self.finder, client.client_id)
-        settler = RemotingSettler(state, client.broker, self.finder, self._retry_later)
+        settler = self._settler = RemotingSettler(
+            state, client.broker, self.finder, self._retry_later
+        )
         self.delivery = self._make_delivery(
             DeliveryParts(
                 state=state,
@@ -275,7 +278,12 @@ class Engine:
         *,
         graceful: bool,
     ) -> None:
-        """Stop pulling, drain delivery (bounded), flush offsets, unregister, stop tasks."""
+        """Stop pulling, drain delivery (bounded), flush offsets, unregister, stop tasks.
+
+        What was queued and never started stays uncommitted; running handlers finish
+        within ``shutdown_timeout``; the cut ones are handed back (``hand_back``); the
+        offsets are committed before unregistering (and unlocking), so the members that
+        take the queues next start after what this one finished."""
         state = self.state
         state.closing = True
         self._closed = True
@@ -291,7 +299,11 @@ class Engine:
         cfg = state.config
         with anyio.CancelScope(shield=True):
             if started:
-                await self.delivery.drain(graceful=graceful)
+                cut = await self.delivery.drain(graceful=graceful)
+                if cut:  # before the commit: it may move past them
+                    await self._settler.hand_back(cut, _close_bound(cfg.request_timeout))
+                # Before unregistering: the members that take our queues when the broker
+                # tells them we left read these offsets.
                 await self.commits.commit_all()  # bounded per broker
                 with anyio.move_on_after(_close_bound(cfg.request_timeout)):
                     if self._locks is not None:

@@ -72,8 +72,8 @@ class Iterated:
             unstarted.extend(item if isinstance(item, list) else [item])
         return unstarted
 
-    async def drain(self, *, graceful: bool) -> None:
-        pass  # the loop's body is the application's: closing ends its iteration
+    async def drain(self, *, graceful: bool) -> list[ConsumerMessage]:
+        return []  # the loop's body is the application's: closing ends its iteration
 
     # -- iteration -----------------------------------------------------------------------
 

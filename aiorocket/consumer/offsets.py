@@ -173,6 +173,13 @@ class OffsetTracker:
         order = self._order
         return self._next - order[0] if order else 0
 
+    def finished_after(self, offset: int) -> bool:
+        """Whether an offset pulled after ``offset`` is no longer in flight: finished,
+        or filtered out by the broker (the tracker cannot tell them apart). O(in flight):
+        for the close, not the message path."""
+        above = sum(1 for pending in self._pending if pending > offset)
+        return above < self._next - offset - 1
+
     @property
     def next_offset(self) -> int:
         """Where the next pull of this queue starts."""

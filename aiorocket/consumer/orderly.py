@@ -119,10 +119,12 @@ class Orderly:
     def stop(self) -> list[ConsumerMessage]:
         return []  # each loop sees the closing flag; what its buffer holds stays unsettled
 
-    async def drain(self, *, graceful: bool) -> None:
+    async def drain(self, *, graceful: bool) -> list[ConsumerMessage]:
         """Let running steps finish within ``shutdown_timeout`` (when graceful), then
         cancel the rest and wait for them to end, so no queue is unlocked under a running
-        async handler. The consumer is closing, so no loop starts a new step."""
+        async handler. The consumer is closing, so no loop starts a new step. A cut
+        message stays where it is (returns none): the queue's next owner handles it
+        first, in order."""
         state = self._state
         pqs = list(self._loops.values())
         wait = state.config.shutdown_timeout if graceful else 0
@@ -143,6 +145,7 @@ class Orderly:
                 async with pq.order_lock:
                     pass
         self._watchdog_scope.cancel()
+        return []
 
     # -- the consume loop ----------------------------------------------------------------
 

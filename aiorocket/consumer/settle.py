@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import anyio
+
 from aiorocket.consumer.config import MessageModel
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import (
@@ -100,6 +102,39 @@ class RemotingSettler:
                 self._retry_later(msg)
                 return
         pq.on_done(msg, msg._generation)
+
+    async def hand_back(self, cut: list[ConsumerMessage], timeout: float) -> int:
+        """At close: the messages whose handler ``shutdown_timeout`` cut; returns how
+        many were sent back (within ``timeout`` s).
+
+        A cut message holds its queue's commit point, so a message after it that
+        finished would be consumed again by the queue's next owner. Such a cut message
+        is sent back for a retry (the retry topic, counted as an attempt), as a consume
+        timeout does, and the close commits past it: only the cut messages come again.
+        One with no finished message after it stays uncommitted: the next owner pulls it
+        at once, with no attempt counted, and duplicates nothing. So does one at its last
+        attempt (a send-back would dead-letter it), and every cut message of orderly or
+        broadcasting consumption (order; offsets of its own).
+        """
+        cfg = self._state.config
+        if cfg.orderly or cfg.message_model is not MessageModel.CLUSTERING:
+            return 0
+        level = cfg.retry_delay_level
+        chosen = [
+            m
+            for m in cut
+            if m.current()
+            and isinstance(m._pq, ProcessQueue)
+            and m._pq.tracker.finished_after(m.queue_offset)
+            and not self.dead_letters(m, level)
+        ]
+        sent = 0
+        with anyio.move_on_after(timeout):
+            for msg in chosen:
+                await self.settle(msg, level)
+                sent += msg.settled  # a failed send-back leaves it unsettled, uncommitted
+        self._state.log.info("cut_messages_handed_back", cut=len(cut), sent_back=sent)
+        return sent
 
     def finish(self, msg: ConsumerMessage) -> bool:
         """Settle a message as consumed; False if it was settled already or is stale.

@@ -3,10 +3,11 @@
 A service declares its consumers (``@service.subscriber(topic, group=...)`` or
 ``RocketMQService.add_consumer``) and, with ``producer_group``, one shared
 [`Producer`][aiorocket.producer.Producer]. ``async with service:`` starts the producer, then
-the consumers; leaving it stops the consumers first (they stop pulling, drain their
-running handlers within ``shutdown_timeout``, commit the offsets of what finished and
-unregister: a message whose handler did not finish is not committed, so another member
-or the next instance gets it again), then the producer (its handlers may still send).
+the consumers; leaving it stops the consumers first (they stop pulling and give back
+what no handler started, let running handlers finish within ``shutdown_timeout``, hand
+back the messages of those cut then, commit the offsets of what finished and only then
+unregister: another member gets each unfinished message again, no finished one; see
+docs/services.md), then the producer (its handlers may still send).
 
 The framework adapters ([`aiorocket.integrations.fastapi`][],
 [`aiorocket.integrations.aiohttp`][]) enter it in the app's lifespan.

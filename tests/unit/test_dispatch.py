@@ -56,6 +56,7 @@ class Harness:
         )
         self.pool: WorkerPool
         self.released: list[ConsumerMessage] = []
+        self.cut: list[ConsumerMessage] = []  # what the close's drain cancelled
 
     async def send_back(
         self, addr: str, msg: MessageExt, group: str, *, delay_level: int,
@@ -101,7 +102,7 @@ async def workers(
         yield h
         h.released = h.pool.stop()  # as on close: what never started is handed back
         with anyio.fail_after(10):
-            await h.pool.drain(graceful=True)
+            h.cut = await h.pool.drain(graceful=True)
 
 
 async def test_every_message_is_handled_once_and_committed() -> None:
@@ -221,6 +222,49 @@ async def test_close_finishes_running_handlers_and_hands_back_the_unstarted() ->
     assert sorted(m.queue_offset for m in h.released) == list(range(2, 10))
     assert not any(m.settled for m in h.released)
     assert h.pq.tracker.committable() == 2  # past the handled ones, not the released
+
+
+async def test_close_hands_back_a_cut_handler_only_when_a_later_message_finished() -> None:
+    """Issue 30, item 5: a handler cut by shutdown_timeout holds its queue's commit
+    point. Offset 0 is cut while 1..5 finished: it is sent back for a retry and the
+    close commits past it, so the next owner handles only it again (before, 1..5 too)."""
+    async def handle(msg: ConsumerMessage) -> None:
+        if msg.queue_offset == 0:
+            await anyio.sleep_forever()
+
+    async with workers(handle, consume_concurrency=2, shutdown_timeout=0.2) as h:
+        h.feed(6)
+        await h.consumed(5)
+    assert [m.queue_offset for m in h.cut] == [0]
+    assert h.pq.tracker.committable() == 0
+    assert await h.settler.hand_back(h.cut, 5) == 1
+    assert h.sent_back == [(0, h.state.config.retry_delay_level)]
+    assert h.pq.tracker.committable() == 6
+
+
+async def test_close_leaves_a_cut_handler_uncommitted_when_nothing_after_it_finished() -> None:
+    """Cut with only unstarted messages after them: nothing would be consumed twice, so
+    they are not sent back (no attempt counted, no retry delay): the next owner pulls
+    them at once."""
+    started = anyio.Event()
+    running = 0
+
+    async def handle(msg: ConsumerMessage) -> None:
+        nonlocal running
+        running += 1
+        if running == 2:
+            started.set()
+        await anyio.sleep_forever()
+
+    async with workers(handle, consume_concurrency=2, shutdown_timeout=0.2) as h:
+        h.feed(6)
+        with anyio.fail_after(10):
+            await started.wait()
+    assert sorted(m.queue_offset for m in h.cut) == [0, 1]
+    assert sorted(m.queue_offset for m in h.released) == [2, 3, 4, 5]
+    assert await h.settler.hand_back(h.cut, 5) == 0
+    assert h.sent_back == []
+    assert h.pq.tracker.committable() == 0
 
 
 async def test_consume_timeout_cancels_the_handler_and_sends_it_back() -> None:

@@ -222,6 +222,17 @@ def test_done_is_idempotent() -> None:
     assert t.committable() == 0
 
 
+def test_finished_after_tells_whether_a_later_offset_left_the_flight() -> None:
+    t = OffsetTracker(0)
+    t.add([0, 1, 2, 3], 4)
+    assert not t.finished_after(0)  # 1..3 all in flight
+    t.done(2)
+    assert t.finished_after(0) and t.finished_after(1)
+    assert not t.finished_after(2) and not t.finished_after(3)
+    t.add([6], 8)  # 4, 5 and 7 filtered out by the broker: counted as left
+    assert t.finished_after(3)
+
+
 def test_an_offset_counts_as_committed_only_once_marked() -> None:
     t = OffsetTracker(10)
     t.add([10, 11], 12)
