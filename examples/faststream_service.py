@@ -48,7 +48,8 @@ class Invoice(BaseModel):
 
 broker = RocketBroker(graceful_timeout=float(os.environ.get("GRACEFUL_TIMEOUT", "15")))
 app = FastStream(broker)
-invoices = broker.publisher(INVOICES, tags="issued", description="Invoices of paid orders")
+invoices = broker.publisher(INVOICES, tags="issued", schema=Invoice,
+                            description="Invoices of paid orders")  # fmt: skip
 
 
 def journal(line: str) -> None:

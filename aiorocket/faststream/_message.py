@@ -19,7 +19,10 @@ from aiorocket.message import is_system_property
 from aiorocket.received import ConsumerMessage
 from aiorocket.results import HandlerResult, Reconsume
 
-__all__ = ["CONTENT_TYPE", "CORRELATION_ID", "REPLY_TO", "Outcome", "RocketMessage", "parse"]
+__all__ = [
+    "CONTENT_TYPE", "CORRELATION_ID", "REPLY_TO", "GroupParser", "Outcome", "RocketMessage",
+    "parse",
+]  # fmt: skip
 
 #: user properties carrying FastStream's message metadata (the names FastStream's Kafka
 #: broker gives its headers)
@@ -59,8 +62,13 @@ class RocketMessage(StreamMessage[ConsumerMessage]):
     * ``reject()``: straight to the group's dead-letter queue (``Reconsume(-1)``).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, group: str | None = None, broadcasting: bool = False,
+                 **kwargs: Any) -> None:  # fmt: skip
         super().__init__(*args, **kwargs)
+        #: the consumer group that received it (None: a request's reply)
+        self.group = group
+        #: received by a broadcasting subscriber
+        self.broadcasting = broadcasting
         self._outcome = CURRENT_OUTCOME.get()
 
     async def ack(self) -> None:
@@ -98,6 +106,10 @@ def headers_of(raw: ConsumerMessage) -> dict[str, str]:
 
 async def parse(raw: ConsumerMessage) -> RocketMessage:
     """FastStream's parser: aiorocket's message to a ``RocketMessage``."""
+    return parse_for(raw, None, broadcasting=False)
+
+
+def parse_for(raw: ConsumerMessage, group: str | None, *, broadcasting: bool) -> RocketMessage:
     headers = headers_of(raw)
     return RocketMessage(
         raw_message=raw,
@@ -107,7 +119,22 @@ async def parse(raw: ConsumerMessage) -> RocketMessage:
         content_type=headers.get(CONTENT_TYPE),
         correlation_id=headers.get(CORRELATION_ID),
         message_id=raw.msg_id,
+        group=group,
+        broadcasting=broadcasting,
     )
+
+
+class GroupParser:
+    """A subscriber's parser: its messages carry its group (for telemetry and logs)."""
+
+    __slots__ = ("broadcasting", "group")
+
+    def __init__(self, group: str, *, broadcasting: bool) -> None:
+        self.group = group
+        self.broadcasting = broadcasting
+
+    async def __call__(self, raw: ConsumerMessage) -> RocketMessage:
+        return parse_for(raw, self.group, broadcasting=self.broadcasting)
 
 
 async def decode(msg: StreamMessage[Any]) -> Any:

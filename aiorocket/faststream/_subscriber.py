@@ -14,7 +14,7 @@ from faststream.specification.asyncapi.utils import resolve_payloads
 from faststream.specification.schema import Message, Operation, SubscriberSpec
 
 from aiorocket._settings import apply_settings
-from aiorocket.consumer.config import ConsumerConfig
+from aiorocket.consumer.config import ConsumerConfig, MessageModel
 from aiorocket.consumer.consumer import Consumer
 from aiorocket.faststream._command import RocketPublishCommand
 from aiorocket.faststream._config import (
@@ -22,7 +22,7 @@ from aiorocket.faststream._config import (
     RocketSubscriberConfig,
     RocketSubscriberSpecificationConfig,
 )
-from aiorocket.faststream._message import CURRENT_OUTCOME, Outcome, decode, parse
+from aiorocket.faststream._message import CURRENT_OUTCOME, GroupParser, Outcome, decode
 from aiorocket.faststream._resident import Resident
 from aiorocket.received import ConsumerMessage
 from aiorocket.results import HandlerResult
@@ -104,7 +104,8 @@ class RocketSubscriber(SubscriberUsecase[ConsumerMessage]):
         specification: RocketSubscriberSpecification,
         calls: CallsCollection[ConsumerMessage],
     ) -> None:
-        config.parser = parse
+        broadcasting = config.settings.get("message_model") == MessageModel.BROADCASTING
+        config.parser = GroupParser(config.group, broadcasting=broadcasting)
         config.decoder = decode
         # Bad settings fail where they are written, not at start.
         apply_settings(ConsumerConfig(), config.settings, "consumer")

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,18 +15,14 @@ from faststream.exceptions import RejectMessage, SetupError
 from pydantic import BaseModel
 
 from aiorocket.admin import Admin
-from aiorocket.consumer import ConsumeFromWhere, ConsumerConfig
+from aiorocket.consumer import ConsumerConfig
 from aiorocket.errors import ConfigError
 from aiorocket.faststream import RocketBroker, RocketMessage
 from aiorocket.testing.broker import LocalRocketMQ
+from tests.integration.faststream_helpers import FAST, FIRST, started
 from tests.integration.helpers import eventually
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
-
-FIRST = ConsumeFromWhere.FIRST_OFFSET
-#: short polls and commits, so that a test's consumer sees and settles messages quickly
-FAST = ConsumerConfig(persist_offset_interval=0.2, long_poll_timeout=2.0,
-                      pull_request_timeout=12.0)  # fmt: skip
 
 
 @pytest.fixture
@@ -38,13 +33,6 @@ def anyio_backend() -> str:
 class Order(BaseModel):
     id: int
     amount: float
-
-
-@asynccontextmanager
-async def started(broker: RocketBroker) -> AsyncIterator[RocketBroker]:
-    async with broker:
-        await broker.start()
-        yield broker
 
 
 def remoting(rocketmq: LocalRocketMQ, **kw: Any) -> RocketBroker:
