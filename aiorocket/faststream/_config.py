@@ -18,6 +18,7 @@ from faststream._internal.constants import EMPTY
 from faststream.middlewares import AckPolicy
 
 from aiorocket.consumer.config import ConsumerConfig
+from aiorocket.consumer.over_grpc import ConsumeMode
 
 if TYPE_CHECKING:
     from aiorocket.grpc import GrpcOptions
@@ -52,6 +53,8 @@ class ConsumerOptions:
     group: str
     tags: str = "*"
     sql: str | None = None
+    #: remoting: "pull" (default) or "pop" (5.x POP); over gRPC always pop
+    consume_mode: ConsumeMode | None = None
     #: ConsumerConfig fields set on this subscriber (the broker's config gives the rest)
     settings: dict[str, Any] = field(default_factory=dict)
 

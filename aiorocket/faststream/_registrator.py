@@ -14,6 +14,7 @@ from typing_extensions import override
 from aiorocket._settings import check_group
 from aiorocket._validate import check_topic
 from aiorocket.consumer.config import ConsumeFromWhere, MessageModel
+from aiorocket.consumer.over_grpc import ConsumeMode
 from aiorocket.errors import ConfigError
 from aiorocket.faststream._config import (
     RocketBrokerConfig,
@@ -47,6 +48,7 @@ class RocketRegistrator(Registrator[ConsumerMessage, RocketBrokerConfig]):
         concurrency: int | None = None,
         orderly: bool = False,
         broadcasting: bool = False,
+        consume_mode: ConsumeMode | None = None,
         consume_from_where: ConsumeFromWhere | None = None,
         consume_timestamp_ms: int | None = None,
         max_reconsume_times: int | None = None,
@@ -84,6 +86,9 @@ class RocketRegistrator(Registrator[ConsumerMessage, RocketBrokerConfig]):
             One message at a time per queue, in order (a failure is retried in place).
         broadcasting:
             Every instance gets every message (remoting).
+        consume_mode:
+            Remoting: ``"pull"`` (default: queues rebalanced among the instances) or
+            ``"pop"`` (5.x POP: every instance pops from every queue, no rebalance).
         consume_from_where:
             Where a group with no stored offset starts (default: new messages only).
         consume_timestamp_ms:
@@ -114,10 +119,13 @@ class RocketRegistrator(Registrator[ConsumerMessage, RocketBrokerConfig]):
             chosen["orderly"] = True
         if broadcasting:
             chosen["message_model"] = MessageModel.BROADCASTING
+        if consume_mode not in (None, "pull", "pop"):
+            raise ConfigError(f"consume_mode must be 'pull' or 'pop', got {consume_mode!r}")
         if tags != "*" and sql is not None:
             raise ConfigError("pass either tags or sql, not both")
         options: dict[str, Any] = {
             "topic": topic, "group": group, "tags": tags, "sql": sql, "settings": chosen,
+            "consume_mode": consume_mode,
         }  # fmt: skip
         config = cast("RocketBrokerConfig", self.config)
         calls = CallsCollection[ConsumerMessage]()

@@ -133,6 +133,7 @@ class RocketSubscriber(SubscriberUsecase[ConsumerMessage]):
             grpc_options=broker.grpc_options,
             handler=self._handle,
             config=config,
+            consume_mode=self.options.consume_mode,
         )
         consumer.subscribe(self.topic, self.options.tags, sql=self.options.sql)
         return consumer

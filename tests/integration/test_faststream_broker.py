@@ -289,6 +289,31 @@ async def test_broadcasting_subscribers_each_get_every_message(
     assert got == {"a": ["to-all"], "b": ["to-all"]}
 
 
+async def test_pop_mode_over_remoting(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """consume_mode='pop': the brokers hand out the messages (no queue rebalance); a
+    raised exception comes back by the group's pop retry."""
+    topic = unique_name("fs")
+    await rocketmq.create_topic(topic, queues=2)
+    broker = remoting(rocketmq)
+    attempts: list[str] = []
+    done = asyncio.Event()
+
+    @broker.subscriber(topic, group=unique_name("g"), consume_mode="pop",
+                       consume_from_where=FIRST, settings={"invisible_duration": 10})  # fmt: skip
+    async def handle(body: str) -> None:
+        attempts.append(body)
+        if len(attempts) == 1:
+            raise RuntimeError("retry me")
+        done.set()
+
+    async with started(broker):
+        await broker.publish("popped", topic)
+        await asyncio.wait_for(done.wait(), 90)
+    assert attempts == ["popped", "popped"]
+
+
 async def test_the_grpc_transport_through_the_proxy(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
@@ -335,5 +360,7 @@ def test_bad_arguments_are_typed_errors_where_written() -> None:
         broker.subscriber("t", group="g", concurrency=0)
     with pytest.raises(ConfigError, match="unknown consumer setting"):
         broker.subscriber("t", group="g", settings={"no_such": 1})
+    with pytest.raises(ConfigError, match="consume_mode"):
+        broker.subscriber("t", group="g", consume_mode="push")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="either namesrv"):
         RocketBroker("127.0.0.1:9876", proxy="127.0.0.1:8081")
