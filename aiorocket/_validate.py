@@ -44,5 +44,8 @@ def check_schedule(msg: Message) -> None:
         raise ConfigError(f"delay_level must be >= 0, got {msg.delay_level}")
     if msg.delay_level and msg.deliver_time_ms is not None:
         raise ConfigError("set either delay_level or deliver_time_ms, not both")
+    priority = msg.priority
+    if priority is not None and (type(priority) is not int or priority < 0):
+        raise ConfigError(f"priority must be an int >= 0, got {priority!r}")
     if msg.deliver_time_ms is not None and msg.deliver_time_ms < 0:
         raise ConfigError(f"deliver_time_ms must be an epoch time in ms, got {msg.deliver_time_ms}")

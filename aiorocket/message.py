@@ -16,6 +16,7 @@ __all__ = [
     "PROPERTY_MAX_RECONSUME_TIMES",
     "PROPERTY_MIN_OFFSET",
     "PROPERTY_ORIGIN_MESSAGE_ID",
+    "PROPERTY_PRIORITY",
     "PROPERTY_PRODUCER_GROUP",
     "PROPERTY_REAL_QUEUE_ID",
     "PROPERTY_REAL_TOPIC",
@@ -49,6 +50,8 @@ PROPERTY_REAL_QUEUE_ID = "REAL_QID"
 PROPERTY_DELAY_LEVEL = "DELAY"
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+#: a priority message's priority (RocketMQ 5.4+)
+PROPERTY_PRIORITY = "_SYS_MSG_PRIORITY_"
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_PRODUCER_GROUP = "PGROUP"
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
@@ -75,6 +78,7 @@ SYSTEM_PROPERTIES = frozenset({
     "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "__BORNHOST", "BORN_TIMESTAMP",
     "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS",
     "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "TIMER_DELAY_MS", "__CRC32#",
+    "_SYS_MSG_PRIORITY_", "__LITE_TOPIC",
     "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
 })  # fmt: skip
 
@@ -121,6 +125,9 @@ class Message:
     ``keys`` are indexed by the broker for lookup; ``tags`` is the single tag consumers
     filter on. ``delay_level`` (1..18 on a default broker) and ``deliver_time_ms`` (an
     absolute epoch-millisecond time, 5.x timer messages) postpone delivery.
+    ``priority`` (0 and up, RocketMQ 5.4+, a topic of message type PRIORITY): POP
+    consumers get higher priorities first (the broker stores priority ``p`` in queue
+    ``min(p, queues - 1)`` and pops the highest queue first).
     """
 
     topic: str
@@ -131,6 +138,7 @@ class Message:
     delay_level: int = 0
     deliver_time_ms: int | None = None
     flag: int = 0
+    priority: int | None = None
 
     def wire_properties(self) -> dict[str, str]:
         """User properties merged with the system properties that this message's fields imply."""
@@ -143,6 +151,8 @@ class Message:
             props[PROPERTY_DELAY_LEVEL] = str(self.delay_level)
         if self.deliver_time_ms is not None:
             props[PROPERTY_TIMER_DELIVER_MS] = str(self.deliver_time_ms)
+        if self.priority is not None:
+            props[PROPERTY_PRIORITY] = str(self.priority)
         return props
 
 

@@ -71,6 +71,8 @@ class Outgoing:
     message_group: str | None
     delivery_ms: int | None
     body: bytes
+    #: a priority message's priority (5.4+)
+    priority: int | None = None
 
 
 def prepare(
@@ -107,6 +109,8 @@ def prepare(
         mtype = pb.MessageType.FIFO
     elif msg.deliver_time_ms is not None:
         mtype = pb.MessageType.DELAY
+    elif msg.priority is not None:
+        mtype = pb.MessageType.PRIORITY
     else:
         mtype = pb.MessageType.NORMAL
     return Outgoing(
@@ -122,6 +126,7 @@ def prepare(
         message_group=message_group,
         delivery_ms=msg.deliver_time_ms,
         body=bytes(msg.body),
+        priority=msg.priority,
     )
 
 
@@ -138,6 +143,7 @@ def to_pb_message(out: Outgoing) -> pb.Message:
         born_host=out.born_host,
         message_group=out.message_group,
         delivery_timestamp=None if out.delivery_ms is None else ms_to_datetime(out.delivery_ms),
+        priority=out.priority,
     )
     return pb.Message(
         topic=pb.Resource(resource_namespace=out.namespace, name=out.topic),

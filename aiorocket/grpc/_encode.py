@@ -93,6 +93,8 @@ def encode_message(out: Outgoing) -> bytes:
         sysp += _len(0x5A, _timestamp(out.delivery_ms))  # 11
     if out.message_group is not None:
         sysp += b"\x8a\x01" + _uvarint(len(g := out.message_group.encode())) + g  # 17
+    if out.priority is not None:
+        sysp += b"\xb0\x01" + _int(out.priority)  # 22
     body = _len(0x0A, _resource(out.namespace, out.topic))  # 1 topic
     for k, v in out.user_properties.items():  # 2 map entries
         body += _len(0x12, _str(0x0A, k) + _str(0x12, v))

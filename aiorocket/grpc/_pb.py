@@ -122,6 +122,8 @@ class MessageType(_Enum):
     FIFO = 2
     DELAY = 3
     TRANSACTION = 4
+    LITE = 5
+    PRIORITY = 6
 
 
 class Permission(_Enum):
@@ -314,6 +316,8 @@ class SystemProperties(betterproto.Message):
         19, optional=True
     )
     dead_letter_queue: DeadLetterQueue | None = betterproto.message_field(20, optional=True)
+    lite_topic: str | None = betterproto.string_field(21, optional=True)
+    priority: int | None = betterproto.int32_field(22, optional=True)
 
 
 @dataclass(eq=False, repr=False)

@@ -90,6 +90,8 @@ def prepare_batch(
             )
         if msg.delay_level or msg.deliver_time_ms is not None:
             raise ConfigError("delayed and timer messages cannot be sent in a batch")
+        if msg.priority is not None:
+            raise ConfigError("priority messages cannot be sent in a batch (each has its queue)")
         check_body(msg, config.max_message_size)
         props, msg_id = wire_properties(msg)
         record = encode_record(bytes(msg.body), encode_props(props), msg.flag)

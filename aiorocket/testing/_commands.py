@@ -153,7 +153,9 @@ def resolve(rmq_version: str | None, refresh: bool) -> None:
 @click.option(
     "--type",
     "message_type",
-    type=click.Choice(["NORMAL", "FIFO", "DELAY", "TRANSACTION"], case_sensitive=False),
+    type=click.Choice(
+        ["NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY"], case_sensitive=False
+    ),
     help="The topic's 5.x message type.",
 )
 @_dir

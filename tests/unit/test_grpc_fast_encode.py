@@ -39,6 +39,7 @@ def outgoing(draw: st.DrawFn) -> Outgoing:
         message_group=draw(st.none() | text),
         delivery_ms=draw(st.none() | st.integers(0, 2**44)),
         body=draw(st.binary(max_size=64)),
+        priority=draw(st.none() | st.integers(0, 2**31 - 1)),
     )
 
 
