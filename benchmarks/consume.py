@@ -9,7 +9,8 @@ run, starts a child process running one consumer with a fresh group from the fir
 offset and prints messages/s, CPU seconds of that process over the consume phase and
 its peak RSS. Only messages delivered to user code are counted.
 
-``handler`` = push consumer with a no-op async handler; ``iter`` = ``async for``.
+``handler`` = push consumer with a no-op async handler; ``iter`` = ``async for``;
+``pop`` = the handler consumer in POP mode (``consume_mode="pop"``, benchmarks/pop.py).
 The child alone: ``python benchmarks/consume.py child NAMESRV TOPIC GROUP N MODE``.
 """
 
@@ -92,12 +93,13 @@ async def consume(
 
     if mode == "grpc":  # ``namesrv`` is the Proxy; where the group starts is set on it
         consumer = Consumer(group, proxy=namesrv, handler=handler, **(settings or {}))
-    else:
+    else:  # pop: POP over remoting (consume_mode="pop"), with the handler
         consumer = Consumer(
             group,
             namesrv,
-            handler=handler if mode == "handler" else None,
+            handler=handler if mode in ("handler", "pop") else None,
             consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+            consume_mode="pop" if mode == "pop" else "pull",
             **(settings or {}),
         )
     consumer.subscribe(topic)
@@ -105,7 +107,7 @@ async def consume(
     async with consumer, anyio.create_task_group() as tg:
         c.emit("READY")
         tg.start_soon(watchdog)
-        if mode in ("handler", "grpc"):
+        if mode in ("handler", "grpc", "pop"):
             await done.wait()
         else:
             async for msg in consumer:
@@ -142,7 +144,8 @@ def child_main(argv: list[str]) -> None:
     p.add_argument("topic")
     p.add_argument("group")
     p.add_argument("expected", type=int)
-    p.add_argument("mode", choices=["handler", "iter", "grpc"])  # grpc: NAMESRV is the Proxy
+    # grpc: NAMESRV is the Proxy; pop: POP over remoting
+    p.add_argument("mode", choices=["handler", "iter", "grpc", "pop"])
     p.add_argument("--latency", action="store_true")
     p.add_argument("--idle-timeout", type=float, default=20.0)
     p.add_argument("--profile", default=None, help="FILE.txt: pyinstrument, else cProfile")
