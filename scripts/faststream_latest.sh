@@ -30,7 +30,7 @@ export AIOROCKET_REQUIRE_BROKER=1
 set +e
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/unit/test_faststream_extra.py \
     tests/integration/test_faststream_broker.py tests/integration/test_faststream_example.py \
-    tests/integration/test_faststream_integrations.py
+    tests/integration/test_faststream_integrations.py tests/integration/test_faststream_testclient.py
 status=$?
 set -e
 if [ "$status" -eq 0 ]; then

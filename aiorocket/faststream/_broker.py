@@ -224,10 +224,12 @@ class RocketBroker(
         sharding_key: str | None = None,
         delay: float | None = None,
         delay_level: int = 0,
+        priority: int | None = None,
         timeout: float | None = None,
     ) -> SendResult:
         """Send ``message`` to ``topic``; returns where it landed (message id, queue,
-        offset). ``headers`` become user properties; ``delay`` is seconds from now."""
+        offset). ``headers`` become user properties; ``delay`` is seconds from now;
+        ``priority`` (RocketMQ 5.4+, a PRIORITY topic) puts it ahead for POP consumers."""
         cmd = RocketPublishCommand(
             message,
             _publish_type=PublishType.PUBLISH,
@@ -240,6 +242,7 @@ class RocketBroker(
             sharding_key=sharding_key,
             delay=delay,
             delay_level=delay_level,
+            priority=priority,
             timeout=timeout,
         )
         result: SendResult = await self._basic_publish(cmd, producer=self.config.producer)

@@ -39,6 +39,7 @@ class RocketResponse(Response):
         sharding_key: str | None = None,
         delay: float | None = None,
         delay_level: int = 0,
+        priority: int | None = None,
     ) -> None:
         super().__init__(body=body, headers=headers, correlation_id=correlation_id)
         self.tags = tags
@@ -46,6 +47,7 @@ class RocketResponse(Response):
         self.sharding_key = sharding_key
         self.delay = delay
         self.delay_level = delay_level
+        self.priority = priority
 
     def as_publish_command(self) -> RocketPublishCommand:
         return RocketPublishCommand(
@@ -59,6 +61,7 @@ class RocketResponse(Response):
             sharding_key=self.sharding_key,
             delay=self.delay,
             delay_level=self.delay_level,
+            priority=self.priority,
         )
 
 
@@ -68,6 +71,8 @@ class RocketPublishCommand(BatchPublishCommand):
     ``delay`` is seconds from now (a 5.x timer message, both transports);
     ``delay_level`` is a broker delay level (remoting only). ``sharding_key`` keeps the
     messages of one key in one queue, in order (over gRPC: the FIFO message group).
+    ``priority`` (0 and up; RocketMQ 5.4+, a topic of message type PRIORITY): POP
+    consumers get higher priorities first.
     """
 
     def __init__(
@@ -85,6 +90,7 @@ class RocketPublishCommand(BatchPublishCommand):
         sharding_key: str | None = None,
         delay: float | None = None,
         delay_level: int = 0,
+        priority: int | None = None,
         timeout: float | None = None,
     ) -> None:
         super().__init__(
@@ -101,6 +107,7 @@ class RocketPublishCommand(BatchPublishCommand):
         self.sharding_key = sharding_key
         self.delay = delay
         self.delay_level = delay_level
+        self.priority = priority
         self.timeout = timeout
 
     @classmethod
@@ -159,4 +166,5 @@ def to_message(cmd: RocketPublishCommand, body: bytes, content_type: str | None)
         properties=cmd.properties(content_type),
         delay_level=cmd.delay_level,
         deliver_time_ms=deliver_time_ms,
+        priority=cmd.priority,
     )

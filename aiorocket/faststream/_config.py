@@ -89,6 +89,7 @@ class PublisherOptions:
     sharding_key: str | None = None
     delay: float | None = None
     delay_level: int = 0
+    priority: int | None = None
 
 
 @dataclass(kw_only=True)

@@ -81,6 +81,7 @@ class RocketPublisher(PublisherUsecase):
         cmd.sharding_key = cmd.sharding_key if cmd.sharding_key is not None else opts.sharding_key
         cmd.delay = cmd.delay if cmd.delay is not None else opts.delay
         cmd.delay_level = cmd.delay_level or opts.delay_level
+        cmd.priority = cmd.priority if cmd.priority is not None else opts.priority
         return cmd
 
     async def _publish(
@@ -106,6 +107,7 @@ class RocketPublisher(PublisherUsecase):
         sharding_key: str | None = None,
         delay: float | None = None,
         delay_level: int = 0,
+        priority: int | None = None,
         timeout: float | None = None,
     ) -> SendResult:
         """Send ``message`` (to ``topic``, else the publisher's); returns where it landed."""
@@ -121,6 +123,7 @@ class RocketPublisher(PublisherUsecase):
             sharding_key=sharding_key,
             delay=delay,
             delay_level=delay_level,
+            priority=priority,
             timeout=timeout,
         )
         result: SendResult = await self._basic_publish(

@@ -162,6 +162,7 @@ class RocketRegistrator(Registrator[ConsumerMessage, RocketBrokerConfig]):
         sharding_key: str | None = None,
         delay: float | None = None,
         delay_level: int = 0,
+        priority: int | None = None,
         persistent: bool = True,
         # AsyncAPI
         title: str | None = None,
@@ -172,11 +173,13 @@ class RocketRegistrator(Registrator[ConsumerMessage, RocketBrokerConfig]):
         """Publish to ``topic``: decorate a handler to send what it returns, or call
         ``publish()``. ``tags``, ``keys``, ``headers`` (user properties),
         ``sharding_key`` (same key, same queue, in order), ``delay`` (seconds) or
-        ``delay_level`` apply to every message unless ``publish()`` overrides them."""
+        ``delay_level``, ``priority`` apply to every message unless ``publish()``
+        overrides them."""
         check_topic(topic)
         options: dict[str, Any] = {
             "topic": topic, "tags": tags, "keys": tuple(keys), "headers": headers,
             "sharding_key": sharding_key, "delay": delay, "delay_level": delay_level,
+            "priority": priority,
         }  # fmt: skip
         config = cast("RocketBrokerConfig", self.config)
         spec_config = RocketPublisherSpecificationConfig(

@@ -314,6 +314,36 @@ async def test_pop_mode_over_remoting(
     assert attempts == ["popped", "popped"]
 
 
+async def test_priority_messages_overtake_a_backlog_for_a_pop_subscriber(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic = unique_name("prio")
+    await rocketmq.create_topic(topic, queues=4, brokers=[rocketmq.state["proxy_broker"]],
+                                message_type="PRIORITY")  # fmt: skip
+    broker = remoting(rocketmq)
+    urgent = broker.publisher(topic, priority=3)
+    order: list[str] = []
+    done = asyncio.Event()
+
+    @broker.subscriber(topic, group=unique_name("g"), consume_mode="pop", concurrency=1,
+                       consume_from_where=FIRST,
+                       settings={"pull_batch_size": 1, "long_poll_timeout": 3})  # fmt: skip
+    async def handle(body: str) -> None:
+        order.append(body)
+        if len(order) == 25:
+            done.set()
+
+    async with broker:
+        for i in range(20):
+            await broker.publish(f"low-{i}", topic, priority=0)
+        for i in range(5):
+            await urgent.publish(f"urgent-{i}")
+        await broker.start()
+        await asyncio.wait_for(done.wait(), 60)
+    positions = [i for i, body in enumerate(order) if body.startswith("urgent")]
+    assert len(positions) == 5 and max(positions) < 8, order  # two receivers: some overlap
+
+
 async def test_the_grpc_transport_through_the_proxy(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
@@ -335,6 +365,38 @@ async def test_the_grpc_transport_through_the_proxy(
         await asyncio.wait_for(done.wait(), 60)
     order, tags, headers = got[0]
     assert order == Order(id=3, amount=1.5) and tags == "paid" and headers["h"] == "v"
+
+
+async def test_over_grpc_a_nack_is_retried_and_a_reject_dead_lettered(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    topic, group = unique_name("fsg"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group, retry_max_times=3)
+    broker = RocketBroker(proxy=rocketmq.proxy_grpc,
+                          consumer_config=ConsumerConfig(long_poll_timeout=2.0))  # fmt: skip
+    calls: list[tuple[str, int]] = []
+
+    @broker.subscriber(topic, group=group, settings={"invisible_duration": 10})
+    async def handle(body: str, message: RocketMessage) -> None:
+        calls.append((body, message.raw_message.reconsume_times))
+        if body == "poison":
+            raise RejectMessage
+        if len([c for c in calls if c[0] == "flaky"]) == 1:
+            raise RuntimeError("first attempt fails")
+
+    async with started(broker), Admin(rocketmq.namesrv_addr) as admin:
+        await broker.publish("poison", topic)
+        await broker.publish("flaky", topic)
+
+        async def settled() -> bool:
+            dead = await admin.dead_letters(group)
+            return len(dead) == 1 and ("flaky", 1) in calls
+
+        await eventually(settled, timeout=90)
+    (dead,) = await _dead_letters(rocketmq, group)
+    assert dead.body == b"poison"
+    assert calls.count(("poison", 0)) == 1 and len([c for c in calls if c[0] == "poison"]) == 1
 
 
 def test_two_subscribers_of_one_group_are_refused_at_start() -> None:
