@@ -344,14 +344,21 @@ async def test_priority_messages_overtake_a_backlog_for_a_pop_subscriber(
     assert len(positions) == 5 and max(positions) < 8, order  # two receivers: some overlap
 
 
+async def grpc_broker(
+    rocketmq: LocalRocketMQ, topic: str, group: str, *, queues: int, retry_max_times: int
+) -> RocketBroker:
+    """A broker on the Proxy, with ``topic`` on the Proxy's broker and ``group``."""
+    await rocketmq.create_topic(topic, queues=queues, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group, retry_max_times=retry_max_times)
+    return RocketBroker(proxy=rocketmq.proxy_grpc,
+                        consumer_config=ConsumerConfig(long_poll_timeout=2.0))  # fmt: skip
+
+
 async def test_the_grpc_transport_through_the_proxy(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
     topic, group = unique_name("fsg"), unique_name("g")
-    await rocketmq.create_topic(topic, queues=2, brokers=[rocketmq.state["proxy_broker"]])
-    await rocketmq.create_group(group, retry_max_times=1)
-    broker = RocketBroker(proxy=rocketmq.proxy_grpc,
-                          consumer_config=ConsumerConfig(long_poll_timeout=2.0))  # fmt: skip
+    broker = await grpc_broker(rocketmq, topic, group, queues=2, retry_max_times=1)
     got: list[tuple[Order, str | None, dict[str, str]]] = []
     done = asyncio.Event()
 
@@ -371,10 +378,7 @@ async def test_over_grpc_a_nack_is_retried_and_a_reject_dead_lettered(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
     topic, group = unique_name("fsg"), unique_name("g")
-    await rocketmq.create_topic(topic, queues=1, brokers=[rocketmq.state["proxy_broker"]])
-    await rocketmq.create_group(group, retry_max_times=3)
-    broker = RocketBroker(proxy=rocketmq.proxy_grpc,
-                          consumer_config=ConsumerConfig(long_poll_timeout=2.0))  # fmt: skip
+    broker = await grpc_broker(rocketmq, topic, group, queues=1, retry_max_times=3)
     calls: list[tuple[str, int]] = []
 
     @broker.subscriber(topic, group=group, settings={"invisible_duration": 10})
