@@ -338,3 +338,31 @@ async def test_switching_a_group_between_pull_and_pop_keeps_its_progress(
     assert sorted(await consume("pull", first)) == sorted(first)
     assert sorted(await consume("pop", second)) == sorted(second)  # nothing of "first"
     assert sorted(await consume("pull", third)) == sorted(third)  # nothing of "second"
+
+
+async def test_async_for_break_and_close_release_at_once(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """``async for`` in POP mode: the message the loop broke out of is released (made
+    visible again at once: ChangeInvisibleTime 0), so the next member gets it within a
+    few seconds (the broker's revive), long before its invisible time (30 s) ends; the
+    one acked before does not come back. (A pop in flight when the close cancels it
+    comes back after the invisible time, as the runtime's docstring says.)"""
+    topic, group = unique_name("rpopiter"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[next(iter(rocketmq.broker_addrs))])
+    await send(rocketmq, topic, [b"a", b"b", b"c"])
+    seen: list[bytes] = []
+    async with pop_consumer(rocketmq, group, topic, pull_batch_size=1) as consumer:
+        async for msg in consumer:
+            seen.append(msg.body)
+            if len(seen) == 2:
+                break  # the second is left unsettled: released at the close
+    again: list[bytes] = []
+    started = time.monotonic()
+    async with pop_consumer(rocketmq, group, topic) as consumer:
+        with anyio.fail_after(20):
+            async for msg in consumer:
+                again.append(msg.body)
+                if seen[1] in again:
+                    break
+    assert time.monotonic() - started < 20 and seen[0] not in again
