@@ -27,6 +27,7 @@ from faststream._internal.testing.broker import TestBroker, change_producer
 from faststream.exceptions import SubscriberNotFound
 
 from aiorocket._unique_id import create_unique_id
+from aiorocket._validate import check_body, check_schedule, check_topic
 from aiorocket.consumer.config import ConsumeFromWhere
 from aiorocket.faststream._broker import RocketBroker
 from aiorocket.faststream._command import RocketPublishCommand
@@ -34,6 +35,7 @@ from aiorocket.faststream._producer import RocketProducer, encode_all
 from aiorocket.faststream._publisher import RocketPublisher
 from aiorocket.faststream._subscriber import RocketSubscriber
 from aiorocket.message import PROPERTY_UNIQ_KEY, Message
+from aiorocket.producer.config import ProducerConfig
 from aiorocket.protocol.subscription import EXPRESSION_TAG, Subscription
 from aiorocket.received import ConsumerMessage
 
@@ -85,8 +87,14 @@ class FakeRocketProducer(RocketProducer):
         if broker.config.broker_codec is not None:
             self.codec = broker.config.broker_codec
         self._offsets = count()
+        config = broker._producer_args["config"] or ProducerConfig()
+        self._max_size = config.max_message_size
 
     def _received(self, msg: Message) -> ConsumerMessage:
+        # What the real producers refuse is refused in memory too.
+        check_topic(msg.topic)
+        check_body(msg, self._max_size)
+        check_schedule(msg)
         props = msg.wire_properties()
         props[PROPERTY_UNIQ_KEY] = create_unique_id()
         now = int(time.time() * 1000)

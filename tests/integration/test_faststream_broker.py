@@ -91,9 +91,12 @@ async def test_publisher_sends_the_result_to_a_second_topic_with_its_options(
         invoiced.append((invoice, message.raw_message.tags, dict(message.headers)))
         done.set()
 
+    assert not await broker.ping()
     async with started(broker):
+        assert await broker.ping()
         await broker.publish(Order(id=1, amount=4.0), orders)
         await asyncio.wait_for(done.wait(), 60)
+    assert not await broker.ping()
     invoice, tags, headers = invoiced[0]
     assert invoice == {"order": 1, "total": 8.0}
     assert tags == "issued" and headers["source"] == "billing"

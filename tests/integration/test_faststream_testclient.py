@@ -11,9 +11,11 @@ from typing import Any
 
 import anyio
 import pytest
-from faststream.exceptions import FeatureNotSupportedException
+from faststream.exceptions import FeatureNotSupportedException, NackMessage
+from faststream.message import AckStatus
 from pydantic import BaseModel
 
+from aiorocket.errors import ConfigError
 from aiorocket.faststream import RocketBroker, RocketMessage, TestRocketBroker
 from aiorocket.testing.broker import LocalRocketMQ
 from tests.integration.faststream_helpers import FAST, FIRST
@@ -91,6 +93,40 @@ async def test_in_memory_a_handlers_exception_reaches_the_test() -> None:
     async with TestRocketBroker(broker) as br:
         with pytest.raises(LookupError, match="no order 9"):
             await br.publish({"id": 9}, "orders")
+
+
+@pytest.mark.anyio
+async def test_bad_publishes_are_typed_errors() -> None:
+    broker = RocketBroker()
+
+    @broker.subscriber("orders", group="g")
+    async def handle(body: str) -> None: ...
+
+    async with TestRocketBroker(broker) as br:
+        with pytest.raises(ConfigError, match="header 'x': a RocketMQ property is a string"):
+            await br.publish("a", "orders", headers={"x": {"nested": 1}})
+        with pytest.raises(ConfigError, match="delay must be >= 0"):
+            await br.publish("a", "orders", delay=-1)
+        with pytest.raises(ConfigError, match="body must not be empty"):
+            await br.publish(None, "orders")
+        handle.mock.assert_not_called()
+
+
+@pytest.mark.anyio
+async def test_nack_message_with_a_delay_level_in_memory() -> None:
+    """``raise NackMessage(delay_level=3)`` reaches the message's nack (a no-op in memory,
+    the handler's outcome on a real broker): the message is marked nacked."""
+    broker = RocketBroker()
+    states: list[Any] = []
+
+    @broker.subscriber("orders", group="g")
+    async def handle(body: str, message: RocketMessage) -> None:
+        states.append(message)
+        raise NackMessage(delay_level=3)
+
+    async with TestRocketBroker(broker) as br:
+        await br.publish("a", "orders")
+    assert states[0].committed is AckStatus.NACKED
 
 
 @pytest.mark.anyio
