@@ -185,12 +185,22 @@ class PopMessage(ConsumerMessage):
     receipt_handle: str = ""
     delivery_attempt: int = 1
     message_group: str | None = None
-    message_id: str = ""
+    _message_id: str = ""
     #: set while a renewal of the invisible time is in flight: whatever else uses the
     #: receipt handle (ack, nack, dead-letter) waits for it, since the renewal replaces it
     _renewal: anyio.Event | None = None
     #: ack requests made for this message (the ack batcher's retries)
     _ack_tries: int = 0
+
+    @property
+    def message_id(self) -> str:
+        """The message's id: the Proxy's, or (remoting) its ``UNIQ_KEY``, read from its
+        properties only when asked (decoding them costs a fifth of a pop's CPU)."""
+        return self._message_id or self.msg_id
+
+    @message_id.setter
+    def message_id(self, value: str) -> None:
+        self._message_id = value
 
     async def renewed(self) -> None:
         """Wait until no renewal of this message is in flight (its handle is current)."""

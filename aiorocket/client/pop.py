@@ -205,7 +205,6 @@ class PopRequests:
                 if count is not None and int(count) > 0:
                     m.reconsume_times = int(count)
             m.topic = topic
-            m.message_id = m.msg_id
             m.delivery_attempt = m.reconsume_times + 1
             out.append(m)
         return PopResult(out, rest=resp.ext_int("restNum", 0))

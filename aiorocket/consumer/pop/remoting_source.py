@@ -31,7 +31,6 @@ from aiorocket.client.instance import ClientInstance
 from aiorocket.client.pop import (
     INIT_MODE_FIRST,
     INIT_MODE_LAST,
-    CheckPoint,
     PopRequests,
     group_retry_max_times,
 )
@@ -198,14 +197,14 @@ class RemotingSource:
         ok = 0
         for msgs in by_broker.values():
             addr = await self._addr(msgs[0])
-            # Orderly check points are acked one by one (the broker's order lock moves on
-            # with each); the rest in one batch per broker.
-            orderly = [m for m in msgs if CheckPoint.parse(m.receipt_handle).orderly]
-            batch = [m.receipt_handle for m in msgs if m not in orderly]
-            if batch:
-                await self.requests.batch_ack(addr, self.group, topic, batch)
-                ok += len(batch)
-            for m in orderly:
+            if not self.fifo:  # one batch per broker
+                await self.requests.batch_ack(
+                    addr, self.group, topic, [m.receipt_handle for m in msgs]
+                )
+                ok += len(msgs)
+                continue
+            # Orderly pops are acked one by one: the broker's order lock moves on with each.
+            for m in msgs:
                 ok += await self.requests.ack(addr, self.group, topic, m.receipt_handle)
         return ok
 
