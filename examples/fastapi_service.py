@@ -18,7 +18,8 @@ by another instance), commits, unregisters, then closes the producer (see "Start
 shutdown" in docs/services.md). Settings (all optional): ORDERS_TOPIC, ORDERS_GROUP,
 ORDER_PROCESSING_SECONDS (per item: a slow handler, for trying the shutdown),
 ORDER_SHUTDOWN_TIMEOUT, ORDERS_JOURNAL (a file each processed order's id is appended
-to, standing in for a database), ORDERS_LAG_INTERVAL (seconds between refreshes of
+to, standing in for a database), ORDERS_PROXY (a Proxy's gRPC endpoint: use gRPC, e.g.
+$AIOROCKET_PROXY_GRPC), ORDERS_LAG_INTERVAL (seconds between refreshes of
 the lag metric, 15). monitoring/ has a Grafana dashboard and Prometheus alert rules
 for these metrics.
 """
@@ -39,6 +40,8 @@ TOPIC = os.environ.get("ORDERS_TOPIC", "orders")
 GROUP = os.environ.get("ORDERS_GROUP", "order-processor")
 PROCESSING_SECONDS = float(os.environ.get("ORDER_PROCESSING_SECONDS", "0"))
 JOURNAL = os.environ.get("ORDERS_JOURNAL")
+#: a 5.x Proxy's gRPC endpoint: consume and produce through it instead of the NameServer
+PROXY = os.environ.get("ORDERS_PROXY")
 
 #: order id -> {"item", "quantity", "status"}; a real service keeps this in a database.
 orders: dict[str, dict[str, object]] = {}
@@ -58,14 +61,17 @@ else:
 # The lag gauge (aiorocket.consumer.lag) is refreshed every ORDERS_LAG_INTERVAL seconds.
 LAG_INTERVAL = float(os.environ.get("ORDERS_LAG_INTERVAL", "15"))
 rocketmq = RocketMQRouter(
-    producer_group="orders-api", service_settings={"lag_interval": LAG_INTERVAL}
+    proxy=PROXY, producer_group="orders-api", service_settings={"lag_interval": LAG_INTERVAL}
 )
+# A new group starts at the topic's first order; over gRPC that is the group's setting
+# on the server, not the consumer's.
+START = {} if PROXY else {"consume_from_where": ConsumeFromWhere.FIRST_OFFSET}
 
 
 @rocketmq.subscriber(
     TOPIC,
     group=GROUP,
-    consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+    **START,
     consume_concurrency=16,
     shutdown_timeout=float(os.environ.get("ORDER_SHUTDOWN_TIMEOUT", "10")),
 )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from grpclib.client import Channel, Handler
 from grpclib.protocol import H2Protocol
@@ -73,7 +73,9 @@ class _CoalescingProtocol(H2Protocol):
         self._busy = busy
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # A stream transport: uvloop's (uvicorn's loop when installed) is not registered
+        # as asyncio.Transport, so an isinstance check would refuse every connection.
+        transport = cast(asyncio.Transport, transport)
         super().connection_made(CoalescingTransport(transport))  # type: ignore[arg-type]
         # Before the first request: h2 has encoded no header block yet.
         h2_conn = self.connection._connection

@@ -73,11 +73,13 @@ class RocketMQRouter(APIRouter):
     ----------
     namesrv:
         NameServer addresses (default ``$AIOROCKET_NAMESRV_ADDR``).
+    proxy:
+        A 5.x Proxy's gRPC endpoint instead: the service's clients use gRPC.
     producer_group:
         Start a shared producer of this group (see ``ProducerDep``).
     service:
         An existing ``RocketMQService`` to run instead of building one from
-        ``namesrv``, ``producer_group`` and ``service_settings``.
+        ``namesrv`` (or ``proxy``), ``producer_group`` and ``service_settings``.
     health_path:
         Where the health routes go (``{path}``, ``{path}/live``, ``{path}/ready``);
         None: no health routes.
@@ -92,6 +94,7 @@ class RocketMQRouter(APIRouter):
         self,
         namesrv: str | Sequence[str] | None = None,
         *,
+        proxy: str | None = None,
         producer_group: str | None = None,
         service: RocketMQService | None = None,
         health_path: str | None = "/health",
@@ -100,7 +103,7 @@ class RocketMQRouter(APIRouter):
     ) -> None:
         super().__init__(lifespan=self.lifespan_context, **router_settings)
         self.service = service or RocketMQService(
-            namesrv, producer_group=producer_group, **(service_settings or {})
+            namesrv, proxy=proxy, producer_group=producer_group, **(service_settings or {})
         )
         self._entered = 0
         if health_path is not None:

@@ -59,6 +59,10 @@ class RocketMQService:
     namesrv:
         NameServer addresses for the clients built here (default:
         ``$AIOROCKET_NAMESRV_ADDR``).
+    proxy:
+        A 5.x Proxy's gRPC endpoint ``host:port`` instead of a NameServer: the consumers
+        built by ``subscriber`` and the producer use the gRPC transport (``grpc`` extra;
+        see [`Consumer`][aiorocket.consumer.Consumer]'s ``proxy``).
     producer_group:
         Build and start a shared [`Producer`][aiorocket.producer.Producer] of this group
         (None: the service has no producer unless ``set_producer`` gives one).
@@ -88,6 +92,7 @@ class RocketMQService:
         self,
         namesrv: str | Sequence[str] | None = None,
         *,
+        proxy: str | None = None,
         producer_group: str | None = None,
         producer_settings: dict[str, Any] | None = None,
         consumer_settings: dict[str, Any] | None = None,
@@ -99,6 +104,7 @@ class RocketMQService:
         if not stuck_after > 0:
             raise ConfigError(f"stuck_after must be positive, got {stuck_after!r}")
         self.namesrv = namesrv
+        self.proxy = proxy
         self.stuck_after = stuck_after
         self.lag_interval = lag_interval
         env_consumer = env.consumer_settings() if from_env else {}
@@ -110,7 +116,7 @@ class RocketMQService:
         self._producer: Producer | None = None
         if producer_group is not None:
             settings = {**env_producer, **(producer_settings or {})}
-            self.set_producer(Producer(producer_group, namesrv, **settings))
+            self.set_producer(Producer(producer_group, namesrv, proxy=proxy, **settings))
         self._running = False
 
     # -- declaration -------------------------------------------------------------------
@@ -139,7 +145,9 @@ class RocketMQService:
             handler: MessageHandler = fn
             if self.telemetry is not None and is_async_callable(fn):
                 handler = self.telemetry.instrument_handler(fn, group)
-            consumer = Consumer(group, self.namesrv, handler=handler, config=config)
+            consumer = Consumer(
+                group, self.namesrv, handler=handler, config=config, proxy=self.proxy
+            )
             consumer.subscribe(topic, expression, sql=sql)
             self.add_consumer(consumer)
             return fn
@@ -245,7 +253,8 @@ class RocketMQService:
         """Wait until ``ready`` (at most ``timeout`` seconds); return it."""
         with anyio.move_on_after(timeout):
             for consumer in self.consumers:
-                await consumer.wait_joined()
+                if consumer.transport == "remoting":  # over gRPC: joined once started
+                    await consumer.wait_joined()
         return self.ready()
 
     def live(self) -> bool:

@@ -86,6 +86,27 @@ async def test_session_settings_route_heartbeat(
     assert session.closed
 
 
+@pytest.mark.parametrize(
+    "anyio_backend", [pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop")]
+)
+async def test_grpc_clients_run_on_uvloop(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """uvloop's transports are not asyncio.Transport instances; the gRPC channel took
+    none of them, so a service under uvicorn (uvloop when installed) could not start its
+    gRPC producer or consumer. Both run there now."""
+    pytest.importorskip("uvloop")
+    topic, group = unique_name("guv"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=2, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group)
+    consumer = SimpleConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5)
+    async with consumer:
+        async with Producer(unique_name("p"), proxy=rocketmq.proxy_grpc) as producer:
+            await producer.send(Message(topic, b"on uvloop"))
+        (got,) = await receive_all(consumer, 1)
+    assert got.body == b"on uvloop"
+
+
 async def test_proxy_error_status_is_typed(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:

@@ -120,3 +120,29 @@ def test_one_consumer_per_group() -> None:
 
         @service.subscriber("b", group="same")
         async def two(msg: ConsumerMessage) -> None: ...
+
+
+async def test_a_service_over_grpc_consumes_and_produces_through_the_proxy(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """``proxy=``: the service's consumer and producer use gRPC; it is ready once the
+    consumer's session is up (``wait_ready`` does not wait for a queue assignment)."""
+    pytest.importorskip("grpclib")
+    topic, group = unique_name("svc"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=2, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group)
+    handled: list[bytes] = []
+    service = RocketMQService(proxy=rocketmq.proxy_grpc, producer_group=unique_name("p"))
+
+    @service.subscriber(topic, group=group, long_poll_timeout=2.0)
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.append(msg.body)
+
+    async with service:
+        assert await service.wait_ready(timeout=30)
+        (consumer,) = service.consumers
+        assert consumer.transport == service.producer.transport == "grpc"
+        await service.producer.send(Message(topic, b"over grpc"))
+        await eventually(lambda: handled == [b"over grpc"])
+        report = await service.health()
+        assert report["ready"] and report["live"]
