@@ -12,8 +12,11 @@ still leaves nothing behind):
 
 1. stop receiving (a receive in flight is cancelled: what it popped comes back after
    the invisible time);
-2. hand back what was queued but never started: made visible again at once;
-3. let running handlers finish within ``shutdown_timeout`` (graceful), then cancel;
+2. hand back what was queued but never started: made visible again at once; and
+   meanwhile
+3. let running handlers finish within ``shutdown_timeout`` (graceful), then cancel
+   (at the same time as 2: the timeout runs from the close, not from the end of the
+   hand-back, which takes seconds for a full cache);
 4. release every message still unsettled (a cancelled handler's, a FIFO group's
    buffer, an ``async for`` loop's): visible again at once;
 5. stop renewing; send every ack owed, and log how many could not be sent;
@@ -184,8 +187,9 @@ class PopRuntime:
             if self._tg is not None:
                 with anyio.CancelScope(shield=True):
                     unstarted = self.delivery.stop()
-                    await self._release(unstarted, bound, "unstarted")
-                    await self.delivery.drain(graceful=graceful)
+                    async with anyio.create_task_group() as releasing:
+                        releasing.start_soon(self._release, unstarted, bound, "unstarted")
+                        await self.delivery.drain(graceful=graceful)
                     await self._release(self.renewer.held(), bound, "unsettled")
                     self.unsent_acks = await self.acks.close(bound)
                 self._tg.cancel_scope.cancel()
