@@ -83,6 +83,9 @@ class GrpcSource:
     def backoff(self, attempt: int) -> float:
         return self._backoff(attempt)
 
+    def retry_pause(self, attempt: int) -> float:
+        return self._backoff(attempt)  # a FIFO group's retry: the server's policy
+
     async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
         try:
             received = await self.session.receive(max_messages, invisible)

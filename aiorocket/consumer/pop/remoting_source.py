@@ -142,6 +142,11 @@ class RemotingSource:
     def backoff(self, attempt: int) -> float:
         return float(POP_DELAYS[min(max(attempt, 1), len(POP_DELAYS)) - 1])
 
+    def retry_pause(self, attempt: int) -> float:
+        # As the orderly pull consumer (and Java's orderly POP consumer): the queue pauses
+        # suspend_current_queue_time, the message kept invisible meanwhile.
+        return self.state.config.suspend_current_queue_time
+
     # -- popping -------------------------------------------------------------------
 
     def _targets(self) -> list[tuple[str, str, str]]:

@@ -143,8 +143,9 @@ class PopRuntime:
         attempts = max_attempts(source.server_max_attempts, cfg.max_reconsume_times)
         self.acks = AckBatcher(source, ACK_DELAY)
         self.settler = PopSettler(
-            source, self.acks, max_attempts=attempts, backoff=source.backoff, log=state.log
-        )
+            source, self.acks, max_attempts=attempts, backoff=source.backoff,
+            retry_pause=source.retry_pause, log=state.log,
+        )  # fmt: skip
         self.renewer = Renewer(
             source.change_invisible, invisible=cfg.invisible_duration,
             request_timeout=cfg.request_timeout, on_lost=self._lost, is_lost=source.lost,

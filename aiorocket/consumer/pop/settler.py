@@ -8,7 +8,8 @@ consumer's are in ``aiorocket.consumer.settle``).
   message comes back then, from the group's pop retry topic; at the last attempt (or
   ``Reconsume(-1)``) it is moved to the group's dead-letter queue (gRPC:
   ForwardMessageToDeadLetterQueue; remoting: sent back with delay level -1, then acked);
-* FIFO (orderly delivery): a failed message is retried in place after the backoff,
+* FIFO (orderly delivery): a failed message is retried in place after a pause (gRPC:
+  the backoff; remoting: ``suspend_current_queue_time``),
   kept invisible meanwhile by the renewer, and dead-lettered at max attempts;
 * released (never handed out, or its handler cancelled by the close): made visible
   again at once (invisible duration 0), so another member takes it without waiting.
@@ -68,6 +69,8 @@ class PopSettler:
         ``max_reconsume_times + 1``).
     backoff:
         ``backoff(attempt)``: seconds before the retry of a failed delivery attempt.
+    retry_pause:
+        ``retry_pause(attempt)``: orderly, the pause before an in-place retry.
     log:
         The consumer's logger.
     """
@@ -79,12 +82,14 @@ class PopSettler:
         *,
         max_attempts: int,
         backoff: Callable[[int], float],
+        retry_pause: Callable[[int], float],
         log: Logger,
     ) -> None:
         self._source = source
         self._acks = acks
         self.max_attempts = max_attempts
         self._backoff = backoff
+        self._retry_pause = retry_pause
         self._log = log
 
     def finish(self, msg: ConsumerMessage) -> bool:
@@ -128,7 +133,7 @@ class PopSettler:
             return None
         msg.delivery_attempt = attempt + 1
         msg.reconsume_times += 1
-        return self._backoff(attempt)
+        return self._retry_pause(attempt)
 
     async def dead_letter(self, msg: ConsumerMessage, *, raise_unreachable: bool = False) -> bool:
         assert isinstance(msg, PopMessage)

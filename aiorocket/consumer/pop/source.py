@@ -46,6 +46,9 @@ class PopSource(Protocol):
     def backoff(self, attempt: int) -> float:
         """Seconds before the retry of failed delivery ``attempt``."""
 
+    def retry_pause(self, attempt: int) -> float:
+        """Orderly: seconds a queue pauses before failed ``attempt`` is retried in place."""
+
     async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
         """Up to ``max_messages``, invisible to the group for ``invisible`` seconds;
         long-polls, and returns ``[]`` when none arrived."""
