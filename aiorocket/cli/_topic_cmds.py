@@ -73,8 +73,10 @@ def topic_route(settings: Settings, name: str, as_json: bool) -> None:
 @click.option(
     "--type",
     "message_type",
-    type=click.Choice(["NORMAL", "FIFO", "DELAY", "TRANSACTION"], case_sensitive=False),
-    help="5.x message type.",
+    type=click.Choice(
+        ["NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY"], case_sensitive=False
+    ),
+    help="5.x message type (PRIORITY: 5.4+).",
 )
 @click.option("--order", is_flag=True, help="An ordered topic (orderTopicConf).")
 @pass_settings

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import anyio
 import pytest
 
+from aiorocket.admin import Admin
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
 from aiorocket.errors import ConfigError
 from aiorocket.message import Message
@@ -36,9 +37,10 @@ async def test_higher_priorities_overtake_a_backlog(
     if transport == "grpc":
         pytest.importorskip("grpclib")
     topic, group = unique_name("prio"), unique_name("g")
-    await rocketmq.create_topic(
-        topic, queues=4, brokers=[rocketmq.state["proxy_broker"]], message_type="PRIORITY"
-    )
+    async with Admin(rocketmq.namesrv_addr) as admin:  # the admin API creates the kind
+        await admin.create_topic(
+            topic, queues=4, brokers=[rocketmq.state["proxy_broker"]], message_type="PRIORITY"
+        )
     grpc = transport == "grpc"
     where = {"proxy": rocketmq.proxy_grpc} if grpc else {"namesrv": rocketmq.namesrv_addr}
     async with Producer(unique_name("p"), **where) as producer:  # type: ignore[arg-type]
