@@ -19,6 +19,7 @@ from aiorocket.errors import ConfigError
 from aiorocket.faststream import RocketBroker, RocketMessage, TestRocketBroker
 from aiorocket.testing.broker import LocalRocketMQ
 from tests.integration.faststream_helpers import FAST, FIRST
+from tests.integration.helpers import eventually
 
 
 @pytest.fixture
@@ -78,6 +79,25 @@ def test_handlers_get_body_headers_tags_and_keys_and_publishers_are_recorded(
             ship.mock.assert_called_once_with({"id": 1})
             notify.mock.assert_called_once_with({"shipped": 1})
         assert seen == [(1, "paid", ["o-1"], "acme")]
+
+    anyio.run(scenario)
+
+
+def test_a_publisher_without_subscribers_is_recorded(
+    setup: tuple[RocketBroker, bool, Callable[[str], str]],
+) -> None:
+    """With no subscriber of its topic the test broker gives the publisher one (on the
+    real broker: a group of its own reading from the test's start)."""
+    broker, real, topic = setup
+    events = topic("events")
+    publisher = broker.publisher(events, tags="audit")
+
+    async def scenario() -> None:
+        async with TestRocketBroker(broker, with_real=real):
+            await publisher.publish({"event": "created"}, keys=["e-1"])
+            # the real broker's delivery has no event to await from here: polled
+            await eventually(lambda: publisher.mock.call_count == 1, timeout=60)
+            publisher.mock.assert_called_once_with({"event": "created"})
 
     anyio.run(scenario)
 
