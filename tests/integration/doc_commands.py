@@ -31,7 +31,9 @@ _MASKS = [
     (re.compile(r"^(broker-[a-z]:\d+@\d+ +\S+ +[0-9A-F]{32}) .*$"), r"\1 REST"),
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?([+-]\d\d:\d\d|Z)?"), "TIME"),
     (_ID, "ID"),
-    (re.compile(r"/tmp/aiorocket-broker-\S*"), "DIR"),
+    # the local broker's directory: the shared one, or a test session's private cluster
+    (re.compile(r"/\S*aiorocket-(?:test-)?broker-\S*"), "DIR"),
+    (re.compile(r"\bDIR/\S*"), "DIR"),  # a path under a base directory replaced already
     (re.compile(r"\d+\.\d+\.\d+\.\d+:\d+"), "ADDR"),
     # which broker and queue a message went to is the producer's random choice
     (re.compile(r"\bbroker-[a-z]:\d+"), "QUEUE"),
