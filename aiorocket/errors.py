@@ -125,6 +125,13 @@ class RequestTimeoutError(RocketMQError, TimeoutError):
     retriable = True
 
 
+class BrokerStalledError(RequestTimeoutError):
+    """The broker did not answer within its stall bound (a multiple of its recent
+    latency) while other brokers did: the request was abandoned, the connection kept.
+    The broker may still store it when it resumes; a send retried elsewhere after this
+    may be stored twice (at-least-once)."""
+
+
 class ConfigError(RocketMQError, ValueError):
     """A client was configured with an invalid value."""
 

@@ -17,6 +17,7 @@ from aiorocket.message import MessageExt, MessageQueue
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.message_codec import UndecodableRecord, decode_messages
+from aiorocket.remoting.connection import StallCheck
 from aiorocket.remoting.pool import ConnectionPool
 
 # PullSysFlag bits.
@@ -127,10 +128,12 @@ class BrokerClient:
         ext: dict[str, str],
         body: bytes = b"",
         timeout: float | None = None,
+        stall: StallCheck | None = None,
     ) -> RemotingCommand:
-        """One request to ``addr``; the answer whatever its code."""
+        """One request to ``addr``; the answer whatever its code (``stall``: see
+        ``aiorocket.remoting.connection.Connection.request``)."""
         return await self.pool.request(
-            addr, RemotingCommand.request(code, ext, body), timeout or self.timeout
+            addr, RemotingCommand.request(code, ext, body), timeout or self.timeout, stall
         )
 
     _call = call
@@ -154,6 +157,7 @@ class BrokerClient:
         timeout: float | None = None,
         default_topic: str = DEFAULT_TOPIC,
         default_topic_queue_nums: int = 4,
+        stall: StallCheck | None = None,
     ) -> SendResult:
         """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE when ``batch``); ``properties`` is pre-encoded.
 
@@ -165,7 +169,7 @@ class BrokerClient:
             batch, default_topic, default_topic_queue_nums,
         )  # fmt: skip
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
-        resp = await self._call(addr, code, ext, body, timeout)
+        resp = await self._call(addr, code, ext, body, timeout, stall)
         status = _SEND_OK_CODES.get(resp.code)  # type: ignore[call-overload]
         if status is None:
             raise error_for_response(resp.code, resp.remark, code)

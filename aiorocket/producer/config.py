@@ -46,6 +46,13 @@ class ProducerConfig:
     compression_level: int = 5
     #: avoid, for a time growing with its latency, a broker whose last send was slow or failed.
     latency_fault_tolerance: bool = True
+    #: an unpinned send that one broker sits on (no answer within 5x its recent latency,
+    #: at least 0.25 s, at most 1 s and a quarter of ``send_timeout``) while others answer
+    #: is abandoned there and retried on another broker, and the stalled broker is
+    #: avoided as after a failure (``aiorocket.producer.stall``). The abandoned
+    #: request may still be stored when the broker wakes: that message may be stored
+    #: twice. False: wait for it up to ``send_timeout``, as the Java client does.
+    stall_retry: bool = True
     #: requests (sends, oneway sends, batches) that may be waiting for a broker at once.
     max_in_flight: int = 1024
     #: group concurrent plain sends of a topic into batch requests (Java ``autoBatch``; see
@@ -98,6 +105,8 @@ class ProducerConfig:
         check_namespace(self.namespace)
         if self.auto_batch is not None and not isinstance(self.auto_batch, bool):
             raise ConfigError(f"auto_batch must be True, False or None, got {self.auto_batch!r}")
+        if not isinstance(self.stall_retry, bool):
+            raise ConfigError(f"stall_retry must be True or False, got {self.stall_retry!r}")
         if not isinstance(self.retries, int) or self.retries < 0:
             raise ConfigError(f"retries must be an integer >= 0, got {self.retries!r}")
         positive_ints = {

@@ -77,6 +77,10 @@ class LatencyFaultTolerance:
         self._items[broker] = FaultItem(broker, latency_ms, self._clock() + duration)
         return duration
 
+    def isolate(self, broker: str, latency_ms: float, seconds: float) -> None:
+        """Avoid ``broker`` for ``seconds`` (a send to it stalled after ``latency_ms``)."""
+        self._items[broker] = FaultItem(broker, latency_ms, self._clock() + seconds)
+
     def is_available(self, broker: str) -> bool:
         item = self._items.get(broker)
         return item is None or self._clock() >= item.available_at

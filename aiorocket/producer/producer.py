@@ -187,6 +187,13 @@ class Producer:
         return None if self._engine is None else self._engine.batcher
 
     @property
+    def stall_retries(self) -> int:
+        """Sends abandoned on a broker that sat on them while others answered, and
+        retried on another broker (``stall_retry``): each may be stored twice. Remoting
+        only."""
+        return self._only_remoting("stalled-broker retries (stall_retry)").stall_retries
+
+    @property
     def membership(self) -> Membership | None:
         """The brokers this producer heartbeats to (remoting only)."""
         return self._only_remoting("producer group membership").membership

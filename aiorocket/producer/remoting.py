@@ -107,6 +107,13 @@ class RemotingProducer:
         return self._batcher
 
     @property
+    def stall_retries(self) -> int:
+        """Sends abandoned on a stalled broker and retried on another (each may be
+        stored twice): ``aiorocket.producer.stall``."""
+        stall = None if self._sender is None else self._sender.stall
+        return 0 if stall is None else stall.stalls
+
+    @property
     def membership(self) -> Membership | None:
         return self._membership
 

@@ -6,6 +6,10 @@ and every attempt. A failed attempt (connection lost, no answer in time, or a br
 answer the Java client retries on) is recorded in the fault table and retried on a
 queue of another broker while attempts and time remain.
 
+An unpinned send whose broker sits on it (no answer within a multiple of the broker's
+recent latency) while other brokers answer is abandoned there and retried on another
+broker, which is then preferred (``aiorocket.producer.stall``).
+
 Sends pinned to a queue (selector, sharding key) must not move: they are retried, on
 the same queue after a short pause, only after a broker answer that says the message
 was not stored (busy, not available, ...); a lost connection or a timeout, after which
@@ -30,6 +34,7 @@ from aiorocket.client.results import SendResult
 from aiorocket.errors import (
     AccessDeniedError,
     BrokerResponseError,
+    BrokerStalledError,
     ConfigError,
     ConnectionClosedError,
     NoRouteError,
@@ -45,6 +50,7 @@ from aiorocket.producer.membership import Membership
 from aiorocket.producer.prepare import Outgoing
 from aiorocket.producer.routes import PublishInfo, PublishRoutes
 from aiorocket.producer.selectors import QueueSelector, check_selected, hash_selector
+from aiorocket.producer.stall import STALL_ISOLATION, StallWatch
 
 __all__ = [
     "PINNED_RETRY_PAUSE",
@@ -101,6 +107,8 @@ class Sender:
         self._default_topic = config.create_topic_key or DEFAULT_TOPIC
         # Created inside the producer's event loop: its clock, without anyio's lookup.
         self.now = capture().now
+        #: stalled-broker detection of unpinned sends (``stall_retry``)
+        self.stall = StallWatch(self.now, config.send_timeout) if config.stall_retry else None
 
     # -- slots and deadlines ---------------------------------------------------------
 
@@ -202,6 +210,7 @@ class Sender:
                 continue
             self._membership.saw(addr)
             tried.append(mq.broker_name)
+            watch = None if plan.pinned else self.stall
             started = time.monotonic()
             try:
                 # The request's own deadline bounds the wait for the answer.
@@ -210,7 +219,13 @@ class Sender:
                     msg_id=out.msg_id, flag=out.flag, sys_flag=out.sys_flag, batch=batch,
                     timeout=remaining, default_topic=self._default_topic,
                     default_topic_queue_nums=self._config.default_topic_queue_nums,
+                    stall=None if watch is None else watch.check(mq.broker_name),
                 )  # fmt: skip
+            except BrokerStalledError as exc:  # others answer: isolate it, try another
+                self._fault.isolate(mq.broker_name, _ms_since(started), STALL_ISOLATION)
+                assert watch is not None
+                watch.stalled(mq.broker_name)
+                last_error = exc
             except BrokerResponseError as exc:
                 self._fault.record(mq.broker_name, _ms_since(started), failed=True)
                 # Another broker may take it: a retriable answer, or NO_PERMISSION (as in
@@ -233,7 +248,10 @@ class Sender:
                         raise
                     raise last_error from exc
             else:
-                self._fault.record(mq.broker_name, _ms_since(started))
+                took = _ms_since(started)
+                self._fault.record(mq.broker_name, took)
+                if watch is not None:
+                    watch.answered(mq.broker_name, took / 1000)
                 if self._config.namespace:
                     queue = unwrap_queue(self._config.namespace, result.queue)
                     return dataclasses.replace(result, queue=queue)

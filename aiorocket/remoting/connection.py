@@ -31,6 +31,7 @@ from aiorocket._log import get_logger
 from aiorocket._loop import LoopShortcuts, OneShotEvent, capture
 from aiorocket._signal import Signal
 from aiorocket.errors import (
+    BrokerStalledError,
     ClientClosedError,
     ConnectionClosedError,
     ProtocolError,
@@ -48,6 +49,7 @@ __all__ = [
     "MIN_CLOSE_TIMEOUT",
     "Connection",
     "RequestHandler",
+    "StallCheck",
     "next_opaque",
     "parse_address",
 ]
@@ -73,14 +75,31 @@ def next_opaque() -> int:
     return next(_opaque_counter) & 0x7FFFFFFF
 
 
+#: ``(seconds, give_up)``: a request unanswered after ``seconds`` is abandoned if
+#: ``give_up()`` says so then and again ``STALL_GRACE`` later; while it says no, it is
+#: asked again every ``seconds`` until the request's timeout.
+StallCheck = tuple[float, Callable[[], bool]]
+#: A request found stalled is abandoned only if still unanswered this much later: after
+#: the event loop was starved, the sweeper may run before the reader that has its answer.
+STALL_GRACE = 0.05
+
+
 class _Pending:
-    __slots__ = ("deadline", "error", "event", "response")
+    __slots__ = (
+        "deadline", "error", "event", "give_up", "response", "stall_after", "stall_at",
+        "stalled", "suspect",
+    )  # fmt: skip
 
     def __init__(self, deadline: float, event: OneShotEvent) -> None:
         self.event = event
         self.deadline = deadline
         self.response: RemotingCommand | None = None
         self.error: BaseException | None = None
+        self.stall_at = math.inf
+        self.stall_after = math.inf
+        self.give_up: Callable[[], bool] | None = None
+        self.stalled = False
+        self.suspect = False
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -284,16 +303,28 @@ class Connection:
                 raise self._closed_error()
 
     async def _expire_loop(self) -> None:
-        """Wake every pending request whose deadline passed; it then raises a timeout."""
+        """Wake every pending request whose deadline passed; it then raises a timeout.
+        A request past its stall check is abandoned if its ``give_up`` says so."""
         while True:
             now = anyio.current_time()
             earliest = math.inf
             expired = []
             for opaque, pending in self._pending.items():
+                if pending.stall_at <= now:
+                    if pending.give_up is not None and pending.give_up():
+                        if pending.suspect:
+                            pending.stalled = True
+                            expired.append(opaque)
+                            continue
+                        pending.suspect = True  # abandoned if still unanswered after this
+                        pending.stall_at = now + STALL_GRACE
+                    else:
+                        pending.suspect = False
+                        pending.stall_at = now + pending.stall_after
                 if pending.deadline <= now:
                     expired.append(opaque)
-                elif pending.deadline < earliest:
-                    earliest = pending.deadline
+                else:
+                    earliest = min(earliest, pending.deadline, pending.stall_at)
             for opaque in expired:
                 self._pending.pop(opaque).event.set()  # no response, no error: timed out
             self._next_sweep = earliest
@@ -308,17 +339,32 @@ class Connection:
             return ConnectionClosedError(f"connection to {self.address} is closing")
         return ConnectionClosedError(f"connection to {self.address} is closed: {reason}")
 
-    async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
-        """Send ``cmd`` and wait for its response (any code; callers interpret it)."""
+    async def request(
+        self, cmd: RemotingCommand, timeout: float, stall: StallCheck | None = None
+    ) -> RemotingCommand:
+        """Send ``cmd`` and wait for its response (any code; callers interpret it).
+
+        With ``stall``, a request that has no answer after its first element (seconds)
+        raises ``BrokerStalledError`` if ``give_up()`` is true then (and still
+        ``STALL_GRACE`` later; while it is false, it is asked again every such period
+        until the timeout); the connection stays open (the peer is slow or frozen, not
+        the socket half-open, or nothing else would answer either).
+        """
         cmd.opaque = next_opaque()
         cmd.flag &= _NOT_ONEWAY
         if self._credentials is not None:
             self._credentials.sign(cmd)
         loop = self._loop or capture()
-        deadline = loop.now() + timeout
+        now = loop.now()
+        deadline = now + timeout
         pending = _Pending(deadline, loop.new_event())
+        wake = deadline
+        if stall is not None and stall[0] < timeout:
+            pending.stall_after = stall[0]
+            wake = pending.stall_at = now + stall[0]
+            pending.give_up = stall[1]
         self._pending[cmd.opaque] = pending
-        if deadline < self._next_sweep:
+        if wake < self._next_sweep:
             self._sweep.notify()  # the sweeper must wake earlier for this one
         try:
             await self._send(encode_command(cmd))
@@ -341,6 +387,12 @@ class Connection:
             if isinstance(err, ConnectionClosedError):
                 raise ConnectionClosedError(str(err)) from err
             raise ConnectionClosedError(f"connection to {self.address} failed: {err}") from err
+        if pending.stalled:
+            assert stall is not None
+            raise BrokerStalledError(
+                f"request code {cmd.code} to {self.address} got no answer within "
+                f"{stall[0]:.3f}s while other brokers answered"
+            )
         message = f"request code {cmd.code} to {self.address} got no answer within {timeout}s"
         if self._close_on_timeout and timeout > MIN_CLOSE_TIMEOUT:
             self.abort(ConnectionClosedError(f"connection closed after a timeout: {message}"))

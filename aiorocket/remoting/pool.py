@@ -19,7 +19,7 @@ import anyio.abc
 from aiorocket._log import get_logger
 from aiorocket.errors import ClientClosedError, ConnectionClosedError
 from aiorocket.protocol.command import RemotingCommand
-from aiorocket.remoting.connection import Connection, RequestHandler
+from aiorocket.remoting.connection import Connection, RequestHandler, StallCheck
 from aiorocket.security import Credentials
 
 
@@ -177,9 +177,11 @@ class ConnectionPool:
         for listener in list(self._disconnect_listeners):
             listener(conn.address)
 
-    async def request(self, address: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+    async def request(
+        self, address: str, cmd: RemotingCommand, timeout: float, stall: StallCheck | None = None
+    ) -> RemotingCommand:
         conn = await self.get(address)
-        return await conn.request(cmd, timeout)
+        return await conn.request(cmd, timeout, stall)
 
     async def oneway(self, address: str, cmd: RemotingCommand) -> None:
         conn = await self.get(address)

@@ -8,6 +8,7 @@ acknowledged is consumed at least once. Used by the fault tests and by
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import Counter
@@ -16,12 +17,13 @@ from typing import Any
 
 import anyio
 
+from aiorocket._send_result import SendResult
 from aiorocket.errors import RocketMQError
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.received import ConsumerMessage
 
-__all__ = ["Tally", "produce_steadily"]
+__all__ = ["Tally", "produce_concurrently", "produce_steadily"]
 
 
 @dataclass
@@ -40,6 +42,8 @@ class Tally:
     slowest_send: float = 0.0
     #: time each send took (seconds), retries included
     send_times: list[float] = field(default_factory=list)
+    #: when each acknowledged send returned (``time.monotonic()``), in order
+    ack_times: list[float] = field(default_factory=list)
     _changed: anyio.Event = field(default_factory=anyio.Event, repr=False)
 
     async def handler(self, msg: ConsumerMessage) -> None:
@@ -64,6 +68,25 @@ class Tally:
     @property
     def duplicates(self) -> int:
         return sum(n - 1 for n in self.consumed.values() if n > 1)
+
+    def longest_ack_gap(self, start: float, end: float) -> float:
+        """The longest time between acknowledged sends from ``start`` to ``end`` (the
+        bounds count as acknowledgements: a window without any is one long gap)."""
+        times = [start, *(t for t in self.ack_times if start < t < end), end]
+        return max(b - a for a, b in itertools.pairwise(times))
+
+    def _count(self, body: bytes, result: SendResult | None, error: RocketMQError | None,
+               took: float) -> None:  # fmt: skip
+        if error is not None:
+            self.send_errors[type(error).__name__] += 1
+        else:
+            assert result is not None
+            self.acked.add(body)
+            self.acked_by_broker[result.queue.broker_name] += 1
+            self.ack_times.append(time.monotonic())
+        self.send_times.append(took)
+        self.slowest_send = max(self.slowest_send, took)
+        self._notify()
 
     async def wait_acked(self, count: int) -> None:
         """Wait until ``count`` sends have been acknowledged."""
@@ -123,19 +146,57 @@ async def produce_steadily(
         head = f"{prefix}-{i}-".encode()
         body = head + os.urandom(max(0, size - len(head)))
         i += 1
-        started = time.monotonic()
-        try:
-            result = await producer.send(Message(topic, body))
-        except RocketMQError as exc:
-            tally.send_errors[type(exc).__name__] += 1
-        else:
-            tally.acked.add(body)
-            tally.acked_by_broker[result.queue.broker_name] += 1
-        took = time.monotonic() - started
-        tally.send_times.append(took)
-        tally.slowest_send = max(tally.slowest_send, took)
-        tally._notify()
+        await _send_counted(producer, Message(topic, body), tally)
         next_at += interval
         # Pacing, not waiting for an event: the scenario's load is a rate.
         with anyio.move_on_after(max(0.0, next_at - anyio.current_time())):
             await stop.wait()
+
+
+async def _send_counted(producer: Producer, msg: Message, tally: Tally) -> None:
+    started = time.monotonic()
+    try:
+        result = await producer.send(msg)
+    except RocketMQError as exc:
+        tally._count(msg.body, None, exc, time.monotonic() - started)
+    else:
+        tally._count(msg.body, result, None, time.monotonic() - started)
+
+
+async def produce_concurrently(
+    producer: Producer,
+    topic: str,
+    tally: Tally,
+    *,
+    rate: float,
+    stop: anyio.Event,
+    concurrency: int = 64,
+    prefix: str = "c",
+) -> None:
+    """Start ``rate`` sends per second, each in its own task, at most ``concurrency`` at
+    once (as an application's pool of request handlers would), until ``stop`` is set;
+    counted in ``tally`` like :func:`produce_steadily`. When every one of them waits (a
+    broker that holds them), no new send starts: the load pauses as the application's
+    would."""
+    slots = anyio.Semaphore(concurrency)
+    tick = 0.01  # sends start in groups, every 10 ms: one task per send, no timer each
+    per_tick = max(1, round(rate * tick))
+    next_at = anyio.current_time()
+    i = 0
+
+    async def one(msg: Message) -> None:
+        try:
+            await _send_counted(producer, msg, tally)
+        finally:
+            slots.release()
+
+    async with anyio.create_task_group() as tg:
+        while not stop.is_set():
+            for _ in range(per_tick):
+                await slots.acquire()
+                tg.start_soon(one, Message(topic, f"{prefix}-{i}".encode()))
+                i += 1
+            next_at += tick
+            # Pacing, not waiting for an event: the scenario's load is a rate.
+            with anyio.move_on_after(max(0.0, next_at - anyio.current_time())):
+                await stop.wait()
