@@ -69,6 +69,11 @@ public final class Bench {
       DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
       consumer.setNamesrvAddr(namesrv);
       consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+      // BENCH_POP=1: the push consumer in POP mode (the broker's assignment; the group
+      // and topic set to POP on the brokers by SET_MESSAGE_REQUEST_MODE beforehand)
+      if ("1".equals(System.getenv("BENCH_POP"))) {
+        consumer.setClientRebalance(false);
+      }
       consumer.subscribe(topic, "*");
       consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
         for (MessageExt m : msgs) {
@@ -114,7 +119,9 @@ public final class Bench {
     // queues and sends a heartbeat with it only if the heartbeat lock is free; when the
     // start-up heartbeat still holds it, the broker answers every pull "subscription not
     // latest" until the next 30 s heartbeat. Wait for the assignment and send it here.
-    long assignDeadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+    // (POP mode has no pull queues: nothing to wait for.)
+    long assignDeadline = System.nanoTime()
+        + TimeUnit.SECONDS.toNanos("1".equals(System.getenv("BENCH_POP")) ? 0 : 20);
     while (consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable()
         .isEmpty() && System.nanoTime() < assignDeadline) {
       Thread.sleep(20);
