@@ -93,10 +93,10 @@ def proxy_json(
         # Negative route-cache entries last this long (default 20 s): pitfall 8.
         "topicRouteServiceCacheRefreshSeconds": 5,
         # Messages a push consumer receives with auto-renewal are invisible 10 s (the
-        # smallest the Proxy allows; default 60 s) and renewed 4 s before that ends,
-        # checked every second: a consumer that dies hands its messages back sooner,
-        # and the renewal is exercised by tests within seconds, not minutes.
-        "defaultInvisibleTimeMills": 10_000, "renewAheadTimeMillis": 4_000,
+        # smallest the Proxy allows; default 60 s) and renewed 7 s before that ends
+        # (slack for a loaded machine), checked every second: a consumer that dies hands
+        # its messages back sooner, and tests exercise the renewal in seconds.
+        "defaultInvisibleTimeMills": 10_000, "renewAheadTimeMillis": 7_000,
         "renewSchedulePeriodMillis": 1_000,
         **(extra or {}),
     }  # fmt: skip
