@@ -5,8 +5,9 @@
 1. Throughput: a fresh 8-queue topic on ``broker-a`` is pre-filled with ``--count``
    messages; a child process drains it with a no-op handler, once pulling
    (``consume_mode="pull"``) and once popping (``consume_mode="pop"``), each with a
-   fresh group from the first offset. Prints messages/s and CPU microseconds per message
-   of the consumer process (benchmarks/consume.py's ``handler`` and ``pop`` modes).
+   fresh group from the first offset; then the Java push consumer in POP mode
+   (benchmarks/java, ``BENCH_POP=1``; ``--skip-java`` leaves it out). Prints messages/s
+   and CPU microseconds per message of the consumer process.
 2. Membership changes under load: a producer sends ``--rate`` messages/s to a topic of
    8 queues on each broker for ``--window`` seconds; members A (in this process) and C
    (a child process) consume from the start; at a third of the window member B joins (in
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import json
 import sys
 import time
 import uuid
@@ -32,9 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
+import _setup
 import anyio
 
 from aiorocket import Message
+from aiorocket.client.instance import ClientInstance
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
 from aiorocket.errors import RocketMQError
 from aiorocket.producer import Producer
@@ -42,7 +46,7 @@ from aiorocket.producer import Producer
 HERE = Path(__file__).parent
 
 
-def throughput(cl: Any, count: int, size: int) -> dict[str, dict[str, Any]]:
+def throughput(cl: Any, count: int, size: int, skip_java: bool) -> dict[str, dict[str, Any]]:
     import consume
 
     topic = f"bench_pop_{uuid.uuid4().hex[:8]}"
@@ -57,8 +61,29 @@ def throughput(cl: Any, count: int, size: int) -> dict[str, dict[str, Any]]:
         r = consume.run_child(cl.namesrv_addr, topic, count, mode)
         name = "pull" if mode == "handler" else "pop"
         out[name] = r
-        c.log(f"{name:>4}: {r['msgs_per_s']:,.0f} msgs/s, {r['us_cpu_per_msg']:.1f} µs CPU/msg")
+        c.log(f"{name:>9}: {r['msgs_per_s']:,.0f} msgs/s, {r['us_cpu_per_msg']:.1f} µs CPU/msg")
+    java = None if skip_java else _setup.build_java(cl.version)
+    if java is not None:  # the Java push consumer in POP mode (rocketmq-client, same version)
+        group = f"bench_java_pop_{uuid.uuid4().hex[:8]}"
+        anyio.run(set_pop_mode, cl, topic, group)
+        argv = [*java, "consume", cl.namesrv_addr, topic, group, str(count), "20", "0"]
+        child = c.Child("java pop", argv, {"BENCH_POP": "1"}).start()
+        r = consume.summarize(child.wait(timeout=3600), child)
+        out["java-pop"] = r
+        c.log(f"java-pop: {r['msgs_per_s']:,.0f} msgs/s, {r['us_cpu_per_msg']:.1f} µs CPU/msg")
     return out
+
+
+async def set_pop_mode(cl: Any, topic: str, group: str) -> None:
+    """SET_MESSAGE_REQUEST_MODE (401) on every broker: the Java push consumer pops this
+    (topic, group) when it does not rebalance itself (``setClientRebalance(false)``)."""
+    body = json.dumps({"topic": topic, "consumerGroup": group, "mode": "POP",
+                       "popShareQueueNum": 0}).encode()  # fmt: skip
+    async with ClientInstance(cl.namesrv_addr) as client:
+        for addr in cl.broker_addrs.values():
+            resp = await client.broker.call(addr, 401, {}, body)
+            if resp.code not in (0, 17):  # 17: the topic is not on that broker
+                raise RuntimeError(f"SET_MESSAGE_REQUEST_MODE refused: {resp.remark}")
 
 
 async def membership(cl: Any, mode: str, rate: int, window: float) -> dict[str, Any]:
@@ -151,10 +176,11 @@ def main() -> None:
     p.add_argument("--rate", type=int, default=2000)
     p.add_argument("--window", type=float, default=24.0)
     p.add_argument("--skip-throughput", action="store_true")
+    p.add_argument("--skip-java", action="store_true", help="no Java POP consumer run")
     a = p.parse_args()
     cl = c.cluster()
     if not a.skip_throughput:
-        throughput(cl, a.count, a.size)
+        throughput(cl, a.count, a.size, a.skip_java)
     for mode in ("pull", "pop"):
         r = anyio.run(membership, cl, mode, a.rate, a.window)
         w = r["worst_latency_after_s"]
