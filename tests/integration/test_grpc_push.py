@@ -92,16 +92,17 @@ async def test_two_members_share_the_messages_none_lost(
     def handler(name: str) -> Callable[[ConsumerMessage], object]:
         async def handle(msg: ConsumerMessage) -> None:
             seen[name].append(msg.body)
-            await anyio.sleep(0.01)  # both members get a share
+            await anyio.sleep(0.05)  # both members get a share
             if len(set(seen["a"]) | set(seen["b"])) == len(bodies):
                 done.set()
 
         return handle
 
+    # A small cache: the first member up cannot pop everything before the second starts.
     a = grpc_consumer(rocketmq, group, topic, handler("a"), pull_batch_size=8,
-                      consume_concurrency=4)  # fmt: skip
+                      consume_concurrency=4, pull_threshold_for_all=8)  # fmt: skip
     b = grpc_consumer(rocketmq, group, topic, handler("b"), pull_batch_size=8,
-                      consume_concurrency=4)  # fmt: skip
+                      consume_concurrency=4, pull_threshold_for_all=8)  # fmt: skip
     async with a, b:
         with anyio.fail_after(30):
             await done.wait()
