@@ -98,6 +98,10 @@ def proxy_json(
         # its messages back sooner, and tests exercise the renewal in seconds.
         "defaultInvisibleTimeMills": 10_000, "renewAheadTimeMillis": 7_000,
         "renewSchedulePeriodMillis": 1_000,
+        # An ack that meets a renewal of the same message waits for it (default 3 s)
+        # rather than going to the broker with the handle the renewal replaces, which the
+        # broker accepts and ignores (the message came back after its ack under load).
+        "lockTimeoutMsInHandleGroup": 10_000,
         **(extra or {}),
     }  # fmt: skip
     return json.dumps(cfg, indent=2) + "\n"
