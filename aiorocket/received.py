@@ -2,12 +2,14 @@
 
 This is the neutral core of consumption, shared by both transports:
 
-* ``ConsumerMessage``: a stored message that can be settled (ack, nack, hold);
-* ``Settler``: what settling means on a transport (remoting: commit offsets and
-  send failures back; gRPC: ack, change the invisible duration, forward to the DLQ).
-  Every retry and dead-letter decision of a transport is made in its settler;
+* ``ConsumerMessage``: a stored message that can be settled (ack, nack, hold), and
+  ``PopMessage``, one received by pop (a receipt handle and a delivery attempt);
+* ``Settler``: what settling means for a way of consuming (pull over remoting: commit
+  offsets and send failures back; pop, through a Proxy or from the brokers: ack,
+  change the invisible time, dead-letter). Every retry and dead-letter decision is
+  made in a settler;
 * ``QueueView``: what the delivery strategies read and change of the queue a
-  message came from (a remoting ``ProcessQueue``, or the gRPC source's ``PopQueue``).
+  message came from (a pulled ``ProcessQueue``, or a pop source's ``PopQueue``).
 
 The delivery strategies (worker pool, ``async for``, orderly) are typed against these
 protocols only, so one runtime serves both transports.
