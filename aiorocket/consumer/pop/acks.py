@@ -57,6 +57,12 @@ class AckBatcher:
         #: acks the server confirmed / that failed (request or entry), since the start
         self.acked = 0
         self.failed = 0
+        #: one flush at a time: the close's last flush waits for the flusher's request
+        #: in flight (else it would find nothing queued, report nothing unsent, and the
+        #: flusher's request would then be cancelled with the task group: acks lost)
+        self._flushing = anyio.Lock()
+        #: acks in the request being sent
+        self._in_flight = 0
         self.log = get_logger("consumer.acks", group=source.group)
 
     def add(self, msg: PopMessage) -> None:
@@ -78,6 +84,10 @@ class AckBatcher:
 
     async def flush(self) -> None:
         """Send everything queued now, one request per topic and chunk."""
+        async with self._flushing:
+            await self._flush()
+
+    async def _flush(self) -> None:
         while self._pending:
             topic = next(iter(self._pending))
             queued = self._pending[topic]
@@ -105,7 +115,7 @@ class AckBatcher:
         """The last flush (shielded, at most ``timeout`` s); returns the acks not sent."""
         with anyio.move_on_after(timeout, shield=True):
             await self.flush()
-        unsent = self.pending + self.failed
+        unsent = self.pending + self._in_flight + self.failed
         if unsent:
             self.log.warning(
                 "acks_not_delivered", n=unsent,
@@ -116,7 +126,11 @@ class AckBatcher:
     async def _ack(self, topic: str, msgs: list[PopMessage]) -> None:
         for m in msgs:
             await m.renewed()
-        ok = await self.source.ack(topic, msgs)
+        self._in_flight = len(msgs)
+        try:
+            ok = await self.source.ack(topic, msgs)
+        finally:
+            self._in_flight = 0
         self.acked += ok
         self.failed += len(msgs) - ok
 
