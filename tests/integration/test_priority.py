@@ -62,7 +62,8 @@ async def test_higher_priorities_overtake_a_backlog(
 
     consumer = Consumer(group, rocketmq.namesrv_addr, handler=handle, consume_mode="pop",
                         consume_from_where=ConsumeFromWhere.FIRST_OFFSET, pull_batch_size=1,
-                        consume_concurrency=1, long_poll_timeout=3)  # fmt: skip
+                        consume_concurrency=1, pull_threshold_for_all=1,
+                        long_poll_timeout=3)  # fmt: skip
     consumer.subscribe(topic)
     async with consumer:
         with anyio.fail_after(60):
