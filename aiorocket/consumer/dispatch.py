@@ -24,12 +24,22 @@ if TYPE_CHECKING:
     from aiorocket.consumer.state import ConsumerState
     from aiorocket.received import QueueView, Settler
 
-__all__ = ["WorkItem", "WorkerPool"]
+__all__ = ["WorkItem", "WorkerPool", "close_and_take"]
 
 #: What the work queue carries: one message, or a batch of one queue's messages.
 WorkItem = ConsumerMessage | list[ConsumerMessage]
 
 _BURST = 32  # handler calls between forced checkpoints
+
+
+def close_and_take(queue: WorkQueue[WorkItem]) -> list[ConsumerMessage]:
+    """Close ``queue`` (no more puts) and take every message still queued in it: what
+    a closing strategy hands back, never given to a handler or loop."""
+    queue.close()
+    unstarted: list[ConsumerMessage] = []
+    for item in queue.take_all():
+        unstarted.extend(item if isinstance(item, list) else [item])
+    return unstarted
 
 
 class WorkerPool:
@@ -88,11 +98,7 @@ class WorkerPool:
         pass
 
     def stop(self) -> list[ConsumerMessage]:
-        self.queue.close()
-        unstarted: list[ConsumerMessage] = []
-        for item in self.queue.take_all():
-            unstarted.extend(item if isinstance(item, list) else [item])
-        return unstarted
+        return close_and_take(self.queue)
 
     async def drain(self, *, graceful: bool) -> list[ConsumerMessage]:
         """Running handlers finish (bounded), then the workers are cancelled; returns the

@@ -13,7 +13,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from aiorocket.consumer.dispatch import WorkItem
+from aiorocket.consumer.dispatch import WorkItem, close_and_take
 from aiorocket.consumer.work_queue import WorkQueue
 from aiorocket.received import ConsumerMessage
 
@@ -66,11 +66,7 @@ class Iterated:
         pass
 
     def stop(self) -> list[ConsumerMessage]:
-        self.queue.close()
-        unstarted: list[ConsumerMessage] = []
-        for item in self.queue.take_all():
-            unstarted.extend(item if isinstance(item, list) else [item])
-        return unstarted
+        return close_and_take(self.queue)
 
     async def drain(self, *, graceful: bool) -> list[ConsumerMessage]:
         return []  # the loop's body is the application's: closing ends its iteration
