@@ -102,8 +102,6 @@ def check_remoting_consumer(
             raise pull_only("a rebalance listener")
         if custom_allocation:
             raise pull_only("a queue allocation strategy")
-        if cfg.namespace:
-            raise pull_only("a namespace", "not supported in POP mode yet")
         if cfg.pull_batch_size > MAX_RECEIVE_BATCH:
             raise ConfigError(
                 f"pull_batch_size in POP mode is at most {MAX_RECEIVE_BATCH} (a broker's "

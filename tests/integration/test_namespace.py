@@ -4,6 +4,7 @@ RocketMQ's clients do, and the application never sees the prefix."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -14,6 +15,7 @@ from aiorocket.message import Message, MessageQueue
 from aiorocket.namespace import wrap
 from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
+from tests.integration.test_grpc_push import _dead_letters
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -121,3 +123,56 @@ async def test_a_namespaced_pull_consumer_takes_and_gives_the_applications_queue
         await consumer.commit({queue: 3})
         assert await consumer.committed(queue) == 3
     assert got == [b"m0", b"m1", b"m2"]
+
+
+@pytest.mark.parametrize(("anyio_backend", "transport"), [("asyncio", "remoting")])
+async def test_a_namespaced_pop_consumer_gets_its_namespace_its_retries_and_its_dlq(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str], transport: str
+) -> None:
+    """POP with a namespace (remoting: the client wraps the names, the broker builds the
+    pop retry topic ``%RETRY%ns1%g_ns1%t`` from them; gRPC: the Proxy wraps them): a
+    consumer gets its namespace's messages only, under the application's topic name; a
+    failing one comes back, then lands in ``%DLQ%ns1%g`` at the group's max attempts."""
+    topic, group = unique_name("nspop"), unique_name("g")
+    broker = rocketmq.state["proxy_broker"]  # the gRPC case reaches it through the Proxy
+    for ns in ("ns1", "ns2"):
+        await rocketmq.create_topic(wrap(ns, topic), queues=1, brokers=[broker])
+    await rocketmq.create_group(wrap("ns1", group), retry_max_times=1)  # 2 attempts
+    await rocketmq.create_group(wrap("ns2", group))  # a Proxy creates no group
+    attempts: list[int] = []
+    ns1, ns2 = Received(1), Received(1)
+
+    async def failing(msg: ConsumerMessage) -> None:
+        if msg.body == b"bad":
+            attempts.append(msg.reconsume_times + 1)
+            raise RuntimeError("poison: retried, then dead-lettered")
+        await ns1(msg)
+
+    where: dict[str, Any] = (
+        {"namesrv": rocketmq.namesrv_addr, "consume_mode": "pop",
+         "consume_from_where": ConsumeFromWhere.FIRST_OFFSET}
+        if transport == "remoting" else {"proxy": rocketmq.proxy_grpc}
+    )  # fmt: skip
+    c1 = Consumer(group, handler=failing, namespace="ns1", long_poll_timeout=3, **where)
+    c1.subscribe(topic)
+    c2 = Consumer(group, handler=ns2, namespace="ns2", long_poll_timeout=3, **where)
+    c2.subscribe(topic)
+    async with (
+        Producer(unique_name("p"), rocketmq.namesrv_addr, namespace="ns1") as p1,
+        Producer(unique_name("p"), rocketmq.namesrv_addr, namespace="ns2") as p2,
+    ):  # fmt: skip
+        await p1.send(Message(topic, b"bad"))
+        await p1.send(Message(topic, b"ns1-ok"))
+        await p2.send(Message(topic, b"ns2-ok"))
+    async with c1, c2:
+        with anyio.fail_after(60):  # the retry comes 10 s (remoting) / 1 s (gRPC) later
+            await ns1.done.wait()
+            await ns2.done.wait()
+            while b"bad" not in await _dead_letters(rocketmq, wrap("ns1", group)):  # noqa: ASYNC110
+                await anyio.sleep(0.5)
+    assert [m.body for m in ns1.messages] == [b"ns1-ok"]
+    assert [m.body for m in ns2.messages] == [b"ns2-ok"]  # only its own namespace's
+    assert {m.topic for m in ns1.messages + ns2.messages} == {topic}
+    assert attempts == [1, 2]
+    assert b"bad" not in await _dead_letters(rocketmq, wrap("ns2", group))
+    assert b"bad" not in await _dead_letters(rocketmq, group)

@@ -103,7 +103,6 @@ def test_consume_modes() -> None:
         ({"message_model": "BROADCASTING"}, UnsupportedTransportError, "BROADCASTING"),
         ({"listener": object()}, UnsupportedTransportError, "rebalance listener"),
         ({"pull_batch_size": 33}, ConfigError, "at most 32"),
-        ({"namespace": "ns"}, UnsupportedTransportError, "a namespace"),
     ],
 )
 def test_pull_only_choices_are_refused_in_pop_mode(

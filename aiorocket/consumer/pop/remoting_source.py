@@ -15,6 +15,13 @@ failed message's invisible time becomes the pop delay of its attempt (10 s, 30 s
 ``max_reconsume_times``) the client sends it to ``%DLQ%<group>`` (CONSUMER_SEND_MSG_BACK
 with delay level -1) and acks it.
 
+A namespace (``namespace="ns"``): the group and subscriptions arrive wrapped
+(``ns%group``, ``ns%topic``), so pops, acks and the broker's pop retry topic
+(``%RETRY%ns%group_ns%topic``, built by the broker from those names) and the dead-letter
+queue (``%DLQ%ns%group``) are the namespace's, as with the Java client. The application
+sees its own topic names: a popped message's topic is unwrapped here and wrapped again on
+its way back to the broker.
+
 Orderly (``orderly=True``): pops ask for order (``order=true``): the broker hands out a
 queue's messages to one member at a time, the next ones only once those are acked (its
 order lock per queue and group); each queue is delivered in order, one at a time.
@@ -38,6 +45,7 @@ from aiorocket.consumer.config import ConsumeFromWhere
 from aiorocket.consumer.membership import Membership
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.errors import NoRouteError, RocketMQError
+from aiorocket.namespace import unwrap, wrap
 from aiorocket.received import PopMessage
 
 __all__ = ["POP_DELAYS", "RemotingSource"]
@@ -71,6 +79,7 @@ class RemotingSource:
         self.group = state.group
         self.fifo = cfg.orderly
         self.server_max_attempts = 0
+        self._namespace = cfg.namespace
         self.client = ClientInstance(
             namesrv, client_id=client_id, request_timeout=cfg.request_timeout,
             route_refresh_interval=cfg.route_refresh_interval, credentials=cfg.credentials,
@@ -179,23 +188,26 @@ class RemotingSource:
             expression_type=sub.expression_type, order=self.fifo,
             timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
         )  # fmt: skip
-        if self.fifo:
-            for m in result.messages:
+        for m in result.messages:
+            m.topic = unwrap(self._namespace, m.topic)  # the application's name
+            if self.fifo:
                 m.message_group = f"{m.broker_name}:{m.queue_id}"
         return result.messages
 
     # -- settling ------------------------------------------------------------------
 
     async def _addr(self, msg: PopMessage) -> str:
-        route = self.client.namesrv.cached_route(msg.topic)
+        topic = wrap(self._namespace, msg.topic)
+        route = self.client.namesrv.cached_route(topic)
         if route is None:
-            route = await self.client.namesrv.get_route(msg.topic)
+            route = await self.client.namesrv.get_route(topic)
         addr = route.master_addr(msg.broker_name)
         if addr is None:
             raise NoRouteError(f"broker {msg.broker_name} has no master")
         return addr
 
     async def ack(self, topic: str, messages: list[PopMessage]) -> int:
+        topic = wrap(self._namespace, topic)
         by_broker: dict[str, list[PopMessage]] = defaultdict(list)
         for m in messages:
             by_broker[m.broker_name].append(m)
@@ -215,18 +227,19 @@ class RemotingSource:
 
     async def change_invisible(self, msg: PopMessage, seconds: float) -> None:
         addr = await self._addr(msg)
+        topic = wrap(self._namespace, msg.topic)
         msg.receipt_handle = await self.requests.change_invisible_time(
-            addr, self.group, msg.topic, msg.receipt_handle, int(seconds * 1000)
+            addr, self.group, topic, msg.receipt_handle, int(seconds * 1000)
         )
 
     async def dead_letter(self, msg: PopMessage, *, attempt: int, max_attempts: int) -> None:
         addr = await self._addr(msg)
+        topic = wrap(self._namespace, msg.topic)
         await self.client.broker.send_back(
             addr, msg, self.group, delay_level=-1, max_reconsume_times=max_attempts - 1,
-            origin_topic=msg.topic,
+            origin_topic=topic,
         )  # fmt: skip
-        await self.requests.ack(addr, self.group, msg.topic, msg.receipt_handle)
+        await self.requests.ack(addr, self.group, topic, msg.receipt_handle)
 
     def lost(self, err: RocketMQError) -> bool:
         return False
-
