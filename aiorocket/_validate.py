@@ -12,10 +12,19 @@ import re
 from aiorocket.errors import ConfigError, MessageTooLargeError
 from aiorocket.message import Message
 
-__all__ = ["TOPIC_MAX_LENGTH", "check_body", "check_schedule", "check_topic"]
+__all__ = [
+    "LITE_TOPIC_MAX_LENGTH",
+    "TOPIC_MAX_LENGTH",
+    "check_body",
+    "check_lite_topic",
+    "check_schedule",
+    "check_topic",
+]
 
 TOPIC_MAX_LENGTH = 127
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+#: the longest lite topic a 5.5 server takes by default (the Proxy's max_lite_topic_size)
+LITE_TOPIC_MAX_LENGTH = 64
 
 
 def check_topic(topic: str) -> None:
@@ -25,6 +34,19 @@ def check_topic(topic: str) -> None:
         raise ConfigError(f"topic {topic[:20]!r}... is longer than {TOPIC_MAX_LENGTH} characters")
     if not _TOPIC_RE.match(topic):
         raise ConfigError(f"topic {topic!r} may only contain letters, digits, '%', '|', '-', '_'")
+
+
+def check_lite_topic(lite_topic: object, max_length: int = LITE_TOPIC_MAX_LENGTH) -> None:
+    """A lite topic name: a non-blank string without whitespace, of at most ``max_length``
+    characters (the server's limit; RocketMQ 5.5's default is 64)."""
+    if not isinstance(lite_topic, str) or not lite_topic.strip():
+        raise ConfigError(f"a lite topic must be a non-empty string, not {lite_topic!r}")
+    if len(lite_topic) > max_length:
+        raise ConfigError(
+            f"lite topic {lite_topic[:20]!r}... is longer than {max_length} characters"
+        )
+    if any(c.isspace() for c in lite_topic):
+        raise ConfigError(f"lite topic {lite_topic!r} must not contain whitespace")
 
 
 def check_body(msg: Message, max_size: int) -> None:
@@ -47,5 +69,7 @@ def check_schedule(msg: Message) -> None:
     priority = msg.priority
     if priority is not None and (type(priority) is not int or priority < 0):
         raise ConfigError(f"priority must be an int >= 0, got {priority!r}")
+    if msg.lite_topic is not None:
+        check_lite_topic(msg.lite_topic)
     if msg.deliver_time_ms is not None and msg.deliver_time_ms < 0:
         raise ConfigError(f"deliver_time_ms must be an epoch time in ms, got {msg.deliver_time_ms}")

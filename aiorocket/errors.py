@@ -29,6 +29,7 @@ __all__ = [
     "FrameTooLargeError",
     "GroupNotFoundError",
     "GrpcStatusError",
+    "LiteQuotaExceededError",
     "MessageDecodeError",
     "MessageNotFoundError",
     "MessageTooLargeError",
@@ -242,6 +243,12 @@ class GrpcStatusError(RocketMQError):
 
 class UnsupportedTransportError(ConfigError):
     """The feature exists only on the other transport (remoting or gRPC Proxy)."""
+
+
+class LiteQuotaExceededError(RocketMQError):
+    """A lite consumer would hold more lite subscriptions than its group allows (the
+    group's ``lite.sub.client.quota``, RocketMQ 5.5: 2000 per client by default); nothing
+    changed. Unsubscribe lite topics no longer needed, or raise the group's quota."""
 
 
 class NoRouteError(RocketMQError):

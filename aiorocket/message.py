@@ -12,6 +12,7 @@ __all__ = [
     "KEY_SEPARATOR",
     "PROPERTY_DELAY_LEVEL",
     "PROPERTY_KEYS",
+    "PROPERTY_LITE_TOPIC",
     "PROPERTY_MAX_OFFSET",
     "PROPERTY_MAX_RECONSUME_TIMES",
     "PROPERTY_MIN_OFFSET",
@@ -52,6 +53,8 @@ PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 #: a priority message's priority (RocketMQ 5.4+)
 PROPERTY_PRIORITY = "_SYS_MSG_PRIORITY_"
+#: a lite message's lite topic (RocketMQ 5.5+, a topic of message type LITE)
+PROPERTY_LITE_TOPIC = "__LITE_TOPIC"
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_PRODUCER_GROUP = "PGROUP"
 PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
@@ -128,6 +131,9 @@ class Message:
     ``priority`` (0 and up, RocketMQ 5.4+, a topic of message type PRIORITY): POP
     consumers get higher priorities first (the broker stores priority ``p`` in queue
     ``min(p, queues - 1)`` and pops the highest queue first).
+    ``lite_topic`` (RocketMQ 5.5+, ``topic`` of message type LITE): the lite topic within
+    ``topic`` the message belongs to; lite consumers subscribe to lite topics (see
+    docs/consumer/lite.md).
     """
 
     topic: str
@@ -139,6 +145,7 @@ class Message:
     deliver_time_ms: int | None = None
     flag: int = 0
     priority: int | None = None
+    lite_topic: str | None = None
 
     def wire_properties(self) -> dict[str, str]:
         """User properties merged with the system properties that this message's fields imply."""
@@ -153,6 +160,8 @@ class Message:
             props[PROPERTY_TIMER_DELIVER_MS] = str(self.deliver_time_ms)
         if self.priority is not None:
             props[PROPERTY_PRIORITY] = str(self.priority)
+        if self.lite_topic is not None:
+            props[PROPERTY_LITE_TOPIC] = self.lite_topic
         return props
 
 
@@ -186,6 +195,11 @@ class MessageExt:
     @property
     def tags(self) -> str | None:
         return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def lite_topic(self) -> str | None:
+        """The lite topic of a lite message (RocketMQ 5.5+), else None."""
+        return self.properties.get(PROPERTY_LITE_TOPIC)
 
     @property
     def keys(self) -> list[str]:

@@ -20,6 +20,7 @@ from aiorocket.protocol.subscription import Subscription
 if TYPE_CHECKING:
     from aiorocket._log import Logger
     from aiorocket.consumer.config import ConsumerConfig
+    from aiorocket.consumer.pop.lite import LiteSubscriptions
 
 __all__ = ["ConsumerState", "PullObserver"]
 #: ``observer(queue, seconds, messages)``: see ``Consumer.observe_pulls``.
@@ -52,6 +53,8 @@ class ConsumerState:
         #: a remoting consumer in POP mode (heartbeats say ``CONSUME_POP``)
         self.pop_mode = False
         self.subscriptions: dict[str, Subscription] = {}
+        #: a lite consumer's lite subscriptions (its bind topic), else None
+        self.lite: LiteSubscriptions | None = None
         #: queues chosen by the application (PullConsumer.assign): no group rebalance.
         self.manual_assignment: set[MessageQueue] | None = None
         #: with False only the application's commit() stores offsets.

@@ -118,12 +118,13 @@ class AutoBatcher:
 
     def accepts(self, msg: Message) -> bool:
         """Whether ``msg`` may share a batch: not delayed, without a priority (which
-        chooses its queue), not a retry, body uncompressed."""
+        chooses its queue), not a lite message, not a retry, body uncompressed."""
         return (
             isinstance(msg.body, (bytes, bytearray, memoryview))
             and not msg.delay_level
             and msg.deliver_time_ms is None
             and msg.priority is None
+            and msg.lite_topic is None
             and not msg.topic.startswith(RETRY_TOPIC_PREFIX)
             and len(msg.body) < self._config.compress_over
         )

@@ -92,6 +92,8 @@ def prepare_batch(
             raise ConfigError("delayed and timer messages cannot be sent in a batch")
         if msg.priority is not None:
             raise ConfigError("priority messages cannot be sent in a batch (each has its queue)")
+        if msg.lite_topic is not None:
+            raise ConfigError("lite messages cannot be sent in a batch: send them one by one")
         check_body(msg, config.max_message_size)
         props, msg_id = wire_properties(msg)
         record = encode_record(bytes(msg.body), encode_props(props), msg.flag)

@@ -57,6 +57,9 @@ def broker_conf(name: str, port: int, namesrv: str, store: Path, cluster: str = 
         "enablePropertyFilter": True,  # SQL92 filters
         "timerWheelEnable": True,  # 5.x timer (arbitrary delay) messages; default anyway
         "recallMessageEnable": True,  # Producer.recall (5.3.2+; off by default)
+        # Lite topics (5.5+): a lite message reaches its lite topic's queue (an LMQ) by
+        # multi-dispatch; both are off by default, and then lite consumers get nothing.
+        "enableLmq": True, "enableMultiDispatch": True,
         "mappedFileSizeCommitLog": 64 * 1024 * 1024,  # default 1 GiB
         # Writes are refused above diskSpaceWarningLevelRatio, which is clamped to <= 90.
         "diskSpaceWarningLevelRatio": 90, "diskSpaceCleanForciblyRatio": 90,

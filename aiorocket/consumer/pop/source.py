@@ -8,12 +8,16 @@ written against this interface only; a 5.x Proxy over gRPC
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Protocol
 
 from aiorocket.errors import RocketMQError
 from aiorocket.received import PopMessage
 
-__all__ = ["PopSource"]
+if TYPE_CHECKING:
+    from aiorocket.consumer.pop.lite import LiteAction
+
+__all__ = ["LiteSource", "PopSource"]
 
 
 class PopSource(Protocol):
@@ -66,3 +70,14 @@ class PopSource(Protocol):
     def lost(self, err: RocketMQError) -> bool:
         """A renewal failed with ``err`` because the server no longer knows this
         delivery (the message is someone else's now), not for a transient reason."""
+
+
+class LiteSource(PopSource, Protocol):
+    """A ``PopSource`` of a lite consumer (``ConsumerState.lite`` is set): it pops the
+    subscribed lite topics of ``state.lite.bind_topic``, FIFO per lite topic (each
+    message's ``message_group`` is its lite topic), and settles them with their lite
+    topic (``msg.lite_topic``)."""
+
+    async def sync_lite(self, action: LiteAction, lite_topics: Collection[str]) -> None:
+        """Send one lite subscription update to every server of the bind topic; raises
+        ``LiteQuotaExceededError`` when a server refuses it for the quota."""

@@ -1,0 +1,141 @@
+"""A lite consumer's lite subscriptions (RocketMQ 5.5, RIP-83), shared by both transports.
+
+A lite consumer is bound to one parent topic of message type LITE (its group's
+``lite.bind.topic``) and subscribes to any number of its lite topics at run time. The
+server (each broker of the parent topic over remoting, the Proxy over gRPC) keeps the
+subscriptions per client: a ``PopSource`` sends them (``PopSource.sync_lite``) and
+pops only the subscribed lite topics' messages.
+
+What is kept here, the same for both transports: the set of lite topics, the checks
+before anything is sent (name, quota), and the order of the updates: one change at a
+time, so a PARTIAL_REMOVE never overtakes the PARTIAL_ADD of the same topic; the set
+changes only once every server took the change. The runtime re-sends the whole set
+every ``RESYNC_INTERVAL`` (COMPLETE_ADD), as the Java client does: a server that
+restarted or dropped this client's subscriptions (its check of idle clients) gets them
+back.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Collection
+
+import anyio
+
+from aiorocket._log import Logger
+from aiorocket._validate import LITE_TOPIC_MAX_LENGTH, check_lite_topic
+from aiorocket.errors import LiteQuotaExceededError, RocketMQError
+
+__all__ = ["RESYNC_INTERVAL", "LiteAction", "LiteSubscriptions"]
+
+#: seconds between two COMPLETE_ADD of the whole set (the Java client: 30 s)
+RESYNC_INTERVAL = 30.0
+
+
+class LiteAction(enum.Enum):
+    """What a lite subscription update does (the broker's LiteSubscriptionAction; the
+    gRPC transport maps it to the proto's enum)."""
+
+    #: add these lite topics
+    PARTIAL_ADD = "PARTIAL_ADD"
+    #: remove these lite topics
+    PARTIAL_REMOVE = "PARTIAL_REMOVE"
+    #: the client's subscriptions are exactly these
+    COMPLETE_ADD = "COMPLETE_ADD"
+    #: the client has none any more
+    COMPLETE_REMOVE = "COMPLETE_REMOVE"
+
+
+#: sends one update to every server: ``PopSource.sync_lite``
+Sync = Callable[[LiteAction, Collection[str]], Awaitable[None]]
+
+
+class LiteSubscriptions:
+    """The lite topics one lite consumer is subscribed to.
+
+    Parameters
+    ----------
+    bind_topic:
+        The parent topic (as the server names it: within the namespace on remoting).
+    log:
+        The consumer's logger.
+    """
+
+    def __init__(self, bind_topic: str, log: Logger) -> None:
+        self.bind_topic = bind_topic
+        self.log = log
+        self._topics: set[str] = set()
+        #: the server's per-client quota where it told us (gRPC settings), else None
+        self.quota: int | None = None
+        #: the longest lite topic the server takes (gRPC settings: max_lite_topic_size)
+        self.max_length = LITE_TOPIC_MAX_LENGTH
+        self._sync: Sync | None = None
+        self._lock = anyio.Lock()
+
+    @property
+    def topics(self) -> frozenset[str]:
+        return frozenset(self._topics)
+
+    @property
+    def attached(self) -> bool:
+        """A running source sends the changes (else they wait for the start)."""
+        return self._sync is not None
+
+    def attach(self, sync: Sync | None) -> None:
+        """Send changes with ``sync`` from now on (None: the source is gone)."""
+        self._sync = sync
+
+    def _check_quota(self, extra: int) -> None:
+        if self.quota is not None and self.quota >= 0 and len(self._topics) + extra > self.quota:
+            raise LiteQuotaExceededError(
+                f"{len(self._topics)} lite subscriptions of {self.bind_topic!r}: the quota "
+                f"of {self.quota} per client allows no more"
+            )
+
+    async def subscribe(self, lite_topic: str) -> None:
+        """Add ``lite_topic``; sent at once when attached, else at the start."""
+        check_lite_topic(lite_topic, self.max_length)
+        async with self._lock:
+            if lite_topic in self._topics:
+                return
+            self._check_quota(1)
+            if self._sync is not None:
+                await self._send(LiteAction.PARTIAL_ADD, {lite_topic})
+            self._topics.add(lite_topic)
+        self.log.info("lite_subscribed", lite_topic=lite_topic, topic=self.bind_topic)
+
+    async def unsubscribe(self, lite_topic: str) -> None:
+        """Remove ``lite_topic``; messages of it already received are still delivered."""
+        async with self._lock:
+            if lite_topic not in self._topics:
+                return
+            if self._sync is not None:
+                await self._send(LiteAction.PARTIAL_REMOVE, {lite_topic})
+            self._topics.discard(lite_topic)
+        self.log.info("lite_unsubscribed", lite_topic=lite_topic, topic=self.bind_topic)
+
+    async def resync(self) -> None:
+        """Send the whole set (COMPLETE_ADD): at the start and every RESYNC_INTERVAL."""
+        async with self._lock:
+            if self._sync is not None:
+                await self._send(LiteAction.COMPLETE_ADD, set(self._topics))
+
+    async def _send(self, action: LiteAction, topics: Collection[str]) -> None:
+        assert self._sync is not None
+        await self._sync(action, topics)
+
+    def on_unsubscribed(self, lite_topic: str) -> None:
+        """The server dropped ``lite_topic`` for this client (its notice): forget it."""
+        if lite_topic in self._topics:
+            self._topics.discard(lite_topic)
+            self.log.info("lite_unsubscribed_by_server", lite_topic=lite_topic,
+                          topic=self.bind_topic)  # fmt: skip
+
+    async def run(self) -> None:
+        """Re-send the whole set every RESYNC_INTERVAL, until cancelled."""
+        while True:
+            await anyio.sleep(RESYNC_INTERVAL)
+            try:
+                await self.resync()
+            except RocketMQError as err:
+                self.log.warning("lite_resync_failed", error=str(err), topic=self.bind_topic)
