@@ -31,6 +31,7 @@ from aiorocket.message import (
     PROPERTY_UNIQ_KEY,
     Message,
 )
+from aiorocket.namespace import wrap
 
 __all__ = [
     "HOSTNAME",
@@ -146,7 +147,7 @@ def to_pb_message(out: Outgoing) -> pb.Message:
         priority=out.priority,
     )
     return pb.Message(
-        topic=pb.Resource(resource_namespace=out.namespace, name=out.topic),
+        topic=pb.Resource(resource_namespace=out.namespace, name=wrap(out.namespace, out.topic)),
         user_properties=dict(out.user_properties),
         system_properties=sysp,
         body=out.body,

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from aiorocket.errors import MessageDecodeError
 from aiorocket.grpc._convert import Outgoing
 from aiorocket.grpc._fast import _skip, _varint
+from aiorocket.namespace import wrap
 
 __all__ = [
     "AckEntry",
@@ -71,7 +72,11 @@ def _timestamp(ms: int) -> bytes:
 
 
 def _resource(namespace: str, name: str) -> bytes:
-    return (_str(0x0A, namespace) if namespace else b"") + (_str(0x12, name) if name else b"")
+    if not namespace:
+        return _str(0x12, name) if name else b""
+    # The name in the namespace too: the Apache Proxy (5.2+) ignores resource_namespace
+    # and uses the name as given; a Proxy that wraps it itself leaves it as it is.
+    return _str(0x0A, namespace) + _str(0x12, wrap(namespace, name))
 
 
 def encode_message(out: Outgoing) -> bytes:

@@ -34,6 +34,7 @@ from aiorocket.errors import (
 )
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._transport import GrpcTransport, check_status
+from aiorocket.namespace import wrap
 
 __all__ = ["OrphanHandler", "Session", "ensure_asyncio"]
 
@@ -277,7 +278,8 @@ class Session:
     # -- unary helpers -------------------------------------------------------------
 
     def resource(self, name: str) -> pb.Resource:
-        return pb.Resource(resource_namespace=self.transport.namespace, name=name)
+        namespace = self.transport.namespace
+        return pb.Resource(resource_namespace=namespace, name=wrap(namespace, name))
 
     def _group_resource(self) -> pb.Resource | None:
         return None if self.group is None else self.resource(self.group)

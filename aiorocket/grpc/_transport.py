@@ -72,7 +72,8 @@ class GrpcOptions:
 
     ``tls``: ``False`` plaintext h2c (default, what the Apache Proxy accepts), ``True``
     TLS verified with the system CAs, a CA bundle path, or an ``ssl.SSLContext``.
-    ``namespace``: the 5.x namespace sent with every call and resource.
+    ``namespace``: every topic and group name is sent as ``<namespace>%<name>`` (as well
+    as in each resource's namespace field and the ``x-mq-namespace`` header).
     ``credentials``: [`aiorocket.security.Credentials`][] (ACL access key, secret,
     optional session token): every call carries the signed ``authorization`` header.
     ``keepalive``: when a connection that owes a call its answer has been silent for

@@ -125,7 +125,9 @@ async def test_a_namespaced_pull_consumer_takes_and_gives_the_applications_queue
     assert got == [b"m0", b"m1", b"m2"]
 
 
-@pytest.mark.parametrize(("anyio_backend", "transport"), [("asyncio", "remoting")])
+@pytest.mark.parametrize(
+    ("anyio_backend", "transport"), [("asyncio", "remoting"), ("asyncio", "grpc")]
+)
 async def test_a_namespaced_pop_consumer_gets_its_namespace_its_retries_and_its_dlq(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str], transport: str
 ) -> None:
@@ -157,13 +159,17 @@ async def test_a_namespaced_pop_consumer_gets_its_namespace_its_retries_and_its_
     c1.subscribe(topic)
     c2 = Consumer(group, handler=ns2, namespace="ns2", long_poll_timeout=3, **where)
     c2.subscribe(topic)
+    sender: dict[str, Any] = (
+        {"namesrv": rocketmq.namesrv_addr} if transport == "remoting"
+        else {"proxy": rocketmq.proxy_grpc}
+    )  # fmt: skip
     async with (
-        Producer(unique_name("p"), rocketmq.namesrv_addr, namespace="ns1") as p1,
-        Producer(unique_name("p"), rocketmq.namesrv_addr, namespace="ns2") as p2,
+        Producer(unique_name("p"), namespace="ns1", **sender) as p1,
+        Producer(unique_name("p"), namespace="ns2", **sender) as p2,
     ):  # fmt: skip
-        await p1.send(Message(topic, b"bad"))
-        await p1.send(Message(topic, b"ns1-ok"))
-        await p2.send(Message(topic, b"ns2-ok"))
+        sent = [await p1.send(Message(topic, b"bad")), await p1.send(Message(topic, b"ns1-ok"))]
+        sent.append(await p2.send(Message(topic, b"ns2-ok")))
+    assert {r.queue.topic for r in sent} == {topic}
     async with c1, c2:
         with anyio.fail_after(60):  # the retry comes 10 s (remoting) / 1 s (gRPC) later
             await ns1.done.wait()

@@ -19,6 +19,7 @@ from aiorocket.grpc._encode import (
     encode_message,
     send_request,
 )
+from aiorocket.namespace import wrap
 
 text = st.text(max_size=12)
 codes = st.sampled_from(list(pb.Code))
@@ -58,8 +59,9 @@ def test_ack_request_equals_betterproto(
 ) -> None:
     fast = ack_request(ns, group, topic, entries).SerializeToString()
     typed = pb.AckMessageRequest(
-        group=pb.Resource(resource_namespace=ns, name=group),
-        topic=pb.Resource(resource_namespace=ns, name=topic),
+        # the names in the namespace: the Apache Proxy uses the name as given
+        group=pb.Resource(resource_namespace=ns, name=wrap(ns, group)),
+        topic=pb.Resource(resource_namespace=ns, name=wrap(ns, topic)),
         entries=[pb.AckMessageEntry(message_id=m, receipt_handle=h) for m, h in entries],
     )
     assert pb.AckMessageRequest().parse(fast).to_dict() == typed.to_dict()
