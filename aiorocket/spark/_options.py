@@ -151,6 +151,9 @@ class ReadOptions:
 class WriteOptions:
     client: ClientOptions
     topic: str | None
+    #: ``proxy``: the ``host:port`` of a 5.x Proxy (gRPC); the sink then sends through
+    #: it instead of the brokers the NameServer names (``client.namesrv`` is empty).
+    proxy: str | None = None
     producer_group: str = DEFAULT_PRODUCER_GROUP
     send_timeout: float = 3.0
     retries: int = 2
@@ -186,7 +189,7 @@ _READ_OPTIONS = _CLIENT_OPTIONS | {
 SPARK_OPTIONS = frozenset({"path", "queryname", "checkpointlocation"})
 _WRITE_OPTIONS = _CLIENT_OPTIONS | {
     "topic", "producergroup", "sendtimeoutms", "retrytimes", "dedupkeyproperty", "autobatch",
-    "deliveryguarantee", "transactionlog", "transactiontimeoutseconds",
+    "deliveryguarantee", "transactionlog", "transactiontimeoutseconds", "proxy",
 }  # fmt: skip
 
 
@@ -196,13 +199,21 @@ def _check_known(opts: dict[str, str], known: set[str], what: str) -> None:
         raise ConfigError(f"unknown rocketmq {what} option(s): {', '.join(unknown)}")
 
 
-def parse_client(opts: dict[str, str]) -> ClientOptions:
+def parse_client(opts: dict[str, str], *, proxy: bool = False) -> ClientOptions:
+    """The cluster's address and credentials; ``proxy``: the sink goes through a Proxy
+    (option ``proxy``), so no NameServer may be named."""
     namesrv = opts.get("nameserver") or opts.get("rocketmq.namesrvaddr")
-    if not namesrv or not namesrv.strip():
+    addrs: list[str] = []
+    if proxy:
+        if namesrv is not None:
+            raise ConfigError("options nameServer and proxy exclude each other: the sink "
+                              "sends through the brokers or through a Proxy")  # fmt: skip
+    elif not namesrv or not namesrv.strip():
         raise ConfigError("option nameServer is required (e.g. '127.0.0.1:9876')")
-    from aiorocket.client.namesrv import parse_namesrv_addrs
+    else:
+        from aiorocket.client.namesrv import parse_namesrv_addrs
 
-    addrs = parse_namesrv_addrs(namesrv)
+        addrs = parse_namesrv_addrs(namesrv)
     timeout_ms = _int(opts, "pullTimeoutMs", None) or _int(opts, "pullTimeout", 3000)
     assert timeout_ms is not None
     access, secret = opts.get("rocketmq.accesskey"), opts.get("rocketmq.secretkey")
@@ -387,6 +398,9 @@ def _spec(opts: dict[str, str], prefix: str, *, stream: bool | None) -> OffsetSp
 def parse_read(options: Mapping[str, str], *, stream: bool | None) -> ReadOptions:
     """The options of a read; ``stream`` None checks what both kinds of read share."""
     opts = _lower(options)
+    if "proxy" in opts:
+        raise ConfigError("option proxy: reading needs the brokers' pull API, which the Proxy "
+                          "does not serve; give nameServer (the sink takes proxy)")  # fmt: skip
     _check_known(opts, _READ_OPTIONS, "source")
     client = parse_client(opts)
     if stream and any(k.startswith("ending") for k in opts):
@@ -445,10 +459,23 @@ def _txn_log(opts: dict[str, str]) -> str:
     return os.path.abspath(re.sub(r"^//+", "/", path))
 
 
+def _proxy(opts: dict[str, str]) -> str | None:
+    raw = opts.get("proxy")
+    if raw is None:
+        return None
+    endpoint = raw.strip()
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"option proxy must be a Proxy's gRPC endpoint host:port "
+                          f"(e.g. '127.0.0.1:8081'), got {raw!r}")  # fmt: skip
+    return endpoint
+
+
 def parse_write(options: Mapping[str, str], *, stream: bool = True) -> WriteOptions:
     opts = _lower(options)
     _check_known(opts, _WRITE_OPTIONS, "sink")
-    client = parse_client(opts)
+    proxy = _proxy(opts)
+    client = parse_client(opts, proxy=proxy is not None)
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise ConfigError("option topic must not be empty")
@@ -457,6 +484,13 @@ def parse_write(options: Mapping[str, str], *, stream: bool = True) -> WriteOpti
         raise ConfigError(f"option deliveryGuarantee must be at-least-once or exactly-once, "
                           f"got {opts['deliveryguarantee']!r}")  # fmt: skip
     exactly_once = guarantee == "exactly-once"
+    if exactly_once and proxy is not None:
+        raise ConfigError(
+            "deliveryGuarantee=exactly-once needs nameServer: through a Proxy (option proxy) "
+            "the driver can neither learn whether the broker applied an end nor see whether "
+            "a row is visible, which it must to answer the broker's check-backs of copies "
+            "(see 'Exactly once' in docs/spark.md)"
+        )
     if exactly_once and not stream:
         raise ConfigError(
             "deliveryGuarantee=exactly-once applies to writeStream; a batch write (df.write) "
@@ -479,6 +513,7 @@ def parse_write(options: Mapping[str, str], *, stream: bool = True) -> WriteOpti
     return WriteOptions(
         client=client,
         topic=topic.strip() if topic else None,
+        proxy=proxy,
         producer_group=group,
         send_timeout=timeout_ms / 1000.0,
         retries=retries,

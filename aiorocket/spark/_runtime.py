@@ -94,7 +94,8 @@ class _Runtime:
             opts,
             lambda: Producer(
                 opts.producer_group,
-                opts.client.namesrv,
+                opts.client.namesrv or None,
+                proxy=opts.proxy,
                 send_timeout=opts.send_timeout,
                 retries=opts.retries,
                 request_timeout=opts.client.request_timeout,

@@ -87,6 +87,9 @@ def check_columns(schema: StructType, opts: WriteOptions) -> None:
     if opts.topic is None and "topic" not in names:
         raise ConfigError("the rocketmq sink needs the option topic or a 'topic' column")
     delayed = [n for n in ("delayLevel", "deliverTimeMs") if n in names]
+    if opts.proxy is not None and "delayLevel" in names:
+        raise ConfigError("column delayLevel: delay levels exist only on the brokers' own "
+                          "protocol (nameServer); through a Proxy use deliverTimeMs")  # fmt: skip
     if opts.exactly_once and delayed:
         raise ConfigError(f"column(s) {', '.join(delayed)}: RocketMQ cannot delay transactional "
                           "messages (deliveryGuarantee=exactly-once)")  # fmt: skip
@@ -106,13 +109,22 @@ def _check_topic(opts: WriteOptions) -> None:
     if topic is None:
         return
 
-    async def route(client: ClientInstance) -> None:
-        await client.namesrv.query_route(topic)
+    if opts.proxy is not None:
+        from aiorocket.spark._grpc import topic_exists
 
-    try:
-        call(route, opts.client)
-    except TopicNotExistError:
-        raise ConfigError(f"topic {topic!r} does not exist (option topic)") from None
+        exists = runtime().submit(topic_exists(opts, topic)).result()
+    else:
+
+        async def route(client: ClientInstance) -> None:
+            await client.namesrv.query_route(topic)
+
+        try:
+            call(route, opts.client)
+            exists = True
+        except TopicNotExistError:
+            exists = False
+    if not exists:
+        raise ConfigError(f"topic {topic!r} does not exist (option topic)")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 import pytest
@@ -95,6 +96,8 @@ def test_topic_column_and_string_body(
         ("body binary, keys map<string,string>", {"topic": "t"}, "column 'keys' must be"),
         ("body binary", {"topic": "no_such_topic_sink"}, "does not exist (option topic)"),
         ("body binary", {"topic": "t", "sendTimeoutMs": "soon"}, "sendTimeoutMs must be"),
+        ("body binary", {"topic": "no_such_topic_sink", "proxy": "P"}, "does not exist (option"),
+        ("body binary, delayLevel int", {"topic": "t", "proxy": "P"}, "through a Proxy use"),
         # Spark's own options (path, queryName, checkpointLocation) pass; a misspelt one not
         ("body binary", {"topic": "t", "path": "p", "topik": "t"}, "sink option(s): topik"),
     ],
@@ -103,7 +106,11 @@ def test_clear_errors_at_save(
     spark: SparkSession, rocketmq: LocalRocketMQ, ddl: str, options: dict[str, str], needle: str
 ) -> None:
     df = spark.createDataFrame([], ddl)
-    writer = df.write.format("rocketmq").option("nameServer", rocketmq.namesrv_addr)
+    writer = df.write.format("rocketmq")
+    if options.get("proxy") == "P":  # the same through the local Proxy
+        options = {**options, "proxy": rocketmq.proxy_grpc}
+    else:
+        writer = writer.option("nameServer", rocketmq.namesrv_addr)
     for k, v in options.items():
         writer = writer.option(k, v)
     with pytest.raises(Exception, match=r"(?s)ConfigError.*" + re.escape(needle)):
@@ -128,3 +135,38 @@ def test_delay_level_and_delivery_time_columns(
     assert got[b"level"].store_timestamp - got[b"level"].born_timestamp >= 900  # level 1: 1 s
     assert got[b"timer"].store_timestamp >= at - 100  # the timer wheel's tick
     assert got[b"now"].store_timestamp - got[b"now"].born_timestamp < 900
+
+
+def test_write_and_stream_through_the_proxy(
+    spark: SparkSession, rocketmq: LocalRocketMQ, unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Option proxy: the rows go out over gRPC (a 5.x Proxy) with the same tags, keys,
+    properties and deterministic ids as through the NameServer."""
+    from tests.spark.conftest import create_and_fill
+    from tests.spark.test_stream import run_available_now, stream
+
+    topic = unique_name("sinkgrpc")
+    anyio.run(lambda: rocketmq.create_topic(topic, queues=2))
+    rows = [(f"body-{i}".encode(), f"tag{i % 3}", [f"k{i}"], {"n": str(i)}) for i in range(20)]
+    df = spark.createDataFrame(
+        rows, "body binary, tags string, keys array<string>, properties map<string,string>"
+    )
+    df.repartition(2).write.format("rocketmq").option("proxy", rocketmq.proxy_grpc).option(
+        "topic", topic
+    ).mode("append").save()
+    got = {m.body: m for m in consume_all(rocketmq.namesrv_addr, topic, len(rows))}
+    assert sorted(got) == sorted(r[0] for r in rows)
+    for body, tags, keys, props in rows:
+        m = got[body]
+        assert (m.tags, m.keys, m.properties["n"]) == (tags, keys, props["n"])
+    assert len({m.properties[DEDUP] for m in got.values()}) == len(rows)
+
+    # A stream into the Proxy: every source row once (no fault), keyed by batch and row.
+    filled = create_and_fill(rocketmq, unique_name("srcgrpc"), 12)
+    out = unique_name("outgrpc")
+    anyio.run(lambda: rocketmq.create_topic(out, queues=2))
+    sdf = stream(filled, spark, maxOffsetsPerTrigger="5").select("body")
+    run_available_now(sdf, "rocketmq", tmp_path / "ckpt", proxy=rocketmq.proxy_grpc, topic=out)
+    streamed = consume_all(rocketmq.namesrv_addr, out, 12)
+    assert sorted(m.body for m in streamed) == sorted(m.body for m in filled.messages)

@@ -126,6 +126,32 @@ def test_write_options() -> None:
         parse_write({"nameServer": "h:1", "subscribe": "x"})
 
 
+def test_write_options_through_a_proxy() -> None:
+    opts = parse_write({"proxy": " 127.0.0.1:8081 ", "topic": "out"})
+    assert opts.proxy == "127.0.0.1:8081" and opts.client.namesrv == ""
+    assert parse_write({"nameServer": "h:1", "topic": "out"}).proxy is None
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        ({"proxy": "h:1", "nameServer": "h:2"}, "nameServer and proxy exclude each other"),
+        ({"proxy": "nohost"}, "option proxy must be a Proxy's gRPC endpoint"),
+        ({"proxy": "h:0"}, "option proxy must be a Proxy's gRPC endpoint"),
+        ({"proxy": "h:1", "deliveryGuarantee": "exactly-once", "checkpointLocation": "/c"},
+         "exactly-once needs nameServer"),
+    ],
+)  # fmt: skip
+def test_write_option_errors_through_a_proxy(options: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=__import__("re").escape(needle)):
+        parse_write(options)
+
+
+def test_a_read_refuses_the_proxy() -> None:
+    with pytest.raises(ConfigError, match="the Proxy does not serve; give nameServer"):
+        parse_read({"proxy": "h:1", "subscribe": "t"}, stream=True)
+
+
 def test_one_runtime_and_one_client_per_process_and_cluster() -> None:
     """Executor workers reuse one event loop and one client per cluster across tasks;
     a forked child (Spark's worker daemon forks) starts its own."""
