@@ -1,8 +1,9 @@
 """compare.py's output: the summary rows, the printed table, the PNG chart.
 
-A run is *invalid* when it failed or any of its sends failed (its own, or those of the
-paced producer feeding it): it is left out of the medians, and a client whose every run
-is invalid shows ``INVALID`` instead of a figure (the reason is in the notes).
+A run is *invalid* when it failed, any of its sends failed (its own, or those of the
+paced producer feeding it), or its consumer handled fewer messages than it was given
+(or, in a membership run, lost any): it is left out of the medians, and a client whose
+every run is invalid shows ``INVALID`` instead of a figure (the reason is in the notes).
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ def invalid_reason(r: dict[str, Any]) -> str | None:
     failed = int(r.get("failed", 0) or 0) + int((r.get("producer") or {}).get("failed", 0) or 0)
     if failed:
         return f"{failed:,} failed sends"
+    expected = r.get("expected")
+    if expected is not None and int(r.get("count", 0) or 0) < expected:
+        return f"handled {int(r.get('count', 0) or 0):,} of {expected:,} messages"
+    if r.get("unhandled_after_kill"):
+        return f"{r['unhandled_after_kill']:,} messages sent after the kill never handled"
     return None
 
 
@@ -264,3 +270,65 @@ def chart(results: dict[str, Any], path: str) -> bool:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return True
+
+
+#: compare.py's POP case: the pull consumer, POP over remoting, the Java POP consumer
+POP_CLIENTS = ("aiorocket", "aiorocket-pop", "java-pop")
+
+
+def pop_rows(results: dict[str, Any]) -> list[Row]:
+    """compare.py's POP case (issue 33), one column per consumer."""
+    cons, lat, join = results["consume"], results["latency"], results["join"]
+    steady = {c: [r for r in lat.get(c, []) if r.get("lat_samples", 0) > 0] for c in POP_CLIENTS}
+    out: list[Row] = []
+    for name, unit, runs, key, target in (
+        ("consume rate", "msg/s", cons, "msgs_per_s", "pop >=1.5x java pop"),
+        ("consume client CPU / msg", "us", cons, "us_cpu_per_msg", "pop <=0.4x java pop"),
+        ("e2e latency p50", "ms", steady, "lat_p50_ms", ""),
+        ("e2e latency p99", "ms", steady, "lat_p99_ms", ""),
+        ("p99 send -> stored", "ms", steady, "send_to_store_p99_ms", ""),
+        ("p99 stored -> handler", "ms", steady, "store_to_user_p99_ms", ""),
+        ("longest gap while B joins", "ms", join, "join_gap_ms", "pop <1,000"),
+    ):
+        out.append((name, unit, {c: median(runs.get(c, []), key) for c in POP_CLIENTS}, target))
+    return out
+
+
+def pop_validity(results: dict[str, Any]) -> list[str]:
+    """One line per side and measurement: every run valid (the same work, no failures)?
+    Empty when they all are."""
+    out = []
+    for case in ("consume", "latency", "join"):
+        for client, runs in results[case].items():
+            bad = [(i, invalid_reason(r)) for i, r in enumerate(runs, 1)]
+            out += [f"pop {case} {client} run {i}: INVALID ({why})" for i, why in bad if why]
+    return out
+
+
+def pop_table(results: dict[str, Any]) -> str:
+    head = ("POP over remoting", "unit", "pull", "pop", "java pop", "pop/java pop", "target")
+    lines = [head]
+    for name, unit, v, target in pop_rows(results):
+        cells = tuple(fmt(v[c]) for c in POP_CLIENTS)
+        lines.append((name, unit, *cells, ratio(v["aiorocket-pop"], v["java-pop"]), target))
+    widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
+    text = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in lines]
+    text.insert(1, "  ".join("-" * w for w in widths))
+    invalid = pop_validity(results)
+    verdict = (
+        ["VALID: every side handled every message it was given, no send failed"]
+        if not invalid else ["NOT A VALID COMPARISON where a run is INVALID:", *invalid]
+    )  # fmt: skip
+    spreads = []
+    for case, key in (
+        ("consume", "msgs_per_s"),
+        ("latency", "lat_p99_ms"),
+        ("join", "join_gap_ms"),
+    ):
+        for client, runs in results[case].items():
+            sp = spread(runs, key)
+            if sp:
+                spreads.append(
+                    f"pop {case} {client}: {key} {fmt(sp[0])}-{fmt(sp[1])} over {sp[2]} runs"
+                )
+    return "\n".join(["", *text, *verdict, *spreads])

@@ -12,6 +12,7 @@ from typing import Any
 import _common as c
 import _setup as s
 import anyio
+from _pop import set_pop_mode
 from consume import summarize
 
 from aiorocket.testing.broker import LocalRocketMQ
@@ -19,6 +20,9 @@ from aiorocket.testing.broker import LocalRocketMQ
 PY = sys.executable
 #: clients consuming through the Proxy (pop)
 GRPC_CONSUMERS = ("official", "aiorocket-grpc", "java-grpc")
+#: POP over remoting: aiorocket's ``consume_mode="pop"``, the Java push consumer in POP
+#: mode (``setClientRebalance(false)``, the topic and group switched to POP on the brokers)
+REMOTING_POP = ("aiorocket-pop", "java-pop")
 Argv = tuple[list[str], dict[str, str] | None]
 
 
@@ -50,13 +54,15 @@ class Env:
         extra = ["--latency"] if latency else []
         idle = "10" if latency else "20"  # stop after this many seconds without messages
         if client.startswith("aiorocket"):  # -plain: the producer differs, not the consumer
-            mode = "iter" if client == "aiorocket-iter" else "handler"
+            modes = {"aiorocket-iter": "iter", "aiorocket-pop": "pop"}
+            mode = modes.get(client, "handler")
             script = os.path.join(c.HERE, "consume.py")
             args = [self.cl.namesrv_addr, topic, group, str(n), mode, "--idle-timeout", idle]
             return [PY, script, "child", *args, *extra], None
-        if client == "java":
+        if client in ("java", "java-pop"):
             assert self.java is not None
             flag = "1" if latency else "0"
+            pop = {"BENCH_POP": "1"} if client == "java-pop" else None
             return [
                 *self.java,
                 "consume",
@@ -66,7 +72,7 @@ class Env:
                 str(n),
                 idle,
                 flag,
-            ], None
+            ], pop
         script = os.path.join(c.HERE, "official.py")
         args = [self.cl.proxy_grpc, topic, group, str(n), "--idle-timeout", idle]
         return [s.OFFICIAL_PY, script, "consume", *args, *extra], s.OFFICIAL_ENV
@@ -104,9 +110,11 @@ def consume(env: Env, client: str, topic: str, n: int) -> dict[str, Any]:
     group = f"bench_{client.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
     if client in GRPC_CONSUMERS:  # pop starts a new group at the end: start it at 0
         anyio.run(env.cl.set_group_offsets, topic, group, 0)
+    if client == "java-pop":
+        anyio.run(set_pop_mode, env.cl, topic, group)
     argv, extra_env = env.consumer(client, topic, group, n, latency=False)
     child = c.Child(client, argv, extra_env).start()
-    return summarize(child.wait(timeout=7200), child)
+    return {**summarize(child.wait(timeout=7200), child), "expected": n}
 
 
 def produce(env: Env, client: str, topic: str, n: int, in_flight: int) -> dict[str, Any]:
@@ -136,6 +144,8 @@ def latency(env: Env, client: str, rate: int, seconds: float, warmup: float) -> 
     group = f"bench_lat_{uuid.uuid4().hex[:8]}"
     if client in GRPC_CONSUMERS:
         anyio.run(lambda: env.cl.create_group(group))  # the proxy wants the group to exist
+    if client == "java-pop":
+        anyio.run(set_pop_mode, env.cl, topic, group)
     argv, extra_env = env.consumer(client, topic, group, n, latency=True)
     quiet = s.wait_cluster_quiet(env.cl)
     consumer = c.Child(f"{client} e2e consumer", argv, extra_env).start()
@@ -150,6 +160,7 @@ def latency(env: Env, client: str, rate: int, seconds: float, warmup: float) -> 
         "sender": COMMON_SENDER,
         "rate": rate,
         "messages": n,
+        "expected": n,
         "cluster_cpu_pct_before": quiet,
     }
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/compare.py                 # full: 500,000 x 1 KiB, 1M backlog
     .venv/bin/python benchmarks/compare.py --quick         # 50,000 msgs, shorter cases
+    .venv/bin/python benchmarks/compare.py --only pop      # POP over remoting (issue 33)
 
 Uses the local RocketMQ of ``python -m aiorocket.testing.broker`` (starts one with 2
 brokers when none runs). Every client runs in its own process; benchmarks/README.md says
@@ -23,9 +24,11 @@ import _common as c
 import _report
 import _runs
 import _setup
+import anyio
+from _pop import membership
 
 RESULTS = os.path.join(c.HERE, "results")
-CASES = {"consume", "produce", "send", "latency", "idle", "backlog", "grpc"}
+CASES = {"consume", "produce", "send", "latency", "idle", "backlog", "grpc", "pop"}
 #: the gRPC case's clients, all through the one Proxy (official: only when not skipped)
 GRPC_CLIENTS = ("aiorocket-grpc", "java-grpc", "official")
 
@@ -62,6 +65,9 @@ def parse() -> argparse.Namespace:
     add("--backlog-seconds", type=float, help="default 30, quick 15")
     add("--backlog-delay", type=float, default=0.01, help="the slow handler's sleep")
     add("--grpc-count", type=int, help="messages per gRPC consume/produce run (default 50000)")
+    add("--pop-count", type=int, help="messages per POP-case consume run (default 50000)")
+    add("--join-rate", type=int, default=2000, help="paced msg/s of the POP case's join run")
+    add("--join-window", type=float, default=24.0, help="seconds of that run (join at 1/3)")
     add("--skip", default="", help="comma list of java,official and/or cases")
     add("--only", default="", help="comma list of cases: " + ",".join(sorted(CASES)))
     a = p.parse_args()
@@ -69,6 +75,7 @@ def parse() -> argparse.Namespace:
     a.count = a.count or (50_000 if q else 500_000)
     a.official_count = min(a.count, a.official_count or 50_000)
     a.grpc_count = min(a.count, a.grpc_count or 50_000)
+    a.pop_count = min(a.count, a.pop_count or 50_000)
     a.produce_count = a.produce_count or max(10_000, a.count // 2)
     a.latency_seconds = a.latency_seconds or (5.0 if q else 10.0)
     a.send_seconds = a.send_seconds or (5.0 if q else 10.0)
@@ -91,7 +98,8 @@ def measure(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     except Exception as exc:  # one client failing must not lose the others' figures
         c.log(f"  FAILED: {exc}")
         return {"error": str(exc)[-2000:]}
-    keys = ("msgs_per_s", "cpu_per_100k", "peak_rss_mb", "send_p99_ms", "lat_p50_ms", "lat_p99_ms")
+    keys = ("msgs_per_s", "cpu_per_100k", "peak_rss_mb", "send_p99_ms", "lat_p50_ms", "lat_p99_ms",
+            "join_gap_ms")  # fmt: skip
     c.log("  " + ", ".join(f"{k} {r[k]:,.2f}" for k in keys if k in r))
     return r
 
@@ -115,9 +123,10 @@ def main() -> None:
     meta.update(cluster_idle_cpu_pct=_setup.cluster_idle_cpu(cl))
     res: dict[str, Any] = {"meta": meta, "consume": {}, "produce": {}, "send": {}, "latency": {}}
     res["grpc"] = {"consume": {}, "produce": {}, "latency": {}}
+    res["pop"] = {"consume": {}, "latency": {}, "join": {}}
 
     topic = _setup.new_topic(cl, "bench_compare", broker)
-    if not a.skip >= {"consume", "backlog", "grpc"}:
+    if not a.skip >= {"consume", "backlog", "grpc", "pop"}:
         _setup.prefill(cl, topic, a.count, a.size)
     if "consume" not in a.skip and a.consume_warm_pass:
         # Not recorded: the first consume run after the cluster starts was always the
@@ -175,6 +184,8 @@ def main() -> None:
                 res["latency"].setdefault(cli, []).append(r)
     if "grpc" not in a.skip:
         grpc_case(a, env, topic, official, res["grpc"])
+    if "pop" not in a.skip:
+        pop_case(a, env, topic, res["pop"])
     if "idle" not in a.skip:
         title = f"scale: 1 consumer, {a.idle_topics} x 8 idle queues"
         res["idle"] = measure(title, partial(_runs.idle, env, a.idle_topics, a.idle_seconds))
@@ -193,6 +204,8 @@ def main() -> None:
         print(_report.table(res))
     if res["grpc"]["consume"] or res["grpc"]["produce"]:
         print(_report.grpc_table(res["grpc"]))
+    if any(res["pop"].values()):
+        print(_report.pop_table(res["pop"]))
     print(f"\nJSON  {path}")
     png = path.replace(".json", ".png")
     print(f"chart {png}" if _report.chart(res, png) else "no chart: pip install matplotlib")
@@ -230,6 +243,35 @@ def grpc_case(
             title = f"gRPC e2e latency run {run + 1}: common producer -> {cli} at {pace}"
             args = (env, cli, a.rate, a.latency_seconds, a.latency_warmup)
             out["latency"].setdefault(cli, []).append(measure(title, partial(_runs.latency, *args)))
+
+
+def pop_case(a: argparse.Namespace, env: _runs.Env, topic: str, out: dict[str, Any]) -> None:
+    """POP over remoting beside the pull consumer and the Java push consumer in POP mode
+    (issue 33): drain ``--pop-count`` of the pre-filled topic, the e2e latency of the
+    common paced producer at ``--rate``, and the longest consumption gap while a member
+    joins (pull and POP; benchmarks/pop.py's membership run). Each round runs the sides
+    in turn, every other round in reverse order, so that none always runs first on a
+    machine whose load drifts."""
+    sides = ["aiorocket", "aiorocket-pop"] + ["java-pop"] * bool(env.java)
+    n = a.pop_count
+    pace = f"{a.rate:,} msg/s for {a.latency_warmup:.0f}+{a.latency_seconds:.0f}s"
+    for run in range(a.runs):
+        order = sides if run % 2 == 0 else sides[::-1]
+        for cli in order:
+            title = f"POP case consume run {run + 1}: {cli} ({n:,} msgs)"
+            r = measure(title, partial(_runs.consume, env, cli, topic, n))
+            out["consume"].setdefault(cli, []).append(r)
+        for cli in order:
+            title = f"POP case e2e latency run {run + 1}: common producer -> {cli} at {pace}"
+            args = (env, cli, a.rate, a.latency_seconds, a.latency_warmup)
+            out["latency"].setdefault(cli, []).append(measure(title, partial(_runs.latency, *args)))
+        for cli in [cli for cli in order if cli != "java-pop"]:  # pull and POP
+            mode = "pop" if cli == "aiorocket-pop" else "pull"
+            title = f"POP case join run {run + 1}: {mode} at {a.join_rate:,} msg/s"
+            args = (env.cl, mode, a.join_rate, a.join_window)
+            out["join"].setdefault(cli, []).append(
+                measure(title, lambda args=args: anyio.run(membership, *args))
+            )
 
 
 def with_cluster_cpu(env: _runs.Env, n: int, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -7,7 +7,9 @@
    (``consume_mode="pull"``) and once popping (``consume_mode="pop"``), each with a
    fresh group from the first offset; then the Java push consumer in POP mode
    (benchmarks/java, ``BENCH_POP=1``; ``--skip-java`` leaves it out). Prints messages/s
-   and CPU microseconds per message of the consumer process.
+   and CPU microseconds per message of the consumer process. (compare.py's ``pop``
+   case runs the same sides, with the e2e latency and repeats; this script is the
+   quick look.)
 2. Membership changes under load: a producer sends ``--rate`` messages/s to a topic of
    8 queues on each broker for ``--window`` seconds; members A (in this process) and C
    (a child process) consume from the start; at a third of the window member B joins (in
@@ -24,149 +26,33 @@ Figures, not assertions: the tests check behaviour (tests/integration/test_remot
 from __future__ import annotations
 
 import argparse
-import contextlib
-import itertools
-import json
-import sys
-import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import _common as c
+import _runs
 import _setup
 import anyio
-
-from aiorocket import Message
-from aiorocket.client.instance import ClientInstance
-from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
-from aiorocket.errors import RocketMQError
-from aiorocket.producer import Producer
-
-HERE = Path(__file__).parent
+from _pop import membership
 
 
 def throughput(cl: Any, count: int, size: int, skip_java: bool) -> dict[str, dict[str, Any]]:
-    import consume
-
     topic = f"bench_pop_{uuid.uuid4().hex[:8]}"
+    broker = next(iter(cl.broker_addrs))
 
     async def fill() -> None:
-        await cl.create_topic(topic, queues=8, brokers=[next(iter(cl.broker_addrs))])
+        await cl.create_topic(topic, queues=8, brokers=[broker])
         await c.prefill(cl.namesrv_addr, topic, count, size)
 
     anyio.run(fill)
-    out = {}
-    for mode in ("handler", "pop"):
-        r = consume.run_child(cl.namesrv_addr, topic, count, mode)
-        name = "pull" if mode == "handler" else "pop"
-        out[name] = r
-        c.log(f"{name:>9}: {r['msgs_per_s']:,.0f} msgs/s, {r['us_cpu_per_msg']:.1f} µs CPU/msg")
     java = None if skip_java else _setup.build_java(cl.version)
-    if java is not None:  # the Java push consumer in POP mode (rocketmq-client, same version)
-        group = f"bench_java_pop_{uuid.uuid4().hex[:8]}"
-        anyio.run(set_pop_mode, cl, topic, group)
-        argv = [*java, "consume", cl.namesrv_addr, topic, group, str(count), "20", "0"]
-        child = c.Child("java pop", argv, {"BENCH_POP": "1"}).start()
-        r = consume.summarize(child.wait(timeout=3600), child)
-        out["java-pop"] = r
-        c.log(f"java-pop: {r['msgs_per_s']:,.0f} msgs/s, {r['us_cpu_per_msg']:.1f} µs CPU/msg")
+    env = _runs.Env(cl, broker, java, size)
+    out = {}
+    # the Java push consumer in POP mode: rocketmq-client of the cluster's version
+    for name in ("aiorocket", "aiorocket-pop") + ("java-pop",) * bool(java):
+        out[name] = r = _runs.consume(env, name, topic, count)
+        c.log(f"{name:>13}: {r['msgs_per_s']:,.0f} msgs/s, {r['us_cpu_per_msg']:.1f} µs CPU/msg")
     return out
-
-
-async def set_pop_mode(cl: Any, topic: str, group: str) -> None:
-    """SET_MESSAGE_REQUEST_MODE (401) on every broker: the Java push consumer pops this
-    (topic, group) when it does not rebalance itself (``setClientRebalance(false)``)."""
-    body = json.dumps({"topic": topic, "consumerGroup": group, "mode": "POP",
-                       "popShareQueueNum": 0}).encode()  # fmt: skip
-    async with ClientInstance(cl.namesrv_addr) as client:
-        for addr in cl.broker_addrs.values():
-            resp = await client.broker.call(addr, 401, {}, body)
-            if resp.code not in (0, 17):  # 17: the topic is not on that broker
-                raise RuntimeError(f"SET_MESSAGE_REQUEST_MODE refused: {resp.remark}")
-
-
-async def membership(cl: Any, mode: str, rate: int, window: float) -> dict[str, Any]:
-    topic = f"bench_popjoin_{uuid.uuid4().hex[:8]}"
-    group = f"bench_join_{mode}_{uuid.uuid4().hex[:6]}"
-    await cl.create_topic(topic, queues=8)
-    handled: dict[bytes, float] = {}
-    times: list[float] = []
-    sent_at: dict[bytes, float] = {}
-
-    async def handle(msg: ConsumerMessage) -> None:
-        now = time.monotonic()
-        if msg.body not in handled:
-            handled[msg.body] = now
-        times.append(now)
-
-    def member() -> Consumer:
-        consumer = Consumer(group, cl.namesrv_addr, handler=handle, consume_mode=mode,
-                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                            invisible_duration=10) if mode == "pop" else Consumer(
-            group, cl.namesrv_addr, handler=handle,
-            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
-        consumer.subscribe(topic)
-        return consumer
-
-    child_mode = "pop" if mode == "pop" else "handler"
-    member_c = c.Child(f"member C ({mode})", [
-        sys.executable, str(HERE / "consume.py"), "child", cl.namesrv_addr, topic, group,
-        str(10**9), child_mode, "--idle-timeout", "3600",
-    ]).start()  # fmt: skip
-    member_c.wait_ready()
-    changes: dict[str, float] = {}
-    async with member(), Producer("bench_popjoin", cl.namesrv_addr) as producer:
-        b = member()
-        start = time.monotonic()
-        drained = anyio.Event()
-        failed: list[bytes] = []
-        n = 0
-        async with anyio.create_task_group() as tg:
-
-            async def changes_at() -> None:
-                await anyio.sleep(window / 3)
-                changes["join"] = time.monotonic()
-                async with b:  # member B, until the drain below is over
-                    await anyio.sleep(window / 3)
-                    changes["kill"] = time.monotonic()
-                    member_c.kill()
-                    await drained.wait()
-
-            async def send(body: bytes) -> None:
-                try:
-                    await producer.send(Message(topic, body))
-                except RocketMQError:  # a loaded machine: counted, not a crash
-                    del sent_at[body]
-                    failed.append(body)
-
-            tg.start_soon(changes_at)
-            while time.monotonic() - start < window:
-                body = b"m%d" % n
-                sent_at[body] = time.monotonic()
-                tg.start_soon(send, body)  # paced, not awaited
-                n += 1
-                ahead = n / rate - (time.monotonic() - start)
-                if ahead > 0:
-                    await anyio.sleep(ahead)
-            after_kill = [k for k, t in sent_at.items() if t >= changes.get("kill", 1e18)]
-            with anyio.move_on_after(60):
-                while any(k not in handled for k in after_kill):  # noqa: ASYNC110
-                    await anyio.sleep(0.2)
-            drained.set()
-    times.sort()
-    steady = [t for t in times if start + 1 < t < start + window]
-    gap = max((later - t for t, later in itertools.pairwise(steady)), default=0.0)
-    worst = {}
-    for what, at in changes.items():
-        lat = [handled[k] - s for k, s in sent_at.items() if at <= s < at + 3 and k in handled]
-        worst[what] = max(lat, default=float("nan"))
-    with contextlib.suppress(RuntimeError):  # killed: no RESULT
-        member_c.wait(timeout=5)
-    lost = [k for k, t in list(sent_at.items()) if t >= changes["kill"] and k not in handled]
-    sent = n - len(failed)
-    return {"sent": sent, "rate": sent / window, "unhandled_after_kill": len(lost),
-            "longest_gap_s": gap, "worst_latency_after_s": worst}  # fmt: skip
 
 
 def main() -> None:
