@@ -71,5 +71,9 @@ def check_schedule(msg: Message) -> None:
         raise ConfigError(f"priority must be an int >= 0, got {priority!r}")
     if msg.lite_topic is not None:
         check_lite_topic(msg.lite_topic)
+        # As the official clients: a lite message is delivered at once, in its lite
+        # topic's order.
+        if msg.delay_level or msg.deliver_time_ms is not None or priority is not None:
+            raise ConfigError("a lite message cannot be delayed or have a priority")
     if msg.deliver_time_ms is not None and msg.deliver_time_ms < 0:
         raise ConfigError(f"deliver_time_ms must be an epoch time in ms, got {msg.deliver_time_ms}")

@@ -154,7 +154,8 @@ class Admin(ClusterAdmin, GroupAdmin, DeadLetterAdmin):
         """Create (or update) ``topic`` with ``queues`` read and write queues on each
         master broker (or those named in ``brokers``) and wait until the NameServer's
         route shows them (up to ``wait`` seconds). ``message_type`` (NORMAL, FIFO,
-        DELAY, TRANSACTION; PRIORITY on 5.4+) becomes the 5.x attribute ``+message.type``."""
+        DELAY, TRANSACTION; PRIORITY on 5.4+; LITE on 5.5+, the parent of lite topics)
+        becomes the 5.x attribute ``+message.type``."""
         if is_system_topic(topic):
             raise ConfigError(f"invalid topic name {topic!r}: a system topic's name")
         check_topic(topic)  # the broker's rules: characters and length

@@ -3,13 +3,16 @@ subscription group config (create, update, delete) and every group's lag at once
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
 
+from aiorocket._validate import check_topic
 from aiorocket.admin._core import AdminCore
 from aiorocket.admin._model import CustomizedRetry, ExponentialRetry, GroupConfig, GroupProgress
 from aiorocket.admin._names import is_system_group
+from aiorocket.client.lite import LITE_BIND_TOPIC, LITE_QUOTA
 from aiorocket.errors import ConfigError, GroupNotFoundError, RocketMQError
 
 __all__ = ["GroupAdmin", "group_config_of"]
@@ -63,6 +66,16 @@ def group_config_of(raw: dict[str, Any], brokers: tuple[str, ...] = ()) -> Group
     )
 
 
+def _attribute_changes(
+    current: dict[str, Any] | None, wanted: Mapping[str, object]
+) -> dict[str, str]:
+    """The attributes of an UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: each as an addition
+    (``+key``; the broker takes no other form for a new group), the current ones kept."""
+    merged = {str(k).lstrip("+"): str(v) for k, v in (current or {}).items()}
+    merged.update({k: str(v) for k, v in wanted.items() if v is not None})
+    return {f"+{k}": v for k, v in merged.items()}
+
+
 class GroupAdmin(AdminCore):
     async def group_config(self, group: str) -> GroupConfig:
         """The group's subscription group config (as the first broker that has it holds
@@ -82,19 +95,31 @@ class GroupAdmin(AdminCore):
         broadcast_enable: bool | None = None,
         consume_timeout_minutes: int | None = None,
         retry_policy: ExponentialRetry | CustomizedRetry | None = None,
+        lite_bind_topic: str | None = None,
+        lite_quota: int | None = None,
         brokers: list[str] | None = None,
         must_exist: bool = False,
     ) -> GroupConfig:
         """Create the consumer group on every master broker (or ``brokers``), or update
         it where it exists: the fields given change, the others keep their value (the
         broker's defaults for a new group). ``must_exist``: GroupNotFoundError instead of
-        creating (what [`update_group`][aiorocket.admin.Admin.update_group] does)."""
+        creating (what [`update_group`][aiorocket.admin.Admin.update_group] does).
+
+        ``lite_bind_topic`` makes a lite group (RocketMQ 5.5+): bound to that parent
+        topic of message type LITE, which its lite consumers' ``bind_topic`` must name;
+        ``lite_quota``: lite subscriptions allowed per client (-1: no limit; the
+        broker's default is 2000)."""
         if not group or len(group) > 255 or any(c.isspace() for c in group):
             raise ConfigError(f"invalid group name {group!r}")
         if retry_max_times is not None and not -1 <= retry_max_times <= 1000:
             raise ConfigError(f"retry_max_times must be -1..1000, not {retry_max_times}")
         if consume_timeout_minutes is not None and consume_timeout_minutes < 1:
             raise ConfigError("consume_timeout_minutes must be at least 1")
+        if lite_bind_topic is not None:
+            check_topic(lite_bind_topic)
+        if lite_quota is not None and lite_quota < -1:
+            raise ConfigError(f"lite_quota must be -1 (no limit) or more, not {lite_quota}")
+        attributes = {LITE_BIND_TOPIC: lite_bind_topic, LITE_QUOTA: lite_quota}
         masters = await self.masters()
         names = brokers or sorted(masters)
         unknown = sorted(set(names) - set(masters))
@@ -115,6 +140,7 @@ class GroupAdmin(AdminCore):
         for name in names:
             raw = dict(existing[name] or {"groupName": group})
             raw.update({k: v for k, v in changes.items() if v is not None})
+            raw["attributes"] = _attribute_changes(raw.get("attributes"), attributes)
             await self.requests.create_group(masters[name], raw)
         return await self.group_config(group)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiorocket.client.lite import LITE_BIND_TOPIC, LITE_QUOTA
 from aiorocket.message import MessageQueue
 
 __all__ = [
@@ -181,6 +182,18 @@ class GroupConfig:
     brokers: tuple[str, ...] = ()
     #: every field the broker returned (the ones above included)
     raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def lite_bind_topic(self) -> str | None:
+        """A lite group's parent topic (RocketMQ 5.5+ ``lite.bind.topic``), else None."""
+        return self.attributes.get(LITE_BIND_TOPIC) or None
+
+    @property
+    def lite_quota(self) -> int | None:
+        """A lite group's lite subscriptions per client, where set
+        (``lite.sub.client.quota``; the broker's default is 2000)."""
+        raw = self.attributes.get(LITE_QUOTA)
+        return int(raw) if raw is not None and raw.lstrip("-").isdigit() else None
 
 
 @dataclass(frozen=True, slots=True)

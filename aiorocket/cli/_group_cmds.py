@@ -83,7 +83,7 @@ def _config_lines(c: GroupConfig) -> list[str]:
         f"{yes_no[c.broadcast_enable]}, orderly (FIFO): {yes_no[c.orderly]}",
         f"  retry max times: {c.retry_max_times}, retry policy: {_policy_text(c)}, "
         f"POP consume timeout: {c.consume_timeout_minutes} min",
-    ]
+    ] + ([f"  lite group of {c.lite_bind_topic}"] if c.lite_bind_topic else [])
 
 
 def _lag_rows(lag: GroupLag | None) -> list[dict[str, Any]]:

@@ -75,6 +75,10 @@ def _config_options(fn: Any) -> Any:
                          type=click.IntRange(1), help="POP consumers: minutes per message."),
             click.option("--retry-policy", help="POP consumers' retry delays: "
                          "exponential:1s:1h[:2] or customized:1s,5s,30s."),
+            click.option("--lite-bind-topic", metavar="TOPIC",
+                         help="A lite group (5.5+) of this LITE topic."),
+            click.option("--lite-quota", type=click.IntRange(-1),
+                         help="A lite group's lite subscriptions per client (-1: no limit)."),
         ]
     ):  # fmt: skip
         fn = option(fn)

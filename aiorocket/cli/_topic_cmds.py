@@ -74,9 +74,9 @@ def topic_route(settings: Settings, name: str, as_json: bool) -> None:
     "--type",
     "message_type",
     type=click.Choice(
-        ["NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY"], case_sensitive=False
+        ["NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE"], case_sensitive=False
     ),
-    help="5.x message type (PRIORITY: 5.4+).",
+    help="5.x message type (PRIORITY: 5.4+, LITE: 5.5+).",
 )
 @click.option("--order", is_flag=True, help="An ordered topic (orderTopicConf).")
 @pass_settings

@@ -30,7 +30,7 @@ import base64
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from aiorocket.errors import error_for_response
 from aiorocket.message import RETRY_TOPIC_PREFIX
@@ -39,6 +39,7 @@ from aiorocket.received import PopMessage
 
 if TYPE_CHECKING:
     from aiorocket.client.broker import BrokerClient
+    from aiorocket.protocol.command import RemotingCommand
 
 __all__ = [
     "ACK_MESSAGE",
@@ -48,6 +49,7 @@ __all__ = [
     "CheckPoint",
     "PopRequests",
     "PopResult",
+    "group_config",
     "group_retry_max_times",
     "pop_retry_topic",
 ]
@@ -174,12 +176,10 @@ class PopRequests:
             "order": "true" if order else "false",
             "bname": broker_name,
         }
-        resp = await self.broker.call(addr, POP_MESSAGE, ext, timeout=timeout)
-        if resp.code in (_PULL_NOT_FOUND, _POLLING_TIMEOUT, _POLLING_FULL):
-            return PopResult(polling_full=resp.code == _POLLING_FULL)
-        if resp.code != 0:
-            raise error_for_response(resp.code, resp.remark, POP_MESSAGE)
-        messages = decode_messages(resp.body, broker_name=broker_name, message_class=PopMessage)
+        answer = await self.popped(addr, POP_MESSAGE, ext, broker_name, timeout)
+        if isinstance(answer, PopResult):
+            return answer
+        resp, messages = answer
         pop_time = resp.ext_int("popTime")
         invisible = resp.ext_int("invisibleTime")
         revive_qid = resp.ext_int("reviveQid")
@@ -209,9 +209,25 @@ class PopRequests:
             out.append(m)
         return PopResult(out, rest=resp.ext_int("restNum", 0))
 
-    async def ack(self, addr: str, group: str, topic: str, handle: str) -> bool:
-        """ACK_MESSAGE of one message of ``topic``; False: the broker no longer knows
-        its check point (the message was redelivered meanwhile, or acked already)."""
+    async def popped(
+        self, addr: str, code: int, ext: dict[str, str], broker_name: str, timeout: float
+    ) -> PopResult | tuple[RemotingCommand, list[PopMessage]]:
+        """One pop request (``code``): an empty ``PopResult`` when nothing came, else the
+        answer and its messages, decoded."""
+        resp = await self.broker.call(addr, code, ext, timeout=timeout)
+        if resp.code in (_PULL_NOT_FOUND, _POLLING_TIMEOUT, _POLLING_FULL):
+            return PopResult(polling_full=resp.code == _POLLING_FULL)
+        if resp.code != 0:
+            raise error_for_response(resp.code, resp.remark, code)
+        messages = decode_messages(resp.body, broker_name=broker_name, message_class=PopMessage)
+        return resp, cast("list[PopMessage]", messages)  # decoded as message_class
+
+    async def ack(
+        self, addr: str, group: str, topic: str, handle: str, *, lite_topic: str | None = None
+    ) -> bool:
+        """ACK_MESSAGE of one message of ``topic`` (of its ``lite_topic``: a lite
+        message); False: the broker no longer knows its check point (the message was
+        redelivered meanwhile, or acked already)."""
         ck = CheckPoint.parse(handle)
         ext = {
             "consumerGroup": group,
@@ -221,6 +237,8 @@ class PopRequests:
             "offset": str(ck.offset),
             "bname": ck.broker_name,
         }
+        if lite_topic is not None:
+            ext["liteTopic"] = lite_topic
         resp = await self.broker.call(addr, ACK_MESSAGE, ext)
         return resp.code == 0
 
@@ -251,10 +269,18 @@ class PopRequests:
         return True
 
     async def change_invisible_time(
-        self, addr: str, group: str, topic: str, handle: str, invisible_ms: int
+        self,
+        addr: str,
+        group: str,
+        topic: str,
+        handle: str,
+        invisible_ms: int,
+        *,
+        lite_topic: str | None = None,
     ) -> str:
-        """CHANGE_MESSAGE_INVISIBLETIME: the message becomes visible ``invisible_ms``
-        from now; returns its new receipt handle (see the module docstring)."""
+        """CHANGE_MESSAGE_INVISIBLETIME: the message (of ``lite_topic``: a lite message)
+        becomes visible ``invisible_ms`` from now; returns its new receipt handle (see
+        the module docstring)."""
         ck = CheckPoint.parse(handle)
         ext = {
             "consumerGroup": group,
@@ -265,6 +291,8 @@ class PopRequests:
             "invisibleTime": str(invisible_ms),
             "bname": ck.broker_name,
         }
+        if lite_topic is not None:
+            ext["liteTopic"] = lite_topic
         resp = await self.broker.call(addr, CHANGE_MESSAGE_INVISIBLETIME, ext)
         if resp.code != 0:
             raise error_for_response(resp.code, resp.remark, CHANGE_MESSAGE_INVISIBLETIME)
@@ -275,11 +303,17 @@ class PopRequests:
         return new.handle()
 
 
-async def group_retry_max_times(broker: BrokerClient, addr: str, group: str) -> int | None:
-    """The group's ``retryMaxTimes`` on a broker (GET_SUBSCRIPTIONGROUP_CONFIG), or None.
-    Asking creates the group where the broker auto-creates groups, as a pop would."""
+async def group_config(broker: BrokerClient, addr: str, group: str) -> dict[str, Any] | None:
+    """The group's SubscriptionGroupConfig on a broker (GET_SUBSCRIPTIONGROUP_CONFIG), or
+    None. Asking creates the group where the broker auto-creates groups, as a pop would."""
     resp = await broker.call(addr, 352, {"group": group})
     if resp.code != 0 or not resp.body:
         return None
-    value = json.loads(resp.body).get("retryMaxTimes")
+    config = json.loads(resp.body)
+    return config if isinstance(config, dict) else None
+
+
+async def group_retry_max_times(broker: BrokerClient, addr: str, group: str) -> int | None:
+    """The group's ``retryMaxTimes`` on a broker, or None (see ``group_config``)."""
+    value = (await group_config(broker, addr, group) or {}).get("retryMaxTimes")
     return int(value) if value is not None else None

@@ -199,6 +199,10 @@ def remoting_source(
     """Makes the remoting pop source (POP_MESSAGE from the brokers)."""
 
     def make() -> PopSource:
+        if state.lite is not None:
+            from aiorocket.consumer.pop.remoting_lite import LiteRemotingSource
+
+            return LiteRemotingSource(state, namesrv, client_id=client_id)
         from aiorocket.consumer.pop.remoting_source import RemotingSource
 
         return RemotingSource(state, namesrv, client_id=client_id)

@@ -18,6 +18,7 @@ import anyio
 from aiorocket._log import get_logger
 from aiorocket._settings import apply_settings, check_group
 from aiorocket._transport import Transport, choose_transport
+from aiorocket._validate import check_topic
 from aiorocket.client.instance import ClientInstance, make_client_id
 from aiorocket.client.namesrv import namesrv_addrs
 from aiorocket.consumer.allocation import AllocateStrategy, allocate_averagely
@@ -40,6 +41,7 @@ from aiorocket.consumer.over_grpc import (
     check_remoting_consumer,
     choose_consume_mode,
 )
+from aiorocket.consumer.pop.lite import LiteSubscriptions
 from aiorocket.consumer.state import ConsumerState, PullObserver
 from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
 from aiorocket.consumer.strategies import choose_delivery
@@ -127,6 +129,13 @@ class Consumer:
         the broker tracks what is consumed and keeps what is handled invisible, so more
         members than queues all receive and nobody waits for a rebalance; needs 5.x
         brokers). Over gRPC consumption is always pop. See docs/pop.md.
+    bind_topic:
+        Makes a lite consumer (RocketMQ 5.5+): the parent topic (message type LITE) its
+        group is bound to (the group's ``lite.bind.topic``). It consumes the lite topics
+        of that topic it subscribes to with
+        [`subscribe_lite`][aiorocket.consumer.Consumer.subscribe_lite], at any time,
+        each in order (pop; over remoting ``consume_mode`` is ``"pop"``). See
+        docs/consumer/lite.md.
     grpc_options:
         [`aiorocket.grpc.GrpcOptions`][] (TLS, namespace, ACL credentials); gRPC only.
     settings:
@@ -150,6 +159,7 @@ class Consumer:
         transport: Transport | None = None,
         grpc_options: GrpcOptions | None = None,
         consume_mode: ConsumeMode | None = None,
+        bind_topic: str | None = None,
         **settings: Any,
     ) -> None:
         check_group(group, "consumer")
@@ -159,6 +169,11 @@ class Consumer:
         if instance_name is not None and (not instance_name or "@" in instance_name):
             raise ConfigError(f"invalid instance name {instance_name!r}")
         self.transport: Transport = choose_transport(namesrv, proxy, transport, grpc_options)
+        if bind_topic is not None:
+            check_topic(bind_topic)
+            if consume_mode == "pull":
+                raise ConfigError("a lite consumer (bind_topic) pops: not consume_mode='pull'")
+            consume_mode = "pop"
         #: ``"pull"`` or ``"pop"`` (always pop over gRPC)
         self.consume_mode: ConsumeMode = choose_consume_mode(self.transport, consume_mode)
         custom_allocation = allocate is not allocate_averagely
@@ -177,6 +192,12 @@ class Consumer:
         # (over gRPC the Proxy applies the namespace).
         wire_group = wrap(cfg.namespace, group) if self.transport == "remoting" else group
         self._state = ConsumerState(wire_group, cfg, get_logger("consumer", group=wire_group))
+        if bind_topic is not None:
+            # Over gRPC the Proxy applies the namespace.
+            bound = wrap(cfg.namespace, bind_topic) if self.transport == "remoting" else bind_topic
+            self._state.lite = LiteSubscriptions(bound, self._state.log)
+            # Its one subscription: routes, heartbeats and the Proxy's settings name it.
+            self._state.subscriptions[bound] = Subscription(bound, "*", EXPRESSION_TAG)
         client_id = client_id or (make_client_id(instance_name) if instance_name else None)
         self._backend: ConsumerBackend
         if self.transport == "grpc":
@@ -211,6 +232,11 @@ class Consumer:
     def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
         """Subscribe to ``topic`` with a tag expression (``"a || b"``) or an SQL92 ``sql``."""
         self._check_not_started("subscribe")
+        if self._state.lite is not None:
+            raise ConfigError(
+                "a lite consumer is bound to one topic (bind_topic): subscribe to its lite "
+                "topics with subscribe_lite()"
+            )
         if self.transport == "grpc":
             if sql is not None:
                 raise remoting_only("an SQL92 subscription", "over gRPC, subscribe by tag")
@@ -226,6 +252,33 @@ class Consumer:
     def subscriptions(self) -> dict[str, Subscription]:
         """The subscriptions by topic (after start, the group's retry topic too)."""
         return app_subscriptions(self._state.config.namespace, self._state.subscriptions)
+
+    # -- lite topics ---------------------------------------------------------------
+
+    def _lite(self) -> LiteSubscriptions:
+        if self._state.lite is None:
+            raise ConfigError("not a lite consumer: create it with bind_topic=<a LITE topic>")
+        return self._state.lite
+
+    async def subscribe_lite(self, lite_topic: str) -> None:
+        """Consume ``lite_topic`` of the bind topic too (messages sent to it from now on).
+
+        Before the start it is only noted (the start sends the whole set); after, every
+        server takes it before this returns, or it raises and nothing changed:
+        [`LiteQuotaExceededError`][aiorocket.errors.LiteQuotaExceededError] over the
+        group's quota of lite subscriptions per client, a ``RocketMQError`` otherwise.
+        """
+        await self._lite().subscribe(lite_topic)
+
+    async def unsubscribe_lite(self, lite_topic: str) -> None:
+        """Stop consuming ``lite_topic``: the servers send no more of its messages (those
+        already received are still delivered and settled)."""
+        await self._lite().unsubscribe(lite_topic)
+
+    @property
+    def lite_topics(self) -> frozenset[str]:
+        """The lite topics this lite consumer is subscribed to."""
+        return self._lite().topics
 
     def handler(self, fn: MessageHandler) -> MessageHandler:
         """Decorator form of ``handler=``."""

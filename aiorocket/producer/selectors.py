@@ -4,7 +4,8 @@ A *selector* picks the queue of an ordered message: ``selector(queues, message, 
 gets every writable queue of the topic (broker order, then queue id) and returns one of
 them. ``hash_selector`` maps equal keys to the same queue as the Java client's
 ``SelectMessageQueueByHash`` does for strings and integers, so Java and Python producers
-sharing a topic agree on where a key goes.
+sharing a topic agree on where a key goes. ``lite_selector`` puts a lite message in
+the queue its lite topic belongs to, as the 5.5 broker and Proxy shard lite topics.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ __all__ = [
     "hash_selector",
     "java_hash",
     "java_string_hash",
+    "jump_hash",
+    "lite_selector",
 ]
 
 QueueSelector = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
@@ -64,6 +67,38 @@ def hash_selector(queues: Sequence[MessageQueue], message: Message, key: Any) ->
     if not queues:
         raise NoRouteError(f"topic {message.topic!r} has no writable queue")
     return queues[abs(java_hash(key)) % len(queues)]
+
+
+_UINT64 = (1 << 64) - 1
+_LCG = 2862933555777941757
+
+
+def jump_hash(key: int, buckets: int) -> int:
+    """The bucket (0..buckets-1) of ``key`` by jump consistent hashing (Lamping and
+    Veach), with the same generator as Guava's ``Hashing.consistentHash(long, int)``,
+    which the broker and the Proxy use to shard lite topics."""
+    if buckets <= 0:
+        raise ValueError("buckets must be positive")
+    state = key & _UINT64
+    candidate = 0
+    while True:
+        state = (_LCG * state + 1) & _UINT64
+        step = ((state >> 33) + 1) / 2.0**31
+        nxt = min(int((candidate + 1) / step), (1 << 31) - 1)  # Java's saturating cast
+        if not 0 <= nxt < buckets:
+            return candidate
+        candidate = nxt
+
+
+def lite_selector(queues: Sequence[MessageQueue], message: Message, arg: Any) -> MessageQueue:
+    """The queue of a lite message: the one its lite topic is sharded to (RocketMQ 5.5's
+    broker accepts a lite topic's subscriptions, and looks for its messages, only on
+    the broker that owns it: ``consistentHash(liteTopic.hashCode(), queues)`` over the
+    parent topic's writable queues, broker name order then queue id)."""
+    if not queues:
+        raise NoRouteError(f"topic {message.topic!r} has no writable queue")
+    assert message.lite_topic is not None
+    return queues[jump_hash(java_string_hash(message.lite_topic), len(queues))]
 
 
 def check_selected(queue: object, queues: Sequence[MessageQueue]) -> MessageQueue:

@@ -49,7 +49,12 @@ from aiorocket.producer.fault import LatencyFaultTolerance
 from aiorocket.producer.membership import Membership
 from aiorocket.producer.prepare import Outgoing
 from aiorocket.producer.routes import PublishInfo, PublishRoutes
-from aiorocket.producer.selectors import QueueSelector, check_selected, hash_selector
+from aiorocket.producer.selectors import (
+    QueueSelector,
+    check_selected,
+    hash_selector,
+    lite_selector,
+)
 from aiorocket.producer.stall import STALL_ISOLATION, StallWatch
 
 __all__ = [
@@ -150,6 +155,12 @@ class Sender:
             raise ConfigError("pass either sharding_key or selector, not both")
         if sharding_key is not None:
             selector, arg = hash_selector, sharding_key
+        if msg.lite_topic is not None:
+            if selector is not None:
+                raise ConfigError(
+                    "a lite message goes to its lite topic's queue: no sharding_key or selector"
+                )
+            selector = lite_selector
         attempts = 1 + self._config.retries
         if selector is not None:
             user_selector = selector

@@ -12,9 +12,11 @@ import pytest
 from aiorocket import Message
 from aiorocket._log import get_logger
 from aiorocket._validate import check_lite_topic, check_schedule
+from aiorocket.client.lite import lite_order_counts, lmq_name
 from aiorocket.consumer.pop.lite import LiteAction, LiteSubscriptions
 from aiorocket.errors import ConfigError, LiteQuotaExceededError, RocketMQError
-from aiorocket.message import PROPERTY_LITE_TOPIC, MessageExt
+from aiorocket.message import PROPERTY_LITE_TOPIC, MessageExt, MessageQueue
+from aiorocket.producer.selectors import java_string_hash, jump_hash, lite_selector
 
 pytestmark = pytest.mark.anyio
 
@@ -122,3 +124,48 @@ def test_the_server_may_drop_a_lite_topic() -> None:
     lite.on_unsubscribed("a")
     lite.on_unsubscribed("unknown")
     assert lite.topics == {"b"}
+
+
+def test_lite_messages_are_neither_delayed_nor_prioritized() -> None:
+    for kw in ({"delay_level": 2}, {"deliver_time_ms": 1}, {"priority": 1}):
+        with pytest.raises(ConfigError, match="lite message"):
+            check_schedule(Message("chat", b"hi", lite_topic="a", **kw))  # type: ignore[arg-type]
+
+
+#: (lite topic, queues, Java's "x".hashCode(), Guava's Hashing.consistentHash(hash, n)),
+#: printed by a Java program against guava-32.0.1 (the 5.5.0 broker's); the broker and
+#: the Proxy shard lite topics with exactly this.
+GUAVA = [
+    ("a", 2, 97, 0), ("b", 2, 98, 0), ("c", 3, 99, 2), ("room-42", 4, 1379843248, 1),
+    ("lite-0", 8, -1102495023, 3), ("lite-199", 16, 1359207794, 12), ("", 100, 0, 0),
+    ("Ünïcode-😀", 8, -671387002, 4), ("user-123456", 100, 767015589, 41),
+]
+
+
+@pytest.mark.parametrize(("lite_topic", "n", "java_hash", "bucket"), GUAVA)
+def test_lite_topics_shard_as_the_broker_does(
+    lite_topic: str, n: int, java_hash: int, bucket: int
+) -> None:
+    assert java_string_hash(lite_topic) == java_hash
+    assert jump_hash(java_hash, n) == bucket
+    queues = [MessageQueue("chat", f"broker-{i // 4}", i % 4) for i in range(n)]
+    if lite_topic:
+        chosen = lite_selector(queues, Message("chat", b"x", lite_topic=lite_topic), None)
+        assert chosen is queues[bucket]
+
+
+def test_jump_hash_buckets() -> None:
+    assert all(jump_hash(k, 1) == 0 for k in range(-50, 50))
+    # Growing the buckets by one moves about 1/n of the keys, all to the new bucket.
+    moved = [k for k in range(10_000) if jump_hash(k, 10) != jump_hash(k, 11)]
+    assert all(jump_hash(k, 11) == 10 for k in moved) and 700 < len(moved) < 1100
+    with pytest.raises(ValueError):
+        jump_hash(1, 0)
+
+
+def test_order_counts_of_a_lite_pop() -> None:
+    assert lite_order_counts("0;2;1", 3) == [0, 2, 1]
+    assert lite_order_counts("", 2) == [0, 0]
+    assert lite_order_counts(None, 1) == [0]
+    assert lite_order_counts("3", 2) == [3, 0]
+    assert lmq_name("chat", "room-1") == "%LMQ%$chat$room-1"

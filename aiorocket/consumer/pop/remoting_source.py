@@ -222,15 +222,22 @@ class RemotingSource:
                 continue
             # Orderly pops are acked one by one: the broker's order lock moves on with each.
             for m in msgs:
-                ok += await self.requests.ack(addr, self.group, topic, m.receipt_handle)
+                ok += await self.requests.ack(
+                    addr, self.group, topic, m.receipt_handle, lite_topic=self._lite_topic(m)
+                )
         return ok
+
+    def _lite_topic(self, msg: PopMessage) -> str | None:
+        """What acks and renewals name as the message's lite topic (a lite source's)."""
+        return None
 
     async def change_invisible(self, msg: PopMessage, seconds: float) -> None:
         addr = await self._addr(msg)
         topic = wrap(self._namespace, msg.topic)
         msg.receipt_handle = await self.requests.change_invisible_time(
-            addr, self.group, topic, msg.receipt_handle, int(seconds * 1000)
-        )
+            addr, self.group, topic, msg.receipt_handle, int(seconds * 1000),
+            lite_topic=self._lite_topic(msg),
+        )  # fmt: skip
 
     async def dead_letter(self, msg: PopMessage, *, attempt: int, max_attempts: int) -> None:
         addr = await self._addr(msg)
@@ -239,7 +246,9 @@ class RemotingSource:
             addr, msg, self.group, delay_level=-1, max_reconsume_times=max_attempts - 1,
             origin_topic=topic,
         )  # fmt: skip
-        await self.requests.ack(addr, self.group, topic, msg.receipt_handle)
+        await self.requests.ack(
+            addr, self.group, topic, msg.receipt_handle, lite_topic=self._lite_topic(msg)
+        )
 
     def lost(self, err: RocketMQError) -> bool:
         return False

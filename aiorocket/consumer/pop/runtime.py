@@ -20,7 +20,12 @@ still leaves nothing behind):
 4. release every message still unsettled (a cancelled handler's, a FIFO group's
    buffer, an ``async for`` loop's): visible again at once;
 5. stop renewing; send every ack owed, and log how many could not be sent;
-6. end the session.
+6. a lite consumer drops its lite subscriptions on the servers (COMPLETE_REMOVE), so
+   they stop reserving this client's lite topics' messages for it;
+7. end the session.
+
+A lite consumer (``state.lite``) sends its whole set of lite subscriptions once the
+source is open and before the first receive, then every ``lite.RESYNC_INTERVAL``.
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ import anyio.abc
 
 from aiorocket.consumer.delivery import DeliveryFactory, DeliveryParts
 from aiorocket.consumer.pop.acks import AckBatcher
+from aiorocket.consumer.pop.lite import LiteAction
 from aiorocket.consumer.pop.queue import PopQueues
 from aiorocket.consumer.pop.receiver import Receiver
 from aiorocket.consumer.pop.renewer import Renewer
 from aiorocket.consumer.pop.settler import PopSettler, max_attempts
 from aiorocket.consumer.process_queue import CacheBudget
+from aiorocket.errors import RocketMQError, UnsupportedTransportError
 from aiorocket.received import PopMessage
 
 if TYPE_CHECKING:
@@ -114,6 +121,7 @@ class PopRuntime:
         self.opened = True
         try:
             self._build()
+            await self._attach_lite()
             tg = anyio.create_task_group()
             await tg.__aenter__()
             self._tg = tg
@@ -124,6 +132,8 @@ class PopRuntime:
             tg.start_soon(self.acks.run)
             tg.start_soon(self.renewer.run)
             tg.start_soon(self.source.run)
+            if state.lite is not None:
+                tg.start_soon(state.lite.run)
             await self.delivery.start(tg)
             tg.start_soon(self._receive)
         except BaseException:
@@ -162,6 +172,38 @@ class PopRuntime:
             batch_size=cfg.pull_batch_size, invisible=cfg.invisible_duration,
         )  # fmt: skip
 
+    async def _attach_lite(self) -> None:
+        """A lite consumer: its subscriptions go through the source from now on, and the
+        servers get the whole set before the first receive."""
+        lite = self.state.lite
+        if lite is None:
+            return
+        sync = getattr(self.source, "sync_lite", None)
+        if sync is None:
+            raise UnsupportedTransportError(
+                f"lite consumption is not available over {self._transport} yet"
+            )
+        lite.attach(sync)
+        try:
+            await lite.resync()
+        except BaseException:
+            lite.attach(None)
+            raise
+
+    async def _detach_lite(self, bound: float) -> None:
+        lite = self.state.lite
+        if lite is None or not lite.attached:
+            return
+        sync = getattr(self.source, "sync_lite", None)
+        lite.attach(None)
+        if sync is None:
+            return
+        with anyio.move_on_after(bound, shield=True):
+            try:
+                await sync(LiteAction.COMPLETE_REMOVE, ())
+            except RocketMQError as err:
+                self.state.log.info("lite_unsubscribe_failed", error=str(err))
+
     def _lost(self, msg: PopMessage) -> None:
         """The server refused a renewal for good: the message is no longer ours."""
         if not msg._settled:
@@ -193,6 +235,7 @@ class PopRuntime:
                         await self.delivery.drain(graceful=graceful)
                     await self._release(self.renewer.held(), bound, "unsettled")
                     self.unsent_acks = await self.acks.close(bound)
+                    await self._detach_lite(bound)
                 self._tg.cancel_scope.cancel()
                 await self._tg.__aexit__(None, None, None)
         finally:

@@ -1,0 +1,153 @@
+"""Lite topics over remoting (RocketMQ 5.5, RIP-83): the broker's POP_LITE_MESSAGE and
+LITE_SUBSCRIPTION_CTL requests, and its NOTIFY_UNSUBSCRIBE_LITE.
+
+A lite message is stored once in its parent topic (message type LITE) and dispatched to
+its lite topic's own queue, the LMQ ``%LMQ%$<parent>$<lite topic>`` (queue 0): the
+broker reads the ``__LITE_TOPIC`` property at the send, so the broker needs
+``enableLmq`` and ``enableMultiDispatch`` (both off by default).
+
+A client tells each broker of the parent topic which lite topics it consumes, for a
+group bound to that parent (the group's ``lite.bind.topic``): LITE_SUBSCRIPTION_CTL.
+A pop names only the client: the broker hands out messages of the LMQs it subscribed
+and that have news, one lite topic at a time per group (the next messages of a lite
+topic only once the popped ones are acked: FIFO per lite topic, as an orderly pop).
+
+A popped message's check point (its ``receipt_handle``) is the orderly one of its
+LMQ's queue 0: start and offset are the message's offset in the LMQ
+(``INNER_MULTI_QUEUE_OFFSET``), revive queue 999. The ack (ACK_MESSAGE; the broker
+refuses BATCH_ACK for lite) and the renewal (CHANGE_MESSAGE_INVISIBLETIME) name the
+parent topic, queue 0 and the ``liteTopic``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Collection
+
+from aiorocket.client.pop import PopRequests, PopResult
+from aiorocket.errors import LiteQuotaExceededError, error_for_response
+from aiorocket.received import PopMessage
+
+__all__ = [
+    "LITE_BIND_TOPIC",
+    "LITE_QUOTA",
+    "LITE_SUBSCRIPTION_CTL",
+    "NOTIFY_UNSUBSCRIBE_LITE",
+    "POP_LITE_MESSAGE",
+    "LiteRequests",
+    "lite_order_counts",
+    "lmq_name",
+]
+
+POP_LITE_MESSAGE = 200070
+LITE_SUBSCRIPTION_CTL = 200071
+NOTIFY_UNSUBSCRIBE_LITE = 200073
+#: the broker's refusal of a subscription over the group's per-client quota
+LITE_SUBSCRIPTION_QUOTA_EXCEEDED = 2018
+#: group attributes of lite consumption (5.5 SubscriptionGroupAttributes): the parent
+#: topic a lite group is bound to, and its lite subscriptions per client
+LITE_BIND_TOPIC = "lite.bind.topic"
+LITE_QUOTA = "lite.sub.client.quota"
+#: a lite message's offset in its LMQ (set by the broker's dispatch)
+_LMQ_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+_ORDER_REVIVE_QUEUE = 999
+
+
+def lmq_name(parent: str, lite_topic: str) -> str:
+    """The queue (LMQ) a lite topic's messages are dispatched to."""
+    return f"%LMQ%${parent}${lite_topic}"
+
+
+def lite_order_counts(info: str | None, n: int) -> list[int]:
+    """The pop answer's ``orderCountInfo`` of a lite pop: one delivery count per message,
+    ``;``-separated, in the messages' order; zeros where the broker sent fewer."""
+    parts = [p for p in (info or "").split(";") if p]
+    counts = [int(p) if p.lstrip("-").isdigit() else 0 for p in parts[:n]]
+    return counts + [0] * (n - len(counts))
+
+
+class LiteRequests(PopRequests):
+    """The broker's pop requests with its lite ones (acks and renewals are the pop ones,
+    with ``lite_topic``)."""
+
+    async def sync_lite(
+        self,
+        addr: str,
+        *,
+        client_id: str,
+        group: str,
+        topic: str,
+        action: str,
+        lite_topics: Collection[str],
+    ) -> None:
+        """LITE_SUBSCRIPTION_CTL: ``action`` (PARTIAL_ADD, PARTIAL_REMOVE, COMPLETE_ADD,
+        COMPLETE_REMOVE) of this client's lite subscriptions of ``topic`` on one broker."""
+        entry = {
+            "action": action, "clientId": client_id, "group": group, "topic": topic,
+            "liteTopicSet": sorted(lite_topics), "version": time.time_ns() // 1_000_000,
+        }  # fmt: skip
+        body = json.dumps({"subscriptionSet": [entry]}).encode()
+        resp = await self.broker.call(addr, LITE_SUBSCRIPTION_CTL, {}, body)
+        if resp.code == LITE_SUBSCRIPTION_QUOTA_EXCEEDED:
+            raise LiteQuotaExceededError(
+                f"the broker at {addr} refused more lite subscriptions of {topic!r} for "
+                f"group {group!r}: {resp.remark or 'quota exceeded'}"
+            )
+        if resp.code != 0:
+            raise error_for_response(resp.code, resp.remark, LITE_SUBSCRIPTION_CTL)
+
+    async def pop_lite(
+        self,
+        addr: str,
+        *,
+        client_id: str,
+        group: str,
+        topic: str,
+        broker_name: str,
+        max_nums: int,
+        invisible_ms: int,
+        poll_ms: int,
+        timeout: float,
+    ) -> PopResult:
+        """POP_LITE_MESSAGE: up to ``max_nums`` messages of the lite topics this client
+        subscribed on one broker, invisible for ``invisible_ms``; the broker holds the
+        request up to ``poll_ms`` when there are none. Each message's ``lite_topic`` is
+        set, its ``queue_offset`` is its offset in the lite topic's queue (id 0) and its
+        ``receipt_handle`` the check point (see the module docstring)."""
+        ext = {
+            "clientId": client_id,
+            "consumerGroup": group,
+            "topic": topic,
+            "maxMsgNum": str(max_nums),
+            "invisibleTime": str(invisible_ms),
+            "pollTime": str(poll_ms),
+            "bornTime": str(time.time_ns() // 1_000_000),
+            # The broker's FIFO check: a pop that repeats an attempt id gets the same
+            # messages again; every pop here is a new attempt.
+            "attemptId": uuid.uuid4().hex,
+        }
+        answer = await self.popped(addr, POP_LITE_MESSAGE, ext, broker_name, timeout)
+        if isinstance(answer, PopResult):
+            return answer
+        resp, decoded = answer
+        pop_time = resp.ext_int("popTime")
+        invisible = resp.ext_int("invisibleTime")
+        counts = lite_order_counts(resp.ext_fields.get("orderCountInfo"), len(decoded))
+        out: list[PopMessage] = []
+        for m, count in zip(decoded, counts, strict=True):
+            raw = m.properties.get(_LMQ_OFFSET, "")
+            offset = int(raw) if raw.isdigit() else m.queue_offset
+            m.queue_id = 0
+            m.queue_offset = offset
+            m.receipt_handle = (
+                f"{offset} {pop_time} {invisible} {_ORDER_REVIVE_QUEUE} 0 {broker_name} 0 "
+                f"{offset}"
+            )
+            m.topic = topic
+            m.reconsume_times = max(count, 0)
+            m.delivery_attempt = m.reconsume_times + 1
+            m.message_group = m.lite_topic
+            out.append(m)
+        return PopResult(out)

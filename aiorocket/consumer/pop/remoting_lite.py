@@ -1,0 +1,166 @@
+"""The remoting ``LiteSource``: a lite consumer's pops straight from the brokers.
+
+The same session as ``RemotingSource`` (routes, heartbeats, the group's retry policy,
+the dead-letter queue), bound to one parent topic: it tells every broker of that topic
+the client's lite subscriptions (LITE_SUBSCRIPTION_CTL), long-polls each of them with
+POP_LITE_MESSAGE, and settles with the message's lite topic (see
+``aiorocket.client.lite``). Each lite topic is FIFO (the broker hands out its next
+messages only once the popped ones are acked), so the runtime delivers each lite topic
+in order, as a message group; a failed message is retried in place.
+
+A broker that drops a subscription (NOTIFY_UNSUBSCRIBE_LITE, e.g. after an
+administrator's change) tells the client, which forgets the lite topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import anyio
+
+from aiorocket.client.lite import (
+    LITE_BIND_TOPIC,
+    LITE_QUOTA,
+    NOTIFY_UNSUBSCRIBE_LITE,
+    LiteRequests,
+)
+from aiorocket.client.pop import group_config
+from aiorocket.consumer.pop.lite import LiteAction, LiteSubscriptions
+from aiorocket.consumer.pop.remoting_source import RemotingSource
+from aiorocket.consumer.state import ConsumerState
+from aiorocket.errors import ConfigError, NoRouteError, RocketMQError
+from aiorocket.namespace import unwrap
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.received import PopMessage
+from aiorocket.remoting.connection import Connection
+
+__all__ = ["DEFAULT_LITE_QUOTA", "LiteRemotingSource"]
+
+#: lite subscriptions per client of a group without ``lite.sub.client.quota`` (5.5.0)
+DEFAULT_LITE_QUOTA = 2000
+
+
+class LiteRemotingSource(RemotingSource):
+    """Pops a lite consumer's subscribed lite topics from the brokers of its bind topic.
+
+    Parameters
+    ----------
+    state:
+        The consumer's shared state; ``state.lite`` names the bind topic, which is also
+        its one subscription (routes and heartbeats).
+    namesrv, client_id:
+        As ``RemotingSource`` takes them.
+    """
+
+    def __init__(
+        self, state: ConsumerState, namesrv: Sequence[str], *, client_id: str | None
+    ) -> None:
+        assert state.lite is not None
+        super().__init__(state, namesrv, client_id=client_id)
+        self.lite: LiteSubscriptions = state.lite
+        self.fifo = True  # each lite topic, whatever the consumer's ``orderly``
+        self.requests = self.lite_requests = LiteRequests(self.client.broker)
+        #: pops in flight by broker address
+        self._polling: dict[str, int] = {}
+
+    async def open(self) -> None:
+        await super().open()
+        try:
+            await self._check_group()
+        except BaseException:
+            await self.close()
+            raise
+        self.client.dispatcher.register(NOTIFY_UNSUBSCRIBE_LITE, self._on_unsubscribe)
+
+    async def _check_group(self) -> None:
+        """The group must be bound to the bind topic (else every pop is refused); its
+        per-client quota of lite subscriptions is checked here, as the official clients
+        do (the broker enforces only its own total)."""
+        for _topic, _name, addr in self._targets():
+            try:
+                config = await group_config(self.client.broker, addr, self.group)
+            except RocketMQError:
+                continue
+            if config is None:
+                continue
+            attributes = config.get("attributes") or {}
+            bound = attributes.get(LITE_BIND_TOPIC)
+            if bound != self.lite.bind_topic:
+                raise ConfigError(
+                    f"group {self.group!r} is not bound to {self.lite.bind_topic!r} (its "
+                    f"{LITE_BIND_TOPIC} is {bound!r}): create it with Admin.create_group("
+                    f"..., lite_bind_topic={self.lite.bind_topic!r})"
+                )
+            quota = str(attributes.get(LITE_QUOTA, DEFAULT_LITE_QUOTA))
+            self.lite.quota = int(quota) if quota.lstrip("-").isdigit() else None
+            return
+
+    async def close(self) -> None:
+        self.client.dispatcher.unregister(NOTIFY_UNSUBSCRIBE_LITE, self._on_unsubscribe)
+        await super().close()
+
+    async def _on_unsubscribe(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        ext = cmd.ext_fields
+        if ext.get("consumerGroup") == self.group and ext.get("clientId") == self.client_id:
+            lite_topic = ext.get("liteTopic")
+            if lite_topic:
+                self.lite.on_unsubscribed(lite_topic)
+        return RemotingCommand.response_to(cmd)
+
+    def _brokers(self) -> list[tuple[str, str]]:
+        """(broker name, master address) of every broker of the bind topic."""
+        return [(name, addr) for _topic, name, addr in self._targets()]
+
+    async def sync_lite(self, action: LiteAction, lite_topics: Collection[str]) -> None:
+        brokers = self._brokers()
+        if not brokers:
+            route = await self.client.namesrv.get_route(self.lite.bind_topic)
+            brokers = [
+                (name, addr)
+                for name in sorted({mq.broker_name for mq in route.read_queues()})
+                if (addr := route.master_addr(name)) is not None
+            ]
+        if not brokers:
+            raise NoRouteError(f"no broker of {self.lite.bind_topic!r} has a master")
+
+        async def one(addr: str) -> None:
+            await self.lite_requests.sync_lite(
+                addr, client_id=self.client_id, group=self.group, topic=self.lite.bind_topic,
+                action=action.value, lite_topics=lite_topics,
+            )  # fmt: skip
+
+        # Every broker, at once: a lite topic's messages may be on any of them. The first
+        # failure is raised (the set does not change; a later resync repairs the others).
+        async with anyio.create_task_group() as tg:
+            for _name, addr in brokers:
+                tg.start_soon(one, addr)
+
+    async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
+        brokers = self._brokers()
+        if not brokers:
+            raise NoRouteError(f"no readable queue of {self.lite.bind_topic!r} has a master")
+        # The broker with the fewest pops in flight (of equals, the next in turn): the
+        # receive loops spread over the brokers instead of meeting on an idle one while
+        # another broker's messages wait for a poll.
+        self._rr += 1
+        n = len(brokers)
+        broker_name, addr = min(
+            (brokers[(self._rr + i) % n] for i in range(n)),
+            key=lambda b: self._polling.get(b[1], 0),
+        )
+        self._polling[addr] = self._polling.get(addr, 0) + 1
+        try:
+            result = await self.lite_requests.pop_lite(
+                addr, client_id=self.client_id, group=self.group, topic=self.lite.bind_topic,
+                broker_name=broker_name, max_nums=max_messages,
+                invisible_ms=int(invisible * 1000), poll_ms=self._poll_ms,
+                timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
+            )  # fmt: skip
+        finally:
+            self._polling[addr] -= 1
+        for m in result.messages:
+            m.topic = unwrap(self._namespace, m.topic)  # the application's name
+        return result.messages
+
+    def _lite_topic(self, msg: PopMessage) -> str | None:
+        return msg.lite_topic

@@ -1,0 +1,274 @@
+"""Lite topics (RocketMQ 5.5, RIP-83) against the local 5.5.0 brokers: a parent topic of
+message type LITE, messages sent to its lite topics, and lite consumers that subscribe
+and unsubscribe lite topics at run time (``Consumer(..., bind_topic=...)``,
+``subscribe_lite`` / ``unsubscribe_lite``). Issue 33.
+
+Over remoting the consumer talks to the brokers (POP_LITE_MESSAGE, LITE_SUBSCRIPTION_CTL;
+aiorocket.client.lite). The brokers need ``enableLmq`` and ``enableMultiDispatch`` (the
+local cluster's config sets them; ``lite_brokers`` makes sure on a cluster started
+before).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from aiorocket.admin import Admin
+from aiorocket.consumer import Consumer, ConsumerMessage
+from aiorocket.errors import ConfigError, LiteQuotaExceededError
+from aiorocket.message import Message
+from aiorocket.producer import Producer
+from aiorocket.testing.broker import LocalRocketMQ
+from tests.integration.test_grpc_push import _dead_letters
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def lite_brokers(rocketmq: LocalRocketMQ) -> AsyncIterator[LocalRocketMQ]:
+    """The cluster, its brokers dispatching lite messages (idempotent, at run time)."""
+    async with Admin(rocketmq.namesrv_addr) as admin:
+        for key in ("enableLmq", "enableMultiDispatch"):
+            config = await admin.broker_config(next(iter(rocketmq.broker_addrs)))
+            if config.get(key) != "true":
+                await admin.update_broker_config(key, "true")
+    yield rocketmq
+
+
+async def lite_setup(rocketmq: LocalRocketMQ, topic: str, group: str) -> None:
+    """The admin API creates the LITE parent topic and the group bound to it."""
+    async with Admin(rocketmq.namesrv_addr) as admin:
+        await admin.create_topic(topic, queues=2, message_type="LITE")
+        config = await admin.create_group(group, lite_bind_topic=topic)
+        assert config.lite_bind_topic == topic
+
+
+def lite_consumer(
+    rocketmq: LocalRocketMQ, group: str, topic: str, handler: Any = None, **settings: Any
+) -> Consumer:
+    return Consumer(
+        group, rocketmq.namesrv_addr, handler=handler, bind_topic=topic, long_poll_timeout=2,
+        **settings,
+    )  # fmt: skip
+
+
+async def send(rocketmq: LocalRocketMQ, topic: str, items: list[tuple[str, bytes]]) -> None:
+    async with Producer("lite-test-producer", rocketmq.namesrv_addr) as producer:
+        for lite_topic, body in items:
+            await producer.send(Message(topic, body, lite_topic=lite_topic))
+
+
+class Seen:
+    """What a handler got, by lite topic; ``wait(n)`` until n messages in all."""
+
+    def __init__(self) -> None:
+        self.by_lite: dict[str | None, list[bytes]] = defaultdict(list)
+        self.attempts: dict[bytes, int] = {}
+        self.count = 0
+        self._changed = anyio.Event()
+
+    async def handle(self, msg: ConsumerMessage) -> None:
+        self.by_lite[msg.lite_topic].append(msg.body)
+        self.count += 1
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait(self, n: int, timeout: float = 30.0) -> None:
+        with anyio.move_on_after(timeout):
+            while self.count < n:
+                await self._changed.wait()
+        if self.count < n:
+            raise TimeoutError(f"{self.count} of {n} messages in {timeout}s: {self.by_lite}")
+
+    async def wait_body(self, lite_topic: str, body: bytes, timeout: float = 30.0) -> None:
+        with anyio.fail_after(timeout):
+            while body not in self.by_lite[lite_topic]:
+                await self._changed.wait()
+
+
+async def test_a_lite_consumer_gets_exactly_its_lite_topics_in_order(
+    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """Messages to three lite topics of one parent; a consumer subscribed to two of
+    them gets exactly theirs, each lite topic in sending order; the third's messages
+    are still there for a member that subscribes to it."""
+    rocketmq = lite_brokers
+    topic, group = unique_name("lite"), unique_name("g")
+    await lite_setup(rocketmq, topic, group)
+    seen = Seen()
+    consumer = lite_consumer(rocketmq, group, topic, seen.handle)
+    with pytest.raises(ConfigError, match="subscribe_lite"):
+        consumer.subscribe(topic)
+    await consumer.subscribe_lite("a")
+    await consumer.subscribe_lite("b")
+    assert consumer.lite_topics == {"a", "b"}
+    other = Seen()
+    async with consumer, lite_consumer(rocketmq, group, topic, other.handle) as member:
+        await member.subscribe_lite("c")
+        items = [(lt, f"{lt}-{i}".encode()) for i in range(10) for lt in ("a", "b", "c")]
+        await send(rocketmq, topic, items)
+        await seen.wait(20)
+        await other.wait(10)
+    assert seen.by_lite["a"] == [f"a-{i}".encode() for i in range(10)]
+    assert seen.by_lite["b"] == [f"b-{i}".encode() for i in range(10)]
+    assert seen.count == 20 and set(seen.by_lite) == {"a", "b"}
+    assert other.by_lite == {"c": [f"c-{i}".encode() for i in range(10)]}
+
+
+async def test_subscribe_and_unsubscribe_at_run_time(
+    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A lite topic subscribed while running is delivered from then on; one unsubscribed
+    is not: its message stays for the group, and a member that subscribes to it later
+    gets it."""
+    rocketmq = lite_brokers
+    topic, group = unique_name("lite"), unique_name("g")
+    await lite_setup(rocketmq, topic, group)
+    seen = Seen()
+    async with lite_consumer(rocketmq, group, topic, seen.handle) as consumer:
+        await consumer.subscribe_lite("a")
+        await send(rocketmq, topic, [("a", b"a-1")])
+        await seen.wait_body("a", b"a-1")
+        await consumer.subscribe_lite("b")  # at run time
+        assert consumer.lite_topics == {"a", "b"}
+        await send(rocketmq, topic, [("b", b"b-1")])
+        await seen.wait_body("b", b"b-1")
+        await consumer.unsubscribe_lite("a")
+        assert consumer.lite_topics == {"b"}
+        await send(rocketmq, topic, [("a", b"a-2"), ("b", b"b-2")])
+        await seen.wait_body("b", b"b-2")
+        later = Seen()
+        async with lite_consumer(rocketmq, group, topic, later.handle) as member:
+            await member.subscribe_lite("a")
+            await later.wait_body("a", b"a-2")
+    assert seen.by_lite == {"a": [b"a-1"], "b": [b"b-1", b"b-2"]}
+    assert later.by_lite == {"a": [b"a-2"]}
+
+
+async def test_many_small_lite_topics(
+    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """200 lite topics, a few messages each, one consumer subscribed to all: every
+    message arrives once, each lite topic in order."""
+    rocketmq = lite_brokers
+    topic, group = unique_name("lite"), unique_name("g")
+    await lite_setup(rocketmq, topic, group)
+    names = [f"user-{i}" for i in range(200)]
+    seen = Seen()
+    consumer = lite_consumer(rocketmq, group, topic, seen.handle)
+    for name in names[:100]:  # half before the start (one COMPLETE_ADD), half after
+        await consumer.subscribe_lite(name)
+    async with consumer:
+        for name in names[100:]:
+            await consumer.subscribe_lite(name)
+        assert consumer.lite_topics == set(names)
+        items = [(name, f"{name}/{i}".encode()) for i in range(3) for name in names]
+        await send(rocketmq, topic, items)
+        await seen.wait(len(items), timeout=60)
+    assert seen.count == len(items)
+    assert {name: seen.by_lite[name] for name in names} == {
+        name: [f"{name}/{i}".encode() for i in range(3)] for name in names
+    }
+
+
+async def test_a_failed_message_is_retried_in_place_then_dead_lettered(
+    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A handler failure is retried in its lite topic (the next message waits), with
+    ``delivery_attempt`` counting; at max attempts it goes to the group's DLQ and the
+    lite topic moves on. What was acked is not delivered again."""
+    rocketmq = lite_brokers
+    topic, group = unique_name("lite"), unique_name("g")
+    await lite_setup(rocketmq, topic, group)
+    order: list[tuple[bytes, int]] = []
+    done = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        order.append((msg.body, msg.delivery_attempt))
+        if msg.body == b"last":
+            done.set()
+        failing = msg.body == b"poison" or (msg.body == b"flaky" and msg.delivery_attempt < 2)
+        if failing:
+            raise RuntimeError("handler failed")
+
+    settings = {"max_reconsume_times": 2, "suspend_current_queue_time": 0.2}
+    async with lite_consumer(rocketmq, group, topic, handle, **settings) as consumer:
+        await consumer.subscribe_lite("a")
+        await send(rocketmq, topic, [("a", b) for b in (b"flaky", b"poison", b"last")])
+        with anyio.fail_after(30):
+            await done.wait()
+    assert order == [
+        (b"flaky", 1), (b"flaky", 2), (b"poison", 1), (b"poison", 2), (b"poison", 3),
+        (b"last", 1),
+    ]
+    with anyio.fail_after(30):
+        while b"poison" not in await _dead_letters(rocketmq, group):  # noqa: ASYNC110
+            await anyio.sleep(0.2)  # the DLQ is polled: nothing to wait on
+    again = Seen()  # everything was settled: a new member of the group gets nothing old
+    async with lite_consumer(rocketmq, group, topic, again.handle) as member:
+        await member.subscribe_lite("a")
+        await send(rocketmq, topic, [("a", b"fresh")])
+        await again.wait_body("a", b"fresh")
+    assert again.by_lite == {"a": [b"fresh"]}
+
+
+async def test_messages_unsettled_at_close_come_back(
+    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """At-least-once across a close: a consumer whose handler is stuck is closed (the
+    handler cancelled after shutdown_timeout); what it did not finish is handed back
+    and the next member gets it, nothing lost."""
+    rocketmq = lite_brokers
+    topic, group = unique_name("lite"), unique_name("g")
+    await lite_setup(rocketmq, topic, group)
+    finished: list[bytes] = []
+    started = anyio.Event()
+
+    async def stuck(msg: ConsumerMessage) -> None:
+        if msg.body == b"m-3":
+            started.set()
+            await anyio.sleep_forever()
+        finished.append(msg.body)
+
+    bodies = [f"m-{i}".encode() for i in range(10)]
+    consumer = lite_consumer(rocketmq, group, topic, stuck, shutdown_timeout=0.5)
+    await consumer.subscribe_lite("a")
+    async with consumer:
+        await send(rocketmq, topic, [("a", b) for b in bodies])
+        with anyio.fail_after(30):
+            await started.wait()
+    assert finished == bodies[:3]
+    rest = Seen()
+    async with lite_consumer(rocketmq, group, topic, rest.handle) as member:
+        await member.subscribe_lite("a")
+        await rest.wait(7)
+    assert finished + rest.by_lite["a"] == bodies
+
+
+async def test_the_group_quota_of_lite_subscriptions(
+    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A group allowing 2 lite subscriptions per client refuses the third: the
+    subscription fails with LiteQuotaExceededError and the set is unchanged."""
+    rocketmq = lite_brokers
+    topic, group = unique_name("lite"), unique_name("g")
+    async with Admin(rocketmq.namesrv_addr) as admin:
+        await admin.create_topic(topic, queues=2, message_type="LITE")
+        config = await admin.create_group(group, lite_bind_topic=topic, lite_quota=2)
+        assert config.lite_quota == 2
+    async with lite_consumer(rocketmq, group, topic) as consumer:
+        await consumer.subscribe_lite("a")
+        await consumer.subscribe_lite("b")
+        with pytest.raises(LiteQuotaExceededError):
+            await consumer.subscribe_lite("c")
+        assert consumer.lite_topics == {"a", "b"}
