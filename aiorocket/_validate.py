@@ -25,6 +25,7 @@ TOPIC_MAX_LENGTH = 127
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 #: the longest lite topic a 5.5 server takes by default (the Proxy's max_lite_topic_size)
 LITE_TOPIC_MAX_LENGTH = 64
+_LITE_TOPIC_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
 
 
 def check_topic(topic: str) -> None:
@@ -37,16 +38,19 @@ def check_topic(topic: str) -> None:
 
 
 def check_lite_topic(lite_topic: object, max_length: int = LITE_TOPIC_MAX_LENGTH) -> None:
-    """A lite topic name: a non-blank string without whitespace, of at most ``max_length``
-    characters (the server's limit; RocketMQ 5.5's default is 64)."""
-    if not isinstance(lite_topic, str) or not lite_topic.strip():
+    """A lite topic name as the 5.5 Proxy accepts it (ILLEGAL_LITE_TOPIC otherwise):
+    letters, digits, ``-`` and ``_``, at most ``max_length`` characters (the server's
+    limit; 64 by default). The brokers take the same names over remoting."""
+    if not isinstance(lite_topic, str) or not lite_topic:
         raise ConfigError(f"a lite topic must be a non-empty string, not {lite_topic!r}")
     if len(lite_topic) > max_length:
         raise ConfigError(
             f"lite topic {lite_topic[:20]!r}... is longer than {max_length} characters"
         )
-    if any(c.isspace() for c in lite_topic):
-        raise ConfigError(f"lite topic {lite_topic!r} must not contain whitespace")
+    if not _LITE_TOPIC_RE.match(lite_topic):
+        raise ConfigError(
+            f"lite topic {lite_topic!r} may only contain letters, digits, '-' and '_'"
+        )
 
 
 def check_body(msg: Message, max_size: int) -> None:

@@ -83,7 +83,13 @@ def _config_lines(c: GroupConfig) -> list[str]:
         f"{yes_no[c.broadcast_enable]}, orderly (FIFO): {yes_no[c.orderly]}",
         f"  retry max times: {c.retry_max_times}, retry policy: {_policy_text(c)}, "
         f"POP consume timeout: {c.consume_timeout_minutes} min",
-    ] + ([f"  lite group of {c.lite_bind_topic}"] if c.lite_bind_topic else [])
+    ] + ([_lite_line(c)] if c.lite_bind_topic else [])
+
+
+def _lite_line(c: GroupConfig) -> str:
+    quota = c.lite_quota
+    per_client = "the broker's default" if quota is None else "no limit" if quota < 0 else quota
+    return f"  lite group of {c.lite_bind_topic}, lite topics per client: {per_client}"
 
 
 def _lag_rows(lag: GroupLag | None) -> list[dict[str, Any]]:

@@ -154,7 +154,7 @@ def resolve(rmq_version: str | None, refresh: bool) -> None:
     "--type",
     "message_type",
     type=click.Choice(
-        ["NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY"], case_sensitive=False
+        ["NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "LITE"], case_sensitive=False
     ),
     help="The topic's 5.x message type.",
 )

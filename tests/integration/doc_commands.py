@@ -154,8 +154,8 @@ def rewrite(results: dict[int, tuple[int, list[str]]]) -> str:
 
 # -- the state the doc's sessions assume, and what runs beside some commands ---------------
 
-TOPICS = ["shop-orders", "shop-temp", "%DLQ%shop-refunds", "%RETRY%shop-refunds"]
-GROUPS = ["shop-billing", "shop-audit", "shop-refunds", "shop-mailer"]
+TOPICS = ["shop-orders", "shop-temp", "shop-chat", "%DLQ%shop-refunds", "%RETRY%shop-refunds"]
+GROUPS = ["shop-billing", "shop-audit", "shop-refunds", "shop-mailer", "shop-chat-readers"]
 
 
 async def fresh_state(namesrv: str) -> None:
