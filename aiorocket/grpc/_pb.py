@@ -54,12 +54,15 @@ __all__ = [
     "HeartbeatRequest",
     "HeartbeatResponse",
     "Language",
+    "LiteSubscriptionAction",
     "Message",
     "MessageQueue",
     "MessageType",
     "Metric",
     "NotifyClientTerminationRequest",
     "NotifyClientTerminationResponse",
+    "NotifyUnsubscribeLiteCommand",
+    "OffsetOption",
     "Permission",
     "PrintThreadStackTraceCommand",
     "Publishing",
@@ -79,6 +82,8 @@ __all__ = [
     "Status",
     "Subscription",
     "SubscriptionEntry",
+    "SyncLiteSubscriptionRequest",
+    "SyncLiteSubscriptionResponse",
     "SystemProperties",
     "TelemetryCommand",
     "ThreadStackTrace",
@@ -108,6 +113,8 @@ class ClientType(_Enum):
     PUSH_CONSUMER = 2
     SIMPLE_CONSUMER = 3
     PULL_CONSUMER = 4
+    LITE_PUSH_CONSUMER = 5
+    LITE_SIMPLE_CONSUMER = 6
 
 
 class FilterType(_Enum):
@@ -202,6 +209,8 @@ class Code(_Enum):
     CLIENT_ID_REQUIRED = 40017
     ILLEGAL_POLLING_TIME = 40018
     ILLEGAL_OFFSET = 40019
+    ILLEGAL_LITE_TOPIC = 40020
+    INVALID_CLIENT_PROPERTIES = 40021
     UNAUTHORIZED = 40100
     PAYMENT_REQUIRED = 40200
     FORBIDDEN = 40300
@@ -216,6 +225,8 @@ class Code(_Enum):
     MESSAGE_BODY_EMPTY = 41302
     PRECONDITION_FAILED = 42800
     TOO_MANY_REQUESTS = 42900
+    LITE_TOPIC_QUOTA_EXCEEDED = 42901
+    LITE_SUBSCRIPTION_QUOTA_EXCEEDED = 42902
     REQUEST_HEADER_FIELDS_TOO_LARGE = 43100
     MESSAGE_PROPERTIES_TOO_LARGE = 43101
     INTERNAL_ERROR = 50000
@@ -384,6 +395,10 @@ class Subscription(betterproto.Message):
     fifo: bool | None = betterproto.bool_field(3, optional=True)
     receive_batch_size: int | None = betterproto.int32_field(4, optional=True)
     long_polling_timeout: timedelta | None = betterproto.message_field(5, optional=True)
+    #: lite push consumers: how many lite topics one client may subscribe to
+    lite_subscription_quota: int | None = betterproto.int32_field(6, optional=True)
+    #: lite push consumers: the longest lite topic name
+    max_lite_topic_size: int | None = betterproto.int32_field(7, optional=True)
 
 
 @dataclass(eq=False, repr=False)
@@ -475,6 +490,7 @@ class ReceiveMessageResponse(betterproto.Message):
 class AckMessageEntry(betterproto.Message):
     message_id: str = betterproto.string_field(1)
     receipt_handle: str = betterproto.string_field(2)
+    lite_topic: str | None = betterproto.string_field(3, optional=True)
 
 
 @dataclass(eq=False, repr=False)
@@ -505,6 +521,7 @@ class ForwardMessageToDeadLetterQueueRequest(betterproto.Message):
     message_id: str = betterproto.string_field(4)
     delivery_attempt: int = betterproto.int32_field(5)
     max_delivery_attempts: int = betterproto.int32_field(6)
+    lite_topic: str | None = betterproto.string_field(7, optional=True)
 
 
 @dataclass(eq=False, repr=False)
@@ -579,6 +596,13 @@ class RecoverOrphanedTransactionCommand(betterproto.Message):
 
 
 @dataclass(eq=False, repr=False)
+class NotifyUnsubscribeLiteCommand(betterproto.Message):
+    """The server dropped this client's subscription to ``lite_topic``."""
+
+    lite_topic: str = betterproto.string_field(1)
+
+
+@dataclass(eq=False, repr=False)
 class TelemetryCommand(betterproto.Message):
     status: Status | None = betterproto.message_field(1, optional=True)
     settings: Settings | None = betterproto.message_field(2, group="command")
@@ -594,6 +618,9 @@ class TelemetryCommand(betterproto.Message):
     )
     verify_message_command: VerifyMessageCommand | None = betterproto.message_field(
         7, group="command"
+    )
+    notify_unsubscribe_lite_command: NotifyUnsubscribeLiteCommand | None = (
+        betterproto.message_field(9, group="command")
     )
 
 
@@ -614,9 +641,48 @@ class ChangeInvisibleDurationRequest(betterproto.Message):
     receipt_handle: str = betterproto.string_field(3)
     invisible_duration: timedelta = betterproto.message_field(4)
     message_id: str = betterproto.string_field(5)
+    lite_topic: str | None = betterproto.string_field(6, optional=True)
+    #: lite: the server does not count this postponement as a delivery attempt
+    suspend: bool | None = betterproto.bool_field(7, optional=True)
 
 
 @dataclass(eq=False, repr=False)
 class ChangeInvisibleDurationResponse(betterproto.Message):
     status: Status = betterproto.message_field(1)
     receipt_handle: str = betterproto.string_field(2)
+
+
+# -- lite topics (RIP-83, rocketmq-apis 2.1.0+; Apache RocketMQ 5.5.0) --------------
+
+
+class LiteSubscriptionAction(_Enum):
+    PARTIAL_ADD = 0
+    PARTIAL_REMOVE = 1
+    COMPLETE_ADD = 2
+    COMPLETE_REMOVE = 3
+
+
+@dataclass(eq=False, repr=False)
+class OffsetOption(betterproto.Message):
+    """Where a new lite subscription starts (one of the four)."""
+
+    policy: int | None = betterproto.enum_field(1, group="offset_type")  # LAST/MIN/MAX
+    offset: int | None = betterproto.int64_field(2, group="offset_type")
+    tail_n: int | None = betterproto.int64_field(3, group="offset_type")
+    timestamp: int | None = betterproto.int64_field(4, group="offset_type")
+
+
+@dataclass(eq=False, repr=False)
+class SyncLiteSubscriptionRequest(betterproto.Message):
+    action: LiteSubscriptionAction = betterproto.enum_field(1)
+    #: the parent (bind) topic
+    topic: Resource = betterproto.message_field(2)
+    group: Resource = betterproto.message_field(3)
+    lite_topic_set: list[str] = betterproto.string_field(4)
+    version: int | None = betterproto.int64_field(5, optional=True)
+    offset_option: OffsetOption | None = betterproto.message_field(6, optional=True)
+
+
+@dataclass(eq=False, repr=False)
+class SyncLiteSubscriptionResponse(betterproto.Message):
+    status: Status = betterproto.message_field(1)
