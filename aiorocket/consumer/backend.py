@@ -179,6 +179,7 @@ def grpc_source(
         from aiorocket.grpc._transport import with_security
 
         cfg = state.config
+        lite = state.lite  # its one subscription is its bind topic
         session = SimpleConsumer(
             state.group, endpoint,
             {topic: sub.expression for topic, sub in state.subscriptions.items()},
@@ -186,9 +187,12 @@ def grpc_source(
             await_duration=min(max(cfg.long_poll_timeout, 5.0), 20.0),
             request_timeout=cfg.request_timeout,
             options=with_security(options, cfg.credentials, cfg.tls, cfg.namespace),
-            client_id=client_id, client_type=pb.ClientType.PUSH_CONSUMER,
+            client_id=client_id,
+            client_type=(
+                pb.ClientType.PUSH_CONSUMER if lite is None else pb.ClientType.LITE_PUSH_CONSUMER
+            ),
         )  # fmt: skip
-        return GrpcSource(session, state.log)
+        return GrpcSource(session, state.log, lite)
 
     return make
 

@@ -26,6 +26,7 @@ from aiorocket.grpc import _pb as pb
 from aiorocket.message import (
     KEY_SEPARATOR,
     PROPERTY_KEYS,
+    PROPERTY_LITE_TOPIC,
     PROPERTY_SHARDING_KEY,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
@@ -74,6 +75,8 @@ class Outgoing:
     body: bytes
     #: a priority message's priority (5.4+)
     priority: int | None = None
+    #: a lite message's lite topic (5.5+)
+    lite_topic: str | None = None
 
 
 def prepare(
@@ -100,10 +103,19 @@ def prepare(
         raise ConfigError(f"properties {sorted(clash)} are set through the message's fields")
     user = dict(msg.properties)
     msg_id = user.pop(PROPERTY_UNIQ_KEY, None) or create_unique_id()
+    lite = msg.lite_topic
+    if lite is not None and (
+        transactional or message_group is not None or msg.deliver_time_ms is not None
+        or msg.priority is not None
+    ):  # fmt: skip
+        # The Proxy types a message by one of these; a lite message is none of the others.
+        raise ConfigError("a lite message cannot be transactional, FIFO, delayed or prioritised")
     if transactional:
         if message_group is not None or msg.deliver_time_ms is not None:
             raise ConfigError("a transactional message cannot be FIFO or delayed")
         mtype = pb.MessageType.TRANSACTION
+    elif lite is not None:
+        mtype = pb.MessageType.LITE
     elif message_group is not None:
         if msg.deliver_time_ms is not None:
             raise ConfigError("a FIFO message (sharding_key) cannot be delayed")
@@ -128,6 +140,7 @@ def prepare(
         delivery_ms=msg.deliver_time_ms,
         body=bytes(msg.body),
         priority=msg.priority,
+        lite_topic=lite,
     )
 
 
@@ -145,6 +158,7 @@ def to_pb_message(out: Outgoing) -> pb.Message:
         message_group=out.message_group,
         delivery_timestamp=None if out.delivery_ms is None else ms_to_datetime(out.delivery_ms),
         priority=out.priority,
+        lite_topic=out.lite_topic,
     )
     return pb.Message(
         topic=pb.Resource(resource_namespace=out.namespace, name=wrap(out.namespace, out.topic)),
@@ -156,7 +170,7 @@ def to_pb_message(out: Outgoing) -> pb.Message:
 
 def properties_of(
     user: Mapping[str, str], tag: str | None, keys: list[str], message_id: str,
-    message_group: str | None = None,
+    message_group: str | None = None, lite_topic: str | None = None,
 ) -> dict[str, str]:  # fmt: skip
     """The properties a remoting consumer would see for these system fields."""
     props = dict(user)
@@ -168,6 +182,8 @@ def properties_of(
         props[PROPERTY_UNIQ_KEY] = message_id
     if message_group:
         props.setdefault(PROPERTY_SHARDING_KEY, message_group)
+    if lite_topic:  # as a remoting consumer reads it (MessageExt.lite_topic)
+        props[PROPERTY_LITE_TOPIC] = lite_topic
     return props
 
 

@@ -98,6 +98,8 @@ def encode_message(out: Outgoing) -> bytes:
         sysp += _len(0x5A, _timestamp(out.delivery_ms))  # 11
     if out.message_group is not None:
         sysp += b"\x8a\x01" + _uvarint(len(g := out.message_group.encode())) + g  # 17
+    if out.lite_topic is not None:
+        sysp += b"\xaa\x01" + _uvarint(len(lt := out.lite_topic.encode())) + lt  # 21
     if out.priority is not None:
         sysp += b"\xb0\x01" + _int(out.priority)  # 22
     body = _len(0x0A, _resource(out.namespace, out.topic))  # 1 topic
@@ -133,14 +135,18 @@ def send_request(messages: Iterable[bytes]) -> RawRequest:
 
 
 def ack_request(
-    namespace: str, group: str, topic: str, entries: Iterable[tuple[str, str]]
+    namespace: str, group: str, topic: str, entries: Iterable[tuple[str, str, str | None]]
 ) -> RawRequest:
-    """AckMessageRequest{group, topic, entries[(message_id, receipt_handle)]}."""
+    """AckMessageRequest{group, topic, entries[(message_id, receipt_handle, lite_topic)]}
+    (``lite_topic`` None but for a lite message: the Proxy accepts a lite message's ack
+    without it and ignores it, so the message comes back)."""
     data = _len(0x0A, _resource(namespace, group)) + _len(0x12, _resource(namespace, topic))
-    for message_id, handle in entries:
+    for message_id, handle, lite_topic in entries:
         entry = (_str(0x0A, message_id) if message_id else b"") + (
             _str(0x12, handle) if handle else b""
         )
+        if lite_topic is not None:
+            entry += _str(0x1A, lite_topic)  # 3, optional: written even when empty
         data += _len(0x1A, entry)
     return RawRequest(data)
 

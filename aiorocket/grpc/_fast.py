@@ -132,6 +132,7 @@ def decode_message(buf: bytes, pos: int = 0, end: int | None = None) -> Received
     message_id = born_host = store_host = ""
     receipt_handle = ""
     message_group: str | None = None
+    lite_topic: str | None = None
     encoding = queue_id = queue_offset = 0
     born_ms = store_ms = delivery_ms = 0
     attempt = 0
@@ -184,6 +185,8 @@ def decode_message(buf: bytes, pos: int = 0, end: int | None = None) -> Received
                             message_group = buf[pos:fend].decode()
                         elif field == 11:
                             delivery_ms = _timestamp_ms(buf, pos, fend)
+                        elif field == 21:
+                            lite_topic = buf[pos:fend].decode()
                         pos = fend
                     elif wire == 0:
                         v = buf[pos]
@@ -228,7 +231,7 @@ def decode_message(buf: bytes, pos: int = 0, end: int | None = None) -> Received
     return ReceivedMessage(
         topic=topic,
         body=decode_body(body, encoding),
-        properties=properties_of(user, tag, keys, message_id, message_group),
+        properties=properties_of(user, tag, keys, message_id, message_group, lite_topic),
         queue_id=queue_id,
         queue_offset=queue_offset,
         commit_log_offset=0,

@@ -74,7 +74,8 @@ def message_ext(
         topic=msg.topic.name,
         body=decode_body(msg.body, sp.body_encoding),
         properties=properties_of(
-            msg.user_properties, sp.tag, sp.keys, sp.message_id, sp.message_group
+            msg.user_properties, sp.tag, sp.keys, sp.message_id, sp.message_group,
+            sp.lite_topic,
         ),
         queue_id=sp.queue_id,
         queue_offset=sp.queue_offset or 0,

@@ -36,10 +36,12 @@ from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._transport import GrpcTransport, check_status
 from aiorocket.namespace import wrap
 
-__all__ = ["OrphanHandler", "Session", "ensure_asyncio"]
+__all__ = ["LiteDropHandler", "OrphanHandler", "Session", "ensure_asyncio"]
 
 #: Handles one RecoverOrphanedTransactionCommand (the producer answers it).
 OrphanHandler = Callable[[pb.RecoverOrphanedTransactionCommand], Coroutine[Any, Any, None]]
+#: Told the lite topic the Proxy dropped from this (lite) consumer's subscriptions.
+LiteDropHandler = Callable[[str], None]
 
 _ROUTE_TTL = 30.0
 
@@ -109,6 +111,8 @@ class Session:
         self.group = group
         self.heartbeat_interval = heartbeat_interval
         self.on_orphan = on_orphan
+        #: a lite consumer's: the Proxy's NotifyUnsubscribeLiteCommand
+        self.on_lite_dropped: LiteDropHandler | None = None
         self.version = version
         self.log = get_logger(
             "grpc", client_id=transport.client_id, endpoint=transport.endpoint, group=group
@@ -262,6 +266,10 @@ class Session:
         elif kind == "recover_orphaned_transaction_command":
             if self.on_orphan is not None and self._tg is not None:
                 self._tg.start_soon(self.on_orphan, value)
+        elif kind == "notify_unsubscribe_lite_command":
+            self.log.info("lite_unsubscribed_by_proxy", lite_topic=value.lite_topic)
+            if self.on_lite_dropped is not None and value.lite_topic:
+                self.on_lite_dropped(value.lite_topic)
         elif kind == "print_thread_stack_trace_command":
             reply = pb.ThreadStackTrace(nonce=value.nonce, thread_stack_trace="(asyncio client)")
             await stream.send_message(

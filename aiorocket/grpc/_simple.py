@@ -44,6 +44,10 @@ class Receipt(Protocol):
     message_id: str
     receipt_handle: str
 
+    @property
+    def lite_topic(self) -> str | None:
+        """A lite message's lite topic: its settling requests must name it."""
+
 
 class SimpleConsumer:
     """Receives, acks and postpones messages of a consumer group through a Proxy.
@@ -261,7 +265,7 @@ class SimpleConsumer:
             raise ConfigError("messages acked together must share one topic")
         req = ack_request(
             self.transport.namespace, self.group, topic,
-            [(m.message_id, m.receipt_handle) for m in msgs],
+            [(m.message_id, m.receipt_handle, m.lite_topic) for m in msgs],
         )  # fmt: skip
         resp = await self.transport.unary("AckMessage", req, FastAckResponse)
         check_status(resp.status, "AckMessage")
@@ -278,6 +282,7 @@ class SimpleConsumer:
             receipt_handle=message.receipt_handle,
             invisible_duration=timedelta(seconds=seconds),
             message_id=message.message_id,
+            lite_topic=message.lite_topic,
         )
         resp = await self.transport.unary(
             "ChangeInvisibleDuration", req, pb.ChangeInvisibleDurationResponse
@@ -298,6 +303,7 @@ class SimpleConsumer:
             message_id=message.message_id,
             delivery_attempt=delivery_attempt,
             max_delivery_attempts=max_delivery_attempts,
+            lite_topic=message.lite_topic,
         )
         resp = await self.transport.unary(
             "ForwardMessageToDeadLetterQueue", req, pb.ForwardMessageToDeadLetterQueueResponse

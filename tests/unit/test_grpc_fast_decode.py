@@ -53,6 +53,7 @@ def messages(draw: st.DrawFn) -> pb.Message:
         invisible_duration=draw(st.none() | st.just(timedelta(seconds=30))),
         delivery_attempt=draw(st.none() | st.integers(0, 2**31 - 1)),
         message_group=draw(st.none() | text),
+        lite_topic=draw(st.none() | text),
         trace_context=draw(st.none() | text),
     )
     return pb.Message(

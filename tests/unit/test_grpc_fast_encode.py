@@ -41,6 +41,7 @@ def outgoing(draw: st.DrawFn) -> Outgoing:
         delivery_ms=draw(st.none() | st.integers(0, 2**44)),
         body=draw(st.binary(max_size=64)),
         priority=draw(st.none() | st.integers(0, 2**31 - 1)),
+        lite_topic=draw(st.none() | text),
     )
 
 
@@ -53,16 +54,19 @@ def test_send_request_equals_betterproto(outs: list[Outgoing]) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(text, text, text, st.lists(st.tuples(text, text), max_size=4))
+@given(text, text, text, st.lists(st.tuples(text, text, st.none() | text), max_size=4))
 def test_ack_request_equals_betterproto(
-    ns: str, group: str, topic: str, entries: list[tuple[str, str]]
+    ns: str, group: str, topic: str, entries: list[tuple[str, str, str | None]]
 ) -> None:
     fast = ack_request(ns, group, topic, entries).SerializeToString()
     typed = pb.AckMessageRequest(
         # the names in the namespace: the Apache Proxy uses the name as given
         group=pb.Resource(resource_namespace=ns, name=wrap(ns, group)),
         topic=pb.Resource(resource_namespace=ns, name=wrap(ns, topic)),
-        entries=[pb.AckMessageEntry(message_id=m, receipt_handle=h) for m, h in entries],
+        entries=[
+            pb.AckMessageEntry(message_id=m, receipt_handle=h, lite_topic=lt)
+            for m, h, lt in entries
+        ],
     )
     assert pb.AckMessageRequest().parse(fast).to_dict() == typed.to_dict()
 

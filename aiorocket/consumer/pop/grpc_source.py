@@ -11,19 +11,31 @@ an Apache RocketMQ defect (5.3-5.5, apache/rocketmq#9583): after
 ChangeInvisibleDuration, an ack of any but the first message of a receive batch is
 accepted and then ignored, and the message comes back. (Over remoting the client builds
 the new check point itself, correctly: ``aiorocket.client.pop``.)
+
+A lite consumer (``lite`` given) is a LITE_PUSH_CONSUMER of its bind topic: it keeps its
+lite subscriptions on the Proxy (``sync_lite``), its messages are FIFO per lite topic
+(each one's ``message_group`` is its lite topic) and every settling request names the
+lite topic: the Proxy accepts a lite message's ack without it, and ignores it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from aiorocket._log import Logger
 from aiorocket.errors import ProxyResponseError, RocketMQError
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._encode import FastAckResponse, ack_request
+from aiorocket.grpc._lite import sync_lite_subscription
 from aiorocket.grpc._push_message import pop_message
 from aiorocket.grpc._session import backoff_delays, ensure_asyncio
 from aiorocket.grpc._simple import SimpleConsumer
 from aiorocket.grpc._transport import check_status
 from aiorocket.received import PopMessage
+
+if TYPE_CHECKING:
+    from aiorocket.consumer.pop.lite import LiteAction, LiteSubscriptions
 
 __all__ = ["RECEIVERS", "GrpcSource"]
 
@@ -44,9 +56,13 @@ class GrpcSource:
         The (not yet started) session, a push consumer's ``SimpleConsumer``.
     log:
         The consumer's logger.
+    lite:
+        A lite consumer's subscriptions (the session subscribes to their bind topic).
     """
 
-    def __init__(self, session: SimpleConsumer, log: Logger) -> None:
+    def __init__(
+        self, session: SimpleConsumer, log: Logger, lite: LiteSubscriptions | None = None
+    ) -> None:
         self.session = session
         self.group = session.group
         self._log = log
@@ -55,6 +71,9 @@ class GrpcSource:
         self.fifo = False
         self.server_max_attempts = 0
         self._backoff = backoff_delays(None)
+        self.lite = lite
+        if lite is not None:
+            session.session.on_lite_dropped = lite.on_unsubscribed
 
     @property
     def client_id(self) -> str:
@@ -72,7 +91,12 @@ class GrpcSource:
         session = self.session
         await session.__aenter__()
         sub = session.session.subscription()
-        self.fifo = bool(sub is not None and sub.fifo)
+        self.fifo = bool(sub is not None and sub.fifo) or self.lite is not None
+        if self.lite is not None and sub is not None:
+            if sub.lite_subscription_quota is not None:
+                self.lite.quota = sub.lite_subscription_quota
+            if sub.max_lite_topic_size:
+                self.lite.max_length = sub.max_lite_topic_size
         policy = session.session.retry_policy()
         self.server_max_attempts = policy.max_attempts if policy is not None else 0
         self._backoff = backoff_delays(policy)
@@ -95,11 +119,24 @@ class GrpcSource:
             self.session.auto_renew = self.server_renews = False
             self._log.info("proxy_does_not_renew", renewer="client", invisible_duration=invisible)
             return []
-        return [pop_message(r) for r in received]
+        out = [pop_message(r) for r in received]
+        if self.lite is not None:
+            for m in out:  # a lite topic is delivered in order: one FIFO queue each
+                m.message_group = m.lite_topic
+        return out
+
+    async def sync_lite(self, action: LiteAction, lite_topics: Collection[str]) -> None:
+        assert self.lite is not None, "not a lite consumer"
+        await sync_lite_subscription(
+            self.session, self.lite.bind_topic, pb.LiteSubscriptionAction[action.value],
+            lite_topics,
+        )  # fmt: skip
 
     async def ack(self, topic: str, messages: list[PopMessage]) -> int:
         c = self.session
-        handles = [(m.message_id, m.receipt_handle) for m in messages]
+        lite = self.lite is not None
+        handles = [(m.message_id, m.receipt_handle, m.lite_topic if lite else None)
+                   for m in messages]  # fmt: skip
         req = ack_request(c.transport.namespace, c.group, topic, handles)
         resp = await c.transport.unary("AckMessage", req, FastAckResponse)
         check_status(resp.status, "AckMessage")

@@ -1,0 +1,67 @@
+"""A lite consumer's subscription updates through the Proxy (RocketMQ 5.5, RIP-83).
+
+A lite push consumer (client type LITE_PUSH_CONSUMER) subscribes to its group's bind
+topic like any push consumer; which of the bind topic's lite topics it is served is a
+separate set it keeps on the Proxy with ``SyncLiteSubscription``. The Apache Proxy
+serves this only in cluster mode (5.5.0: in local mode it fails with a
+NullPointerException, reported as INTERNAL_SERVER_ERROR; see docs/consumer/lite.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from aiorocket.errors import (
+    ConfigError,
+    LiteQuotaExceededError,
+    ProxyResponseError,
+    UnsupportedTransportError,
+)
+from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._simple import SimpleConsumer
+from aiorocket.grpc._transport import check_status
+
+__all__ = ["sync_lite_subscription"]
+
+#: in the Apache Proxy's answer (5.5.0, local mode): it has no lite subscription service
+_NO_LITE_SERVICE = "getLiteSubscriptionService()"
+
+
+async def sync_lite_subscription(
+    consumer: SimpleConsumer,
+    bind_topic: str,
+    action: pb.LiteSubscriptionAction,
+    lite_topics: Collection[str],
+) -> None:
+    """Send one update of ``consumer``'s lite subscriptions of ``bind_topic``.
+
+    The Proxy's refusals become typed errors: over the group's quota
+    ``LiteQuotaExceededError``; a name it does not take (ILLEGAL_LITE_TOPIC: blank,
+    too long, other than letters, digits, ``-`` and ``_``) ``ConfigError``; a Proxy
+    without lite support (local mode) ``UnsupportedTransportError``.
+    """
+    c = consumer
+    req = pb.SyncLiteSubscriptionRequest(
+        action=action,
+        topic=c.session.resource(bind_topic),
+        group=c.session.resource(c.group),
+        lite_topic_set=sorted(lite_topics),
+    )
+    resp = await c.transport.unary("SyncLiteSubscription", req, pb.SyncLiteSubscriptionResponse)
+    try:
+        check_status(resp.status, "SyncLiteSubscription")
+    except ProxyResponseError as err:
+        if err.code == pb.Code.LITE_SUBSCRIPTION_QUOTA_EXCEEDED:
+            raise LiteQuotaExceededError(
+                f"the Proxy refused {action.name} {sorted(lite_topics)} of {bind_topic!r} for "
+                f"{c.group!r}: {err.message or 'lite subscription quota exceeded'}"
+            ) from err
+        if err.code == pb.Code.ILLEGAL_LITE_TOPIC:
+            raise ConfigError(f"lite topic refused by the Proxy: {err.message}") from err
+        if err.code == pb.Code.INTERNAL_SERVER_ERROR and _NO_LITE_SERVICE in err.message:
+            raise UnsupportedTransportError(
+                f"the Proxy {c.transport.endpoint} does not serve lite consumers (an Apache "
+                "Proxy in local mode: run it with -pm cluster), or consume over remoting "
+                f"(namesrv=...): {err.message}"
+            ) from err
+        raise
