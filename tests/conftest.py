@@ -98,6 +98,17 @@ def rocketmq() -> Iterator[LocalRocketMQ]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def lite_proxy(rocketmq: LocalRocketMQ) -> Iterator[str]:
+    """The gRPC address of a Proxy that serves lite consumers: one cluster-mode Proxy
+    for the session beside the cluster (the cluster's own Proxy runs in local mode, which
+    RocketMQ 5.5.0 does not let serve them; aiorocket.testing.cluster_proxy)."""
+    from aiorocket.testing.cluster_proxy import ClusterProxy
+
+    with ClusterProxy(rocketmq) as proxy:
+        yield proxy.grpc_addr
+
+
 @pytest.fixture
 def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
     """``unique_name("orders")`` -> a fresh topic/group name derived from the test name."""

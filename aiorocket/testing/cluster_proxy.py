@@ -26,6 +26,7 @@ from types import TracebackType
 
 import anyio
 
+from aiorocket.errors import RocketMQError
 from aiorocket.testing import _admin, _config, _maven
 from aiorocket.testing._procs import Proc, alive, pick_port, spawn, stop_all
 from aiorocket.testing.broker import HEALTH_TOPIC, BrokerStartError, LocalRocketMQ
@@ -83,7 +84,7 @@ class ClusterProxy:
             try:
                 if await _admin.get_route(self.remoting_addr, HEALTH_TOPIC) is not None:
                     return
-            except Exception:  # noqa: BLE001 - not listening yet / no route yet
+            except (RocketMQError, OSError):  # not listening yet / no route yet
                 pass
             await anyio.sleep(0.3)
         raise BrokerStartError(f"the cluster-mode Proxy was not ready within {timeout}s")
@@ -91,7 +92,7 @@ class ClusterProxy:
     def stop(self) -> None:
         if self._proc is not None:
             popens = {} if self._popen is None else {self._popen.pid: self._popen}
-            stop_all([self._proc], popens, timeout=10.0)
+            stop_all([self._proc], popens, timeout=3.0)  # keeps nothing worth a grace
             self._proc = self._popen = None
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
