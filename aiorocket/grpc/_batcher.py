@@ -8,7 +8,7 @@ to return and then leaves with every message that queued meanwhile (up to
 ``batch_max_bytes``). At low load nothing waits; under load, requests fill up by
 themselves. The Proxy stores a request's messages as one batch, in one queue.
 
-Only plain messages are batched: FIFO (a message group) and timed ones go alone. A
+Only plain messages are batched: FIFO (a message group), timed and lite ones go alone. A
 failed request fails each of its messages with the same error (after the retries of the
 server's policy).
 

@@ -251,10 +251,13 @@ class GrpcProducer:
         deadline = self._deadline(timeout)
         group = None if sharding_key is None else str(sharding_key)
         pbm = self._build(msg, group)
-        batcher = self._batcher if group is None and msg.deliver_time_ms is None else None
+        # FIFO, timed and lite messages go alone: the Proxy puts a request's messages in
+        # the queue of its first one's message group / lite topic.
+        alone = group is not None or msg.deliver_time_ms is not None or msg.lite_topic is not None
+        batcher = None if alone else self._batcher
 
         async def one() -> SendResult:
-            if batcher is not None:  # FIFO and timed messages go alone
+            if batcher is not None:
                 with anyio.move_on_after(deadline - time.monotonic()):
                     return await batcher.send(pbm, len(msg.body) + _OVERHEAD, deadline)
                 raise RequestTimeoutError(
@@ -298,6 +301,10 @@ class GrpcProducer:
         topic = messages[0].topic
         if any(m.topic != topic for m in messages):
             raise ConfigError("a batch's messages must share one topic")
+        if len({m.lite_topic for m in messages}) > 1:
+            # The Proxy stores a request in the queue of its first message's lite topic:
+            # the others' would wait on the wrong broker.
+            raise ConfigError("a batch's lite messages must share one lite topic")
         group = None if sharding_key is None else str(sharding_key)
         deadline = self._deadline(timeout)
         pbms = [self._build(m, group) for m in messages]

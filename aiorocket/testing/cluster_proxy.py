@@ -29,7 +29,7 @@ import anyio
 from aiorocket.errors import RocketMQError
 from aiorocket.testing import _admin, _config, _maven
 from aiorocket.testing._procs import Proc, alive, pick_port, spawn, stop_all
-from aiorocket.testing.broker import HEALTH_TOPIC, BrokerStartError, LocalRocketMQ
+from aiorocket.testing.broker import HEALTH_TOPIC, BrokerStartError, LocalRocketMQ, _run_blocking
 
 __all__ = ["ClusterProxy"]
 
@@ -70,7 +70,7 @@ class ClusterProxy:
         self.grpc_addr = f"127.0.0.1:{grpc}"
         self.remoting_addr = f"127.0.0.1:{remoting}"
         try:
-            anyio.run(self._await_ready, timeout)
+            _run_blocking(self._await_ready, timeout)
         except BaseException:
             self.stop()
             raise

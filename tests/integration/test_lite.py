@@ -3,16 +3,19 @@ message type LITE, messages sent to its lite topics, and lite consumers that sub
 and unsubscribe lite topics at run time (``Consumer(..., bind_topic=...)``,
 ``subscribe_lite`` / ``unsubscribe_lite``). Issue 33.
 
-Over remoting the consumer talks to the brokers (POP_LITE_MESSAGE, LITE_SUBSCRIPTION_CTL;
-aiorocket.client.lite). The brokers need ``enableLmq`` and ``enableMultiDispatch`` (the
-local cluster's config sets them; ``lite_brokers`` makes sure on a cluster started
-before).
+Each test runs over both transports (``lite``): over remoting the consumer talks to the
+brokers (POP_LITE_MESSAGE, LITE_SUBSCRIPTION_CTL; aiorocket.client.lite); over gRPC
+producer and consumer go through a Proxy in cluster mode (``lite_proxy``: 5.5.0's
+local-mode Proxy, the cluster's own, serves no lite consumer; test_lite_grpc.py). The
+brokers need ``enableLmq`` and ``enableMultiDispatch`` (the local cluster's config sets
+them; ``lite_brokers`` makes sure on a cluster started before).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -45,6 +48,22 @@ async def lite_brokers(rocketmq: LocalRocketMQ) -> AsyncIterator[LocalRocketMQ]:
     yield rocketmq
 
 
+@dataclass(frozen=True)
+class Lite:
+    """The transport a test's lite producers and consumers use."""
+
+    rocketmq: LocalRocketMQ
+    #: a cluster-mode Proxy's gRPC address (over gRPC), None over remoting
+    proxy: str | None
+
+
+@pytest.fixture(params=["remoting", "grpc"])
+def lite(request: pytest.FixtureRequest, lite_brokers: LocalRocketMQ) -> Lite:
+    if request.param == "remoting":
+        return Lite(lite_brokers, None)
+    return Lite(lite_brokers, request.getfixturevalue("lite_proxy"))
+
+
 async def lite_setup(rocketmq: LocalRocketMQ, topic: str, group: str) -> None:
     """The admin API creates the LITE parent topic and the group bound to it."""
     async with Admin(rocketmq.namesrv_addr) as admin:
@@ -54,16 +73,25 @@ async def lite_setup(rocketmq: LocalRocketMQ, topic: str, group: str) -> None:
 
 
 def lite_consumer(
-    rocketmq: LocalRocketMQ, group: str, topic: str, handler: Any = None, **settings: Any
+    lite: Lite, group: str, topic: str, handler: Any = None, **settings: Any
 ) -> Consumer:
+    # Over gRPC the Proxy holds a receive at least 5 s.
+    where: dict[str, Any] = (
+        {"namesrv": lite.rocketmq.namesrv_addr} if lite.proxy is None else {"proxy": lite.proxy}
+    )
     return Consumer(
-        group, rocketmq.namesrv_addr, handler=handler, bind_topic=topic, long_poll_timeout=2,
-        **settings,
+        group, **where, handler=handler, bind_topic=topic, long_poll_timeout=2, **settings,
     )  # fmt: skip
 
 
-async def send(rocketmq: LocalRocketMQ, topic: str, items: list[tuple[str, bytes]]) -> None:
-    async with Producer("lite-test-producer", rocketmq.namesrv_addr) as producer:
+def lite_producer(lite: Lite) -> Producer:
+    if lite.proxy is None:
+        return Producer("lite-test-producer", lite.rocketmq.namesrv_addr)
+    return Producer("lite-test-producer", proxy=lite.proxy)
+
+
+async def send(lite: Lite, topic: str, items: list[tuple[str, bytes]]) -> None:
+    async with lite_producer(lite) as producer:
         for lite_topic, body in items:
             await producer.send(Message(topic, body, lite_topic=lite_topic))
 
@@ -97,26 +125,26 @@ class Seen:
 
 
 async def test_a_lite_consumer_gets_exactly_its_lite_topics_in_order(
-    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+    lite: Lite, unique_name: Callable[[str], str]
 ) -> None:
     """Messages to three lite topics of one parent; a consumer subscribed to two of
     them gets exactly theirs, each lite topic in sending order; the third's messages
     are still there for a member that subscribes to it."""
-    rocketmq = lite_brokers
+    rocketmq = lite.rocketmq
     topic, group = unique_name("lite"), unique_name("g")
     await lite_setup(rocketmq, topic, group)
     seen = Seen()
-    consumer = lite_consumer(rocketmq, group, topic, seen.handle)
+    consumer = lite_consumer(lite, group, topic, seen.handle)
     with pytest.raises(ConfigError, match="subscribe_lite"):
         consumer.subscribe(topic)
     await consumer.subscribe_lite("a")
     await consumer.subscribe_lite("b")
     assert consumer.lite_topics == {"a", "b"}
     other = Seen()
-    async with consumer, lite_consumer(rocketmq, group, topic, other.handle) as member:
+    async with consumer, lite_consumer(lite, group, topic, other.handle) as member:
         await member.subscribe_lite("c")
         items = [(lt, f"{lt}-{i}".encode()) for i in range(10) for lt in ("a", "b", "c")]
-        await send(rocketmq, topic, items)
+        await send(lite, topic, items)
         await seen.wait(20)
         await other.wait(10)
     assert seen.by_lite["a"] == [f"a-{i}".encode() for i in range(10)]
@@ -126,46 +154,44 @@ async def test_a_lite_consumer_gets_exactly_its_lite_topics_in_order(
 
 
 async def test_subscribe_and_unsubscribe_at_run_time(
-    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+    lite: Lite, unique_name: Callable[[str], str]
 ) -> None:
     """A lite topic subscribed while running is delivered from then on; one unsubscribed
     is not: its message stays for the group, and a member that subscribes to it later
     gets it."""
-    rocketmq = lite_brokers
+    rocketmq = lite.rocketmq
     topic, group = unique_name("lite"), unique_name("g")
     await lite_setup(rocketmq, topic, group)
     seen = Seen()
-    async with lite_consumer(rocketmq, group, topic, seen.handle) as consumer:
+    async with lite_consumer(lite, group, topic, seen.handle) as consumer:
         await consumer.subscribe_lite("a")
-        await send(rocketmq, topic, [("a", b"a-1")])
+        await send(lite, topic, [("a", b"a-1")])
         await seen.wait_body("a", b"a-1")
         await consumer.subscribe_lite("b")  # at run time
         assert consumer.lite_topics == {"a", "b"}
-        await send(rocketmq, topic, [("b", b"b-1")])
+        await send(lite, topic, [("b", b"b-1")])
         await seen.wait_body("b", b"b-1")
         await consumer.unsubscribe_lite("a")
         assert consumer.lite_topics == {"b"}
-        await send(rocketmq, topic, [("a", b"a-2"), ("b", b"b-2")])
+        await send(lite, topic, [("a", b"a-2"), ("b", b"b-2")])
         await seen.wait_body("b", b"b-2")
         later = Seen()
-        async with lite_consumer(rocketmq, group, topic, later.handle) as member:
+        async with lite_consumer(lite, group, topic, later.handle) as member:
             await member.subscribe_lite("a")
             await later.wait_body("a", b"a-2")
     assert seen.by_lite == {"a": [b"a-1"], "b": [b"b-1", b"b-2"]}
     assert later.by_lite == {"a": [b"a-2"]}
 
 
-async def test_many_small_lite_topics(
-    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
-) -> None:
+async def test_many_small_lite_topics(lite: Lite, unique_name: Callable[[str], str]) -> None:
     """200 lite topics, a few messages each, one consumer subscribed to all: every
     message arrives once, each lite topic in order."""
-    rocketmq = lite_brokers
+    rocketmq = lite.rocketmq
     topic, group = unique_name("lite"), unique_name("g")
     await lite_setup(rocketmq, topic, group)
     names = [f"user-{i}" for i in range(200)]
     seen = Seen()
-    consumer = lite_consumer(rocketmq, group, topic, seen.handle)
+    consumer = lite_consumer(lite, group, topic, seen.handle)
     for name in names[:100]:  # half before the start (one COMPLETE_ADD), half after
         await consumer.subscribe_lite(name)
     async with consumer:
@@ -173,7 +199,7 @@ async def test_many_small_lite_topics(
             await consumer.subscribe_lite(name)
         assert consumer.lite_topics == set(names)
         items = [(name, f"{name}/{i}".encode()) for i in range(3) for name in names]
-        await send(rocketmq, topic, items)
+        await send(lite, topic, items)
         await seen.wait(len(items), timeout=60)
     assert seen.count == len(items)
     assert {name: seen.by_lite[name] for name in names} == {
@@ -182,12 +208,12 @@ async def test_many_small_lite_topics(
 
 
 async def test_a_failed_message_is_retried_in_place_then_dead_lettered(
-    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+    lite: Lite, unique_name: Callable[[str], str]
 ) -> None:
     """A handler failure is retried in its lite topic (the next message waits), with
     ``delivery_attempt`` counting; at max attempts it goes to the group's DLQ and the
     lite topic moves on. What was acked is not delivered again."""
-    rocketmq = lite_brokers
+    rocketmq = lite.rocketmq
     topic, group = unique_name("lite"), unique_name("g")
     await lite_setup(rocketmq, topic, group)
     order: list[tuple[bytes, int]] = []
@@ -201,10 +227,12 @@ async def test_a_failed_message_is_retried_in_place_then_dead_lettered(
         if failing:
             raise RuntimeError("handler failed")
 
-    settings = {"max_reconsume_times": 2, "suspend_current_queue_time": 0.2}
-    async with lite_consumer(rocketmq, group, topic, handle, **settings) as consumer:
+    settings: dict[str, Any] = {"max_reconsume_times": 2}
+    if lite.proxy is None:  # over gRPC the pause before a retry is the server's policy
+        settings["suspend_current_queue_time"] = 0.2
+    async with lite_consumer(lite, group, topic, handle, **settings) as consumer:
         await consumer.subscribe_lite("a")
-        await send(rocketmq, topic, [("a", b) for b in (b"flaky", b"poison", b"last")])
+        await send(lite, topic, [("a", b) for b in (b"flaky", b"poison", b"last")])
         with anyio.fail_after(30):
             await done.wait()
     assert order == [
@@ -215,20 +243,20 @@ async def test_a_failed_message_is_retried_in_place_then_dead_lettered(
         while b"poison" not in await _dead_letters(rocketmq, group):  # noqa: ASYNC110
             await anyio.sleep(0.2)  # the DLQ is polled: nothing to wait on
     again = Seen()  # everything was settled: a new member of the group gets nothing old
-    async with lite_consumer(rocketmq, group, topic, again.handle) as member:
+    async with lite_consumer(lite, group, topic, again.handle) as member:
         await member.subscribe_lite("a")
-        await send(rocketmq, topic, [("a", b"fresh")])
+        await send(lite, topic, [("a", b"fresh")])
         await again.wait_body("a", b"fresh")
     assert again.by_lite == {"a": [b"fresh"]}
 
 
 async def test_messages_unsettled_at_close_come_back(
-    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+    lite: Lite, unique_name: Callable[[str], str]
 ) -> None:
     """At-least-once across a close: a consumer whose handler is stuck is closed (the
     handler cancelled after shutdown_timeout); what it did not finish is handed back
     and the next member gets it, nothing lost."""
-    rocketmq = lite_brokers
+    rocketmq = lite.rocketmq
     topic, group = unique_name("lite"), unique_name("g")
     await lite_setup(rocketmq, topic, group)
     finished: list[bytes] = []
@@ -241,32 +269,32 @@ async def test_messages_unsettled_at_close_come_back(
         finished.append(msg.body)
 
     bodies = [f"m-{i}".encode() for i in range(10)]
-    consumer = lite_consumer(rocketmq, group, topic, stuck, shutdown_timeout=0.5)
+    consumer = lite_consumer(lite, group, topic, stuck, shutdown_timeout=0.5)
     await consumer.subscribe_lite("a")
     async with consumer:
-        await send(rocketmq, topic, [("a", b) for b in bodies])
+        await send(lite, topic, [("a", b) for b in bodies])
         with anyio.fail_after(30):
             await started.wait()
     assert finished == bodies[:3]
     rest = Seen()
-    async with lite_consumer(rocketmq, group, topic, rest.handle) as member:
+    async with lite_consumer(lite, group, topic, rest.handle) as member:
         await member.subscribe_lite("a")
         await rest.wait(7)
     assert finished + rest.by_lite["a"] == bodies
 
 
 async def test_the_group_quota_of_lite_subscriptions(
-    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+    lite: Lite, unique_name: Callable[[str], str]
 ) -> None:
     """A group allowing 2 lite subscriptions per client refuses the third: the
     subscription fails with LiteQuotaExceededError and the set is unchanged."""
-    rocketmq = lite_brokers
+    rocketmq = lite.rocketmq
     topic, group = unique_name("lite"), unique_name("g")
     async with Admin(rocketmq.namesrv_addr) as admin:
         await admin.create_topic(topic, queues=2, message_type="LITE")
         config = await admin.create_group(group, lite_bind_topic=topic, lite_quota=2)
         assert config.lite_quota == 2
-    async with lite_consumer(rocketmq, group, topic) as consumer:
+    async with lite_consumer(lite, group, topic) as consumer:
         await consumer.subscribe_lite("a")
         await consumer.subscribe_lite("b")
         with pytest.raises(LiteQuotaExceededError):

@@ -1,0 +1,114 @@
+"""Lite topics (RocketMQ 5.5, RIP-83) over gRPC, against real 5.5.0 Proxies. Issue 33.
+
+Lite messages are sent through the cluster's own Proxy (local mode); lite consumers
+need a Proxy in cluster mode (``lite_proxy``: RocketMQ 5.5.0's local-mode Proxy has no
+lite subscription service and cannot pop lite messages), which the session starts beside
+the cluster. The behaviours both transports share are tested over both in
+tests/integration/test_lite.py; here what is the Proxy's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from aiorocket.consumer import Consumer
+from aiorocket.errors import ConfigError, UnsupportedTransportError
+from aiorocket.message import Message
+from aiorocket.producer import Producer
+from aiorocket.testing import _admin
+from aiorocket.testing.broker import LocalRocketMQ
+from tests.integration.test_lite import (  # noqa: F401 (lite_brokers: a fixture)
+    Lite,
+    Seen,
+    lite_brokers,
+    lite_setup,
+    send,
+)
+
+#: the brokers dispatch lite messages (enableLmq, enableMultiDispatch)
+pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.usefixtures("lite_brokers")]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # grpclib
+
+
+def grpc_lite_consumer(
+    proxy: str, group: str, topic: str, handler: Any = None, **settings: Any
+) -> Consumer:
+    return Consumer(
+        group, proxy=proxy, handler=handler, bind_topic=topic, long_poll_timeout=5, **settings
+    )  # fmt: skip
+
+
+async def grpc_send(rocketmq: LocalRocketMQ, topic: str, items: list[tuple[str, bytes]]) -> None:
+    """Through the cluster's own Proxy: sending lite messages needs no cluster mode."""
+    await send(Lite(rocketmq, rocketmq.proxy_grpc), topic, items)
+
+
+async def test_grpc_exclusive_lite_topic_moves_and_the_first_client_is_told(
+    rocketmq: LocalRocketMQ, lite_proxy: str, unique_name: Callable[[str], str]
+) -> None:
+    """A group whose lite subscriptions are exclusive: when a second client subscribes
+    to a lite topic, the Proxy tells the first (notify_unsubscribe_lite_command), which
+    drops it from its set; the topic's messages go to the second."""
+    topic, group = unique_name("lite"), unique_name("g")
+    await lite_setup(rocketmq, topic, group)
+    config = _admin.group_config(
+        group, attributes={"+lite.bind.topic": topic, "+lite.sub.model": "Exclusive"}
+    )
+    for addr in rocketmq.broker_addrs.values():
+        await _admin.create_group_on(addr, config)
+    first, second = Seen(), Seen()
+    async with (
+        grpc_lite_consumer(lite_proxy, group, topic, first.handle) as one,
+        grpc_lite_consumer(lite_proxy, group, topic, second.handle) as two,
+    ):
+        await one.subscribe_lite("solo")
+        await two.subscribe_lite("solo")
+        with anyio.fail_after(30):
+            # The notice has no event of its own: poll the set it changes.
+            while "solo" in one.lite_topics:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        await grpc_send(rocketmq, topic, [("solo", b"s-0")])
+        await second.wait(1)
+    assert first.count == 0 and second.by_lite == {"solo": [b"s-0"]}
+
+
+async def test_a_local_mode_proxy_refuses_a_lite_consumer_clearly(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """The cluster's own Proxy (local mode) cannot serve a lite consumer in 5.5.0: the
+    start fails with UnsupportedTransportError naming the way out, not a NullPointerException."""
+    topic, group = unique_name("lite"), unique_name("g")
+    await lite_setup(rocketmq, topic, group)
+    consumer = grpc_lite_consumer(rocketmq.proxy_grpc, group, topic, Seen().handle)
+    await consumer.subscribe_lite("a")
+    with pytest.raises(UnsupportedTransportError, match="cluster"):
+        async with consumer:
+            pass
+
+
+async def test_grpc_lite_message_types_do_not_mix(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A lite message is of no other type (ConfigError before sending), and the Proxy
+    types the parent topic: a plain message to it is refused."""
+    topic = unique_name("lite")
+    await lite_setup(rocketmq, topic, unique_name("g"))
+    async with Producer("lite-grpc-producer", proxy=rocketmq.proxy_grpc) as producer:
+        with pytest.raises(ConfigError, match="lite"):
+            await producer.send(Message(topic, b"x", lite_topic="a", priority=1))
+        with pytest.raises(ConfigError):
+            await producer.send(Message(topic, b"x", lite_topic="a b"))
+        from aiorocket.errors import RocketMQError
+
+        with pytest.raises(RocketMQError, match="LITE"):
+            await producer.send(Message(topic, b"plain"))
+        result = await producer.send(Message(topic, b"ok", lite_topic="a"))
+        assert result.msg_id
