@@ -81,13 +81,17 @@ class LiteRequests(PopRequests):
         topic: str,
         action: str,
         lite_topics: Collection[str],
+        offset: tuple[str, int] | None = None,
     ) -> None:
         """LITE_SUBSCRIPTION_CTL: ``action`` (PARTIAL_ADD, PARTIAL_REMOVE, COMPLETE_ADD,
-        COMPLETE_REMOVE) of this client's lite subscriptions of ``topic`` on one broker."""
-        entry = {
+        COMPLETE_REMOVE) of this client's lite subscriptions of ``topic`` on one broker;
+        ``offset`` (type, value): where added ones start (the broker's OffsetOption)."""
+        entry: dict[str, object] = {
             "action": action, "clientId": client_id, "group": group, "topic": topic,
             "liteTopicSet": sorted(lite_topics), "version": time.time_ns() // 1_000_000,
         }  # fmt: skip
+        if offset is not None:
+            entry["offsetOption"] = {"type": offset[0], "value": offset[1]}
         body = json.dumps({"subscriptionSet": [entry]}).encode()
         resp = await self.broker.call(addr, LITE_SUBSCRIPTION_CTL, {}, body)
         if resp.code == LITE_SUBSCRIPTION_QUOTA_EXCEEDED:

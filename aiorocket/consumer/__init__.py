@@ -13,6 +13,7 @@ from aiorocket.consumer.allocation import (
 from aiorocket.consumer.config import ConsumeFromWhere, ConsumerConfig, MessageModel
 from aiorocket.consumer.consumer import BatchHandler, Consumer, MessageHandler
 from aiorocket.consumer.engine import RebalanceListener
+from aiorocket.consumer.pop.lite import LiteOffset
 from aiorocket.consumer.pull_consumer import PullConsumer
 from aiorocket.consumer.state import PullObserver
 from aiorocket.consumer.stats import QueueStats
@@ -35,6 +36,7 @@ __all__ = [
     "Consumer",
     "ConsumerConfig",
     "ConsumerMessage",
+    "LiteOffset",
     "MessageHandler",
     "MessageModel",
     "PullConsumer",

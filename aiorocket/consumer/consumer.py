@@ -41,7 +41,7 @@ from aiorocket.consumer.over_grpc import (
     check_remoting_consumer,
     choose_consume_mode,
 )
-from aiorocket.consumer.pop.lite import LiteSubscriptions
+from aiorocket.consumer.pop.lite import LiteOffset, LiteSubscriptions
 from aiorocket.consumer.state import ConsumerState, PullObserver
 from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
 from aiorocket.consumer.strategies import choose_delivery
@@ -260,15 +260,19 @@ class Consumer:
             raise ConfigError("not a lite consumer: create it with bind_topic=<a LITE topic>")
         return self._state.lite
 
-    async def subscribe_lite(self, lite_topic: str) -> None:
-        """Consume ``lite_topic`` of the bind topic too (messages sent to it from now on).
+    async def subscribe_lite(self, lite_topic: str, *, offset: LiteOffset | None = None) -> None:
+        """Consume ``lite_topic`` of the bind topic too: from where the group left it (one
+        the group never read: see [`LiteOffset`][aiorocket.consumer.LiteOffset]), or from
+        ``offset``
+        ([`LiteOffset`][aiorocket.consumer.LiteOffset]: earliest, an offset, the last n,
+        a time; again for a subscribed lite topic: its reading position moves).
 
         Before the start it is only noted (the start sends the whole set); after, every
         server takes it before this returns, or it raises and nothing changed:
         [`LiteQuotaExceededError`][aiorocket.errors.LiteQuotaExceededError] over the
         group's quota of lite subscriptions per client, a ``RocketMQError`` otherwise.
         """
-        await self._lite().subscribe(lite_topic)
+        await self._lite().subscribe(lite_topic, offset)
 
     async def unsubscribe_lite(self, lite_topic: str) -> None:
         """Stop consuming ``lite_topic``: the servers send no more of its messages (those

@@ -22,7 +22,7 @@ import anyio
 import pytest
 
 from aiorocket.admin import Admin
-from aiorocket.consumer import Consumer, ConsumerMessage
+from aiorocket.consumer import Consumer, ConsumerMessage, LiteOffset
 from aiorocket.errors import ConfigError, LiteQuotaExceededError
 from aiorocket.message import Message
 from aiorocket.producer import Producer
@@ -300,3 +300,28 @@ async def test_the_group_quota_of_lite_subscriptions(
         with pytest.raises(LiteQuotaExceededError):
             await consumer.subscribe_lite("c")
         assert consumer.lite_topics == {"a", "b"}
+
+
+async def test_where_a_subscription_starts(
+    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A lite topic the group never read starts at its first message still in the
+    broker's memory (the 5.5.0 broker's pop start for a new queue), or at its end with
+    ``LiteOffset.LATEST``; a subscribed lite topic moves back with
+    ``LiteOffset.tail(n)`` (the broker ignores TAIL_N for a lite topic the group never
+    read)."""
+    rocketmq = lite_brokers
+    topic, group = unique_name("lite"), unique_name("g")
+    await lite_setup(rocketmq, topic, group)
+    await send(rocketmq, topic, [(lt, f"{lt}-{i}".encode()) for lt in "ab" for i in range(4)])
+    seen = Seen()
+    async with lite_consumer(rocketmq, group, topic, seen.handle) as consumer:
+        await consumer.subscribe_lite("a")
+        await consumer.subscribe_lite("b", offset=LiteOffset.LATEST)
+        await send(rocketmq, topic, [("b", b"b-new")])
+        await seen.wait(5)
+        await consumer.subscribe_lite("a", offset=LiteOffset.tail(2))
+        await seen.wait(7)
+    assert seen.by_lite == {
+        "a": [b"a-0", b"a-1", b"a-2", b"a-3", b"a-2", b"a-3"], "b": [b"b-new"],
+    }

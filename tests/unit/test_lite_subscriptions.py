@@ -13,7 +13,7 @@ from aiorocket import Message
 from aiorocket._log import get_logger
 from aiorocket._validate import check_lite_topic, check_schedule
 from aiorocket.client.lite import lite_order_counts, lmq_name
-from aiorocket.consumer.pop.lite import LiteAction, LiteSubscriptions
+from aiorocket.consumer.pop.lite import LiteAction, LiteOffset, LiteSubscriptions
 from aiorocket.errors import ConfigError, LiteQuotaExceededError, RocketMQError
 from aiorocket.message import PROPERTY_LITE_TOPIC, MessageExt, MessageQueue
 from aiorocket.producer.selectors import java_string_hash, jump_hash, lite_selector
@@ -48,14 +48,18 @@ class Server:
 
     def __init__(self) -> None:
         self.updates: list[tuple[LiteAction, set[str]]] = []
+        self.offsets: list[LiteOffset | None] = []
         self.fail: RocketMQError | None = None
 
-    async def sync(self, action: LiteAction, topics: Collection[str]) -> None:
+    async def sync(
+        self, action: LiteAction, topics: Collection[str], *, offset: LiteOffset | None = None
+    ) -> None:
         await anyio.lowlevel.checkpoint()
         if self.fail is not None:
             err, self.fail = self.fail, None
             raise err
         self.updates.append((action, set(topics)))
+        self.offsets.append(offset)
 
 
 def subs() -> LiteSubscriptions:
@@ -170,3 +174,27 @@ def test_order_counts_of_a_lite_pop() -> None:
     assert lite_order_counts(None, 1) == [0]
     assert lite_order_counts("3", 2) == [3, 0]
     assert lmq_name("chat", "room-1") == "%LMQ%$chat$room-1"
+
+
+async def test_start_offsets() -> None:
+    lite, server = subs(), Server()
+    await lite.subscribe("a", LiteOffset.EARLIEST)  # before the start: sent after the resync
+    await lite.subscribe("b")
+    lite.attach(server.sync)
+    await lite.resync()
+    await lite.resync()  # the offset was sent once
+    assert server.updates == [
+        (LiteAction.COMPLETE_ADD, {"a", "b"}),
+        (LiteAction.PARTIAL_ADD, {"a"}),
+        (LiteAction.COMPLETE_ADD, {"a", "b"}),
+    ]
+    assert server.offsets == [None, LiteOffset("POLICY", 1), None]
+    await lite.subscribe("b", LiteOffset.tail(5))  # subscribed: the position moves
+    await lite.subscribe("b")  # subscribed, no offset: nothing sent
+    assert server.updates[-1] == (LiteAction.PARTIAL_ADD, {"b"}) and len(server.updates) == 4
+    assert server.offsets[-1] == LiteOffset("TAIL_N", 5)
+    assert LiteOffset.at(7) == LiteOffset("OFFSET", 7)
+    assert LiteOffset.since(1_700_000_000_000).kind == "TIMESTAMP"
+    for bad in (lambda: LiteOffset.tail(-1), lambda: LiteOffset("NEXT", 1)):
+        with pytest.raises(ConfigError):
+            bad()

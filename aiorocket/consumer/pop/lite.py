@@ -18,15 +18,17 @@ back.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Collection
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
 import anyio
 
 from aiorocket._log import Logger
 from aiorocket._validate import LITE_TOPIC_MAX_LENGTH, check_lite_topic
-from aiorocket.errors import LiteQuotaExceededError, RocketMQError
+from aiorocket.errors import ConfigError, LiteQuotaExceededError, RocketMQError
 
-__all__ = ["RESYNC_INTERVAL", "LiteAction", "LiteSubscriptions"]
+__all__ = ["RESYNC_INTERVAL", "LiteAction", "LiteOffset", "LiteSubscriptions"]
 
 #: seconds between two COMPLETE_ADD of the whole set (the Java client: 30 s)
 RESYNC_INTERVAL = 30.0
@@ -46,8 +48,61 @@ class LiteAction(enum.Enum):
     COMPLETE_REMOVE = "COMPLETE_REMOVE"
 
 
-#: sends one update to every server: ``PopSource.sync_lite``
-Sync = Callable[[LiteAction, Collection[str]], Awaitable[None]]
+@dataclass(frozen=True, slots=True)
+class LiteOffset:
+    """Where a new lite subscription starts reading its lite topic (the official
+    clients' ``OffsetOption``). Without one, the broker starts where the group left the
+    lite topic; for one the group never read, the 5.5.0 broker starts at its first
+    message still in memory, else at its end.
+
+    ``LiteOffset.LAST`` (where the group left it), ``LiteOffset.EARLIEST``,
+    ``LiteOffset.LATEST``, ``LiteOffset.at(offset)``, ``LiteOffset.tail(n)`` (the last
+    ``n`` messages; the 5.5.0 broker ignores it for a lite topic the group never read)
+    and ``LiteOffset.since(timestamp_ms)``.
+    """
+
+    #: POLICY, OFFSET, TAIL_N or TIMESTAMP (the broker's OffsetOption.Type)
+    kind: str
+    value: int
+
+    LAST: ClassVar[LiteOffset]
+    EARLIEST: ClassVar[LiteOffset]
+    LATEST: ClassVar[LiteOffset]
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("POLICY", "OFFSET", "TAIL_N", "TIMESTAMP"):
+            raise ConfigError(f"unknown lite offset kind {self.kind!r}")
+        if type(self.value) is not int or self.value < 0:
+            raise ConfigError(f"a lite offset's value must be an int >= 0, not {self.value!r}")
+
+    @classmethod
+    def at(cls, offset: int) -> LiteOffset:
+        """From this offset of the lite topic's queue."""
+        return cls("OFFSET", offset)
+
+    @classmethod
+    def tail(cls, n: int) -> LiteOffset:
+        """The last ``n`` messages of the lite topic, then what comes."""
+        return cls("TAIL_N", n)
+
+    @classmethod
+    def since(cls, timestamp_ms: int) -> LiteOffset:
+        """The messages stored from this time (epoch milliseconds)."""
+        return cls("TIMESTAMP", timestamp_ms)
+
+
+# The broker's policy values (OffsetOption.POLICY_LAST/MIN/MAX_VALUE).
+LiteOffset.LAST = LiteOffset("POLICY", 0)
+LiteOffset.EARLIEST = LiteOffset("POLICY", 1)
+LiteOffset.LATEST = LiteOffset("POLICY", 2)
+
+
+class Sync(Protocol):
+    """Sends one update to every server: ``LiteSource.sync_lite``."""
+
+    def __call__(
+        self, action: LiteAction, lite_topics: Collection[str], *, offset: LiteOffset | None = None
+    ) -> Awaitable[None]: ...
 
 
 class LiteSubscriptions:
@@ -71,6 +126,8 @@ class LiteSubscriptions:
         self.max_length = LITE_TOPIC_MAX_LENGTH
         self._sync: Sync | None = None
         self._lock = anyio.Lock()
+        #: start offsets of subscriptions made before the start, sent after its resync
+        self._offsets: dict[str, LiteOffset] = {}
 
     @property
     def topics(self) -> frozenset[str]:
@@ -92,15 +149,20 @@ class LiteSubscriptions:
                 f"of {self.quota} per client allows no more"
             )
 
-    async def subscribe(self, lite_topic: str) -> None:
-        """Add ``lite_topic``; sent at once when attached, else at the start."""
+    async def subscribe(self, lite_topic: str, offset: LiteOffset | None = None) -> None:
+        """Add ``lite_topic`` (from ``offset``); sent at once when attached, else at the
+        start. With an ``offset``, a subscribed lite topic is sent again: its reading
+        position moves there."""
         check_lite_topic(lite_topic, self.max_length)
         async with self._lock:
-            if lite_topic in self._topics:
+            if lite_topic in self._topics and offset is None:
                 return
-            self._check_quota(1)
+            if lite_topic not in self._topics:
+                self._check_quota(1)
             if self._sync is not None:
-                await self._send(LiteAction.PARTIAL_ADD, {lite_topic})
+                await self._send(LiteAction.PARTIAL_ADD, {lite_topic}, offset)
+            elif offset is not None:
+                self._offsets[lite_topic] = offset
             self._topics.add(lite_topic)
         self.log.info("lite_subscribed", lite_topic=lite_topic, topic=self.bind_topic)
 
@@ -112,22 +174,34 @@ class LiteSubscriptions:
             if self._sync is not None:
                 await self._send(LiteAction.PARTIAL_REMOVE, {lite_topic})
             self._topics.discard(lite_topic)
+            self._offsets.pop(lite_topic, None)
         self.log.info("lite_unsubscribed", lite_topic=lite_topic, topic=self.bind_topic)
 
     async def resync(self) -> None:
-        """Send the whole set (COMPLETE_ADD): at the start and every RESYNC_INTERVAL."""
+        """Send the whole set (COMPLETE_ADD): at the start and every RESYNC_INTERVAL;
+        then the start offsets given before the start, each once."""
         async with self._lock:
-            if self._sync is not None:
-                await self._send(LiteAction.COMPLETE_ADD, set(self._topics))
+            if self._sync is None:
+                return
+            await self._send(LiteAction.COMPLETE_ADD, set(self._topics))
+            for lite_topic, offset in list(self._offsets.items()):
+                await self._send(LiteAction.PARTIAL_ADD, {lite_topic}, offset)
+                del self._offsets[lite_topic]
 
-    async def _send(self, action: LiteAction, topics: Collection[str]) -> None:
+    async def _send(
+        self, action: LiteAction, topics: Collection[str], offset: LiteOffset | None = None
+    ) -> None:
         assert self._sync is not None
-        await self._sync(action, topics)
+        if offset is None:
+            await self._sync(action, topics)
+        else:
+            await self._sync(action, topics, offset=offset)
 
     def on_unsubscribed(self, lite_topic: str) -> None:
         """The server dropped ``lite_topic`` for this client (its notice): forget it."""
         if lite_topic in self._topics:
             self._topics.discard(lite_topic)
+            self._offsets.pop(lite_topic, None)
             self.log.info("lite_unsubscribed_by_server", lite_topic=lite_topic,
                           topic=self.bind_topic)  # fmt: skip
 

@@ -25,7 +25,7 @@ from aiorocket.client.lite import (
     LiteRequests,
 )
 from aiorocket.client.pop import group_config
-from aiorocket.consumer.pop.lite import LiteAction, LiteSubscriptions
+from aiorocket.consumer.pop.lite import LiteAction, LiteOffset, LiteSubscriptions
 from aiorocket.consumer.pop.remoting_source import RemotingSource
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.errors import ConfigError, NoRouteError, RocketMQError
@@ -111,7 +111,9 @@ class LiteRemotingSource(RemotingSource):
         """(broker name, master address) of every broker of the bind topic."""
         return [(name, addr) for _topic, name, addr in self._targets()]
 
-    async def sync_lite(self, action: LiteAction, lite_topics: Collection[str]) -> None:
+    async def sync_lite(
+        self, action: LiteAction, lite_topics: Collection[str], *, offset: LiteOffset | None = None
+    ) -> None:
         brokers = self._brokers()
         if not brokers:
             route = await self.client.namesrv.get_route(self.lite.bind_topic)
@@ -127,6 +129,7 @@ class LiteRemotingSource(RemotingSource):
             await self.lite_requests.sync_lite(
                 addr, client_id=self.client_id, group=self.group, topic=self.lite.bind_topic,
                 action=action.value, lite_topics=lite_topics,
+                offset=None if offset is None else (offset.kind, offset.value),
             )  # fmt: skip
 
         # Every broker, at once: a lite topic's messages may be on any of them. The first

@@ -15,7 +15,7 @@ from aiorocket.errors import RocketMQError
 from aiorocket.received import PopMessage
 
 if TYPE_CHECKING:
-    from aiorocket.consumer.pop.lite import LiteAction
+    from aiorocket.consumer.pop.lite import LiteAction, LiteOffset
 
 __all__ = ["LiteSource", "PopSource"]
 
@@ -78,6 +78,9 @@ class LiteSource(PopSource, Protocol):
     message's ``message_group`` is its lite topic), and settles them with their lite
     topic (``msg.lite_topic``)."""
 
-    async def sync_lite(self, action: LiteAction, lite_topics: Collection[str]) -> None:
-        """Send one lite subscription update to every server of the bind topic; raises
+    async def sync_lite(
+        self, action: LiteAction, lite_topics: Collection[str], *, offset: LiteOffset | None = None
+    ) -> None:
+        """Send one lite subscription update to every server of the bind topic (a
+        PARTIAL_ADD may carry where the new subscriptions start: ``offset``); raises
         ``LiteQuotaExceededError`` when a server refuses it for the quota."""
