@@ -265,7 +265,7 @@ class Consumer:
         the group never read: see [`LiteOffset`][aiorocket.consumer.LiteOffset]), or from
         ``offset``
         ([`LiteOffset`][aiorocket.consumer.LiteOffset]: earliest, an offset, the last n,
-        a time; again for a subscribed lite topic: its reading position moves).
+        a time). A subscribed lite topic stays as it is.
 
         Before the start it is only noted (the start sends the whole set); after, every
         server takes it before this returns, or it raises and nothing changed:

@@ -32,8 +32,11 @@ async def sync_lite_subscription(
     bind_topic: str,
     action: pb.LiteSubscriptionAction,
     lite_topics: Collection[str],
+    offset: tuple[str, int] | None = None,
 ) -> None:
-    """Send one update of ``consumer``'s lite subscriptions of ``bind_topic``.
+    """Send one update of ``consumer``'s lite subscriptions of ``bind_topic``; ``offset``
+    (kind, value): where added ones start (POLICY: LAST 0 / MIN 1 / MAX 2, OFFSET,
+    TAIL_N, TIMESTAMP).
 
     The Proxy's refusals become typed errors: over the group's quota
     ``LiteQuotaExceededError``; a name it does not take (ILLEGAL_LITE_TOPIC: blank,
@@ -47,6 +50,11 @@ async def sync_lite_subscription(
         group=c.session.resource(c.group),
         lite_topic_set=sorted(lite_topics),
     )
+    if offset is not None:
+        field = {"POLICY": "policy", "OFFSET": "offset", "TAIL_N": "tail_n"}.get(
+            offset[0], "timestamp"
+        )
+        req.offset_option = pb.OffsetOption(**{field: offset[1]})
     resp = await c.transport.unary("SyncLiteSubscription", req, pb.SyncLiteSubscriptionResponse)
     try:
         check_status(resp.status, "SyncLiteSubscription")

@@ -22,10 +22,13 @@ import anyio
 import pytest
 
 from aiorocket.admin import Admin
+from aiorocket.client.instance import ClientInstance
+from aiorocket.client.lite import lmq_name
 from aiorocket.consumer import Consumer, ConsumerMessage, LiteOffset
 from aiorocket.errors import ConfigError, LiteQuotaExceededError
-from aiorocket.message import Message
+from aiorocket.message import Message, MessageQueue
 from aiorocket.producer import Producer
+from aiorocket.producer.selectors import lite_selector
 from aiorocket.testing.broker import LocalRocketMQ
 from tests.integration.test_grpc_push import _dead_letters
 
@@ -94,6 +97,23 @@ async def send(lite: Lite, topic: str, items: list[tuple[str, bytes]]) -> None:
     async with lite_producer(lite) as producer:
         for lite_topic, body in items:
             await producer.send(Message(topic, body, lite_topic=lite_topic))
+
+
+async def committed(
+    rocketmq: LocalRocketMQ, group: str, topic: str, lite_topic: str, offset: int
+) -> None:
+    """Until the group's committed offset of ``lite_topic`` is ``offset`` (on the broker
+    the lite topic is sharded to)."""
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+        route = await client.namesrv.get_route(topic)
+        msg = Message(topic, b"-", lite_topic=lite_topic)
+        owner = lite_selector(route.write_queues(), msg, None).broker_name
+        addr = route.master_addr(owner)
+        assert addr is not None
+        mq = MessageQueue(lmq_name(topic, lite_topic), owner, 0)
+        with anyio.fail_after(30):
+            while await client.broker.query_consumer_offset(addr, group, mq) != offset:  # noqa: ASYNC110
+                await anyio.sleep(0.05)  # the broker's offset is polled: nothing to wait on
 
 
 class Seen:
@@ -303,23 +323,25 @@ async def test_the_group_quota_of_lite_subscriptions(
 
 
 async def test_where_a_subscription_starts(
-    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+    lite: Lite, unique_name: Callable[[str], str]
 ) -> None:
     """A lite topic the group never read starts at its first message still in the
     broker's memory (the 5.5.0 broker's pop start for a new queue), or at its end with
-    ``LiteOffset.LATEST``; a subscribed lite topic moves back with
-    ``LiteOffset.tail(n)`` (the broker ignores TAIL_N for a lite topic the group never
-    read)."""
-    rocketmq = lite_brokers
+    ``LiteOffset.LATEST``; subscribed again with ``LiteOffset.tail(n)``, a lite topic
+    the group read gives its last n again (the broker ignores TAIL_N for a lite topic the
+    group never read)."""
     topic, group = unique_name("lite"), unique_name("g")
-    await lite_setup(rocketmq, topic, group)
-    await send(rocketmq, topic, [(lt, f"{lt}-{i}".encode()) for lt in "ab" for i in range(4)])
+    await lite_setup(lite.rocketmq, topic, group)
+    await send(lite, topic, [(lt, f"{lt}-{i}".encode()) for lt in "ab" for i in range(4)])
     seen = Seen()
-    async with lite_consumer(rocketmq, group, topic, seen.handle) as consumer:
+    async with lite_consumer(lite, group, topic, seen.handle) as consumer:
         await consumer.subscribe_lite("a")
         await consumer.subscribe_lite("b", offset=LiteOffset.LATEST)
-        await send(rocketmq, topic, [("b", b"b-new")])
+        await send(lite, topic, [("b", b"b-new")])
         await seen.wait(5)
+        await committed(lite.rocketmq, group, topic, "a", 4)  # tail(n): n before it
+        await consumer.subscribe_lite("a", offset=LiteOffset.tail(2))  # subscribed: no change
+        await consumer.unsubscribe_lite("a")
         await consumer.subscribe_lite("a", offset=LiteOffset.tail(2))
         await seen.wait(7)
     assert seen.by_lite == {

@@ -189,9 +189,11 @@ async def test_start_offsets() -> None:
         (LiteAction.COMPLETE_ADD, {"a", "b"}),
     ]
     assert server.offsets == [None, LiteOffset("POLICY", 1), None]
-    await lite.subscribe("b", LiteOffset.tail(5))  # subscribed: the position moves
-    await lite.subscribe("b")  # subscribed, no offset: nothing sent
-    assert server.updates[-1] == (LiteAction.PARTIAL_ADD, {"b"}) and len(server.updates) == 4
+    await lite.subscribe("b", LiteOffset.tail(5))  # subscribed already: nothing sent
+    assert len(server.updates) == 3
+    await lite.unsubscribe("b")
+    await lite.subscribe("b", LiteOffset.tail(5))
+    assert server.updates[-1] == (LiteAction.PARTIAL_ADD, {"b"})
     assert server.offsets[-1] == LiteOffset("TAIL_N", 5)
     assert LiteOffset.at(7) == LiteOffset("OFFSET", 7)
     assert LiteOffset.since(1_700_000_000_000).kind == "TIMESTAMP"

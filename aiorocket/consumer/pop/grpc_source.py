@@ -35,7 +35,7 @@ from aiorocket.grpc._transport import check_status
 from aiorocket.received import PopMessage
 
 if TYPE_CHECKING:
-    from aiorocket.consumer.pop.lite import LiteAction, LiteSubscriptions
+    from aiorocket.consumer.pop.lite import LiteAction, LiteOffset, LiteSubscriptions
 
 __all__ = ["RECEIVERS", "GrpcSource"]
 
@@ -125,11 +125,13 @@ class GrpcSource:
                 m.message_group = m.lite_topic
         return out
 
-    async def sync_lite(self, action: LiteAction, lite_topics: Collection[str]) -> None:
+    async def sync_lite(
+        self, action: LiteAction, lite_topics: Collection[str], *, offset: LiteOffset | None = None
+    ) -> None:
         assert self.lite is not None, "not a lite consumer"
         await sync_lite_subscription(
             self.session, self.lite.bind_topic, pb.LiteSubscriptionAction[action.value],
-            lite_topics,
+            lite_topics, None if offset is None else (offset.kind, offset.value),
         )  # fmt: skip
 
     async def ack(self, topic: str, messages: list[PopMessage]) -> int:

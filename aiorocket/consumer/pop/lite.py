@@ -56,9 +56,9 @@ class LiteOffset:
     message still in memory, else at its end.
 
     ``LiteOffset.LAST`` (where the group left it), ``LiteOffset.EARLIEST``,
-    ``LiteOffset.LATEST``, ``LiteOffset.at(offset)``, ``LiteOffset.tail(n)`` (the last
-    ``n`` messages; the 5.5.0 broker ignores it for a lite topic the group never read)
-    and ``LiteOffset.since(timestamp_ms)``.
+    ``LiteOffset.LATEST``, ``LiteOffset.at(offset)``, ``LiteOffset.tail(n)`` (``n``
+    messages before the group's committed offset; nothing for a lite topic the group
+    never read) and ``LiteOffset.since(timestamp_ms)`` (ignored by the 5.5.0 broker).
     """
 
     #: POLICY, OFFSET, TAIL_N or TIMESTAMP (the broker's OffsetOption.Type)
@@ -82,12 +82,13 @@ class LiteOffset:
 
     @classmethod
     def tail(cls, n: int) -> LiteOffset:
-        """The last ``n`` messages of the lite topic, then what comes."""
+        """``n`` messages before the group's committed offset of the lite topic."""
         return cls("TAIL_N", n)
 
     @classmethod
     def since(cls, timestamp_ms: int) -> LiteOffset:
-        """The messages stored from this time (epoch milliseconds)."""
+        """The messages stored from this time (epoch milliseconds; the 5.5.0 broker
+        ignores it)."""
         return cls("TIMESTAMP", timestamp_ms)
 
 
@@ -151,14 +152,12 @@ class LiteSubscriptions:
 
     async def subscribe(self, lite_topic: str, offset: LiteOffset | None = None) -> None:
         """Add ``lite_topic`` (from ``offset``); sent at once when attached, else at the
-        start. With an ``offset``, a subscribed lite topic is sent again: its reading
-        position moves there."""
+        start. A subscribed lite topic stays as it is (as with the official clients)."""
         check_lite_topic(lite_topic, self.max_length)
         async with self._lock:
-            if lite_topic in self._topics and offset is None:
+            if lite_topic in self._topics:
                 return
-            if lite_topic not in self._topics:
-                self._check_quota(1)
+            self._check_quota(1)
             if self._sync is not None:
                 await self._send(LiteAction.PARTIAL_ADD, {lite_topic}, offset)
             elif offset is not None:
