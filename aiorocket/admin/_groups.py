@@ -12,7 +12,7 @@ from aiorocket._validate import check_topic
 from aiorocket.admin._core import AdminCore
 from aiorocket.admin._model import CustomizedRetry, ExponentialRetry, GroupConfig, GroupProgress
 from aiorocket.admin._names import is_system_group
-from aiorocket.client.lite import LITE_BIND_TOPIC, LITE_QUOTA
+from aiorocket.client.lite import LITE_BIND_TOPIC, LITE_QUOTA, LITE_SUB_MODEL
 from aiorocket.errors import ConfigError, GroupNotFoundError, RocketMQError
 
 __all__ = ["GroupAdmin", "group_config_of"]
@@ -97,6 +97,7 @@ class GroupAdmin(AdminCore):
         retry_policy: ExponentialRetry | CustomizedRetry | None = None,
         lite_bind_topic: str | None = None,
         lite_quota: int | None = None,
+        lite_exclusive: bool | None = None,
         brokers: list[str] | None = None,
         must_exist: bool = False,
     ) -> GroupConfig:
@@ -108,7 +109,9 @@ class GroupAdmin(AdminCore):
         ``lite_bind_topic`` makes a lite group (RocketMQ 5.5+): bound to that parent
         topic of message type LITE, which its lite consumers' ``bind_topic`` must name;
         ``lite_quota``: lite subscriptions allowed per client (-1: no limit; the
-        broker's default is 2000)."""
+        broker's default is 2000); ``lite_exclusive``: a lite topic belongs to the member
+        that subscribed to it last (the broker unsubscribes the others), instead of being
+        shared by its subscribers."""
         if not group or len(group) > 255 or any(c.isspace() for c in group):
             raise ConfigError(f"invalid group name {group!r}")
         if retry_max_times is not None and not -1 <= retry_max_times <= 1000:
@@ -119,7 +122,10 @@ class GroupAdmin(AdminCore):
             check_topic(lite_bind_topic)
         if lite_quota is not None and lite_quota < -1:
             raise ConfigError(f"lite_quota must be -1 (no limit) or more, not {lite_quota}")
-        attributes = {LITE_BIND_TOPIC: lite_bind_topic, LITE_QUOTA: lite_quota}
+        model = None if lite_exclusive is None else "Exclusive" if lite_exclusive else "Shared"
+        attributes = {
+            LITE_BIND_TOPIC: lite_bind_topic, LITE_QUOTA: lite_quota, LITE_SUB_MODEL: model,
+        }  # fmt: skip
         masters = await self.masters()
         names = brokers or sorted(masters)
         unknown = sorted(set(names) - set(masters))

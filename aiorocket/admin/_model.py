@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiorocket.client.lite import LITE_BIND_TOPIC, LITE_QUOTA
+from aiorocket.client.lite import LITE_BIND_TOPIC, LITE_QUOTA, LITE_SUB_MODEL
 from aiorocket.message import MessageQueue
 
 __all__ = [
@@ -194,6 +194,12 @@ class GroupConfig:
         (``lite.sub.client.quota``; the broker's default is 2000)."""
         raw = self.attributes.get(LITE_QUOTA)
         return int(raw) if raw is not None and raw.lstrip("-").isdigit() else None
+
+    @property
+    def lite_exclusive(self) -> bool:
+        """A lite group whose lite topics each belong to one member (``lite.sub.model``
+        Exclusive), not shared."""
+        return self.attributes.get(LITE_SUB_MODEL, "").lower() == "exclusive"
 
 
 @dataclass(frozen=True, slots=True)

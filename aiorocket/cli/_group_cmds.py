@@ -89,7 +89,8 @@ def _config_lines(c: GroupConfig) -> list[str]:
 def _lite_line(c: GroupConfig) -> str:
     quota = c.lite_quota
     per_client = "the broker's default" if quota is None else "no limit" if quota < 0 else quota
-    return f"  lite group of {c.lite_bind_topic}, lite topics per client: {per_client}"
+    model = "exclusive" if c.lite_exclusive else "shared"
+    return f"  lite group of {c.lite_bind_topic} ({model}), lite topics per client: {per_client}"
 
 
 def _lag_rows(lag: GroupLag | None) -> list[dict[str, Any]]:

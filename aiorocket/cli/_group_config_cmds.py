@@ -79,6 +79,8 @@ def _config_options(fn: Any) -> Any:
                          help="A lite group (5.5+) of this LITE topic."),
             click.option("--lite-quota", type=click.IntRange(-1),
                          help="A lite group's lite subscriptions per client (-1: no limit)."),
+            click.option("--lite-exclusive/--lite-shared", default=None,
+                         help="A lite topic belongs to the member that subscribed last."),
         ]
     ):  # fmt: skip
         fn = option(fn)

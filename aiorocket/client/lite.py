@@ -34,6 +34,7 @@ __all__ = [
     "LITE_BIND_TOPIC",
     "LITE_QUOTA",
     "LITE_SUBSCRIPTION_CTL",
+    "LITE_SUB_MODEL",
     "NOTIFY_UNSUBSCRIBE_LITE",
     "POP_LITE_MESSAGE",
     "LiteRequests",
@@ -50,6 +51,9 @@ LITE_SUBSCRIPTION_QUOTA_EXCEEDED = 2018
 #: topic a lite group is bound to, and its lite subscriptions per client
 LITE_BIND_TOPIC = "lite.bind.topic"
 LITE_QUOTA = "lite.sub.client.quota"
+#: ``Shared`` (default: members of the group share a lite topic) or ``Exclusive`` (a lite
+#: topic belongs to the member that subscribed last; the broker unsubscribes the others)
+LITE_SUB_MODEL = "lite.sub.model"
 #: a lite message's offset in its LMQ (set by the broker's dispatch)
 _LMQ_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
 _ORDER_REVIVE_QUEUE = 999

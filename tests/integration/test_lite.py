@@ -347,3 +347,33 @@ async def test_where_a_subscription_starts(
     assert seen.by_lite == {
         "a": [b"a-0", b"a-1", b"a-2", b"a-3", b"a-2", b"a-3"], "b": [b"b-new"],
     }
+
+
+async def test_an_exclusive_group_moves_a_lite_topic_to_its_last_subscriber(
+    lite: Lite, unique_name: Callable[[str], str]
+) -> None:
+    """In a group of lite.sub.model Exclusive, a member subscribing to a lite topic takes
+    it from the member that had it: the server tells that one (NOTIFY_UNSUBSCRIBE_LITE
+    over remoting, the telemetry notice over gRPC), which forgets it; its messages then
+    go to the new member only."""
+    topic, group = unique_name("lite"), unique_name("g")
+    async with Admin(lite.rocketmq.namesrv_addr) as admin:
+        await admin.create_topic(topic, queues=2, message_type="LITE")
+        config = await admin.create_group(group, lite_bind_topic=topic, lite_exclusive=True)
+        assert config.lite_exclusive
+    first, second = Seen(), Seen()
+    async with (
+        lite_consumer(lite, group, topic, first.handle) as one,
+        lite_consumer(lite, group, topic, second.handle) as two,
+    ):
+        await one.subscribe_lite("a")
+        await one.subscribe_lite("b")
+        await two.subscribe_lite("a")
+        with anyio.fail_after(30):
+            while "a" in one.lite_topics:  # noqa: ASYNC110
+                await anyio.sleep(0.05)  # the notice changes a set: nothing to wait on
+        assert one.lite_topics == {"b"} and two.lite_topics == {"a"}
+        await send(lite, topic, [("a", b"a-1"), ("b", b"b-1")])
+        await second.wait_body("a", b"a-1")
+        await first.wait_body("b", b"b-1")
+    assert first.by_lite == {"b": [b"b-1"]} and second.by_lite == {"a": [b"a-1"]}

@@ -5,8 +5,9 @@ Proxy, the cluster's own, has no lite subscription service and cannot pop lite
 messages), which the session starts beside the cluster. The local-mode Proxy does store
 lite messages, but they reach a subscriber only at the brokers' next full dispatch
 (~30 s; through the cluster-mode Proxy 0.5 s, over remoting 0.1 s:
-scripts/probe_lite_grpc.py), so the tests send through the cluster-mode one. The behaviours both transports share are tested over both in
-tests/integration/test_lite.py; here what is the Proxy's own.
+scripts/probe_lite_grpc.py), so the tests send through the cluster-mode one. The
+behaviours both transports share are tested over both in tests/integration/test_lite.py;
+here what is the Proxy's own.
 """
 
 from __future__ import annotations
