@@ -15,21 +15,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import anyio
 import pytest
 
 from aiorocket.consumer import Consumer
 from aiorocket.errors import ConfigError, UnsupportedTransportError
 from aiorocket.message import Message
 from aiorocket.producer import Producer
-from aiorocket.testing import _admin
 from aiorocket.testing.broker import LocalRocketMQ
 from tests.integration.test_lite import (  # noqa: F401 (lite_brokers: a fixture)
-    Lite,
     Seen,
     lite_brokers,
     lite_setup,
-    send,
 )
 
 #: the brokers dispatch lite messages (enableLmq, enableMultiDispatch)
@@ -47,35 +43,6 @@ def grpc_lite_consumer(
     return Consumer(
         group, proxy=proxy, handler=handler, bind_topic=topic, long_poll_timeout=5, **settings
     )  # fmt: skip
-
-
-async def test_grpc_exclusive_lite_topic_moves_and_the_first_client_is_told(
-    rocketmq: LocalRocketMQ, lite_proxy: str, unique_name: Callable[[str], str]
-) -> None:
-    """A group whose lite subscriptions are exclusive: when a second client subscribes
-    to a lite topic, the Proxy tells the first (notify_unsubscribe_lite_command), which
-    drops it from its set; the topic's messages go to the second."""
-    topic, group = unique_name("lite"), unique_name("g")
-    await lite_setup(rocketmq, topic, group)
-    config = _admin.group_config(
-        group, attributes={"+lite.bind.topic": topic, "+lite.sub.model": "Exclusive"}
-    )
-    for addr in rocketmq.broker_addrs.values():
-        await _admin.create_group_on(addr, config)
-    first, second = Seen(), Seen()
-    async with (
-        grpc_lite_consumer(lite_proxy, group, topic, first.handle) as one,
-        grpc_lite_consumer(lite_proxy, group, topic, second.handle) as two,
-    ):
-        await one.subscribe_lite("solo")
-        await two.subscribe_lite("solo")
-        with anyio.fail_after(30):
-            # The notice has no event of its own: poll the set it changes.
-            while "solo" in one.lite_topics:  # noqa: ASYNC110
-                await anyio.sleep(0.05)
-        await send(Lite(rocketmq, lite_proxy), topic, [("solo", b"s-0")])
-        await second.wait(1)
-    assert first.count == 0 and second.by_lite == {"solo": [b"s-0"]}
 
 
 async def test_a_local_mode_proxy_refuses_a_lite_consumer_clearly(
