@@ -377,3 +377,24 @@ async def test_an_exclusive_group_moves_a_lite_topic_to_its_last_subscriber(
         await second.wait_body("a", b"a-1")
         await first.wait_body("b", b"b-1")
     assert first.by_lite == {"b": [b"b-1"]} and second.by_lite == {"a": [b"a-1"]}
+
+
+async def test_async_for_over_a_lite_consumer(
+    lite: Lite, unique_name: Callable[[str], str]
+) -> None:
+    """Without a handler, ``async for`` yields the lite messages (``msg.lite_topic`` set,
+    each lite topic in order); leaving the loop settles what it yielded."""
+    topic, group = unique_name("lite"), unique_name("g")
+    await lite_setup(lite.rocketmq, topic, group)
+    got: list[tuple[str | None, bytes]] = []
+    async with lite_consumer(lite, group, topic) as consumer:
+        await consumer.subscribe_lite("a")
+        await consumer.subscribe_lite("b")
+        await send(lite, topic, [(lt, f"{lt}-{i}".encode()) for i in range(3) for lt in "ab"])
+        with anyio.fail_after(30):
+            async for msg in consumer:
+                got.append((msg.lite_topic, msg.body))
+                if len(got) == 6:
+                    break
+    assert [b for lt, b in got if lt == "a"] == [b"a-0", b"a-1", b"a-2"]
+    assert [b for lt, b in got if lt == "b"] == [b"b-0", b"b-1", b"b-2"]
