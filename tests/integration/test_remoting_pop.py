@@ -252,6 +252,44 @@ async def test_more_consumers_than_queues_all_receive(
     assert max(seen.values()) == 1
 
 
+async def test_a_message_on_one_broker_waits_for_no_long_poll_on_another(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """Each broker of the topic always has a pop waiting: the receive loops never all
+    long-poll one broker while the other's messages wait (up to long_poll_timeout, 20 s
+    here). Taking brokers in turn did that: after a message from broker-a, both loops
+    polled broker-b and the next message on broker-a waited the whole long poll."""
+    topic, group = unique_name("rpopidle"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1)  # one queue on each broker
+    got: list[tuple[str, float]] = []
+    arrived = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        got.append((msg.broker_name, time.monotonic()))
+        arrived.set()
+
+    consumer = Consumer(
+        group, rocketmq.namesrv_addr, handler=handle, consume_mode="pop",
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET, long_poll_timeout=20,
+    )  # fmt: skip
+    consumer.subscribe(topic)
+    async with consumer, Producer(unique_name("p"), rocketmq.namesrv_addr) as producer:
+        assert runtime_of(consumer).source.receivers == 2
+        for broker in ("broker-a", "broker-a", "broker-b", "broker-b", "broker-a"):
+            arrived = anyio.Event()
+            sent_at = time.monotonic()
+            await producer.send(
+                Message(topic, broker.encode()),
+                selector=lambda qs, m, a: next(q for q in qs if q.broker_name == a),
+                selector_arg=broker,
+            )  # fmt: skip
+            with anyio.fail_after(5):  # far under the 20 s long poll
+                await arrived.wait()
+            assert got[-1][0] == broker
+            assert got[-1][1] - sent_at < 5
+    assert len(got) == 5
+
+
 async def _run(consumer: Consumer, *, task_status: Any) -> None:
     async with consumer:
         task_status.started()

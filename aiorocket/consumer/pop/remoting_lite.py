@@ -60,8 +60,6 @@ class LiteRemotingSource(RemotingSource):
         self.lite: LiteSubscriptions = state.lite
         self.fifo = True  # each lite topic, whatever the consumer's ``orderly``
         self.requests = self.lite_requests = LiteRequests(self.client.broker)
-        #: pops in flight by broker address
-        self._polling: dict[str, int] = {}
 
     async def open(self) -> None:
         await super().open()
@@ -142,25 +140,14 @@ class LiteRemotingSource(RemotingSource):
         brokers = self._brokers()
         if not brokers:
             raise NoRouteError(f"no readable queue of {self.lite.bind_topic!r} has a master")
-        # The broker with the fewest pops in flight (of equals, the next in turn): the
-        # receive loops spread over the brokers instead of meeting on an idle one while
-        # another broker's messages wait for a poll.
-        self._rr += 1
-        n = len(brokers)
-        broker_name, addr = min(
-            (brokers[(self._rr + i) % n] for i in range(n)),
-            key=lambda b: self._polling.get(b[1], 0),
-        )
-        self._polling[addr] = self._polling.get(addr, 0) + 1
-        try:
+        broker_name, addr = self._least_polled(brokers, lambda b: b[1])
+        with self._in_flight(addr):
             result = await self.lite_requests.pop_lite(
                 addr, client_id=self.client_id, group=self.group, topic=self.lite.bind_topic,
                 broker_name=broker_name, max_nums=max_messages,
                 invisible_ms=int(invisible * 1000), poll_ms=self._poll_ms,
                 timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
             )  # fmt: skip
-        finally:
-            self._polling[addr] -= 1
         for m in result.messages:
             m.topic = unwrap(self._namespace, m.topic)  # the application's name
         return result.messages

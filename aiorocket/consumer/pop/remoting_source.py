@@ -29,8 +29,10 @@ order lock per queue and group); each queue is delivered in order, one at a time
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TypeVar
 
 import anyio
 
@@ -49,6 +51,8 @@ from aiorocket.namespace import unwrap, wrap
 from aiorocket.received import PopMessage
 
 __all__ = ["POP_DELAYS", "RemotingSource"]
+
+T = TypeVar("T")
 
 #: the pop retry delays by attempt (the Java client's popDelayLevel)
 POP_DELAYS = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
@@ -96,6 +100,8 @@ class RemotingSource:
         )
         self._poll_ms = int(cfg.long_poll_timeout * 1000)
         self._rr = 0
+        #: pops in flight by what they poll (a topic's broker; the lite source: a broker)
+        self._polling: Counter[object] = Counter()
         self._opened = False
 
     @property
@@ -178,21 +184,40 @@ class RemotingSource:
             raise NoRouteError(
                 f"no readable queue of {sorted(self.state.subscriptions)} has a master broker"
             )
-        self._rr += 1
-        topic, broker_name, addr = targets[self._rr % len(targets)]
+        target = self._least_polled(targets, lambda t: t)
+        topic, broker_name, addr = target
         sub = self.state.subscriptions[topic]
-        result = await self.requests.pop(
-            addr, self.group, topic, broker_name, max_nums=max_messages,
-            invisible_ms=int(invisible * 1000), poll_ms=self._poll_ms,
-            init_mode=self._init_mode, expression=sub.expression,
-            expression_type=sub.expression_type, order=self.fifo,
-            timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
-        )  # fmt: skip
+        with self._in_flight(target):
+            result = await self.requests.pop(
+                addr, self.group, topic, broker_name, max_nums=max_messages,
+                invisible_ms=int(invisible * 1000), poll_ms=self._poll_ms,
+                init_mode=self._init_mode, expression=sub.expression,
+                expression_type=sub.expression_type, order=self.fifo,
+                timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
+            )  # fmt: skip
         for m in result.messages:
             m.topic = unwrap(self._namespace, m.topic)  # the application's name
             if self.fifo:
                 m.message_group = f"{m.broker_name}:{m.queue_id}"
         return result.messages
+
+    def _least_polled(self, options: Sequence[T], key: Callable[[T], object]) -> T:
+        """The option with the fewest pops in flight (of equals, the next in turn): the
+        receive loops spread over the brokers instead of meeting on an idle one while
+        another broker's messages wait for a poll to come back (up to
+        ``long_poll_timeout``; in turn, two loops met that way now and then)."""
+        self._rr += 1
+        n = len(options)
+        turns = (options[(self._rr + i) % n] for i in range(n))
+        return min(turns, key=lambda o: self._polling[key(o)])
+
+    @contextmanager
+    def _in_flight(self, key: object) -> Iterator[None]:
+        self._polling[key] += 1
+        try:
+            yield
+        finally:
+            self._polling[key] -= 1
 
     # -- settling ------------------------------------------------------------------
 
