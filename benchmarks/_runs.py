@@ -129,7 +129,9 @@ def produce(env: Env, client: str, topic: str, n: int, in_flight: int) -> dict[s
 COMMON_SENDER = "aiorocket"
 
 
-def latency(env: Env, client: str, rate: int, seconds: float, warmup: float) -> dict[str, Any]:
+def latency(
+    env: Env, client: str, rate: int, seconds: float, warmup: float, *, spread: bool = False
+) -> dict[str, Any]:
     """The common paced producer -> ``client``'s consumer on a fresh topic; steady-state
     percentiles of the consumer's ``now - stamp``.
 
@@ -137,9 +139,10 @@ def latency(env: Env, client: str, rate: int, seconds: float, warmup: float) -> 
     figure is the consumer's, not its own producer's queueing (issue 17: Java's
     unbounded async sends queued for seconds and failed). Send latency per producer is
     the produce case's. The producer runs ``warmup + seconds``; consumers count latency
-    only for messages sent at least 1 s after their first message arrived.
+    only for messages sent at least 1 s after their first message arrived. ``spread``:
+    the topic has 8 queues on every broker (else on ``env.broker``).
     """
-    topic = s.new_topic(env.cl, f"bench_lat_{client}", env.broker)
+    topic = s.new_topic(env.cl, f"bench_lat_{client}", None if spread else env.broker)
     n = int(rate * (seconds + warmup))
     group = f"bench_lat_{uuid.uuid4().hex[:8]}"
     if client in GRPC_CONSUMERS:
@@ -161,6 +164,7 @@ def latency(env: Env, client: str, rate: int, seconds: float, warmup: float) -> 
         "rate": rate,
         "messages": n,
         "expected": n,
+        "spread": spread,
         "cluster_cpu_pct_before": quiet,
     }
 

@@ -92,9 +92,11 @@ def ensure_official() -> bool:
     return True
 
 
-def new_topic(cl: LocalRocketMQ, prefix: str, broker: str) -> str:
+def new_topic(cl: LocalRocketMQ, prefix: str, broker: str | None) -> str:
+    """A fresh topic of 8 queues on ``broker`` (None: on every broker)."""
     topic = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    anyio.run(lambda: cl.create_topic(topic, queues=8, brokers=[broker]))
+    brokers = None if broker is None else [broker]
+    anyio.run(lambda: cl.create_topic(topic, queues=8, brokers=brokers))
     return topic
 
 

@@ -67,6 +67,7 @@ def parse() -> argparse.Namespace:
     add("--grpc-count", type=int, help="messages per gRPC consume/produce run (default 50000)")
     add("--pop-count", type=int, help="messages per POP-case consume run (default 50000)")
     add("--join-rate", type=int, default=2000, help="paced msg/s of the POP case's join run")
+    add("--low-rate", type=int, default=20, help="POP case: e2e msg/s on a topic of 2 brokers")
     add("--join-window", type=float, default=24.0, help="seconds of that run (join at 1/3)")
     add("--skip", default="", help="comma list of java,official and/or cases")
     add("--only", default="", help="comma list of cases: " + ",".join(sorted(CASES)))
@@ -123,7 +124,7 @@ def main() -> None:
     meta.update(cluster_idle_cpu_pct=_setup.cluster_idle_cpu(cl))
     res: dict[str, Any] = {"meta": meta, "consume": {}, "produce": {}, "send": {}, "latency": {}}
     res["grpc"] = {"consume": {}, "produce": {}, "latency": {}}
-    res["pop"] = {"consume": {}, "latency": {}, "join": {}}
+    res["pop"] = {"consume": {}, "latency": {}, "low": {}, "join": {}}
 
     topic = _setup.new_topic(cl, "bench_compare", broker)
     if not a.skip >= {"consume", "backlog", "grpc", "pop"}:
@@ -248,7 +249,8 @@ def grpc_case(
 def pop_case(a: argparse.Namespace, env: _runs.Env, topic: str, out: dict[str, Any]) -> None:
     """POP over remoting beside the pull consumer and the Java push consumer in POP mode
     (issue 33): drain ``--pop-count`` of the pre-filled topic, the e2e latency of the
-    common paced producer at ``--rate``, and the longest consumption gap while a member
+    common paced producer at ``--rate`` (and at ``--low-rate`` on a topic of both
+    brokers), and the longest consumption gap while a member
     joins (pull and POP; benchmarks/pop.py's membership run). Each round runs the sides
     in turn, every other round in reverse order, so that none always runs first on a
     machine whose load drifts."""
@@ -265,6 +267,11 @@ def pop_case(a: argparse.Namespace, env: _runs.Env, topic: str, out: dict[str, A
             title = f"POP case e2e latency run {run + 1}: common producer -> {cli} at {pace}"
             args = (env, cli, a.rate, a.latency_seconds, a.latency_warmup)
             out["latency"].setdefault(cli, []).append(measure(title, partial(_runs.latency, *args)))
+        for cli in order:  # a low rate on both brokers: an idle broker must hold up nothing
+            title = f"POP case e2e latency run {run + 1}: {a.low_rate} msg/s, 2 brokers -> {cli}"
+            args = (env, cli, a.low_rate, a.latency_seconds, a.latency_warmup)
+            r = measure(title, partial(_runs.latency, *args, spread=True))
+            out["low"].setdefault(cli, []).append(r)
         for cli in [cli for cli in order if cli != "java-pop"]:  # pull and POP
             mode = "pop" if cli == "aiorocket-pop" else "pull"
             title = f"POP case join run {run + 1}: {mode} at {a.join_rate:,} msg/s"
