@@ -15,17 +15,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
 
-from aiorocket.consumer import Consumer
+from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.errors import ConfigError, UnsupportedTransportError
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
 from tests.integration.test_lite import (  # noqa: F401 (lite_brokers: a fixture)
+    Lite,
     Seen,
     lite_brokers,
     lite_setup,
+    send,
 )
 
 #: the brokers dispatch lite messages (enableLmq, enableMultiDispatch)
@@ -77,3 +80,40 @@ async def test_grpc_lite_message_types_do_not_mix(
             await producer.send(Message(topic, b"plain"))
         result = await producer.send(Message(topic, b"ok", lite_topic="a"))
         assert result.msg_id
+
+
+async def test_grpc_lite_messages_handled_past_their_invisible_time_are_renewed(
+    rocketmq: LocalRocketMQ, lite_proxy: str, unique_name: Callable[[str], str]
+) -> None:
+    """The Proxy's own renewal fails for lite messages (5.5.0: NO_EXIST, the message
+    comes back while still being handled), so the client renews them, naming the lite
+    topic: a handler slower than the invisible time sees each message once, and the rest
+    of its receive batch, acked after the renewals, is settled for good: a later member
+    of the group gets only what is sent after."""
+    topic, group = unique_name("lite"), unique_name("g")
+    await lite_setup(rocketmq, topic, group)
+    seen: list[tuple[bytes, int]] = []
+    done = anyio.Event()
+
+    async def slow_first(msg: ConsumerMessage) -> None:
+        seen.append((msg.body, msg.delivery_attempt))
+        if msg.body == b"m-0":
+            await anyio.sleep(12)  # past the 10 s invisible time
+        if msg.body == b"m-4":
+            done.set()
+
+    bodies = [f"m-{i}".encode() for i in range(5)]
+    async with grpc_lite_consumer(
+        lite_proxy, group, topic, slow_first, invisible_duration=10
+    ) as consumer:
+        await consumer.subscribe_lite("x")
+        await send(Lite(rocketmq, lite_proxy), topic, [("x", b) for b in bodies])
+        with anyio.fail_after(40):
+            await done.wait()
+    assert seen == [(b, 1) for b in bodies]
+    later = Seen()
+    async with grpc_lite_consumer(lite_proxy, group, topic, later.handle) as member:
+        await member.subscribe_lite("x")
+        await send(Lite(rocketmq, lite_proxy), topic, [("x", b"fresh")])
+        await later.wait_body("x", b"fresh")
+    assert later.by_lite == {"x": [b"fresh"]}

@@ -14,8 +14,9 @@ the new check point itself, correctly: ``aiorocket.client.pop``.)
 
 A lite consumer (``lite`` given) is a LITE_PUSH_CONSUMER of its bind topic: it keeps its
 lite subscriptions on the Proxy (``sync_lite``), its messages are FIFO per lite topic
-(each one's ``message_group`` is its lite topic) and every settling request names the
-lite topic: the Proxy accepts a lite message's ack without it, and ignores it.
+(each one's ``message_group`` is its lite topic), every settling request names the lite
+topic (the Proxy accepts a lite message's ack without it, and ignores it), and the
+client renews: the Proxy's renewal of a lite message fails (see ``__init__``).
 """
 
 from __future__ import annotations
@@ -74,6 +75,11 @@ class GrpcSource:
         self.lite = lite
         if lite is not None:
             session.session.on_lite_dropped = lite.on_unsubscribed
+            # The Apache Proxy's renewal fails for lite messages (5.5.0: it renews the
+            # parent topic's queue, the broker answers NO_EXIST, and a message handled
+            # longer than its invisible time comes back): the client's renewer renews,
+            # naming the lite topic.
+            self.server_renews = session.auto_renew = False
 
     @property
     def client_id(self) -> str:
