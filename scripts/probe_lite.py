@@ -1,5 +1,12 @@
 """Probe the local broker's lite topics over remoting (RocketMQ 5.5 RIP-83): prints what
-each request answers. Run: python scripts/probe_lite.py (AIOROCKET_NAMESRV_ADDR set)."""
+each request answers (LITE_SUBSCRIPTION_CTL, POP_LITE_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME
+and ACK_MESSAGE with liteTopic). Run: python scripts/probe_lite.py (AIOROCKET_NAMESRV_ADDR
+set). Output on 5.5.0 with enableLmq/enableMultiDispatch: ctl 0 on both brokers; the pop
+of the broker a subscribed lite topic is sharded to answers FOUND with the message
+(INNER_MULTI_DISPATCH %LMQ%$<parent>$<lite>, INNER_MULTI_QUEUE_OFFSET 0, __LITE_TOPIC),
+reviveQid 999, orderCountInfo "0"; change 0 (same popTime, new invisibleTime); ack 0;
+the unsubscribed lite topic "c" is never popped. Without the two settings every pop
+answers 210 (POLLING_TIMEOUT)."""
 
 from __future__ import annotations
 
@@ -22,8 +29,8 @@ NS = os.environ.get("AIOROCKET_NAMESRV_ADDR", "127.0.0.1:9876")
 async def send(parent: str) -> None:
     async with Producer("lite-probe-p", NS) as producer:
         for lt in ("a", "b", "c"):
-            r = await producer.send(Message(parent, f"to {lt}".encode(),
-                                            properties={"__LITE_TOPIC": lt}))
+            # lite_topic: the producer sends it to the queue the broker shards it to
+            r = await producer.send(Message(parent, f"to {lt}".encode(), lite_topic=lt))
             print("sent", lt, r)
 
 
