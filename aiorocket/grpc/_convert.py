@@ -77,6 +77,9 @@ class Outgoing:
     priority: int | None = None
     #: a lite message's lite topic (5.5+)
     lite_topic: str | None = None
+    #: a half message's ``orphaned_transaction_recovery_duration`` in seconds: the broker
+    #: checks it back no sooner (its ``CHECK_IMMUNITY_TIME_IN_SECONDS``)
+    recovery_s: int | None = None
 
 
 def prepare(
@@ -86,6 +89,7 @@ def prepare(
     namespace: str = "",
     message_group: str | None = None,
     transactional: bool = False,
+    recovery_s: int | None = None,
 ) -> Outgoing:
     """Validate ``msg`` and give it its client message id (kept if it carries UNIQ_KEY)."""
     check_topic(msg.topic)
@@ -141,6 +145,7 @@ def prepare(
         body=bytes(msg.body),
         priority=msg.priority,
         lite_topic=lite,
+        recovery_s=recovery_s if transactional else None,
     )
 
 
@@ -159,6 +164,9 @@ def to_pb_message(out: Outgoing) -> pb.Message:
         delivery_timestamp=None if out.delivery_ms is None else ms_to_datetime(out.delivery_ms),
         priority=out.priority,
         lite_topic=out.lite_topic,
+        orphaned_transaction_recovery_duration=(
+            None if out.recovery_s is None else timedelta(seconds=out.recovery_s)
+        ),
     )
     return pb.Message(
         topic=pb.Resource(resource_namespace=out.namespace, name=wrap(out.namespace, out.topic)),

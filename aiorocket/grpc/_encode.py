@@ -98,6 +98,9 @@ def encode_message(out: Outgoing) -> bytes:
         sysp += _len(0x5A, _timestamp(out.delivery_ms))  # 11
     if out.message_group is not None:
         sysp += b"\x8a\x01" + _uvarint(len(g := out.message_group.encode())) + g  # 17
+    if out.recovery_s is not None:  # 19 orphaned_transaction_recovery_duration
+        duration = b"\x08" + _int(out.recovery_s) if out.recovery_s else b""
+        sysp += b"\x9a\x01" + _uvarint(len(duration)) + duration
     if out.lite_topic is not None:
         sysp += b"\xaa\x01" + _uvarint(len(lt := out.lite_topic.encode())) + lt  # 21
     if out.priority is not None:

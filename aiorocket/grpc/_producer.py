@@ -105,6 +105,11 @@ class GrpcProducer:
         TLS, namespace, ACL credentials.
     client_id:
         the ``x-mq-client-id`` (default: ``ip@pid#random``).
+    announce:
+        whether a send to a topic not yet declared adds it to the settings (as the Java
+        client does). The Proxy makes a client publishing a topic a candidate for the
+        check-backs of its transactions: a sender of half messages that another process
+        ends passes False, so that they go to that process only.
     """
 
     def __init__(
@@ -117,8 +122,10 @@ class GrpcProducer:
         options: GrpcOptions | None = None,
         client_id: str | None = None,
         topics: Sequence[str] = (),
+        announce: bool = True,
     ) -> None:
         self.group = group
+        self._announce = announce
         self.endpoint = endpoint
         self.config = config
         options = with_security(options, config.credentials, config.tls, config.namespace)
@@ -199,8 +206,14 @@ class GrpcProducer:
         self._limit_of, self._limit = settings, limit
         return limit
 
-    async def _ensure_topic(self, topic: str) -> None:
-        if topic in self._topics:
+    async def declare(self, *topics: str) -> None:
+        """Publish ``topics`` in the settings now: the Proxy sends this client the
+        check-backs of their half messages (from any sender) from then on."""
+        for topic in topics:
+            await self._ensure_topic(topic, force=True)
+
+    async def _ensure_topic(self, topic: str, force: bool = False) -> None:
+        if topic in self._topics or not (self._announce or force):
             return
         async with self._topics_lock:
             if topic in self._topics:
@@ -209,7 +222,10 @@ class GrpcProducer:
             await self.session.resync_settings()
             self._topics.add(topic)
 
-    def _build(self, msg: Message, group: str | None, transactional: bool = False) -> Outgoing:
+    def _build(
+        self, msg: Message, group: str | None, transactional: bool = False,
+        recovery_s: int | None = None,
+    ) -> Outgoing:  # fmt: skip
         if self._closed or self.session.closed:
             raise ClientClosedError("producer is closed")
         return prepare(
@@ -218,6 +234,7 @@ class GrpcProducer:
             namespace=self.transport.namespace,
             message_group=group,
             transactional=transactional,
+            recovery_s=recovery_s,
         )
 
     async def acquire(self) -> None:
@@ -370,11 +387,15 @@ class GrpcProducer:
 
     # -- transactions --------------------------------------------------------------
 
-    async def send_half(self, msg: Message, *, timeout: float | None = None) -> SendResult:
+    async def send_half(
+        self, msg: Message, *, timeout: float | None = None, recovery_s: int | None = None
+    ) -> SendResult:
         """Send ``msg`` as a transactional half message: one attempt, never resent (as in
-        the Java client: a second half message would be a second transaction)."""
+        the Java client: a second half message would be a second transaction).
+        ``recovery_s``: the broker checks it back no sooner, and refuses a client's end
+        after that."""
         deadline = self._deadline(timeout)
-        pbm = self._build(msg, None, transactional=True)
+        pbm = self._build(msg, None, transactional=True, recovery_s=recovery_s)
         async with self._slot(deadline):
             (result,) = await self._send([pbm], msg.topic, deadline, attempts=1,
                                          transactional=True)  # fmt: skip
@@ -382,9 +403,11 @@ class GrpcProducer:
 
     async def end(
         self, topic: str, msg_id: str, txn_id: str, commit: bool, *, checked: bool = False
-    ) -> None:
+    ) -> bool:
         """EndTransaction: commit or roll back (``checked``: answering the Proxy's check).
-        A failure is logged: the Proxy will ask again."""
+        A failure is logged (the Proxy will ask again) and gives False. True says only
+        that the Proxy took it: it forwards an end one way, so the broker may still refuse
+        it (a client's end after the recovery duration) or never get it."""
         req = pb.EndTransactionRequest(
             topic=self.session.resource(topic),
             message_id=msg_id,
@@ -403,6 +426,8 @@ class GrpcProducer:
             check_status(resp.status, "EndTransaction")
         except RocketMQError as exc:  # the Proxy will ask the checker instead
             self.log.warning("end_transaction_failed", topic=topic, msg_id=msg_id, error=str(exc))
+            return False
+        return True
 
     async def recall(self, topic: str, recall_handle: str) -> str:
         """RecallMessage: withdraw a timer message before its delivery time; returns its id."""

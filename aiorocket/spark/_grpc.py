@@ -1,20 +1,75 @@
-"""The sink's few gRPC-only needs when it writes through a Proxy (option ``proxy``).
+"""The sink through a 5.x Proxy (option ``proxy``), and its exactly-once mode there.
 
 Imported only then: it needs the ``grpc`` extra (grpclib), which a NameServer-only
 deployment need not install.
+
+Exactly-once over gRPC differs from the remoting design (``aiorocket.spark._txn``) in
+one point: **the driver never commits a half message itself; every row is committed by
+its answer to the broker's check-back.** What the Proxy offers forces this
+(``scripts/grpc_txn_probe.py`` shows each fact on the real Proxy):
+
+* EndTransaction answers OK once the Proxy has forwarded the end (one way; in local
+  mode it drops the broker's answer): an end the broker refused is answered OK too. And
+  a gRPC client can ask nothing about a stored message. So the driver cannot know
+  whether its own COMMIT took effect.
+* The broker's check pass copies an unresolved half message back into its half queue
+  (during the immunity time every pass, after it before each check-back), and an end
+  of the original does not resolve the copies: once the original was committed, its
+  copy is checked back all the same, and a COMMIT answer makes the row visible twice.
+  The remoting driver answers such a copy ROLLBACK because it sees the row in the topic;
+  over gRPC it cannot see that.
+
+Without any end of its own, only one copy of a half message is alive at a time (each
+pass supersedes the one before), and the answer to its check-back resolves it: a COMMIT
+answer commits each row once. A second check-back of a row comes only if the broker did
+not apply the first answer before its next pass (``transactionCheckInterval``, 30 s by
+default): the answer was lost, and COMMIT again is right. So:
+
+* Executors send each row as a half message through the Proxy, once (no resend), with
+  ``orphaned_transaction_recovery_duration = transactionTimeoutSeconds`` (default 6 s
+  over gRPC: how soon the broker asks), and without publishing the topic in their
+  settings, so that the Proxy never asks them (it asks a client publishing the topic).
+* The driver's ``commit`` writes the commit record as over remoting, publishes the topics
+  in its settings, and waits until every row of the batch has been answered COMMIT;
+  ``.answered`` lists the rows answered (synced to disk before the answer leaves), so a
+  replayed commit after a crash waits only for those the earlier run had not answered.
+* A check-back is answered from the records alone: COMMIT for a row of a committed
+  transaction, ROLLBACK for any other of a recorded or older batch, UNKNOWN for the
+  newest batch without a record (it may still commit; the broker asks again).
+* ``abort`` and a replay's surplus transactions are ended ROLLBACK through the Proxy
+  (when it still holds their transaction data); the check-backs roll back the rest.
+
+Cost: a batch's rows become visible at the broker's first check pass after both its
+commit record and ``transactionTimeoutSeconds`` past each row's birth: up to one
+``transactionCheckInterval`` after the commit starts.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+import anyio
+
+from aiorocket._log import get_logger
 from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._producer import GrpcProducer
 from aiorocket.grpc._transport import GrpcOptions, GrpcTransport, check_status, with_security
+from aiorocket.message import Message, MessageExt
+from aiorocket.producer.config import ProducerConfig
+from aiorocket.producer.transaction import HalfMessage
 from aiorocket.spark._options import WriteOptions
+from aiorocket.spark._txn import PARALLEL, TXN_PROPERTY, Row, TxnLog, parse_tag, rows_of
 
-__all__ = ["topic_exists"]
+__all__ = ["Answers", "answer", "checker", "commit", "rollback", "send_halves", "sender",
+           "topic_types"]  # fmt: skip
+
+log = get_logger("spark")
 
 
-async def topic_exists(opts: WriteOptions, topic: str) -> bool:
-    """Whether the Proxy knows ``topic`` (one QueryRoute; other errors propagate)."""
+async def topic_types(opts: WriteOptions, topic: str) -> set[int] | None:
+    """The message types (``pb.MessageType``) ``topic`` accepts, None if the Proxy does
+    not know it (one QueryRoute; other errors propagate)."""
     assert opts.proxy is not None
     client = opts.client
     options = with_security(GrpcOptions(), client.credentials(), client.tls_setting())
@@ -25,8 +80,172 @@ async def topic_exists(opts: WriteOptions, topic: str) -> bool:
         req = pb.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=transport.endpoints())
         resp = await transport.unary("QueryRoute", req, pb.QueryRouteResponse)
         if resp.status is not None and resp.status.code == pb.Code.TOPIC_NOT_FOUND:
-            return False
+            return None
         check_status(resp.status, "QueryRoute")
-        return True
+        return {int(t) for q in resp.message_queues for t in q.accept_message_types}
     finally:
         transport.close()
+
+
+def _config(opts: WriteOptions, retries: int) -> ProducerConfig:
+    return ProducerConfig(
+        send_timeout=opts.send_timeout, retries=retries, auto_batch=False,
+        request_timeout=opts.client.request_timeout,
+        credentials=opts.client.credentials(), tls=opts.client.tls_setting(),
+    )  # fmt: skip
+
+
+@asynccontextmanager
+async def _started(producer: GrpcProducer) -> AsyncIterator[GrpcProducer]:
+    await producer.start()
+    try:
+        yield producer
+    finally:
+        await producer.close(None, None, None)
+
+
+def sender(opts: WriteOptions) -> AbstractAsyncContextManager[GrpcProducer]:
+    """The executors' producer of half messages: no resend, no auto-batching, and no
+    topic in its settings (the Proxy must not ask it about their transactions)."""
+    assert opts.proxy is not None
+    producer = GrpcProducer(f"{opts.producer_group}-send", opts.proxy,
+                            config=_config(opts, 0), announce=False)  # fmt: skip
+    return _started(producer)
+
+
+def checker(opts: WriteOptions, answers: Answers) -> AbstractAsyncContextManager[GrpcProducer]:
+    """The driver's producer: answers check-backs (:func:`answer`) and ends rollbacks."""
+    assert opts.proxy is not None
+
+    async def on_orphan(msg: MessageExt) -> bool | None:
+        return await answer(answers, msg)
+
+    producer = GrpcProducer(
+        opts.producer_group, opts.proxy, config=_config(opts, opts.retries),
+        on_orphan=on_orphan, topics=[opts.topic] if opts.topic else (),
+    )  # fmt: skip
+    return _started(producer)
+
+
+async def send_halves(
+    producer: GrpcProducer, messages: list[Message], opts: WriteOptions
+) -> list[HalfMessage]:
+    out: list[HalfMessage | None] = [None] * len(messages)
+    limiter = anyio.CapacityLimiter(producer.config.max_in_flight)
+
+    async def one(i: int, msg: Message) -> None:
+        async with limiter:
+            result = await producer.send_half(msg, recovery_s=opts.txn_timeout)
+        # The Proxy ends it by (topic, transaction id); no broker or offsets over gRPC.
+        out[i] = HalfMessage(msg.topic, "", -1, -1, result.msg_id, result.transaction_id)
+
+    async with anyio.create_task_group() as tg:
+        for i, msg in enumerate(messages):
+            tg.start_soon(one, i, msg)
+    return [h for h in out if h is not None]
+
+
+class Answers:
+    """Notes the rows answered COMMIT in ``<batch>.answered`` before the answer leaves;
+    concurrent answers share one write and sync (``TxnLog.note_answered``)."""
+
+    def __init__(self, txn_log: TxnLog) -> None:
+        self.log = txn_log
+        self._pending: dict[int, list[str]] = {}
+        self._lock = anyio.Lock()
+        self._taken = 0  # writes started
+        self._written = 0  # writes finished
+
+    async def add(self, batch: int, msg_id: str) -> None:
+        self._pending.setdefault(batch, []).append(msg_id)
+        mine = self._taken + 1  # the next write to start carries it
+        async with self._lock:
+            if self._written >= mine:
+                return
+            pending, self._pending = self._pending, {}
+            self._taken += 1
+            try:
+                await anyio.to_thread.run_sync(self.log.note_answered, pending)
+            except BaseException:
+                for b, ids in pending.items():  # let a later write carry them
+                    self._pending.setdefault(b, []).extend(ids)
+                self._taken -= 1
+                raise
+            self._written = self._taken
+
+
+async def answer(answers: Answers, msg: MessageExt) -> bool | None:
+    """A check-back's answer from the records: True commit, False roll back, None
+    unknown (see the module docstring)."""
+    tag = parse_tag(msg.properties.get(TXN_PROPERTY))
+    if tag is None:
+        return None  # not one of ours
+    batch, txn = tag
+    txn_log = answers.log
+    record = txn_log.read(batch)
+    if record is None:
+        # Spark commits batches in order: a later record means this batch's attempt
+        # died before its commit, and a replay committed other txns (or will).
+        return False if txn_log.newest() > batch else None
+    if txn not in record:
+        return False
+    await answers.add(batch, msg.msg_id)
+    return True
+
+
+async def rollback(producer: GrpcProducer, halves: Iterable[HalfMessage]) -> int:
+    """End ``halves`` ROLLBACK through the Proxy; how many it took (the others are the
+    check-backs' to roll back)."""
+    taken = 0
+    limiter = anyio.CapacityLimiter(PARALLEL)
+
+    async def one(h: HalfMessage) -> None:
+        nonlocal taken
+        async with limiter:
+            if await producer.end(h.topic, h.msg_id, h.transaction_id or "", commit=False):
+                taken += 1
+
+    async with anyio.create_task_group() as tg:
+        for h in halves:
+            tg.start_soon(one, h)
+    return taken
+
+
+async def _wait_answered(txn_log: TxnLog, batch: int, rows: Sequence[Row], timeout: float) -> None:
+    wanted = {r[2] for r in rows}
+    delay = 0.2
+    with anyio.fail_after(timeout):
+        while True:
+            missing = wanted - txn_log.answered(batch)
+            if not missing:
+                return
+            log.debug("spark_waiting_for_check_backs", batch=batch, rows=len(missing))
+            await anyio.sleep(delay)
+            delay = min(delay * 1.5, 2.0)
+
+
+async def commit(
+    producer: GrpcProducer, txn_log: TxnLog, batch: int,
+    halves: dict[str, list[HalfMessage]], wait: float,
+) -> None:  # fmt: skip
+    """The driver's commit of ``batch`` over gRPC (see the module docstring)."""
+    record = {txn: rows_of(hs) for txn, hs in halves.items()}
+    if txn_log.write(batch, record):
+        rows = [r for rs in record.values() for r in rs]
+        await producer.declare(*sorted({r[0] for r in rows}))
+        await _wait_answered(txn_log, batch, rows, wait)
+        txn_log.mark_done(batch)
+        log.info("spark_batch_committed_exactly_once", batch=batch, txns=len(record),
+                 rows=len(rows), transport="grpc")  # fmt: skip
+        return
+    # A replay: an earlier run recorded this batch and died before Spark logged it.
+    recorded = txn_log.read(batch) or {}
+    surplus = [h for txn, hs in halves.items() if txn not in recorded for h in hs]
+    await rollback(producer, surplus)
+    if not txn_log.is_done(batch):
+        rows = [r for rs in recorded.values() for r in rs]
+        await producer.declare(*sorted({r[0] for r in rows}))
+        await _wait_answered(txn_log, batch, rows, wait)
+        txn_log.mark_done(batch)
+    log.info("spark_batch_replayed_exactly_once", batch=batch, rolled_back=len(surplus),
+             transport="grpc")  # fmt: skip

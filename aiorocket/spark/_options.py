@@ -484,13 +484,6 @@ def parse_write(options: Mapping[str, str], *, stream: bool = True) -> WriteOpti
         raise ConfigError(f"option deliveryGuarantee must be at-least-once or exactly-once, "
                           f"got {opts['deliveryguarantee']!r}")  # fmt: skip
     exactly_once = guarantee == "exactly-once"
-    if exactly_once and proxy is not None:
-        raise ConfigError(
-            "deliveryGuarantee=exactly-once needs nameServer: through a Proxy (option proxy) "
-            "the driver can neither learn whether the broker applied an end nor see whether "
-            "a row is visible, which it must to answer the broker's check-backs of copies "
-            "(see 'Exactly once' in docs/spark.md)"
-        )
     if exactly_once and not stream:
         raise ConfigError(
             "deliveryGuarantee=exactly-once applies to writeStream; a batch write (df.write) "
@@ -521,5 +514,7 @@ def parse_write(options: Mapping[str, str], *, stream: bool = True) -> WriteOpti
         auto_batch=_bool(opts, "autoBatch", True),
         exactly_once=exactly_once,
         txn_log=txn_log,
-        txn_timeout=_int(opts, "transactionTimeoutSeconds", 300, minimum=6) or 300,
+        # Over gRPC it is how soon the broker asks, and every row waits for its answer.
+        txn_timeout=_int(opts, "transactionTimeoutSeconds", 6 if proxy else 300, minimum=6)
+        or 300,
     )

@@ -16,13 +16,16 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiorocket.client.instance import ClientInstance
 from aiorocket.message import MessageExt
 from aiorocket.producer.producer import Producer
 from aiorocket.producer.transaction import TransactionState
 from aiorocket.spark._options import ClientOptions, WriteOptions
+
+if TYPE_CHECKING:
+    from aiorocket.grpc._producer import GrpcProducer
 
 T = TypeVar("T")
 
@@ -152,6 +155,23 @@ class _Runtime:
                 tls=opts.client.tls_setting(),
                 transaction_checker=check,
             ),
+        )
+
+    def grpc_sender(self, opts: WriteOptions) -> GrpcProducer:
+        """Exactly-once through a Proxy: the executors' sender (``_grpc.sender``)."""
+        from aiorocket.spark import _grpc
+
+        return self._open(self._senders, opts, lambda: _grpc.sender(opts))  # type: ignore[no-any-return]
+
+    def grpc_checker(self, opts: WriteOptions) -> GrpcProducer:
+        """Exactly-once through a Proxy: the driver's producer (``_grpc.checker``)."""
+        from aiorocket.spark import _grpc
+        from aiorocket.spark._txn import TxnLog
+
+        assert opts.txn_log is not None
+        answers = _grpc.Answers(TxnLog(opts.txn_log))
+        return self._open(  # type: ignore[no-any-return]
+            self._checkers, opts, lambda: _grpc.checker(opts, answers)
         )
 
     def close(self, timeout: float = 10.0) -> None:

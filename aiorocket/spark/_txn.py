@@ -125,6 +125,28 @@ class TxnLog:
         self._sync_dir()
         self._forget_before(batch - KEEP)
 
+    def answered(self, batch: int) -> set[str]:
+        """The message ids of ``batch`` a check-back was answered COMMIT for (over gRPC:
+        ``<batch>.answered``, one id a line)."""
+        try:
+            with open(self._path(batch, "answered"), encoding="utf-8") as f:
+                return {line.strip() for line in f if line.strip()}
+        except FileNotFoundError:
+            return set()
+
+    def note_answered(self, ids: dict[int, list[str]]) -> None:
+        """Append ``ids`` to their batches' ``.answered`` files, synced to disk."""
+        created = False
+        for batch, msg_ids in ids.items():
+            path = self._path(batch, "answered")
+            created = created or not os.path.exists(path)
+            with open(path, "a", encoding="utf-8") as f:
+                f.write("".join(f"{i}\n" for i in msg_ids))
+                f.flush()
+                os.fsync(f.fileno())
+        if created:
+            self._sync_dir()
+
     def newest(self) -> int:
         """The highest batch with a record, -1 if none."""
         try:

@@ -110,9 +110,18 @@ def _check_topic(opts: WriteOptions) -> None:
         return
 
     if opts.proxy is not None:
-        from aiorocket.spark._grpc import topic_exists
+        from aiorocket.spark._grpc import topic_types
 
-        exists = runtime().submit(topic_exists(opts, topic)).result()
+        types = runtime().submit(topic_types(opts, topic)).result()
+        exists = types is not None
+        # The Proxy refuses a message whose type its topic does not accept.
+        kind, want = ("TRANSACTION", 4) if opts.exactly_once else ("NORMAL", 1)
+        if types and want not in types:
+            raise ConfigError(
+                f"topic {topic!r} does not take {kind} messages, which the sink sends through "
+                f"the Proxy with deliveryGuarantee={'exactly' if opts.exactly_once else 'at-least'}"
+                f"-once (create it with message.type={kind})"
+            )
     else:
 
         async def route(client: ClientInstance) -> None:
@@ -231,13 +240,18 @@ class _Sender:
         # Unique per task attempt: a retried task is another transaction.
         txn = f"{self.write_id}.{partition}.{attempt}"
         tag = f"{batch_id}:{txn}"
-        producer = rt.sender(self.opts)
         halves: list[HalfMessage] = []
         for batch in batches:
             messages = _messages(batch, self.opts, prefix, len(halves))
             for msg in messages:
                 msg.properties[TXN_PROPERTY] = tag
-            halves.extend(rt.submit(_send_halves(producer, messages, self.opts)).result())
+            if self.opts.proxy is not None:
+                from aiorocket.spark import _grpc
+
+                sent = _grpc.send_halves(rt.grpc_sender(self.opts), messages, self.opts)
+            else:
+                sent = _send_halves(rt.sender(self.opts), messages, self.opts)
+            halves.extend(rt.submit(sent).result())
         return SinkCommit(partition, len(halves), txn, tuple(halves))
 
 
@@ -283,6 +297,9 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         opts = self._sender.opts
         assert opts.txn_log is not None
         rt = runtime()
+        if opts.proxy is not None:
+            self._end_over_grpc(rt, messages, batch, commit)
+            return
         client = rt.client(opts.client)
         checker = rt.checker(opts)
         halves = _txn.by_txn(messages)
@@ -294,3 +311,20 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         every = [h for hs in halves.values() for h in hs]
         rollback = TransactionState.ROLLBACK
         rt.submit(_txn.end_all(client, opts.producer_group, every, rollback)).result()
+
+    def _end_over_grpc(
+        self, rt: Any, messages: list[WriterCommitMessage | None], batch: int, commit: bool
+    ) -> None:
+        from aiorocket.spark import _grpc
+
+        opts = self._sender.opts
+        assert opts.txn_log is not None
+        producer = rt.grpc_checker(opts)
+        halves = _txn.by_txn(messages)
+        if commit:
+            wait = opts.txn_timeout + _CHECK_BACK_WAIT
+            log_ = _txn.TxnLog(opts.txn_log)
+            rt.submit(_grpc.commit(producer, log_, batch, halves, wait)).result()
+            return
+        every = [h for hs in halves.values() for h in hs]
+        rt.submit(_grpc.rollback(producer, every)).result()

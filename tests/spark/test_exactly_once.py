@@ -8,7 +8,9 @@ checkpoint (``tests/spark/eos_driver.py``; the repeated run is
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +48,37 @@ def test_replayed_batch_is_rolled_back(
     run_available_now(df, "rocketmq", ckpt, **sink)  # the batch again: its rows roll back
     expected = Counter(m.body for m in filled.messages)
     assert stored_bodies(filled.namesrv, target) == expected  # each row once, no copy
+
+
+def test_through_the_proxy_each_row_once_and_a_replay_rolls_back(
+    spark: SparkSession, make_topic: Callable[..., Filled], rocketmq: LocalRocketMQ,
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:  # fmt: skip
+    """Option proxy: half messages over gRPC, committed by the driver's answers to the
+    broker's check-backs (``aiorocket.spark._grpc``); a batch run again after its commit
+    record was done rolls its new rows back."""
+    filled = make_topic(30)
+    target = unique_name("eosgrpc")
+    anyio.run(lambda: rocketmq.create_topic(target, queues=2, message_type="TRANSACTION"))
+    ckpt = tmp_path / "ckpt"
+    df = stream(filled, spark, maxOffsetsPerTrigger="15").select("body", "properties")
+    sink = {"proxy": rocketmq.proxy_grpc, "topic": target, "deliveryGuarantee": "exactly-once"}
+    assert sum(run_available_now(df, "rocketmq", ckpt, **sink)) == 30
+    expected = Counter(m.body for m in filled.messages)
+    # A commit returns once each row of its batch was answered COMMIT (noted on disk
+    # before the answer leaves); the broker stores it as it gets the answer.
+    deadline = time.monotonic() + 30
+    while stored_bodies(filled.namesrv, target) != expected and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert stored_bodies(filled.namesrv, target) == expected
+    batch = forget_last_commit(ckpt)
+    txn_dir = ckpt / "rocketmq-sink"
+    record = json.loads((txn_dir / f"{batch}.json").read_text())
+    rows = {r[2] for rs in record["txns"].values() for r in rs}
+    assert (txn_dir / f"{batch}.done").exists()
+    assert set((txn_dir / f"{batch}.answered").read_text().split()) == rows
+    run_available_now(df, "rocketmq", ckpt, **sink)  # the batch again: its rows roll back
+    assert stored_bodies(filled.namesrv, target) == expected
 
 
 def test_exactly_once_errors(spark: SparkSession, rocketmq: LocalRocketMQ) -> None:

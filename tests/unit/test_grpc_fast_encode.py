@@ -41,6 +41,7 @@ def outgoing(draw: st.DrawFn) -> Outgoing:
         delivery_ms=draw(st.none() | st.integers(0, 2**44)),
         body=draw(st.binary(max_size=64)),
         priority=draw(st.none() | st.integers(0, 2**31 - 1)),
+        recovery_s=draw(st.none() | st.integers(0, 2**40)),
         lite_topic=draw(st.none() | text),
     )
 

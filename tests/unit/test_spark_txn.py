@@ -59,3 +59,71 @@ def test_check_back_answers(tmp_path: Path, tag: str | None, state: TransactionS
     log = TxnLog(str(tmp_path))
     assert log.write(3, {"t3": [("out", "broker-a", "ID")]})
     assert answer(log, tag) is state
+
+
+# -- through a Proxy (aiorocket.spark._grpc): the records alone answer ------------------
+
+
+def grpc_answer(log: TxnLog, tag: str | None, msg_id: str = "ID") -> bool | None:
+    from aiorocket.spark._grpc import Answers, answer
+
+    m = msg(tag)
+    m.properties["UNIQ_KEY"] = msg_id
+    return anyio.run(answer, Answers(log), m)
+
+
+@pytest.mark.parametrize(
+    ("tag", "verdict_"),
+    [
+        (None, None),  # not the sink's message
+        ("4:t4", None),  # the newest batch may still commit
+        ("2:t2", False),  # no record, later batches have one
+        ("3:other", False),  # a txn the record does not list
+        ("3:t3", True),  # committed: every check-back of its row is answered COMMIT
+    ],
+)
+def test_check_back_answers_over_grpc(tmp_path: Path, tag: str | None,
+                                      verdict_: bool | None) -> None:  # fmt: skip
+    log = TxnLog(str(tmp_path))
+    assert log.write(3, {"t3": [("out", "", "ID")]})
+    assert grpc_answer(log, tag) is verdict_
+    assert log.answered(3) == ({"ID"} if verdict_ else set())
+
+
+def test_a_commit_answer_is_on_disk_before_it_leaves_and_writes_are_shared(
+    tmp_path: Path,
+) -> None:
+    """Each COMMIT answer is noted in ``<batch>.answered`` (so a replayed commit after a
+    crash waits only for the rows not answered yet) before ``answer`` returns; answers
+    given at once share writes."""
+    from aiorocket.spark._grpc import Answers, answer
+
+    log = TxnLog(str(tmp_path))
+    ids = [f"ID{i}" for i in range(50)]
+    assert log.write(3, {"t3": [("out", "", i) for i in ids]})
+    writes: list[int] = []
+    note = log.note_answered
+
+    def counted(pending: dict[int, list[str]]) -> None:
+        writes.append(sum(map(len, pending.values())))
+        note(pending)
+
+    log.note_answered = counted  # type: ignore[method-assign]
+    answers = Answers(log)
+
+    async def run() -> None:
+        async def one(i: str) -> None:
+            m = msg("3:t3")
+            m.properties["UNIQ_KEY"] = i
+            assert await answer(answers, m) is True
+            assert i in log.answered(3)  # on disk when the answer leaves
+
+        async with anyio.create_task_group() as tg:
+            for i in ids:
+                tg.start_soon(one, i)
+
+    anyio.run(run)
+    assert log.answered(3) == set(ids)
+    assert sum(writes) == len(ids) and len(writes) < len(ids)
+    log.mark_done(4 + KEEP)  # forgets batch 3, its .answered too
+    assert log.answered(3) == set()
