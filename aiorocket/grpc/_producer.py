@@ -105,6 +105,9 @@ class GrpcProducer:
         TLS, namespace, ACL credentials.
     client_id:
         the ``x-mq-client-id`` (default: ``ip@pid#random``).
+    on_answered:
+        called with a message and the verdict (True commit) once the Proxy took the
+        answer to its check-back.
     announce:
         whether a send to a topic not yet declared adds it to the settings (as the Java
         client does). The Proxy makes a client publishing a topic a candidate for the
@@ -123,9 +126,11 @@ class GrpcProducer:
         client_id: str | None = None,
         topics: Sequence[str] = (),
         announce: bool = True,
+        on_answered: Callable[[MessageExt, bool], None] | None = None,
     ) -> None:
         self.group = group
         self._announce = announce
+        self._answered = on_answered
         self.endpoint = endpoint
         self.config = config
         options = with_security(options, config.credentials, config.tls, config.namespace)
@@ -449,7 +454,10 @@ class GrpcProducer:
                 self.log.warning("transaction_check_failed", msg_id=ext.msg_id, error=str(exc))
                 return
             if commit is not None:
-                await self.end(ext.topic, ext.msg_id, cmd.transaction_id, commit, checked=True)
+                taken = await self.end(ext.topic, ext.msg_id, cmd.transaction_id, commit,
+                                       checked=True)  # fmt: skip
+                if taken and self._answered is not None:
+                    self._answered(ext, commit)
 
 
 def _results(

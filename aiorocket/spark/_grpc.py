@@ -30,9 +30,12 @@ default): the answer was lost, and COMMIT again is right. So:
   over gRPC: how soon the broker asks), and without publishing the topic in their
   settings, so that the Proxy never asks them (it asks a client publishing the topic).
 * The driver's ``commit`` writes the commit record as over remoting, publishes the topics
-  in its settings, and waits until every row of the batch has been answered COMMIT;
-  ``.answered`` lists the rows answered (synced to disk before the answer leaves), so a
-  replayed commit after a crash waits only for those the earlier run had not answered.
+  in its settings, and waits until the Proxy took its COMMIT answer for every row of the
+  batch. ``<batch>.answered`` lists the rows answered COMMIT, synced to disk before the
+  answer leaves: a replayed commit after a crash waits for the rows an earlier run did
+  not answer (the broker asks about them), and at most ``UNCERTAIN_WAIT`` for those it
+  noted (if their answer left, the broker does not ask again; if not, it asks within a
+  check interval, and is answered COMMIT again).
 * A check-back is answered from the records alone: COMMIT for a row of a committed
   transaction, ROLLBACK for any other of a recorded or older batch, UNKNOWN for the
   newest batch without a record (it may still commit; the broker asks again).
@@ -47,6 +50,7 @@ commit record and ``transactionTimeoutSeconds`` past each row's birth: up to one
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import anyio
@@ -65,6 +69,10 @@ __all__ = ["Answers", "answer", "checker", "commit", "rollback", "send_halves", 
            "topic_types"]  # fmt: skip
 
 log = get_logger("spark")
+#: how long a replayed commit waits for the broker to ask about a row a dead run noted as
+#: answered (if its answer left, the broker never asks): two check passes (30 s apart by
+#: default, ``transactionCheckInterval``) and some.
+UNCERTAIN_WAIT = 75.0
 
 
 async def topic_types(opts: WriteOptions, topic: str) -> set[int] | None:
@@ -123,6 +131,7 @@ def checker(opts: WriteOptions, answers: Answers) -> AbstractAsyncContextManager
     producer = GrpcProducer(
         opts.producer_group, opts.proxy, config=_config(opts, opts.retries),
         on_orphan=on_orphan, topics=[opts.topic] if opts.topic else (),
+        on_answered=answers.sent_one,
     )  # fmt: skip
     return _started(producer)
 
@@ -146,11 +155,13 @@ async def send_halves(
 
 
 class Answers:
-    """Notes the rows answered COMMIT in ``<batch>.answered`` before the answer leaves;
-    concurrent answers share one write and sync (``TxnLog.note_answered``)."""
+    """Notes the rows answered COMMIT in ``<batch>.answered`` before the answer leaves
+    (concurrent answers share one write and sync: ``TxnLog.note_answered``), and keeps
+    those whose answer the Proxy took in this process (``sent``)."""
 
     def __init__(self, txn_log: TxnLog) -> None:
         self.log = txn_log
+        self.sent: dict[int, set[str]] = {}
         self._pending: dict[int, list[str]] = {}
         self._lock = anyio.Lock()
         self._taken = 0  # writes started
@@ -172,6 +183,11 @@ class Answers:
                 self._taken -= 1
                 raise
             self._written = self._taken
+
+    def sent_one(self, msg: MessageExt, commit: bool) -> None:
+        tag = parse_tag(msg.properties.get(TXN_PROPERTY))
+        if commit and tag is not None:
+            self.sent.setdefault(tag[0], set()).add(msg.msg_id)
 
 
 async def answer(answers: Answers, msg: MessageExt) -> bool | None:
@@ -211,29 +227,39 @@ async def rollback(producer: GrpcProducer, halves: Iterable[HalfMessage]) -> int
     return taken
 
 
-async def _wait_answered(txn_log: TxnLog, batch: int, rows: Sequence[Row], timeout: float) -> None:
+async def _wait_answered(
+    answers: Answers, batch: int, rows: Sequence[Row], timeout: float,
+    earlier: AbstractSet[str] = frozenset(),
+) -> None:
+    """Wait until this process has sent a COMMIT answer for every row of ``batch``; for
+    the rows in ``earlier`` (noted by a run that died: their answer may have left, and
+    then the broker does not ask again) at most ``UNCERTAIN_WAIT`` seconds."""
     wanted = {r[2] for r in rows}
-    delay = 0.2
+    start = anyio.current_time()
+    delay = 0.1
     with anyio.fail_after(timeout):
         while True:
-            missing = wanted - txn_log.answered(batch)
+            missing = wanted - answers.sent.get(batch, set())
+            if anyio.current_time() - start > UNCERTAIN_WAIT:
+                missing -= earlier
             if not missing:
                 return
             log.debug("spark_waiting_for_check_backs", batch=batch, rows=len(missing))
             await anyio.sleep(delay)
-            delay = min(delay * 1.5, 2.0)
+            delay = min(delay * 1.5, 1.0)
 
 
 async def commit(
-    producer: GrpcProducer, txn_log: TxnLog, batch: int,
+    producer: GrpcProducer, answers: Answers, batch: int,
     halves: dict[str, list[HalfMessage]], wait: float,
 ) -> None:  # fmt: skip
     """The driver's commit of ``batch`` over gRPC (see the module docstring)."""
+    txn_log = answers.log
     record = {txn: rows_of(hs) for txn, hs in halves.items()}
     if txn_log.write(batch, record):
         rows = [r for rs in record.values() for r in rs]
         await producer.declare(*sorted({r[0] for r in rows}))
-        await _wait_answered(txn_log, batch, rows, wait)
+        await _wait_answered(answers, batch, rows, wait)
         txn_log.mark_done(batch)
         log.info("spark_batch_committed_exactly_once", batch=batch, txns=len(record),
                  rows=len(rows), transport="grpc")  # fmt: skip
@@ -244,8 +270,9 @@ async def commit(
     await rollback(producer, surplus)
     if not txn_log.is_done(batch):
         rows = [r for rs in recorded.values() for r in rs]
+        earlier = txn_log.answered(batch) - answers.sent.get(batch, set())
         await producer.declare(*sorted({r[0] for r in rows}))
-        await _wait_answered(txn_log, batch, rows, wait)
+        await _wait_answered(answers, batch, rows, wait, earlier)
         txn_log.mark_done(batch)
     log.info("spark_batch_replayed_exactly_once", batch=batch, rolled_back=len(surplus),
              transport="grpc")  # fmt: skip

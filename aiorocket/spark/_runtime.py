@@ -26,6 +26,7 @@ from aiorocket.spark._options import ClientOptions, WriteOptions
 
 if TYPE_CHECKING:
     from aiorocket.grpc._producer import GrpcProducer
+    from aiorocket.spark._grpc import Answers
 
 T = TypeVar("T")
 
@@ -40,6 +41,7 @@ class _Runtime:
         self._producers: dict[WriteOptions, concurrent.futures.Future[Producer]] = {}
         self._senders: dict[WriteOptions, concurrent.futures.Future[Producer]] = {}
         self._checkers: dict[WriteOptions, concurrent.futures.Future[Producer]] = {}
+        self._answers: dict[WriteOptions, Answers] = {}
         self._holders: list[concurrent.futures.Future[None]] = []
         self.thread = threading.Thread(
             target=self.loop.run_forever, name="aiorocket-spark", daemon=True
@@ -163,16 +165,17 @@ class _Runtime:
 
         return self._open(self._senders, opts, lambda: _grpc.sender(opts))  # type: ignore[no-any-return]
 
-    def grpc_checker(self, opts: WriteOptions) -> GrpcProducer:
-        """Exactly-once through a Proxy: the driver's producer (``_grpc.checker``)."""
+    def grpc_checker(self, opts: WriteOptions) -> tuple[GrpcProducer, Answers]:
+        """Exactly-once through a Proxy: the driver's producer (``_grpc.checker``) and
+        the answers it gave."""
         from aiorocket.spark import _grpc
         from aiorocket.spark._txn import TxnLog
 
         assert opts.txn_log is not None
-        answers = _grpc.Answers(TxnLog(opts.txn_log))
-        return self._open(  # type: ignore[no-any-return]
-            self._checkers, opts, lambda: _grpc.checker(opts, answers)
-        )
+        with self._lock:
+            answers = self._answers.setdefault(opts, _grpc.Answers(TxnLog(opts.txn_log)))
+        producer = self._open(self._checkers, opts, lambda: _grpc.checker(opts, answers))
+        return producer, answers
 
     def close(self, timeout: float = 10.0) -> None:
         async def stop() -> None:

@@ -319,12 +319,11 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
         opts = self._sender.opts
         assert opts.txn_log is not None
-        producer = rt.grpc_checker(opts)
+        producer, answers = rt.grpc_checker(opts)
         halves = _txn.by_txn(messages)
         if commit:
             wait = opts.txn_timeout + _CHECK_BACK_WAIT
-            log_ = _txn.TxnLog(opts.txn_log)
-            rt.submit(_grpc.commit(producer, log_, batch, halves, wait)).result()
+            rt.submit(_grpc.commit(producer, answers, batch, halves, wait)).result()
             return
         every = [h for hs in halves.values() for h in hs]
         rt.submit(_grpc.rollback(producer, every)).result()

@@ -1,14 +1,17 @@
 """A Spark driver process for crash tests of the exactly-once sink, and its controller.
 
-``python -m tests.spark.eos_driver NAMESRV SOURCE TARGET WORKDIR PER_BATCH`` runs one
-streaming query (``local[2]``) from topic SOURCE into topic TARGET with
+``python -m tests.spark.eos_driver NAMESRV SOURCE TARGET WORKDIR PER_BATCH [PROXY]`` runs
+one streaming query (``local[2]``) from topic SOURCE into topic TARGET with
 ``deliveryGuarantee=exactly-once``, Trigger.AvailableNow and ``maxOffsetsPerTrigger``
-PER_BATCH, checkpointing in ``WORKDIR/ckpt``. Its sink is the connector's, with marker
-files written to ``WORKDIR/markers`` at three points of each micro-batch ``b``:
+PER_BATCH, checkpointing in ``WORKDIR/ckpt``; with PROXY the sink writes through that
+Proxy (gRPC). Its sink is the connector's, with marker files written to
+``WORKDIR/markers`` at these points of each micro-batch ``b``:
 
 * ``send:b``: a task has stored all its rows as half messages, not yet reported success;
 * ``tasks-done:b``: every task succeeded, the driver's commit has not started;
-* ``recorded:b``: the driver wrote the commit record, no half message is ended yet.
+* ``recorded:b``: the driver wrote the commit record, no half message is ended yet;
+* ``answered:b`` (PROXY only): the driver noted its first COMMIT answers to check-backs
+  of the batch, and has not sent them.
 
 When ``WORKDIR/markers/target`` names the point reached, the driver pauses there so that
 the controller (:class:`Run`) can SIGKILL its whole process group at that point, or (at
@@ -45,7 +48,27 @@ def mark(point: str) -> None:
         time.sleep(PAUSE)
 
 
-def child(namesrv: str, source: str, target: str, workdir: str, per_batch: int) -> None:
+def _hook_answers() -> None:
+    """Mark ``answered:<batch>`` once the driver noted its first COMMIT answers of a batch
+    (over gRPC), before it sends them."""
+    from aiorocket.spark import _txn
+
+    note = _txn.TxnLog.note_answered
+    if getattr(note, "hooked", False):
+        return
+
+    def noted(log: Any, ids: dict[int, list[str]]) -> None:
+        note(log, ids)
+        for batch in ids:
+            if not (_marker_dir() / f"answered:{batch}").exists():
+                mark(f"answered:{batch}")
+
+    noted.hooked = True  # type: ignore[attr-defined]
+    _txn.TxnLog.note_answered = noted  # type: ignore[method-assign]
+
+
+def child(namesrv: str, source: str, target: str, workdir: str, per_batch: int,
+          proxy: str | None = None) -> None:  # fmt: skip
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["EOS_MARKERS"] = os.path.join(workdir, "markers")
     from pyspark import TaskContext
@@ -64,6 +87,7 @@ def child(namesrv: str, source: str, target: str, workdir: str, per_batch: int) 
 
         def commit(self, messages: list[Any], batchId: int) -> None:
             mark(f"tasks-done:{batchId}")
+            _hook_answers()  # Spark runs a writer's commit in a Python process of its own
             write = _txn.TxnLog.write
 
             def hooked(log: Any, batch: int, txns: Any) -> bool:
@@ -102,8 +126,9 @@ def child(namesrv: str, source: str, target: str, workdir: str, per_batch: int) 
         .option("subscribe", source).option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(per_batch)).load().select("body", "properties")
     )  # fmt: skip
+    via = ("proxy", proxy) if proxy else ("nameServer", namesrv)
     query = (
-        df.writeStream.format("rocketmq_hooked").option("nameServer", namesrv)
+        df.writeStream.format("rocketmq_hooked").option(*via)
         .option("topic", target).option("deliveryGuarantee", "exactly-once")
         .option("transactionTimeoutSeconds", "6")
         .option("checkpointLocation", os.path.join(workdir, "ckpt"))
@@ -119,9 +144,9 @@ class Run:
     """Launches driver processes on one checkpoint and kills them at chosen points."""
 
     def __init__(self, namesrv: str, source: str, target: str, workdir: Path,
-                 per_batch: int) -> None:  # fmt: skip
+                 per_batch: int, proxy: str | None = None) -> None:  # fmt: skip
         self.argv = [sys.executable, "-m", "tests.spark.eos_driver", namesrv, source, target,
-                     str(workdir), str(per_batch)]  # fmt: skip
+                     str(workdir), str(per_batch), *([proxy] if proxy else [])]  # fmt: skip
         self.markers = workdir / "markers"
         self.workdir = workdir
         self.launches = 0
@@ -206,4 +231,4 @@ def stored(namesrv: str, topic: str) -> list[bytes]:
 
 
 if __name__ == "__main__":
-    child(*sys.argv[1:5], int(sys.argv[5]))
+    child(*sys.argv[1:5], int(sys.argv[5]), *sys.argv[6:7])

@@ -57,13 +57,13 @@ def test_through_the_proxy_each_row_once_and_a_replay_rolls_back(
     """Option proxy: half messages over gRPC, committed by the driver's answers to the
     broker's check-backs (``aiorocket.spark._grpc``); a batch run again after its commit
     record was done rolls its new rows back."""
-    filled = make_topic(30)
+    filled = make_topic(20)  # one batch: each waits for a check pass (every 30 s)
     target = unique_name("eosgrpc")
     anyio.run(lambda: rocketmq.create_topic(target, queues=2, message_type="TRANSACTION"))
     ckpt = tmp_path / "ckpt"
-    df = stream(filled, spark, maxOffsetsPerTrigger="15").select("body", "properties")
+    df = stream(filled, spark).select("body", "properties")
     sink = {"proxy": rocketmq.proxy_grpc, "topic": target, "deliveryGuarantee": "exactly-once"}
-    assert sum(run_available_now(df, "rocketmq", ckpt, **sink)) == 30
+    assert run_available_now(df, "rocketmq", ckpt, **sink) == [20]
     expected = Counter(m.body for m in filled.messages)
     # A commit returns once each row of its batch was answered COMMIT (noted on disk
     # before the answer leaves); the broker stores it as it gets the answer.
@@ -110,4 +110,25 @@ def test_driver_killed_in_the_batch_cycle(
     for point in kills:
         assert run.kill_at(point), f"the driver did not reach {point}"
     assert run.finish(kill_worker_at="send:3")  # and an executor's Python worker dies
+    assert stored_bodies(filled.namesrv, target) == Counter(m.body for m in filled.messages)
+
+
+def test_driver_killed_in_the_batch_cycle_through_the_proxy(
+    rocketmq: LocalRocketMQ, make_topic: Callable[..., Filled],
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    """Through a Proxy: SIGKILL the driver right after the commit record of batch 0 is
+    written (no row answered yet), then once it has noted its first COMMIT answers of
+    batch 1 but sent none (the broker asks again about those, the restarted driver's
+    replay answers them), restarting from the checkpoint each time, and a Python worker
+    while its task sends: every input row is stored exactly once. Other points,
+    repeated: ``scripts/spark_eos_crash.py --proxy``."""
+    filled = make_topic(32)
+    target = unique_name("eosgcrash")
+    anyio.run(lambda: rocketmq.create_topic(target, queues=2, message_type="TRANSACTION"))
+    run = eos_driver.Run(filled.namesrv, filled.topic, target, tmp_path, per_batch=16,
+                         proxy=rocketmq.proxy_grpc)  # fmt: skip
+    for point in ("recorded:0", "answered:1"):
+        assert run.kill_at(point), f"the driver did not reach {point}"
+    assert run.finish(kill_worker_at="send:1")  # the replay of batch 1 runs its tasks again
     assert stored_bodies(filled.namesrv, target) == Counter(m.body for m in filled.messages)
