@@ -1,14 +1,18 @@
 """The rocketmq sink's delivery guarantees compared (issue 31): rows/s and visibility.
 
     python benchmarks/spark_eos.py [--count 40000] [--size 256] [--per-batch 10000]
-                                   [--cores 2] [--rounds 2]
+                                   [--cores 2] [--rounds 2] [--transports remoting,grpc]
 
 Pre-fills a topic (8 queues on each broker) with ``--count`` messages of ``--size``
 bytes, then runs the same streaming query on it in each mode, alternating for
 ``--rounds`` rounds after a warm-up run: ``readStream`` (AvailableNow,
 ``maxOffsetsPerTrigger=--per-batch``) ``-> select(body) -> writeStream.format("rocketmq")``
 into a fresh topic, with
-``deliveryGuarantee`` at-least-once, then exactly-once. Per run it prints:
+``deliveryGuarantee`` at-least-once, then exactly-once, through the NameServer
+(``remoting``) and through the Proxy (``grpc``: option ``proxy``; exactly-once into a
+``TRANSACTION`` topic, its rows committed by the driver's answers to the broker's
+check-backs, which come every ``transactionCheckInterval``, 30 s on the test cluster).
+Per run it prints:
 
 * rows/s: rows over the query's wall time (session start excluded; the read is the
   same in both modes);
@@ -109,9 +113,11 @@ def session(cores: int) -> Any:
 
 
 def run_mode(spark: Any, cl: Any, source: str, args: Any, mode: str,
-             workdir: str) -> dict[str, Any]:  # fmt: skip
+             workdir: str, transport: str = "remoting") -> dict[str, Any]:  # fmt: skip
     target = f"bench_eos_out_{uuid.uuid4().hex[:8]}"
-    anyio.run(lambda: cl.create_topic(target, queues=8))
+    kind = "TRANSACTION" if transport == "grpc" and mode == "exactly-once" else "NORMAL"
+    anyio.run(lambda: cl.create_topic(target, queues=8, message_type=kind))
+    via = ("proxy", cl.proxy_grpc) if transport == "grpc" else ("nameServer", cl.namesrv_addr)
     commits = os.environ["BENCH_COMMITS"]
     seen: dict[str, list[float]] = defaultdict(list)
     stop = threading.Event()
@@ -124,7 +130,7 @@ def run_mode(spark: Any, cl: Any, source: str, args: Any, mode: str,
     )  # fmt: skip
     started = time.perf_counter()
     query = (
-        df.writeStream.format("rocketmq_timed").option("nameServer", cl.namesrv_addr)
+        df.writeStream.format("rocketmq_timed").option(*via)
         .option("topic", target).option("deliveryGuarantee", mode)
         .option("checkpointLocation", os.path.join(workdir, target))
         .trigger(availableNow=True).start()
@@ -149,17 +155,18 @@ def run_mode(spark: Any, cl: Any, source: str, args: Any, mode: str,
             commit_ms.append((ended - began) * 1000)
             if seen.get(str(batch)):
                 lags.append((max(seen[str(batch)]) - began) * 1000)
-    return {"mode": mode, "rows": rows, "seconds": seconds, "rows_per_s": rows / seconds,
+    return {"mode": f"{mode} {transport}", "rows": rows, "seconds": seconds,
+            "rows_per_s": rows / seconds,
             "batches": len(lags), "visible_ms_median": statistics.median(lags),
             "visible_ms_max": max(lags),
             "commit_ms_median": statistics.median(commit_ms)}  # fmt: skip
 
 
 def table(runs: list[dict[str, Any]]) -> Iterator[str]:
-    yield (f"{'mode':<15} {'rows':>8} {'seconds':>8} {'rows/s':>8} {'batches':>7} "
+    yield (f"{'mode':<24} {'rows':>8} {'seconds':>8} {'rows/s':>8} {'batches':>7} "
            f"{'end->visible ms (median, max)':>30} {'commit ms':>10}")  # fmt: skip
     for r in runs:
-        yield (f"{r['mode']:<15} {r['rows']:>8} {r['seconds']:>8.1f} {r['rows_per_s']:>8,.0f} "
+        yield (f"{r['mode']:<24} {r['rows']:>8} {r['seconds']:>8.1f} {r['rows_per_s']:>8,.0f} "
                f"{r['batches']:>7} {r['visible_ms_median']:>18,.0f} {r['visible_ms_max']:>11,.0f} "
                f"{r['commit_ms_median']:>10,.0f}")  # fmt: skip
 
@@ -171,7 +178,9 @@ def main() -> int:
     p.add_argument("--per-batch", type=int, default=10_000)
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--transports", default="remoting,grpc")
     args = p.parse_args()
+    transports = [t.strip() for t in args.transports.split(",") if t.strip()]
     cl = c.cluster()
     source = f"bench_eos_src_{uuid.uuid4().hex[:8]}"
     anyio.run(lambda: cl.create_topic(source, queues=8))
@@ -186,10 +195,11 @@ def main() -> int:
         c.log("warm-up (not counted): at-least-once")
         run_mode(spark, cl, source, args, "at-least-once", workdir)
         for rnd in range(args.rounds):
-            for mode in ("at-least-once", "exactly-once"):
-                c.log(f"round {rnd + 1}: {mode}")
-                runs.append(run_mode(spark, cl, source, args, mode, workdir))
-                c.log("  " + list(table(runs[-1:]))[-1])
+            for transport in transports:
+                for mode in ("at-least-once", "exactly-once"):
+                    c.log(f"round {rnd + 1}: {mode} {transport}")
+                    runs.append(run_mode(spark, cl, source, args, mode, workdir, transport))
+                    c.log("  " + list(table(runs[-1:]))[-1])
     finally:
         spark.stop()
     print(f"{args.count:,} x {args.size} B rows, {args.per_batch:,} per micro-batch, "

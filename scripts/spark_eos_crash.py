@@ -1,7 +1,7 @@
 """Repeated crash runs of the Spark sink's exactly-once mode (issue 31).
 
     python scripts/spark_eos_crash.py [--rounds 5] [--kills 3] [--count 400]
-                                      [--per-batch 40] [--seed N]
+                                      [--per-batch 40] [--seed N] [--proxy]
 
 Each round: a fresh source topic with ``--count`` messages and a fresh output topic;
 a streaming query (``tests/spark/eos_driver.py``: ``local[2,3]``, AvailableNow,
@@ -13,6 +13,10 @@ worker of one task while it sends (Spark retries the task). The round passes whe
 output topic holds every input row exactly once: every stored message is read back
 from each queue's first to last offset and compared, as a multiset of bodies, with
 what was sent. Prints one line per round and a summary; exit status 1 on any failure.
+With ``--proxy`` the sink writes through the local Proxy (gRPC) into a ``TRANSACTION``
+topic, and the driver may also be killed once it has noted its first COMMIT answers to
+a batch's check-backs but sent none (``answered``). Each batch then waits for the
+broker's check pass (every 30 s on the test cluster): use fewer, larger batches.
 The short version is ``tests/spark/test_exactly_once.py``.
 """
 
@@ -37,6 +41,7 @@ from tests.spark import eos_driver  # noqa: E402
 from tests.spark.conftest import create_and_fill  # noqa: E402
 
 POINTS = ("send", "tasks-done", "recorded")
+PROXY_POINTS = (*POINTS, "answered")
 
 
 def one_round(cluster: LocalRocketMQ, rng: random.Random, args: argparse.Namespace,
@@ -44,14 +49,18 @@ def one_round(cluster: LocalRocketMQ, rng: random.Random, args: argparse.Namespa
     tag = uuid.uuid4().hex[:8]
     filled = create_and_fill(cluster, f"eos_crash_src_{tag}", args.count)
     target = f"eos_crash_out_{tag}"
-    anyio.run(lambda: cluster.create_topic(target, queues=2))
-    run = eos_driver.Run(cluster.namesrv_addr, filled.topic, target, workdir, args.per_batch)
+    kind = "TRANSACTION" if args.proxy else None
+    anyio.run(lambda: cluster.create_topic(target, queues=2, message_type=kind))
+    proxy = cluster.proxy_grpc if args.proxy else None
+    run = eos_driver.Run(cluster.namesrv_addr, filled.topic, target, workdir, args.per_batch,
+                         proxy=proxy)  # fmt: skip
+    points = PROXY_POINTS if args.proxy else POINTS
     batches = -(-args.count // args.per_batch)
     # Kill points in batch order: each restart resumes where the last one died.
     chosen = sorted(rng.sample(range(1, batches), min(args.kills, batches - 1)))
     done = []
     for batch in chosen:
-        point = f"{rng.choice(POINTS)}:{batch}"
+        point = f"{rng.choice(points)}:{batch}"
         reached = run.kill_at(point)
         done.append(point if reached else f"({point} not reached)")
     last = chosen[-1] if chosen else 0
@@ -76,6 +85,7 @@ def main() -> int:
     p.add_argument("--count", type=int, default=400)
     p.add_argument("--per-batch", type=int, default=40)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--proxy", action="store_true", help="the sink writes through the Proxy")
     args = p.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     rng = random.Random(seed)
@@ -83,7 +93,9 @@ def main() -> int:
     if cluster is None:
         print("no local RocketMQ runs (python -m aiorocket.testing.broker start)")
         return 2
-    print(f"seed {seed}: {args.rounds} rounds of {args.count} rows, {args.kills} kills each")
+    via = " through the Proxy" if args.proxy else ""
+    print(f"seed {seed}: {args.rounds} rounds of {args.count} rows{via}, "
+          f"{args.kills} kills each")  # fmt: skip
     failures = 0
     started = time.monotonic()
     for i in range(args.rounds):
