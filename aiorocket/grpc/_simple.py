@@ -117,6 +117,8 @@ class SimpleConsumer:
         self._fill_subscription()
         self._assignments: dict[str, tuple[float, list[pb.MessageQueue]]] = {}
         self._rr = itertools.count()
+        #: receives under way per (topic, broker): see ``_pick``
+        self._receiving: dict[tuple[str, str], int] = {}
         self._started = False
 
     def _fill_subscription(self) -> None:
@@ -201,25 +203,38 @@ class SimpleConsumer:
         n = next(self._rr)
         topics = list(self._subs)
         topic = topics[n % len(topics)]
-        queues = await self._assignment(topic)
-        mq = queues[(n // len(topics)) % len(queues)]
+        mq = self._pick(topic, await self._assignment(topic), n // len(topics))
         req = self._receive_request(topic, mq, max_messages, invisible_duration)
         timeout = self.await_duration + self.transport.request_timeout
         broker = mq.broker.name
         out: list[ReceivedMessage] = []
-        async with self.transport.server_stream(
-            "ReceiveMessage", req, FastReceiveResponse, timeout=timeout
-        ) as stream:
-            async for resp in stream:
-                if resp.status is not None:
-                    if resp.status.code == pb.Code.MESSAGE_NOT_FOUND:
-                        continue
-                    check_status(resp.status, "ReceiveMessage")
-                elif resp.message is not None:
-                    resp.message._consumer = self
-                    resp.message.broker_name = broker
-                    out.append(resp.message)
+        key = (topic, broker)
+        self._receiving[key] = self._receiving.get(key, 0) + 1
+        try:
+            async with self.transport.server_stream(
+                "ReceiveMessage", req, FastReceiveResponse, timeout=timeout
+            ) as stream:
+                async for resp in stream:
+                    if resp.status is not None:
+                        if resp.status.code == pb.Code.MESSAGE_NOT_FOUND:
+                            continue
+                        check_status(resp.status, "ReceiveMessage")
+                    elif resp.message is not None:
+                        resp.message._consumer = self
+                        resp.message.broker_name = broker
+                        out.append(resp.message)
+        finally:
+            self._receiving[key] -= 1
         return out
+
+    def _pick(self, topic: str, queues: list[pb.MessageQueue], turn: int) -> pb.MessageQueue:
+        """The assigned queue (one per broker) with the fewest receives under way, the
+        round-robin's turn first among equals. Receives that all wait on one broker would
+        miss what arrives on another until their long poll ends (a lite consumer's two
+        receives parked on one broker left the other broker's lite messages for 15 s)."""
+        start = turn % len(queues)
+        order = queues[start:] + queues[:start]
+        return min(order, key=lambda q: self._receiving.get((topic, q.broker.name), 0))
 
     def _receive_request(
         self, topic: str, mq: pb.MessageQueue, max_messages: int, invisible_duration: float

@@ -50,7 +50,10 @@ class ClusterProxy:
         base = Path(tempfile.mkdtemp(prefix="aiorocket-cluster-proxy-"))
         self._dir = base
         taken: set[int] = set()
-        grpc, remoting = pick_port(18081, taken), pick_port(18080, taken)
+        # Ports of the kernel's choosing: two sessions starting one each at the same time
+        # must not both take a fixed one (the loser's readiness check would find the
+        # winner's Proxy, and lose it when that session ends).
+        grpc, remoting = pick_port(0, taken), pick_port(0, taken)
         # The harness's Proxy settings (renewal timings, route cache), minus its broker.
         cfg = json.loads(_config.proxy_json(
             self.cluster.namesrv_addr, Path(), grpc, remoting, {"proxyMode": "cluster"}

@@ -37,3 +37,18 @@ def test_a_lite_message_is_typed_lite_and_read_back_with_its_lite_topic() -> Non
 def test_a_lite_message_is_of_no_other_type(message: Message, kwargs: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         prepare(message, max_body_size=1024, **kwargs)  # type: ignore[arg-type]
+
+
+def test_receives_spread_over_the_brokers_with_fewest_under_way() -> None:
+    """A receive goes to the assigned broker with the fewest receives under way (two
+    receives parked on one broker would leave the other's messages until their long poll
+    ends), the round-robin's turn first among equals."""
+    from aiorocket.grpc._simple import SimpleConsumer
+
+    consumer = SimpleConsumer("g", "127.0.0.1:1", {"t": "*"})
+    queues = [pb.MessageQueue(broker=pb.Broker(name=name)) for name in ("a", "b")]
+    assert [consumer._pick("t", queues, turn).broker.name for turn in (0, 1)] == ["a", "b"]
+    consumer._receiving[("t", "a")] = 1
+    assert [consumer._pick("t", queues, turn).broker.name for turn in (0, 1)] == ["b", "b"]
+    consumer._receiving[("t", "b")] = 1
+    assert [consumer._pick("t", queues, turn).broker.name for turn in (0, 1)] == ["a", "b"]
