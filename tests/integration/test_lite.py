@@ -307,7 +307,8 @@ async def test_the_group_quota_of_lite_subscriptions(
     lite: Lite, unique_name: Callable[[str], str]
 ) -> None:
     """A group allowing 2 lite subscriptions per client refuses the third: the
-    subscription fails with LiteQuotaExceededError and the set is unchanged."""
+    subscription fails with LiteQuotaExceededError and the set is unchanged; a consumer
+    given three before its start fails to start with it."""
     rocketmq = lite.rocketmq
     topic, group = unique_name("lite"), unique_name("g")
     async with Admin(rocketmq.namesrv_addr) as admin:
@@ -320,6 +321,13 @@ async def test_the_group_quota_of_lite_subscriptions(
         with pytest.raises(LiteQuotaExceededError):
             await consumer.subscribe_lite("c")
         assert consumer.lite_topics == {"a", "b"}
+    # Subscribed before the start, when the quota is not known yet: the start refuses.
+    early = lite_consumer(lite, group, topic)
+    for name in "abc":
+        await early.subscribe_lite(name)
+    with pytest.raises(LiteQuotaExceededError):
+        async with early:
+            pass
 
 
 async def test_where_a_subscription_starts(

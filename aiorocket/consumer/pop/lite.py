@@ -182,6 +182,9 @@ class LiteSubscriptions:
         async with self._lock:
             if self._sync is None:
                 return
+            # Those subscribed before the start met no quota yet (the source learns it
+            # when it opens); the servers take any number (5.5.0).
+            self._check_quota(0)
             await self._send(LiteAction.COMPLETE_ADD, set(self._topics))
             for lite_topic, offset in list(self._offsets.items()):
                 await self._send(LiteAction.PARTIAL_ADD, {lite_topic}, offset)
