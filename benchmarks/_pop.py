@@ -115,6 +115,8 @@ async def membership(cl: Any, mode: str, rate: int, window: float) -> dict[str, 
     # queues; POP: nothing should move).
     join, kill = changes["join"], changes.get("kill", start + window)
     join_gap = max((later - t for t, later in pairs if later >= join and t < kill), default=0.0)
+    # The same before the join: what the load alone does to A's consumption.
+    before = max((later - t for t, later in pairs if later < join), default=0.0)
     worst = {}
     for what, at in changes.items():
         lat = [handled[k] - s for k, s in sent_at.items() if at <= s < at + 3 and k in handled]
@@ -126,4 +128,5 @@ async def membership(cl: Any, mode: str, rate: int, window: float) -> dict[str, 
     return {"mode": mode, "sent": sent, "failed": len(failed), "rate": sent / window,
             "unhandled_after_kill": len(lost), "longest_gap_s": gap,
             "join_gap_s": join_gap, "join_gap_ms": join_gap * 1000,
+            "gap_before_join_ms": before * 1000,
             "worst_latency_after_s": worst}  # fmt: skip

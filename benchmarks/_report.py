@@ -297,6 +297,7 @@ def pop_rows(results: dict[str, Any]) -> list[Row]:
         (f"e2e p50 at {rate}/s, 2 brokers", "ms", low, "lat_p50_ms", ""),
         (f"e2e p99 at {rate}/s, 2 brokers", "ms", low, "lat_p99_ms", ""),
         ("longest gap while B joins", "ms", join, "join_gap_ms", "pop <1,000"),
+        ("longest gap before the join", "ms", join, "gap_before_join_ms", ""),
     ):
         out.append((name, unit, {c: median(runs.get(c, []), key) for c in POP_CLIENTS}, target))
     return out

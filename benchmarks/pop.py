@@ -71,7 +71,9 @@ def main() -> None:
         r = anyio.run(membership, cl, mode, a.rate, a.window)
         w = r["worst_latency_after_s"]
         c.log(
-            f"{mode:>4}: longest gap {r['longest_gap_s'] * 1000:,.0f} ms; worst latency after "
+            f"{mode:>4}: longest gap {r['longest_gap_s'] * 1000:,.0f} ms (while B joins "
+            f"{r['join_gap_ms']:,.0f} ms, before {r['gap_before_join_ms']:,.0f} ms); "
+            f"{r['failed']} sends failed; worst latency after "
             f"join {w['join']:.2f} s, after kill {w['kill']:.2f} s; "
             f"{r['rate']:,.0f} msgs/s sent; {r['unhandled_after_kill']} sent after the kill "
             "never handled by A/B"
