@@ -12,6 +12,14 @@ A pop names only the client: the broker hands out messages of the LMQs it subscr
 and that have news, one lite topic at a time per group (the next messages of a lite
 topic only once the popped ones are acked: FIFO per lite topic, as an orderly pop).
 
+A 5.5.0 broker can lose a lite topic's event (apache/rocketmq#11191, fixed after 5.5.0):
+a pop hands out the client's events one by one and skips a lite topic it already
+visited in the same request; when an ack (or a new message) re-offers that lite topic
+while the pop still runs, the re-offered event is dropped, and the lite topic waits for
+its next message or ack, which may never come. TRIGGER_LITE_DISPATCH asks the broker
+for a full dispatch of one client: an event for each of its lite topics that has
+messages past the group's offset (``LiteEventDispatcher.doFullDispatchForClient``).
+
 A popped message's check point (its ``receipt_handle``) is the orderly one of its
 LMQ's queue 0: start and offset are the message's offset in the LMQ
 (``INNER_MULTI_QUEUE_OFFSET``), revive queue 999. The ack (ACK_MESSAGE; the broker
@@ -37,6 +45,7 @@ __all__ = [
     "LITE_SUB_MODEL",
     "NOTIFY_UNSUBSCRIBE_LITE",
     "POP_LITE_MESSAGE",
+    "TRIGGER_LITE_DISPATCH",
     "LiteRequests",
     "lite_order_counts",
     "lmq_name",
@@ -45,6 +54,7 @@ __all__ = [
 POP_LITE_MESSAGE = 200070
 LITE_SUBSCRIPTION_CTL = 200071
 NOTIFY_UNSUBSCRIBE_LITE = 200073
+TRIGGER_LITE_DISPATCH = 200079
 #: the broker's refusal of a subscription over the group's per-client quota
 LITE_SUBSCRIPTION_QUOTA_EXCEEDED = 2018
 #: group attributes of lite consumption (5.5 SubscriptionGroupAttributes): the parent
@@ -105,6 +115,14 @@ class LiteRequests(PopRequests):
             )
         if resp.code != 0:
             raise error_for_response(resp.code, resp.remark, LITE_SUBSCRIPTION_CTL)
+
+    async def trigger_dispatch(self, addr: str, *, group: str, client_id: str) -> None:
+        """TRIGGER_LITE_DISPATCH: the broker re-offers this client's lite topics that have
+        messages left (its full dispatch; later, if the client's event queue is busy)."""
+        ext = {"group": group, "clientId": client_id}
+        resp = await self.broker.call(addr, TRIGGER_LITE_DISPATCH, ext)
+        if resp.code != 0:
+            raise error_for_response(resp.code, resp.remark, TRIGGER_LITE_DISPATCH)
 
     async def pop_lite(
         self,

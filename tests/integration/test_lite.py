@@ -205,7 +205,10 @@ async def test_subscribe_and_unsubscribe_at_run_time(
 
 async def test_many_small_lite_topics(lite: Lite, unique_name: Callable[[str], str]) -> None:
     """200 lite topics, a few messages each, one consumer subscribed to all: every
-    message arrives once, each lite topic in order."""
+    message arrives once, each lite topic in order. The bound: 1-12 s seen on a loaded
+    2-core machine, plus, over remoting, a full dispatch (remoting_lite.REDISPATCH_INTERVAL,
+    5 s) for a lite topic whose event the 5.5.0 broker lost (apache/rocketmq#11191: it
+    happens under load, and over gRPC nothing recovers it but the next message)."""
     rocketmq = lite.rocketmq
     topic, group = unique_name("lite"), unique_name("g")
     await lite_setup(rocketmq, topic, group)

@@ -10,6 +10,14 @@ in order, as a message group; a failed message is retried in place.
 
 A broker that drops a subscription (NOTIFY_UNSUBSCRIBE_LITE, e.g. after an
 administrator's change) tells the client, which forgets the lite topic.
+
+The 5.5.0 broker can lose a lite topic's event while this client pops and acks at once
+(apache/rocketmq#11191; ``aiorocket.client.lite``): the lite topic's messages stay
+stored but are never handed out until it gets another message. Every
+``REDISPATCH_INTERVAL`` the source asks each broker it received messages from since
+the last time for a full dispatch of this client (TRIGGER_LITE_DISPATCH), so such a lite
+topic is delivered again within about that time. An idle client asks nothing: the loss
+needs pops and acks.
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ __all__ = ["DEFAULT_LITE_QUOTA", "LiteRemotingSource"]
 
 #: lite subscriptions per client of a group without ``lite.sub.client.quota`` (5.5.0)
 DEFAULT_LITE_QUOTA = 2000
+#: seconds between two full dispatches asked of a broker this client is consuming from
+REDISPATCH_INTERVAL = 5.0
 
 
 class LiteRemotingSource(RemotingSource):
@@ -60,6 +70,8 @@ class LiteRemotingSource(RemotingSource):
         self.lite: LiteSubscriptions = state.lite
         self.fifo = True  # each lite topic, whatever the consumer's ``orderly``
         self.requests = self.lite_requests = LiteRequests(self.client.broker)
+        #: brokers that handed out messages since their last full dispatch
+        self._active: set[str] = set()
 
     async def open(self) -> None:
         await super().open()
@@ -92,6 +104,25 @@ class LiteRemotingSource(RemotingSource):
             quota = str(attributes.get(LITE_QUOTA, DEFAULT_LITE_QUOTA))
             self.lite.quota = int(quota) if quota.lstrip("-").isdigit() else None
             return
+
+    async def run(self) -> None:
+        """Heartbeats, and the full dispatches that recover lost events, until cancelled."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(super().run)
+            tg.start_soon(self._redispatch)
+
+    async def _redispatch(self) -> None:
+        while True:
+            await anyio.sleep(REDISPATCH_INTERVAL)
+            active, self._active = self._active, set()
+            for addr in sorted(active):
+                try:
+                    await self.lite_requests.trigger_dispatch(
+                        addr, group=self.group, client_id=self.client_id
+                    )
+                except RocketMQError as err:
+                    self._active.add(addr)  # asked again next time
+                    self.state.log.warning("lite_redispatch_failed", broker=addr, error=str(err))
 
     async def close(self) -> None:
         self.client.dispatcher.unregister(NOTIFY_UNSUBSCRIBE_LITE, self._on_unsubscribe)
@@ -148,6 +179,8 @@ class LiteRemotingSource(RemotingSource):
                 invisible_ms=int(invisible * 1000), poll_ms=self._poll_ms,
                 timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
             )  # fmt: skip
+        if result.messages:
+            self._active.add(addr)
         for m in result.messages:
             m.topic = unwrap(self._namespace, m.topic)  # the application's name
         return result.messages
