@@ -50,6 +50,17 @@ async def run(cl: LocalRocketMQ, topics: int, per_topic: int, transport: str) ->
     async with Admin(cl.namesrv_addr) as admin:
         await admin.create_topic(parent, queues=4, message_type="LITE")
         await admin.create_group(group, lite_bind_topic=parent, lite_quota=topics)
+    try:
+        await consume(cl, parent, group, topics, per_topic, transport)
+    finally:  # its lite topics' files stay open on the brokers until the parent goes
+        async with Admin(cl.namesrv_addr) as admin:
+            await admin.delete_topic(parent)
+
+
+async def consume(
+    cl: LocalRocketMQ, parent: str, group: str, topics: int, per_topic: int, transport: str
+) -> None:
+    tag = uuid.uuid4().hex[:8]
     names = [f"t{i}" for i in range(topics)]
     total = topics * per_topic
     latencies: list[float] = []

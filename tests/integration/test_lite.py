@@ -13,6 +13,7 @@ them; ``lite_brokers`` makes sure on a cluster started before).
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from aiorocket.admin import Admin
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.lite import lmq_name
 from aiorocket.consumer import Consumer, ConsumerMessage, LiteOffset
-from aiorocket.errors import ConfigError, LiteQuotaExceededError
+from aiorocket.errors import ConfigError, LiteQuotaExceededError, RocketMQError
 from aiorocket.message import Message, MessageQueue
 from aiorocket.producer import Producer
 from aiorocket.producer.selectors import lite_selector
@@ -40,15 +41,28 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+#: parent topics lite_setup created in the running test (lite_brokers deletes them)
+_parents: list[str] = []
+
+
 @pytest.fixture
 async def lite_brokers(rocketmq: LocalRocketMQ) -> AsyncIterator[LocalRocketMQ]:
-    """The cluster, its brokers dispatching lite messages (idempotent, at run time)."""
+    """The cluster, its brokers dispatching lite messages (idempotent, at run time).
+    After the test, the parent topics it created are deleted: a broker keeps a file open
+    for every lite topic (its LMQ's consume queue) until its parent topic is deleted,
+    and one that reaches its limit of open files accepts no connection any more."""
     async with Admin(rocketmq.namesrv_addr) as admin:
         for key in ("enableLmq", "enableMultiDispatch"):
             config = await admin.broker_config(next(iter(rocketmq.broker_addrs)))
             if config.get(key) != "true":
                 await admin.update_broker_config(key, "true")
-    yield rocketmq
+    try:
+        yield rocketmq
+    finally:
+        async with Admin(rocketmq.namesrv_addr) as admin:
+            while _parents:
+                with contextlib.suppress(RocketMQError):
+                    await admin.delete_topic(_parents.pop())
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,7 @@ async def lite_setup(rocketmq: LocalRocketMQ, topic: str, group: str) -> None:
     """The admin API creates the LITE parent topic and the group bound to it."""
     async with Admin(rocketmq.namesrv_addr) as admin:
         await admin.create_topic(topic, queues=2, message_type="LITE")
+        _parents.append(topic)
         config = await admin.create_group(group, lite_bind_topic=topic)
         assert config.lite_bind_topic == topic
 
@@ -316,6 +331,7 @@ async def test_the_group_quota_of_lite_subscriptions(
     topic, group = unique_name("lite"), unique_name("g")
     async with Admin(rocketmq.namesrv_addr) as admin:
         await admin.create_topic(topic, queues=2, message_type="LITE")
+        _parents.append(topic)
         config = await admin.create_group(group, lite_bind_topic=topic, lite_quota=2)
         assert config.lite_quota == 2
     async with lite_consumer(lite, group, topic) as consumer:
