@@ -189,11 +189,11 @@ class Consumer:
             )  # fmt: skip
         self._group = group
         # The engine works with the broker's names: the group and topics in the namespace
-        # (over gRPC the Proxy applies the namespace).
+        # (over gRPC the session wraps every name it sends: aiorocket.grpc).
         wire_group = wrap(cfg.namespace, group) if self.transport == "remoting" else group
         self._state = ConsumerState(wire_group, cfg, get_logger("consumer", group=wire_group))
         if bind_topic is not None:
-            # Over gRPC the Proxy applies the namespace.
+            # Over gRPC the session wraps every name it sends (aiorocket.grpc).
             bound = wrap(cfg.namespace, bind_topic) if self.transport == "remoting" else bind_topic
             self._state.lite = LiteSubscriptions(bound, self._state.log)
             # Its one subscription: routes, heartbeats and the Proxy's settings name it.
@@ -240,7 +240,7 @@ class Consumer:
         if self.transport == "grpc":
             if sql is not None:
                 raise remoting_only("an SQL92 subscription", "over gRPC, subscribe by tag")
-        else:  # over gRPC the Proxy applies the namespace
+        else:  # over gRPC the session wraps every name it sends
             topic = wrap(self._state.config.namespace, topic)
         if sql is not None:
             sub = Subscription(topic, sql, EXPRESSION_SQL92)
