@@ -14,10 +14,11 @@ administrator's change) tells the client, which forgets the lite topic.
 The 5.5.0 broker can lose a lite topic's event while this client pops and acks at once
 (apache/rocketmq#11191; ``aiorocket.client.lite``): the lite topic's messages stay
 stored but are never handed out until it gets another message. Every
-``REDISPATCH_INTERVAL`` the source asks each broker it received messages from since
-the last time for a full dispatch of this client (TRIGGER_LITE_DISPATCH), so such a lite
-topic is delivered again within about that time. An idle client asks nothing: the loss
-needs pops and acks.
+``REDISPATCH_INTERVAL`` the source asks each broker it was busy with (messages received,
+acks, subscription changes) in the last two intervals for a full dispatch of this client
+(TRIGGER_LITE_DISPATCH), so such a lite topic is delivered again within about that time.
+The loss follows such a request within milliseconds; two intervals cover one that
+happens just after an ask. An idle client asks nothing.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ class LiteRemotingSource(RemotingSource):
         self.lite: LiteSubscriptions = state.lite
         self.fifo = True  # each lite topic, whatever the consumer's ``orderly``
         self.requests = self.lite_requests = LiteRequests(self.client.broker)
-        #: brokers that handed out messages since their last full dispatch
-        self._active: set[str] = set()
+        #: brokers to ask for a full dispatch: the asks left (see the module docstring)
+        self._active: dict[str, int] = {}
 
     async def open(self) -> None:
         await super().open()
@@ -111,18 +112,30 @@ class LiteRemotingSource(RemotingSource):
             tg.start_soon(super().run)
             tg.start_soon(self._redispatch)
 
+    def _busy(self, addr: str) -> None:
+        self._active[addr] = 2
+
     async def _redispatch(self) -> None:
         while True:
             await anyio.sleep(REDISPATCH_INTERVAL)
-            active, self._active = self._active, set()
-            for addr in sorted(active):
+            for addr, left in sorted(self._active.items()):
                 try:
                     await self.lite_requests.trigger_dispatch(
                         addr, group=self.group, client_id=self.client_id
                     )
                 except RocketMQError as err:
-                    self._active.add(addr)  # asked again next time
                     self.state.log.warning("lite_redispatch_failed", broker=addr, error=str(err))
+                    continue  # asked again next time
+                if self._active.get(addr) == left:  # not busy again meanwhile
+                    if left > 1:
+                        self._active[addr] = left - 1
+                    else:
+                        del self._active[addr]
+
+    async def ack(self, topic: str, messages: list[PopMessage]) -> int:
+        for m in messages:
+            self._busy(await self._addr(m))
+        return await super().ack(topic, messages)
 
     async def close(self) -> None:
         self.client.dispatcher.unregister(NOTIFY_UNSUBSCRIBE_LITE, self._on_unsubscribe)
@@ -165,6 +178,7 @@ class LiteRemotingSource(RemotingSource):
         # failure is raised (the set does not change; a later resync repairs the others).
         async with anyio.create_task_group() as tg:
             for _name, addr in brokers:
+                self._busy(addr)
                 tg.start_soon(one, addr)
 
     async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
@@ -180,7 +194,7 @@ class LiteRemotingSource(RemotingSource):
                 timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
             )  # fmt: skip
         if result.messages:
-            self._active.add(addr)
+            self._busy(addr)
         for m in result.messages:
             m.topic = unwrap(self._namespace, m.topic)  # the application's name
         return result.messages
