@@ -108,6 +108,9 @@ class GrpcProducer:
     on_answered:
         called with a message and the verdict (True commit) once the Proxy took the
         answer to its check-back.
+    stale_after:
+        seconds a check-back may wait for a free answering slot; one that waited longer
+        is not answered (the broker asks again). None: always answered.
     announce:
         whether a send to a topic not yet declared adds it to the settings (as the Java
         client does). The Proxy makes a client publishing a topic a candidate for the
@@ -127,10 +130,12 @@ class GrpcProducer:
         topics: Sequence[str] = (),
         announce: bool = True,
         on_answered: Callable[[MessageExt, bool], None] | None = None,
+        stale_after: float | None = None,
     ) -> None:
         self.group = group
         self._announce = announce
         self._answered = on_answered
+        self._stale_after = stale_after
         self.endpoint = endpoint
         self.config = config
         options = with_security(options, config.credentials, config.tls, config.namespace)
@@ -446,7 +451,14 @@ class GrpcProducer:
     async def _on_orphan(self, cmd: pb.RecoverOrphanedTransactionCommand) -> None:
         if self._verdict is None:
             return
+        arrived = anyio.current_time()
         async with self._checks:
+            if self._stale_after is not None and anyio.current_time() - arrived > self._stale_after:
+                # Answered this late, it might land after the broker's next check pass,
+                # which asks again about a copy: let that one be answered instead.
+                self.log.warning("transaction_check_dropped_stale", waited=round(
+                    anyio.current_time() - arrived, 1))  # fmt: skip
+                return
             ext = message_ext(cmd.message, broker_name="")
             try:
                 commit = await self._verdict(ext)

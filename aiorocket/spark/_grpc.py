@@ -23,7 +23,9 @@ Without any end of its own, only one copy of a half message is alive at a time (
 pass supersedes the one before), and the answer to its check-back resolves it: a COMMIT
 answer commits each row once. A second check-back of a row comes only if the broker did
 not apply the first answer before its next pass (``transactionCheckInterval``, 30 s by
-default): the answer was lost, and COMMIT again is right. So:
+default): the answer was lost, and COMMIT again is right; the driver leaves unanswered a
+check-back it could not answer within ``STALE_CHECK`` seconds, so that its answer cannot
+arrive after that pass. So:
 
 * Executors send each row as a half message through the Proxy, once (no resend), with
   ``orphaned_transaction_recovery_duration = transactionTimeoutSeconds`` (default 6 s
@@ -73,6 +75,9 @@ log = get_logger("spark")
 #: answered (if its answer left, the broker never asks): two check passes (30 s apart by
 #: default, ``transactionCheckInterval``) and some.
 UNCERTAIN_WAIT = 75.0
+#: a check-back not answered within this many seconds of its arrival is left unanswered
+#: (the broker asks again at its next pass): a COMMIT answer must land before that pass.
+STALE_CHECK = 10.0
 
 
 async def topic_types(opts: WriteOptions, topic: str) -> set[int] | None:
@@ -100,6 +105,8 @@ def _config(opts: WriteOptions, retries: int) -> ProducerConfig:
         send_timeout=opts.send_timeout, retries=retries, auto_batch=False,
         request_timeout=opts.client.request_timeout,
         credentials=opts.client.credentials(), tls=opts.client.tls_setting(),
+        # The driver answers a batch's check-backs all at once (one write per group).
+        check_concurrency=PARALLEL,
     )  # fmt: skip
 
 
@@ -131,7 +138,7 @@ def checker(opts: WriteOptions, answers: Answers) -> AbstractAsyncContextManager
     producer = GrpcProducer(
         opts.producer_group, opts.proxy, config=_config(opts, opts.retries),
         on_orphan=on_orphan, topics=[opts.topic] if opts.topic else (),
-        on_answered=answers.sent_one,
+        on_answered=answers.sent_one, stale_after=STALE_CHECK,
     )  # fmt: skip
     return _started(producer)
 

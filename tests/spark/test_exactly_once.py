@@ -50,19 +50,24 @@ def test_replayed_batch_is_rolled_back(
     assert stored_bodies(filled.namesrv, target) == expected  # each row once, no copy
 
 
+@pytest.mark.parametrize("mode", ["local", "cluster"])
 def test_through_the_proxy_each_row_once_and_a_replay_rolls_back(
     spark: SparkSession, make_topic: Callable[..., Filled], rocketmq: LocalRocketMQ,
-    unique_name: Callable[[str], str], tmp_path: Path,
+    unique_name: Callable[[str], str], tmp_path: Path, request: pytest.FixtureRequest,
+    mode: str,
 ) -> None:  # fmt: skip
     """Option proxy: half messages over gRPC, committed by the driver's answers to the
     broker's check-backs (``aiorocket.spark._grpc``); a batch run again after its commit
-    record was done rolls its new rows back."""
+    record was done rolls its new rows back. Through the cluster's local-mode Proxy (it
+    runs the broker's end itself) and a cluster-mode one (ends go to both brokers one
+    way, check-backs come through the Proxy's remoting client)."""
+    proxy = rocketmq.proxy_grpc if mode == "local" else request.getfixturevalue("lite_proxy")
     filled = make_topic(20)  # one batch: each waits for a check pass (every 30 s)
     target = unique_name("eosgrpc")
     anyio.run(lambda: rocketmq.create_topic(target, queues=2, message_type="TRANSACTION"))
     ckpt = tmp_path / "ckpt"
     df = stream(filled, spark).select("body", "properties")
-    sink = {"proxy": rocketmq.proxy_grpc, "topic": target, "deliveryGuarantee": "exactly-once"}
+    sink = {"proxy": proxy, "topic": target, "deliveryGuarantee": "exactly-once"}
     assert run_available_now(df, "rocketmq", ckpt, **sink) == [20]
     expected = Counter(m.body for m in filled.messages)
     # A commit returns once each row of its batch was answered COMMIT (noted on disk
