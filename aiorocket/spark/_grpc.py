@@ -65,7 +65,7 @@ from aiorocket.message import Message, MessageExt
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.transaction import HalfMessage
 from aiorocket.spark._options import WriteOptions
-from aiorocket.spark._txn import PARALLEL, TXN_PROPERTY, Row, TxnLog, parse_tag, rows_of
+from aiorocket.spark._txn import KEEP, PARALLEL, TXN_PROPERTY, Row, TxnLog, parse_tag, rows_of
 
 __all__ = ["Answers", "answer", "checker", "commit", "rollback", "send_halves", "sender",
            "topic_types"]  # fmt: skip
@@ -169,6 +169,10 @@ class Answers:
     def __init__(self, txn_log: TxnLog) -> None:
         self.log = txn_log
         self.sent: dict[int, set[str]] = {}
+        #: the committed txns of each recorded batch: a record never changes once
+        #: written, and a batch's check-backs come by the thousand (reading it each time
+        #: took most of an answer).
+        self._records: dict[int, frozenset[str]] = {}
         self._pending: dict[int, list[str]] = {}
         self._lock = anyio.Lock()
         self._taken = 0  # writes started
@@ -191,6 +195,18 @@ class Answers:
                 raise
             self._written = self._taken
 
+    def committed(self, batch: int) -> frozenset[str] | None:
+        """The txns the record of ``batch`` commits, None if it has no record."""
+        txns = self._records.get(batch)
+        if txns is None:
+            record = self.log.read(batch)
+            if record is None:
+                return None
+            txns = self._records[batch] = frozenset(record)
+            for old in [b for b in self._records if b < batch - KEEP]:
+                del self._records[old]
+        return txns
+
     def sent_one(self, msg: MessageExt, commit: bool) -> None:
         tag = parse_tag(msg.properties.get(TXN_PROPERTY))
         if commit and tag is not None:
@@ -204,12 +220,11 @@ async def answer(answers: Answers, msg: MessageExt) -> bool | None:
     if tag is None:
         return None  # not one of ours
     batch, txn = tag
-    txn_log = answers.log
-    record = txn_log.read(batch)
+    record = answers.committed(batch)
     if record is None:
         # Spark commits batches in order: a later record means this batch's attempt
         # died before its commit, and a replay committed other txns (or will).
-        return False if txn_log.newest() > batch else None
+        return False if answers.log.newest() > batch else None
     if txn not in record:
         return False
     await answers.add(batch, msg.msg_id)
