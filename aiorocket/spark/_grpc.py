@@ -77,7 +77,7 @@ log = get_logger("spark")
 UNCERTAIN_WAIT = 75.0
 #: a check-back not answered within this many seconds of its arrival is left unanswered
 #: (the broker asks again at its next pass): a COMMIT answer must land before that pass.
-STALE_CHECK = 10.0
+STALE_CHECK = 20.0
 
 
 async def topic_types(opts: WriteOptions, topic: str) -> set[int] | None:
