@@ -73,5 +73,8 @@ async def test_higher_priorities_overtake_a_backlog(
 
     urgent, mid, low = at(b"urgent"), at(b"mid"), at(b"low")
     assert (len(urgent), len(mid), len(low)) == (URGENT, MID, LOW)
-    assert max(urgent) < URGENT + 3, order  # two receivers: a little overlap
+    # Two receive loops pop at once: while one holds the urgent queue's pop lock, the
+    # broker hands the other the next priority's message, so at most one other message
+    # comes with each urgent one.
+    assert max(urgent) < 2 * URGENT, order
     assert sum(mid) / MID < sum(low) / LOW, order
