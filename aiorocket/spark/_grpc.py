@@ -64,6 +64,7 @@ from aiorocket.grpc._transport import GrpcOptions, GrpcTransport, check_status, 
 from aiorocket.message import Message, MessageExt
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.transaction import HalfMessage
+from aiorocket.spark import _txn
 from aiorocket.spark._options import WriteOptions
 from aiorocket.spark._txn import KEEP, PARALLEL, TXN_PROPERTY, Row, TxnLog, parse_tag, rows_of
 
@@ -146,19 +147,12 @@ def checker(opts: WriteOptions, answers: Answers) -> AbstractAsyncContextManager
 async def send_halves(
     producer: GrpcProducer, messages: list[Message], opts: WriteOptions
 ) -> list[HalfMessage]:
-    out: list[HalfMessage | None] = [None] * len(messages)
-    limiter = anyio.CapacityLimiter(producer.config.max_in_flight)
-
-    async def one(i: int, msg: Message) -> None:
-        async with limiter:
-            result = await producer.send_half(msg, recovery_s=opts.txn_timeout)
+    async def send(msg: Message) -> HalfMessage:
+        result = await producer.send_half(msg, recovery_s=opts.txn_timeout)
         # The Proxy ends it by (topic, transaction id); no broker or offsets over gRPC.
-        out[i] = HalfMessage(msg.topic, "", -1, -1, result.msg_id, result.transaction_id)
+        return HalfMessage(msg.topic, "", -1, -1, result.msg_id, result.transaction_id)
 
-    async with anyio.create_task_group() as tg:
-        for i, msg in enumerate(messages):
-            tg.start_soon(one, i, msg)
-    return [h for h in out if h is not None]
+    return await _txn.send_halves(messages, producer.config.max_in_flight, send)
 
 
 class Answers:

@@ -37,7 +37,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import anyio
@@ -46,7 +46,7 @@ from aiorocket._log import get_logger
 from aiorocket.client.admin import AdminRequests
 from aiorocket.client.instance import ClientInstance
 from aiorocket.errors import RocketMQError
-from aiorocket.message import MessageExt, MessageQueue
+from aiorocket.message import Message, MessageExt, MessageQueue
 from aiorocket.producer.producer import Producer
 from aiorocket.producer.transaction import HalfMessage, TransactionState, end_half
 from aiorocket.spark import _broker
@@ -59,6 +59,7 @@ __all__ = [
     "commit",
     "end_all",
     "rows_of",
+    "send_halves",
     "verdict",
     "wait_visible",
 ]
@@ -305,3 +306,22 @@ async def commit(
         await wait_visible(client, rows, wait)
         txn_log.mark_done(batch)
     log.info("spark_batch_replayed_exactly_once", batch=batch, rolled_back=len(surplus))
+
+
+async def send_halves(
+    messages: Sequence[Message], in_flight: int, send: Callable[[Message], Awaitable[HalfMessage]]
+) -> list[HalfMessage]:
+    """Send every row of a task as a half message with ``send`` (the transport's: over
+    remoting or through a Proxy), at most ``in_flight`` at once; the handles come back in
+    the rows' order, and one failed send fails the task (no resend: see above)."""
+    out: list[HalfMessage | None] = [None] * len(messages)
+    limiter = anyio.CapacityLimiter(in_flight)
+
+    async def one(i: int, msg: Message) -> None:
+        async with limiter:
+            out[i] = await send(msg)
+
+    async with anyio.create_task_group() as tg:
+        for i, msg in enumerate(messages):
+            tg.start_soon(one, i, msg)
+    return [h for h in out if h is not None]

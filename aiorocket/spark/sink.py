@@ -190,20 +190,13 @@ async def _send_all(producer: Producer, messages: list[Message]) -> None:
 async def _send_halves(
     producer: Producer, messages: list[Message], opts: WriteOptions
 ) -> list[HalfMessage]:
-    out: list[HalfMessage | None] = [None] * len(messages)
-    limiter = anyio.CapacityLimiter(producer.config.max_in_flight)
+    async def send(msg: Message) -> HalfMessage:
+        result = await producer.send_prepared(
+            msg, producer_group=opts.producer_group, check_immunity=opts.txn_timeout
+        )
+        return HalfMessage.of(result)
 
-    async def one(i: int, msg: Message) -> None:
-        async with limiter:
-            result = await producer.send_prepared(
-                msg, producer_group=opts.producer_group, check_immunity=opts.txn_timeout
-            )
-        out[i] = HalfMessage.of(result)
-
-    async with anyio.create_task_group() as tg:
-        for i, msg in enumerate(messages):
-            tg.start_soon(one, i, msg)
-    return [h for h in out if h is not None]
+    return await _txn.send_halves(messages, producer.config.max_in_flight, send)
 
 
 class _Sender:
