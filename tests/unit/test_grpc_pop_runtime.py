@@ -8,6 +8,7 @@ import asyncio
 from datetime import datetime, timezone
 
 import anyio
+import anyio.abc
 import pytest
 
 pytest.importorskip("grpclib")
@@ -39,20 +40,30 @@ def _pop(i: int) -> PopMessage:
     return msg
 
 
+async def _flushing_held_by_the_proxy(
+    tg: anyio.abc.TaskGroup, proxy: FakeProxy, session: SimpleConsumer, msgs: list[PopMessage]
+) -> AckBatcher:
+    """An ack batcher whose flusher (run in ``tg``) has its first request out, held by
+    the Proxy until ``proxy.ack_gate`` is set."""
+    acks = AckBatcher(GrpcSource(session, LOG), delay=0)
+    proxy.ack_gate = asyncio.Event()
+    tg.start_soon(acks.run)
+    for m in msgs:
+        acks.add(m)
+    with anyio.fail_after(10):
+        await proxy.ack_started.wait()
+    return acks
+
+
 async def test_acks_of_a_flush_cancelled_mid_request_are_sent_by_the_close() -> None:
     """200 acks queued, the first request held by the Proxy while the close cancels the
     flusher: the close sends every one of them (before the fix, the request's entries
     had left the queue and were lost with the flusher: 64 of 200 reached the Proxy)."""
     msgs = [_pop(i) for i in range(200)]
     async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as session:
-        acks = AckBatcher(GrpcSource(session, LOG), delay=0)
-        proxy.ack_gate = asyncio.Event()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(acks.run)
-            for m in msgs:
-                acks.add(m)
-            with anyio.fail_after(10):
-                await proxy.ack_started.wait()  # MAX_ENTRIES of them in flight, held
+            # MAX_ENTRIES of them in flight, held
+            acks = await _flushing_held_by_the_proxy(tg, proxy, session, msgs)
             assert acks.pending == len(msgs) - MAX_ENTRIES
             tg.cancel_scope.cancel()  # the close stops the flusher mid-request
         assert acks.pending == len(msgs)  # the interrupted request's entries are back
@@ -69,19 +80,16 @@ async def test_the_close_waits_for_the_flushers_request_in_flight() -> None:
     the close reported nothing unsent and the request died with the flusher: a batch of
     acks lost (8 of 200 in test_the_close_delivers_every_ack_it_owes, now and then)."""
     msgs = [_pop(i) for i in range(8)]
-    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as session:
-        acks = AckBatcher(GrpcSource(session, LOG), delay=0)
-        proxy.ack_gate = asyncio.Event()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(acks.run)
-            for m in msgs:
-                acks.add(m)
-            with anyio.fail_after(10):
-                await proxy.ack_started.wait()  # the flusher's request is out, held
-            asyncio.get_running_loop().call_later(0.2, proxy.ack_gate.set)
-            unsent = await acks.close(timeout=10)
-            assert (unsent, acks.acked) == (0, len(msgs))
-            tg.cancel_scope.cancel()  # as the close does next
+    async with (
+        FakeProxy() as proxy,
+        SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as session,
+        anyio.create_task_group() as tg,
+    ):
+        acks = await _flushing_held_by_the_proxy(tg, proxy, session, msgs)
+        asyncio.get_running_loop().call_later(0.2, proxy.ack_gate.set)
+        unsent = await acks.close(timeout=10)
+        assert (unsent, acks.acked) == (0, len(msgs))
+        tg.cancel_scope.cancel()  # as the close does next
     assert sorted(proxy.acked) == sorted(m.receipt_handle for m in msgs)
 
 
