@@ -117,6 +117,9 @@ class ConsumerMessage(MessageExt):
     _settler: Settler | None = None
     _settled: bool = False
     _held: bool = False
+    #: the consume-timeout watchdog cancelled its handler call (a failure, settled for a
+    #: retry); a call cancelled otherwise (a close) leaves the message to be redelivered
+    _timed_out: bool = False
 
     @property
     def settled(self) -> bool:

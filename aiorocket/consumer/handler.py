@@ -179,4 +179,6 @@ class ConsumeTimeouts:
             for slot in self._slots:
                 if slot.current is not None and now >= slot.deadline and slot.scope is not None:
                     slot.timed_out = True
+                    for msg in slot.current if isinstance(slot.current, list) else [slot.current]:
+                        msg._timed_out = True  # the handler's wrappers tell it from a close
                     slot.scope.cancel()

@@ -26,7 +26,10 @@ given as the instruments' advisory: a View of your own still overrides them).
   ``error.type``) and ``messaging.process.duration`` (histogram, s);
 * ``aiorocket.consumer.retried`` and ``aiorocket.consumer.dead_lettered`` (counters:
   failed calls sent back for a retry, and those that were the last attempt; per group
-  and topic, without ``error.type``, from 0 on);
+  and topic, without ``error.type``, from 0 on). A call cancelled by a close (past the
+  shutdown timeout) is counted nowhere: its message is left unsettled and delivered
+  again; its span has ``aiorocket.released=true``. A call the consume timeout cancels
+  is a failure;
 * ``aiorocket.message.delay`` (histogram, s): handler start minus the broker's store
   time (end-to-end delay);
 * ``aiorocket.consumer.cached`` and ``aiorocket.consumer.in_flight`` (observable gauges,
@@ -46,6 +49,8 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
+
+import anyio
 
 from aiorocket._extras import needs_extra
 
@@ -79,6 +84,13 @@ DELAY_BUCKETS = (
 
 def _failed(result: object) -> bool:
     return result is False or isinstance(result, Reconsume)
+
+
+def _released(msg: ConsumerMessage, exc: BaseException) -> bool:
+    """A cancelled call that was not the consume timeout: the consumer closed past its
+    shutdown timeout, and the message stays unsettled (delivered again): no failure,
+    no retry, no dead letter."""
+    return isinstance(exc, anyio.get_cancelled_exc_class()) and not msg._timed_out
 
 
 def _last_attempt(msg: ConsumerMessage, result: object) -> bool:
@@ -258,16 +270,25 @@ class Telemetry:
                 self.delay.record(max(start - msg.store_timestamp / 1000, 0.0), attrs)
             parent = propagate.extract(msg.properties)
             error: str | None = None
+            released = False
             span_attrs = {**attrs, "messaging.operation.type": "process",
                           "messaging.message.id": msg.msg_id}  # fmt: skip
+            # Exceptions are recorded here, not by the span: a call cancelled by a close
+            # is no error (its message is left unsettled and delivered again).
             with self.tracer.start_as_current_span(
                 f"process {msg.topic}", context=parent, kind=trace.SpanKind.CONSUMER,
-                attributes=span_attrs, record_exception=True, set_status_on_exception=True,
+                attributes=span_attrs, record_exception=False, set_status_on_exception=False,
             ) as span:  # fmt: skip
                 try:
                     result = await handler(msg)
                 except BaseException as exc:
+                    if _released(msg, exc):
+                        released = True
+                        span.set_attribute("aiorocket.released", True)
+                        raise
                     error = type(exc).__qualname__
+                    span.record_exception(exc)
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, error))
                     raise
                 else:
                     if _failed(result):
@@ -275,14 +296,24 @@ class Telemetry:
                         span.set_status(trace.Status(trace.StatusCode.ERROR, "reconsume"))
                     return result
                 finally:
-                    if error is not None:
-                        last = _last_attempt(msg, result if error == "reconsume" else False)
-                        (self.dead_lettered if last else self.retried).add(1, attrs)
-                        attrs["error.type"] = error
-                    self.consumed.add(1, attrs)
-                    self.process_duration.record(time.time() - start, attrs)
+                    if not released:
+                        failed = result if error == "reconsume" else False
+                        self._count_call(msg, attrs, error, failed, start)
 
         return instrumented
+
+    def _count_call(
+        self, msg: ConsumerMessage, attrs: dict[str, str], error: str | None, result: object,
+        start: float,
+    ) -> None:
+        """The metrics of a finished call: ``error`` None for a success, else whether
+        the failure was the message's last attempt (``result``: the failed return)."""
+        if error is not None:
+            last = _last_attempt(msg, result)
+            (self.dead_lettered if last else self.retried).add(1, attrs)
+            attrs["error.type"] = error
+        self.consumed.add(1, attrs)
+        self.process_duration.record(time.time() - start, attrs)
 
     # -- producer side -------------------------------------------------------------------
 

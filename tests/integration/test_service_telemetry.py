@@ -42,6 +42,15 @@ def _points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
     return out
 
 
+def _in_memory_telemetry() -> tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter]:
+    """A Telemetry whose metrics and spans stay in memory, and where to read them."""
+    reader = InMemoryMetricReader()
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return Telemetry(MeterProvider(metric_readers=[reader]), tracer_provider), reader, exporter
+
+
 def _total(points: list[Any], **attrs: str) -> int:
     """Sum of counter values (or histogram counts) of the points with ``attrs``."""
     total = 0
@@ -56,11 +65,7 @@ async def test_metrics_and_trace_context(
 ) -> None:
     topic, group = unique_name("orders"), unique_name("g")
     await rocketmq.create_topic(topic, queues=2)
-    reader = InMemoryMetricReader()
-    exporter = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry = Telemetry(MeterProvider(metric_readers=[reader]), tracer_provider)
+    telemetry, reader, exporter = _in_memory_telemetry()
     service = RocketMQService(
         rocketmq.namesrv_addr, producer_group=unique_name("p"), telemetry=telemetry,
         lag_interval=0.2,
@@ -134,6 +139,58 @@ async def test_metrics_and_trace_context(
         assert span.name == f"process {topic}" and producer.name == f"send {topic}"
     failed = [s for s in consumers if not s.status.is_ok]
     assert len(failed) == 2
+
+
+async def test_a_call_cut_by_the_close_is_no_failure_a_timed_out_one_is(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A handler cancelled by the close (past shutdown_timeout) leaves its message to be
+    delivered again: not failed, not retried, not dead-lettered (the DLQ alert would fire
+    on every deploy). One the consume timeout cancels is a failure, on its last attempt
+    a dead letter."""
+    topic = unique_name("cut")
+    await rocketmq.create_topic(topic, queues=1)
+    telemetry, reader, exporter = _in_memory_telemetry()
+    service = RocketMQService(rocketmq.namesrv_addr, producer_group=unique_name("p"),
+                              telemetry=telemetry)  # fmt: skip
+    started = {b"timeout": anyio.Event(), b"cut": anyio.Event()}
+    timed_out = anyio.Event()
+
+    # The last attempt for both: a failure would be counted as dead-lettered.
+    settings: dict[str, Any] = dict(consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                                    max_reconsume_times=0, shutdown_timeout=0.2)  # fmt: skip
+
+    @service.subscriber(topic, group=unique_name("slow"), expression="timeout",
+                        consume_timeout=0.3, **settings)  # fmt: skip
+    async def overrun(msg: ConsumerMessage) -> None:
+        started[b"timeout"].set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            timed_out.set()
+
+    @service.subscriber(topic, group=unique_name("cut"), expression="cut", **settings)
+    async def cut(msg: ConsumerMessage) -> None:
+        started[b"cut"].set()
+        await anyio.sleep_forever()
+
+    async with service:
+        await service.producer.send(Message(topic, b"timeout", tags="timeout"))
+        await service.producer.send(Message(topic, b"cut", tags="cut"))
+        with anyio.fail_after(30):
+            await started[b"cut"].wait()
+            await timed_out.wait()
+    points = _points(reader)
+    mine = {"messaging.destination.name": topic}
+    consumed = points["messaging.client.consumed.messages"]
+    # the timed-out call only: the cut one is counted nowhere
+    assert _total(consumed, **mine) == 1
+    assert _total(consumed, **mine, **{"error.type": "CancelledError"}) == 1
+    assert _total(points["aiorocket.consumer.dead_lettered"], **mine) == 1
+    assert _total(points["aiorocket.consumer.retried"], **mine) == 0
+    spans = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CONSUMER]
+    released = [s for s in spans if s.attributes.get("aiorocket.released")]
+    assert len(spans) == 2 and len(released) == 1 and released[0].status.is_ok
 
 
 async def test_duration_histograms_have_buckets_in_seconds(
