@@ -177,6 +177,13 @@ class RocketBroker(
         return client
 
     async def start(self) -> None:
+        self.check_groups()
+        await self.connect()
+        await super().start()
+
+    def check_groups(self) -> None:
+        """SetupError for two subscribers (with handlers) of one consumer group: what a
+        real start refuses, ``TestRocketBroker`` refuses too."""
         groups: dict[str, str] = {}
         for sub in self.subscribers:
             assert isinstance(sub, RocketSubscriber)
@@ -188,8 +195,6 @@ class RocketBroker(
                 )
             if sub.calls:
                 groups[sub.group] = sub.topic
-        await self.connect()
-        await super().start()
 
     async def stop(
         self,

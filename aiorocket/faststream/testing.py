@@ -68,6 +68,12 @@ class TestRocketBroker(TestBroker[RocketBroker, Any], broker=RocketBroker):
         )  # fmt: skip
         return sub, False
 
+    def _fake_start(self, broker: RocketBroker, *args: Any, **kwargs: Any) -> None:
+        # The checks of the real start first: an app that cannot start against a
+        # broker must not pass its tests in memory.
+        broker.check_groups()
+        super()._fake_start(broker, *args, **kwargs)
+
     @contextmanager
     def _patch_producer(self, broker: RocketBroker) -> Iterator[None]:
         with change_producer(broker.config.broker_config, FakeRocketProducer(broker)):

@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
-from faststream.exceptions import FeatureNotSupportedException, NackMessage
+from faststream.exceptions import FeatureNotSupportedException, NackMessage, SetupError
 from faststream.message import AckStatus
 from pydantic import BaseModel
 
@@ -113,6 +113,26 @@ async def test_in_memory_a_handlers_exception_reaches_the_test() -> None:
     async with TestRocketBroker(broker) as br:
         with pytest.raises(LookupError, match="no order 9"):
             await br.publish({"id": 9}, "orders")
+
+
+@pytest.mark.anyio
+async def test_in_memory_two_subscribers_of_one_group_fail_as_the_real_start() -> None:
+    """The real start refuses them (SetupError): the in-memory broker too, before any
+    handler runs (it had both handlers get every message, as two groups)."""
+    broker = RocketBroker("127.0.0.1:1")
+
+    @broker.subscriber("orders", group="billing")
+    async def orders(body: str) -> None: ...
+
+    @broker.subscriber("refunds", group="billing")
+    async def refunds(body: str) -> None: ...
+
+    with pytest.raises(SetupError, match="consumer group 'billing' has two subscribers"):
+        async with TestRocketBroker(broker):
+            pass
+    with pytest.raises(SetupError, match="consumer group 'billing' has two subscribers"):
+        await broker.start()  # nothing listens at 127.0.0.1:1: refused before connecting
+    await broker.stop()
 
 
 @pytest.mark.anyio
