@@ -341,7 +341,10 @@ class RemotingProducer:
         out = prepare_message(
             msg, self.config, extra_properties=extra, sys_flag=SYSFLAG_TRANSACTION_PREPARED
         )
-        plan = sender.plan(msg, None, None, None)
+        # One attempt (as over gRPC, and as Java's transactional send): a second half
+        # message after one that may be stored would be a second transaction, of which
+        # one would be ended and the other left to the check-back (which may commit it).
+        plan = dataclasses.replace(sender.plan(msg, None, None, None), attempts=1)
         deadline = sender.deadline(timeout)
         await sender.acquire(deadline)
         try:

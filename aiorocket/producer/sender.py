@@ -8,7 +8,8 @@ queue of another broker while attempts and time remain.
 
 An unpinned send whose broker sits on it (no answer within a multiple of the broker's
 recent latency) while other brokers answer is abandoned there and retried on another
-broker, which is then preferred (``aiorocket.producer.stall``).
+broker, which is then preferred (``aiorocket.producer.stall``); the last attempt of a
+send is never abandoned so (it waits for its answer).
 
 Sends pinned to a queue (selector, sharding key) must not move: they are retried, on
 the same queue after a short pause, only after a broker answer that says the message
@@ -221,7 +222,11 @@ class Sender:
                 continue
             self._membership.saw(addr)
             tried.append(mq.broker_name)
-            watch = None if plan.pinned else self.stall
+            # Only an attempt that another one can replace is abandoned at a stall: the
+            # last one waits for its answer (abandoned, it would be reported failed while
+            # the slow broker may still store it).
+            last = attempt + 1 >= plan.attempts
+            watch = None if plan.pinned or last else self.stall
             started = time.monotonic()
             try:
                 # The request's own deadline bounds the wait for the answer.
@@ -230,7 +235,7 @@ class Sender:
                     msg_id=out.msg_id, flag=out.flag, sys_flag=out.sys_flag, batch=batch,
                     timeout=remaining, default_topic=self._default_topic,
                     default_topic_queue_nums=self._config.default_topic_queue_nums,
-                    stall=None if watch is None else watch.check(mq.broker_name),
+                    stall=None if watch is None else watch.check(mq.broker_name, deadline),
                 )  # fmt: skip
             except BrokerStalledError as exc:  # others answer: isolate it, try another
                 self._fault.isolate(mq.broker_name, _ms_since(started), STALL_ISOLATION)
@@ -261,8 +266,8 @@ class Sender:
             else:
                 took = _ms_since(started)
                 self._fault.record(mq.broker_name, took)
-                if watch is not None:
-                    watch.answered(mq.broker_name, took / 1000)
+                if self.stall is not None and not plan.pinned:  # the last attempt's too
+                    self.stall.answered(mq.broker_name, took / 1000)
                 if self._config.namespace:
                     queue = unwrap_queue(self._config.namespace, result.queue)
                     return dataclasses.replace(result, queue=queue)

@@ -24,6 +24,12 @@ The abandoned request may still be stored when the broker wakes up: such a send 
 stored twice (at-least-once); ``StallWatch.stalls`` counts them. When no other broker
 answers, the attempt waits on to its timeout, as before. Sends pinned to a queue
 (sharding key, selector) never move, so they wait too.
+
+Abandoning an attempt is worth it only for the attempt that replaces it: the last
+attempt of a send (``retries=0``, a transactional half message) is never abandoned, nor
+one whose send has less than its stall bound left after it (it would be reported failed
+while the slow broker may still store it). A slow broker then costs that send its
+latency, not a false failure.
 """
 
 from __future__ import annotations
@@ -99,6 +105,13 @@ class StallWatch:
                     return True
         return False
 
-    def check(self, broker: str) -> tuple[float, Callable[[], bool]]:
-        """The stall check of one attempt to ``broker`` (for ``BrokerClient.send_message``)."""
-        return self.bound(broker), lambda: self.others_answer(broker)
+    def check(self, broker: str, deadline: float) -> tuple[float, Callable[[], bool]]:
+        """The stall check of one attempt to ``broker`` of a send that ends at ``deadline``
+        and has another attempt left (for ``BrokerClient.send_message``): abandon it only
+        while another broker answers and the next attempt still gets a stall bound."""
+        bound = self.bound(broker)
+
+        def give_up() -> bool:
+            return deadline - self._clock() > bound and self.others_answer(broker)
+
+        return bound, give_up

@@ -107,3 +107,17 @@ def test_the_stall_bound_follows_the_broker_latency_within_its_limits() -> None:
     assert watch.stalls == 1
     now[0] += 2.0
     assert watch.others_answer("a")  # its isolation is over: it may take sends again
+
+
+def test_an_attempt_is_abandoned_only_while_the_next_one_gets_a_stall_bound() -> None:
+    # Issue 39, item 6: an attempt abandoned with too little time left would end the
+    # send with an error while the slow broker may still store the message.
+    now = [100.0]
+    watch = StallWatch(lambda: now[0], send_timeout=5.0)
+    watch.answered("b", 0.001)  # another broker answers
+    bound, give_up = watch.check("a", deadline=101.0)
+    assert bound == STALL_FLOOR
+    now[0] += bound
+    assert give_up()  # 0.75 s left: the next attempt has its bound
+    now[0] = 101.0 - STALL_FLOOR
+    assert not give_up()  # what is left is no more than one bound: wait for the answer
