@@ -19,13 +19,9 @@ typed: [`TopicNotExistError`][aiorocket.errors.TopicNotExistError],
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable
 from typing import Any, Literal
 
-import anyio
-
-from aiorocket._validate import check_topic
-from aiorocket.admin._cluster import PERMISSIONS, ClusterAdmin
+from aiorocket.admin._cluster import ClusterAdmin
 from aiorocket.admin._dlq import DeadLetterAdmin, original_topic
 from aiorocket.admin._groups import GroupAdmin
 from aiorocket.admin._model import (
@@ -42,20 +38,21 @@ from aiorocket.admin._model import (
     QueueLag,
     QueueRange,
     Resent,
+    TopicChange,
+    TopicSettings,
     TopicStats,
 )
 from aiorocket.admin._names import is_system_group, is_system_topic
+from aiorocket.admin._topics import PERMISSIONS, TopicAdmin, TopicExistsError
 from aiorocket.errors import (
     ConfigError,
     ConsumerNotOnlineError,
     MessageNotFoundError,
-    NoRouteError,
     RocketMQError,
 )
 from aiorocket.message import MessageExt, MessageQueue
 from aiorocket.protocol import fastjson
 from aiorocket.protocol.message_codec import decode_offset_message_id
-from aiorocket.protocol.route import TopicRoute
 
 __all__ = [
     "PERMISSIONS",
@@ -74,6 +71,9 @@ __all__ = [
     "QueueRange",
     "Resent",
     "ResetTarget",
+    "TopicChange",
+    "TopicExistsError",
+    "TopicSettings",
     "TopicStats",
     "is_system_group",
     "is_system_topic",
@@ -101,12 +101,7 @@ def topics_named_after_clusters(topics: list[str], brokers: dict[str, dict[int, 
     return {t[: -len(suffix)] for t in topics if t.endswith(suffix)}
 
 
-def _shows(route: TopicRoute, brokers: list[str], queues: int) -> bool:
-    """The route has ``queues`` read queues on each of ``brokers``."""
-    have = {q.broker_name: q.read_queue_nums for q in route.queue_datas}
-    return all(have.get(b) == queues for b in brokers)
-
-class Admin(ClusterAdmin, GroupAdmin, DeadLetterAdmin):
+class Admin(TopicAdmin, ClusterAdmin, GroupAdmin, DeadLetterAdmin):
     """Admin operations against one RocketMQ cluster (through its NameServers).
 
     Parameters
@@ -139,50 +134,6 @@ class Admin(ClusterAdmin, GroupAdmin, DeadLetterAdmin):
             and not t.endswith("_REPLY_TOPIC")
             and t not in topics_named_after_clusters(topics, brokers)
         ]
-
-    async def create_topic(
-        self,
-        topic: str,
-        *,
-        queues: int = 8,
-        brokers: Iterable[str] | None = None,
-        perm: int = 6,
-        order: bool = False,
-        message_type: str | None = None,
-        wait: float = 30.0,
-    ) -> TopicRoute:
-        """Create (or update) ``topic`` with ``queues`` read and write queues on each
-        master broker (or those named in ``brokers``) and wait until the NameServer's
-        route shows them (up to ``wait`` seconds). ``message_type`` (NORMAL, FIFO,
-        DELAY, TRANSACTION; PRIORITY on 5.4+; LITE on 5.5+, the parent of lite topics)
-        becomes the 5.x attribute ``+message.type``."""
-        if is_system_topic(topic):
-            raise ConfigError(f"invalid topic name {topic!r}: a system topic's name")
-        check_topic(topic)  # the broker's rules: characters and length
-        if not 1 <= queues <= 1024:
-            raise ConfigError(f"queues must be between 1 and 1024, not {queues}")
-        masters = await self.masters()
-        wanted = list(masters) if brokers is None else list(brokers)
-        unknown = sorted(set(wanted) - set(masters))
-        if unknown or not wanted:
-            raise ConfigError(f"unknown broker(s) {unknown}; the cluster has {sorted(masters)}")
-        attributes = f"+message.type={message_type.upper()}" if message_type else None
-        for name in wanted:
-            await self.client.broker.create_topic(
-                masters[name], topic, read_queues=queues, write_queues=queues, perm=perm,
-                order=order, attributes=attributes,
-            )  # fmt: skip
-        route: TopicRoute | None = None
-        with anyio.move_on_after(wait):
-            while True:
-                try:
-                    route = await self.route(topic)
-                except RocketMQError:
-                    route = None
-                if route is not None and _shows(route, wanted, queues):
-                    return route
-                await anyio.sleep(0.2)
-        raise NoRouteError(f"the route of {topic!r} did not show the new queues within {wait}s")
 
     async def topic_stats(self, topic: str) -> TopicStats:
         """Per queue: min and max offset and the newest message's store time."""

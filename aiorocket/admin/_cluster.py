@@ -9,6 +9,7 @@ import anyio
 
 from aiorocket.admin._core import AdminCore
 from aiorocket.admin._model import BrokerStatus, ProducerClient
+from aiorocket.admin._topics import PERMISSIONS
 from aiorocket.errors import ConfigError, RocketMQError, TopicNotExistError
 from aiorocket.protocol import fastjson
 from aiorocket.protocol.codes import RequestCode
@@ -16,9 +17,6 @@ from aiorocket.protocol.route import TopicRoute
 
 __all__ = ["PERMISSIONS", "ClusterAdmin"]
 
-#: topic permissions by name (PermName: READ 4, WRITE 2); "none" stops a topic on a
-#: broker without deleting it, "r" drains it.
-PERMISSIONS = {"rw": 6, "r": 4, "w": 2, "none": 0}
 
 
 def _tps(text: str) -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiorocket.client.lite import LITE_BIND_TOPIC, LITE_QUOTA, LITE_SUB_MODEL
@@ -22,6 +22,8 @@ __all__ = [
     "QueueLag",
     "QueueRange",
     "Resent",
+    "TopicChange",
+    "TopicSettings",
     "TopicStats",
 ]
 
@@ -239,3 +241,59 @@ class Resent:
     topic: str
     #: the new message's id; "" in a dry run
     new_msg_id: str = ""
+
+
+_PERM_NAMES = {6: "rw", 4: "r", 2: "w", 0: "none"}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSettings:
+    """A topic's settings on one broker (its GET_TOPIC_CONFIG)."""
+
+    read_queues: int
+    write_queues: int
+    #: PermName bits: 6 rw, 4 r, 2 w, 0 none
+    perm: int = 6
+    order: bool = False
+    #: 5.x attributes, e.g. ``{"message.type": "FIFO"}``
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    def replace(
+        self, *, read_queues: int | None, write_queues: int | None, perm: int | None
+    ) -> TopicSettings:
+        """These settings with those given (not None) changed."""
+        return replace(
+            self,
+            read_queues=self.read_queues if read_queues is None else read_queues,
+            write_queues=self.write_queues if write_queues is None else write_queues,
+            perm=self.perm if perm is None else perm,
+        )
+
+    def describe(self) -> str:
+        text = (f"{self.read_queues} read / {self.write_queues} write queues, "
+                f"perm {_PERM_NAMES.get(self.perm, self.perm)}")  # fmt: skip
+        if self.order:
+            text += ", order"
+        kind = self.attributes.get("message.type")
+        return f"{text}, type {kind}" if kind else text
+
+
+@dataclass(frozen=True, slots=True)
+class TopicChange:
+    """What ``Admin.update_topic`` changes (or would, in a dry run) on one broker."""
+
+    broker: str
+    before: TopicSettings
+    after: TopicSettings
+
+    @property
+    def strands(self) -> bool:
+        """Queues that hold (or will receive) messages are no longer read: fewer read
+        queues than now, or than are written to."""
+        return self.after.read_queues < max(self.before.read_queues, self.after.write_queues)
+
+    def stranded(self) -> str:
+        """Which queues of this broker are no longer read."""
+        last = max(self.before.read_queues, self.after.write_queues) - 1
+        first = self.after.read_queues
+        return f"{self.broker} queues {first}..{last} would no longer be read"

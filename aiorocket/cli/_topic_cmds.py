@@ -1,4 +1,4 @@
-"""``aiorocket topic``: list, route, create, stats, delete, perm."""
+"""``aiorocket topic``: list, route, create, update, stats, delete, perm."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from aiorocket.admin import PERMISSIONS
+from aiorocket.admin import PERMISSIONS, TopicChange
 from aiorocket.cli._common import (
     Settings,
     ask,
@@ -23,10 +23,12 @@ from aiorocket.cli._common import (
     yes_option,
 )
 
+_QUEUES = click.IntRange(1, 1024)
+
 
 @click.group()
 def topic() -> None:
-    """Topics: list, route, create, stats, delete, perm."""
+    """Topics: list, route, create, update, stats, delete, perm."""
 
 
 @topic.command("list")
@@ -88,7 +90,8 @@ def topic_create(
     message_type: str | None,
     order: bool,
 ) -> None:
-    """Create (or update) a topic on every master broker."""
+    """Create a topic on every master broker (or those named). A topic that exists with
+    these settings is left alone; one with other settings is refused: see `topic update`."""
 
     async def go() -> Any:
         async with settings.admin() as admin:
@@ -103,6 +106,44 @@ def topic_create(
     route = run(go)
     names = ", ".join(sorted(q.broker_name for q in route.queue_datas))
     out.print(f"topic {name}: {queues} queues on each of {names}")
+
+
+@topic.command("update")
+@click.argument("name")
+@click.option("--queues", type=_QUEUES, help="Read and write queues on each broker.")
+@click.option("--read-queues", type=_QUEUES, help="Readable queues on each broker.")
+@click.option("--write-queues", type=_QUEUES, help="Writable queues on each broker.")
+@click.option("--perm", type=click.Choice(list(PERMISSIONS)), help="The permission.")
+@click.option("--broker", "brokers", multiple=True, help="Only on this broker (repeatable).")
+@yes_option
+@json_option
+@pass_settings
+def topic_update(
+    settings: Settings, name: str, queues: int | None, read_queues: int | None,
+    write_queues: int | None, perm: str | None, brokers: tuple[str, ...], yes: bool,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """Change an existing topic's queues or permission (what is not given is kept).
+    Fewer readable queues leave the messages of the queues cut off unread: asked first."""
+
+    async def go(dry: bool) -> list[TopicChange]:
+        async with settings.admin() as admin:
+            return await admin.update_topic(
+                name, queues=queues, read_queues=read_queues, write_queues=write_queues,
+                perm=perm, brokers=list(brokers) or None, allow_shrink=True, dry_run=dry,
+            )  # fmt: skip
+
+    plan = run(go, True)
+    stranded = [c.stranded() for c in plan if c.strands]
+    if stranded:
+        confirm(f"{'; '.join(stranded)} (their messages stay unread). Shrink {name}?", yes)
+    done = run(go, False) if any(c.before != c.after for c in plan) else plan
+    rows = [{"broker": c.broker, "before": c.before.describe(), "after": c.after.describe()}
+            for c in done]  # fmt: skip
+    if as_json:
+        print_json({"topic": name, "changes": rows})
+        return
+    table(f"topic {name}", ["broker", "before", "after"], [list(r.values()) for r in rows])
 
 
 @topic.command("stats")

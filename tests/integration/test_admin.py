@@ -8,9 +8,10 @@ from collections.abc import Callable
 import anyio
 import pytest
 
-from aiorocket.admin import Admin
+from aiorocket.admin import Admin, TopicExistsError
 from aiorocket.consumer import ConsumeFromWhere, Consumer
 from aiorocket.errors import (
+    ConfigError,
     GroupNotFoundError,
     MessageNotFoundError,
     NameServerUnavailableError,
@@ -18,6 +19,7 @@ from aiorocket.errors import (
 )
 from aiorocket.message import Message
 from aiorocket.producer import Producer
+from aiorocket.protocol.route import TopicRoute
 from aiorocket.testing.broker import LocalRocketMQ
 
 from .helpers import eventually
@@ -70,6 +72,39 @@ async def test_topic_create_list_route_and_stats(
         assert all(q.min_offset == 0 for q in stats.queues)
         assert stats.last_store_ms >= before - 5000
         assert all(q.last_store_ms == 0 for q in stats.queues if q.max_offset == 0)
+
+
+async def test_create_topic_never_changes_an_existing_topic_update_asks_to_shrink(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A create of an existing topic with other settings is refused (it rewrote a
+    16-queue topic to 8 readable queues, stranding the messages of queues 8..15); with
+    the same settings it changes nothing. update_topic refuses fewer read queues unless
+    allowed, and a drain (fewer write queues only) is no shrink."""
+    topic = unique_name("keep")
+
+    def reads(route: TopicRoute) -> dict[str, tuple[int, int]]:
+        return {q.broker_name: (q.read_queue_nums, q.write_queue_nums) for q in route.queue_datas}
+
+    async with Admin(rocketmq.namesrv_addr) as admin:
+        await admin.create_topic(topic, queues=4, brokers=["broker-a"])
+        with pytest.raises(TopicExistsError, match="exists on broker-a with other settings"):
+            await admin.create_topic(topic, brokers=["broker-a"])  # the default 8 queues
+        with pytest.raises(TopicExistsError, match="perm r"):
+            await admin.create_topic(topic, queues=4, perm=4)
+        assert reads(await admin.route(topic)) == {"broker-a": (4, 4)}
+        # the same settings: idempotent, and a broker without it gets it
+        route = await admin.create_topic(topic, queues=4)
+        assert reads(route) == {name: (4, 4) for name in rocketmq.broker_addrs}
+        with pytest.raises(ConfigError, match=r"broker-a queues 2\.\.3 would no longer be read"):
+            await admin.update_topic(topic, queues=2, brokers=["broker-a"])
+        assert reads(await admin.route(topic))["broker-a"] == (4, 4)
+        drain = await admin.update_topic(topic, write_queues=2, brokers=["broker-a"])
+        assert [(c.broker, c.strands) for c in drain] == [("broker-a", False)]
+        shrunk = await admin.update_topic(topic, read_queues=2, brokers=["broker-a"],
+                                          allow_shrink=True)  # fmt: skip
+        assert shrunk[0].before.read_queues == 4 and shrunk[0].after.read_queues == 2
+        assert reads(await admin.route(topic))["broker-a"] == (2, 2)
 
 
 async def test_lag_describe_and_reset(

@@ -261,3 +261,29 @@ def test_an_unreachable_namesrv_under_uvicorn_is_one_clear_line(tmp_path: Path) 
     assert "The above exception was the direct cause" not in log
     assert "aiorocket/remoting" not in log and "aiorocket/consumer" not in log
     assert len(log.splitlines()) < 30, log
+
+
+def test_topic_create_refuses_an_existing_topic_update_asks_before_shrinking(
+    aio: Callable[..., Result], rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """`topic create` of an existing topic rewrote it (16 readable queues became 8,
+    exit 0); now it is refused, and `topic update` asks before cutting readable queues."""
+    name = unique_name("ledger")
+    aio("topic", "create", name, "--queues", "4", "--broker", "broker-a")
+    refused = aio("topic", "create", name, ok=False)
+    assert refused.exit_code == 2
+    assert "exists on broker-a with other settings" in one_line_error(refused)
+    assert "topic update" in refused.stderr
+    again = aio("topic", "create", name, "--queues", "4", "--broker", "broker-a")
+    assert "4 queues" in again.stdout
+    asked = aio("topic", "update", name, "--queues", "2", ok=False)  # no terminal, no --yes
+    assert asked.exit_code == 2 and "pass --yes" in asked.stderr
+    route = aio("topic", "route", name, "--json")
+    assert [(b["read"], b["write"]) for b in json.loads(route.stdout)["brokers"]] == [(4, 4)]
+    done = aio("topic", "update", name, "--queues", "2", "--yes", "--json")
+    assert json.loads(done.stdout)["changes"] == [{
+        "broker": "broker-a", "before": "4 read / 4 write queues, perm rw",
+        "after": "2 read / 2 write queues, perm rw",
+    }]  # fmt: skip
+    grown = aio("topic", "update", name, "--read-queues", "3", "--write-queues", "3")
+    assert "3 read / 3 write" in grown.stdout
