@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import socket
 import time
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from aiorocket._unique_id import create_unique_id
 from aiorocket._validate import check_body, check_schedule, check_topic
-from aiorocket.errors import ConfigError, MessageDecodeError, UnsupportedTransportError
+from aiorocket.errors import ConfigError, UnsupportedTransportError
 from aiorocket.grpc import _pb as pb
 from aiorocket.message import (
     KEY_SEPARATOR,
@@ -33,6 +32,7 @@ from aiorocket.message import (
     Message,
 )
 from aiorocket.namespace import wrap
+from aiorocket.protocol.message_codec import decompress_sniffed
 
 __all__ = [
     "HOSTNAME",
@@ -196,10 +196,9 @@ def properties_of(
 
 
 def decode_body(body: bytes, encoding: int) -> bytes:
-    """The body as sent: GZIP-encoded bodies (a compressed stored message) inflated."""
+    """The body as sent: a GZIP-labelled body (a compressed stored message) decompressed
+    with the codec its first bytes name: the Proxy labels zlib, LZ4 and zstd bodies
+    alike (``decompress_sniffed``); ``MessageDecodeError`` when none can read it."""
     if encoding == pb.Encoding.GZIP:
-        try:
-            return zlib.decompress(body)
-        except zlib.error as exc:
-            raise MessageDecodeError(f"corrupt compressed body: {exc}") from exc
+        return decompress_sniffed(body)
     return body

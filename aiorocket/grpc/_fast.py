@@ -20,7 +20,7 @@ from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._convert import decode_body, properties_of
 from aiorocket.grpc._received import ReceivedMessage
 
-__all__ = ["FastReceiveResponse", "decode_message"]
+__all__ = ["FastReceiveResponse", "UndecodableMessage", "decode_message"]
 
 _U64 = 1 << 64
 _I63 = 1 << 63
@@ -228,9 +228,9 @@ def decode_message(buf: bytes, pos: int = 0, end: int | None = None) -> Received
     if pos != end:
         raise MessageDecodeError("gRPC message overruns its length")
     attempt = attempt or 1
-    return ReceivedMessage(
+    msg = ReceivedMessage(
         topic=topic,
-        body=decode_body(body, encoding),
+        body=body,
         properties=properties_of(user, tag, keys, message_id, message_group, lite_topic),
         queue_id=queue_id,
         queue_offset=queue_offset,
@@ -246,6 +246,22 @@ def decode_message(buf: bytes, pos: int = 0, end: int | None = None) -> Received
         message_id=message_id,
         delivery_timestamp=delivery_ms,
     )
+    if encoding == pb.Encoding.GZIP:
+        try:
+            msg.body = decode_body(body, encoding)
+        except MessageDecodeError as exc:
+            # Everything but the body is known: the receiver can still settle it.
+            raise UndecodableMessage(str(exc), msg) from exc
+    return msg
+
+
+class UndecodableMessage(MessageDecodeError):
+    """A received message whose body cannot be decoded; ``message`` is the rest of it
+    (receipt handle, ids, topic, attempt), its ``body`` as it came."""
+
+    def __init__(self, error: str, message: ReceivedMessage) -> None:
+        super().__init__(error)
+        self.message = message
 
 
 def _int32(v: int) -> int:
@@ -260,13 +276,19 @@ class FastReceiveResponse:
     Exactly one of ``status`` (a betterproto ``Status``: rare, small) and
     ``message`` is set; a ``delivery_timestamp`` response has neither. grpclib's codec
     calls ``FromString`` with the raw bytes of each streamed response.
+
+    A message that does not decode sets ``error`` instead of failing the stream (the
+    messages around it are good, and the receive must hand them on): with ``message``
+    too when only its body is unreadable (an ``UndecodableMessage``: it can still be
+    settled), alone when the message itself is corrupt.
     """
 
-    __slots__ = ("message", "status")
+    __slots__ = ("error", "message", "status")
 
     def __init__(self) -> None:
         self.status: pb.Status | None = None
         self.message: ReceivedMessage | None = None
+        self.error: MessageDecodeError | None = None
 
     @classmethod
     def FromString(cls, data: bytes) -> FastReceiveResponse:
@@ -280,7 +302,12 @@ class FastReceiveResponse:
                     n, pos = _varint(data, pos)
                     if pos + n > end:
                         raise MessageDecodeError("ReceiveMessageResponse truncated")
-                    self.message = decode_message(data, pos, pos + n)
+                    try:
+                        self.message = decode_message(data, pos, pos + n)
+                    except UndecodableMessage as exc:
+                        self.message, self.error = exc.message, exc
+                    except MessageDecodeError as exc:
+                        self.message, self.error = None, exc
                     self.status = None
                     pos += n
                 elif key == 0x0A:

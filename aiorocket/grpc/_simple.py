@@ -22,13 +22,15 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Protocol
 
+import anyio
+
 from aiorocket._settings import check_group, check_invisible_duration
-from aiorocket.errors import ClientClosedError, ConfigError, ProxyResponseError
+from aiorocket.errors import ClientClosedError, ConfigError, ProxyResponseError, RocketMQError
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._encode import FastAckResponse, RawRequest, ack_request, with_attempt_id
 from aiorocket.grpc._fast import FastReceiveResponse
 from aiorocket.grpc._received import ReceivedMessage
-from aiorocket.grpc._session import Session
+from aiorocket.grpc._session import Session, backoff_delays
 from aiorocket.grpc._transport import GrpcOptions, GrpcTransport, check_status
 
 __all__ = ["MAX_BATCH", "Receipt", "SimpleConsumer"]
@@ -120,6 +122,9 @@ class SimpleConsumer:
         #: receives under way per (topic, broker): see ``_pick``
         self._receiving: dict[tuple[str, str], int] = {}
         self._started = False
+        #: received messages that could not be decoded (dead-lettered, released or
+        #: left), since the start
+        self.undecodable_total = 0
 
     def _fill_subscription(self) -> None:
         self._subscription.subscriptions = [
@@ -208,24 +213,119 @@ class SimpleConsumer:
         timeout = self.await_duration + self.transport.request_timeout
         broker = mq.broker.name
         out: list[ReceivedMessage] = []
+        #: messages whose body does not decode, until settled (``_settle_undecodable``)
+        bad: list[tuple[ReceivedMessage, str]] = []
         key = (topic, broker)
         self._receiving[key] = self._receiving.get(key, 0) + 1
         try:
-            async with self.transport.server_stream(
-                "ReceiveMessage", req, FastReceiveResponse, timeout=timeout
-            ) as stream:
-                async for resp in stream:
-                    if resp.status is not None:
-                        if resp.status.code == pb.Code.MESSAGE_NOT_FOUND:
-                            continue
-                        check_status(resp.status, "ReceiveMessage")
-                    elif resp.message is not None:
-                        resp.message._consumer = self
-                        resp.message.broker_name = broker
-                        out.append(resp.message)
+            try:
+                await self._read(req, timeout, broker, out, bad)
+            except RocketMQError as err:
+                if not out and not bad:
+                    raise
+                # The stream broke (a reset, the deadline, a corrupt frame) after some
+                # messages came. They are ours: handed on, not dropped (an auto-renewing
+                # Proxy would keep them invisible for this client for hours, otherwise).
+                # The next receive meets the fault again if it lasts.
+                self.session.log.warning(
+                    "receive_stream_broken", topic=topic, broker=broker, received=len(out),
+                    undecodable=len(bad), error=str(err),
+                )  # fmt: skip
+            if bad:
+                await self._settle_undecodable(bad)
+        except BaseException:
+            # Cancelled (the close, a caller's timeout) with messages in hand that nobody
+            # will get: visible to the group again at once.
+            await self._release(out + [m for m, _ in bad])
+            raise
         finally:
             self._receiving[key] -= 1
         return out
+
+    async def _read(
+        self, req: RawRequest, timeout: float, broker: str,
+        out: list[ReceivedMessage], bad: list[tuple[ReceivedMessage, str]],
+    ) -> None:  # fmt: skip
+        """Read one receive stream into ``out`` (and undecodable messages into ``bad``),
+        message by message: what came before an error is in the lists when it raises."""
+        async with self.transport.server_stream(
+            "ReceiveMessage", req, FastReceiveResponse, timeout=timeout
+        ) as stream:
+            async for resp in stream:
+                msg = resp.message
+                if resp.status is not None:
+                    if resp.status.code == pb.Code.MESSAGE_NOT_FOUND:
+                        continue
+                    check_status(resp.status, "ReceiveMessage")
+                elif msg is not None:
+                    msg._consumer = self
+                    msg.broker_name = broker
+                    if resp.error is None:
+                        out.append(msg)
+                    else:
+                        bad.append((msg, str(resp.error)))
+                elif resp.error is not None:
+                    # Not even its receipt handle is readable: nothing to settle it with.
+                    # It comes back after its invisible time (an auto-renewed one when
+                    # this client's session ends).
+                    self.undecodable_total += 1
+                    self.session.log.error(
+                        "undecodable_message", broker=broker, action="none",
+                        error=str(resp.error),
+                    )  # fmt: skip
+
+    async def _settle_undecodable(self, bad: list[tuple[ReceivedMessage, str]]) -> None:
+        """Settle messages whose body cannot be decoded (an unknown codec, a corrupt
+        body): retrying them cannot help, as for a remoting consumer's undecodable
+        record (``aiorocket.consumer.undecodable``), so each goes to the group's
+        dead-letter queue. Refused there, it is released with the server's retry
+        backoff (it comes back later, and is tried again), never held. Removed from
+        ``bad`` as each is settled."""
+        policy = self.session.retry_policy()
+        backoff = backoff_delays(policy)
+        while bad:
+            msg, error = bad[0]
+            self.undecodable_total += 1
+            try:
+                await self.forward_to_dead_letter(
+                    msg, delivery_attempt=msg.delivery_attempt,
+                    max_delivery_attempts=(policy.max_attempts if policy else 0)
+                    or msg.delivery_attempt,
+                )  # fmt: skip
+                action = "dead_lettered"
+            except RocketMQError as err:
+                self.session.log.warning("dead_letter_failed", topic=msg.topic,
+                                         msg_id=msg.message_id, error=str(err))  # fmt: skip
+                try:
+                    await self.change_invisible_duration(msg, backoff(msg.delivery_attempt))
+                    action = "released"
+                except RocketMQError:
+                    action = "held"  # comes back after its invisible time
+            del bad[0]
+            self.session.log.error(
+                "undecodable_message", topic=msg.topic, msg_id=msg.message_id,
+                attempt=msg.delivery_attempt, action=action, error=error,
+            )  # fmt: skip
+
+    async def _release(self, messages: list[ReceivedMessage]) -> None:
+        """Make received ``messages`` visible again at once (within one request timeout,
+        shielded: it runs when the receive is cancelled); what fails comes back after
+        its invisible time."""
+        if not messages:
+            return
+
+        async def one(msg: ReceivedMessage) -> None:
+            try:
+                await self.change_invisible_duration(msg, 0.0)
+            except RocketMQError as err:
+                self.session.log.warning("release_failed", topic=msg.topic,
+                                         msg_id=msg.message_id, error=str(err))  # fmt: skip
+
+        with anyio.move_on_after(self.transport.request_timeout, shield=True):
+            async with anyio.create_task_group() as tg:
+                for msg in messages:
+                    tg.start_soon(one, msg)
+        self.session.log.info("received_messages_released", n=len(messages))
 
     def _pick(self, topic: str, queues: list[pb.MessageQueue], turn: int) -> pb.MessageQueue:
         """The assigned queue (one per broker) with the fewest receives under way, the

@@ -63,6 +63,7 @@ __all__ = [
     "decode_offset_message_id",
     "decode_properties",
     "decompress_body",
+    "decompress_sniffed",
     "encode_properties",
     "offset_message_id",
     "pack_host",
@@ -369,6 +370,43 @@ def decompress_body(data: bytes, sys_flag: int) -> bytes:
     except Exception as exc:  # zlib.error, lz4's RuntimeError, zstandard.ZstdError, ...
         raise MessageDecodeError(f"cannot decompress body (algorithm {algorithm}): {exc}") from exc
     raise MessageDecodeError(f"unknown compression algorithm {algorithm} in sys_flag")
+
+
+#: the first bytes of each codec's output (zlib's are checked by ``_is_zlib``)
+_LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _is_zlib(data: bytes) -> bool:
+    """A zlib header (RFC 1950): deflate (CM 8), and CMF*256+FLG a multiple of 31."""
+    return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+
+
+def decompress_sniffed(data: bytes) -> bytes:
+    """Decompress a body whose codec is known only from its own first bytes.
+
+    The 5.x Proxy labels every compressed stored body GZIP, whatever its sys_flag says
+    (5.5.0 GrpcConverter: ``sysFlag & COMPRESSED`` → ``Encoding.GZIP``), while remoting
+    producers (ours and Java's) compress with zlib, LZ4 frames or zstd frames. Each
+    format starts with its own magic, so the body names its codec: zlib header, LZ4
+    frame ``04 22 4D 18``, zstd ``28 B5 2F FD`` (and a real gzip member, ``1F 8B``).
+    ``MessageDecodeError`` for anything else, or a body its codec cannot read."""
+    head = data[:4]
+    try:
+        if head == _LZ4_FRAME_MAGIC:
+            return _each_frame(data, _lz4_frame)
+        if head == _ZSTD_MAGIC:
+            return _each_frame(data, _zstd_frame)
+        if _is_zlib(data):
+            return zlib.decompress(data)
+        if head[:2] == _GZIP_MAGIC:
+            return zlib.decompress(data, wbits=31)
+    except MessageDecodeError:
+        raise
+    except Exception as exc:  # zlib.error, lz4's RuntimeError, zstandard.ZstdError, ...
+        raise MessageDecodeError(f"cannot decompress body: {exc}") from exc
+    raise MessageDecodeError(f"compressed body of an unknown codec (starts {head.hex()})")
 
 
 def compress_body(body: bytes, compression: CompressionType, level: int = 5) -> bytes:

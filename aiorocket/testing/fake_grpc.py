@@ -10,15 +10,16 @@ It answers Telemetry settings (echoing the client's, as the Proxy merges them),
 Heartbeat, QueryRoute, QueryAssignment and NotifyClientTermination with OK;
 AckMessage with an OK entry per message (recorded in ``acked``; held while ``ack_gate``
 is set and not yet open); ChangeInvisibleDuration with a new receipt handle (recorded
-in ``invisible_changes``); and ReceiveMessage according to ``receive_mode`` (an
+in ``invisible_changes``); ForwardMessageToDeadLetterQueue with OK (the handles in
+``dead_lettered``); and ReceiveMessage according to ``receive_mode`` (an
 auto-renewed receive is refused with ILLEGAL_INVISIBLE_TIME unless ``auto_renew``, as
 a Proxy with ``enableProxyAutoRenew=false`` does):
 ``"ok"`` (Status OK then the queued ``messages``), ``"unavailable"`` (one message, then
 the stream ends with gRPC UNAVAILABLE), ``"reset"`` (one message, then the connection
-drops) or ``"hang"`` (nothing, ever). SendMessage records each request (``send_requests``,
-``wait_sends``), stores the messages in ``sent`` and answers OK, or never answers
-while ``send_hangs``. ``restart`` drops every
-connection, as a Proxy that restarts does.
+drops), ``"stall"`` (one message, then nothing) or ``"hang"`` (nothing, ever).
+SendMessage records each request (``send_requests``, ``wait_sends``), stores the
+messages in ``sent`` and answers OK, or never answers while ``send_hangs``. ``restart``
+drops every connection, as a Proxy that restarts does.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from aiorocket.grpc import _pb as pb
 
 __all__ = ["FakeProxy"]
 
-ReceiveMode = Literal["ok", "unavailable", "reset", "hang"]
+ReceiveMode = Literal["ok", "unavailable", "reset", "hang", "stall"]
 _PATH = "/apache.rocketmq.v2.MessagingService/"
 _OK = pb.Status(code=pb.Code.OK, message="OK")
 
@@ -81,6 +82,10 @@ class FakeProxy:
         self.ack_started = asyncio.Event()
         #: (receipt handle, seconds) of each ChangeInvisibleDuration
         self.invisible_changes: list[tuple[str, float]] = []
+        #: receipt handles of each ForwardMessageToDeadLetterQueue
+        self.dead_lettered: list[str] = []
+        #: ForwardMessageToDeadLetterQueue fails with this gRPC error when set
+        self.dead_letter_refusal: GRPCError | None = None
         #: renew auto-renewed receives itself (else refuse them, as the real one does
         #: when configured so)
         self.auto_renew = True
@@ -119,6 +124,9 @@ class FakeProxy:
                         pb.AckMessageRequest, pb.AckMessageResponse),
                 handler("ChangeInvisibleDuration", self._change, unary_unary,
                         pb.ChangeInvisibleDurationRequest, pb.ChangeInvisibleDurationResponse),
+                handler("ForwardMessageToDeadLetterQueue", self._dead_letter, unary_unary,
+                        pb.ForwardMessageToDeadLetterQueueRequest,
+                        pb.ForwardMessageToDeadLetterQueueResponse),
                 handler("QueryAssignment", self._assignment, unary_unary,
                         pb.QueryAssignmentRequest, pb.QueryAssignmentResponse),
                 handler("Telemetry", self._telemetry, Cardinality.STREAM_STREAM,
@@ -176,6 +184,21 @@ class FakeProxy:
         await stream.send_message(pb.ChangeInvisibleDurationResponse(
             status=_OK, receipt_handle=f"{req.receipt_handle}+"
         ))  # fmt: skip
+
+    async def _dead_letter(
+        self,
+        stream: Stream[
+            pb.ForwardMessageToDeadLetterQueueRequest, pb.ForwardMessageToDeadLetterQueueResponse
+        ],
+    ) -> None:
+        self._track(stream)
+        req = await stream.recv_message()
+        assert req is not None
+        self.calls.append("ForwardMessageToDeadLetterQueue")
+        if self.dead_letter_refusal is not None:
+            raise self.dead_letter_refusal
+        self.dead_lettered.append(req.receipt_handle)
+        await stream.send_message(pb.ForwardMessageToDeadLetterQueueResponse(status=_OK))
 
     async def _assignment(
         self, stream: Stream[pb.QueryAssignmentRequest, pb.QueryAssignmentResponse]
@@ -241,6 +264,8 @@ class FakeProxy:
             raise GRPCError(GrpcStatus.UNAVAILABLE, "fake proxy going away")
         if mode == "reset":
             self.drop_connections()
+            await asyncio.Event().wait()
+        if mode == "stall":
             await asyncio.Event().wait()
 
     async def wait_sends(self, count: int) -> list[str]:

@@ -26,6 +26,7 @@ from aiorocket.errors import (
 )
 from aiorocket.message import Message, MessageExt
 from aiorocket.producer import Producer, SendResult, TransactionState
+from aiorocket.protocol.message_codec import CompressionType
 from aiorocket.testing.broker import LocalRocketMQ
 
 pytest.importorskip("grpclib")
@@ -287,6 +288,25 @@ async def test_remoting_producer_to_simple_consumer(
         assert user_props(mine.properties) == msg.properties
         assert mine.topic == topic and mine.delivery_attempt == 1
         assert mine.born_timestamp > 0 and mine.store_timestamp >= mine.born_timestamp
+
+
+async def test_lz4_and_zstd_bodies_of_a_remoting_producer_read_through_the_proxy(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """The Proxy labels every compressed stored body GZIP, whatever the codec; the client
+    reads the codec from the body (before: MessageDecodeError, and the whole receive
+    with the message failed, every time it met the message)."""
+    topic, group = unique_name("gcodec"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group)
+    sent: dict[str, bytes] = {}
+    for codec in (CompressionType.LZ4, CompressionType.ZSTD, CompressionType.ZLIB):
+        async with Producer(unique_name("pc"), rocketmq.namesrv_addr, compression=codec) as p:
+            body = codec.name.encode() + b"-" + b"y" * 8192  # over compress_over
+            sent[(await p.send(Message(topic, body))).msg_id] = body
+    async with SimpleConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5) as c:
+        got = {m.msg_id: m.body for m in await receive_all(c, len(sent), timeout=15)}
+    assert got == sent
 
 
 async def test_fifo_order_within_a_message_group(

@@ -27,7 +27,9 @@ from aiorocket.grpc._session import Session
 from aiorocket.grpc._transport import GrpcTransport
 from aiorocket.message import Message
 from aiorocket.producer import Producer
+from aiorocket.protocol.message_codec import CompressionType, compress_body
 from aiorocket.testing.fake_grpc import FakeProxy
+from aiorocket.testing.logs import capture_logs
 
 pytestmark = pytest.mark.anyio
 
@@ -64,15 +66,73 @@ async def test_receive_gets_every_message_of_the_stream() -> None:
 
 
 @pytest.mark.parametrize("mode", ["unavailable", "reset"])
-async def test_stream_closing_mid_receive_is_a_typed_error(mode: str) -> None:
+async def test_a_stream_that_breaks_mid_receive_hands_on_what_arrived(mode: str) -> None:
+    """The messages decoded before the break are ours (an auto-renewing Proxy holds them
+    for this client for hours): the receive returns them instead of raising."""
     async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
-        proxy.messages = [message(b"m1"), message(b"m2")]
+        proxy.messages = [message(b"m1"), message(b"m2")]  # m1 written, then the break
         proxy.receive_mode = mode  # type: ignore[assignment]
         start = time.monotonic()
-        with pytest.raises(ProxyUnavailableError):
-            await c.receive(16, invisible_duration=20)
-        # No hang: the error comes with the break, not at the deadline.
+        with capture_logs() as logs:
+            got = await c.receive(16, invisible_duration=20)
+        # No hang: the answer comes with the break, not at the deadline.
         assert time.monotonic() - start < 2.0
+        assert [m.body for m in got] == [b"m1"]
+        assert any(e["event"] == "receive_stream_broken" for e in logs)
+        await c.ack(got)
+        assert proxy.acked == ["rh-m1"]
+
+
+async def test_a_cancelled_receive_releases_what_it_had_received() -> None:
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
+        proxy.messages = [message(b"m1"), message(b"m2")]
+        proxy.receive_mode = "stall"  # m1 written, then nothing
+        with anyio.move_on_after(1.0):
+            await c.receive(16, invisible_duration=20)
+        # Nobody will handle m1: visible to the group again at once.
+        assert proxy.invisible_changes == [("rh-m1", 0.0)]
+
+
+def undecodable(body: bytes) -> pb.Message:
+    """A message whose body is labelled compressed but is no codec's output."""
+    msg = message(body)
+    msg.system_properties.body_encoding = pb.Encoding.GZIP
+    return msg
+
+
+async def test_an_undecodable_message_is_dead_lettered_and_the_others_handed_on() -> None:
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
+        proxy.messages = [message(b"m5"), undecodable(b"m6"), message(b"m7")]
+        with capture_logs() as logs:
+            got = await c.receive(16, invisible_duration=20)
+        assert [m.body for m in got] == [b"m5", b"m7"]
+        assert proxy.dead_lettered == ["rh-m6"]
+        assert c.undecodable_total == 1
+        bad = [e for e in logs if e["event"] == "undecodable_message"]
+        assert [(e["msg_id"], e["action"]) for e in bad] == [("m6", "dead_lettered")]
+
+
+async def test_an_undecodable_message_the_dlq_refuses_is_released_with_a_backoff() -> None:
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
+        proxy.dead_letter_refusal = GRPCError(GrpcStatus.UNAVAILABLE, "no DLQ today")
+        proxy.messages = [undecodable(b"m6"), message(b"m7")]
+        got = await c.receive(16, invisible_duration=20)
+        assert [m.body for m in got] == [b"m7"]
+        # Not held (an auto-renewed receive would be, for hours): back after a backoff.
+        [(handle, seconds)] = proxy.invisible_changes
+        assert handle == "rh-m6" and 0 < seconds <= 60
+
+
+@pytest.mark.parametrize("codec", list(CompressionType))
+async def test_a_compressed_body_of_any_remoting_codec_is_read(codec: CompressionType) -> None:
+    """The Proxy labels every compressed stored body GZIP, LZ4 and zstd ones too."""
+    body = b"payload " * 1000
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
+        msg = undecodable(b"m1")
+        msg.body = compress_body(body, codec)
+        proxy.messages = [msg]
+        got = await c.receive(16, invisible_duration=20)
+        assert [m.body for m in got] == [body]
 
 
 async def test_receive_that_hangs_ends_at_its_deadline() -> None:
