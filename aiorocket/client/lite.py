@@ -157,7 +157,7 @@ class LiteRequests(PopRequests):
         answer = await self.popped(addr, POP_LITE_MESSAGE, ext, broker_name, timeout)
         if isinstance(answer, PopResult):
             return answer
-        resp, decoded = answer
+        resp, decoded, _bad = answer
         pop_time = resp.ext_int("popTime")
         invisible = resp.ext_int("invisibleTime")
         counts = lite_order_counts(resp.ext_fields.get("orderCountInfo"), len(decoded))

@@ -13,6 +13,14 @@ client builds from the pop answer, as the Java client does::
 finds the check point an ack belongs to by (start offset, pop time, queue) and sets the
 bit ``offset - ckStartOffset``.
 
+A message popped from the group's retry topic comes, by default
+(``popResponseReturnActualRetryTopic=false``, 5.x), under the topic it was sent to, with
+its real check point in its ``POP_CK`` property; that one is taken as it is (as the Java
+client does), since the topic no longer tells the retry mark: a check point built from
+it names mark 0, the broker answers SUCCESS to its ack and renewal, and the message
+comes back every invisible time until the dead-letter queue. Only a retried message
+(``reconsume_times`` > 0) can carry it, so the others' properties stay unparsed.
+
 A ChangeInvisibleTime acks the old check point and writes a new one *for this message
 alone*, starting at its own offset; so the new receipt handle's start offset is the
 message's offset (the answer carries only the new pop time and invisible time). Acking a
@@ -34,7 +42,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from aiorocket.errors import error_for_response
 from aiorocket.message import RETRY_TOPIC_PREFIX
-from aiorocket.protocol.message_codec import decode_messages
+from aiorocket.protocol.message_codec import UndecodableRecord, decode_messages
 from aiorocket.received import PopMessage
 
 if TYPE_CHECKING:
@@ -49,6 +57,7 @@ __all__ = [
     "CheckPoint",
     "PopRequests",
     "PopResult",
+    "PoppedUndecodable",
     "group_config",
     "group_retry_max_times",
     "pop_retry_topic",
@@ -66,6 +75,8 @@ _POLLING_TIMEOUT = 210
 ORDER_REVIVE_QUEUE = 999
 #: where a group with no pop progress starts (ConsumeInitMode)
 INIT_MODE_FIRST, INIT_MODE_LAST = 0, 1
+#: the property a retried message's check point comes in (MessageConst.PROPERTY_POP_CK)
+PROPERTY_POP_CK = "POP_CK"
 
 
 def _retry_mark(stored_topic: str) -> str:
@@ -94,6 +105,15 @@ def _pairs(info: str | None) -> dict[str, str]:
     return out
 
 
+@dataclass(slots=True, frozen=True)
+class PoppedUndecodable:
+    """A popped record that could not be decoded, and its check point (None when not
+    even the record's queue or offset could be read: it cannot be settled)."""
+
+    record: UndecodableRecord
+    receipt_handle: str | None
+
+
 @dataclass(slots=True)
 class PopResult:
     """One pop's answer: the messages (none when the long poll ended empty)."""
@@ -103,6 +123,8 @@ class PopResult:
     rest: int = 0
     #: the broker's poll queue was full: it held no poll for us
     polling_full: bool = False
+    #: records that could not be decoded (only with ``pop(..., keep_undecodable=True)``)
+    undecodable: list[PoppedUndecodable] = field(default_factory=list)
 
 
 @dataclass(slots=True, frozen=True)
@@ -123,6 +145,17 @@ class CheckPoint:
         p = handle.split(" ")
         return cls(int(p[0]), int(p[1]), int(p[2]), int(p[3]), p[4], p[5], int(p[6]), int(p[7]))
 
+    @classmethod
+    def given(cls, handle: str | None) -> CheckPoint | None:
+        """The broker's check point (``POP_CK``), or None when absent or unreadable."""
+        if not handle:
+            return None
+        try:
+            ck = cls.parse(handle)
+        except (ValueError, IndexError):
+            return None
+        return ck if ck.mark in ("0", "1", "2") else None
+
     @property
     def orderly(self) -> bool:
         return self.revive_qid == ORDER_REVIVE_QUEUE
@@ -132,6 +165,34 @@ class CheckPoint:
             f"{self.start} {self.pop_time} {self.invisible_ms} {self.revive_qid} {self.mark} "
             f"{self.broker_name} {self.queue_id} {self.offset}"
         )
+
+
+class _CheckPoints:
+    """The check points of one pop answer's records (see the module docstring)."""
+
+    def __init__(self, resp: RemotingCommand, broker_name: str) -> None:
+        self.pop_time = resp.ext_int("popTime")
+        self.invisible = resp.ext_int("invisibleTime")
+        self.revive_qid = resp.ext_int("reviveQid")
+        self.broker_name = broker_name
+        self.starts = _pairs(resp.ext_fields.get("startOffsetInfo"))
+        self.first: dict[str, int] = {}
+
+    def of(self, stored_topic: str, queue_id: int, offset: int, given: str | None) -> CheckPoint:
+        """The check point of the record at ``offset`` of queue ``queue_id``: the one
+        the broker gave (``POP_CK``), else built from the answer."""
+        ck = CheckPoint.given(given)
+        if ck is not None:
+            return ck
+        mark = _retry_mark(stored_topic)
+        key = f"{mark}@{queue_id}"
+        start_raw = self.starts.get(key)
+        # Without startOffsetInfo (an old broker), the batch's first offset per queue.
+        start = int(start_raw) if start_raw is not None else self.first.setdefault(key, offset)
+        return CheckPoint(
+            start, self.pop_time, self.invisible, self.revive_qid, mark, self.broker_name,
+            queue_id, offset,
+        )  # fmt: skip
 
 
 class PopRequests:
@@ -156,12 +217,15 @@ class PopRequests:
         expression_type: str = "TAG",
         order: bool = False,
         timeout: float,
+        keep_undecodable: bool = False,
     ) -> PopResult:
         """POP_MESSAGE: up to ``max_nums`` messages of ``topic`` on one broker (of one
         queue, or any with ``queue_id=-1``, then also from the group's retry topic),
         invisible for ``invisible_ms``; the broker holds the request up to ``poll_ms``
         when it finds nothing. Each message's ``receipt_handle`` is its check point and
-        its topic is ``topic`` (a retried one's stored topic is the retry topic)."""
+        its topic is ``topic`` (a retried one's stored topic may be the retry topic).
+        ``keep_undecodable``: records that cannot be decoded are listed in
+        ``undecodable`` with their check points, instead of failing the pop."""
         ext = {
             "consumerGroup": group,
             "topic": topic,
@@ -176,51 +240,67 @@ class PopRequests:
             "order": "true" if order else "false",
             "bname": broker_name,
         }
-        answer = await self.popped(addr, POP_MESSAGE, ext, broker_name, timeout)
+        answer = await self.popped(
+            addr, POP_MESSAGE, ext, broker_name, timeout, keep_undecodable=keep_undecodable
+        )
         if isinstance(answer, PopResult):
             return answer
-        resp, messages = answer
-        pop_time = resp.ext_int("popTime")
-        invisible = resp.ext_int("invisibleTime")
-        revive_qid = resp.ext_int("reviveQid")
-        starts = _pairs(resp.ext_fields.get("startOffsetInfo"))
+        resp, messages, bad = answer
+        checks = _CheckPoints(resp, broker_name)
         counts = _pairs(resp.ext_fields.get("orderCountInfo"))
-        first: dict[str, int] = {}
         out: list[PopMessage] = []
         for m in messages:
-            assert isinstance(m, PopMessage)
-            mark = _retry_mark(m.topic)
-            key = f"{mark}@{m.queue_id}"
-            start_raw = starts.get(key)
-            # Without startOffsetInfo (an old broker), the batch's first offset per queue.
-            start = int(start_raw) if start_raw is not None else first.setdefault(
-                key, m.queue_offset
-            )
-            m.receipt_handle = (
-                f"{start} {pop_time} {invisible} {revive_qid} {mark} {broker_name} "
-                f"{m.queue_id} {m.queue_offset}"
-            )
+            # Only a retried message can carry the broker's check point: the others'
+            # properties are not parsed for it.
+            given = m.properties.get(PROPERTY_POP_CK) if m.reconsume_times > 0 else None
+            ck = checks.of(m.topic, m.queue_id, m.queue_offset, given)
+            m.receipt_handle = ck.handle()
             if order:
-                count = counts.get(f"{mark}@qo{m.queue_id}%{m.queue_offset}") or counts.get(key)
+                key = f"{ck.mark}@{m.queue_id}"
+                count = counts.get(f"{ck.mark}@qo{m.queue_id}%{m.queue_offset}") or counts.get(key)
                 if count is not None and int(count) > 0:
                     m.reconsume_times = int(count)
             m.topic = topic
             m.delivery_attempt = m.reconsume_times + 1
             out.append(m)
-        return PopResult(out, rest=resp.ext_int("restNum", 0))
+        undecodable = [
+            PoppedUndecodable(
+                r,
+                None
+                if r.queue_id is None or r.queue_offset is None
+                else checks.of(
+                    r.topic, r.queue_id, r.queue_offset, r.properties.get(PROPERTY_POP_CK)
+                ).handle(),
+            )
+            for r in bad
+        ]
+        return PopResult(out, rest=resp.ext_int("restNum", 0), undecodable=undecodable)
 
     async def popped(
-        self, addr: str, code: int, ext: dict[str, str], broker_name: str, timeout: float
-    ) -> PopResult | tuple[RemotingCommand, list[PopMessage]]:
+        self,
+        addr: str,
+        code: int,
+        ext: dict[str, str],
+        broker_name: str,
+        timeout: float,
+        *,
+        keep_undecodable: bool = False,
+    ) -> PopResult | tuple[RemotingCommand, list[PopMessage], list[UndecodableRecord]]:
         """One pop request (``code``): an empty ``PopResult`` when nothing came, else the
-        answer and its messages, decoded."""
+        answer and its messages, decoded. A record that cannot be decoded fails the whole
+        pop with ``MessageDecodeError``, unless ``keep_undecodable``: then it is left out
+        of the messages and listed apart."""
         resp = await self.broker.call(addr, code, ext, timeout=timeout)
         if resp.code in (_PULL_NOT_FOUND, _POLLING_TIMEOUT, _POLLING_FULL):
             return PopResult(polling_full=resp.code == _POLLING_FULL)
         if resp.code != 0:
             raise error_for_response(resp.code, resp.remark, code)
-        messages = decode_messages(resp.body, broker_name=broker_name, message_class=PopMessage)
-        return resp, cast("list[PopMessage]", messages)  # decoded as message_class
+        bad: list[UndecodableRecord] = []
+        messages = decode_messages(
+            resp.body, broker_name=broker_name, message_class=PopMessage,
+            undecodable=bad if keep_undecodable else None,
+        )  # fmt: skip
+        return resp, cast("list[PopMessage]", messages), bad  # decoded as message_class
 
     async def ack(
         self, addr: str, group: str, topic: str, handle: str, *, lite_topic: str | None = None

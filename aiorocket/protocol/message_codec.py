@@ -29,7 +29,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 import lz4.frame
@@ -119,10 +119,12 @@ def _fail(pos: int, what: str) -> MessageDecodeError:
 class UndecodableRecord:
     """A record of a pull body that could not be decoded, with what could be read of it.
 
-    ``queue_offset`` and ``commit_log_offset`` are None when even the record's fixed
-    header was unreadable; then the records after it are lost too (``size`` is None).
-    ``msg_id`` is the UNIQ_KEY when the properties were readable, else the broker's
-    offset message id, else empty.
+    ``queue_offset``, ``commit_log_offset`` and ``queue_id`` are None when even the
+    record's fixed header was unreadable; then the records after it are lost too
+    (``size`` is None). ``topic`` and ``properties`` are what could be read of them
+    (empty when nothing; a property's invalid UTF-8 replaced), for what a pop needs to
+    settle the record (its check point). ``msg_id`` is the UNIQ_KEY when the properties
+    were readable, else the broker's offset message id, else empty.
     """
 
     error: str
@@ -131,6 +133,9 @@ class UndecodableRecord:
     store_host: str = ""
     msg_id: str = ""
     size: int | None = None
+    queue_id: int | None = None
+    topic: str = ""
+    properties: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 def decode_messages(
@@ -276,13 +281,14 @@ def _salvage(data: bytes, pos: int, error: str) -> tuple[UndecodableRecord, int 
     end = len(data)
     if end - pos < MIN_RECORD_SIZE:
         return UndecodableRecord(error), None
-    total, magic, _crc, _queue_id, _flag, queue_offset, cl_offset, sys_flag, _born_ts = (
+    total, magic, _crc, queue_id, _flag, queue_offset, cl_offset, sys_flag, _born_ts = (
         _HEAD.unpack_from(data, pos)
     )
     if magic not in (MAGIC_V1, MAGIC_V2) or not MIN_RECORD_SIZE <= total <= end - pos:
         return UndecodableRecord(error), None
     rec_end = pos + total
-    store_host = msg_id = ""
+    store_host = msg_id = topic = ""
+    props: dict[str, str] = {}
     tail = _TAILS[(sys_flag >> 4) & 3]
     p = pos + _HEAD_SIZE + tail.size
     if p <= rec_end:
@@ -294,25 +300,35 @@ def _salvage(data: bytes, pos: int, error: str) -> tuple[UndecodableRecord, int 
             msg_id = offset_message_id(store_host, cl_offset)
         except ValueError:  # a port out of range: this part of the header is garbage
             store_host = ""
-        msg_id = _uniq_key(data, p, rec_end, body_len, magic) or msg_id
-    return UndecodableRecord(error, queue_offset, cl_offset, store_host, msg_id, total), rec_end
+        topic, props = _topic_and_properties(data, p, rec_end, body_len, magic)
+        msg_id = props.get("UNIQ_KEY") or msg_id
+    record = UndecodableRecord(
+        error, queue_offset, cl_offset, store_host, msg_id, total, queue_id, topic, props
+    )
+    return record, rec_end
 
 
-def _uniq_key(data: bytes, p: int, rec_end: int, body_len: int, magic: int) -> str:
-    """The UNIQ_KEY property of a bad record, if its properties can still be found."""
+def _topic_and_properties(
+    data: bytes, p: int, rec_end: int, body_len: int, magic: int
+) -> tuple[str, dict[str, str]]:
+    """The topic and properties of a bad record, if they can still be found."""
     try:
         p += body_len
         if magic == MAGIC_V1:
-            p += 1 + data[p]
+            topic_len = data[p]
+            p += 1
         else:
-            p += 2 + _U16.unpack_from(data, p)[0]
+            topic_len = _U16.unpack_from(data, p)[0]
+            p += 2
+        topic = data[p : p + topic_len].decode(errors="replace")
+        p += topic_len
         props_len = _U16.unpack_from(data, p)[0]
         if body_len < 0 or p + 2 + props_len != rec_end:
-            return ""
+            return "", {}
         raw = data[p + 2 : rec_end].decode(errors="replace")
-        return decode_properties(raw).get("UNIQ_KEY", "")
+        return topic, decode_properties(raw)
     except (IndexError, struct.error):
-        return ""
+        return "", {}
 
 
 def _decompress_at(pos: int, data: bytes, sys_flag: int) -> bytes:

@@ -20,7 +20,8 @@ import pytest
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.pop import CheckPoint, PopRequests
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
-from aiorocket.consumer.backend import PopBackend
+from aiorocket.consumer.backend import PopBackend, remoting_source
+from aiorocket.consumer.pop.remoting_source import RemotingSource
 from aiorocket.consumer.pop.runtime import PopRuntime
 from aiorocket.errors import UnsupportedTransportError
 from aiorocket.integrations.health import consumer_health, is_live
@@ -184,6 +185,49 @@ async def test_failure_retry_then_dlq(
     assert [a for a, _ in attempts] == [1, 2]
     assert attempts[1][1] - attempts[0][1] >= 9.5  # the first pop delay: 10 s
     assert b"ok" not in await _dead_letters(rocketmq, group)
+
+
+async def test_a_retried_message_is_settled_by_the_check_point_the_broker_gave(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A message popped from the group's pop retry topic comes under its own topic, its
+    check point (retry mark 1) in POP_CK (5.x, popResponseReturnActualRetryTopic=false).
+    Its batch ack, its single ack (orderly acks, the dead-letter path), and a renewal
+    followed by an ack all name that check point and hold: none of them comes back,
+    while an unsettled control comes back every invisible time (1 s here) and marks
+    two of them gone by. (A check point built from the topic names mark 0: the broker
+    answers SUCCESS, and the message came back as attempt 3, 4, ... until the DLQ.)"""
+    topic, group = unique_name("rpopck"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[next(iter(rocketmq.broker_addrs))])
+    await send(rocketmq, topic, [b"batch", b"single", b"renew", b"dlq", b"control"])
+    source = remoting_source(pop_consumer(rocketmq, group, topic)._state,
+                             [rocketmq.namesrv_addr], None)()  # fmt: skip
+    assert isinstance(source, RemotingSource)
+    attempts: defaultdict[bytes, list[int]] = defaultdict(list)
+    await source.open()
+    try:
+        with anyio.fail_after(60):
+            while len(attempts[b"control"]) < 4:
+                for m in await source.receive(16, 1.0):
+                    attempts[m.body].append(m.delivery_attempt)
+                    if m.delivery_attempt == 1 or m.body == b"control":
+                        continue  # comes back from the retry topic after 1 s
+                    assert CheckPoint.parse(m.receipt_handle).mark == "1"
+                    if m.body == b"batch":
+                        await source.ack(topic, [m])
+                    elif m.body == b"single":
+                        addr = rocketmq.broker_addrs[m.broker_name]
+                        assert await source.requests.ack(addr, group, topic, m.receipt_handle)
+                    elif m.body == b"renew":
+                        await source.change_invisible(m, 2.0)
+                        assert await source.ack(topic, [m]) == 1
+                    else:
+                        await source.dead_letter(m, attempt=2, max_attempts=2)
+    finally:
+        await source.close()
+    assert attempts == {b"control": [1, 2, 3, 4], **{b: [1, 2] for b in (
+        b"batch", b"single", b"renew", b"dlq")}}  # fmt: skip
+    assert b"dlq" in await _dead_letters(rocketmq, group)
 
 
 async def test_handler_longer_than_invisible_time_is_not_redelivered(
