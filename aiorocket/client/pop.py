@@ -304,10 +304,11 @@ class PopRequests:
 
     async def ack(
         self, addr: str, group: str, topic: str, handle: str, *, lite_topic: str | None = None
-    ) -> bool:
+    ) -> None:
         """ACK_MESSAGE of one message of ``topic`` (of its ``lite_topic``: a lite
-        message); False: the broker no longer knows its check point (the message was
-        redelivered meanwhile, or acked already)."""
+        message). The broker's error answer raises its typed error (``retriable`` as the
+        code says: SYSTEM_BUSY is, MESSAGE_ILLEGAL for an order offset it no longer
+        knows is not); an ack of what is acked already is answered with success."""
         ck = CheckPoint.parse(handle)
         ext = {
             "consumerGroup": group,
@@ -320,11 +321,12 @@ class PopRequests:
         if lite_topic is not None:
             ext["liteTopic"] = lite_topic
         resp = await self.broker.call(addr, ACK_MESSAGE, ext)
-        return resp.code == 0
+        if resp.code != 0:
+            raise error_for_response(resp.code, resp.remark, ACK_MESSAGE)
 
-    async def batch_ack(self, addr: str, group: str, topic: str, handles: list[str]) -> bool:
+    async def batch_ack(self, addr: str, group: str, topic: str, handles: list[str]) -> None:
         """BATCH_ACK_MESSAGE: every message of ``handles`` (one broker) in one request,
-        as a bit set per check point."""
+        as a bit set per check point; an error answer raises its typed error."""
         acks: dict[tuple[str, int, int, int], dict[str, object]] = {}
         bits: dict[tuple[str, int, int, int], int] = {}
         broker_name = ""
@@ -346,7 +348,6 @@ class PopRequests:
         resp = await self.broker.call(addr, BATCH_ACK_MESSAGE, {}, body)
         if resp.code != 0:
             raise error_for_response(resp.code, resp.remark, BATCH_ACK_MESSAGE)
-        return True
 
     async def change_invisible_time(
         self,

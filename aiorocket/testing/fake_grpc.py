@@ -79,6 +79,12 @@ class FakeProxy:
         self.ack_gate: asyncio.Event | None = None
         #: the next this many AckMessage calls fail with gRPC UNAVAILABLE
         self.ack_failures = 0
+        #: the next this many AckMessage calls answer every entry with this status code
+        #: (the call itself OK): (code, calls)
+        self.ack_entry_refusal: tuple[pb.Code, int] | None = None
+        #: the next this many ChangeInvisibleDuration calls answer this code: (code, calls)
+        self.change_refusal: tuple[pb.Code, int] | None = None
+        self._acked_seen = asyncio.Event()
         self.ack_started = asyncio.Event()
         #: (receipt handle, seconds) of each ChangeInvisibleDuration
         self.invisible_changes: list[tuple[str, float]] = []
@@ -163,13 +169,24 @@ class FakeProxy:
             raise GRPCError(GrpcStatus.UNAVAILABLE, "fake proxy: ack refused")
         if self.ack_gate is not None:
             await self.ack_gate.wait()
+        status, refusal = _OK, self.ack_entry_refusal
+        if refusal is not None:
+            status = pb.Status(code=refusal[0], message="fake proxy: entry refused")
+            self.ack_entry_refusal = (refusal[0], refusal[1] - 1) if refusal[1] > 1 else None
         entries = []
         for entry in req.entries:
-            self.acked.append(entry.receipt_handle)
+            if status is _OK:
+                self.acked.append(entry.receipt_handle)
             entries.append(pb.AckMessageResultEntry(
-                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=_OK
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status
             ))  # fmt: skip
+        self._acked_seen.set()
         await stream.send_message(pb.AckMessageResponse(status=_OK, entries=entries))
+
+    async def wait_acked(self) -> None:
+        """Wait for the next AckMessage answer."""
+        self._acked_seen.clear()
+        await self._acked_seen.wait()
 
     async def _change(
         self,
@@ -179,6 +196,13 @@ class FakeProxy:
         req = await stream.recv_message()
         assert req is not None
         self.calls.append("ChangeInvisibleDuration")
+        refusal = self.change_refusal
+        if refusal is not None:
+            self.change_refusal = (refusal[0], refusal[1] - 1) if refusal[1] > 1 else None
+            await stream.send_message(pb.ChangeInvisibleDurationResponse(
+                status=pb.Status(code=refusal[0], message="fake proxy: change refused")
+            ))  # fmt: skip
+            return
         seconds = req.invisible_duration.total_seconds() if req.invisible_duration else 0.0
         self.invisible_changes.append((req.receipt_handle, seconds))
         await stream.send_message(pb.ChangeInvisibleDurationResponse(

@@ -16,7 +16,7 @@ pytest.importorskip("grpclib")
 from aiorocket._log import get_logger
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.backend import PopBackend
-from aiorocket.consumer.pop.acks import MAX_ENTRIES, AckBatcher
+from aiorocket.consumer.pop.acks import AckBatcher
 from aiorocket.consumer.pop.grpc_source import GrpcSource
 from aiorocket.grpc import SimpleConsumer
 from aiorocket.grpc import _pb as pb
@@ -62,14 +62,13 @@ async def test_acks_of_a_flush_cancelled_mid_request_are_sent_by_the_close() -> 
     msgs = [_pop(i) for i in range(200)]
     async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as session:
         async with anyio.create_task_group() as tg:
-            # MAX_ENTRIES of them in flight, held
             acks = await _flushing_held_by_the_proxy(tg, proxy, session, msgs)
-            assert acks.pending == len(msgs) - MAX_ENTRIES
+            assert acks.pending == len(msgs)  # MAX_ENTRIES of them in a request
             tg.cancel_scope.cancel()  # the close stops the flusher mid-request
         assert acks.pending == len(msgs)  # the interrupted request's entries are back
         proxy.ack_gate.set()
         unsent = await acks.close(timeout=10)
-    assert unsent == 0 and acks.acked == len(msgs)
+    assert unsent == [] and acks.acked == len(msgs)
     assert set(proxy.acked) == {m.receipt_handle for m in msgs}
 
 
@@ -88,7 +87,7 @@ async def test_the_close_waits_for_the_flushers_request_in_flight() -> None:
         acks = await _flushing_held_by_the_proxy(tg, proxy, session, msgs)
         asyncio.get_running_loop().call_later(0.2, proxy.ack_gate.set)
         unsent = await acks.close(timeout=10)
-        assert (unsent, acks.acked) == (0, len(msgs))
+        assert (unsent, acks.acked) == ([], len(msgs))
         tg.cancel_scope.cancel()  # as the close does next
     assert sorted(proxy.acked) == sorted(m.receipt_handle for m in msgs)
 
@@ -102,11 +101,16 @@ async def test_an_ack_the_proxy_could_not_take_is_sent_again() -> None:
         acks = AckBatcher(GrpcSource(session, LOG), delay=0)
         for m in msgs:
             acks.add(m)
-        with anyio.fail_after(10):
-            await acks.flush()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(acks.run)
+            with anyio.fail_after(10):
+                while len(proxy.acked) < len(msgs):
+                    await proxy.wait_acked()
+                assert await acks.close(10) == []  # waits for the flusher's answer
+            tg.cancel_scope.cancel()
     assert proxy.calls.count("AckMessage") == 2
     assert proxy.acked == [m.receipt_handle for m in msgs]
-    assert (acks.acked, acks.failed) == (3, 0)
+    assert (acks.acked, acks.failed, acks.retried) == (3, 0, 3)
 
 
 def _message(i: int) -> pb.Message:

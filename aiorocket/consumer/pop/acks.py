@@ -1,25 +1,36 @@
 """Batched acks of the pop consumer: one ack request per topic for what settled together
-(gRPC AckMessage with many entries; remoting BATCH_ACK_MESSAGE per broker).
+(gRPC AckMessage with many entries; remoting BATCH_ACK_MESSAGE per broker, or one
+ACK_MESSAGE per message of a FIFO source).
 
 ``add`` only queues the ack; the flusher sends what queued within ``delay`` seconds in
-requests of at most ``MAX_ENTRIES`` entries, through the ``PopSource``. Rules:
+requests of at most ``MAX_ENTRIES`` entries, through the ``PopSource`` (whose error
+contract, ``aiorocket.consumer.pop.source``, says what each failure means). Rules:
 
 * an ack stays queued until its request has been answered: a flush that is cancelled
   mid-request (the consumer closes) puts its entries back, so ``AckBatcher.close``
-  sends them (an entry the server had acked already is answered with an error: harmless);
+  sends them (an entry the server had acked already is answered with success or an
+  error: harmless);
 * an ack waits for a renewal of the same message in flight, since the renewal replaces
   the receipt handle the ack must carry;
-* an ack whose request failed with a retriable error (a timeout, the Proxy unavailable)
-  is sent again, up to ``ACK_TRIES`` times, a second apart at most: the Proxy renews an
-  auto-renewed message until it is acked, so a lost ack would hold it back until this
-  client goes away. One refused for good (an entry's error, or out of tries) is logged
-  and counted: the message is delivered again (at least once). The close reports how
-  many acks it could not deliver, never silently.
+* an ack that failed with a retriable error (a timeout, a dropped connection,
+  SYSTEM_BUSY, the Proxy unavailable) is sent again, as long as the consumer runs,
+  backing off from ``FIRST_BACKOFF`` to ``MAX_BACKOFF`` seconds between requests: the
+  Proxy renews an auto-renewed message until it is acked, and a broker keeps a FIFO
+  queue (a lite topic) blocked behind an unacked message, so an ack given up would hold
+  the message (and its group) back for hours. Other acks go on meanwhile;
+* an ack the server refused for good (not retriable) is logged and counted (``failed``)
+  and the message is released (``release``: made visible again at once), so it is
+  delivered again now rather than held by a server that renews it;
+* the close sends what is queued or waiting for a retry within its bound, and returns
+  the messages still unacked then, for the runtime to release: it reports only those,
+  never the failures of earlier (logged when they happened).
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -28,14 +39,22 @@ from aiorocket._log import get_logger
 from aiorocket.errors import RocketMQError
 
 if TYPE_CHECKING:
-    from aiorocket.consumer.pop.source import PopSource
+    from aiorocket.consumer.pop.source import AckRefusals, PopSource
     from aiorocket.received import PopMessage
 
-__all__ = ["ACK_TRIES", "MAX_ENTRIES", "AckBatcher"]
+__all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "MAX_ENTRIES", "AckBatcher", "ack_backoff"]
 
 MAX_ENTRIES = 64
-#: requests an ack may take when they fail with a retriable error
-ACK_TRIES = 3
+#: seconds before the first retry of a failed ack; doubled per failure up to MAX_BACKOFF
+FIRST_BACKOFF = 0.1
+MAX_BACKOFF = 5.0
+
+Release = Callable[["list[PopMessage]"], Awaitable[object]]
+
+
+def ack_backoff(tries: int) -> float:
+    """Seconds before the next request of an ack whose ``tries`` requests failed."""
+    return min(MAX_BACKOFF, FIRST_BACKOFF * 2.0 ** max(tries - 1, 0))
 
 
 class AckBatcher:
@@ -47,22 +66,30 @@ class AckBatcher:
         The pop session that sends the acks.
     delay:
         Seconds the flusher waits after the first queued ack, so more share a request.
+    release:
+        ``release(messages)``: make messages whose ack was refused for good visible
+        again (the settler's release); None: left to their invisible time.
     """
 
-    def __init__(self, source: PopSource, delay: float) -> None:
+    def __init__(self, source: PopSource, delay: float, release: Release | None = None) -> None:
         self.source = source
         self.delay = delay
+        self.release = release
         self._pending: dict[str, list[PopMessage]] = defaultdict(list)
+        #: acks waiting for their retry: (when, topic, messages)
+        self._retrying: list[tuple[float, str, list[PopMessage]]] = []
         self._wake = anyio.Event()
-        #: acks the server confirmed / that failed (request or entry), since the start
+        #: acks the server confirmed / refused for good / requests failed and retried,
+        #: since the start
         self.acked = 0
         self.failed = 0
+        self.retried = 0
         #: one flush at a time: the close's last flush waits for the flusher's request
         #: in flight (else it would find nothing queued, report nothing unsent, and the
         #: flusher's request would then be cancelled with the task group: acks lost)
         self._flushing = anyio.Lock()
-        #: acks in the request being sent
-        self._in_flight = 0
+        #: the acks of the request being sent
+        self._in_flight: list[PopMessage] = []
         self.log = get_logger("consumer.acks", group=source.group)
 
     def add(self, msg: PopMessage) -> None:
@@ -71,23 +98,50 @@ class AckBatcher:
 
     @property
     def pending(self) -> int:
-        return sum(len(v) for v in self._pending.values())
+        """Acks not sent yet: queued, waiting for a retry, or in a request."""
+        return (
+            sum(len(v) for v in self._pending.values())
+            + sum(len(m) for _, _, m in self._retrying)
+            + len(self._in_flight)
+        )
 
     async def run(self) -> None:
         """The flusher task (owned by the consumer's task group)."""
         while True:
-            await self._wake.wait()
+            with anyio.move_on_after(self._next_retry()):
+                await self._wake.wait()
             self._wake = anyio.Event()
-            if self.delay:
+            if self.delay and self._pending:
                 await anyio.sleep(self.delay)
             await self.flush()
 
-    async def flush(self) -> None:
-        """Send everything queued now, one request per topic and chunk."""
+    def _next_retry(self) -> float:
+        """Seconds until the earliest retry is due (inf: none waits)."""
+        if not self._retrying:
+            return float("inf")
+        return max(0.0, min(when for when, _, _ in self._retrying) - time.monotonic())
+
+    def _requeue(self, *, all_: bool = False) -> None:
+        """Queue again the retries that are due (``all_``: every one)."""
+        now = time.monotonic()
+        keep: list[tuple[float, str, list[PopMessage]]] = []
+        for entry in self._retrying:
+            when, topic, msgs = entry
+            if all_ or when <= now:
+                self._pending[topic].extend(msgs)
+            else:
+                keep.append(entry)
+        self._retrying = keep
+
+    async def flush(self, *, all_retries: bool = False) -> None:
+        """Send everything queued now and the retries due, one request per topic and
+        chunk (``all_retries``: every retry, due or not)."""
         async with self._flushing:
+            self._requeue(all_=all_retries)
             await self._flush()
 
     async def _flush(self) -> None:
+        refused: list[PopMessage] = []
         while self._pending:
             topic = next(iter(self._pending))
             queued = self._pending[topic]
@@ -96,46 +150,68 @@ class AckBatcher:
             if not queued:
                 del self._pending[topic]
             try:
-                await self._ack(topic, chunk)
+                refusals = await self._ack(topic, chunk)
             except RocketMQError as err:
-                again = [m for m in chunk if err.retriable and _tried(m) < ACK_TRIES]
-                self.failed += len(chunk) - len(again)
-                self.log.warning("ack_failed", topic=topic, n=len(chunk), error=str(err),
-                                 retried=len(again))  # fmt: skip
-                if again:
-                    self._pending[topic].extend(again)
-                    await anyio.sleep(min(1.0, 0.1 * _tried(again[0])))
+                refusals = [(m, err) for m in chunk]  # none is known to be acked
             except BaseException:
                 # Cancelled (or worse) mid-request: nothing is known to be acked; the
                 # entries go back to the front so the close sends them.
                 self._pending[topic][:0] = chunk
                 raise
+            self.acked += len(chunk) - len(refusals)
+            if refusals:
+                refused += self._failed(topic, refusals)
+        if refused and self.release is not None:
+            await self.release(refused)
 
-    async def close(self, timeout: float) -> int:
-        """The last flush (shielded, at most ``timeout`` s); returns the acks not sent."""
-        with anyio.move_on_after(timeout, shield=True):
-            await self.flush()
-        unsent = self.pending + self._in_flight + self.failed
-        if unsent:
+    def _failed(self, topic: str, refusals: AckRefusals) -> list[PopMessage]:
+        """Schedule the retriable refusals again; returns the others (refused for good)."""
+        again = [m for m, err in refusals if err.retriable]
+        final = [m for m, err in refusals if not err.retriable]
+        errors = sorted({str(err) for _, err in refusals})
+        if again:
+            tries = 0
+            for m in again:  # one more request each, counted once
+                m._ack_tries += 1
+                tries = max(tries, m._ack_tries)
+            self.retried += len(again)
+            wait = ack_backoff(tries)
+            self._retrying.append((time.monotonic() + wait, topic, again))
+            self.log.warning("ack_retried", topic=topic, n=len(again), tries=tries,
+                             retry_in=wait, errors=errors)  # fmt: skip
+        if final:
+            self.failed += len(final)
             self.log.warning(
-                "acks_not_delivered", n=unsent,
-                hint="those messages are delivered again after their invisible duration",
+                "ack_refused", topic=topic, n=len(final), errors=errors,
+                hint="the server refused the ack for good: the message is released and "
+                "delivered again",
             )  # fmt: skip
-        return unsent
+        return final
 
-    async def _ack(self, topic: str, msgs: list[PopMessage]) -> None:
+    async def close(self, timeout: float) -> list[PopMessage]:
+        """The last flushes (shielded, at most ``timeout`` s): what is queued, then the
+        retries, until none is left or the time is up; returns the messages still
+        unacked (for the runtime to release), and logs how many."""
+        with anyio.move_on_after(timeout, shield=True):
+            await self.flush(all_retries=True)
+            while self._retrying:
+                await anyio.sleep(self._next_retry())
+                await self.flush()
+        unacked = [m for msgs in self._pending.values() for m in msgs]
+        unacked += [m for _, _, msgs in self._retrying for m in msgs]
+        unacked += self._in_flight  # the flusher's, if the bound cut the wait for it
+        if unacked:
+            self.log.warning(
+                "acks_not_delivered", n=len(unacked),
+                hint="those messages are released: delivered again",
+            )  # fmt: skip
+        return unacked
+
+    async def _ack(self, topic: str, msgs: list[PopMessage]) -> AckRefusals:
         for m in msgs:
             await m.renewed()
-        self._in_flight = len(msgs)
+        self._in_flight = msgs
         try:
-            ok = await self.source.ack(topic, msgs)
+            return await self.source.ack(topic, msgs)
         finally:
-            self._in_flight = 0
-        self.acked += ok
-        self.failed += len(msgs) - ok
-
-
-def _tried(msg: PopMessage) -> int:
-    """Count one more request for ``msg``'s ack; the requests so far."""
-    msg._ack_tries += 1
-    return msg._ack_tries
+            self._in_flight = []

@@ -25,6 +25,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from aiorocket._log import Logger
+from aiorocket.consumer.pop.source import AckRefusals
 from aiorocket.errors import ProxyResponseError, RocketMQError
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._encode import FastAckResponse, ack_request
@@ -68,6 +69,7 @@ class GrpcSource:
         self.group = session.group
         self._log = log
         self.server_renews = True
+        self.dead_letter_settles = True  # ForwardMessageToDeadLetterQueue acks it
         session.auto_renew = True
         self.fifo = False
         self.server_max_attempts = 0
@@ -140,7 +142,7 @@ class GrpcSource:
             lite_topics, None if offset is None else (offset.kind, offset.value),
         )  # fmt: skip
 
-    async def ack(self, topic: str, messages: list[PopMessage]) -> int:
+    async def ack(self, topic: str, messages: list[PopMessage]) -> AckRefusals:
         c = self.session
         lite = self.lite is not None
         handles = [(m.message_id, m.receipt_handle, m.lite_topic if lite else None)
@@ -148,16 +150,15 @@ class GrpcSource:
         req = ack_request(c.transport.namespace, c.group, topic, handles)
         resp = await c.transport.unary("AckMessage", req, FastAckResponse)
         check_status(resp.status, "AckMessage")
-        ok = 0
+        refused: AckRefusals = []
         for entry in resp.entries:
-            if entry.status.code in (0, pb.Code.OK):
-                ok += 1
-            else:
-                self._log.warning(
-                    "ack_entry_failed", topic=topic, code=entry.status.code,
-                    error=entry.status.message,
-                )  # fmt: skip
-        return ok
+            try:
+                check_status(entry.status, "AckMessage")
+            except ProxyResponseError as err:  # this entry's, typed as a call's would be
+                msg = _entry_message(messages, entry.receipt_handle, entry.message_id)
+                if msg is not None:
+                    refused.append((msg, err))
+        return refused
 
     async def change_invisible(self, msg: PopMessage, seconds: float) -> None:
         await self.session.change_invisible_duration(msg, seconds)
@@ -169,3 +170,11 @@ class GrpcSource:
 
     def lost(self, err: RocketMQError) -> bool:
         return isinstance(err, ProxyResponseError) and err.code == _INVALID_RECEIPT_HANDLE
+
+
+def _entry_message(messages: list[PopMessage], handle: str, message_id: str) -> PopMessage | None:
+    """The message an ack answer's entry is about (by receipt handle, else by id)."""
+    for m in messages:
+        if m.receipt_handle == handle:
+            return m
+    return next((m for m in messages if m.message_id == message_id), None)

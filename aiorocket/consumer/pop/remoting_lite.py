@@ -23,6 +23,7 @@ happens just after an ask. An idle client asks nothing.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection, Sequence
 
 import anyio
@@ -36,6 +37,7 @@ from aiorocket.client.lite import (
 from aiorocket.client.pop import group_config
 from aiorocket.consumer.pop.lite import LiteAction, LiteOffset, LiteSubscriptions
 from aiorocket.consumer.pop.remoting_source import RemotingSource
+from aiorocket.consumer.pop.source import AckRefusals
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.errors import ConfigError, NoRouteError, RocketMQError
 from aiorocket.namespace import unwrap
@@ -132,9 +134,10 @@ class LiteRemotingSource(RemotingSource):
                     else:
                         del self._active[addr]
 
-    async def ack(self, topic: str, messages: list[PopMessage]) -> int:
-        for m in messages:
-            self._busy(await self._addr(m))
+    async def ack(self, topic: str, messages: list[PopMessage]) -> AckRefusals:
+        for m in {m.broker_name: m for m in messages}.values():  # one per broker
+            with contextlib.suppress(RocketMQError):  # the ack reports it
+                self._busy(await self._addr(m))
         return await super().ack(topic, messages)
 
     async def close(self) -> None:

@@ -45,6 +45,7 @@ from aiorocket.client.pop import (
 )
 from aiorocket.consumer.config import ConsumeFromWhere
 from aiorocket.consumer.membership import Membership
+from aiorocket.consumer.pop.source import AckRefusals
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.errors import NoRouteError, RocketMQError
 from aiorocket.namespace import unwrap, wrap
@@ -74,6 +75,7 @@ class RemotingSource:
     """
 
     server_renews = False
+    dead_letter_settles = False
 
     def __init__(
         self, state: ConsumerState, namesrv: Sequence[str], *, client_id: str | None
@@ -231,26 +233,32 @@ class RemotingSource:
             raise NoRouteError(f"broker {msg.broker_name} has no master")
         return addr
 
-    async def ack(self, topic: str, messages: list[PopMessage]) -> int:
+    async def ack(self, topic: str, messages: list[PopMessage]) -> AckRefusals:
         topic = wrap(self._namespace, topic)
         by_broker: dict[str, list[PopMessage]] = defaultdict(list)
         for m in messages:
             by_broker[m.broker_name].append(m)
-        ok = 0
+        refused: AckRefusals = []
         for msgs in by_broker.values():
-            addr = await self._addr(msgs[0])
-            if not self.fifo:  # one batch per broker
-                await self.requests.batch_ack(
-                    addr, self.group, topic, [m.receipt_handle for m in msgs]
-                )
-                ok += len(msgs)
+            try:
+                addr = await self._addr(msgs[0])
+                if not self.fifo:  # one batch per broker
+                    await self.requests.batch_ack(
+                        addr, self.group, topic, [m.receipt_handle for m in msgs]
+                    )
+                    continue
+            except RocketMQError as err:  # this broker's messages, not the others'
+                refused.extend((m, err) for m in msgs)
                 continue
             # Orderly pops are acked one by one: the broker's order lock moves on with each.
             for m in msgs:
-                ok += await self.requests.ack(
-                    addr, self.group, topic, m.receipt_handle, lite_topic=self._lite_topic(m)
-                )
-        return ok
+                try:
+                    await self.requests.ack(
+                        addr, self.group, topic, m.receipt_handle, lite_topic=self._lite_topic(m)
+                    )
+                except RocketMQError as err:
+                    refused.append((m, err))
+        return refused
 
     def _lite_topic(self, msg: PopMessage) -> str | None:
         """What acks and renewals name as the message's lite topic (a lite source's)."""
@@ -267,13 +275,12 @@ class RemotingSource:
     async def dead_letter(self, msg: PopMessage, *, attempt: int, max_attempts: int) -> None:
         addr = await self._addr(msg)
         topic = wrap(self._namespace, msg.topic)
+        # Only sent back here: the runtime acks it after (``dead_letter_settles``), with
+        # the ack's retries, so a failed ack never sends it to the DLQ twice.
         await self.client.broker.send_back(
             addr, msg, self.group, delay_level=-1, max_reconsume_times=max_attempts - 1,
             origin_topic=topic,
         )  # fmt: skip
-        await self.requests.ack(
-            addr, self.group, topic, msg.receipt_handle, lite_topic=self._lite_topic(msg)
-        )
 
     def lost(self, err: RocketMQError) -> bool:
         return False

@@ -19,7 +19,8 @@ still leaves nothing behind):
    hand-back, which takes seconds for a full cache);
 4. release every message still unsettled (a cancelled handler's, a FIFO group's
    buffer, an ``async for`` loop's): visible again at once;
-5. stop renewing; send every ack owed, and log how many could not be sent;
+5. stop renewing; send every ack owed (retrying within the bound), log how many could
+   not be sent and release those (visible again at once);
 6. a lite consumer drops its lite subscriptions on the servers (COMPLETE_REMOVE), so
    they stop reserving this client's lite topics' messages for it;
 7. end the session.
@@ -101,7 +102,7 @@ class PopRuntime:
         self._tg: anyio.abc.TaskGroup | None = None
         self._receiving = anyio.CancelScope()
         self._closed = False
-        #: acks the close could not deliver (see AckBatcher.close)
+        #: acks the close could not deliver, then released (see AckBatcher.close)
         self.unsent_acks = 0
 
     @property
@@ -151,7 +152,10 @@ class PopRuntime:
         state.log = state.log.bind(client_id=source.client_id)
         self.fifo = source.fifo
         attempts = max_attempts(source.server_max_attempts, cfg.max_reconsume_times)
-        self.acks = AckBatcher(source, ACK_DELAY)
+        bound = max(cfg.request_timeout * 2, 5.0)
+        self.acks = AckBatcher(
+            source, ACK_DELAY, release=lambda msgs: self.settler.make_visible(msgs, bound)
+        )
         self.settler = PopSettler(
             source, self.acks, max_attempts=attempts, backoff=source.backoff,
             retry_pause=source.retry_pause, log=state.log,
@@ -234,7 +238,10 @@ class PopRuntime:
                         releasing.start_soon(self._release, unstarted, bound, "unstarted")
                         await self.delivery.drain(graceful=graceful)
                     await self._release(self.renewer.held(), bound, "unsettled")
-                    self.unsent_acks = await self.acks.close(bound)
+                    unacked = await self.acks.close(bound)
+                    self.unsent_acks = len(unacked)
+                    if unacked:  # else a renewing Proxy would hold them until we are gone
+                        await self.settler.make_visible(unacked, bound)
                     await self._detach_lite(bound)
                 self._tg.cancel_scope.cancel()
                 await self._tg.__aexit__(None, None, None)

@@ -7,7 +7,8 @@ consumer's are in ``aiorocket.consumer.settle``).
   retry policy; remoting: the broker's delay levels, 10 s, 30 s, 1 min, ...), so the
   message comes back then, from the group's pop retry topic; at the last attempt (or
   ``Reconsume(-1)``) it is moved to the group's dead-letter queue (gRPC:
-  ForwardMessageToDeadLetterQueue; remoting: sent back with delay level -1, then acked);
+  ForwardMessageToDeadLetterQueue; remoting: sent back with delay level -1, then its
+  ack queued like a success's, ``PopSource.dead_letter_settles``);
 * FIFO (orderly delivery): a failed message is retried in place after a pause (gRPC:
   the backoff; remoting: ``suspend_current_queue_time``),
   kept invisible meanwhile by the renewer, and dead-lettered at max attempts;
@@ -154,30 +155,33 @@ class PopSettler:
         left = [m for m in messages if not m._settled]
         for m in left:
             m._settled = True
+        try:
+            return await self.make_visible(left, timeout)
+        finally:
+            for m in left:
+                if m._pq is not None:
+                    m._pq.on_done(m, 0)
+
+    async def make_visible(self, messages: list[PopMessage], timeout: float) -> int:
+        """Make ``messages`` (settled on our side: released, or acks that failed) visible
+        again at once, at most ``timeout`` s; returns how many could not be."""
         released = 0
 
         async def one(msg: PopMessage) -> None:
             nonlocal released
-            try:
-                await self._change(msg, 0.0)
-                released += 1
-            except RocketMQError:
-                pass
-            finally:
-                if msg._pq is not None:
-                    msg._pq.on_done(msg, 0)
+            async with limiter:
+                try:
+                    await self._change(msg, 0.0)
+                    released += 1
+                except RocketMQError:
+                    pass
 
+        limiter = anyio.Semaphore(16)
         with anyio.move_on_after(timeout, shield=True):
-            limiter = anyio.Semaphore(16)
-
-            async def bounded(msg: PopMessage) -> None:
-                async with limiter:
-                    await one(msg)
-
             async with anyio.create_task_group() as tg:
-                for m in left:
-                    tg.start_soon(bounded, m)
-        return len(left) - released
+                for m in messages:
+                    tg.start_soon(one, m)
+        return len(messages) - released
 
     async def _change(self, msg: PopMessage, seconds: float) -> None:
         await msg.renewed()
@@ -188,6 +192,8 @@ class PopSettler:
         await _retried(lambda: self._source.dead_letter(
             msg, attempt=msg.delivery_attempt, max_attempts=self.max_attempts
         ))  # fmt: skip
+        if not self._source.dead_letter_settles:
+            self._acks.add(msg)  # in the DLQ: acked like a success, with the ack's retries
         self._log.info("forwarded_to_dlq", topic=msg.topic, msg_id=msg.message_id,
                        attempts=msg.delivery_attempt)  # fmt: skip
 

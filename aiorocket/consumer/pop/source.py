@@ -3,7 +3,52 @@
 The receivers, the renewer, the acks and the settler of ``aiorocket.consumer.pop`` are
 written against this interface only; a 5.x Proxy over gRPC
 (``aiorocket.consumer.pop.grpc_source``) and the brokers over remoting
-(``aiorocket.consumer.pop.remoting_source``) implement it.
+(``aiorocket.consumer.pop.remoting_source``, ``aiorocket.consumer.pop.remoting_lite``)
+implement it.
+
+The error contract (every source; ``tests/unit/test_pop_source_contract.py`` checks it):
+
+* A method that fails raises one ``RocketMQError`` (``aiorocket.errors``), never a bare
+  ``False``, a count, an ``ExceptionGroup`` or a transport's own exception. A server's
+  error answer is a typed error too (``error_for_response``: ``BrokerResponseError``
+  and its subclasses; the Proxy: ``ProxyResponseError``), and so is a failed request
+  (``ConnectionClosedError`` / ``ProxyUnavailableError``, ``RequestTimeoutError``,
+  ``NoRouteError``).
+* ``err.retriable`` says whether the same call may succeed if made again unchanged (a
+  dropped connection, a timeout, SYSTEM_BUSY / SYSTEM_ERROR, the Proxy's
+  INTERNAL_ERROR / TOO_MANY_REQUESTS ...); not retriable: the server refused it for good
+  (MESSAGE_ILLEGAL, NO_MESSAGE, INVALID_RECEIPT_HANDLE, an ACL refusal ...).
+* ``ack`` settles many messages in one call, so it reports per message: it *returns*
+  the messages the server refused, each with its typed error (empty: all acked), and
+  raises only when nothing of the call is known to be acked. The runtime treats a
+  raised error as that error for every message of the call.
+
+What the runtime does with each error:
+
+=====================  ===============================  ================================
+method                 retriable                        not retriable
+=====================  ===============================  ================================
+``receive``            logged, the loop backs off       the same (the loop keeps
+                       (0.4 s doubling to 10 s)         polling: a route may come back)
+``ack`` (per message)  sent again, backing off (up to   logged and counted; the message
+                       ``acks.MAX_BACKOFF``) while the  is released (made visible) so it
+                       consumer runs; at the close      is delivered again at once
+                       whatever is still unacked is     rather than held by a renewing
+                       released                         server
+``change_invisible``   renewer: again at the next       ``lost(err)``: the delivery is
+                       sweep; settler (nack, release):  gone (someone else's now): the
+                       ``settler.TRIES`` requests       message is settled locally;
+                                                        else logged, the message comes
+                                                        back after its invisible time
+``dead_letter``        ``settler.TRIES`` requests       logged; the message comes back
+                                                        and is dead-lettered again
+``sync_lite``          logged; the next resync          ``LiteQuotaExceededError``
+                       (``lite.RESYNC_INTERVAL``)       raised to ``subscribe_lite``;
+                       repeats it                       others as retriable
+=====================  ===============================  ================================
+
+A remoting pull consumer has no ``PopSource``: its requests go through
+``aiorocket.client.broker`` and raise the same typed errors (``error_for_response``).
 """
 
 from __future__ import annotations
@@ -17,11 +62,15 @@ from aiorocket.received import PopMessage
 if TYPE_CHECKING:
     from aiorocket.consumer.pop.lite import LiteAction, LiteOffset
 
-__all__ = ["LiteSource", "PopSource"]
+__all__ = ["AckRefusals", "LiteSource", "PopSource"]
+
+#: what ``PopSource.ack`` returns: each message the server refused, with its error
+AckRefusals = list[tuple[PopMessage, RocketMQError]]
 
 
 class PopSource(Protocol):
-    """A session that pops, acks and postpones one group's messages."""
+    """A session that pops, acks and postpones one group's messages; its errors follow
+    the contract of the module docstring."""
 
     group: str
     #: the server keeps received messages invisible until they are settled (the
@@ -31,6 +80,9 @@ class PopSource(Protocol):
     fifo: bool
     #: deliveries before the dead-letter queue, by the server's settings (0: unknown)
     server_max_attempts: int
+    #: ``dead_letter`` settles the message too (gRPC: the Proxy acks it); else the
+    #: runtime acks it after (remoting: sent to the DLQ, then acked like a success)
+    dead_letter_settles: bool
 
     @property
     def client_id(self) -> str: ...
@@ -57,19 +109,22 @@ class PopSource(Protocol):
         """Up to ``max_messages``, invisible to the group for ``invisible`` seconds;
         long-polls, and returns ``[]`` when none arrived."""
 
-    async def ack(self, topic: str, messages: list[PopMessage]) -> int:
+    async def ack(self, topic: str, messages: list[PopMessage]) -> AckRefusals:
         """Ack ``messages`` of ``topic`` (in as few requests as the server allows);
-        returns how many the server confirmed, raises if the request failed."""
+        returns the messages the server refused, each with its error; raises when none
+        is known to be acked (the error then stands for every message)."""
 
     async def change_invisible(self, msg: PopMessage, seconds: float) -> None:
         """``msg`` becomes visible ``seconds`` from now; its receipt handle is replaced."""
 
     async def dead_letter(self, msg: PopMessage, *, attempt: int, max_attempts: int) -> None:
-        """Move ``msg`` to the group's dead-letter queue (``%DLQ%<group>``), settled."""
+        """Move ``msg`` to the group's dead-letter queue (``%DLQ%<group>``); settled
+        too when ``dead_letter_settles``. Raised: ``msg`` is not known to be moved."""
 
     def lost(self, err: RocketMQError) -> bool:
         """A renewal failed with ``err`` because the server no longer knows this
-        delivery (the message is someone else's now), not for a transient reason."""
+        delivery (the message is someone else's now), not for a transient reason
+        (always a non-retriable ``err``)."""
 
 
 class LiteSource(PopSource, Protocol):
@@ -82,5 +137,6 @@ class LiteSource(PopSource, Protocol):
         self, action: LiteAction, lite_topics: Collection[str], *, offset: LiteOffset | None = None
     ) -> None:
         """Send one lite subscription update to every server of the bind topic (a
-        PARTIAL_ADD may carry where the new subscriptions start: ``offset``); raises
+        PARTIAL_ADD may carry where the new subscriptions start: ``offset``); raises one
+        ``RocketMQError`` (the first server's failure, never a group of them):
         ``LiteQuotaExceededError`` when a server refuses it for the quota."""

@@ -1,0 +1,148 @@
+"""The pop consumer's acks when the server does not take them (error answers a real
+server cannot be made to give on demand): retried while the consumer runs, released
+when refused for good or still unacked at the close (issue 38, items 6 and 7)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+pytest.importorskip("grpclib")
+
+from aiorocket._log import get_logger
+from aiorocket.client.pop import ACK_MESSAGE
+from aiorocket.consumer import Consumer, ConsumerMessage
+from aiorocket.consumer.pop.acks import AckBatcher, ack_backoff
+from aiorocket.consumer.pop.grpc_source import GrpcSource
+from aiorocket.grpc import SimpleConsumer
+from aiorocket.grpc import _pb as pb
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.testing.fake_grpc import FakeProxy
+from aiorocket.testing.fake_remoting import ServerSession
+from tests.unit.consumer_fakes import TOPIC, Collector, FakeCluster, running
+from tests.unit.test_grpc_pop_runtime import _message, _pop
+from tests.unit.test_lite_lost_event import FakeLiteBroker
+
+pytestmark = pytest.mark.anyio
+
+LOG = get_logger("test")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # grpclib is asyncio-only
+
+
+class BusyOnce(FakeLiteBroker):
+    """Answers the first ACK_MESSAGE with SYSTEM_BUSY."""
+
+    busy = 1
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.code == ACK_MESSAGE and self.busy:
+            self.busy -= 1
+            await session.send(RemotingCommand.response_to(cmd, 2, "[PCBUSY] broker busy"))
+            return
+        await super().handle(session, cmd)
+
+
+async def test_a_lite_ack_the_broker_was_too_busy_for_is_sent_again() -> None:
+    """Item 6: a FIFO (lite) ack answered SYSTEM_BUSY is retried, so the lite topic's next
+    message comes at once. Before, the busy answer became ``False``: never retried, the
+    lite topic blocked until the invisible time (30 s) ended, then the handled message
+    came back."""
+    broker = BusyOnce("broker-a")
+    got = Collector(2)
+    async with running(FakeCluster({"broker-a": [broker]})) as cluster:
+        consumer = Consumer("g", cluster.namesrv.address, handler=got, bind_topic=TOPIC,
+                            long_poll_timeout=0.5, request_timeout=1.0)  # fmt: skip
+        await consumer.subscribe_lite("room")
+        async with consumer:
+            broker.add_lite("room", b"first")
+            broker.add_lite("room", b"second")
+            with anyio.fail_after(10):
+                await got.done.wait()
+                while broker.committed.get("room") != 2:
+                    await broker.acked.wait()
+    assert got.got == [b"first", b"second"]
+
+
+async def test_an_ack_is_retried_past_a_second_of_failures_each_try_counted_once() -> None:
+    """Item 7: four failed requests in a row (1.5 s of backoff) and the ack still goes
+    through; each message's tries are counted once per request. Before, the batcher gave
+    up after 3 requests (0.5 s), and the first entry of a chunk was counted twice, so it
+    was dropped after the second."""
+    msgs = [_pop(i) for i in range(3)]
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as session:
+        proxy.ack_failures = 4
+        acks = AckBatcher(GrpcSource(session, LOG), delay=0)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(acks.run)
+            for m in msgs:
+                acks.add(m)
+            with anyio.fail_after(20):
+                while len(proxy.acked) < len(msgs):
+                    await proxy.wait_acked()
+                assert await acks.close(10) == []
+            tg.cancel_scope.cancel()
+    assert proxy.calls.count("AckMessage") == 5
+    assert proxy.acked == [m.receipt_handle for m in msgs]
+    assert [m._ack_tries for m in msgs] == [4, 4, 4]
+    assert (acks.acked, acks.failed) == (3, 0)
+
+
+def test_the_ack_backoff_is_bounded() -> None:
+    assert [ack_backoff(n) for n in (1, 2, 3)] == [0.1, 0.2, 0.4]
+    assert ack_backoff(100) == 5.0
+
+
+async def test_an_ack_refused_for_good_releases_the_message() -> None:
+    """Item 7: an ack entry the Proxy refuses for good (not retriable) is not retried and
+    the message is made visible again at once (ChangeInvisibleDuration 0): the Proxy,
+    which renews it until it is acked, would otherwise hold it for hours."""
+    handled = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.set()
+
+    async with FakeProxy() as proxy:
+        proxy.ack_entry_refusal = (pb.Code.BAD_REQUEST, 1)
+        proxy.messages = [_message(0)]
+        consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5)
+        consumer.subscribe("t")
+        async with consumer:
+            runtime = consumer._backend.runtime  # type: ignore[attr-defined]
+            with anyio.fail_after(10):
+                await handled.wait()
+                while not proxy.invisible_changes:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            assert proxy.invisible_changes == [("rh0", 0.0)]
+            assert (runtime.acks.failed, runtime.acks.retried) == (1, 0)
+        assert proxy.calls.count("AckMessage") == 1
+        assert runtime.unsent_acks == 0  # refused earlier: not counted again by the close
+
+
+async def test_the_close_releases_the_acks_it_could_not_deliver() -> None:
+    """Item 7: the Proxy refuses every ack (unavailable): the close tries within its bound,
+    reports those acks and makes their messages visible again, instead of leaving them
+    to a Proxy that renews them."""
+    handled = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.set()
+
+    async with FakeProxy() as proxy:
+        proxy.messages = [_message(0)]
+        consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5,
+                            request_timeout=1.0)  # fmt: skip
+        consumer.subscribe("t")
+        proxy.ack_failures = 10**6
+        async with consumer:
+            runtime = consumer._backend.runtime  # type: ignore[attr-defined]
+            with anyio.fail_after(10):
+                await handled.wait()
+                while not runtime.acks.retried:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+        assert runtime.unsent_acks == 1
+        assert proxy.invisible_changes == [("rh0", 0.0)]
+        assert proxy.acked == []
