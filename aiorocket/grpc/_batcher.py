@@ -12,17 +12,19 @@ Only plain messages are batched: FIFO (a message group), timed and lite ones go 
 failed request fails each of its messages with the same error (after the retries of the
 server's policy).
 
-A request runs under the earliest deadline of the sends it carries, as the remoting
-auto-batcher's do, so no attempt starts after a caller's timeout. A send cancelled (or
-timed out) while its message waits takes it out of the queue; one whose message is in a
-request already leaves it for the retries: a retry carries only the messages whose
-callers still wait. The attempt under way when the caller gave up may still store it
-(as with any send whose answer was not awaited), none after it does.
+Each send keeps its own deadline (``aiorocket._riders``, shared with the remoting
+auto-batcher): a request runs, retries included, until the latest deadline of the sends
+it carries. A send cancelled (or timed out) while its message waits takes it out of the
+queue; one whose message is in a request already leaves it for the retries: a retry
+carries only the messages whose callers still wait. The attempt under way when the
+caller gave up may still store it (as with any send whose answer was not awaited), none
+after it does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,17 +32,19 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.abc
 
+from aiorocket._riders import latest_deadline, still_waiting
 from aiorocket._send_result import SendResult
 from aiorocket.errors import ClientClosedError, RequestTimeoutError, RocketMQError
 from aiorocket.grpc._convert import Outgoing
 
 __all__ = ["GrpcBatcher", "SendBatch", "Wanted"]
 
-#: A request's messages whose callers still wait (read before each attempt).
-Wanted = Callable[[], list[Outgoing]]
-#: ``send(wanted, topic, deadline)`` of one request: the producer's retrying send; it
-#: returns a result for each message of its last attempt (none if nobody waited).
-SendBatch = Callable[[Wanted, str, float], Awaitable[list[SendResult]]]
+#: A request's messages whose callers still wait, and the latest of their deadlines
+#: (``time.monotonic()``): read before each attempt.
+Wanted = Callable[[], tuple[list[Outgoing], float]]
+#: ``send(wanted, topic)`` of one request: the producer's retrying send; it returns a
+#: result for each message of its last attempt (none if nobody waited).
+SendBatch = Callable[[Wanted, str], Awaitable[list[SendResult]]]
 
 
 @dataclass(eq=False)
@@ -131,12 +135,12 @@ class GrpcBatcher:
             self._tg.start_soon(self._request, lane, batch)
 
     async def _request(self, lane: _Lane, batch: list[_Pending]) -> None:
-        def wanted() -> list[Outgoing]:
-            return [p.out for p in batch if not p.gone]
+        def wanted() -> tuple[list[Outgoing], float]:
+            still = still_waiting(batch, time.monotonic())
+            return [p.out for p in still], latest_deadline(still) if still else 0.0
 
-        deadline = min(p.deadline for p in batch)
         try:
-            results = await self._send(wanted, batch[0].out.topic, deadline)
+            results = await self._send(wanted, batch[0].out.topic)
         except RocketMQError as exc:
             for p in batch:
                 p.error = exc

@@ -271,9 +271,9 @@ class GrpcProducer:
         ``timeout`` (default ``send_timeout``) bounds the whole call, the wait for a slot
         included. When it runs out, or the caller is cancelled, no attempt of the
         message starts any more: not a retry of its own request, nor one of a batch it
-        shared (the batch's request runs under the earliest deadline of its callers,
-        and a retry leaves out the messages whose callers have gone). An attempt
-        already under way may still have stored it.
+        shared (the batch's request runs while any of its callers waits, and a retry
+        leaves out the messages whose callers have gone: ``aiorocket._riders``). An
+        attempt already under way may still have stored it.
         """
         deadline = self._deadline(timeout)
         group = None if sharding_key is None else str(sharding_key)
@@ -338,10 +338,11 @@ class GrpcProducer:
         async with self._slot(deadline):
             return await self._send(pbms, topic, deadline)
 
-    async def _send_batched(
-        self, wanted: Wanted, topic: str, deadline: float
-    ) -> list[SendResult]:  # fmt: skip
-        return await self._send(wanted(), topic, deadline, wanted=wanted)
+    async def _send_batched(self, wanted: Wanted, topic: str) -> list[SendResult]:
+        pbms, deadline = wanted()
+        if not pbms:  # every caller left before the request started
+            return []
+        return await self._send(pbms, topic, deadline, wanted=wanted)
 
     async def _send(
         self,
@@ -356,7 +357,8 @@ class GrpcProducer:
         """Send ``pbms`` in one request, retried by the server's policy until ``deadline``.
 
         ``wanted`` (a shared batch) gives, before each retry, the messages whose callers
-        still wait: a retry carries only those (none left: nothing is sent).
+        still wait and the latest of their deadlines: a retry carries only those (none
+        left: nothing is sent) and runs until then.
         """
         await self._ensure_topic(topic)
         total = self.config.retries + 1 if attempts is None else attempts
@@ -365,7 +367,7 @@ class GrpcProducer:
         while True:
             attempt += 1
             if attempt > 1 and wanted is not None:
-                still = wanted()
+                still, deadline = wanted()
                 if not still:
                     return []
                 if len(still) != len(pbms):

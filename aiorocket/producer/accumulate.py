@@ -19,11 +19,19 @@ request would cost more than the request's own work (benchmarks/micro.py: a task
 message), and the worker that wakes for a message takes whatever else arrived in the same
 loop iteration along with it.
 
-A caller that is cancelled or times out while its message still waits takes it back;
-once the message is in a request it may be stored (at-least-once: as for any send
-whose answer was not awaited). A failed batch is
-retried as one request, on another broker, as a plain send would be; when all attempts
-fail, every caller in it gets the error.
+Each caller keeps its own deadline (``aiorocket._riders``, shared with the gRPC
+auto-batcher): a request runs, retries included, while any of its callers waits, until
+the latest of their deadlines; the sweeper answers a caller whose deadline comes first
+with ``RequestTimeoutError``. A caller that times out or is cancelled while its message
+still waits takes it back; once the message is in a request it may be stored
+(at-least-once: as for any send whose answer was not awaited), but no retry carries it
+any more. A failed batch is retried as one request, on another broker, as a plain send
+would be; when all attempts fail, every caller still waiting gets the error.
+
+``start_send`` hands a message to the batcher too, from a task of the caller's task
+group, once fewer than ``max_in_flight`` messages so started are unanswered: a loop
+feeding a task group (the Spark sink) is held back as by a plain send's slot, and its
+messages share requests as concurrent ``send`` calls do.
 """
 
 from __future__ import annotations
@@ -37,11 +45,13 @@ import anyio
 import anyio.abc
 
 from aiorocket._loop import LoopShortcuts, OneShotEvent, capture
+from aiorocket._riders import latest_deadline, still_waiting
 from aiorocket._signal import Signal
 from aiorocket._unique_id import create_unique_id
 from aiorocket.client.results import SendResult
 from aiorocket.errors import ClientClosedError, RequestTimeoutError
 from aiorocket.message import RETRY_TOPIC_PREFIX, Message
+from aiorocket.producer.backend import ResultCallback, report
 from aiorocket.producer.batch import RECORD_OVERHEAD, encode_record, split_batch_result
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.prepare import (
@@ -52,7 +62,7 @@ from aiorocket.producer.prepare import (
     encode_props,
     wire_properties,
 )
-from aiorocket.producer.sender import Plan, Sender
+from aiorocket.producer.sender import Plan, Sender, take_slot
 
 __all__ = [
     "WORKER_IDLE_EXIT",
@@ -73,15 +83,29 @@ class _Waiting:
     done: OneShotEvent
     result: SendResult | None = None
     error: BaseException | None = None
+    #: out of the queue: in a request, or answered
     taken: bool = False
+    #: its caller stopped waiting while it was in a request: no retry carries it
+    gone: bool = False
 
     @property
     def size(self) -> int:
         return RECORD_OVERHEAD + len(self.body) + len(self.properties)
 
     def finish(self, result: SendResult | None, error: BaseException | None) -> None:
-        self.result, self.error = result, error
-        self.done.set()
+        if not self.done.is_set():  # the sweeper may have answered it (its timeout)
+            self.result, self.error = result, error
+            self.done.set()
+
+
+def _expire(pool: deque[_Waiting] | set[_Waiting], now: float, what: str) -> float:
+    """Take the messages whose deadline passed out of ``pool`` and answer them with
+    ``RequestTimeoutError`` (``what`` happened); the earliest deadline of the others."""
+    for w in [w for w in pool if w.deadline <= now]:
+        pool.remove(w)
+        w.taken = w.gone = True  # no request, and no retry of one, carries it from now
+        w.finish(None, RequestTimeoutError(f"send to {w.msg.topic!r} {what}"))
+    return min((w.deadline for w in pool), default=math.inf)
 
 
 @dataclass(eq=False, slots=True)
@@ -106,6 +130,11 @@ class AutoBatcher:
         self._finished = Signal()  # after every request: wakes drain()
         self._expiry = Signal()  # a message waits with an earlier deadline than any other
         self._next_expiry = math.inf
+        #: messages in requests that run past their own deadline (another caller's is
+        #: later): the sweeper answers them at theirs
+        self._riding: set[_Waiting] = set()
+        #: messages handed over by ``start_send`` and not answered yet
+        self._started = anyio.Semaphore(config.max_in_flight)
         #: batches sent and messages in them (the mean batch size is their ratio).
         self.batches = 0
         self.batched_messages = 0
@@ -133,9 +162,35 @@ class AutoBatcher:
         """Send ``msg`` (for which ``accepts`` is true) alone or with others.
 
         No cancel scope per call (the costliest part of a send here): a message that
-        outlives its deadline while waiting is failed by the sweeper, and one in a
-        request is answered by that request's deadline, which is at most its own.
+        outlives its deadline while waiting, or in a request that runs on for another
+        caller, is answered by the sweeper; one in a request that ends by its deadline
+        by that request.
         """
+        return await self._wait(self._prepare(msg, deadline))
+
+    async def start_send(
+        self, task_group: anyio.abc.TaskGroup, msg: Message, deadline: float,
+        on_result: ResultCallback | None,
+    ) -> None:  # fmt: skip
+        """Send ``msg`` (``accepts`` is true) in ``task_group`` once fewer than
+        ``max_in_flight`` messages handed over so are unanswered (module docstring)."""
+        waiting = self._prepare(msg, deadline)  # a bad message fails here, not in the task
+        started = f"{self._config.max_in_flight} messages started"
+        await take_slot(self._started, deadline, self._sender.now, started)
+        try:
+            task_group.start_soon(self._send_started, waiting, on_result)
+        except BaseException:
+            self._started.release()
+            raise
+
+    async def _send_started(self, waiting: _Waiting, on_result: ResultCallback | None) -> None:
+        try:
+            result = await self._wait(waiting)
+        finally:
+            self._started.release()
+        await report(on_result, result)
+
+    def _prepare(self, msg: Message, deadline: float) -> _Waiting:
         loop = self._loop
         if self._tg is None or loop is None:
             raise ClientClosedError("producer is not started or closed")
@@ -144,15 +199,20 @@ class AutoBatcher:
         check_body(msg, cfg.max_message_size)
         check_schedule(msg)
         props, msg_id = wire_properties(msg)
-        waiting = _Waiting(msg, bytes(msg.body), encode_props(props), msg_id, deadline,
-                           loop.new_event())  # fmt: skip
+        return _Waiting(msg, bytes(msg.body), encode_props(props), msg_id, deadline,
+                        loop.new_event())  # fmt: skip
+
+    async def _wait(self, waiting: _Waiting) -> SendResult:
+        if self._tg is None:
+            raise ClientClosedError("producer is closed")
+        msg, deadline = waiting.msg, waiting.deadline
         lane = self._lanes.get(msg.topic)
         if lane is None:
             lane = self._lanes[msg.topic] = _TopicLane()
         lane.waiting.append(waiting)
         if lane.idle:
             lane.wake.notify()  # a worker takes it (and whatever else came) at once
-        elif lane.workers < cfg.batch_in_flight:
+        elif lane.workers < self._config.batch_in_flight:
             self._start_worker(msg.topic, lane)  # a request slot to spare: it leaves now
         elif deadline < self._next_expiry:
             self._expiry.notify()  # it waits for a busy request: the sweeper watches it
@@ -162,27 +222,25 @@ class AutoBatcher:
             if not waiting.taken:  # cancelled while waiting: take it back
                 waiting.taken = True
                 lane.waiting.remove(waiting)
+            elif not waiting.done.is_set():  # cancelled in a request: leave its retries
+                waiting.gone = True
         if waiting.error is not None:
             raise waiting.error
         assert waiting.result is not None
         return waiting.result
 
     async def _expire_loop(self) -> None:
-        """Fail messages still waiting at their deadline (they were never sent)."""
+        """Fail messages still waiting at their deadline (they were never sent), and
+        answer those whose request runs on for a later caller (they may be stored)."""
         assert self._loop is not None
         now_of = self._loop.now
         while True:
             now, earliest = now_of(), math.inf
-            for topic, lane in self._lanes.items():
-                overdue = [w for w in lane.waiting if w.deadline <= now]
-                for w in overdue:
-                    lane.waiting.remove(w)
-                    w.taken = True
-                    w.finish(None, RequestTimeoutError(
-                        f"send to {topic!r} waited for a batch past its timeout"
-                    ))  # fmt: skip
-                for w in lane.waiting:
-                    earliest = min(earliest, w.deadline)
+            for lane in self._lanes.values():
+                late = _expire(lane.waiting, now, "waited for a batch past its timeout")
+                earliest = min(earliest, late)
+            late = _expire(self._riding, now, "got no answer within its timeout")
+            earliest = min(earliest, late)
             self._next_expiry = earliest
             with anyio.move_on_after(earliest - now):
                 await self._expiry.wait()
@@ -244,12 +302,18 @@ class AutoBatcher:
 
     async def _run(self, topic: str, batch: list[_Waiting]) -> None:
         sender = self._sender
+        # The request runs while any caller waits; the sweeper answers the others.
+        deadline = latest_deadline(batch)
+        early = [w for w in batch if w.deadline < deadline]
+        if early:
+            self._riding.update(early)
+            if min(w.deadline for w in early) < self._next_expiry:
+                self._expiry.notify()
         try:
-            deadline = min(w.deadline for w in batch)
             plan = sender.plan(batch[0].msg, None, None, None)
             await sender.acquire(deadline)
             try:
-                results = await self._request(topic, batch, plan, deadline)
+                sent, results = await self._request(topic, batch, plan, deadline)
             finally:
                 sender.release()
         except Exception as exc:  # every caller gets it; the producer's task group lives on
@@ -261,23 +325,49 @@ class AutoBatcher:
                 w.finish(None, closed)
             raise
         else:
-            for w, result in zip(batch, results, strict=True):
+            for w, result in zip(sent, results, strict=True):
                 w.finish(result, None)
+            for w in batch:  # left before the last attempt, which did not carry it
+                w.finish(None, RequestTimeoutError(f"send to {topic!r} timed out"))
+        finally:
+            self._riding.difference_update(early)
 
     async def _request(
         self, topic: str, batch: list[_Waiting], plan: Plan, deadline: float
-    ) -> list[SendResult]:
-        if len(batch) == 1:  # exactly what a send without batching would be
-            w = batch[0]
-            out = Outgoing(topic, w.body, w.properties, 0, w.msg_id, w.msg.flag)
-            return [await self._sender.send(out, plan, deadline)]
-        body = b"".join(encode_record(w.body, w.properties, w.msg.flag) for w in batch)
-        # The batch's own properties are appended to every message's: keep them empty.
-        out = Outgoing(topic, body, "", 0, create_unique_id())
+    ) -> tuple[list[_Waiting], list[SendResult]]:
+        """Send ``batch``, each retry with the messages whose callers still wait; the
+        messages of the attempt that succeeded, and their results."""
+        assert self._loop is not None
+        now = self._loop.now
+        sent = batch
+        single = len(batch) == 1
+        out = self._outgoing(topic, batch, single)
+
+        def retry() -> tuple[Outgoing, float] | None:
+            nonlocal sent, out
+            still = still_waiting(sent, now())
+            if not still:
+                return None
+            if len(still) != len(sent):
+                sent, out = still, self._outgoing(topic, still, single)
+            return out, latest_deadline(still)
+
+        if single:
+            return sent, [await self._sender.send(out, plan, deadline, retry=retry)]
         self.batches += 1
         self.batched_messages += len(batch)
-        result = await self._sender.send(out, plan, deadline, batch=True)
-        return split_batch_result(result, [w.msg_id for w in batch])
+        result = await self._sender.send(out, plan, deadline, batch=True, retry=retry)
+        return sent, split_batch_result(result, [w.msg_id for w in sent])
+
+    @staticmethod
+    def _outgoing(topic: str, batch: list[_Waiting], single: bool) -> Outgoing:
+        if single:  # exactly what a send without batching would be
+            w = batch[0]
+            return Outgoing(topic, w.body, w.properties, 0, w.msg_id, w.msg.flag)
+        # A batch request (one that lost callers stays one: its request code is set).
+        body = b"".join(encode_record(w.body, w.properties, w.msg.flag) for w in batch)
+        # The batch's own properties are appended to every message's: keep them empty.
+        return Outgoing(topic, body, "", 0, create_unique_id())
 
     async def drain(self) -> None:
         """Wait until no message waits and no request is under way."""

@@ -7,7 +7,8 @@ heartbeat loop, the transaction check-back workers and the auto-batcher's reques
 
 However many tasks send at once, at most ``max_in_flight`` requests wait for brokers
 (see ``aiorocket.producer.sender``); ``start_send`` waits for a slot *before*
-spawning, so a loop feeding a task group is held back too.
+spawning, so a loop feeding a task group is held back too (with the auto-batcher, for
+one of ``max_in_flight`` message slots: ``aiorocket.producer.accumulate``).
 """
 
 from __future__ import annotations
@@ -225,17 +226,21 @@ class RemotingProducer:
         extra = None if sharding_key is None else {PROPERTY_SHARDING_KEY: str(sharding_key)}
         return sender, prepare_message(msg, self.config, extra_properties=extra), plan
 
+    def _batcher_for(
+        self, msg: Message, sharding_key: object, selector: QueueSelector | None
+    ) -> AutoBatcher | None:
+        """The auto-batcher, if ``msg`` may share a request."""
+        batcher = self._batcher
+        if batcher is None or sharding_key is not None or selector is not None:
+            return None
+        return batcher if batcher.accepts(msg) else None
+
     async def send(
         self, msg: Message, *, timeout: float | None, sharding_key: object,
         selector: QueueSelector | None, selector_arg: object,
     ) -> SendResult:  # fmt: skip
-        batcher = self._batcher
-        if (
-            batcher is not None
-            and sharding_key is None
-            and selector is None
-            and batcher.accepts(msg)
-        ):
+        batcher = self._batcher_for(msg, sharding_key, selector)
+        if batcher is not None:
             return await batcher.send(msg, self._open_sender().deadline(timeout))
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
@@ -250,6 +255,11 @@ class RemotingProducer:
         on_result: ResultCallback | None, timeout: float | None, sharding_key: object,
         selector: QueueSelector | None, selector_arg: object,
     ) -> None:  # fmt: skip
+        batcher = self._batcher_for(msg, sharding_key, selector)
+        if batcher is not None:  # it shares requests, as concurrent send() calls do
+            deadline = self._open_sender().deadline(timeout)
+            await batcher.start_send(task_group, msg, deadline, on_result)
+            return
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
         await sender.acquire(deadline)

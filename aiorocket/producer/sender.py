@@ -62,11 +62,15 @@ __all__ = [
     "PINNED_RETRY_PAUSE",
     "Choose",
     "Plan",
+    "Retry",
     "Sender",
+    "take_slot",
 ]
 
 #: Picks the queue of an attempt; the second argument is the broker to avoid, if any.
 Choose = Callable[[PublishInfo, "str | None"], MessageQueue]
+#: What the next attempt of a shared request sends, and by when; None: nobody waits.
+Retry = Callable[[], "tuple[Outgoing, float] | None"]
 #: Pause before retrying a pinned send on its busy broker, times the attempt number.
 PINNED_RETRY_PAUSE = 0.05
 
@@ -88,6 +92,24 @@ def _ms_since(started: float) -> float:
 async def _quietly(refresh: Awaitable[object]) -> None:
     with contextlib.suppress(RocketMQError):
         await refresh
+
+
+async def take_slot(
+    slots: anyio.Semaphore, deadline: float, now: Callable[[], float], what: str
+) -> None:
+    """One of ``slots`` by ``deadline``, else ``RequestTimeoutError`` (``what``: how many
+    of what the slots count, for its message)."""
+    # Fast path without a checkpoint: a caller spawning many sends then enqueues all
+    # of them in one event-loop pass, and the connection writes them in one syscall.
+    try:
+        slots.acquire_nowait()
+        return
+    except anyio.WouldBlock:
+        pass
+    with anyio.move_on_after(deadline - now()):
+        await slots.acquire()
+        return
+    raise RequestTimeoutError(f"no in-flight slot freed up in time ({what})")
 
 
 class Sender:
@@ -129,19 +151,8 @@ class Sender:
         return self.now() + timeout
 
     async def acquire(self, deadline: float) -> None:
-        # Fast path without a checkpoint: a caller spawning many sends then enqueues all
-        # of them in one event-loop pass, and the connection writes them in one syscall.
-        try:
-            self._slots.acquire_nowait()
-            return
-        except anyio.WouldBlock:
-            pass
-        with anyio.move_on_after(deadline - self.now()):
-            await self._slots.acquire()
-            return
-        raise RequestTimeoutError(
-            f"no in-flight slot freed up in time ({self._config.max_in_flight} requests pending)"
-        )
+        pending = f"{self._config.max_in_flight} requests pending"
+        await take_slot(self._slots, deadline, self.now, pending)
 
     def release(self) -> None:
         self._slots.release()
@@ -199,13 +210,23 @@ class Sender:
     # -- sending ---------------------------------------------------------------------
 
     async def send(
-        self, out: Outgoing, plan: Plan, deadline: float, *, batch: bool = False
-    ) -> SendResult:
-        """Send (holding a slot already) with up to ``plan.attempts`` attempts by ``deadline``."""
+        self, out: Outgoing, plan: Plan, deadline: float, *, batch: bool = False,
+        retry: Retry | None = None,
+    ) -> SendResult:  # fmt: skip
+        """Send (holding a slot already) with up to ``plan.attempts`` attempts by ``deadline``.
+
+        ``retry`` (a request shared by several callers) gives what each retry sends and
+        its deadline, or None when no caller waits any more (no retry then).
+        """
         avoid: str | None = None
         last_error: RocketMQError | None = None
         tried: list[str] = []
         for attempt in range(plan.attempts):
+            if attempt and retry is not None:
+                again = retry()
+                if again is None:
+                    break
+                out, deadline = again
             remaining = deadline - self.now()
             if remaining <= 0:
                 raise RequestTimeoutError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import anyio
 import pytest
@@ -33,8 +34,8 @@ class Proxy:
         self.fail: Exception | None = None
         self.deadlines: list[float] = []
 
-    async def send(self, wanted: Wanted, topic: str, deadline: float) -> list[SendResult]:
-        outs = wanted()
+    async def send(self, wanted: Wanted, topic: str) -> list[SendResult]:
+        outs, deadline = wanted()
         self.requests.append([o.message_id for o in outs])
         self.deadlines.append(deadline)
         if self.hold:
@@ -134,18 +135,20 @@ async def test_a_cancelled_waiting_send_is_never_sent_and_close_fails_the_rest()
     assert "before the message was sent" in outcome["id2"]
 
 
-async def test_a_request_runs_under_the_earliest_deadline_of_its_callers() -> None:
+async def test_a_request_runs_until_the_latest_deadline_of_its_callers() -> None:
+    # Issue 39, item 7: under the earliest, a send with a long timeout failed with the
+    # shortest timeout of the sends it shared a request with.
     proxy = Proxy()
+    now = time.monotonic()
     async with anyio.create_task_group() as tg:
         batcher = GrpcBatcher(proxy.send, tg, max_bytes=1000, in_flight=1)
         proxy.hold = True
         async with anyio.create_task_group() as senders:
-            senders.start_soon(batcher.send, outgoing("t", 0), 10, 500.0)
+            senders.start_soon(batcher.send, outgoing("t", 0), 10, now + 500)
             await anyio.wait_all_tasks_blocked()  # id0 alone; the others queue behind it
-            for i, deadline in ((1, 300.0), (2, 100.0), (3, 200.0)):
-                senders.start_soon(batcher.send, outgoing("t", i), 10, deadline)
+            for i, deadline in ((1, 300), (2, 100), (3, 200)):
+                senders.start_soon(batcher.send, outgoing("t", i), 10, now + deadline)
             await anyio.wait_all_tasks_blocked()
             proxy.release.set()
     assert [sorted(r) for r in proxy.requests] == [["id0"], ["id1", "id2", "id3"]]
-    assert proxy.deadlines == [500.0, 100.0]
-
+    assert proxy.deadlines == [now + 500, now + 300]

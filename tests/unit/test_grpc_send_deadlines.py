@@ -1,8 +1,8 @@
 """A gRPC send that timed out or was cancelled is never sent again (issue 30, item 4).
 
 Auto-batching is the default over gRPC: a message may share a request with other
-callers' messages. The request runs under the earliest deadline of its callers, and a
-retry leaves out the messages whose callers have gone, so after a caller got its
+callers' messages. The request runs while any of its callers waits (issue 39, item 7),
+and a retry leaves out the messages whose callers have gone, so after a caller got its
 ``RequestTimeoutError`` or was cancelled no attempt carrying its message starts. Against
 the fake Proxy, which records when each SendMessage request came and what it carried.
 """
@@ -76,7 +76,7 @@ async def test_a_retry_of_a_shared_request_leaves_out_a_cancelled_callers_messag
                 tg.start_soon(send, "a", 10.0)
                 tg.start_soon(send, "b", 10.0)
                 await anyio.wait_all_tasks_blocked()
-                # x's request ends at x's deadline; a and b leave together.
+                # x's request is retried until x's deadline; a and b leave together.
                 while len(proxy.send_requests[-1][1]) != 2:
                     await proxy.wait_sends(len(proxy.send_requests) + 1)
                 shared = len(proxy.send_requests)
@@ -87,3 +87,37 @@ async def test_a_retry_of_a_shared_request_leaves_out_a_cancelled_callers_messag
         after = [ids for _, ids in proxy.send_requests[shared:]]
         assert after and all(len(ids) == 1 for ids in after)  # b's retries, alone
         assert [m.body for m in proxy.sent] == [b"warm-up", b"b"]
+
+
+async def test_a_send_keeps_its_own_timeout_in_a_request_shared_with_a_shorter_one() -> None:
+    # Issue 39, item 7: the shared request ran under the earliest deadline of its
+    # callers, so y (10 s) failed at x's 1.2 s deadline although the Proxy, merely
+    # slow, answered it 0.8 s later.
+    async with FakeProxy() as proxy:
+        async with Producer(
+            "pg", proxy=proxy.endpoint, send_timeout=10, request_timeout=5, retries=3,
+            batch_in_flight=1, shutdown_timeout=5,
+        ) as producer:  # fmt: skip
+            await producer.send(Message("t", b"warm-up"))
+            proxy.send_delay = 1.0  # every request takes 1 s
+            results: dict[str, str] = {}
+
+            async def send(name: str, timeout: float) -> None:
+                try:
+                    await producer.send(Message("t", name.encode()), timeout=timeout)
+                except RequestTimeoutError:
+                    results[name] = "timed out"
+                else:
+                    results[name] = "ok"
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(send, "z", 10.0)  # holds the topic's one request slot
+                await proxy.wait_sends(2)
+                tg.start_soon(send, "x", 1.2)  # x and y queue, then leave together
+                tg.start_soon(send, "y", 10.0)
+        assert results == {"z": "ok", "x": "timed out", "y": "ok"}
+        # z alone, then x and y in one request, sent once
+        assert [len(ids) for _, ids in proxy.send_requests[1:]] == [1, 2]
+        # x's message was in the request that was answered: stored (at-least-once: its
+        # caller had given up), and sent once.
+        assert sorted(m.body for m in proxy.sent) == [b"warm-up", b"x", b"y", b"z"]

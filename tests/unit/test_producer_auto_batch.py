@@ -11,7 +11,12 @@ import anyio.abc
 import pytest
 
 from aiorocket.client.results import SendResult
-from aiorocket.errors import BrokerResponseError, ClientClosedError, RequestTimeoutError
+from aiorocket.errors import (
+    BrokerResponseError,
+    ClientClosedError,
+    ConfigError,
+    RequestTimeoutError,
+)
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.producer.batch import decode_records
@@ -218,3 +223,87 @@ async def test_idle_topic_workers_end_and_come_back(monkeypatch: pytest.MonkeyPa
         result = await p.send(Message(TOPIC, b"c"))  # a new worker starts for it
         assert result.msg_id
         assert len(fake.brokers[0].received(V2)) == 3
+
+
+async def outcome_of(p: Producer, body: bytes, timeout: float, into: dict[bytes, str]) -> None:
+    try:
+        await p.send(Message(TOPIC, body), timeout=timeout)
+    except RequestTimeoutError:
+        into[body] = "timed out"
+    else:
+        into[body] = "ok"
+
+
+async def test_a_send_keeps_its_own_timeout_in_a_request_shared_with_a_shorter_one() -> None:
+    # Issue 39, item 7: the request ran under its earliest caller's deadline, so "long"
+    # (5 s) failed at "short"'s 0.3 s although the broker, merely slow, answered later.
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, batch_in_flight=1) as p:
+        broker = fake.brokers[0]
+        outcomes: dict[bytes, str] = {}
+        async with anyio.create_task_group() as tg:
+            await occupy_the_lane(tg, p, broker)
+            tg.start_soon(outcome_of, p, b"short", 0.3, outcomes)
+            tg.start_soon(outcome_of, p, b"long", 5.0, outcomes)
+            await anyio.wait_all_tasks_blocked()
+            first, broker.hold = broker.hold, anyio.Event()  # the batch waits in turn
+            assert first is not None
+            first.set()
+            await wait_for(lambda: outcomes == {b"short": "timed out"})  # at its own deadline
+            assert broker.holding == 1  # while its request runs on for "long"
+            broker.hold.set()
+        assert outcomes == {b"short": "timed out", b"long": "ok"}
+        assert sorted(bodies_of_batch(broker)) == [b"long", b"short"]  # sent once, together
+        assert len(broker.received(BATCH)) == 1
+
+
+async def test_a_retry_of_a_batch_leaves_out_a_caller_that_left() -> None:
+    # Issue 39, item 7 (as over gRPC): once its caller is cancelled, a message is in no
+    # retry of the request it was in (the attempt under way may have stored it).
+    async with cluster() as fake, producer(fake, auto_batch=True, batch_in_flight=1) as p:
+        for b in fake.brokers:
+            b.hold = anyio.Event()
+        outcomes: dict[bytes, str] = {}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(p.send, Message(TOPIC, b"first"))
+            await wait_for(lambda: sum(b.holding for b in fake.brokers) == 1)
+            with anyio.CancelScope() as left:
+                tg.start_soon(outcome_of, p, b"stays", 5.0, outcomes)
+                async with anyio.create_task_group() as leaving:
+                    leaving.start_soon(outcome_of, p, b"leaves", 5.0, outcomes)
+                    await anyio.wait_all_tasks_blocked()
+                    holder = next(b for b in fake.brokers if b.holding)
+                    first, holder.hold = holder.hold, anyio.Event()
+                    assert first is not None
+                    first.set()  # "stays" and "leaves" go in one batch, which is held
+                    await wait_for(lambda: any(b.received(BATCH) for b in fake.brokers))
+                    left.cancel()
+            held = next(b for b in fake.brokers if b.received(BATCH))
+            assert held.session is not None
+            await held.session.close()  # connection lost: the batch is retried elsewhere
+            other = next(b for b in fake.brokers if b is not held)
+            assert other.hold is not None
+            other.hold.set()
+        assert outcomes == {b"stays": "ok"}
+        assert sorted(bodies_of_batch(held)) == [b"leaves", b"stays"]
+        assert bodies_of_batch(other) == [b"stays"]
+
+
+async def test_start_send_shares_requests_as_concurrent_sends_do() -> None:
+    # Issue 39, item 8: start_send went around the auto-batcher (one request per
+    # message: the Spark sink's autoBatch did nothing).
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, batch_in_flight=1) as p:
+        broker = fake.brokers[0]
+        results: list[SendResult] = []
+        async with anyio.create_task_group() as tg:
+            await occupy_the_lane(tg, p, broker)
+            for i in range(20):
+                await p.start_send(tg, Message(TOPIC, b"m%d" % i), on_result=results.append)
+            with pytest.raises(ConfigError):  # a bad message fails the call, not the group
+                await p.start_send(tg, Message("", b"no topic"))
+            await anyio.wait_all_tasks_blocked()
+            assert broker.hold is not None
+            broker.hold.set()
+        assert len(broker.received(V2)) == 1  # "first"
+        assert sorted(bodies_of_batch(broker)) == sorted(b"m%d" % i for i in range(20))
+        assert sorted(r.msg_id for r in results) == sorted(set(r.msg_id for r in results))
+        assert len(results) == 20
