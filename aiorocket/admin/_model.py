@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiorocket.client.lite import LITE_BIND_TOPIC, LITE_QUOTA, LITE_SUB_MODEL
-from aiorocket.message import MessageQueue
+from aiorocket.message import MessageExt, MessageQueue
 
 __all__ = [
     "BrokerStatus",
@@ -21,6 +21,7 @@ __all__ = [
     "ProducerClient",
     "QueueLag",
     "QueueRange",
+    "ResendPlan",
     "Resent",
     "TopicChange",
     "TopicSettings",
@@ -297,3 +298,27 @@ class TopicChange:
         last = max(self.before.read_queues, self.after.write_queues) - 1
         first = self.after.read_queues
         return f"{self.broker} queues {first}..{last} would no longer be read"
+
+
+@dataclass(slots=True)
+class ResendPlan:
+    """What ``Admin.resend`` sends: dead letters of ``group`` read by
+    ``Admin.plan_resend``, and where they go."""
+
+    group: str
+    #: (dead letter, the topic it came from), in DLQ order
+    letters: list[tuple[MessageExt, str]]
+    #: ``%RETRY%<group>`` (only the group gets them); "" for the original topic
+    target: str
+    #: with ``target`` "": the other groups of the original topic(s), which get them too
+    other_groups: list[str] = field(default_factory=list)
+    #: dead letters after those planned, left for a later run (``limit`` / ``skip``)
+    remaining: int = 0
+    #: dead letters an earlier run resent (before each queue's resend mark), skipped
+    already_resent: int = 0
+    #: DLQ queue -> its resend mark once the plan is sent (``everything`` only)
+    marks: dict[MessageQueue, int] = field(default_factory=dict)
+
+    def resent(self) -> list[Resent]:
+        """The plan as a dry run's result (no new message ids)."""
+        return [Resent(m.msg_id, m.offset_msg_id, self.target or t) for m, t in self.letters]

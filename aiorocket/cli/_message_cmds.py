@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import click
 
-from aiorocket.admin import Resent, original_topic
+from aiorocket.admin import ResendPlan, Resent, original_topic
 from aiorocket.cli._common import (
     EXIT_USAGE,
     Settings,
     ask,
     confirm,
+    err,
     fail,
     json_option,
     out,
@@ -97,12 +98,15 @@ def dlq() -> None:
 @dlq.command("list")
 @click.argument("group")
 @click.option("--count", "-c", "limit", type=click.IntRange(1), default=1000, show_default=True)
+@click.option("--skip", type=click.IntRange(0), default=0, help="Start after this many.")
 @_format
 @json_option
 @pass_settings
-def dlq_list(settings: Settings, group: str, limit: int, body_format: str, as_json: bool) -> None:
+def dlq_list(
+    settings: Settings, group: str, limit: int, skip: int, body_format: str, as_json: bool
+) -> None:
     """The messages in a group's dead-letter queue (%DLQ%GROUP)."""
-    found = ask(settings, lambda admin: admin.dead_letters(group, limit=limit))
+    found = ask(settings, lambda admin: admin.dead_letters(group, limit=limit, skip=skip))
     if as_json:
         print_json([{**message_json(m, body_format), "original_topic": original_topic(m)}
                     for m in found])  # fmt: skip
@@ -117,34 +121,64 @@ def dlq_list(settings: Settings, group: str, limit: int, body_format: str, as_js
 @click.argument("group")
 @click.option("--msg-id", help="The message with this id (producer id or DLQ offset id).")
 @click.option("--key", help="The messages with this key.")
-@click.option("--all", "everything", is_flag=True, help="Every message in the DLQ.")
+@click.option("--all", "everything", is_flag=True, help="Every message not resent yet.")
+@click.option("--limit", type=click.IntRange(1), help="At most this many (default: all).")
+@click.option("--skip", type=click.IntRange(0), default=0, help="Start after this many.")
+@click.option("--again", is_flag=True, help="With --all: those resent before too.")
+@click.option(
+    "--to-topic",
+    is_flag=True,
+    help="To the original topic (every group of it gets them), not %RETRY%GROUP.",
+)
 @click.option("--dry-run", is_flag=True, help="Show what would be sent, send nothing.")
 @yes_option
 @json_option
 @pass_settings
 def dlq_resend(
     settings: Settings, group: str, msg_id: str | None, key: str | None, everything: bool,
-    dry_run: bool, yes: bool, as_json: bool,
+    limit: int | None, skip: int, again: bool, to_topic: bool, dry_run: bool, yes: bool,
+    as_json: bool,
 ) -> None:  # fmt: skip
-    """Send dead-lettered messages again to the topic they came from (copies stay in
-    the DLQ): one (--msg-id), those with a key (--key), or --all."""
+    """Send dead-lettered messages again to their group, through its retry topic
+    %RETRY%GROUP (copies stay in the DLQ): one (--msg-id), those with a key (--key), or
+    --all not resent by an earlier --all."""
     if sum((msg_id is not None, key is not None, everything)) != 1:
         fail("choose one of --msg-id, --key or --all", EXIT_USAGE)
+    if again and not everything:
+        fail("--again goes with --all", EXIT_USAGE)
 
-    async def go(dry: bool) -> list[Resent]:
+    async def plan_it() -> ResendPlan:
         async with settings.admin() as admin:
-            return await admin.resend_dead_letters(
-                group, msg_id=msg_id, key=key, everything=everything, dry_run=dry
-            )
+            return await admin.plan_resend(
+                group, msg_id=msg_id, key=key, everything=everything, limit=limit, skip=skip,
+                again=again, to_topic=to_topic,
+            )  # fmt: skip
 
-    plan = run(go, True)
-    if not dry_run and plan:
-        confirm(f"send {len(plan)} message(s) of the DLQ of {group} again?", yes)
-    done = plan if dry_run or not plan else run(go, False)
+    async def send(plan: ResendPlan) -> list[Resent]:
+        async with settings.admin() as admin:
+            return await admin.resend(plan)
+
+    plan = run(plan_it)
+    where = plan.target or "the original topic"
+    notes = []
+    if plan.already_resent:
+        notes.append(f"{plan.already_resent} resent before (--again sends them too)")
+    if plan.remaining:
+        notes.append(f"{plan.remaining} more left in the DLQ (--skip/--limit)")
+    if plan.other_groups:
+        notes.append(f"the groups {', '.join(plan.other_groups)} of that topic get them too")
+    if not dry_run and plan.letters:
+        # what is confirmed is what is sent: the plan read once, not the DLQ again
+        note = f" ({'; '.join(notes)})" if notes else ""
+        confirm(f"send {len(plan.letters)} message(s) of the DLQ of {group} to {where}{note}?",
+                yes)  # fmt: skip
+    done = plan.resent() if dry_run or not plan.letters else run(send, plan)
     rows = [{"msg_id": r.msg_id, "dlq_offset_msg_id": r.dlq_offset_msg_id, "topic": r.topic,
              "new_msg_id": r.new_msg_id} for r in done]  # fmt: skip
     if as_json:
-        print_json({"group": group, "dry_run": dry_run, "messages": rows})
+        print_json({"group": group, "dry_run": dry_run, "to": plan.target or "topic",
+                    "remaining": plan.remaining, "already_resent": plan.already_resent,
+                    "other_groups": plan.other_groups, "messages": rows})  # fmt: skip
         return
     verb = "would send" if dry_run else "sent"
     table(
@@ -152,3 +186,5 @@ def dlq_resend(
         ["msg id", "to topic", "new msg id"],
         [[r["msg_id"], r["topic"], r["new_msg_id"] or "-"] for r in rows],
     )
+    for line in notes:
+        err.print(line)

@@ -115,6 +115,12 @@ class AdminRequests:
             for mq, v in _queue_table(obj, "consume stats").items()
         }
 
+    async def topic_groups(self, addr: str, topic: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO: the groups with offsets of (or subscribed to)
+        ``topic`` on one broker."""
+        obj = await self._ok(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+        return sorted(str(g) for g in (obj or {}).get("groupList") or [])
+
     async def consumer_connections(self, addr: str, group: str) -> dict[str, Any]:
         """GET_CONSUMER_CONNECTION_LIST: the group's connections, subscriptions and model.
 

@@ -292,13 +292,15 @@ async def test_dead_letters_listed_and_resent(
             await admin.resend_dead_letters(group, key="k0", everything=True)
     by_key = json.loads((await anyio.to_thread.run_sync(
         lambda: cli("dlq", "resend", group, "--key", "k1", "--yes", "--json"))).stdout)  # fmt: skip
-    assert [m["topic"] for m in by_key["messages"]] == [topic]
+    # to the group's retry topic: no other group of the topic gets the copy
+    retry = f"%RETRY%{group}"
+    assert [m["topic"] for m in by_key["messages"]] == [retry]
     new_id = by_key["messages"][0]["new_msg_id"]
     async with Admin(namesrv) as admin:
-        copy = await admin.get_message(new_id, topic)
+        copy = await admin.get_message(new_id, retry)
         assert copy.body == b"poison-1" and copy.tags == "t" and copy.keys == ["k1"]
-        assert copy.properties["n"] == "1"
-        assert (await admin.topic_stats(topic)).messages == before + 1
+        assert copy.properties["n"] == "1" and copy.properties["RETRY_TOPIC"] == topic
+        assert (await admin.topic_stats(topic)).messages == before
     one = listed[0]
     by_id = json.loads((await anyio.to_thread.run_sync(lambda: cli(
         "dlq", "resend", group, "--msg-id", one["msg_id"], "--yes", "--json"))).stdout)  # fmt: skip
