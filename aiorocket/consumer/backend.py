@@ -250,6 +250,10 @@ class PopBackend:
     def joined(self) -> bool:
         return self.started
 
+    def receivable_queues(self) -> int:
+        runtime = self.runtime
+        return runtime.source.receivable_queues() if runtime is not None else 0
+
     async def start(self, delivery: DeliveryFactory, handler: Handler | None) -> None:
         from aiorocket.consumer.pop.runtime import PopRuntime
 

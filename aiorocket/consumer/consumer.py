@@ -47,7 +47,7 @@ from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
 from aiorocket.consumer.strategies import choose_delivery
 from aiorocket.consumer.threads import HandlerThreads
 from aiorocket.errors import ClientClosedError, ConfigError
-from aiorocket.message import MessageQueue
+from aiorocket.message import RETRY_TOPIC_PREFIX, MessageQueue
 from aiorocket.namespace import app_subscriptions, unwrap_queue, wrap, wrap_queue
 from aiorocket.protocol.subscription import EXPRESSION_SQL92, EXPRESSION_TAG, Subscription
 from aiorocket.received import ConsumerMessage
@@ -405,6 +405,18 @@ class Consumer:
         self._pull_only("assignment() (queues)")
         namespace = self._state.config.namespace
         return {unwrap_queue(namespace, mq) for mq in self._state.assignment()}
+
+    def receivable_queues(self) -> int:
+        """Queues of the subscribed topics this member consumes now, on every transport:
+        its assigned queues (pull; the retry queue not counted), the readable queues of
+        the topics' routes (POP over remoting), the Proxy's assignments (gRPC). 0 for
+        every member of a group means nothing is consumed (metrics and alerts use it)."""
+        if not self.started:
+            return 0
+        if isinstance(self._backend, PopBackend):
+            return self._backend.receivable_queues()
+        return sum(1 for mq in self._state.assignment()
+                   if not mq.topic.startswith(RETRY_TOPIC_PREFIX))  # fmt: skip
 
     @property
     def has_joined(self) -> bool:

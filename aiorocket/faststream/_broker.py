@@ -212,9 +212,11 @@ class RocketBroker(
         self._connection = None
 
     async def ping(self, timeout: float | None = None) -> bool:
-        """Connected and the producer open."""
+        """Connected, the producer open, and no started subscriber's consumer died."""
         client = self._producer_client
-        return self._connection is not None and client is not None and not client.closed
+        if self._connection is None or client is None or client.closed:
+            return False
+        return not any(isinstance(sub, RocketSubscriber) and sub.died for sub in self.subscribers)
 
     async def publish(
         self,

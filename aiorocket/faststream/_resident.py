@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -23,11 +24,24 @@ _log = get_logger("faststream")
 class Resident:
     """Runs ``async with client`` in its own task between ``open()`` and ``close()``."""
 
-    def __init__(self, client: AbstractAsyncContextManager[Any], name: str) -> None:
+    def __init__(
+        self,
+        client: AbstractAsyncContextManager[Any],
+        name: str,
+        on_failure: Callable[[BaseException], None] | None = None,
+    ) -> None:
         self.client = client
         self.name = name
+        #: what ended the client while it was open (it died: not closed by ``close``)
+        self.failure: BaseException | None = None
+        self._on_failure = on_failure
         self._task: asyncio.Task[None] | None = None
         self._leave: asyncio.Event | None = None
+
+    @property
+    def alive(self) -> bool:
+        """Open: entered, not left, and not ended by a failure."""
+        return self._task is not None and not self._task.done()
 
     async def open(self) -> None:
         """Enter the client; raises what entering raised."""
@@ -46,8 +60,11 @@ class Resident:
             if not entered.done():
                 entered.set_exception(exc)
                 return
+            self.failure = exc
             if not isinstance(exc, asyncio.CancelledError):
                 _log.error("client_failed", client=self.name, error=repr(exc))
+            if self._on_failure is not None:
+                self._on_failure(exc)
             raise
 
     async def close(self) -> None:

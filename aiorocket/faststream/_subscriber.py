@@ -142,9 +142,21 @@ class RocketSubscriber(SubscriberUsecase[ConsumerMessage]):
         await super().start()
         if self.calls:
             self.consumer = self.build_consumer()
-            self._resident = Resident(self.consumer, f"consumer {self.group}")
+            self._resident = Resident(
+                self.consumer, f"consumer {self.group}", on_failure=self._consumer_died
+            )
             await self._resident.open()
         self._post_start()
+
+    @property
+    def died(self) -> bool:
+        """Its consumer ended while the subscriber was started (not stopped by it)."""
+        resident = self._resident
+        return resident is not None and resident.failure is not None
+
+    def _consumer_died(self, exc: BaseException) -> None:
+        # No message is taken any more: say so where FastStream and health checks look.
+        self.running = False
 
     async def stop(self) -> None:
         # The consumer stops taking messages, lets running handlers finish (its

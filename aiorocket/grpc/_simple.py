@@ -173,6 +173,16 @@ class SimpleConsumer:
 
     # -- receiving -----------------------------------------------------------------
 
+    def receivable_queues(self) -> int:
+        """The Proxy's assignments of the subscribed topics, as last queried (and no
+        older than a few refreshes: a topic whose query now fails counts 0)."""
+        now = time.monotonic()
+        return sum(
+            len(queues)
+            for topic, (at, queues) in self._assignments.items()
+            if topic in self._subs and now - at < 3 * _ASSIGNMENT_TTL
+        )
+
     async def _assignment(self, topic: str) -> list[pb.MessageQueue]:
         now = time.monotonic()
         hit = self._assignments.get(topic)

@@ -35,9 +35,10 @@ given as the instruments' advisory: a View of your own still overrides them).
 * ``aiorocket.consumer.cached`` and ``aiorocket.consumer.in_flight`` (observable gauges,
   per group);
 * ``aiorocket.consumer.assigned_queues`` (observable gauge, per group): queues of the
-  subscribed topics assigned to this member (remoting only): 0 for every member of a
-  group means nothing is consumed (the topic is missing, or the members subscribe
-  differently);
+  subscribed topics this member consumes (``Consumer.receivable_queues``: its assigned
+  queues when pulling, the routes' readable queues for POP over remoting, the Proxy's
+  assignments over gRPC): 0 for every member of a group means nothing is consumed (the
+  topic is missing, the members subscribe differently, no broker);
 * ``aiorocket.consumer.lag`` (observable gauge, per queue: ``messaging.destination.name``,
   ``messaging.destination.partition.id`` = queue id, ``aiorocket.broker.name``): the
   broker's max offset minus the committed offset, refreshed every ``lag_interval``.
@@ -59,7 +60,7 @@ with needs_extra("otel", "aiorocket.integrations.telemetry (OpenTelemetry)"):
     from opentelemetry.metrics import CallbackOptions, Observation
 
 from aiorocket.consumer import Consumer, ConsumerMessage, Reconsume
-from aiorocket.message import RETRY_TOPIC_PREFIX, Message, MessageQueue
+from aiorocket.message import Message, MessageQueue
 from aiorocket.producer import Producer
 
 __all__ = ["DELAY_BUCKETS", "DURATION_BUCKETS", "Telemetry"]
@@ -184,15 +185,10 @@ class Telemetry:
 
     def _observe_assigned(self, options: CallbackOptions) -> Iterable[Observation]:
         for consumer in self._consumers:
-            if consumer.consume_mode != "pull":
-                continue  # over gRPC the Proxy assigns no queues to clients
-            if not consumer.started:
-                continue
-            # The group's retry queue is assigned too, even when no topic exists.
-            queues = consumer.assignment()
-            count = sum(1 for mq in queues if not mq.topic.startswith(RETRY_TOPIC_PREFIX))
-            yield Observation(count, {"messaging.system": SYSTEM,
-                                      "messaging.consumer.group.name": consumer.group})  # fmt: skip
+            if consumer.started:  # every transport: pull, POP, gRPC (receivable_queues)
+                yield Observation(consumer.receivable_queues(),
+                                  {"messaging.system": SYSTEM,
+                                   "messaging.consumer.group.name": consumer.group})  # fmt: skip
 
     def record_lag(self, report: dict[str, Any]) -> None:
         """Keep the per-queue lag of a health report (``RocketMQService.health()``) for

@@ -18,6 +18,7 @@ from aiorocket.admin import Admin
 from aiorocket.consumer import ConsumerConfig
 from aiorocket.errors import ConfigError
 from aiorocket.faststream import RocketBroker, RocketMessage
+from aiorocket.faststream._subscriber import RocketSubscriber
 from aiorocket.testing.broker import LocalRocketMQ
 from tests.integration.faststream_helpers import FAST, FIRST, started
 from tests.integration.helpers import eventually
@@ -100,6 +101,33 @@ async def test_publisher_sends_the_result_to_a_second_topic_with_its_options(
     invoice, tags, headers = invoiced[0]
     assert invoice == {"order": 1, "total": 8.0}
     assert tags == "issued" and headers["source"] == "billing"
+
+
+async def test_a_subscriber_whose_consumer_died_is_not_running_and_ping_says_so(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A consumer that dies (a background task of it failed) ends its subscriber: it
+    looked running, and ping() checked the producer alone, so health checks passed while
+    nothing was consumed (logged once)."""
+    topic = unique_name("fs")
+    await rocketmq.create_topic(topic, queues=1)
+    broker = remoting(rocketmq)
+
+    @broker.subscriber(topic, group=unique_name("g"), consume_from_where=FIRST)
+    async def handle(body: str) -> None: ...
+
+    async def fail() -> None:
+        raise RuntimeError("a background task of the consumer failed")
+
+    async with started(broker):
+        (sub,) = broker.subscribers
+        assert isinstance(sub, RocketSubscriber) and sub.consumer is not None
+        assert sub.running and not sub.died and await broker.ping()
+        # the fault: a task of the consumer's own task group raises (no server does this)
+        sub.consumer._backend.engine("test")._tg.start_soon(fail)  # type: ignore[union-attr]
+        await eventually(lambda: sub.died, timeout=10)
+        assert not sub.running
+        assert not await broker.ping()
 
 
 async def test_a_raised_exception_is_retried_by_the_group_then_acked(

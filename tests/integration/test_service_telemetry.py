@@ -17,7 +17,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from aiorocket import Message
-from aiorocket.consumer import ConsumeFromWhere, ConsumerMessage
+from aiorocket.admin import Admin
+from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
 from aiorocket.integrations.service import RocketMQService
 from aiorocket.integrations.telemetry import DELAY_BUCKETS, DURATION_BUCKETS, Telemetry
 from aiorocket.testing.broker import LocalRocketMQ
@@ -40,6 +41,10 @@ def _points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
             for metric in sm.metrics:
                 out.setdefault(metric.name, []).extend(metric.data.data_points)
     return out
+
+
+def _ignore(msg: ConsumerMessage) -> None:
+    return None
 
 
 def _in_memory_telemetry() -> tuple[Telemetry, InMemoryMetricReader, InMemorySpanExporter]:
@@ -191,6 +196,44 @@ async def test_a_call_cut_by_the_close_is_no_failure_a_timed_out_one_is(
     spans = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CONSUMER]
     released = [s for s in spans if s.attributes.get("aiorocket.released")]
     assert len(spans) == 2 and len(released) == 1 and released[0].status.is_ok
+
+
+async def test_assigned_queues_has_a_series_for_pop_and_grpc_consumers(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """The no-assigned-queues alert reads aiorocket.consumer.assigned_queues, which had
+    no series for POP and gRPC consumers: it could never fire for them. Now each reports
+    the queues it receives from (0 for a topic that does not exist)."""
+    topic, missing = unique_name("pq"), unique_name("missing")
+    await rocketmq.create_topic(topic, queues=2)
+    groups = {kind: unique_name(kind) for kind in ("pop", "grpc", "grpc-idle")}
+    async with Admin(rocketmq.namesrv_addr) as admin:
+        for group in groups.values():
+            await admin.create_group(group)  # the Proxy serves only groups that exist
+    telemetry, reader, _ = _in_memory_telemetry()
+    service = RocketMQService(rocketmq.namesrv_addr, telemetry=telemetry)
+    pop = Consumer(groups["pop"], rocketmq.namesrv_addr, handler=_ignore, consume_mode="pop")
+    pop.subscribe(topic)
+    grpc = Consumer(groups["grpc"], proxy=rocketmq.proxy_grpc, handler=_ignore)
+    grpc.subscribe(topic)
+    idle = Consumer(groups["grpc-idle"], proxy=rocketmq.proxy_grpc, handler=_ignore)
+    idle.subscribe(missing)
+    for consumer in (pop, grpc, idle):
+        service.add_consumer(consumer)
+
+    def assigned() -> dict[str, int]:
+        points = _points(reader).get("aiorocket.consumer.assigned_queues", [])
+        return {kind: _total(points, **{"messaging.consumer.group.name": group})
+                for kind, group in groups.items()
+                if any(p.attributes["messaging.consumer.group.name"] == group
+                       for p in points)}  # fmt: skip
+
+    brokers = len(rocketmq.broker_addrs)
+    async with service:
+        # POP over remoting: every readable queue; gRPC: the Proxy's assignments (one
+        # per broker); the topic that does not exist: a series at 0
+        await eventually(lambda: assigned() == {"pop": 2 * brokers, "grpc": brokers,
+                                                "grpc-idle": 0}, timeout=30)  # fmt: skip
 
 
 async def test_duration_histograms_have_buckets_in_seconds(

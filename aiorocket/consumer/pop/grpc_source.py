@@ -91,6 +91,9 @@ class GrpcSource:
     def receivers(self) -> int:
         return RECEIVERS
 
+    def receivable_queues(self) -> int:
+        return self.session.receivable_queues()
+
     async def run(self) -> None:
         """Nothing: the session keeps itself alive."""
 

@@ -166,6 +166,14 @@ class RemotingSource:
 
     # -- popping -------------------------------------------------------------------
 
+    def receivable_queues(self) -> int:
+        count = 0
+        for topic in self.state.subscriptions:
+            route = self.client.namesrv.cached_route(topic)
+            if route is not None:
+                count += sum(1 for mq in route.read_queues() if route.master_addr(mq.broker_name))
+        return count
+
     def _targets(self) -> list[tuple[str, str, str]]:
         """(topic, broker name, master address) of every readable subscribed topic."""
         out: list[tuple[str, str, str]] = []

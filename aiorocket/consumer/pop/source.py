@@ -91,6 +91,11 @@ class PopSource(Protocol):
     def receivers(self) -> int:
         """Receive loops to run at once."""
 
+    def receivable_queues(self) -> int:
+        """Queues of the subscribed topics this member receives from now (over remoting
+        the readable queues of the cached routes, over gRPC the Proxy's current
+        assignments): 0 means nothing is consumed (a missing topic, no broker)."""
+
     async def run(self) -> None:
         """Background work of the session (heartbeats), until cancelled; may return."""
 
