@@ -107,8 +107,9 @@ def _pairs(info: str | None) -> dict[str, str]:
 
 @dataclass(slots=True, frozen=True)
 class PoppedUndecodable:
-    """A popped record that could not be decoded, and its check point (None when not
-    even the record's queue or offset could be read: it cannot be settled)."""
+    """A popped record that could not be decoded, and its check point (None when the
+    record's queue, offset or topic could not be read, or are not among those the
+    answer lists as popped: it cannot be settled)."""
 
     record: UndecodableRecord
     receipt_handle: str | None
@@ -176,7 +177,26 @@ class _CheckPoints:
         self.revive_qid = resp.ext_int("reviveQid")
         self.broker_name = broker_name
         self.starts = _pairs(resp.ext_fields.get("startOffsetInfo"))
+        self.listed = _pairs(resp.ext_fields.get("msgOffsetInfo"))
         self.first: dict[str, int] = {}
+        #: the check points of the answer's records so far (kept only when a record
+        #: could not be decoded)
+        self.claimed: set[str] = set()
+
+    def unclaimed(self, ck: CheckPoint) -> bool:
+        """``ck``, of an undecodable record, is one the answer lists as popped
+        (``msgOffsetInfo``; without it, of a popped queue at or past its start) and no
+        other record's: the queue and offset read from a bad record may be garbage, and
+        an ack of them would settle another message."""
+        if ck.handle() in self.claimed:
+            return False
+        self.claimed.add(ck.handle())
+        key = f"{ck.mark}@{ck.queue_id}"
+        listed = self.listed.get(key)
+        if listed is not None:
+            return str(ck.offset) in listed.split(",")
+        start = self.starts.get(key)
+        return start is not None and ck.offset >= int(start)
 
     def of(self, stored_topic: str, queue_id: int, offset: int, given: str | None) -> CheckPoint:
         """The check point of the record at ``offset`` of queue ``queue_id``: the one
@@ -255,6 +275,8 @@ class PopRequests:
             given = m.properties.get(PROPERTY_POP_CK) if m.reconsume_times > 0 else None
             ck = checks.of(m.topic, m.queue_id, m.queue_offset, given)
             m.receipt_handle = ck.handle()
+            if bad:
+                checks.claimed.add(m.receipt_handle)
             if order:
                 key = f"{ck.mark}@{m.queue_id}"
                 count = counts.get(f"{ck.mark}@qo{m.queue_id}%{m.queue_offset}") or counts.get(key)
@@ -263,17 +285,16 @@ class PopRequests:
             m.topic = topic
             m.delivery_attempt = m.reconsume_times + 1
             out.append(m)
-        undecodable = [
-            PoppedUndecodable(
-                r,
-                None
-                if r.queue_id is None or r.queue_offset is None
-                else checks.of(
-                    r.topic, r.queue_id, r.queue_offset, r.properties.get(PROPERTY_POP_CK)
-                ).handle(),
-            )
-            for r in bad
-        ]
+        undecodable = []
+        for r in bad:
+            handle = None
+            # Without its topic (then its properties were unreadable too), the record's
+            # retry mark is unknown: a guess could name another message.
+            if r.queue_id is not None and r.queue_offset is not None and r.topic:
+                given = r.properties.get(PROPERTY_POP_CK)
+                ck = checks.of(r.topic, r.queue_id, r.queue_offset, given)
+                handle = ck.handle() if checks.unclaimed(ck) else None
+            undecodable.append(PoppedUndecodable(r, handle))
         return PopResult(out, rest=resp.ext_int("restNum", 0), undecodable=undecodable)
 
     async def popped(

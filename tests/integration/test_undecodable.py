@@ -122,3 +122,34 @@ async def test_pull_consumer_skips_past_an_undecodable_message(
                 for msgs in (await consumer.getmany(timeout=5)).values():
                     got += [m.body for m in msgs]
     assert got == [b"good-0", b"good-2", b"good-4"]
+
+
+async def test_pop_consumer_dead_letters_an_undecodable_message_and_handles_the_rest(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """POP over remoting: the records of a pop that cannot be decoded no longer fail the
+    pop (the good messages were never handled); each is dead-lettered and acked with
+    the check point the broker's answer lists for it."""
+    topic, group = unique_name("t"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1)
+    mq = await _store_good_bad_good(rocketmq.namesrv_addr, topic)
+    got: list[bytes] = []
+
+    async def handle(msg: ConsumerMessage) -> None:
+        got.append(msg.body)
+
+    consumer = Consumer(group, rocketmq.namesrv_addr, handler=handle, consume_mode="pop",
+                        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                        long_poll_timeout=1.0)  # fmt: skip
+    consumer.subscribe(topic)
+    with capture_logs() as logs:
+        async with consumer:
+            await eventually(lambda: consumer.undecodable_messages == 2 and len(got) == 3,
+                             timeout=30)  # fmt: skip
+    assert sorted(got) == [b"good-0", b"good-2", b"good-4"]
+    events = [e for e in logs if e["event"] == "undecodable_message"]
+    assert sorted((e["offset"], e["action"], e["topic"], e["queue"]) for e in events) == [
+        (1, "dead_lettered", topic, mq.queue_id), (3, "dead_lettered", topic, mq.queue_id),
+    ]  # fmt: skip
+    assert not [e for e in logs if e["event"] in ("undecodable_ack_refused", "receive_failed")]
+    await eventually(lambda: _count_dead_letters(rocketmq, group, 2), timeout=30)

@@ -7,6 +7,7 @@ consumer. The broker keeps messages, offsets and heartbeats in memory.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -15,6 +16,12 @@ from typing import Any
 
 import anyio
 
+from aiorocket.client.pop import (
+    ACK_MESSAGE,
+    BATCH_ACK_MESSAGE,
+    CHANGE_MESSAGE_INVISIBLETIME,
+    POP_MESSAGE,
+)
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage, PullConsumer
 from aiorocket.consumer.allocation import AllocateStrategy
 from aiorocket.consumer.engine import Engine
@@ -29,6 +36,9 @@ from aiorocket.testing.logs import capture_logs
 
 TOPIC = "orders"
 QUEUES = 2
+#: a pop's answers when it found nothing: the broker's long-poll queue was full; the poll
+#: ended (ResponseCode.POLLING_FULL / POLLING_TIMEOUT)
+POLLING_FULL, POLLING_TIMEOUT = 209, 210
 
 
 class FakeBroker:
@@ -385,3 +395,97 @@ def reallocate(consumer: Consumer | PullConsumer, strategy: AllocateStrategy) ->
 def rebalance_memory(consumer: Consumer | PullConsumer) -> RebalanceState:
     """The rebalancer's memory and counters (passes, allocations, member queries)."""
     return engine_of(consumer).rebalancer.memory
+
+
+class PopBroker(FakeBroker):
+    """A 5.x broker's POP over remoting (``consume_mode="pop"``), queue 0 of TOPIC: a
+    pop takes every visible message not acked, invisible for the pop's invisible time,
+    then visible again (as the broker's revive does, without the retry topic).
+
+    ``polling_full`` pops are answered POLLING_FULL (209) first, at once (the broker's
+    long-poll queue is full); with ``empty_at_once`` every pop is answered PULL_NOT_FOUND
+    at once (a broker that does not hold the poll). ``refuse_send_back``:
+    CONSUMER_SEND_MSG_BACK is answered SYSTEM_ERROR. A record of ``records`` (queue 0)
+    is served in place of its message's.
+    """
+
+    def __init__(self, name: str = "broker-a") -> None:
+        super().__init__(name, 0)
+        self.visible_at: dict[int, float] = {}
+        self.acked: set[int] = set()
+        self.deliveries: dict[int, int] = defaultdict(int)
+        self.polling_full = 0
+        self.empty_at_once = False
+        self.pops = 0
+        self.pops_with_messages = 0
+        self.refuse_send_back = False
+        #: commit-log offsets of the records sent back (to the DLQ)
+        self.sent_back: list[int] = []
+
+    def _ready(self) -> list[int]:
+        now = anyio.current_time()
+        return [
+            i for i in range(len(self.messages[0]))
+            if i not in self.acked and self.visible_at.get(i, 0.0) <= now
+        ]  # fmt: skip
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        code, ext = cmd.code, cmd.ext_fields
+        if code == POP_MESSAGE:
+            await session.send(await self._pop(cmd))
+        elif code == BATCH_ACK_MESSAGE:
+            for ack in json.loads(cmd.body)["acks"]:
+                bits = int.from_bytes(base64.b64decode(ack["b"]), "little")
+                self.acked.update(ack["so"] + k for k in range(bits.bit_length()) if bits >> k & 1)
+            await session.send(RemotingCommand.response_to(cmd))
+        elif code == ACK_MESSAGE:
+            self.acked.add(int(ext["offset"]))
+            await session.send(RemotingCommand.response_to(cmd))
+        elif code == CHANGE_MESSAGE_INVISIBLETIME:
+            offset, invisible = int(ext["offset"]), int(ext["invisibleTime"])
+            self.visible_at[offset] = anyio.current_time() + invisible / 1000
+            fields = {"popTime": "0", "invisibleTime": str(invisible), "reviveQid": "0"}
+            await session.send(RemotingCommand.response_to(cmd, ext_fields=fields))
+        elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
+            resp = RemotingCommand.response_to(cmd)
+            if self.refuse_send_back:
+                resp.code, resp.remark = ResponseCode.SYSTEM_ERROR, "scripted refusal"
+            else:
+                self.sent_back.append(int(ext["offset"]))
+            await session.send(resp)
+        elif code == RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG:
+            body = json.dumps({"groupName": ext["group"], "retryMaxTimes": 16}).encode()
+            await session.send(RemotingCommand.response_to(cmd, body=body))
+        else:
+            await super().handle(session, cmd)
+
+    async def _pop(self, cmd: RemotingCommand) -> RemotingCommand:
+        self.pops += 1
+        if self.polling_full:
+            self.polling_full -= 1
+            return RemotingCommand.response_to(cmd, POLLING_FULL, "polling full")
+        if self.empty_at_once:
+            return RemotingCommand.response_to(cmd, ResponseCode.PULL_NOT_FOUND)
+        ext = cmd.ext_fields
+        with anyio.move_on_after(int(ext["pollTime"]) / 1000):
+            while not self._ready():  # noqa: ASYNC110  (visibility is a matter of time)
+                await anyio.sleep(0.02)
+        ready = self._ready()[: int(ext["maxMsgNums"])]
+        if not ready:
+            return RemotingCommand.response_to(cmd, POLLING_TIMEOUT)
+        self.pops_with_messages += 1
+        invisible = int(ext["invisibleTime"])
+        for i in ready:
+            self.visible_at[i] = anyio.current_time() + invisible / 1000
+            self.deliveries[i] += 1
+        body = b"".join(
+            self.records.get((0, i))
+            or encode_stored_message(
+                TOPIC, self.messages[0][i], queue_offset=i, commit_log_offset=1000 + i
+            )
+            for i in ready
+        )
+        fields = {"popTime": "1", "invisibleTime": str(invisible), "reviveQid": "0",
+                  "startOffsetInfo": f"0 0 {ready[0]}", "restNum": "0",
+                  "msgOffsetInfo": f"0 0 {','.join(map(str, ready))}"}  # fmt: skip
+        return RemotingCommand.response_to(cmd, ext_fields=fields, body=body)

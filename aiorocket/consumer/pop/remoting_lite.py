@@ -189,13 +189,12 @@ class LiteRemotingSource(RemotingSource):
         if not brokers:
             raise NoRouteError(f"no readable queue of {self.lite.bind_topic!r} has a master")
         broker_name, addr = self._least_polled(brokers, lambda b: b[1])
-        with self._in_flight(addr):
-            result = await self.lite_requests.pop_lite(
-                addr, client_id=self.client_id, group=self.group, topic=self.lite.bind_topic,
-                broker_name=broker_name, max_nums=max_messages,
-                invisible_ms=int(invisible * 1000), poll_ms=self._poll_ms,
-                timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
-            )  # fmt: skip
+        result = await self._polled(addr, lambda: self.lite_requests.pop_lite(
+            addr, client_id=self.client_id, group=self.group, topic=self.lite.bind_topic,
+            broker_name=broker_name, max_nums=max_messages,
+            invisible_ms=int(invisible * 1000), poll_ms=self._poll_ms,
+            timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
+        ))  # fmt: skip
         if result.messages:
             self._busy(addr)
         for m in result.messages:

@@ -22,6 +22,20 @@ queue (``%DLQ%ns%group``) are the namespace's, as with the Java client. The appl
 sees its own topic names: a popped message's topic is unwrapped here and wrapped again on
 its way back to the broker.
 
+A pop the broker answers at once with nothing (POLLING_FULL: its long-poll queue is full;
+or an empty answer well before the poll time) is followed by a pause before the next
+pop of that broker: 0.1 s, doubling up to 3 s (Java waits 3 s after POLLING_FULL),
+back to none after an answer with messages or a poll that was held; the pause is the
+receive's, so the close cancels it. Without it every receive loop spun against the
+broker that had just said it was overloaded (8,111 pops/s from one consumer).
+
+A record that cannot be decoded (a body flagged compressed that does not inflate, say)
+no longer fails its whole pop: the other messages are handed on, and the record is
+dead-lettered (or skipped) as the pull path does it (``aiorocket.consumer.undecodable``)
+and then acked, by the source's background task (``run``), so that the good messages
+wait for neither. A dead-lettering that cannot reach the broker leaves the record: it
+comes back after its invisible time.
+
 Orderly (``orderly=True``): pops ask for order (``order=true``): the broker hands out a
 queue's messages to one member at a time, the next ones only once those are acked (its
 order lock per queue and group); each queue is delivered in order, one at a time.
@@ -29,8 +43,9 @@ order lock per queue and group); each queue is delivered in order, one at a time
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -40,16 +55,20 @@ from aiorocket.client.instance import ClientInstance
 from aiorocket.client.pop import (
     INIT_MODE_FIRST,
     INIT_MODE_LAST,
+    CheckPoint,
+    PoppedUndecodable,
     PopRequests,
+    PopResult,
     group_retry_max_times,
 )
 from aiorocket.consumer.config import ConsumeFromWhere
 from aiorocket.consumer.membership import Membership
 from aiorocket.consumer.pop.source import AckRefusals
 from aiorocket.consumer.state import ConsumerState
-from aiorocket.errors import NoRouteError, RocketMQError
+from aiorocket.consumer.undecodable import dead_letter_record, report_undecodable
+from aiorocket.errors import BrokerResponseError, NoRouteError, RocketMQError
 from aiorocket.namespace import unwrap, wrap
-from aiorocket.received import PopMessage
+from aiorocket.received import ConsumerMessage, PopMessage
 
 __all__ = ["POP_DELAYS", "RemotingSource"]
 
@@ -59,6 +78,8 @@ T = TypeVar("T")
 POP_DELAYS = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 #: the broker's default retryMaxTimes of a group
 _DEFAULT_RETRY_MAX = 16
+#: the first and the longest pause after a pop answered at once with nothing (seconds)
+IDLE_BACKOFF, MAX_IDLE_BACKOFF = 0.1, 3.0
 
 
 class RemotingSource:
@@ -104,6 +125,11 @@ class RemotingSource:
         self._rr = 0
         #: pops in flight by what they poll (a topic's broker; the lite source: a broker)
         self._polling: Counter[object] = Counter()
+        #: pops answered at once with nothing in a row, by what they poll
+        self._idle: Counter[object] = Counter()
+        #: popped records that could not be decoded, to settle: (address, topic, record)
+        self._undecodable: list[tuple[str, str, PoppedUndecodable]] = []
+        self._undecodable_added: anyio.Event | None = None
         self._opened = False
 
     @property
@@ -143,10 +169,13 @@ class RemotingSource:
         return _DEFAULT_RETRY_MAX + 1
 
     async def run(self) -> None:
-        """Heartbeats (the brokers list us among the group's consumers), until cancelled."""
-        while True:
-            await anyio.sleep(self.state.config.heartbeat_interval)
-            await self._membership.send_heartbeats()
+        """Heartbeats (the brokers list us among the group's consumers), and the
+        settling of undecodable records, until cancelled."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._settle_undecodable)
+            while True:
+                await anyio.sleep(self.state.config.heartbeat_interval)
+                await self._membership.send_heartbeats()
 
     async def close(self) -> None:
         if not self._opened:
@@ -197,14 +226,18 @@ class RemotingSource:
         target = self._least_polled(targets, lambda t: t)
         topic, broker_name, addr = target
         sub = self.state.subscriptions[topic]
-        with self._in_flight(target):
-            result = await self.requests.pop(
-                addr, self.group, topic, broker_name, max_nums=max_messages,
-                invisible_ms=int(invisible * 1000), poll_ms=self._poll_ms,
-                init_mode=self._init_mode, expression=sub.expression,
-                expression_type=sub.expression_type, order=self.fifo,
-                timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
-            )  # fmt: skip
+        result = await self._polled(target, lambda: self.requests.pop(
+            addr, self.group, topic, broker_name, max_nums=max_messages,
+            invisible_ms=int(invisible * 1000), poll_ms=self._poll_ms,
+            init_mode=self._init_mode, expression=sub.expression,
+            expression_type=sub.expression_type, order=self.fifo,
+            timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
+            keep_undecodable=True,
+        ))  # fmt: skip
+        if result.undecodable:  # rare: off the normal path
+            self._undecodable += [(addr, topic, bad) for bad in result.undecodable]
+            if self._undecodable_added is not None:
+                self._undecodable_added.set()
         for m in result.messages:
             m.topic = unwrap(self._namespace, m.topic)  # the application's name
             if self.fifo:
@@ -220,6 +253,24 @@ class RemotingSource:
         n = len(options)
         turns = (options[(self._rr + i) % n] for i in range(n))
         return min(turns, key=lambda o: self._polling[key(o)])
+
+    async def _polled(self, key: object, pop: Callable[[], Awaitable[PopResult]]) -> PopResult:
+        """``pop()`` of ``key`` (counted in flight), and the pause after an answer that
+        came at once with nothing (see the module docstring)."""
+        with self._in_flight(key):
+            started = time.monotonic()
+            result = await pop()
+            held = time.monotonic() - started >= self._poll_ms / 2000
+            if result.messages or result.undecodable or (held and not result.polling_full):
+                self._idle.pop(key, None)
+                return result
+            self._idle[key] += 1
+            idle = self._idle[key]
+            if idle == 1:
+                self.state.log.info("pop_backing_off", target=str(key),
+                                    polling_full=result.polling_full)  # fmt: skip
+            await anyio.sleep(min(MAX_IDLE_BACKOFF, IDLE_BACKOFF * 2 ** (idle - 1)))
+        return result
 
     @contextmanager
     def _in_flight(self, key: object) -> Iterator[None]:
@@ -292,3 +343,48 @@ class RemotingSource:
 
     def lost(self, err: RocketMQError) -> bool:
         return False
+
+    # -- undecodable records -------------------------------------------------------
+
+    async def _settle_undecodable(self) -> None:
+        """Settle the undecodable records receives set aside, until cancelled (what is
+        left then comes back after its invisible time)."""
+        while True:
+            self._undecodable_added = added = anyio.Event()
+            while self._undecodable:
+                addr, topic, bad = self._undecodable.pop(0)
+                try:
+                    await self._settle_one(addr, topic, bad)
+                except RocketMQError as err:  # the broker unreachable: it comes back
+                    self.state.log.warning(
+                        "undecodable_not_settled", topic=topic, offset=bad.record.queue_offset,
+                        error=str(err),
+                    )  # fmt: skip
+            await added.wait()
+
+    async def _settle_one(self, addr: str, topic: str, bad: PoppedUndecodable) -> None:
+        """Dead-letter (or skip) one undecodable record, as the pull path does, then ack
+        it; one whose check point is unknown is left to come back."""
+        record, handle = bad.record, bad.receipt_handle
+        log = self.state.log.bind(topic=unwrap(self._namespace, topic), queue=record.queue_id)
+        if handle is None or record.queue_id is None or record.commit_log_offset is None:
+            report_undecodable(self.state, log, record, record.queue_offset, "left")
+            return
+
+        async def forward(stub: ConsumerMessage) -> bool:
+            try:
+                await self.client.broker.send_back(
+                    addr, stub, self.group, delay_level=-1, origin_topic=topic,
+                    max_reconsume_times=max(self.server_max_attempts - 1, 0),
+                )  # fmt: skip
+            except BrokerResponseError as err:  # a refusal: skipped
+                log.warning("send_back_failed", offset=record.queue_offset, error=str(err))
+                return False
+            return True
+
+        await dead_letter_record(
+            self.state, log, record, topic, record.queue_id, CheckPoint.parse(handle).broker_name,
+            forward,
+        )
+        if not await self.requests.ack(addr, self.group, topic, handle):
+            log.warning("undecodable_ack_refused", offset=record.queue_offset)

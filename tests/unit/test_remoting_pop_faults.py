@@ -1,0 +1,187 @@
+"""POP over remoting (``consume_mode="pop"``) against a fake broker, for what a real one
+will not do on demand: serve a record that cannot be decoded, answer POLLING_FULL, or
+answer every pop at once with nothing. Issue 38, items 3 and 8.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.message_codec import SYSFLAG_COMPRESSED
+from aiorocket.protocol.store_record import encode_stored_message
+from aiorocket.testing.fake_remoting import ServerSession
+from aiorocket.testing.logs import capture_logs
+
+from .consumer_fakes import TOPIC, FakeCluster, PopBroker, running
+
+pytestmark = pytest.mark.anyio
+
+SEND_BACK = 36  # RequestCode.CONSUMER_SEND_MSG_BACK
+
+
+def pop_consumer(cluster: FakeCluster, handler: Any, **settings: Any) -> Consumer:
+    consumer = Consumer(
+        "g", cluster.namesrv.address, handler=handler, consume_mode="pop",
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        **{"long_poll_timeout": 0.5, "request_timeout": 1.0, "invisible_duration": 10,
+           **settings},
+    )  # fmt: skip
+    consumer.subscribe(TOPIC)
+    return consumer
+
+
+def with_poison(broker: PopBroker) -> None:
+    """Four messages; the second's body is flagged compressed and does not inflate."""
+    broker.add(0, b"good-0", b"poison", b"good-2", b"good-3")
+    broker.records[(0, 1)] = encode_stored_message(
+        TOPIC, b"not zlib at all", {"UNIQ_KEY": "BAD1"}, queue_offset=1,
+        commit_log_offset=1001, sys_flag=SYSFLAG_COMPRESSED,
+    )  # fmt: skip
+
+
+async def consume_poisoned(
+    broker: PopBroker, settled: set[int]
+) -> tuple[Consumer, list[bytes], list[dict[str, Any]]]:
+    """Run a consumer until it handled the good messages and the broker saw
+    ``settled`` acked; the consumer (closed), the bodies handled and the logs."""
+    handled: list[bytes] = []
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.append(msg.body)
+
+    async with running(FakeCluster({"broker-a": [broker]})) as cluster:
+        consumer = pop_consumer(cluster, handle)
+        with capture_logs() as logs:
+            async with consumer:
+                with anyio.fail_after(10):
+                    while len(handled) < 3 or not settled <= broker.acked:  # noqa: ASYNC110
+                        await anyio.sleep(0.02)  # the fake broker's state: nothing to wait on
+    return consumer, handled, logs
+
+
+async def test_an_undecodable_record_is_dead_lettered_and_the_rest_of_its_pop_handled() -> None:
+    # Before: the MessageDecodeError failed the whole pop, every time it was popped:
+    # none of the four was handled, acked or dead-lettered.
+    broker = PopBroker()
+    with_poison(broker)
+    consumer, handled, logs = await consume_poisoned(broker, {0, 1, 2, 3})
+    assert sorted(handled) == [b"good-0", b"good-2", b"good-3"]
+    assert broker.sent_back == [1001]  # the raw record, named by its commit-log offset
+    assert dict(broker.deliveries) == {0: 1, 1: 1, 2: 1, 3: 1}
+    assert consumer.undecodable_messages == 1
+    [event] = [e for e in logs if e["event"] == "undecodable_message"]
+    assert (event["topic"], event["queue"], event["offset"]) == (TOPIC, 0, 1)
+    assert (event["msg_id"], event["action"]) == ("BAD1", "dead_lettered")
+    assert event["log_level"] == "error" and "decompress" in event["error"]
+
+
+async def test_an_undecodable_record_the_broker_will_not_take_back_is_skipped() -> None:
+    broker = PopBroker()
+    broker.refuse_send_back = True
+    with_poison(broker)
+    _, handled, logs = await consume_poisoned(broker, {0, 1, 2, 3})
+    assert sorted(handled) == [b"good-0", b"good-2", b"good-3"]
+    assert broker.sent_back == [] and dict(broker.deliveries) == {0: 1, 1: 1, 2: 1, 3: 1}
+    [event] = [e for e in logs if e["event"] == "undecodable_message"]
+    assert event["action"] == "skipped"
+    assert [e for e in logs if e["event"] == "send_back_failed"]  # it was tried first
+
+
+class StallingSendBackBroker(PopBroker):
+    """A broker whose connection stalls at the send-back (no answer: a partition)."""
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.code == SEND_BACK:
+            session.stall()
+            return
+        await super().handle(session, cmd)
+
+
+async def test_an_undecodable_record_whose_dead_lettering_times_out_is_not_acked() -> None:
+    # No refusal: the record is left to come back after its invisible time (then
+    # dead-lettered), never acked without a copy in the DLQ; the others go on.
+    broker = StallingSendBackBroker()
+    with_poison(broker)
+    _, handled, logs = await consume_poisoned(broker, {0, 2, 3})
+    assert sorted(handled) == [b"good-0", b"good-2", b"good-3"]
+    with anyio.fail_after(5):
+        while not [e for e in logs if e["event"] == "undecodable_not_settled"]:  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+    assert 1 not in broker.acked
+    assert not [e for e in logs if e["event"] == "undecodable_message"]
+
+
+@pytest.mark.parametrize("offset", [3, 7])
+async def test_an_undecodable_record_whose_offset_is_not_its_own_is_left_alone(
+    offset: int,
+) -> None:
+    # Its header says offset 3 (good-3's) or 7 (not popped): an ack of it would settle
+    # another message. Left, it comes back after its invisible time.
+    broker = PopBroker()
+    broker.add(0, b"good-0", b"poison", b"good-2", b"good-3")
+    broker.records[(0, 1)] = encode_stored_message(
+        TOPIC, b"not zlib at all", {"UNIQ_KEY": "BAD1"}, queue_offset=offset,
+        commit_log_offset=1001, sys_flag=SYSFLAG_COMPRESSED,
+    )  # fmt: skip
+    consumer, handled, logs = await consume_poisoned(broker, {0, 2, 3})
+    assert sorted(handled) == [b"good-0", b"good-2", b"good-3"]
+    assert broker.acked == {0, 2, 3} and broker.sent_back == []
+    [event] = [e for e in logs if e["event"] == "undecodable_message"]
+    assert event["action"] == "left" and consumer.undecodable_messages == 1
+
+
+@pytest.mark.parametrize("answer", ["polling_full", "empty_at_once"])
+async def test_pops_answered_at_once_with_nothing_back_off(answer: str) -> None:
+    # Before: 8,111 pops/s from one consumer to a broker answering POLLING_FULL.
+    broker = PopBroker()
+    if answer == "polling_full":
+        broker.polling_full = 10**9
+    else:
+        broker.empty_at_once = True
+
+    async def handle(msg: ConsumerMessage) -> None:
+        pass
+
+    async with running(FakeCluster({"broker-a": [broker]})) as cluster:
+        async with pop_consumer(cluster, handle, long_poll_timeout=15):
+            await anyio.sleep(2.0)  # a rate: pops over a span of time
+            pops = broker.pops
+            closing = time.monotonic()
+        closed_in = time.monotonic() - closing
+    # Two receive loops, each pausing 0.1, 0.2, 0.4, 0.8 s ... after an answer.
+    assert pops <= 16, pops
+    assert closed_in < 1.0  # a pause (up to 3 s) does not hold up the close
+
+
+async def test_the_backoff_ends_with_the_first_messages() -> None:
+    broker = PopBroker()
+    broker.polling_full = 5  # the two loops back off 0.1, 0.2, 0.4, 0.8, 1.6 s
+    handled = anyio.Event()
+    got: list[bytes] = []
+
+    async def handle(msg: ConsumerMessage) -> None:
+        got.append(msg.body)
+        handled.set()
+
+    async with running(FakeCluster({"broker-a": [broker]})) as cluster:
+        consumer = pop_consumer(cluster, handle)
+        async with consumer:
+            broker.add(0, b"first")
+            with anyio.fail_after(10):
+                await handled.wait()
+            # A new episode starts again from the shortest pause (not from 3 s).
+            broker.polling_full = 2
+            handled = anyio.Event()
+            added = time.monotonic()
+            broker.add(0, b"second")
+            with anyio.fail_after(5):
+                await handled.wait()
+            took = time.monotonic() - added
+    assert got == [b"first", b"second"]
+    assert took < 1.5, took  # 0.1 + 0.2 s and a pop (without the reset: 3 + 3 s)
