@@ -192,7 +192,7 @@ async def test_a_retried_message_is_settled_by_the_check_point_the_broker_gave(
 ) -> None:
     """A message popped from the group's pop retry topic comes under its own topic, its
     check point (retry mark 1) in POP_CK (5.x, popResponseReturnActualRetryTopic=false).
-    Its batch ack, its single ack (orderly acks, the dead-letter path), and a renewal
+    Its batch ack, its single ack (orderly acks), its dead-lettering, and a renewal
     followed by an ack all name that check point and hold: none of them comes back,
     while an unsettled control comes back every invisible time (1 s here) and marks
     two of them gone by. (A check point built from the topic names mark 0: the broker
@@ -213,16 +213,15 @@ async def test_a_retried_message_is_settled_by_the_check_point_the_broker_gave(
                     if m.delivery_attempt == 1 or m.body == b"control":
                         continue  # comes back from the retry topic after 1 s
                     assert CheckPoint.parse(m.receipt_handle).mark == "1"
-                    if m.body == b"batch":
-                        await source.ack(topic, [m])
-                    elif m.body == b"single":
+                    if m.body == b"single":  # raises on an error answer
                         addr = rocketmq.broker_addrs[m.broker_name]
-                        assert await source.requests.ack(addr, group, topic, m.receipt_handle)
-                    elif m.body == b"renew":
+                        await source.requests.ack(addr, group, topic, m.receipt_handle)
+                        continue
+                    if m.body == b"renew":
                         await source.change_invisible(m, 2.0)
-                        assert await source.ack(topic, [m]) == 1
-                    else:
+                    elif m.body == b"dlq":  # then acked, as the runtime does
                         await source.dead_letter(m, attempt=2, max_attempts=2)
+                    assert await source.ack(topic, [m]) == []
     finally:
         await source.close()
     assert attempts == {b"control": [1, 2, 3, 4], **{b: [1, 2] for b in (

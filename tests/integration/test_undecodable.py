@@ -151,5 +151,5 @@ async def test_pop_consumer_dead_letters_an_undecodable_message_and_handles_the_
     assert sorted((e["offset"], e["action"], e["topic"], e["queue"]) for e in events) == [
         (1, "dead_lettered", topic, mq.queue_id), (3, "dead_lettered", topic, mq.queue_id),
     ]  # fmt: skip
-    assert not [e for e in logs if e["event"] in ("undecodable_ack_refused", "receive_failed")]
+    assert not [e for e in logs if e["event"] in ("undecodable_not_settled", "receive_failed")]
     await eventually(lambda: _count_dead_letters(rocketmq, group, 2), timeout=30)

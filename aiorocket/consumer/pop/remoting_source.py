@@ -386,5 +386,6 @@ class RemotingSource:
             self.state, log, record, topic, record.queue_id, CheckPoint.parse(handle).broker_name,
             forward,
         )
-        if not await self.requests.ack(addr, self.group, topic, handle):
-            log.warning("undecodable_ack_refused", offset=record.queue_offset)
+        # Failed (raised), the record comes back and is dead-lettered again: a second
+        # copy in the DLQ rather than none.
+        await self.requests.ack(addr, self.group, topic, handle)
