@@ -6,6 +6,7 @@ body, tag, keys and properties, and the reverse through the SimpleConsumer.
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 import time
@@ -34,7 +35,9 @@ pytest.importorskip("grpclib")
 from aiorocket.grpc import GrpcOptions, ReceivedMessage, SimpleConsumer
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._session import Session
+from aiorocket.grpc._fast import FastReceiveResponse
 from aiorocket.grpc._transport import GrpcTransport
+from aiorocket.testing.faultproxy import FaultProxy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -307,6 +310,50 @@ async def test_lz4_and_zstd_bodies_of_a_remoting_producer_read_through_the_proxy
     async with SimpleConsumer(group, rocketmq.proxy_grpc, {topic: "*"}, await_duration=5) as c:
         got = {m.msg_id: m.body for m in await receive_all(c, len(sent), timeout=15)}
     assert got == sent
+
+
+async def test_a_receive_stream_reset_midway_hands_on_what_arrived(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The link to the Proxy is reset while a receive streams its batch: the messages
+    decoded before are returned (and can be acked), not dropped with an error (which
+    left them to the Proxy's auto-renew of this client: hours)."""
+    topic, group = unique_name("gbreak"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group)
+    async with Producer(unique_name("pb"), proxy=rocketmq.proxy_grpc) as producer:
+        for i in range(8):  # incompressible, so that the batch streams for seconds
+            await producer.send(Message(topic, f"m{i}".encode() + os.urandom(16 * 1024)))
+    decoded: list[str] = []
+    from_string = FastReceiveResponse.FromString.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type[FastReceiveResponse], data: bytes) -> FastReceiveResponse:
+        resp: FastReceiveResponse = from_string(cls, data)
+        if resp.message is not None:
+            decoded.append(resp.message.receipt_handle)
+        return resp
+
+    monkeypatch.setattr(FastReceiveResponse, "FromString", classmethod(spy))
+    async with (
+        FaultProxy(rocketmq.proxy_grpc) as link,
+        SimpleConsumer(group, link.address, {topic: "*"}, await_duration=5) as c,
+    ):
+        link.bandwidth = 32 * 1024
+        got: list[ReceivedMessage] = []
+
+        async def receive() -> None:
+            got.extend(await c.receive(8, invisible_duration=20))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(receive)
+            with anyio.fail_after(20):
+                while not decoded:  # noqa: ASYNC110 - the decoder has no event
+                    await anyio.sleep(0.02)
+            link.drop()
+            link.heal()
+        assert 0 < len(got) < 8
+        assert [m.receipt_handle for m in got] == decoded
+        await c.ack(got)
 
 
 async def test_fifo_order_within_a_message_group(
