@@ -66,11 +66,16 @@ class _CoalescingProtocol(H2Protocol):
     keepalive: Keepalive | None = None
 
     def __init__(
-        self, *args: Any, keepalive: KeepaliveSettings | None, busy: Callable[[], bool]
+        self,
+        *args: Any,
+        keepalive: KeepaliveSettings | None,
+        busy: Callable[[], bool],
+        waiting_since: Callable[[], float | None],
     ) -> None:
         super().__init__(*args)
         self._keepalive_settings = keepalive
         self._busy = busy
+        self._waiting_since = waiting_since
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport: uvloop's (uvicorn's loop when installed) is not registered
@@ -96,8 +101,9 @@ class _CoalescingProtocol(H2Protocol):
 
         peer = transport.get_extra_info("peername")
         keepalive = self.keepalive = Keepalive(
-            settings, self._busy, ping, transport.abort, peer=str(peer)
-        )
+            settings, self._busy, ping, transport.abort, peer=str(peer),
+            waiting_since=self._waiting_since,
+        )  # fmt: skip
         feed = conn.feed
 
         def watched_feed(data: bytes) -> list[Event]:
@@ -126,10 +132,12 @@ class CoalescingChannel(Channel):
         ssl: Any = None,
         keepalive: KeepaliveSettings | None = None,
         busy: Callable[[], bool] = lambda: False,
+        waiting_since: Callable[[], float | None] = lambda: None,
     ) -> None:
         super().__init__(host, port, ssl=ssl)
         self._keepalive = keepalive
         self._busy = busy
+        self._waiting_since = waiting_since
 
     @property
     def protocol(self) -> _CoalescingProtocol | None:
@@ -139,5 +147,6 @@ class CoalescingChannel(Channel):
 
     def _protocol_factory(self) -> H2Protocol:
         return _CoalescingProtocol(
-            Handler(), self._config, self._h2_config, keepalive=self._keepalive, busy=self._busy
-        )
+            Handler(), self._config, self._h2_config, keepalive=self._keepalive, busy=self._busy,
+            waiting_since=self._waiting_since,
+        )  # fmt: skip

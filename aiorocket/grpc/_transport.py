@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import itertools
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -225,6 +226,10 @@ class GrpcTransport:
         self._channel: CoalescingChannel | None = None
         #: calls under way (any kind): while one is open, a silent connection is suspect
         self._calls = 0
+        #: loop time each open unary call started (a prompt answer is owed): the
+        #: keepalive's second PING of a silence waits for one of these
+        self._prompt: dict[int, float] = {}
+        self._prompt_ids = itertools.count()
 
     @classmethod
     def create(
@@ -252,9 +257,12 @@ class GrpcTransport:
         if self._channel is None:
             self._channel = CoalescingChannel(
                 self.host, self.port, ssl=self._ssl, keepalive=self._keepalive,
-                busy=lambda: self._calls > 0,
+                busy=lambda: self._calls > 0, waiting_since=self._waiting_since,
             )  # fmt: skip
         return self._channel
+
+    def _waiting_since(self) -> float | None:
+        return min(self._prompt.values()) if self._prompt else None
 
     def _probe(self) -> None:
         """A call timed out: is the connection still there? (A PING will tell.)"""
@@ -330,7 +338,7 @@ class GrpcTransport:
     ) -> Rep:
         """One request, one reply; the whole call (connecting included) within ``timeout``."""
         limit = self.request_timeout if timeout is None else timeout
-        with self._open_call(), self.boundary(rpc, limit), anyio.fail_after(limit):
+        with self._open_call(prompt=True), self.boundary(rpc, limit), anyio.fail_after(limit):
             call = self._call(rpc, Cardinality.UNARY_UNARY, type(request), reply_type, limit)
             async with call as stream:
                 await stream.send_message(request, end=True)
@@ -340,13 +348,18 @@ class GrpcTransport:
                 return reply
 
     @contextmanager
-    def _open_call(self) -> Iterator[None]:
-        """A call is open: the connection's keepalive watches while any is."""
+    def _open_call(self, *, prompt: bool = False) -> Iterator[None]:
+        """A call is open: the connection's keepalive watches while any is. ``prompt``:
+        its answer is due at once (not a long poll, not a session stream)."""
         self._calls += 1
+        key = next(self._prompt_ids)
+        if prompt:
+            self._prompt[key] = asyncio.get_running_loop().time()
         try:
             yield
         finally:
             self._calls -= 1
+            self._prompt.pop(key, None)
 
     @asynccontextmanager
     async def server_stream(

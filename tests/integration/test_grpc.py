@@ -34,8 +34,8 @@ pytest.importorskip("grpclib")
 
 from aiorocket.grpc import GrpcOptions, ReceivedMessage, SimpleConsumer
 from aiorocket.grpc import _pb as pb
-from aiorocket.grpc._session import Session
 from aiorocket.grpc._fast import FastReceiveResponse
+from aiorocket.grpc._session import Session
 from aiorocket.grpc._transport import GrpcTransport
 from aiorocket.testing.faultproxy import FaultProxy
 

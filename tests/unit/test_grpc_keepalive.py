@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import time
 
+import anyio
 import pytest
 
 pytest.importorskip("grpclib")
 
+from aiorocket.errors import ProxyUnavailableError, RocketMQError
+from aiorocket.grpc import SimpleConsumer
+from aiorocket.grpc._keepalive import PINGS_PER_SILENCE
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.fake_grpc import FakeProxy
@@ -60,5 +64,43 @@ async def test_a_slow_proxy_that_answers_pings_keeps_its_connection() -> None:
         keepalive = keepalive_of(producer)
         fake.send_delay = 3.0  # longer than interval + timeout
         await producer.send(Message("t", b"slow"))
-        assert keepalive.pings == 1 and not keepalive.abandoned  # one PING per silence
+        # The silence's PINGs (the call waited: two), answered; never a third, which the
+        # Proxy would answer by hanging up.
+        assert keepalive.pings == PINGS_PER_SILENCE and not keepalive.abandoned
         assert link.accepted == 1
+
+
+async def test_a_stall_after_the_silences_first_ping_is_noticed_by_the_next_call() -> None:
+    """A receive parks (a long poll with nothing to deliver): the silence gets its first
+    PING, answered. Then the path stalls. A PING per interval is not allowed (the Proxy
+    hangs up at the third of a silence), but a call that waits for a prompt answer
+    earns the second: the connection is abandoned about 2 s after that call started,
+    not when it times out (before: 10 s here, then one more for the probe's PING)."""
+    async with (
+        FakeProxy() as fake,
+        FaultProxy(fake.endpoint) as link,
+        SimpleConsumer("g", link.address, {"t": "*"}, await_duration=20,
+                       request_timeout=10) as consumer,
+    ):  # fmt: skip
+        fake.receive_mode = "hang"
+        protocol = consumer.transport.channel.protocol
+        assert protocol is not None and protocol.keepalive is not None
+        keepalive = protocol.keepalive
+        async with anyio.create_task_group() as tg:
+
+            async def receive() -> None:
+                with pytest.raises(RocketMQError):
+                    await consumer.receive(1, invisible_duration=20)
+
+            tg.start_soon(receive)
+            with anyio.fail_after(10):
+                while keepalive.pings < 1 or keepalive._deadline is not None:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)  # the first PING went, and its ACK came
+            link.stall()
+            started = time.monotonic()
+            with pytest.raises(ProxyUnavailableError):
+                await consumer.session.heartbeat()
+            took = time.monotonic() - started
+            print(f"abandoned {took:.2f} s after the heartbeat started")
+        assert keepalive.abandoned and keepalive.pings == PINGS_PER_SILENCE
+        assert took < 3.5, f"abandoned {took:.1f} s after the call started"
