@@ -51,12 +51,15 @@ class PopQueue:
         The consumer's cache budget: this queue reports its messages to it.
     on_empty:
         Called when the last cached message is settled (message groups only).
+    on_settled:
+        Called with each message settled (the renewer lets go of it).
     """
 
     __slots__ = (
         "_budget",
         "_changed",
         "_on_empty",
+        "_on_settled",
         "buffer",
         "cached",
         "consume_scope",
@@ -73,6 +76,7 @@ class PopQueue:
         mq: MessageQueue,
         budget: CacheBudget,
         on_empty: Callable[[PopQueue], None] | None = None,
+        on_settled: Callable[[PopMessage], None] | None = None,
     ) -> None:
         self.mq = mq
         self.tracker = _FIXED
@@ -85,6 +89,7 @@ class PopQueue:
         self.cached = 0
         self._budget = budget
         self._on_empty = on_empty
+        self._on_settled = on_settled
         self._changed = Signal()
 
     def on_received(self, messages: list[PopMessage]) -> None:
@@ -94,6 +99,8 @@ class PopQueue:
     def on_done(self, msg: MessageExt, generation: int) -> bool:
         self.cached -= 1
         self._budget.release(1, len(msg.body))
+        if self._on_settled is not None:
+            self._on_settled(msg)  # type: ignore[arg-type]  # a PopQueue holds PopMessages
         self._changed.notify()
         if not self.cached and self._on_empty is not None:
             self.dropped = True
@@ -119,11 +126,20 @@ class PopQueues:
         The consumer's cache budget, shared by every queue.
     fifo:
         The group is FIFO: one queue per message group (of a topic).
+    on_settled:
+        Called with each message settled (``Renewer.forget``).
     """
 
-    def __init__(self, budget: CacheBudget, *, fifo: bool) -> None:
+    def __init__(
+        self,
+        budget: CacheBudget,
+        *,
+        fifo: bool,
+        on_settled: Callable[[PopMessage], None] | None = None,
+    ) -> None:
         self._budget = budget
         self.fifo = fifo
+        self._on_settled = on_settled
         self._queues: dict[tuple[str, str, int] | tuple[str, str | None], PopQueue] = {}
 
     def queue_of(self, msg: PopMessage) -> tuple[PopQueue, bool]:
@@ -136,7 +152,7 @@ class PopQueues:
             return pq, False
         forget = self._forget_when_empty(group_key) if self.fifo else None
         mq = MessageQueue(msg.topic, msg.broker_name, msg.queue_id)
-        pq = self._queues[key] = PopQueue(mq, self._budget, forget)
+        pq = self._queues[key] = PopQueue(mq, self._budget, forget, self._on_settled)
         return pq, True
 
     def _forget_when_empty(self, key: tuple[str, str | None]) -> Callable[[PopQueue], None]:

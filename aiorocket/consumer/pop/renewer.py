@@ -15,8 +15,11 @@ Rules:
 
 * the invisible time is the consumer's ``invisible_duration``;
 * messages are held in receive batches keyed by when their invisible time ends, in a
-  heap: a sweep looks only at the batches due, and a settled message costs nothing (it
-  is skipped when its batch comes up), so the hot path never touches the renewer;
+  heap: a sweep looks only at the batches due;
+* a settled message is let go of at once (``forget``, from its queue's ``on_done``: two
+  dict operations), so what the renewer holds is what the cache budget counts, not
+  every message received within ``invisible_duration`` (up to 12 h) with its body;
+  batches left empty are dropped from the heap once they are half of it;
 * a renewal replaces the receipt handle: anything else that uses the handle (ack, nack,
   dead-letter) waits for a renewal in flight (``PopMessage.renewed``);
 * a renewal the server refuses for good (the handle is no longer valid: the message was
@@ -89,7 +92,12 @@ class Renewer:
         self._on_lost = on_lost
         self._is_lost = is_lost
         self._log = log
-        self._held: list[tuple[float, int, list[PopMessage]]] = []
+        #: (when the invisible time ends, seq, the batch's unsettled messages by id)
+        self._held: list[tuple[float, int, dict[int, PopMessage]]] = []
+        #: each held message's batch, by id (a message leaves it when settled)
+        self._batch_of: dict[int, dict[int, PopMessage]] = {}
+        #: batches in the heap left empty by settled messages
+        self._empty = 0
         #: renew from the client; False while the Proxy renews (auto_renew): messages are
         #: still held, so that the close knows what is unsettled, but not renewed here
         self.renews = True
@@ -100,12 +108,38 @@ class Renewer:
 
     def hold(self, messages: list[PopMessage], received_at: float) -> None:
         """Messages received at ``received_at`` (``time.monotonic()``)."""
-        if messages:
-            heapq.heappush(self._held, (received_at + self.invisible, next(self._seq), messages))
+        self._push(received_at + self.invisible, messages)
+
+    def _push(self, due: float, messages: list[PopMessage]) -> None:
+        batch = {id(m): m for m in messages if not m._settled}
+        if batch:
+            batch_of = self._batch_of
+            for key in batch:
+                batch_of[key] = batch
+            heapq.heappush(self._held, (due, next(self._seq), batch))
+
+    def forget(self, msg: PopMessage) -> None:
+        """``msg`` is settled: let go of it (and of its body) now."""
+        batch = self._batch_of.pop(id(msg), None)
+        if batch is None:
+            return  # not held, or being renewed (the sweep drops it when settled)
+        del batch[id(msg)]
+        if not batch:
+            self._empty += 1
+            if self._empty > 64 and 2 * self._empty > len(self._held):
+                # In place: a sweep in flight holds the same list.
+                self._held[:] = [entry for entry in self._held if entry[2]]
+                heapq.heapify(self._held)
+                self._empty = 0
 
     def held(self) -> list[PopMessage]:
         """Every held message not settled yet."""
-        return [m for _, _, batch in self._held for m in batch if not m._settled]
+        return [m for _, _, batch in self._held for m in batch.values() if not m._settled]
+
+    @property
+    def holding(self) -> int:
+        """Messages held (settled ones are let go of at once)."""
+        return len(self._batch_of)
 
     async def run(self) -> None:
         """Sweep until cancelled (owned by the consumer's task group)."""
@@ -118,8 +152,15 @@ class Renewer:
         started = time.monotonic()
         due: list[PopMessage] = []
         held = self._held
+        batch_of = self._batch_of
         while held and held[0][0] <= started + self.margin:
-            due.extend(m for m in heapq.heappop(held)[2] if not m._settled)
+            batch = heapq.heappop(held)[2]
+            if not batch:
+                self._empty -= 1
+            for key, m in batch.items():
+                batch_of.pop(key, None)  # out of its batch while renewed
+                if not m._settled:
+                    due.append(m)
         if not due:
             return
         if not self.renews:
@@ -157,9 +198,7 @@ class Renewer:
             self.renewed += len(renewed)
             self.hold(renewed, started)
             done = {id(m) for m in renewed}
-            left = [m for m in due if id(m) not in done and not m._settled]
-            if left:
-                heapq.heappush(held, (started, next(self._seq), left))
+            self._push(started, [m for m in due if id(m) not in done])
 
     def _lose(self, msg: PopMessage, err: RocketMQError) -> None:
         self.lost += 1

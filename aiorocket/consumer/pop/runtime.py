@@ -171,7 +171,8 @@ class PopRuntime:
             )
         )
         self.receiver = Receiver(
-            source, PopQueues(self.budget, fifo=self.fifo), self.budget, self.renewer,
+            source, PopQueues(self.budget, fifo=self.fifo, on_settled=self.renewer.forget),
+            self.budget, self.renewer,
             self.settler, self.delivery, state.log,
             batch_size=cfg.pull_batch_size, invisible=cfg.invisible_duration,
         )  # fmt: skip
