@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from aiorocket import Message
+from aiorocket.admin import Admin
 from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
 from tests import snippets
@@ -139,6 +140,11 @@ class Prometheus:
         self.log.close()
 
 
+async def _create_group(namesrv: str, group: str) -> None:
+    async with Admin(namesrv) as admin:
+        await admin.create_group(group)
+
+
 def test_promtool_accepts_the_rules() -> None:
     done = subprocess.run([_tool("promtool"), "check", "rules", str(RULES)],
                           capture_output=True, text=True)  # fmt: skip
@@ -194,11 +200,19 @@ def test_dashboard_and_alerts_against_a_real_prometheus(
     # A consumer of a topic nobody created: it joins its group, and gets no queue.
     idle_group = unique_name("gc")
     idle = services("fastapi", ORDERS_GROUP=idle_group, **{**fast, "ORDERS_TOPIC": topic + "-x"})
-    prometheus = Prometheus(tmp_path, [f"127.0.0.1:{s.port}" for s in (api, hung, idle)])
+    # The same through the Proxy (gRPC: a pop consumer, no queues of its own): its series
+    # is the Proxy's assignments, 0 for a missing topic (it had no series at all).
+    idle_grpc = unique_name("gd")
+    anyio.run(_create_group, rocketmq.namesrv_addr, idle_grpc)  # the Proxy serves known groups
+    idle2 = services("fastapi", ORDERS_GROUP=idle_grpc, ORDERS_PROXY=rocketmq.proxy_grpc,
+                     ORDERS_TOPIC=topic + "-y", ORDERS_LAG_INTERVAL="1")  # fmt: skip
+    scraped = (api, hung, idle, idle2)
+    prometheus = Prometheus(tmp_path, [f"127.0.0.1:{s.port}" for s in scraped])
     try:
         api.wait_listening()
         hung.wait_listening()
         idle.wait_listening()
+        idle2.wait_listening()
         eventually(lambda: api.get("/health/ready").status_code == 200)
         eventually(lambda: hung.get("/health/ready").status_code == 200)
         eventually(prometheus.ready)
@@ -223,8 +237,9 @@ def test_dashboard_and_alerts_against_a_real_prometheus(
 
         none = "RocketMQConsumerNoAssignedQueues"
         eventually(lambda: bool(prometheus.alerts(none, "firing")), timeout=30)
+        eventually(lambda: len(prometheus.alerts(none, "firing")) == 2, timeout=30)
         assert {a["messaging_consumer_group_name"] for a in prometheus.alerts(none, "firing")} == {
-            idle_group
+            idle_group, idle_grpc
         }
 
         lag = "RocketMQConsumerLagGrowing"
