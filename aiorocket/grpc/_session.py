@@ -44,6 +44,8 @@ OrphanHandler = Callable[[pb.RecoverOrphanedTransactionCommand], Coroutine[Any, 
 LiteDropHandler = Callable[[str], None]
 
 _ROUTE_TTL = 30.0
+#: seconds between attempts to reopen the telemetry stream while a call waits for it
+_RETRY_WHILE_AWAITED = 0.5
 
 
 def ensure_asyncio(what: str) -> None:
@@ -120,6 +122,13 @@ class Session:
         #: the Proxy's merged settings (after start).
         self.settings: pb.Settings | None = None
         self._settings_seen = anyio.Event()
+        #: set while the Proxy has this client's settings on the current connection
+        #: (replaced by an unset one when the telemetry stream breaks): see ``wait_ready``
+        self._ready = anyio.Event()
+        #: cuts the telemetry loop's backoff short: a call waits for the session
+        self._wake = anyio.Event()
+        self._waiting = 0
+        self._down_since: float | None = None
         self._stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand] | None = None
         self._routes: dict[str, tuple[float, list[pb.MessageQueue]]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
@@ -232,11 +241,45 @@ class Session:
                 if self.settings is None:
                     self._start_error = exc
                     self._settings_seen.set()
-                self.log.warning("telemetry_stream_broken", error=str(exc))
+                # Once per outage at WARNING: while calls wait, the retries come fast.
+                log = self.log.warning if self._ready.is_set() or attempt == 0 else self.log.debug
+                log("telemetry_stream_broken", error=str(exc), attempt=attempt)
             finally:
                 self._stream = None
+                if self._ready.is_set():
+                    self._ready = anyio.Event()
+                    self._down_since = time.monotonic()
             attempt += 1
-            await anyio.sleep(min(30.0, 0.5 * 2 ** min(attempt, 6)))
+            delay = min(30.0, 0.5 * 2 ** min(attempt, 6))
+            if self._waiting:
+                delay = min(delay, _RETRY_WHILE_AWAITED)
+            with anyio.move_on_after(delay):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+
+    @property
+    def ready(self) -> bool:
+        """The Proxy has this client's settings on the current connection."""
+        return self._ready.is_set()
+
+    async def wait_ready(self) -> None:
+        """Until the Proxy has this client's settings on the current connection.
+
+        After the connection was lost (a Proxy restart) the Proxy knows the client only
+        once the new telemetry stream has carried its settings: a receive sent before
+        that fails (5.5.0: INTERNAL_SERVER_ERROR, ``"settings" is null``). A caller
+        waiting here also makes the telemetry loop retry now, and then every
+        ``_RETRY_WHILE_AWAITED`` s, instead of after its growing backoff: consumers
+        receive again within about that much of the Proxy's return.
+        """
+        if self._ready.is_set():
+            return
+        self._waiting += 1
+        try:
+            self._wake.set()
+            await self._ready.wait()
+        finally:
+            self._waiting -= 1
 
     async def resync_settings(self) -> None:
         """Send the (changed) local settings, wait for the Proxy's answer, heartbeat.
@@ -263,6 +306,12 @@ class Session:
         if kind == "settings":
             self.settings = value
             self._settings_seen.set()
+            if not self._ready.is_set():
+                if self._down_since is not None:
+                    down = round(time.monotonic() - self._down_since, 3)
+                    self.log.info("telemetry_stream_restored", down_s=down)
+                    self._down_since = None
+                self._ready.set()
         elif kind == "recover_orphaned_transaction_command":
             if self.on_orphan is not None and self._tg is not None:
                 self._tg.start_soon(self.on_orphan, value)

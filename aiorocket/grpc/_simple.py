@@ -25,7 +25,13 @@ from typing import Any, Protocol
 import anyio
 
 from aiorocket._settings import check_group, check_invisible_duration
-from aiorocket.errors import ClientClosedError, ConfigError, ProxyResponseError, RocketMQError
+from aiorocket.errors import (
+    ClientClosedError,
+    ConfigError,
+    ProxyResponseError,
+    ProxyUnavailableError,
+    RocketMQError,
+)
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._encode import FastAckResponse, RawRequest, ack_request, with_attempt_id
 from aiorocket.grpc._fast import FastReceiveResponse
@@ -221,6 +227,7 @@ class SimpleConsumer:
         mq = self._pick(topic, await self._assignment(topic), n // len(topics))
         req = self._receive_request(topic, mq, max_messages, invisible_duration)
         timeout = self.await_duration + self.transport.request_timeout
+        await self._session_ready(timeout)
         broker = mq.broker.name
         out: list[ReceivedMessage] = []
         #: messages whose body does not decode, until settled (``_settle_undecodable``)
@@ -336,6 +343,19 @@ class SimpleConsumer:
                 for msg in messages:
                     tg.start_soon(one, msg)
         self.session.log.info("received_messages_released", n=len(messages))
+
+    async def _session_ready(self, timeout: float) -> None:
+        """Wait (up to ``timeout``) until the Proxy knows this client on the current
+        connection: a receive sent before the settings fails (``Session.wait_ready``)."""
+        if self.session.ready:
+            return
+        with anyio.move_on_after(timeout):
+            await self.session.wait_ready()
+        if not self.session.ready:
+            raise ProxyUnavailableError(
+                f"ReceiveMessage to {self.transport.endpoint}: no session with the Proxy "
+                f"(its telemetry stream is down) within {timeout}s"
+            )
 
     def _pick(self, topic: str, queues: list[pb.MessageQueue], turn: int) -> pb.MessageQueue:
         """The assigned queue (one per broker) with the fewest receives under way, the

@@ -45,15 +45,16 @@ class ClusterProxy:
         self._proc: Proc | None = None
         self._popen: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 90.0) -> str:
-        """Start the Proxy and wait until it routes; returns its gRPC ``host:port``."""
+    def start(self, timeout: float = 90.0, *, ports: tuple[int, int] | None = None) -> str:
+        """Start the Proxy and wait until it routes; returns its gRPC ``host:port``.
+        ``ports``: its (gRPC, remoting) ports (``restart`` reuses them)."""
         base = Path(tempfile.mkdtemp(prefix="aiorocket-cluster-proxy-"))
         self._dir = base
         taken: set[int] = set()
         # Ports of the kernel's choosing: two sessions starting one each at the same time
         # must not both take a fixed one (the loser's readiness check would find the
         # winner's Proxy, and lose it when that session ends).
-        grpc, remoting = pick_port(0, taken), pick_port(0, taken)
+        grpc, remoting = ports or (pick_port(0, taken), pick_port(0, taken))
         # The harness's Proxy settings (renewal timings, route cache), minus its broker.
         cfg = json.loads(_config.proxy_json(
             self.cluster.namesrv_addr, Path(), grpc, remoting, {"proxyMode": "cluster"}
@@ -100,6 +101,13 @@ class ClusterProxy:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+    def restart(self, timeout: float = 90.0) -> str:
+        """Stop the Proxy (its clients' connections drop) and start a new one on the
+        same ports, as a restarted Proxy; returns once it routes again."""
+        ports = (int(self.grpc_addr.rsplit(":", 1)[1]), int(self.remoting_addr.rsplit(":", 1)[1]))
+        self.stop()
+        return self.start(timeout, ports=ports)
 
     def __enter__(self) -> ClusterProxy:
         self.start()

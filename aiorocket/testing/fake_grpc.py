@@ -13,7 +13,8 @@ is set and not yet open); ChangeInvisibleDuration with a new receipt handle (rec
 in ``invisible_changes``); ForwardMessageToDeadLetterQueue with OK (the handles in
 ``dead_lettered``); and ReceiveMessage according to ``receive_mode`` (an
 auto-renewed receive is refused with ILLEGAL_INVISIBLE_TIME unless ``auto_renew``, as
-a Proxy with ``enableProxyAutoRenew=false`` does):
+a Proxy with ``enableProxyAutoRenew=false`` does; a receive from a client whose settings
+have not come since the start is refused with INTERNAL_SERVER_ERROR, as the real one):
 ``"ok"`` (Status OK then the queued ``messages``), ``"unavailable"`` (one message, then
 the stream ends with gRPC UNAVAILABLE), ``"reset"`` (one message, then the connection
 drops), ``"stall"`` (one message, then nothing) or ``"hang"`` (nothing, ever).
@@ -39,6 +40,10 @@ with needs_extra("grpc", "aiorocket.testing.fake_grpc (a fake gRPC Proxy)"):
 from aiorocket.grpc import _pb as pb
 
 __all__ = ["FakeProxy"]
+
+
+def _client_id(stream: Stream[Any, Any]) -> str:
+    return str(stream.metadata.get("x-mq-client-id", "")) if stream.metadata else ""
 
 ReceiveMode = Literal["ok", "unavailable", "reset", "hang", "stall"]
 _PATH = "/apache.rocketmq.v2.MessagingService/"
@@ -96,6 +101,10 @@ class FakeProxy:
         #: when configured so)
         self.auto_renew = True
         self.receive_started = asyncio.Event()
+        #: client ids whose settings came since the (re)start: a receive from another
+        #: one is refused as the real Proxy does (counted here)
+        self._known: set[str] = set()
+        self.receives_without_settings = 0
         self._server: Server | None = None
         self._transports: set[asyncio.BaseTransport] = set()
 
@@ -156,6 +165,7 @@ class FakeProxy:
             kind, settings = pb.oneof(cmd, "command")
             if kind == "settings":
                 self.settings_received.append(settings)
+                self._known.add(_client_id(stream))
                 await stream.send_message(pb.TelemetryCommand(status=_OK, settings=settings))
 
     async def _ack(self, stream: Stream[pb.AckMessageRequest, pb.AckMessageResponse]) -> None:
@@ -267,6 +277,12 @@ class FakeProxy:
         req = await stream.recv_message()
         assert req is not None
         self.receive_started.set()
+        if _client_id(stream) not in self._known:
+            self.receives_without_settings += 1
+            await stream.send_message(pb.ReceiveMessageResponse(status=pb.Status(
+                code=pb.Code.INTERNAL_SERVER_ERROR, message='"settings" is null'
+            )))  # fmt: skip
+            return
         if req.auto_renew and not self.auto_renew:
             await stream.send_message(pb.ReceiveMessageResponse(status=pb.Status(
                 code=pb.Code.ILLEGAL_INVISIBLE_TIME, message="auto renew is off"
@@ -321,15 +337,18 @@ class FakeProxy:
         self._server = server
 
     async def stop(self) -> None:
+        self._known.clear()  # a restarted Proxy knows no client
         if self._server is not None:
             server, self._server = self._server, None
             self.drop_connections()
             server.close()
             await server.wait_closed()
 
-    async def restart(self) -> None:
-        """Go away (every stream and connection ends) and come back on the same port."""
+    async def restart(self, down: float = 0.0) -> None:
+        """Go away (every stream and connection ends, every client forgotten) and come
+        back on the same port ``down`` seconds later."""
         await self.stop()
+        await asyncio.sleep(down)
         await self.start()
 
     async def __aenter__(self) -> FakeProxy:

@@ -15,6 +15,7 @@ pytest.importorskip("grpclib")
 from grpclib.const import Status as GrpcStatus
 from grpclib.exceptions import GRPCError
 
+from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.errors import (
     GrpcStatusError,
     ProxyResponseError,
@@ -228,3 +229,28 @@ async def test_a_telemetry_command_is_a_refusal_only_with_a_status_that_says_so(
     with pytest.raises(ProxyResponseError) as refused:
         await session._on_command(Replies(), refusal)  # type: ignore[arg-type]
     assert refused.value.code == 40100 and not refused.value.retriable
+
+
+async def test_a_consumer_receives_within_a_second_of_a_restarted_proxy() -> None:
+    """After a Proxy restart the first receive waits for the settings on the new
+    telemetry stream (the Proxy refuses it before: '"settings" is null'), which a
+    waiting receive makes the session send at once, not after its reconnect backoff."""
+    handled = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.set()
+
+    async with FakeProxy() as proxy:
+        consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5)
+        consumer.subscribe("t")
+        async with consumer:
+            with anyio.fail_after(5):
+                await proxy.receive_started.wait()
+            await proxy.restart(down=4.0)  # the reconnect backoff has grown meanwhile
+            back = time.monotonic()
+            proxy.messages = [message(b"after")]
+            with anyio.fail_after(10):
+                await handled.wait()
+            took = time.monotonic() - back
+    assert took < 1.5, f"handled {took:.1f} s after the Proxy came back"
+    assert proxy.receives_without_settings == 0

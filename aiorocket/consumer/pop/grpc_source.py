@@ -122,6 +122,10 @@ class GrpcSource:
         return self._backoff(attempt)  # a FIFO group's retry: the server's policy
 
     async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
+        # Not connected (a Proxy restart): wait for the session, however long, rather
+        # than fail receives that would grow the receivers' backoff meanwhile; they go
+        # out as soon as the Proxy has the settings again.
+        await self.session.session.wait_ready()
         try:
             received = await self.session.receive(max_messages, invisible)
         except ProxyResponseError as err:
