@@ -192,6 +192,11 @@ def grpc_source(
                 pb.ClientType.PUSH_CONSUMER if lite is None else pb.ClientType.LITE_PUSH_CONSUMER
             ),
         )  # fmt: skip
+
+        def undecodable() -> None:  # dead-lettered by the session, counted as over remoting
+            state.undecodable_messages += 1
+
+        session.on_undecodable = undecodable
         return GrpcSource(session, state.log, lite)
 
     return make

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Protocol
@@ -129,8 +129,9 @@ class SimpleConsumer:
         self._receiving: dict[tuple[str, str], int] = {}
         self._started = False
         #: received messages that could not be decoded (dead-lettered, released or
-        #: left), since the start
+        #: left), since the start; ``on_undecodable`` is called for each too
         self.undecodable_total = 0
+        self.on_undecodable: Callable[[], None] | None = None
 
     def _fill_subscription(self) -> None:
         self._subscription.subscriptions = [
@@ -285,11 +286,16 @@ class SimpleConsumer:
                     # Not even its receipt handle is readable: nothing to settle it with.
                     # It comes back after its invisible time (an auto-renewed one when
                     # this client's session ends).
-                    self.undecodable_total += 1
+                    self._count_undecodable()
                     self.session.log.error(
                         "undecodable_message", broker=broker, action="none",
                         error=str(resp.error),
                     )  # fmt: skip
+
+    def _count_undecodable(self) -> None:
+        self.undecodable_total += 1
+        if self.on_undecodable is not None:
+            self.on_undecodable()
 
     async def _settle_undecodable(self, bad: list[tuple[ReceivedMessage, str]]) -> None:
         """Settle messages whose body cannot be decoded (an unknown codec, a corrupt
@@ -302,7 +308,7 @@ class SimpleConsumer:
         backoff = backoff_delays(policy)
         while bad:
             msg, error = bad[0]
-            self.undecodable_total += 1
+            self._count_undecodable()
             try:
                 await self.forward_to_dead_letter(
                     msg, delivery_attempt=msg.delivery_attempt,

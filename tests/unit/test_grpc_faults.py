@@ -254,3 +254,34 @@ async def test_a_consumer_receives_within_a_second_of_a_restarted_proxy() -> Non
             took = time.monotonic() - back
     assert took < 1.5, f"handled {took:.1f} s after the Proxy came back"
     assert proxy.receives_without_settings == 0
+
+
+async def test_the_consumer_handles_what_a_broken_or_poisoned_receive_brought() -> None:
+    """The push consumer (the issue's repro): a receive that breaks after m1, and one
+    with an undecodable m6 between m5 and m7. Every decoded message is handled and
+    acked, m6 is dead-lettered and counted; nothing is left to the Proxy's renewal."""
+    handled: list[bytes] = []
+    seen = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.append(msg.body)
+        if msg.body == b"m9":
+            seen.set()
+
+    async with FakeProxy() as proxy:
+        consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5)
+        consumer.subscribe("t")
+        async with consumer:
+            proxy.receive_mode = "reset"
+            proxy.messages = [message(b"m1"), message(b"m2")]  # m1 written, then the reset
+            with anyio.fail_after(10):
+                while b"m1" not in handled:  # noqa: ASYNC110 - no event to await
+                    await anyio.sleep(0.02)
+            proxy.receive_mode = "ok"
+            proxy.messages = [message(b"m5"), undecodable(b"m6"), message(b"m7"), message(b"m9")]
+            with anyio.fail_after(10):
+                await seen.wait()
+            assert consumer.undecodable_messages == 1
+        assert sorted(handled) == [b"m1", b"m5", b"m7", b"m9"]
+        assert sorted(proxy.acked) == ["rh-m1", "rh-m5", "rh-m7", "rh-m9"]
+        assert proxy.dead_lettered == ["rh-m6"]
