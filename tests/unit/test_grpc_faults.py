@@ -84,6 +84,20 @@ async def test_a_stream_that_breaks_mid_receive_hands_on_what_arrived(mode: str)
         assert proxy.acked == ["rh-m1"]
 
 
+async def test_a_receive_that_reaches_its_deadline_midway_hands_on_what_arrived() -> None:
+    async with (
+        FakeProxy() as proxy,
+        SimpleConsumer(
+            "g", proxy.endpoint, {"t": "*"}, await_duration=0.5, request_timeout=0.5
+        ) as c,  # fmt: skip
+    ):
+        proxy.messages = [message(b"m1"), message(b"m2")]
+        proxy.receive_mode = "stall"  # m1 written, then nothing until the deadline
+        got = await c.receive(16, invisible_duration=20)
+        assert [m.body for m in got] == [b"m1"]
+        assert proxy.invisible_changes == []  # handed on, not released
+
+
 async def test_a_cancelled_receive_releases_what_it_had_received() -> None:
     async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
         proxy.messages = [message(b"m1"), message(b"m2")]
