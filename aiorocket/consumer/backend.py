@@ -263,8 +263,9 @@ class PopBackend:
         from aiorocket.consumer.pop.runtime import PopRuntime
 
         runtime = PopRuntime(
-            self._state, self._make_source(), delivery=delivery, transport=self.transport
-        )
+            self._state, self._make_source(), delivery=delivery, transport=self.transport,
+            threads=handler.threads if handler is not None else None,
+        )  # fmt: skip
         await runtime.start()
         self.runtime = runtime
 

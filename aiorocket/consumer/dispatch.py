@@ -101,8 +101,8 @@ class WorkerPool:
         return close_and_take(self.queue)
 
     async def drain(self, *, graceful: bool) -> list[ConsumerMessage]:
-        """Running handlers finish (bounded), then the workers are cancelled; returns the
-        messages of the handler calls cancelled here."""
+        """Running handlers finish (bounded), then the workers are cancelled and waited
+        for (bounded); returns the messages of the handler calls cut here."""
         cfg = self._state.config
         if graceful and self._done is not None:
             with anyio.move_on_after(cfg.shutdown_timeout):
@@ -110,8 +110,13 @@ class WorkerPool:
         if self._scope is None or self._done is None or self._done.is_set():
             return []
         self._scope.cancel()
-        # The calls running now are the ones cancelled: no handler completes from here
-        # on (the next checkpoint of each raises), and no worker takes another message.
+        # Then wait for the workers to end (bounded, as the orderly strategy does): a
+        # handler shielded from the cancellation finishes and settles its message here,
+        # rather than running on while the caller hands that message back (remoting) or
+        # makes it visible (pop) for another member to handle at the same time. The
+        # calls still unsettled then are the cut ones; no worker takes another message.
+        with anyio.move_on_after(cfg.request_timeout):
+            await self._done.wait()
         cut: list[ConsumerMessage] = []
         for slot in self._slots:
             current = slot.current

@@ -66,6 +66,8 @@ class HandlerThreads:
         self._freed = Signal()
         self._capped = False
         self._lock = threading.Lock()
+        #: the arguments (a message, a batch) of abandoned calls still running, by id
+        self._busy: dict[int, Any] = {}
 
     async def run(self, fn: Callable[[Any], Any], arg: Any) -> Any:
         """``fn(arg)`` in a worker thread; cancelled, the thread is abandoned and counted."""
@@ -80,7 +82,7 @@ class HandlerThreads:
             with self._lock:  # against the thread finishing right now
                 call.abandoned = not call.finished
             if call.abandoned:
-                self._abandon()
+                self._abandon(arg)
             raise
 
     def _call(self, fn: Callable[[Any], Any], arg: Any, call: _Call) -> Any:
@@ -93,9 +95,17 @@ class HandlerThreads:
                 abandoned = call.abandoned
             if abandoned:
                 with contextlib.suppress(Exception):  # the loop is gone: nobody to tell
-                    anyio.from_thread.run_sync(self._returned)
+                    anyio.from_thread.run_sync(self._returned, arg)
 
-    def _abandon(self) -> None:
+    def still_running(self) -> list[Any]:
+        """The messages abandoned calls still work on (their threads run on)."""
+        out: list[Any] = []
+        for arg in self._busy.values():
+            out.extend(arg if isinstance(arg, list) else [arg])
+        return out
+
+    def _abandon(self, arg: Any) -> None:
+        self._busy[id(arg)] = arg
         self.abandoned += 1
         self.abandoned_total += 1
         self._log.warning(
@@ -106,8 +116,9 @@ class HandlerThreads:
             "interrupted: its thread runs on",
         )
 
-    def _returned(self) -> None:
+    def _returned(self, arg: Any) -> None:
         """An abandoned thread returned (run in the event loop)."""
+        self._busy.pop(id(arg), None)
         self.abandoned -= 1
         if self.abandoned < self.max_abandoned:
             self._capped = False  # the next time the cap is reached is logged again

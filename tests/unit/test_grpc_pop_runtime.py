@@ -5,10 +5,13 @@ not renew received messages itself)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import datetime, timezone
+from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 import pytest
 
 pytest.importorskip("grpclib")
@@ -124,6 +127,15 @@ def _message(i: int) -> pb.Message:
     )  # fmt: skip
 
 
+def _one_message_consumer(proxy: FakeProxy, handle: Any, **settings: Any) -> Consumer:
+    """A consumer of topic "t" on ``proxy``, which hands out one message (``rh0``)."""
+    proxy.messages = [_message(0)]
+    consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5,
+                        **settings)  # fmt: skip
+    consumer.subscribe("t")
+    return consumer
+
+
 async def test_a_proxy_that_does_not_renew_gets_renewals_from_the_client() -> None:
     """The Proxy refuses auto-renewed receives (``enableProxyAutoRenew=false``): the
     consumer receives with its ``invisible_duration`` and renews a message whose handler
@@ -136,10 +148,7 @@ async def test_a_proxy_that_does_not_renew_gets_renewals_from_the_client() -> No
 
     async with FakeProxy() as proxy:
         proxy.auto_renew = False
-        proxy.messages = [_message(0)]
-        consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, invisible_duration=10,
-                            long_poll_timeout=5)  # fmt: skip
-        consumer.subscribe("t")
+        consumer = _one_message_consumer(proxy, handle, invisible_duration=10)
         async with consumer:
             with anyio.fail_after(20):
                 await handled.wait()
@@ -178,3 +187,47 @@ async def test_the_renewer_lets_go_of_settled_messages_at_once() -> None:
                         await anyio.sleep(0.005)
             held = [m for _, _, batch in runtime.renewer._held for m in batch]
             assert (len(held), runtime.budget.count) == (0, 0)
+
+
+async def test_the_close_lets_a_shielded_handler_finish_before_releasing() -> None:
+    """A handler that shields its work from cancellation outlives ``shutdown_timeout``:
+    the close waits for it (bounded), so its message is acked, not made visible while
+    it still runs (another member would handle it at the same time). Before, the worker
+    pool's drain returned at the cancellation: the message was released (invisible
+    time 0) and the handler's success then came too late to ack it."""
+    started = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        started.set()
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(0.5)
+
+    async with FakeProxy() as proxy:
+        consumer = _one_message_consumer(proxy, handle, shutdown_timeout=0.1)
+        async with consumer:
+            with anyio.fail_after(10):
+                await started.wait()
+    assert (proxy.acked, proxy.invisible_changes) == (["rh0"], [])
+
+
+async def test_the_close_leaves_a_message_a_handler_thread_still_works_on_invisible() -> None:
+    """A synchronous handler's thread outlives ``shutdown_timeout`` (a thread cannot be
+    stopped): the close gives the call up but does not release its message, which would
+    then be handled by another member while the thread still works on it; it comes back
+    after its invisible time. Before, it was made visible at once (invisible time 0)."""
+    started, go = threading.Event(), threading.Event()
+
+    def handle(msg: ConsumerMessage) -> None:
+        started.set()
+        go.wait(10)
+
+    async with FakeProxy() as proxy:
+        consumer = _one_message_consumer(proxy, handle, shutdown_timeout=0.1)
+        try:
+            async with consumer:
+                with anyio.fail_after(10):
+                    await anyio.to_thread.run_sync(started.wait)
+            assert consumer.abandoned_threads == 1
+        finally:
+            go.set()
+    assert (proxy.acked, proxy.invisible_changes) == ([], [])

@@ -18,7 +18,9 @@ still leaves nothing behind):
    (at the same time as 2: the timeout runs from the close, not from the end of the
    hand-back, which takes seconds for a full cache);
 4. release every message still unsettled (a cancelled handler's, a FIFO group's
-   buffer, an ``async for`` loop's): visible again at once;
+   buffer, an ``async for`` loop's): visible again at once; but not one a synchronous
+   handler's thread still works on (threads cannot be stopped): it stays invisible
+   until its invisible time ends;
 5. stop renewing; send every ack owed (retrying within the bound), log how many could
    not be sent and release those (visible again at once);
 6. a lite consumer drops its lite subscriptions on the servers (COMPLETE_REMOVE), so
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from aiorocket.consumer.delivery import Delivery
     from aiorocket.consumer.pop.source import PopSource
     from aiorocket.consumer.state import ConsumerState
+    from aiorocket.consumer.threads import HandlerThreads
 
 __all__ = ["MAX_CACHE_BYTES", "PopRuntime"]
 
@@ -76,6 +79,9 @@ class PopRuntime:
         Builds the delivery strategy (the same factories as the remoting engine's).
     transport:
         What the logs name: ``"grpc"`` or ``"remoting"``.
+    threads:
+        Where a synchronous handler runs: the close does not release a message whose
+        call it gave up while its thread still runs (see step 4).
     """
 
     def __init__(
@@ -85,8 +91,10 @@ class PopRuntime:
         *,
         delivery: DeliveryFactory,
         transport: str,
+        threads: HandlerThreads | None = None,
     ) -> None:
         self.state = state
+        self._threads = threads
         self.source = source
         self._make_delivery = delivery
         self._transport = transport
@@ -238,7 +246,7 @@ class PopRuntime:
                     async with anyio.create_task_group() as releasing:
                         releasing.start_soon(self._release, unstarted, bound, "unstarted")
                         await self.delivery.drain(graceful=graceful)
-                    await self._release(self.renewer.held(), bound, "unsettled")
+                    await self._release(self._unsettled(), bound, "unsettled")
                     unacked = await self.acks.close(bound)
                     self.unsent_acks = len(unacked)
                     if unacked:  # else a renewing Proxy would hold them until we are gone
@@ -251,6 +259,24 @@ class PopRuntime:
             if self.opened:
                 await self.source.close()
             state.log.info("consumer_closed", graceful=graceful, transport=self._transport)
+
+    def _unsettled(self) -> list[PopMessage]:
+        """What the close releases: every unsettled message but those a handler thread
+        it gave up on still works on (one cannot be stopped; released, the message would
+        be handled by another member at the same time): they stay invisible until their
+        invisible time ends, and come back then."""
+        held = self.renewer.held()
+        if self._threads is None:
+            return held
+        busy = {id(m) for m in self._threads.still_running()}
+        left = [m for m in held if id(m) not in busy]
+        if len(left) < len(held):
+            self.state.log.warning(
+                "messages_left_to_running_threads", n=len(held) - len(left),
+                hint="handler threads that overran the close still work on them: not "
+                "released, they come back after their invisible time",
+            )  # fmt: skip
+        return left
 
     async def _release(self, messages: Sequence[object], bound: float, what: str) -> None:
         pops = [m for m in messages if isinstance(m, PopMessage) and not m._settled]
