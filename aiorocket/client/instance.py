@@ -7,12 +7,13 @@ connections' readers and the route refresher, so closing the instance stops them
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
 from types import TracebackType
 
-import anyio
 import anyio.abc
 
 from aiorocket._host import local_ip, make_client_id
+from aiorocket._tasks import BackgroundTasks
 from aiorocket.client.broker import BrokerClient
 from aiorocket.client.namesrv import NameServerClient
 from aiorocket.errors import ClientClosedError
@@ -72,6 +73,7 @@ class ClientInstance:
         )
         self.broker = BrokerClient(self.pool, request_timeout)
         self._tg: anyio.abc.TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
         self._started = False
 
     @property
@@ -81,14 +83,13 @@ class ClientInstance:
         return self._tg
 
     async def __aenter__(self) -> ClientInstance:
-        await self.pool.__aenter__()
-        try:
-            self._tg = anyio.create_task_group()
-            await self._tg.__aenter__()
+        # One stack (aiorocket._tasks): the pool, then the background tasks over it; a
+        # failed start unwinds it here, the close later, in reverse order either way.
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(self.pool)
+            self._tg = await stack.enter_async_context(BackgroundTasks())
             self._tg.start_soon(self.namesrv.run_refresher)
-        except BaseException as exc:
-            await self.pool.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
+            self._stack = stack.pop_all()
         self._started = True
         return self
 
@@ -98,10 +99,7 @@ class ClientInstance:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        try:
-            await self._tg.__aexit__(None, None, None)  # body errors propagate unwrapped
-        finally:
-            await self.pool.__aexit__(None, None, None)
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()  # body errors propagate unwrapped
         return None

@@ -16,6 +16,7 @@ import platform
 import socket
 import time
 from collections.abc import Callable, Coroutine
+from contextlib import AsyncExitStack
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, cast
@@ -26,6 +27,7 @@ import sniffio
 from grpclib.client import Stream
 
 from aiorocket._log import get_logger
+from aiorocket._tasks import BackgroundTasks
 from aiorocket.errors import (
     ClientClosedError,
     ProxyUnavailableError,
@@ -132,6 +134,8 @@ class Session:
         self._stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand] | None = None
         self._routes: dict[str, tuple[float, list[pb.MessageQueue]]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
+        #: the started session's parts, unwound by the close (aiorocket._tasks)
+        self._stack: AsyncExitStack | None = None
         self._closed = False
         self._start_error: RocketMQError | None = None
 
@@ -139,25 +143,26 @@ class Session:
 
     async def __aenter__(self) -> Session:
         ensure_asyncio("this client")
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
+        # One stack (aiorocket._tasks): a failed start unwinds it here, the close later.
         try:
-            tg.start_soon(self._telemetry_loop)
-            # Set by the Proxy's settings, or by the first failure to open the stream:
-            # an unreachable endpoint fails now, not after the timeout.
-            with anyio.move_on_after(self.transport.request_timeout):
-                await self._settings_seen.wait()
-            if self.settings is None:
-                raise self._start_error or ProxyUnavailableError(
-                    f"no settings from the Proxy {self.transport.endpoint} "
-                    f"within {self.transport.request_timeout}s"
-                )
-            await self.heartbeat()
-            tg.start_soon(self._heartbeat_loop)
-        except BaseException:
-            await self._stop(None, None, None)  # not shielded: the task group is inside
-            raise
+            async with AsyncExitStack() as stack:
+                stack.push_async_callback(self._end)
+                tg = self._tg = await stack.enter_async_context(BackgroundTasks())
+                tg.start_soon(self._telemetry_loop)
+                # Set by the Proxy's settings, or by the first failure to open the stream:
+                # an unreachable endpoint fails now, not after the timeout.
+                with anyio.move_on_after(self.transport.request_timeout):
+                    await self._settings_seen.wait()
+                if self.settings is None:
+                    raise self._start_error or ProxyUnavailableError(
+                        f"no settings from the Proxy {self.transport.endpoint} "
+                        f"within {self.transport.request_timeout}s"
+                    )
+                await self.heartbeat()
+                tg.start_soon(self._heartbeat_loop)
+                self._stack = stack.pop_all()
+        finally:
+            self._closed = self._stack is None
         return self
 
     async def __aexit__(
@@ -166,24 +171,18 @@ class Session:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._stop(exc_type, exc, tb)
+        await self._stop()
 
-    async def _stop(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._closed:
-            return
+    async def _stop(self) -> None:
+        """Stop the background tasks, then end the session (``_end``); idempotent."""
         self._closed = True
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def _end(self) -> None:
+        """Tell the Proxy this client is gone (when it knew us), close the connection."""
         try:
-            if self._tg is not None:
-                # The background tasks end by cancellation; the caller's own exception
-                # (if any) propagates from its ``async with``, not wrapped in a group.
-                self._tg.cancel_scope.cancel()
-                await self._tg.__aexit__(None, None, None)
-        finally:
             if self.settings is not None:
                 with (
                     anyio.CancelScope(shield=True),
@@ -193,6 +192,7 @@ class Session:
                         await self.notify_termination()
                     except RocketMQError as err:
                         self.log.warning("termination_notice_failed", error=str(err))
+        finally:
             self.transport.close()
 
     @property

@@ -17,6 +17,7 @@ import anyio
 import anyio.abc
 
 from aiorocket._log import get_logger
+from aiorocket._tasks import BackgroundTasks
 from aiorocket.errors import ClientClosedError, ConnectionClosedError
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.remoting.connection import Connection, RequestHandler, StallCheck
@@ -68,12 +69,13 @@ class ConnectionPool:
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, anyio.Lock] = {}
         self._tg: anyio.abc.TaskGroup | None = None
+        self._tasks = BackgroundTasks()
         self._closed = False
         self._log = get_logger("remoting.pool")
 
     async def __aenter__(self) -> ConnectionPool:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        self._tasks = BackgroundTasks()
+        self._tg = await self._tasks.__aenter__()
         return self
 
     async def __aexit__(
@@ -82,12 +84,11 @@ class ConnectionPool:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        await self.aclose_connections()
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        # The body's own exception is not handed to the task group: it would come back
-        # wrapped in an ExceptionGroup, and callers expect to catch what they raised.
-        await self._tg.__aexit__(None, None, None)
+        try:
+            await self.aclose_connections()
+        finally:
+            # Left even when closing a connection failed, so no cancel scope stays open.
+            await self._tasks.__aexit__(exc_type, exc, tb)
         return None
 
     async def aclose_connections(self) -> None:

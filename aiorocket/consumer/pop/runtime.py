@@ -4,8 +4,10 @@ remoting) and its lifecycle.
 It builds, starts and stops the pop parts (source, receivers, renewer, acks, settler)
 around the *shared* delivery strategy and handler, exactly as the remoting
 ``Engine`` does around its pullers. Everything runs in
-one task group it owns (entered by ``PopRuntime.start``, left by
-``PopRuntime.close``).
+one task group it owns; the source, that task group, the lite subscriptions and the
+close's steps are entered by ``PopRuntime.start`` into one exit stack, which
+``PopRuntime.close`` (or a failed start) unwinds in reverse order, every step even when
+one fails (``aiorocket._tasks``).
 
 The close, in order (each network step shielded and bounded, so a cancelled close
 still leaves nothing behind):
@@ -34,11 +36,12 @@ source is open and before the first receive, then every ``lite.RESYNC_INTERVAL``
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING
 
 import anyio
-import anyio.abc
 
+from aiorocket._tasks import BackgroundTasks
 from aiorocket.consumer.delivery import DeliveryFactory, DeliveryParts
 from aiorocket.consumer.pop.acks import AckBatcher
 from aiorocket.consumer.pop.lite import LiteAction
@@ -107,9 +110,12 @@ class PopRuntime:
         self.renewer: Renewer
         self.receiver: Receiver
         self.fifo = False
-        self._tg: anyio.abc.TaskGroup | None = None
+        #: the started runtime's parts, unwound by the close (aiorocket._tasks)
+        self._stack: AsyncExitStack | None = None
         self._receiving = anyio.CancelScope()
         self._closed = False
+        #: the close lets running handlers finish (a failed start does not)
+        self._graceful = False
         #: acks the close could not deliver, then released (see AckBatcher.close)
         self.unsent_acks = 0
 
@@ -125,28 +131,29 @@ class PopRuntime:
 
     async def start(self) -> None:
         state = self.state
-        source = self.source
-        await source.open()
-        self.opened = True
+        # One stack (aiorocket._tasks), unwound in reverse at close, or here when a step
+        # of the start fails: the close's steps, the lite subscriptions, the background
+        # tasks, the source.
         try:
-            self._build()
-            await self._attach_lite()
-            tg = anyio.create_task_group()
-            await tg.__aenter__()
-            self._tg = tg
+            async with AsyncExitStack() as stack:
+                await self.source.open()
+                self.opened = True
+                stack.push_async_callback(self.source.close)
+                self._build()
+                tg = await stack.enter_async_context(BackgroundTasks())
+                await self._attach_lite()
+                stack.push_async_callback(self._detach_lite)
+                stack.push_async_callback(self._wind_down)
+                tg.start_soon(self.acks.run)
+                tg.start_soon(self.renewer.run)
+                tg.start_soon(self.source.run)
+                if state.lite is not None:
+                    tg.start_soon(state.lite.run)
+                await self.delivery.start(tg)
+                tg.start_soon(self._receive)
+                self._stack = stack.pop_all()
         except BaseException:
-            await source.close()
-            raise
-        try:
-            tg.start_soon(self.acks.run)
-            tg.start_soon(self.renewer.run)
-            tg.start_soon(self.source.run)
-            if state.lite is not None:
-                tg.start_soon(state.lite.run)
-            await self.delivery.start(tg)
-            tg.start_soon(self._receive)
-        except BaseException:
-            await self.close(graceful=False)
+            self._closed = True  # unwound: nothing runs, and nothing is left to close
             raise
         state.log.info("consumer_started", topics=sorted(state.subscriptions),
                        transport=self._transport, fifo=self.fifo,
@@ -160,7 +167,7 @@ class PopRuntime:
         state.log = state.log.bind(client_id=source.client_id)
         self.fifo = source.fifo
         attempts = max_attempts(source.server_max_attempts, cfg.max_reconsume_times)
-        bound = max(cfg.request_timeout * 2, 5.0)
+        bound = self._bound
         self.acks = AckBatcher(
             source, ACK_DELAY, release=lambda msgs: self.settler.make_visible(msgs, bound)
         )
@@ -203,7 +210,7 @@ class PopRuntime:
             lite.attach(None)
             raise
 
-    async def _detach_lite(self, bound: float) -> None:
+    async def _detach_lite(self) -> None:
         lite = self.state.lite
         if lite is None or not lite.attached:
             return
@@ -211,7 +218,7 @@ class PopRuntime:
         lite.attach(None)
         if sync is None:
             return
-        with anyio.move_on_after(bound, shield=True):
+        with anyio.move_on_after(self._bound, shield=True):
             try:
                 await sync(LiteAction.COMPLETE_REMOVE, ())
             except RocketMQError as err:
@@ -235,30 +242,36 @@ class PopRuntime:
         if self._closed:
             return
         self._closed = True
-        state = self.state
-        state.closing = True
+        self._graceful = graceful
+        self.state.closing = True
         self._receiving.cancel()
-        bound = max(state.config.request_timeout * 2, 5.0)
+        stack, self._stack = self._stack, None
         try:
-            if self._tg is not None:
-                with anyio.CancelScope(shield=True):
-                    unstarted = self.delivery.stop()
-                    async with anyio.create_task_group() as releasing:
-                        releasing.start_soon(self._release, unstarted, bound, "unstarted")
-                        await self.delivery.drain(graceful=graceful)
-                    await self._release(self._unsettled(), bound, "unsettled")
-                    unacked = await self.acks.close(bound)
-                    self.unsent_acks = len(unacked)
-                    if unacked:  # else a renewing Proxy would hold them until we are gone
-                        await self.settler.make_visible(unacked, bound)
-                    await self._detach_lite(bound)
-                self._tg.cancel_scope.cancel()
-                await self._tg.__aexit__(None, None, None)
+            if stack is not None:
+                await stack.aclose()
         finally:
-            self._tg = None
-            if self.opened:
-                await self.source.close()
-            state.log.info("consumer_closed", graceful=graceful, transport=self._transport)
+            self.state.log.info("consumer_closed", graceful=graceful, transport=self._transport)
+
+    @property
+    def _bound(self) -> float:
+        """Seconds each network step of the close may take."""
+        return max(self.state.config.request_timeout * 2, 5.0)
+
+    async def _wind_down(self) -> None:
+        """Steps 1-5 of the close (shielded): the background tasks still run."""
+        self.state.closing = True
+        self._receiving.cancel()
+        bound = self._bound
+        with anyio.CancelScope(shield=True):
+            unstarted = self.delivery.stop()
+            async with anyio.create_task_group() as releasing:
+                releasing.start_soon(self._release, unstarted, bound, "unstarted")
+                await self.delivery.drain(graceful=self._graceful)
+            await self._release(self._unsettled(), bound, "unsettled")
+            unacked = await self.acks.close(bound)
+            self.unsent_acks = len(unacked)
+            if unacked:  # else a renewing Proxy would hold them until we are gone
+                await self.settler.make_visible(unacked, bound)
 
     def _unsettled(self) -> list[PopMessage]:
         """What the close releases: every unsettled message but those a handler thread

@@ -1,0 +1,169 @@
+"""Components that own background tasks (aiorocket._tasks): a start that fails after
+the task group was entered, and a close one of whose steps fails, unwind every part in
+order, raise what failed, and leave no cancel scope open.
+
+Each case runs inside the test's own ``anyio.CancelScope``: leaving it raises
+RuntimeError ("Attempted to exit a cancel scope that isn't the current task's current
+cancel scope") when the component left a scope of its own open.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from aiorocket.client.instance import ClientInstance
+from aiorocket.consumer import Consumer
+from aiorocket.consumer.orderly import Orderly
+from aiorocket.consumer.pop.acks import AckBatcher
+from aiorocket.consumer.pop.remoting_lite import LiteRemotingSource
+from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._session import Session
+from aiorocket.grpc._transport import GrpcTransport
+from aiorocket.testing.fake_grpc import FakeProxy
+from tests.unit.consumer_fakes import TOPIC, FakeCluster, running
+from tests.unit.test_lite_lost_event import FakeLiteBroker
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Boom(Exception):
+    pass
+
+
+def not_a_task() -> None:
+    """Handed to ``start_soon`` it fails there (not a coroutine function)."""
+
+
+async def boom(*args: Any, **kwargs: Any) -> Any:
+    raise Boom("scripted")
+
+
+# -- ClientInstance ----------------------------------------------------------------
+
+
+async def test_client_instance_failed_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = ClientInstance("127.0.0.1:1")
+    monkeypatch.setattr(client.namesrv, "run_refresher", not_a_task)
+    with anyio.CancelScope(), pytest.raises(TypeError):
+        await client.__aenter__()
+    assert client.pool._closed
+
+
+async def test_client_instance_failed_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = ClientInstance("127.0.0.1:1")
+    close = client.pool.aclose_connections
+
+    async def fails() -> None:
+        await close()
+        raise Boom("a connection failed to close")
+
+    monkeypatch.setattr(client.pool, "aclose_connections", fails)
+    with anyio.CancelScope():
+        await client.__aenter__()
+        with pytest.raises(Boom):
+            await client.__aexit__(None, None, None)
+
+
+# -- Session (gRPC) ------------------------------------------------------------------
+
+
+def session_of(proxy: FakeProxy, monkeypatch: pytest.MonkeyPatch) -> tuple[Session, list[int]]:
+    transport = GrpcTransport(proxy.endpoint, client_id="c", request_timeout=2.0)
+    closed: list[int] = []
+    close = transport.close
+
+    def counted() -> None:
+        closed.append(1)
+        close()
+
+    monkeypatch.setattr(transport, "close", counted)
+    return Session(transport, pb.ClientType.PRODUCER, pb.Publishing()), closed
+
+
+async def test_session_failed_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first heartbeat fails after the background tasks started."""
+    async with FakeProxy() as proxy:
+        session, closed = session_of(proxy, monkeypatch)
+        monkeypatch.setattr(session, "heartbeat", boom)
+        with anyio.CancelScope(), pytest.raises(Boom):
+            await session.__aenter__()
+        assert closed and session.closed
+
+
+async def test_session_failed_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The termination notice fails unexpectedly: the connection is still closed."""
+    async with FakeProxy() as proxy:
+        session, closed = session_of(proxy, monkeypatch)
+        with anyio.CancelScope():
+            await session.__aenter__()
+            monkeypatch.setattr(session, "notify_termination", boom)
+            with pytest.raises(Boom):
+                await session.__aexit__(None, None, None)
+        assert closed and session.closed
+
+
+# -- PopRuntime ----------------------------------------------------------------------
+
+
+async def nothing(msg: object) -> None:
+    pass
+
+
+def lite_consumer(cluster: FakeCluster) -> Consumer:
+    return Consumer("g", cluster.namesrv.address, handler=nothing, bind_topic=TOPIC,
+                    long_poll_timeout=0.5, request_timeout=1.0)  # fmt: skip
+
+
+def sources(monkeypatch: pytest.MonkeyPatch) -> list[LiteRemotingSource]:
+    """The lite sources opened from now on."""
+    opened: list[LiteRemotingSource] = []
+    open_ = LiteRemotingSource.open
+
+    async def track(self: LiteRemotingSource) -> None:
+        opened.append(self)
+        await open_(self)
+
+    monkeypatch.setattr(LiteRemotingSource, "open", track)
+    return opened
+
+
+async def test_pop_runtime_failed_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The delivery fails to start, after the background tasks did."""
+    opened = sources(monkeypatch)
+    monkeypatch.setattr(Orderly, "start", boom)  # a lite topic is delivered in order
+    async with running(FakeCluster({"broker-a": [FakeLiteBroker("broker-a")]})) as cluster:
+        consumer = lite_consumer(cluster)
+        await consumer.subscribe_lite("room")
+        with anyio.CancelScope(), pytest.raises(Boom):
+            await consumer.__aenter__()
+        assert not consumer.started
+        assert [s.client.pool._closed for s in opened] == [True]
+
+
+@pytest.mark.parametrize("step", ["acks", "lite"])
+async def test_pop_runtime_failed_close(monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    """A step of the close fails unexpectedly (the acks' flush, or the lite
+    subscriptions' removal): the later steps still run, the source is closed, and the
+    close raises what failed."""
+    opened = sources(monkeypatch)
+    async with running(FakeCluster({"broker-a": [FakeLiteBroker("broker-a")]})) as cluster:
+        consumer = lite_consumer(cluster)
+        await consumer.subscribe_lite("room")
+        with anyio.CancelScope():
+            await consumer.__aenter__()
+            if step == "acks":
+                monkeypatch.setattr(AckBatcher, "close", boom)
+            else:
+                monkeypatch.setattr(opened[0], "sync_lite", boom)
+            with pytest.raises(Boom):
+                await consumer.__aexit__(None, None, None)
+        assert not consumer.started
+        assert [s.client.pool._closed for s in opened] == [True]
