@@ -28,10 +28,12 @@ from aiorocket._log import Logger
 from aiorocket._validate import LITE_TOPIC_MAX_LENGTH, check_lite_topic
 from aiorocket.errors import ConfigError, LiteQuotaExceededError, RocketMQError
 
-__all__ = ["RESYNC_INTERVAL", "LiteAction", "LiteOffset", "LiteSubscriptions"]
+__all__ = ["RESYNC_INTERVAL", "RESYNC_RETRY", "LiteAction", "LiteOffset", "LiteSubscriptions"]
 
 #: seconds between two COMPLETE_ADD of the whole set (the Java client: 30 s)
 RESYNC_INTERVAL = 30.0
+#: seconds before the first retry of a failed resync (then doubling, up to the interval)
+RESYNC_RETRY = 1.0
 
 
 class LiteAction(enum.Enum):
@@ -129,6 +131,8 @@ class LiteSubscriptions:
         self._lock = anyio.Lock()
         #: start offsets of subscriptions made before the start, sent after its resync
         self._offsets: dict[str, LiteOffset] = {}
+        #: lite topics whose PARTIAL_ADD is being sent: whether a notice dropped them
+        self._adding: dict[str, bool] = {}
 
     @property
     def topics(self) -> frozenset[str]:
@@ -159,7 +163,18 @@ class LiteSubscriptions:
                 return
             self._check_quota(1)
             if self._sync is not None:
-                await self._send(LiteAction.PARTIAL_ADD, {lite_topic}, offset)
+                # A server's notice that drops the lite topic may come while its add is
+                # answered (an exclusive group: another member took it right after us):
+                # it is noted, and the lite topic is then not added.
+                self._adding[lite_topic] = False
+                try:
+                    await self._send(LiteAction.PARTIAL_ADD, {lite_topic}, offset)
+                finally:
+                    dropped = self._adding.pop(lite_topic)
+                if dropped:
+                    self.log.info("lite_unsubscribed_by_server", lite_topic=lite_topic,
+                                  topic=self.bind_topic, during="subscribe")  # fmt: skip
+                    return
             elif offset is not None:
                 self._offsets[lite_topic] = offset
             self._topics.add(lite_topic)
@@ -188,7 +203,7 @@ class LiteSubscriptions:
             await self._send(LiteAction.COMPLETE_ADD, set(self._topics))
             for lite_topic, offset in list(self._offsets.items()):
                 await self._send(LiteAction.PARTIAL_ADD, {lite_topic}, offset)
-                del self._offsets[lite_topic]
+                self._offsets.pop(lite_topic, None)  # a notice may have dropped it meanwhile
 
     async def _send(
         self, action: LiteAction, topics: Collection[str], offset: LiteOffset | None = None
@@ -200,7 +215,10 @@ class LiteSubscriptions:
             await self._sync(action, topics, offset=offset)
 
     def on_unsubscribed(self, lite_topic: str) -> None:
-        """The server dropped ``lite_topic`` for this client (its notice): forget it."""
+        """The server dropped ``lite_topic`` for this client (its notice): forget it (one
+        being subscribed is not added)."""
+        if lite_topic in self._adding:
+            self._adding[lite_topic] = True
         if lite_topic in self._topics:
             self._topics.discard(lite_topic)
             self._offsets.pop(lite_topic, None)
@@ -208,10 +226,25 @@ class LiteSubscriptions:
                           topic=self.bind_topic)  # fmt: skip
 
     async def run(self) -> None:
-        """Re-send the whole set every RESYNC_INTERVAL, until cancelled."""
+        """Re-send the whole set every RESYNC_INTERVAL, until cancelled. A failed resync
+        is logged and tried again sooner (RESYNC_RETRY, doubling up to the interval);
+        it never ends the loop, so it never takes the consumer (and the application's
+        code around it) down."""
+        delay = RESYNC_INTERVAL
+        failures = 0
         while True:
-            await anyio.sleep(RESYNC_INTERVAL)
+            await anyio.sleep(delay)
             try:
                 await self.resync()
-            except RocketMQError as err:
-                self.log.warning("lite_resync_failed", error=str(err), topic=self.bind_topic)
+            except Exception as err:  # any failure: logged, tried again
+                failures += 1
+                delay = min(RESYNC_INTERVAL, RESYNC_RETRY * 2 ** (failures - 1))
+                self.log.warning(
+                    "lite_resync_failed", error=str(err), error_type=type(err).__name__,
+                    topic=self.bind_topic, failures=failures, retry_in=delay,
+                    exc_info=not isinstance(err, RocketMQError),
+                )  # fmt: skip
+            else:
+                if failures:
+                    self.log.info("lite_resynced", topic=self.bind_topic, failures=failures)
+                failures, delay = 0, RESYNC_INTERVAL

@@ -39,7 +39,7 @@ from aiorocket.consumer.pop.lite import LiteAction, LiteOffset, LiteSubscription
 from aiorocket.consumer.pop.remoting_source import RemotingSource
 from aiorocket.consumer.pop.source import AckRefusals
 from aiorocket.consumer.state import ConsumerState
-from aiorocket.errors import ConfigError, NoRouteError, RocketMQError
+from aiorocket.errors import ConfigError, LiteQuotaExceededError, NoRouteError, RocketMQError
 from aiorocket.namespace import unwrap
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.received import PopMessage
@@ -170,19 +170,29 @@ class LiteRemotingSource(RemotingSource):
         if not brokers:
             raise NoRouteError(f"no broker of {self.lite.bind_topic!r} has a master")
 
-        async def one(addr: str) -> None:
-            await self.lite_requests.sync_lite(
-                addr, client_id=self.client_id, group=self.group, topic=self.lite.bind_topic,
-                action=action.value, lite_topics=lite_topics,
-                offset=None if offset is None else (offset.kind, offset.value),
-            )  # fmt: skip
+        failed: list[RocketMQError] = []
 
-        # Every broker, at once: a lite topic's messages may be on any of them. The first
-        # failure is raised (the set does not change; a later resync repairs the others).
+        async def one(addr: str) -> None:
+            try:
+                await self.lite_requests.sync_lite(
+                    addr, client_id=self.client_id, group=self.group,
+                    topic=self.lite.bind_topic, action=action.value, lite_topics=lite_topics,
+                    offset=None if offset is None else (offset.kind, offset.value),
+                )  # fmt: skip
+            except RocketMQError as err:
+                self.state.log.warning("lite_sync_failed", broker=addr, action=action.value,
+                                       error=str(err))  # fmt: skip
+                failed.append(err)
+
+        # Every broker, at once: a lite topic's messages may be on any of them. A failure
+        # is raised once all have answered, as one typed error (the set does not change;
+        # a later resync repairs the brokers that took it).
         async with anyio.create_task_group() as tg:
             for _name, addr in brokers:
                 self._busy(addr)
                 tg.start_soon(one, addr)
+        if failed:
+            raise one_error(failed)
 
     async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
         brokers = self._brokers()
@@ -203,3 +213,13 @@ class LiteRemotingSource(RemotingSource):
 
     def _lite_topic(self, msg: PopMessage) -> str | None:
         return msg.lite_topic
+
+
+def one_error(errors: list[RocketMQError]) -> RocketMQError:
+    """The error to raise for an update some brokers refused: the quota's refusal if one
+    said so, else one that retrying will not cure, else the first; the others were
+    logged where they failed. Its ``retriable`` says whether sending the update again
+    may help."""
+    quota = [e for e in errors if isinstance(e, LiteQuotaExceededError)]
+    final = [e for e in errors if not e.retriable]
+    return (quota or final or errors)[0]
