@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from aiorocket.consumer.dispatch import WorkerPool
 from aiorocket.consumer.iterate import Iterated
+from aiorocket.consumer.iterate_ordered import OrderedIterated
 from aiorocket.consumer.orderly import Orderly
 
 if TYPE_CHECKING:
@@ -20,12 +21,14 @@ def choose_delivery(
     handler: Handler | None, on_iterated: Callable[[Iterated], None]
 ) -> DeliveryFactory:
     """The factory of the strategy for ``handler``: ``async for`` without one (handed
-    to ``on_iterated``, where the consumer's ``messages()`` finds it), one call at a
-    time per queue when the parts say ``ordered``, else the worker pool."""
+    to ``on_iterated``, where the consumer's ``messages()`` finds it; one message per
+    message group at a time when the parts say ``ordered``), one call at a time per
+    queue when they say ``ordered``, else the worker pool."""
 
     def make(parts: DeliveryParts) -> Delivery:
         if handler is None:
-            iterated = Iterated(parts.state, parts.settler)
+            kind = OrderedIterated if parts.ordered else Iterated
+            iterated = kind(parts.state, parts.settler)
             on_iterated(iterated)
             return iterated
         if parts.ordered:

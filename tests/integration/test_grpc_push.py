@@ -176,6 +176,32 @@ async def test_fifo_groups_in_order_with_local_retries_then_dlq(
     assert await _dead_letters(rocketmq, group) == [b"A2"]
 
 
+async def test_fifo_group_under_async_for_retries_in_place(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """``async for`` over a FIFO group: a message the loop fails comes back before its
+    group's next one (retried in place), as with a handler; before, the next one was
+    handed out and acked at once and the failed one came back after it."""
+    topic, group = unique_name("gpfifoit"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, message_type="FIFO")
+    await rocketmq.create_group(group, orderly=True)
+    await _send(rocketmq, topic, [b"step-1", b"step-2", b"step-3"], sharding_key="order-42")
+    seen: list[tuple[bytes, int]] = []
+    consumer = grpc_consumer(rocketmq, group, topic, pull_batch_size=8)
+    async with consumer:
+        assert runtime_of(consumer).fifo
+        with anyio.fail_after(30):
+            async for msg in consumer:
+                assert isinstance(msg, PopMessage)
+                seen.append((msg.body, msg.delivery_attempt))
+                if msg.body == b"step-1" and msg.delivery_attempt == 1:
+                    await msg.nack()  # step 1 failed: it must come back before step 2
+                    continue
+                if msg.body == b"step-3":
+                    break
+    assert seen == [(b"step-1", 1), (b"step-1", 2), (b"step-2", 1), (b"step-3", 1)]
+
+
 async def test_async_for_and_close_loses_nothing(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
