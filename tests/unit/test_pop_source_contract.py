@@ -206,11 +206,13 @@ async def test_a_renewal_the_server_does_not_take_raises_a_typed_error(
         assert msg.receipt_handle != handle
 
 
-@pytest.mark.xfail(reason="issue 38 item 10: the remoting lite sync_lite raises a group")
-@pytest.mark.parametrize("what", ["busy", "refused"])
-async def test_a_lite_subscription_update_refused_raises_one_typed_error(what: Answer) -> None:
+@pytest.mark.parametrize(("what", "retriable"), [("busy", True), ("refused", False)])
+async def test_a_lite_subscription_update_refused_raises_one_typed_error(
+    what: Answer, retriable: bool
+) -> None:
     async with rig("remoting-lite") as r:
         sync_lite = getattr(r.source, "sync_lite")  # noqa: B009
         r.answer(what)
-        with anyio.fail_after(10), pytest.raises(RocketMQError):
+        with anyio.fail_after(10), pytest.raises(RocketMQError) as caught:
             await sync_lite(LiteAction.PARTIAL_ADD, ["room"])
+        assert caught.value.retriable is retriable

@@ -42,9 +42,14 @@ method                 retriable                        not retriable
                                                         back after its invisible time
 ``dead_letter``        ``settler.TRIES`` requests       logged; the message comes back
                                                         and is dead-lettered again
-``sync_lite``          logged; the next resync          ``LiteQuotaExceededError``
-                       (``lite.RESYNC_INTERVAL``)       raised to ``subscribe_lite``;
-                       repeats it                       others as retriable
+``sync_lite``          ``subscribe_lite`` raises it     the same (over the quota:
+                       (one error for all the servers:  ``LiteQuotaExceededError``);
+                       the quota's refusal first, else  a periodic resync: as
+                       one not retriable, else the      retriable
+                       first); a periodic resync:
+                       logged, sent again after
+                       ``lite.RESYNC_RETRY`` doubling
+                       to ``lite.RESYNC_INTERVAL``
 =====================  ===============================  ================================
 
 A remoting pull consumer has no ``PopSource``: its requests go through
