@@ -101,6 +101,8 @@ class FakeProxy:
         #: when configured so)
         self.auto_renew = True
         self.receive_started = asyncio.Event()
+        #: a consumer's group is FIFO (the settings it is answered with say so)
+        self.fifo = False
         #: client ids whose settings came since the (re)start: a receive from another
         #: one is refused as the real Proxy does (counted here)
         self._known: set[str] = set()
@@ -164,6 +166,8 @@ class FakeProxy:
         async for cmd in stream:
             kind, settings = pb.oneof(cmd, "command")
             if kind == "settings":
+                if self.fifo and settings.subscription is not None:
+                    settings.subscription.fifo = True
                 self.settings_received.append(settings)
                 self._known.add(_client_id(stream))
                 await stream.send_message(pb.TelemetryCommand(status=_OK, settings=settings))

@@ -12,7 +12,6 @@ from typing import Any
 
 import anyio
 import pytest
-from grpclib.server import Stream
 
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.grpc import _pb as pb
@@ -29,17 +28,9 @@ def anyio_backend() -> str:
 class FifoProxy(FakeProxy):
     """Answers the client's settings as a Proxy does for a FIFO group."""
 
-    async def _telemetry(self, stream: Stream[Any, Any]) -> None:
-        self.telemetry_streams += 1
-        self._track(stream)
-        async for cmd in stream:
-            kind, settings = pb.oneof(cmd, "command")
-            if kind == "settings":
-                if settings.subscription is not None:
-                    settings.subscription.fifo = True
-                self.settings_received.append(settings)
-                await stream.send_message(pb.TelemetryCommand(
-                    status=pb.Status(code=pb.Code.OK), settings=settings))  # fmt: skip
+    def __init__(self) -> None:
+        super().__init__()
+        self.fifo = True
 
 
 def message(i: int) -> pb.Message:
