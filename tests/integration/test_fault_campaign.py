@@ -11,15 +11,22 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import anyio
 import pytest
 
 from aiorocket.admin import Admin
-from aiorocket.consumer import ConsumeFromWhere, Consumer
+from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
 from aiorocket.consumer.consumer import RebalanceListener
-from aiorocket.errors import ConnectionClosedError, TopicNotExistError
-from aiorocket.message import MessageQueue
+from aiorocket.consumer.pop import lite as lite_mod
+from aiorocket.consumer.pop.remoting_lite import LiteRemotingSource
+from aiorocket.errors import (
+    ConnectionClosedError,
+    RocketMQError,
+    TopicNotExistError,
+)
+from aiorocket.message import Message, MessageQueue
 from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.faultproxy import FaultProxy
@@ -461,3 +468,67 @@ async def test_rebalance_storm_loses_nothing_and_no_queue_has_two_owners_for_lon
     assert not tally.lost
     assert owners.handovers() >= joined  # queues did move: the ownership check saw them
     assert overlap <= CONSUMER["rebalance_interval"]  # type: ignore[operator]
+
+
+async def test_a_frozen_broker_does_not_stop_a_lite_consumer(
+    cluster: LocalRocketMQ, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """broker-b of a lite parent topic frozen (SIGSTOP): ``subscribe_lite`` raises one
+    typed, retriable error (the broker's timeout; not an ExceptionGroup); the periodic
+    resyncs fail, are logged and sent again, and neither the consumer nor the code
+    inside ``async with consumer`` is cancelled (before, the first failed resync tore
+    both down, 4.2 s after the freeze); once thawed, the lite topic is served again."""
+    monkeypatch.setattr(lite_mod, "RESYNC_INTERVAL", 1.0)
+    monkeypatch.setattr(lite_mod, "RESYNC_RETRY", 0.5)
+    failed_syncs = anyio.Event()
+    failures: list[RocketMQError] = []
+    sync_lite = LiteRemotingSource.sync_lite
+
+    async def counted(self: LiteRemotingSource, *args: Any, **kwargs: Any) -> None:
+        try:
+            await sync_lite(self, *args, **kwargs)
+        except RocketMQError as err:
+            failures.append(err)
+            if len(failures) >= 3:  # subscribe_lite's, then two resyncs
+                failed_syncs.set()
+            raise
+
+    monkeypatch.setattr(LiteRemotingSource, "sync_lite", counted)
+    topic, group = unique_name("litefrozen"), unique_name("g")
+    async with Admin(cluster.namesrv_addr) as admin:
+        for key in ("enableLmq", "enableMultiDispatch"):
+            await admin.update_broker_config(key, "true")
+        await admin.create_topic(topic, queues=2, message_type="LITE")
+        await admin.create_group(group, lite_bind_topic=topic)
+    got: dict[bytes, anyio.Event] = {b"before": anyio.Event(), b"after": anyio.Event()}
+
+    async def handle(msg: ConsumerMessage) -> None:
+        got[msg.body].set()
+
+    # A pop the frozen broker had queued may be served when it thaws, for a connection closed
+    # meanwhile: the lite topic waits for that pop's invisible time (short here).
+    consumer = Consumer(group, cluster.namesrv_addr, handler=handle, bind_topic=topic,
+                        long_poll_timeout=2, request_timeout=2.0,
+                        invisible_duration=10)  # fmt: skip
+    await consumer.subscribe_lite("room")
+    try:
+        async with consumer, Producer(unique_name("p"), cluster.namesrv_addr) as producer:
+            await producer.send(Message(topic, b"before", lite_topic="room"))
+            with anyio.fail_after(30):
+                await got[b"before"].wait()
+            cluster.pause("broker-b")
+            try:
+                with anyio.fail_after(10), pytest.raises(RocketMQError) as caught:
+                    await consumer.subscribe_lite("room-2")
+                assert caught.value.retriable  # a timeout: trying again may help
+                with anyio.fail_after(20):
+                    await failed_syncs.wait()  # the application's code runs on meanwhile
+                assert consumer.started and consumer.lite_topics == {"room"}
+            finally:
+                cluster.resume("broker-b")
+            await producer.send(Message(topic, b"after", lite_topic="room"))
+            with anyio.fail_after(45):
+                await got[b"after"].wait()
+    finally:
+        async with Admin(cluster.namesrv_addr) as admin:
+            await admin.delete_topic(topic)  # a broker keeps a file per lite topic till then
