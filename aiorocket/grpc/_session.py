@@ -131,6 +131,8 @@ class Session:
         self._wake = anyio.Event()
         self._waiting = 0
         self._down_since: float | None = None
+        #: why the telemetry stream last broke (for the errors of calls that wait for it)
+        self.last_error: RocketMQError | None = None
         self._stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand] | None = None
         self._routes: dict[str, tuple[float, list[pb.MessageQueue]]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
@@ -241,6 +243,7 @@ class Session:
                 if self.settings is None:
                     self._start_error = exc
                     self._settings_seen.set()
+                self.last_error = exc
                 # Once per outage at WARNING: while calls wait, the retries come fast.
                 log = self.log.warning if self._ready.is_set() or attempt == 0 else self.log.debug
                 log("telemetry_stream_broken", error=str(exc), attempt=attempt)

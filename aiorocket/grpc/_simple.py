@@ -222,13 +222,13 @@ class SimpleConsumer:
         if not 1 <= max_messages <= MAX_BATCH:
             raise ConfigError(f"max_messages must be 1..{MAX_BATCH}, got {max_messages!r}")
         check_invisible_duration(invisible_duration)
+        timeout = self.await_duration + self.transport.request_timeout
+        await self._session_ready(timeout)
         n = next(self._rr)
         topics = list(self._subs)
         topic = topics[n % len(topics)]
         mq = self._pick(topic, await self._assignment(topic), n // len(topics))
         req = self._receive_request(topic, mq, max_messages, invisible_duration)
-        timeout = self.await_duration + self.transport.request_timeout
-        await self._session_ready(timeout)
         broker = mq.broker.name
         out: list[ReceivedMessage] = []
         #: messages whose body does not decode, until settled (``_settle_undecodable``)
@@ -360,7 +360,7 @@ class SimpleConsumer:
         if not self.session.ready:
             raise ProxyUnavailableError(
                 f"ReceiveMessage to {self.transport.endpoint}: no session with the Proxy "
-                f"(its telemetry stream is down) within {timeout}s"
+                f"within {timeout}s (its telemetry stream is down: {self.session.last_error})"
             )
 
     def _pick(self, topic: str, queues: list[pb.MessageQueue], turn: int) -> pb.MessageQueue:

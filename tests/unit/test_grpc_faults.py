@@ -98,6 +98,20 @@ async def test_a_receive_that_reaches_its_deadline_midway_hands_on_what_arrived(
         assert proxy.invisible_changes == []  # handed on, not released
 
 
+async def test_a_receive_without_a_session_fails_at_its_deadline_saying_why() -> None:
+    async with (
+        FakeProxy() as proxy,
+        SimpleConsumer(
+            "g", proxy.endpoint, {"t": "*"}, await_duration=0.5, request_timeout=0.5
+        ) as c,  # fmt: skip
+    ):
+        await proxy.stop()  # gone: the session cannot be reopened
+        start = time.monotonic()
+        with pytest.raises(ProxyUnavailableError, match="telemetry stream is down"):
+            await c.receive(4, invisible_duration=20)
+        assert time.monotonic() - start < 3.0
+
+
 async def test_a_cancelled_receive_releases_what_it_had_received() -> None:
     async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
         proxy.messages = [message(b"m1"), message(b"m2")]
