@@ -74,3 +74,15 @@ def capture() -> LoopShortcuts:
         return LoopShortcuts(now, type(anyio.Event()))
     create_future = loop.create_future
     return LoopShortcuts(loop.time, lambda: FutureEvent(create_future()))
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The error a user should read: task groups (concurrent sends, a consumer's tasks)
+    wrap what failed in (nested) exception groups; the first real error inside, not a
+    cancellation its siblings got because of it."""
+    # By its shape: BaseExceptionGroup is a builtin from 3.11 only (a backport before).
+    # Cancellations (asyncio's and trio's) are BaseExceptions, errors are Exceptions.
+    while isinstance(inside := getattr(exc, "exceptions", None), tuple) and inside:
+        errors = [e for e in inside if isinstance(e, Exception)]
+        exc = (errors or list(inside))[0]
+    return exc

@@ -1,13 +1,14 @@
 """Repeated crash runs of the Spark sink's exactly-once mode (issue 31).
 
     python scripts/spark_eos_crash.py [--rounds 5] [--kills 3] [--count 400]
-                                      [--per-batch 40] [--seed N] [--proxy]
+                                      [--per-batch 40] [--seed N] [--proxy] [--cover]
 
 Each round: a fresh source topic with ``--count`` messages and a fresh output topic;
 a streaming query (``tests/spark/eos_driver.py``: ``local[2,3]``, AvailableNow,
 ``maxOffsetsPerTrigger=--per-batch``, ``transactionTimeoutSeconds=6``) is SIGKILLed
 ``--kills`` times at random points of the batch cycle (while tasks send, between task
-success and commit, after the commit record is written) of random micro-batches, each
+success and commit, after the commit record is written, once the commit is through with
+every row but has not marked the record done) of random micro-batches, each
 time restarted from its checkpoint, then run to its end, losing on the way the Python
 worker of one task while it sends (Spark retries the task). The round passes when the
 output topic holds every input row exactly once: every stored message is read back
@@ -17,18 +18,22 @@ With ``--proxy`` the sink writes through the local Proxy (gRPC) into a ``TRANSAC
 topic, and the driver may also be killed once it has noted its first COMMIT answers to
 a batch's check-backs but sent none (``answered``). Each batch then waits for the
 broker's check pass (every 30 s on the test cluster): use fewer, larger batches.
-The short version is ``tests/spark/test_exactly_once.py``.
+With ``--cover`` the kill points are taken in turn instead of at random (every point is
+hit once ``rounds * kills`` reaches their number: 4, 5 with ``--proxy``). The short
+version is ``tests/spark/test_exactly_once.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import sys
 import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -40,12 +45,12 @@ from aiorocket.testing.broker import LocalRocketMQ  # noqa: E402
 from tests.spark import eos_driver  # noqa: E402
 from tests.spark.conftest import create_and_fill  # noqa: E402
 
-POINTS = ("send", "tasks-done", "recorded")
+POINTS = ("send", "tasks-done", "recorded", "ended")
 PROXY_POINTS = (*POINTS, "answered")
 
 
 def one_round(cluster: LocalRocketMQ, rng: random.Random, args: argparse.Namespace,
-              workdir: Path) -> tuple[bool, str]:  # fmt: skip
+              workdir: Path, turns: Iterator[str]) -> tuple[bool, str]:  # fmt: skip
     tag = uuid.uuid4().hex[:8]
     filled = create_and_fill(cluster, f"eos_crash_src_{tag}", args.count)
     target = f"eos_crash_out_{tag}"
@@ -60,7 +65,7 @@ def one_round(cluster: LocalRocketMQ, rng: random.Random, args: argparse.Namespa
     chosen = sorted(rng.sample(range(1, batches), min(args.kills, batches - 1)))
     done = []
     for batch in chosen:
-        point = f"{rng.choice(points)}:{batch}"
+        point = f"{next(turns) if args.cover else rng.choice(points)}:{batch}"
         reached = run.kill_at(point)
         done.append(point if reached else f"({point} not reached)")
     last = chosen[-1] if chosen else 0
@@ -86,6 +91,7 @@ def main() -> int:
     p.add_argument("--per-batch", type=int, default=40)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--proxy", action="store_true", help="the sink writes through the Proxy")
+    p.add_argument("--cover", action="store_true", help="kill points in turn, not at random")
     args = p.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     rng = random.Random(seed)
@@ -98,10 +104,11 @@ def main() -> int:
           f"{args.kills} kills each")  # fmt: skip
     failures = 0
     started = time.monotonic()
+    turns = itertools.cycle(PROXY_POINTS if args.proxy else POINTS)
     for i in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="eos-crash-") as tmp:
             t0 = time.monotonic()
-            ok, what = one_round(cluster, rng, args, Path(tmp))
+            ok, what = one_round(cluster, rng, args, Path(tmp), turns)
             failures += not ok
             print(f"round {i + 1}: {'ok  ' if ok else 'FAIL'} {what} "
                   f"({time.monotonic() - t0:.0f} s)", flush=True)  # fmt: skip

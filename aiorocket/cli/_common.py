@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from aiorocket._loop import first_error
 from aiorocket.admin import Admin
 from aiorocket.client.namesrv import NAMESRV_ENV
 from aiorocket.errors import (
@@ -118,18 +119,6 @@ def ask(settings: Settings, op: Callable[[Admin], Awaitable[T]]) -> T:
             return await op(admin)
 
     return run(go)
-
-
-def first_error(exc: BaseException) -> BaseException:
-    """The error a user should read: task groups (concurrent sends, a consumer's tasks)
-    wrap what failed in (nested) exception groups; the first real error inside, not a
-    cancellation its siblings got because of it."""
-    # By its shape: BaseExceptionGroup is a builtin from 3.11 only (a backport before).
-    # Cancellations (asyncio's and trio's) are BaseExceptions, errors are Exceptions.
-    while isinstance(inside := getattr(exc, "exceptions", None), tuple) and inside:
-        errors = [e for e in inside if isinstance(e, Exception)]
-        exc = (errors or list(inside))[0]
-    return exc
 
 
 def run(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -306,9 +306,7 @@ class Puller:
         False while it is not verified (the query failed, or the connection was lost
         again meanwhile), and the queue is not pulled."""
         try:
-            return await verify_offset(
-                self._commits.store, pq, log, auto_commit=self._state.auto_commit
-            )
+            return await verify_offset(self._commits.store, pq, log)
         except RocketMQError as exc:
             log.warning("offset_verify_failed", error=str(exc))
             return False

@@ -38,11 +38,13 @@ arrive after that pass. So:
   not answer (the broker asks about them), and at most ``UNCERTAIN_WAIT`` for those it
   noted (if their answer left, the broker does not ask again; if not, it asks within a
   check interval, and is answered COMMIT again).
-* A check-back is answered from the records alone: COMMIT for a row of a committed
-  transaction, ROLLBACK for any other of a recorded or older batch, UNKNOWN for the
-  newest batch without a record (it may still commit; the broker asks again).
-* ``abort`` and a replay's surplus transactions are ended ROLLBACK through the Proxy
-  (when it still holds their transaction data); the check-backs roll back the rest.
+* A check-back is answered from the records alone (``_txn.judge``): COMMIT for a row of
+  a committed transaction, ROLLBACK for any other of a recorded or older batch, UNKNOWN
+  for the newest batch without a record (it may still commit; the broker asks again)
+  and for another query's row.
+* ``abort`` and a replay's surplus transactions, those no record lists
+  (``_txn.unrecorded``), are ended ROLLBACK through the Proxy (when it still holds their
+  transaction data); the check-backs roll back the rest.
 
 Cost: a batch's rows become visible at the broker's first check pass after both its
 commit record and ``transactionTimeoutSeconds`` past each row's birth: up to one
@@ -63,10 +65,21 @@ from aiorocket.grpc._producer import GrpcProducer
 from aiorocket.grpc._transport import GrpcOptions, GrpcTransport, check_status, with_security
 from aiorocket.message import Message, MessageExt
 from aiorocket.producer.config import ProducerConfig
-from aiorocket.producer.transaction import HalfMessage
-from aiorocket.spark import _txn
+from aiorocket.producer.transaction import HalfMessage, TransactionState
+from aiorocket.spark import _broker, _txn
 from aiorocket.spark._options import WriteOptions
-from aiorocket.spark._txn import KEEP, PARALLEL, TXN_PROPERTY, Row, TxnLog, parse_tag, rows_of
+from aiorocket.spark._txn import (
+    KEEP,
+    PARALLEL,
+    TXN_PROPERTY,
+    Record,
+    Row,
+    TxnLog,
+    judge,
+    parse_tag,
+    rows_of,
+    unrecorded,
+)
 
 __all__ = ["Answers", "answer", "checker", "commit", "rollback", "send_halves", "sender",
            "topic_types"]  # fmt: skip
@@ -158,15 +171,18 @@ async def send_halves(
 class Answers:
     """Notes the rows answered COMMIT in ``<batch>.answered`` before the answer leaves
     (concurrent answers share one write and sync: ``TxnLog.note_answered``), and keeps
-    those whose answer the Proxy took in this process (``sent``)."""
+    those whose answer the Proxy took in this process (``sent``) until their batch is
+    done (:meth:`forget_through`)."""
 
     def __init__(self, txn_log: TxnLog) -> None:
         self.log = txn_log
         self.sent: dict[int, set[str]] = {}
-        #: the committed txns of each recorded batch: a record never changes once
-        #: written, and a batch's check-backs come by the thousand (reading it each time
-        #: took most of an answer).
-        self._records: dict[int, frozenset[str]] = {}
+        #: batches up to this one are done: their answers are no longer waited for.
+        self._done = -1
+        #: the record of each recorded batch: a record never changes once written, and
+        #: a batch's check-backs come by the thousand (reading it each time took most of
+        #: an answer).
+        self._records: dict[int, Record] = {}
         self._pending: dict[int, list[str]] = {}
         self._lock = anyio.Lock()
         self._taken = 0  # writes started
@@ -189,39 +205,44 @@ class Answers:
                 raise
             self._written = self._taken
 
-    def committed(self, batch: int) -> frozenset[str] | None:
-        """The txns the record of ``batch`` commits, None if it has no record."""
-        txns = self._records.get(batch)
-        if txns is None:
+    def record(self, batch: int) -> Record | None:
+        """The record of ``batch``, None if it has none."""
+        record = self._records.get(batch)
+        if record is None:
             record = self.log.read(batch)
             if record is None:
                 return None
-            txns = self._records[batch] = frozenset(record)
+            self._records[batch] = record
             for old in [b for b in self._records if b < batch - KEEP]:
                 del self._records[old]
-        return txns
+        return record
 
     def sent_one(self, msg: MessageExt, commit: bool) -> None:
         tag = parse_tag(msg.properties.get(TXN_PROPERTY))
-        if commit and tag is not None:
-            self.sent.setdefault(tag[0], set()).add(msg.msg_id)
+        if commit and tag is not None and tag.batch > self._done:
+            self.sent.setdefault(tag.batch, set()).add(msg.msg_id)
+
+    def forget_through(self, batch: int) -> None:
+        """``batch`` is done (every row answered, its record marked): no commit of this
+        process waits for its answers, or an older batch's, again (a replay happens in a
+        new process), so their ids go; a later check-back of one of them (a copy) is
+        answered but not kept."""
+        self._done = max(self._done, batch)
+        for old in [b for b in self.sent if b <= batch]:
+            del self.sent[old]
 
 
 async def answer(answers: Answers, msg: MessageExt) -> bool | None:
     """A check-back's answer from the records: True commit, False roll back, None
     unknown (see the module docstring)."""
     tag = parse_tag(msg.properties.get(TXN_PROPERTY))
-    if tag is None:
-        return None  # not one of ours
-    batch, txn = tag
-    record = answers.committed(batch)
-    if record is None:
-        # Spark commits batches in order: a later record means this batch's attempt
-        # died before its commit, and a replay committed other txns (or will).
-        return False if answers.log.newest() > batch else None
-    if txn not in record:
+    state = judge(tag, answers.record(tag.batch) if tag else None, answers.log)
+    if state is TransactionState.UNKNOWN:
+        return None
+    if state is TransactionState.ROLLBACK:
         return False
-    await answers.add(batch, msg.msg_id)
+    assert tag is not None
+    await answers.add(tag.batch, msg.msg_id)
     return True
 
 
@@ -267,28 +288,33 @@ async def _wait_answered(
 
 async def commit(
     producer: GrpcProducer, answers: Answers, batch: int,
-    halves: dict[str, list[HalfMessage]], wait: float,
+    halves: dict[str, list[HalfMessage]], wait: float, query: str | None = None,
 ) -> None:  # fmt: skip
-    """The driver's commit of ``batch`` over gRPC (see the module docstring)."""
+    """The driver's commit of ``batch`` over gRPC (see the module docstring). Once the
+    record is written, nothing this raises makes its rows roll back
+    (``_txn.unrecorded``)."""
     txn_log = answers.log
+    query = txn_log.claim(query, batch)
     record = {txn: rows_of(hs) for txn, hs in halves.items()}
-    if txn_log.write(batch, record):
+    if txn_log.write(batch, record, query):
         rows = [r for rs in record.values() for r in rs]
-        await producer.declare(*sorted({r[0] for r in rows}))
+        await _broker._retrying(lambda: producer.declare(*sorted({r[0] for r in rows})))
         await _wait_answered(answers, batch, rows, wait)
         txn_log.mark_done(batch)
+        answers.forget_through(batch)
         log.info("spark_batch_committed_exactly_once", batch=batch, txns=len(record),
                  rows=len(rows), transport="grpc")  # fmt: skip
         return
     # A replay: an earlier run recorded this batch and died before Spark logged it.
-    recorded = txn_log.read(batch) or {}
-    surplus = [h for txn, hs in halves.items() if txn not in recorded for h in hs]
+    surplus = unrecorded(txn_log, batch, halves)
     await rollback(producer, surplus)
     if not txn_log.is_done(batch):
-        rows = [r for rs in recorded.values() for r in rs]
+        recorded = txn_log.read(batch)
+        rows = [r for rs in (recorded.txns if recorded else {}).values() for r in rs]
         earlier = txn_log.answered(batch) - answers.sent.get(batch, set())
-        await producer.declare(*sorted({r[0] for r in rows}))
+        await _broker._retrying(lambda: producer.declare(*sorted({r[0] for r in rows})))
         await _wait_answered(answers, batch, rows, wait, earlier)
         txn_log.mark_done(batch)
+    answers.forget_through(batch)
     log.info("spark_batch_replayed_exactly_once", batch=batch, rolled_back=len(surplus),
              transport="grpc")  # fmt: skip

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from aiorocket._loop import first_error
 from aiorocket.client.instance import ClientInstance
 from aiorocket.message import MessageExt
 from aiorocket.producer.producer import Producer
@@ -51,6 +52,17 @@ class _Runtime:
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop and wait for it; what it raised from inside a task
+        group comes out as itself (Spark shows the typed error, not the group)."""
+        try:
+            return self.submit(coro).result()
+        except BaseException as exc:
+            first = first_error(exc)
+            if first is exc:
+                raise
+            raise first from exc
+
     async def _stop_event(self) -> asyncio.Event:
         if self._stop is None:
             self._stop = asyncio.Event()
@@ -58,13 +70,14 @@ class _Runtime:
 
     async def _hold(
         self,
-        resource: Any,
+        make: Callable[[], Any],
         ready: concurrent.futures.Future[Any],
     ) -> None:
-        """Own ``resource`` (an async context manager) in one task until shutdown."""
+        """Own the resource ``make`` returns (an async context manager) in one task until
+        shutdown. Made in the loop: a client sets up its task group as it is made."""
         stop = await self._stop_event()
         try:
-            async with resource as opened:
+            async with make() as opened:
                 ready.set_result(opened)
                 await stop.wait()
         except BaseException as exc:
@@ -78,7 +91,7 @@ class _Runtime:
             if ready is None or (ready.done() and ready.exception() is not None):
                 ready = concurrent.futures.Future()
                 cache[key] = ready
-                self._holders.append(self.submit(self._hold(make(), ready)))
+                self._holders.append(self.submit(self._hold(make, ready)))
         return ready.result()
 
     def client(self, opts: ClientOptions) -> ClientInstance:

@@ -3,19 +3,30 @@
 Per micro-batch ``N`` of a streaming write with ``deliveryGuarantee=exactly-once``:
 
 * Each task attempt sends every row as a *half message* (stored, invisible to
-  consumers) of producer group ``G``, with the property ``sparkTxn = "N:<txn>"`` where
-  ``<txn>`` names the task attempt, and no resend of a failed send (a resend could
-  leave a second stored copy); a failure fails the task and Spark retries it as a new
-  attempt, i.e. a new ``<txn>``. Its commit message carries ``<txn>`` and the handle
-  of every half message (:class:`~aiorocket.producer.transaction.HalfMessage`).
+  consumers) of producer group ``G``, with the property ``sparkTxn = "N:<query>:<txn>"``
+  where ``<query>`` is Spark's id of the streaming query (the same across restarts from
+  one checkpoint) and ``<txn>`` names the task attempt, and no resend of a failed send
+  (a resend could leave a second stored copy); a failure fails the task and Spark
+  retries it as a new attempt, i.e. a new ``<txn>``. Its commit message carries
+  ``<query>``, ``<txn>`` and the handle of every half message
+  (:class:`~aiorocket.producer.transaction.HalfMessage`).
 * The driver's ``commit(messages, N)`` first writes the *commit record* of batch ``N``
-  (the committed ``<txn>`` s and their rows' ids) atomically to the transaction log
-  (by default ``<checkpointLocation>/rocketmq-sink``), then ends every half message
+  (the query, the committed ``<txn>`` s and their rows' ids) atomically to the
+  transaction log (by default ``<checkpointLocation>/rocketmq-sink``), then ends every
+  half message
   with COMMIT (confirmed by the broker). If a record of ``N`` is already there, an
   earlier run committed the batch and died before Spark logged it: this attempt's half
   messages are ended with ROLLBACK instead.
-* ``abort`` ends the half messages it knows with ROLLBACK. Those of failed task
-  attempts are never committed and the broker's check-back learns that (below).
+* ``abort`` ends with ROLLBACK the half messages it knows that no record lists
+  (:func:`unrecorded`: it reads the record first). Spark aborts a batch whose commit
+  raised, also after the record was written: those rows are committed, and are left to
+  the check-backs and the replay's wait. Those of failed task attempts are never
+  committed and the broker's check-back learns that (below).
+* One log belongs to one query: a commit refuses (``ConfigError``) a log whose records
+  name another query, and a check-back for another query's half message (a shared
+  ``producerGroup``) is answered UNKNOWN, so the broker asks again, maybe its owner.
+  Records and tags of versions before the query id (``"N:<txn>"``, no ``query`` in the
+  record) are read as this query's.
 * Every half message carries ``CHECK_IMMUNITY_TIME_IN_SECONDS = transactionTimeoutSeconds``
   (T): before T the broker does not check it back; after T it refuses an end that is
   not a check-back answer. So the driver's own end and a check-back can never both
@@ -38,14 +49,15 @@ import os
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import anyio
 
 from aiorocket._log import get_logger
 from aiorocket.client.admin import AdminRequests
 from aiorocket.client.instance import ClientInstance
-from aiorocket.errors import RocketMQError
+from aiorocket.errors import ConfigError, RocketMQError
 from aiorocket.message import Message, MessageExt, MessageQueue
 from aiorocket.producer.producer import Producer
 from aiorocket.producer.transaction import HalfMessage, TransactionState, end_half
@@ -53,20 +65,28 @@ from aiorocket.spark import _broker
 
 __all__ = [
     "TXN_PROPERTY",
+    "Record",
     "Row",
+    "Tag",
     "TxnLog",
     "by_txn",
     "commit",
     "end_all",
+    "judge",
+    "parse_tag",
+    "query_of",
     "rows_of",
     "send_halves",
+    "tag",
+    "unrecorded",
     "verdict",
     "wait_visible",
 ]
 
 log = get_logger("spark")
 
-#: the property of every half message: ``"<batch>:<txn>"``.
+#: the property of every half message: ``"<batch>:<query>:<txn>"`` (``"<batch>:<txn>"``
+#: before the query id).
 TXN_PROPERTY = "sparkTxn"
 #: how many records (batches) the log keeps. Once a batch is done every row of it is
 #: visible, so the only answer left for its half messages is ROLLBACK (copies the broker
@@ -79,6 +99,45 @@ PARALLEL = 128
 Row = tuple[str, str, str]
 
 
+@dataclass(frozen=True)
+class Record:
+    """The commit record of one batch."""
+
+    #: the id of the query that wrote it; None in a record of an earlier version.
+    query: str | None
+    #: the committed txns and their rows.
+    txns: dict[str, list[Row]]
+
+
+class Tag(NamedTuple):
+    """A half message's ``sparkTxn`` property, parsed."""
+
+    batch: int
+    txn: str
+    #: None in a tag of an earlier version.
+    query: str | None
+
+
+def tag(batch: int | str, query: str, txn: str) -> str:
+    return f"{batch}:{query}:{txn}"
+
+
+def parse_tag(value: str | None) -> Tag | None:
+    if not value or ":" not in value:
+        return None
+    parts = value.split(":")
+    if not parts[0].isdigit() or len(parts) > 3:
+        return None
+    if len(parts) == 2:
+        return Tag(int(parts[0]), parts[1], None)
+    return Tag(int(parts[0]), parts[2], parts[1])
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    """One query's, or unknown (an earlier version's tag or record: read as ours)."""
+    return a is None or b is None or a == b
+
+
 class TxnLog:
     """One JSON file per committed batch: ``<batch>.json``, and ``<batch>.done`` once
     every row of it is visible. Written atomically (temp file, fsync, rename)."""
@@ -89,19 +148,47 @@ class TxnLog:
     def _path(self, batch: int, suffix: str) -> str:
         return os.path.join(self.dir, f"{batch}.{suffix}")
 
-    def read(self, batch: int) -> dict[str, list[Row]] | None:
-        """The committed txns of ``batch`` and their rows, or None if it has no record."""
+    def read(self, batch: int) -> Record | None:
+        """The record of ``batch``, or None if it has none."""
         try:
             with open(self._path(batch, "json"), encoding="utf-8") as f:
                 data = json.load(f)
         except FileNotFoundError:
             return None
-        return {txn: [tuple(r) for r in rows] for txn, rows in data["txns"].items()}
+        txns = {txn: [tuple(r) for r in rows] for txn, rows in data["txns"].items()}
+        return Record(data.get("query"), txns)
 
-    def write(self, batch: int, txns: dict[str, list[Row]]) -> bool:
-        """Record ``batch`` as committed by ``txns``; False if it already had a record."""
+    def head(self) -> tuple[int, str | None] | None:
+        """The newest record's batch and query, None if there is no record."""
+        newest = self.newest()
+        record = self.read(newest) if newest >= 0 else None
+        return None if record is None else (newest, record.query)
+
+    def claim(self, query: str | None, batch: int) -> str | None:
+        """The query to record ``batch`` as: ``query``, or the log's if the tasks named
+        none (a batch without tasks). Refuses (``ConfigError``) another query's log:
+        two queries sharing one would replay, and answer the check-backs of, each
+        other's batches."""
+        head = self.head()
+        if query is None:
+            return head[1] if head is not None else None
+        this = self.read(batch)
+        owners = [head, (batch, this.query) if this is not None else None]
+        for b, owner in filter(None, owners):
+            if not _same(owner, query):
+                raise ConfigError(
+                    f"the exactly-once transaction log {self.dir} holds the commit record "
+                    f"of batch {b} of another query ({owner}); this query is {query}: give "
+                    "each query its own checkpointLocation (or option transactionLog)"
+                )
+        return query
+
+    def write(self, batch: int, txns: dict[str, list[Row]], query: str | None = None) -> bool:
+        """Record ``batch`` as committed by ``txns`` of ``query``; False if it already
+        had a record."""
         os.makedirs(self.dir, exist_ok=True)
-        data = json.dumps({"batch": batch, "time": time.time(), "txns": txns}).encode()
+        record = {"batch": batch, "time": time.time(), "query": query, "txns": txns}
+        data = json.dumps(record).encode()
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{batch}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
@@ -175,13 +262,6 @@ def rows_of(halves: Iterable[HalfMessage]) -> list[Row]:
     return [(h.topic, h.broker_name, h.msg_id) for h in halves]
 
 
-def parse_tag(value: str | None) -> tuple[int, str] | None:
-    if not value or ":" not in value:
-        return None
-    batch, txn = value.split(":", 1)
-    return (int(batch), txn) if batch.isdigit() else None
-
-
 async def _addr(client: ClientInstance, topic: str, broker_name: str) -> str:
     return await _broker._broker_addr(client, MessageQueue(topic, broker_name, 0))
 
@@ -193,25 +273,51 @@ async def _visible_at(client: ClientInstance, addr: str, topic: str, msg_id: str
     return any(m.msg_id == msg_id and m.topic == topic for m in found)
 
 
+def judge(tag: Tag | None, record: Record | None, txn_log: TxnLog) -> TransactionState:
+    """What the records say of a half message tagged ``tag`` whose batch has ``record``
+    (the module docstring): COMMIT for a row of a committed txn, ROLLBACK for any other of
+    a recorded or older batch, UNKNOWN for the newest batch without a record and for
+    another query's message (the broker asks again; maybe its owner, in a shared group)."""
+    if tag is None:
+        return TransactionState.UNKNOWN  # not the sink's
+    if record is not None:
+        if not _same(tag.query, record.query):
+            return TransactionState.UNKNOWN
+        return TransactionState.COMMIT if tag.txn in record.txns else TransactionState.ROLLBACK
+    # Spark commits batches in order: a later record means this batch's attempt died
+    # before its commit, and a replay committed other txns (or will).
+    head = txn_log.head()
+    if head is None or not _same(tag.query, head[1]):
+        return TransactionState.UNKNOWN
+    return TransactionState.ROLLBACK if head[0] > tag.batch else TransactionState.UNKNOWN
+
+
 async def verdict(client: ClientInstance, txn_log: TxnLog, msg: MessageExt) -> TransactionState:
     """The answer to a check-back for ``msg`` (see the module docstring)."""
     tag = parse_tag(msg.properties.get(TXN_PROPERTY))
-    if tag is None:
-        return TransactionState.UNKNOWN  # not one of ours
-    batch, txn = tag
-    record = txn_log.read(batch)
-    if record is None:
-        # Spark commits batches in order: a later record means this batch's attempt
-        # died before its commit, and a replay committed other txns (or will).
-        newer = txn_log.newest() > batch
-        return TransactionState.ROLLBACK if newer else TransactionState.UNKNOWN
-    if txn not in record:
-        return TransactionState.ROLLBACK
+    state = judge(tag, txn_log.read(tag.batch) if tag else None, txn_log)
     # Committed. If the driver's own end got through, this is a copy the broker put back
     # while waiting for it: the row is in the topic already.
-    if await _visible_at(client, msg.store_host, msg.topic, msg.msg_id):
+    if state is TransactionState.COMMIT and await _visible_at(
+        client, msg.store_host, msg.topic, msg.msg_id
+    ):
         return TransactionState.ROLLBACK
-    return TransactionState.COMMIT
+    return state
+
+
+def unrecorded(txn_log: TxnLog, batch: int, halves: dict[str, list[HalfMessage]]
+               ) -> list[HalfMessage]:  # fmt: skip
+    """The half messages of ``halves`` that the record of ``batch`` does not commit: all
+    that an abort or a replay may roll back. Read first: Spark aborts a batch whose
+    commit raised after it wrote the record, and the rows it lists are committed."""
+    record = txn_log.read(batch)
+    keep = record.txns if record is not None else {}
+    return [h for txn, hs in halves.items() if txn not in keep for h in hs]
+
+
+def query_of(messages: Iterable[Any]) -> str | None:
+    """The query the tasks' commit messages name (the first; they are one query's)."""
+    return next((q for m in messages if (q := getattr(m, "query", None))), None)
 
 
 async def end_all(
@@ -239,7 +345,8 @@ async def end_all(
 
 async def wait_visible(client: ClientInstance, rows: Sequence[Row], timeout: float) -> None:
     """Return once every row is in its topic (the broker's check-backs commit those
-    whose end failed); TimeoutError after ``timeout`` seconds."""
+    whose end failed); TimeoutError after ``timeout`` seconds. A retriable failure of a
+    row's query (a busy broker) is asked again with the rows not seen yet."""
     missing = list(rows)
     limiter = anyio.CapacityLimiter(PARALLEL)
     delay = 0.5
@@ -250,8 +357,16 @@ async def wait_visible(client: ClientInstance, rows: Sequence[Row], timeout: flo
             async def one(row: Row, still: list[Row]) -> None:
                 async with limiter:
                     topic, broker_name, msg_id = row
-                    addr = await _addr(client, topic, broker_name)
-                    if not await _visible_at(client, addr, topic, msg_id):
+                    try:
+                        addr = await _addr(client, topic, broker_name)
+                        seen = await _visible_at(client, addr, topic, msg_id)
+                    except RocketMQError as exc:
+                        if not exc.retriable:
+                            raise
+                        # A busy broker, a query that timed out: ask again next round.
+                        log.info("spark_visibility_query_failed", msg_id=msg_id, error=str(exc))
+                        seen = False
+                    if not seen:
                         still.append(row)
 
             async with anyio.create_task_group() as tg:
@@ -281,13 +396,16 @@ async def commit(
     batch: int,
     halves: dict[str, list[HalfMessage]],
     wait: float,
+    query: str | None = None,
 ) -> None:
-    """The driver's commit of ``batch`` (see the module docstring)."""
+    """The driver's commit of ``batch`` (see the module docstring). Once the record is
+    written, nothing this raises makes its rows roll back (see :func:`unrecorded`)."""
     group = checker.group
+    query = txn_log.claim(query, batch)
     record = {txn: rows_of(hs) for txn, hs in halves.items()}
-    if txn_log.write(batch, record):
+    if txn_log.write(batch, record, query):
         topics = {r[0] for rows in record.values() for r in rows}
-        await checker.accept_checks(*sorted(topics))
+        await _broker._retrying(lambda: checker.accept_checks(*sorted(topics)))
         failed = await end_all(client, group, [h for hs in halves.values() for h in hs],
                                TransactionState.COMMIT)  # fmt: skip
         if failed:
@@ -297,12 +415,12 @@ async def commit(
                  rows=sum(map(len, record.values())), left_to_check_backs=len(failed))  # fmt: skip
         return
     # A replay: an earlier run recorded this batch and died before Spark logged it.
-    recorded = txn_log.read(batch) or {}
-    surplus = [h for txn, hs in halves.items() if txn not in recorded for h in hs]
+    surplus = unrecorded(txn_log, batch, halves)
     await end_all(client, group, surplus, TransactionState.ROLLBACK)
     if not txn_log.is_done(batch):
-        rows = [r for rs in recorded.values() for r in rs]
-        await checker.accept_checks(*sorted({r[0] for r in rows}))
+        recorded = txn_log.read(batch)
+        rows = [r for rs in (recorded.txns if recorded else {}).values() for r in rs]
+        await _broker._retrying(lambda: checker.accept_checks(*sorted({r[0] for r in rows})))
         await wait_visible(client, rows, wait)
         txn_log.mark_done(batch)
     log.info("spark_batch_replayed_exactly_once", batch=batch, rolled_back=len(surplus))

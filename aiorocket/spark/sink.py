@@ -143,6 +143,8 @@ class SinkCommit(WriterCommitMessage):
     #: exactly-once: the task attempt's transaction and its half messages.
     txn: str | None = None
     halves: tuple[HalfMessage, ...] = ()
+    #: exactly-once: the streaming query's id (the driver knows it only from here).
+    query: str | None = None
 
 
 def _messages(batch: pa.RecordBatch, opts: WriteOptions, prefix: str, first: int) -> list[Message]:
@@ -199,6 +201,16 @@ async def _send_halves(
     return await _txn.send_halves(messages, producer.config.max_in_flight, send)
 
 
+@dataclass(frozen=True)
+class _Txn:
+    """Where a task attempt's transaction belongs."""
+
+    query: str
+    batch: str
+    partition: int
+    attempt: int
+
+
 class _Sender:
     """The executor half shared by the batch and the streaming writer."""
 
@@ -217,7 +229,8 @@ class _Sender:
         rt = runtime()
         if self.opts.exactly_once:
             attempt = ctx.taskAttemptId() if ctx is not None else 0
-            return self._send_exactly_once(rt, batches, prefix, batch_id, partition, attempt)
+            txn = _Txn(query, batch_id, partition, attempt)
+            return self._send_exactly_once(rt, batches, prefix, txn)
         producer = rt.producer(self.opts)
         count = 0
         for batch in batches:
@@ -227,12 +240,11 @@ class _Sender:
         return SinkCommit(partition, count)
 
     def _send_exactly_once(
-        self, rt: Any, batches: Iterator[pa.RecordBatch], prefix: str, batch_id: str,
-        partition: int, attempt: int,
-    ) -> SinkCommit:  # fmt: skip
+        self, rt: Any, batches: Iterator[pa.RecordBatch], prefix: str, task: _Txn
+    ) -> SinkCommit:
         # Unique per task attempt: a retried task is another transaction.
-        txn = f"{self.write_id}.{partition}.{attempt}"
-        tag = f"{batch_id}:{txn}"
+        txn = f"{self.write_id}.{task.partition}.{task.attempt}"
+        tag = _txn.tag(task.batch, task.query, txn)
         halves: list[HalfMessage] = []
         for batch in batches:
             messages = _messages(batch, self.opts, prefix, len(halves))
@@ -244,8 +256,8 @@ class _Sender:
                 sent = _grpc.send_halves(rt.grpc_sender(self.opts), messages, self.opts)
             else:
                 sent = _send_halves(rt.sender(self.opts), messages, self.opts)
-            halves.extend(rt.submit(sent).result())
-        return SinkCommit(partition, len(halves), txn, tuple(halves))
+            halves.extend(rt.run(sent))
+        return SinkCommit(task.partition, len(halves), txn, tuple(halves), task.query)
 
 
 class RocketMQWriter(DataSourceArrowWriter):
@@ -290,33 +302,32 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
         opts = self._sender.opts
         assert opts.txn_log is not None
         rt = runtime()
+        halves = _txn.by_txn(messages)
+        txn_log = _txn.TxnLog(opts.txn_log)
+        if not commit:
+            # Only those no record lists: Spark aborts a batch whose commit raised, also
+            # after the record was written, and the rows it lists are committed.
+            self._roll_back(rt, _txn.unrecorded(txn_log, batch, halves))
+            return
+        query = _txn.query_of(messages)
+        wait = opts.txn_timeout + _CHECK_BACK_WAIT
         if opts.proxy is not None:
-            self._end_over_grpc(rt, messages, batch, commit)
-            return
-        client = rt.client(opts.client)
-        checker = rt.checker(opts)
-        halves = _txn.by_txn(messages)
-        if commit:
-            wait = opts.txn_timeout + _CHECK_BACK_WAIT
-            log_ = _txn.TxnLog(opts.txn_log)
-            rt.submit(_txn.commit(client, checker, log_, batch, halves, wait)).result()
-            return
-        every = [h for hs in halves.values() for h in hs]
-        rollback = TransactionState.ROLLBACK
-        rt.submit(_txn.end_all(client, opts.producer_group, every, rollback)).result()
+            from aiorocket.spark import _grpc
 
-    def _end_over_grpc(
-        self, rt: Any, messages: list[WriterCommitMessage | None], batch: int, commit: bool
-    ) -> None:
-        from aiorocket.spark import _grpc
+            producer, answers = rt.grpc_checker(opts)
+            rt.run(_grpc.commit(producer, answers, batch, halves, wait, query))
+            return
+        client, checker = rt.client(opts.client), rt.checker(opts)
+        rt.run(_txn.commit(client, checker, txn_log, batch, halves, wait, query))
 
+    def _roll_back(self, rt: Any, halves: list[HalfMessage]) -> None:
         opts = self._sender.opts
-        assert opts.txn_log is not None
-        producer, answers = rt.grpc_checker(opts)
-        halves = _txn.by_txn(messages)
-        if commit:
-            wait = opts.txn_timeout + _CHECK_BACK_WAIT
-            rt.submit(_grpc.commit(producer, answers, batch, halves, wait)).result()
+        if not halves:
             return
-        every = [h for hs in halves.values() for h in hs]
-        rt.submit(_grpc.rollback(producer, every)).result()
+        if opts.proxy is not None:
+            from aiorocket.spark import _grpc
+
+            rt.run(_grpc.rollback(rt.grpc_checker(opts)[0], halves))
+            return
+        rollback = TransactionState.ROLLBACK
+        rt.run(_txn.end_all(rt.client(opts.client), opts.producer_group, halves, rollback))

@@ -10,6 +10,11 @@ Proxy (gRPC). Its sink is the connector's, with marker files written to
 * ``send:b``: a task has stored all its rows as half messages, not yet reported success;
 * ``tasks-done:b``: every task succeeded, the driver's commit has not started;
 * ``recorded:b``: the driver wrote the commit record, no half message is ended yet;
+* ``ended:b``: the driver's commit is through with every row of the batch (over
+  remoting its ends were confirmed, through a Proxy its COMMIT answers taken) and has
+  not marked the record done (``<b>.done``): the replay finds a record not done and
+  waits for rows that are all there already (through a Proxy: for the broker to ask
+  about rows it noted as answered, or ``UNCERTAIN_WAIT``);
 * ``answered:b`` (PROXY only): the driver noted its first COMMIT answers to check-backs
   of the batch, and has not sent them.
 
@@ -90,17 +95,24 @@ def child(namesrv: str, source: str, target: str, workdir: str, per_batch: int,
             _hook_answers()  # Spark runs a writer's commit in a Python process of its own
             write = _txn.TxnLog.write
 
-            def hooked(log: Any, batch: int, txns: Any) -> bool:
-                done = write(log, batch, txns)
+            def hooked(log: Any, batch: int, txns: Any, query: str | None = None) -> bool:
+                done = write(log, batch, txns, query)
                 if done:
                     mark(f"recorded:{batch}")
                 return done
 
+            def done(log: Any, batch: int) -> None:
+                mark(f"ended:{batch}")
+                mark_done(log, batch)
+
+            mark_done = _txn.TxnLog.mark_done
             _txn.TxnLog.write = hooked  # type: ignore[method-assign]
+            _txn.TxnLog.mark_done = done  # type: ignore[method-assign]
             try:
                 super().commit(messages, batchId)
             finally:
                 _txn.TxnLog.write = write  # type: ignore[method-assign]
+                _txn.TxnLog.mark_done = mark_done  # type: ignore[method-assign]
 
     class HookedSource(RocketMQDataSource):
         @classmethod
@@ -207,14 +219,19 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def stored(namesrv: str, topic: str) -> list[bytes]:
-    """The body of every message stored in ``topic`` (each queue from its min to max
-    offset), read with the connector's own pulls."""
+    """The body of every message stored in ``topic`` (:func:`stored_messages`)."""
+    return [m.body for m in stored_messages(namesrv, topic)]
+
+
+def stored_messages(namesrv: str, topic: str) -> list[Any]:
+    """Every message stored in ``topic`` (each queue from its min to max offset), read
+    with the connector's own pulls."""
     from aiorocket.client.instance import ClientInstance
     from aiorocket.spark import _broker
     from aiorocket.spark._options import Filter, Subscription
 
-    async def run() -> list[bytes]:
-        out: list[bytes] = []
+    async def run() -> list[Any]:
+        out: list[Any] = []
         async with ClientInstance(namesrv) as client:
             queues = await _broker.resolve_queues(client, Subscription(topics=(topic,)))
             lows = await _broker.min_offsets(client, queues)
@@ -224,7 +241,7 @@ def stored(namesrv: str, topic: str) -> list[bytes]:
                     client, "eos-check", mq, lows[mq], highs[mq], Filter(),
                     fail_on_data_loss=True, batch=32,
                 )  # fmt: skip
-                out.extend(m.body for m in seg.messages)
+                out.extend(seg.messages)
         return out
 
     return anyio.run(run)

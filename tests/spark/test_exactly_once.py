@@ -13,7 +13,9 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -137,3 +139,119 @@ def test_driver_killed_in_the_batch_cycle_through_the_proxy(
         assert run.kill_at(point), f"the driver did not reach {point}"
     assert run.finish(kill_worker_at="send:1")  # the replay of batch 1 runs its tasks again
     assert stored_bodies(filled.namesrv, target) == Counter(m.body for m in filled.messages)
+
+
+def _failing_once(flag: Path) -> type:
+    """A ``rocketmq`` format whose driver commit fails once ``flag`` exists (removing it)
+    right after writing its record: the check-back registration (``accept_checks``) is
+    refused. Defined here, not at module level, so that Spark's Python workers get the
+    classes by value."""
+    from aiorocket.spark.sink import RocketMQStreamWriter
+    from aiorocket.spark.source import RocketMQDataSource
+
+    path = str(flag)
+
+    class Writer(RocketMQStreamWriter):
+        def commit(self, messages: list[Any], batchId: int) -> None:
+            import os
+
+            from aiorocket.errors import AccessDeniedError
+            from aiorocket.producer.producer import Producer
+            from aiorocket.spark import sink
+
+            sink._CHECK_BACK_WAIT = 60.0  # a replay waiting for lost rows fails in time
+            if not os.path.exists(path):
+                super().commit(messages, batchId)
+                return
+            os.unlink(path)
+            accept = Producer.accept_checks
+
+            async def refused(self: Producer, *topics: str) -> None:
+                raise AccessDeniedError(16, "refused by the test")
+
+            Producer.accept_checks = refused  # type: ignore[method-assign]
+            try:
+                super().commit(messages, batchId)
+            finally:
+                Producer.accept_checks = accept  # type: ignore[method-assign]
+
+    class Source(RocketMQDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "rocketmq_fails_once"
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+            from aiorocket.spark._options import parse_write
+
+            return Writer(parse_write(self.options), schema)
+
+    return Source
+
+
+def test_a_commit_failing_after_its_record_loses_no_row(
+    spark: SparkSession, make_topic: Callable[..., Filled], rocketmq: LocalRocketMQ,
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:  # fmt: skip
+    """The driver's commit writes its record, then raises; Spark aborts the batch. The
+    abort rolled back every row, the recorded ones too, and the restarted query waited
+    for rows that could never come (5 of 5 lost on the real broker). Now it rolls back
+    none of them, the query fails with the typed error, and the restart's replay gets
+    them committed by the broker's check-backs (one check pass: up to 30 s here)."""
+    filled = make_topic(6)
+    target = unique_name("eosfail")
+    anyio.run(lambda: rocketmq.create_topic(target, queues=2))
+    flag = tmp_path / "fail"
+    flag.touch()
+    spark.dataSource.register(_failing_once(flag))
+    ckpt = tmp_path / "ckpt"
+    df = stream(filled, spark).select("body", "properties")
+    sink = {"nameServer": filled.namesrv, "topic": target, "deliveryGuarantee": "exactly-once",
+            "transactionTimeoutSeconds": "6"}  # fmt: skip
+    with pytest.raises(Exception, match="AccessDeniedError") as failed:
+        run_available_now(df, "rocketmq_fails_once", ckpt, **sink)
+    assert "ExceptionGroup" not in str(failed.value)
+    assert not flag.exists() and (ckpt / "rocketmq-sink" / "0.json").exists()
+    assert run_available_now(df, "rocketmq_fails_once", ckpt, **sink) == [6]  # the replay
+    assert stored_bodies(filled.namesrv, target) == Counter(m.body for m in filled.messages)
+
+
+def test_two_queries_side_by_side(
+    spark: SparkSession, make_topic: Callable[..., Filled], rocketmq: LocalRocketMQ,
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:  # fmt: skip
+    """Two queries sharing a producerGroup write at once: each row's half message and
+    each record name its query (a check-back of the other's row is answered UNKNOWN); a
+    third query pointed at the first one's transaction log is refused before it records.
+    The second starts once the first has run a batch (two queries starting at once on
+    the 2-core test machine: Spark's Python workers may not connect back in time)."""
+    group = unique_name("shared")
+    queries = []
+    for name in ("a", "b"):
+        filled = make_topic(6)
+        target = unique_name(f"eosside{name}")
+        anyio.run(partial(rocketmq.create_topic, target, queues=2))
+        df = stream(filled, spark, maxOffsetsPerTrigger="2").select("body", "properties")
+        w = df.writeStream.format("rocketmq").option("checkpointLocation", str(tmp_path / name))
+        w = w.option("nameServer", filled.namesrv).option("topic", target)
+        w = w.option("deliveryGuarantee", "exactly-once").option("producerGroup", group)
+        query = w.trigger(availableNow=True).start()
+        while not query.recentProgress and query.isActive:
+            time.sleep(0.2)
+        queries.append((name, query, target, Counter(m.body for m in filled.messages)))
+    for name, query, target, want in queries:
+        assert query.awaitTermination(120) and query.exception() is None
+        assert stored_bodies(rocketmq.namesrv_addr, target) == want
+        record = json.loads((tmp_path / name / "rocketmq-sink" / "0.json").read_text())
+        assert record["query"] == query.id
+        stored = eos_driver.stored_messages(rocketmq.namesrv_addr, target)
+        assert {m.properties["sparkTxn"].split(":")[1] for m in stored} == {query.id}
+    filled = make_topic(3)
+    target = unique_name("eossidec")
+    anyio.run(lambda: rocketmq.create_topic(target, queues=2))
+    df = stream(filled, spark).select("body", "properties")
+    with pytest.raises(Exception, match=r"(?s)ConfigError.*another query"):
+        run_available_now(df, "rocketmq", tmp_path / "c", nameServer=filled.namesrv,
+                          topic=target, deliveryGuarantee="exactly-once",
+                          transactionLog=str(tmp_path / "a" / "rocketmq-sink"))  # fmt: skip
+    assert stored_bodies(rocketmq.namesrv_addr, target) == Counter()
+
