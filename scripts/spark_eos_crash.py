@@ -66,7 +66,7 @@ def one_round(cluster: LocalRocketMQ, rng: random.Random, args: argparse.Namespa
     done = []
     for batch in chosen:
         point = f"{next(turns) if args.cover else rng.choice(points)}:{batch}"
-        reached = run.kill_at(point)
+        reached = run.kill_at(point, timeout=900)  # a loaded machine: batches wait for check passes
         done.append(point if reached else f"({point} not reached)")
     last = chosen[-1] if chosen else 0
     worker = f"send:{rng.randrange(last + 1, batches)}" if last + 1 < batches else None
