@@ -2,6 +2,7 @@
 
     python benchmarks/spark.py [--count 1000000] [--size 1024] [--cores 2]
                                [--per-core 1,2,4] [--sink-count N] [--skip pull,read,sink]
+                               [--send-timeout-ms MS]
 
 Pre-fills a fresh topic with 8 queues on each of the two brokers (16 queues) with
 ``--count`` messages of ``--size`` bytes, then measures, each once:
@@ -114,7 +115,8 @@ def run_read(spark: Any, namesrv: str, topic: str, count: int, partitions: int |
             "rows_per_s": row.n / seconds}  # fmt: skip
 
 
-def run_sink(spark: Any, namesrv: str, topic: str, count: int, size: int) -> dict[str, Any]:
+def run_sink(spark: Any, namesrv: str, topic: str, count: int, size: int,
+             timeout_ms: int | None = None) -> dict[str, Any]:  # fmt: skip
     from pyspark.sql import functions as F
 
     df = spark.range(count).select(
@@ -122,9 +124,10 @@ def run_sink(spark: Any, namesrv: str, topic: str, count: int, size: int) -> dic
     )
     df = df.select(F.expr(f"substring(body, 1, {size})").alias("body"))
     started = time.perf_counter()
-    df.write.format("rocketmq").option("nameServer", namesrv).option("topic", topic).mode(
-        "append"
-    ).save()
+    writer = df.write.format("rocketmq").option("nameServer", namesrv).option("topic", topic)
+    if timeout_ms is not None:
+        writer = writer.option("sendTimeoutMs", str(timeout_ms))
+    writer.mode("append").save()
     seconds = time.perf_counter() - started
     return {"partitions": df.rdd.getNumPartitions(), "rows": count, "seconds": seconds,
             "rows_per_s": count / seconds}  # fmt: skip
@@ -164,6 +167,8 @@ def main() -> int:
     p.add_argument("--per-core", default="1,2,4")
     p.add_argument("--sink-count", type=int, default=None, help="default: --count / 4")
     p.add_argument("--skip", default="", help="comma list of pull, read, sink")
+    p.add_argument("--send-timeout-ms", type=int, default=None,
+                   help="the sink's sendTimeoutMs (default: the sink's, 3000)")  # fmt: skip
     args = p.parse_args()
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     cl = c.cluster()
@@ -198,9 +203,10 @@ def main() -> int:
                 out = f"bench_spark_sink_{uuid.uuid4().hex[:8]}"
                 anyio.run(lambda: cl.create_topic(out, queues=8))
                 n = args.sink_count or max(1, args.count // 4)
-                run_sink(spark, cl.namesrv_addr, out, 1000, args.size)  # warm-up
+                timeout_ms = args.send_timeout_ms
+                run_sink(spark, cl.namesrv_addr, out, 1000, args.size, timeout_ms)  # warm-up
                 c.log(f"df.write of {n:,} rows")
-                res["sink"] = run_sink(spark, cl.namesrv_addr, out, n, args.size)
+                res["sink"] = run_sink(spark, cl.namesrv_addr, out, n, args.size, timeout_ms)
         finally:
             spark.stop()
     print(table(res))

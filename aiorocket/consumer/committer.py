@@ -13,6 +13,8 @@ Three rules:
   flag is cleared only by a check that succeeded with no new loss of the connection
   during its query, so whatever runs meanwhile (a flush, the application's commit)
   checks for itself, and a failed or timed-out query leaves the queue unverified.
+  A stored offset found below the queue's resume floor (a restarted broker lost
+  commits) is raised to it and committed again (see aiorocket.consumer.offsets).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from aiorocket._log import Logger
+from aiorocket.consumer.offsets import resume_offset
 from aiorocket.errors import CommitFailedError, RocketMQError
 
 if TYPE_CHECKING:
@@ -46,17 +49,22 @@ async def group_ahead(
     return stored if stored is not None and stored > offset else None
 
 
-async def verify_offset(store: OffsetStore, pq: ProcessQueue, log: Logger) -> bool:
+async def verify_offset(
+    store: OffsetStore, pq: ProcessQueue, log: Logger, *, auto_commit: bool = True
+) -> bool:
     """Check an unverified queue's offset; True once it is verified (and the flag cleared).
 
     If the group's stored offset is past ours, another member consumed the queue while we
     were cut off (frozen, or dropped by the broker after missed heartbeats): the queue
-    moves there instead of consuming it all again. Only an offset *past* ours moves it:
-    one below is the broker's own older record (it persists offsets every few seconds, a
-    restart loses the rest), which our next commit corrects.
+    moves there instead of consuming it all again. One below our resume floor (see
+    aiorocket.consumer.offsets) is the broker's own older record (it persists offsets
+    every few seconds, a restart loses the rest): the floor is committed again at once,
+    so that whoever reads the queue's offset next (a member it moves to) does not start
+    there. The queue goes on from its own position either way.
 
-    A failed query raises and leaves the queue unverified. A connection lost again during
-    the query leaves it unverified too (False): the answer may predate a commit made since.
+    A failed query or commit raises and leaves the queue unverified. A connection lost
+    again during the query leaves it unverified too (False): the answer may predate a
+    commit made since.
     """
     disconnects = pq.disconnects
     stored = await store.read(pq.mq)
@@ -76,6 +84,13 @@ async def verify_offset(store: OffsetStore, pq: ProcessQueue, log: Logger) -> bo
         tracker.floor = stored if tracker.floor is None else max(tracker.floor, stored)
     if pq.disconnects != disconnects:
         return False
+    restored = resume_offset(stored, tracker.resume_floor(auto_commit))
+    if restored is not None:
+        generation = tracker.generation
+        await store.persist(pq.mq, restored)
+        if tracker.generation == generation:  # not reset meanwhile (a seek)
+            tracker.mark_committed(restored)
+        log.info("stored_offset_restored", stored_offset=stored, offset=restored)
     pq.offset_unverified = False
     return True
 

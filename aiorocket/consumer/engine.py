@@ -338,6 +338,9 @@ class Engine:
             await self._membership.send_heartbeats()
 
     def _on_connected(self, address: str) -> None:
+        # A broker just (re)connected to may have restarted: its member list is asked
+        # last for a while (see rebalance._MemberLists).
+        self.rebalancer.memory.connected_at[address] = anyio.current_time()
         if self._tg is not None and not self.state.closing:
             self._tg.start_soon(self._membership.heartbeat_to, address)
 

@@ -16,15 +16,53 @@ Cost per message is amortised O(1): offsets are appended to a deque in pull orde
 completed offsets are removed from a set; the deque is trimmed from either end only
 past finished offsets, so each offset is appended and popped once, and both ends of
 the deque are always unfinished offsets (giving min, max and span in O(1)).
+
+Resume floors: never resume below our own commits after a broker crash
+----------------------------------------------------------------------
+A broker keeps consumer offsets in memory and writes them to disk every few seconds
+(``flushConsumerOffsetInterval``, 5 s). SIGKILLed or crashed, it restarts with the offsets
+of its last write, behind what the group committed since (or with none for a group newer
+than that write); a queue started from that record consumes again every message committed
+after it (8,023 messages of a 36,000-message run). The client knows better for the queues
+it owned, and the rule is:
+
+* A queue's *resume floor* is this client's commit position for it: with the engine
+  committing (auto-commit), the offset it commits (``committable``: everything below is
+  handled), including the final commit at revoke that the dead broker could not take;
+  with the application committing, the highest offset it committed (``high_commit``).
+* Whenever the client reads the group's stored offset of a queue it owned without a
+  break and finds it below the floor, or missing, the queue resumes at the floor and the
+  floor is committed again. That is checking a still-owned queue after its broker
+  connection was lost (``committer.verify_offset``), and starting a queue again that had
+  left the route while ours (``rebalance``: its broker died; no member can consume or
+  commit it until it is back, so its floor is kept in ``ResumeFloors`` meanwhile). A
+  stored offset at or above the floor wins: another member moved on.
+* The floor is forgotten whenever the client can no longer vouch for the queue: a reset
+  of any kind (``reset``: a seek, the broker's OFFSET_ILLEGAL correction, an operator's
+  reset the broker tells the clients about, RESET_CONSUMER_CLIENT_OFFSET), the queue
+  allocated to another member (it may have moved it anywhere since), the client missing
+  from the group's member list (the others took its queues).
+* A pull's answer is never raised to the floor: OFFSET_ILLEGAL/moved names the queue's
+  real range, or an operator's server-side reset (the broker refuses older commits
+  until a pull has taken it), and both win over what the client remembers.
+
+So a broker crash costs again only the messages being handled when the crash made the
+client give its queues up (cached and running): not the seconds of commits the broker
+lost. The floors live in memory: a consumer restarted meanwhile starts from the broker's
+record, as every client does.
 """
 
 from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
-__all__ = ["OffsetTracker"]
+if TYPE_CHECKING:
+    from aiorocket.message import MessageQueue
+
+__all__ = ["OffsetTracker", "ResumeFloors", "resume_offset"]
 
 
 class OffsetTracker:
@@ -49,7 +87,7 @@ class OffsetTracker:
     mark a re-pulled message with the same offset as finished.
     """
 
-    __slots__ = ("_committed", "_generation", "_next", "_order", "_pending", "floor")
+    __slots__ = ("_committed", "_generation", "_next", "_order", "_pending", "floor", "high_commit")
 
     def __init__(self, start_offset: int) -> None:
         _check_offset("start_offset", start_offset)
@@ -60,6 +98,10 @@ class OffsetTracker:
         # is already committed; call mark_dirty() if it was computed locally instead.
         self._committed: int | None = start_offset
         self._generation = 0
+        #: The highest offset committed for this queue in this generation: the start
+        #: offset (read from the store, or computed and committed), then every commit
+        #: marked. The resume floor of an application that commits (see the module).
+        self.high_commit: int | None = start_offset
         #: The group's stored offset as read when the queue was checked after a lost
         #: connection: an application's commit below it would move the group back over
         #: what it (or another member) had committed. Belongs to one generation: a
@@ -110,6 +152,7 @@ class OffsetTracker:
         self._next = offset
         self._generation += 1
         self.floor = None
+        self.high_commit = None  # the reset's own commit sets it again
 
     # -------------------------------------------------------------- handler side
 
@@ -200,6 +243,13 @@ class OffsetTracker:
     def mark_committed(self, offset: int) -> None:
         """Record that ``offset`` is now stored on the broker."""
         self._committed = offset
+        high = self.high_commit
+        self.high_commit = offset if high is None or offset > high else high
+
+    def resume_floor(self, auto_commit: bool) -> int | None:
+        """This client's commit position (see the module): ``committable`` when the
+        engine commits, else the application's highest commit of this generation."""
+        return self.committable() if auto_commit else self.high_commit
 
     def mark_dirty(self) -> None:
         """Forget the last committed value so the next flush commits again."""
@@ -210,6 +260,51 @@ class OffsetTracker:
             f"OffsetTracker(committable={self.committable()}, in_flight={self.in_flight}, "
             f"span={self.span()}, next_offset={self._next}, generation={self._generation})"
         )
+
+
+def resume_offset(stored: int | None, floor: int | None) -> int | None:
+    """Where a queue resumes when its ``floor`` must win over the group's ``stored``
+    offset (missing, or below it: the broker lost commits), else None (resume at
+    ``stored``). The one rule of the module's resume floors; pure."""
+    if floor is None or (stored is not None and stored >= floor):
+        return None
+    return floor
+
+
+class ResumeFloors:
+    """The resume floors of queues that left the route while this client owned them
+    (their broker died), until they are assigned again. Pure bookkeeping, no I/O: the
+    rebalancer keeps, takes and forgets; the operator's reset notice forgets."""
+
+    __slots__ = ("_floors",)
+
+    def __init__(self) -> None:
+        self._floors: dict[MessageQueue, int] = {}
+
+    def keep(self, mq: MessageQueue, floor: int | None) -> None:
+        """``mq`` left the route while ours, at ``floor`` (None: nothing to keep)."""
+        if floor is None:
+            self._floors.pop(mq, None)
+        else:
+            self._floors[mq] = floor
+
+    def get(self, mq: MessageQueue) -> int | None:
+        return self._floors.get(mq)
+
+    def take(self, mq: MessageQueue) -> int | None:
+        """``mq`` is ours again: its floor, used once."""
+        return self._floors.pop(mq, None)
+
+    def forget(self, mqs: Iterable[MessageQueue]) -> None:
+        """A reset, or another member's turn: the floors of ``mqs`` no longer hold."""
+        for mq in mqs:
+            self._floors.pop(mq, None)
+
+    def __iter__(self) -> Iterator[MessageQueue]:
+        return iter(list(self._floors))
+
+    def __len__(self) -> int:
+        return len(self._floors)
 
 
 def _check_offset(what: str, offset: int) -> None:

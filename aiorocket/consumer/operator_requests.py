@@ -214,6 +214,9 @@ class OperatorRequests:
         except (ProtocolError, AttributeError, TypeError, ValueError) as exc:
             c.log.warning("reset_offset_malformed", broker=conn.address, error=str(exc))
             return None if cmd.is_oneway else self._refuse(cmd, "malformed body")
+        # Whatever this client committed for these queues no longer holds: the reset
+        # wins over it, even for a queue that is not ours now (see consumer.offsets).
+        c.resume_floors.forget(offsets)
         reset = []
         for mq, offset in offsets.items():
             pq = c.process_queues.get(mq)

@@ -306,7 +306,9 @@ class Puller:
         False while it is not verified (the query failed, or the connection was lost
         again meanwhile), and the queue is not pulled."""
         try:
-            return await verify_offset(self._commits.store, pq, log)
+            return await verify_offset(
+                self._commits.store, pq, log, auto_commit=self._state.auto_commit
+            )
         except RocketMQError as exc:
             log.warning("offset_verify_failed", error=str(exc))
             return False

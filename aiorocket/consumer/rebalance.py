@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from aiorocket.consumer.config import ConsumeFromWhere, MessageModel
+from aiorocket.consumer.offsets import resume_offset
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import AccessDeniedError, RocketMQError, TopicNotExistError
 from aiorocket.message import RETRY_TOPIC_PREFIX, MessageQueue
@@ -72,6 +73,10 @@ class _TopicMemo:
     cids: tuple[str, ...] | None = None
     strategy: object = None
     mine: frozenset[MessageQueue] = frozenset()
+    queue_set: frozenset[MessageQueue] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.queue_set = frozenset(self.queues)
 
 
 @dataclass(slots=True)
@@ -87,23 +92,54 @@ class RebalanceState:
     consumer_id_queries: int = 0
     #: subscribed topics the NameServer had no route for at the last pass.
     no_route: set[str] = field(default_factory=set)
+    #: ``anyio.current_time()`` when each broker address was last (re)connected to.
+    connected_at: dict[str, float] = field(default_factory=dict)
 
 
 class _MemberLists:
-    """The group's member list as each broker reports it, asked at most once per pass."""
+    """The group's member list as each broker reports it, asked at most once per pass.
 
-    def __init__(self, broker: BrokerClient, group: str, memory: RebalanceState) -> None:
+    A broker knows the members that sent it a heartbeat since it started. Just
+    restarted (after a crash), it lists only those that reached it already, and a member
+    allocating from that list takes queues of members left out, reads their offsets,
+    which the crash set back, and consumes again what they had consumed (while its
+    route or member list lags, and for each member every pass until it catches up). So
+    a broker we connected to (again) less than ``settle`` seconds ago (a heartbeat
+    interval plus a route refresh: the time every member takes to reach it) is asked
+    only when no other one answers.
+    """
+
+    def __init__(
+        self, broker: BrokerClient, group: str, memory: RebalanceState, settle: float
+    ) -> None:
         self._broker = broker
         self._group = group
         self._memory = memory
         self._answers: dict[str, tuple[str, ...] | RocketMQError] = {}
+        self._recent_since = anyio.current_time() - settle
 
     async def for_brokers(self, masters: Sequence[str]) -> tuple[str, ...]:
-        """The members seen by one of ``masters``: one already asked, else a random one.
+        """The members seen by one of ``masters``, settled ones first (see the class): one
+        already asked, else a random one.
 
         A broker that failed this pass is not asked again (a down broker would otherwise
         cost a timeout per topic); the next candidate is tried instead.
         """
+        connected_at = self._memory.connected_at
+        since = self._recent_since
+        settled = [a for a in masters if connected_at.get(a, since) <= since]
+        recent = [a for a in masters if connected_at.get(a, since) > since]
+        if not settled:
+            return await self._ask_one(recent)
+        try:
+            return await self._ask_one(settled)
+        except RocketMQError:
+            if not recent:
+                raise
+            return await self._ask_one(recent)
+
+    async def _ask_one(self, masters: list[str]) -> tuple[str, ...]:
+        """The answer of one of ``masters`` (at least one)."""
         error: RocketMQError | None = None
         for addr in masters:
             answer = self._answers.get(addr)
@@ -223,7 +259,9 @@ class Rebalancer:
 
     async def _pass(self) -> None:
         state = self._state
-        members = _MemberLists(self._broker, state.group, self.memory)
+        cfg = state.config
+        settle = cfg.heartbeat_interval + cfg.route_refresh_interval
+        members = _MemberLists(self._broker, state.group, self.memory, settle)
         targets: dict[str, frozenset[MessageQueue]] = {}
         not_registered: list[str] = []
         no_members: list[str] = []
@@ -337,10 +375,13 @@ class Rebalancer:
         if state.releasing and added:
             added = self._not_releasing(added)
         self._pending_locks = False
+        if state.resume_floors:
+            self._forget_floors(targets)
         if not (removed or added):
             return
         if removed:
             await self._queues.revoke(removed)
+            self._keep_floors(removed)
         added.sort()
         if added and self._locks is not None:
             wanted = len(added)
@@ -376,6 +417,33 @@ class Rebalancer:
         if started:
             await self._queues.assigned(started)
 
+    def _keep_floors(self, removed: list[ProcessQueue]) -> None:
+        """Keep the resume floor of each revoked queue that left its topic's route: its
+        broker is gone, and no member consumes or commits it until it is back (see
+        aiorocket.consumer.offsets)."""
+        state = self._state
+        if state.config.message_model is not MessageModel.CLUSTERING:
+            return  # offsets of our own, in a local file
+        if state.manual_assignment is not None:
+            return  # the application revoked it itself
+        memos = self.memory.memos
+        for pq in removed:
+            memo = memos.get(pq.mq.topic)
+            if memo is not None and pq.mq not in memo.queue_set:
+                state.resume_floors.keep(pq.mq, pq.tracker.resume_floor(state.auto_commit))
+
+    def _forget_floors(self, targets: dict[str, frozenset[MessageQueue]]) -> None:
+        """Forget the floors of queues back in the route but allocated to another member
+        (or to nobody we know of: we are not in the member list): it may move them
+        anywhere, so ours no longer hold, even if they come back to us later."""
+        floors = self._state.resume_floors
+        memos = self.memory.memos
+        for mq in floors:
+            mine = targets.get(mq.topic)
+            memo = memos.get(mq.topic)
+            if mine is not None and mq not in mine and memo is not None and mq in memo.queue_set:
+                floors.forget((mq,))
+
     def _not_releasing(self, added: list[MessageQueue]) -> list[MessageQueue]:
         """Leave out queues revoked earlier whose handler is still running: a second
         consume loop must not start beside it. They start in the pass their release
@@ -394,9 +462,12 @@ class Rebalancer:
         A computed start (no stored offset) is committed right away, together with the
         others, rather than one by one by the next flush; a failed commit is retried
         there. Without auto-commit the application decides what is committed, so it is
-        left to it.
+        left to it. A queue back from a dead broker resumes at its resume floor when the
+        stored offset is behind it, and the floor is committed again either way (it is
+        this client's own commit; see aiorocket.consumer.offsets).
         """
         commit = self._state.auto_commit
+        floors = self._state.resume_floors
         store = self._offset_store
         out: dict[MessageQueue, tuple[int, bool]] = {}
         pending = iter(mqs)
@@ -407,8 +478,22 @@ class Rebalancer:
                     offset, stored = await self.start_offset(mq)
                 except RocketMQError as exc:
                     self._log_queue("start_offset_failed", mq, exc)
-                    continue
-                if commit and not stored:
+                    continue  # its floor is kept for the next pass
+                floor = floors.take(mq)
+                restored = resume_offset(offset if stored else None, floor)
+                if restored is not None:
+                    # Back after its broker died, which restarted with older offsets:
+                    # resume at our own commits, and commit them again, whoever commits.
+                    self._state.log.warning(
+                        "stored_offset_behind_commits", topic=mq.topic,
+                        broker=mq.broker_name, queue=mq.queue_id,
+                        stored_offset=offset if stored else None, offset=restored,
+                        hint="the broker lost offsets it had taken (it writes them to "
+                        "disk every few seconds; a crash loses the rest): resuming at "
+                        "this client's last commit instead of consuming them again",
+                    )  # fmt: skip
+                    offset, stored = restored, False
+                if (commit or restored is not None) and not stored:
                     try:
                         await store.persist(mq, offset)
                     except RocketMQError as exc:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiorocket._signal import Signal
+from aiorocket.consumer.offsets import ResumeFloors
 from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
 from aiorocket.message import MessageQueue
 from aiorocket.protocol.subscription import Subscription
@@ -60,6 +61,9 @@ class ConsumerState:
         #: with False only the application's commit() stores offsets.
         self.auto_commit = True
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        #: the resume floors of queues that left the route while ours (their broker
+        #: died), until they are assigned again (see aiorocket.consumer.offsets).
+        self.resume_floors = ResumeFloors()
         #: orderly queues revoked while a handler ran: their broker locks are kept (and
         #: renewed) until it has finished, and a re-assignment waits for that.
         self.releasing: dict[MessageQueue, ProcessQueue] = {}

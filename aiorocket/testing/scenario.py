@@ -19,7 +19,7 @@ import anyio
 
 from aiorocket._send_result import SendResult
 from aiorocket.errors import RocketMQError
-from aiorocket.message import Message
+from aiorocket.message import Message, MessageQueue
 from aiorocket.producer import Producer
 from aiorocket.received import ConsumerMessage
 
@@ -44,10 +44,20 @@ class Tally:
     send_times: list[float] = field(default_factory=list)
     #: when each acknowledged send returned (``time.monotonic()``), in order
     ack_times: list[float] = field(default_factory=list)
+    #: per queue, deliveries of a stored message (queue and offset) delivered before:
+    #: the consumers' duplicates, without ``duplicates``' producer ones (a send retried
+    #: on another broker after a stall is stored twice, under two offsets)
+    redelivered: Counter[MessageQueue] = field(default_factory=Counter)
+    _delivered: set[tuple[MessageQueue, int]] = field(default_factory=set, repr=False)
     _changed: anyio.Event = field(default_factory=anyio.Event, repr=False)
 
     async def handler(self, msg: ConsumerMessage) -> None:
         """A consumer handler that counts what it is given."""
+        stored = (msg.queue, msg.queue_offset)
+        if stored in self._delivered:
+            self.redelivered[msg.queue] += 1
+        else:
+            self._delivered.add(stored)
         self.record(msg.body)
 
     def record(self, body: bytes) -> None:
@@ -116,6 +126,7 @@ class Tally:
             "send_errors": dict(self.send_errors),
             "consumed_distinct": len(self.consumed.keys() & self.acked),
             "duplicates": self.duplicates,
+            "redelivered": sum(self.redelivered.values()),
             "lost": len(self.lost),
             "acked_by_broker": dict(self.acked_by_broker),
             "median_send_s": round(sorted(self.send_times)[len(self.send_times) // 2], 3)
