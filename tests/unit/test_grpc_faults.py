@@ -53,6 +53,11 @@ def message(body: bytes) -> pb.Message:
     )
 
 
+def quick_consumer(proxy: FakeProxy) -> SimpleConsumer:
+    """A consumer whose receives end within about a second."""
+    return SimpleConsumer("g", proxy.endpoint, {"t": "*"}, await_duration=0.5, request_timeout=0.5)
+
+
 async def test_receive_gets_every_message_of_the_stream() -> None:
     async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
         proxy.messages = [message(b"m1"), message(b"m2")]
@@ -85,12 +90,7 @@ async def test_a_stream_that_breaks_mid_receive_hands_on_what_arrived(mode: str)
 
 
 async def test_a_receive_that_reaches_its_deadline_midway_hands_on_what_arrived() -> None:
-    async with (
-        FakeProxy() as proxy,
-        SimpleConsumer(
-            "g", proxy.endpoint, {"t": "*"}, await_duration=0.5, request_timeout=0.5
-        ) as c,  # fmt: skip
-    ):
+    async with FakeProxy() as proxy, quick_consumer(proxy) as c:
         proxy.messages = [message(b"m1"), message(b"m2")]
         proxy.receive_mode = "stall"  # m1 written, then nothing until the deadline
         got = await c.receive(16, invisible_duration=20)
@@ -99,12 +99,7 @@ async def test_a_receive_that_reaches_its_deadline_midway_hands_on_what_arrived(
 
 
 async def test_a_receive_without_a_session_fails_at_its_deadline_saying_why() -> None:
-    async with (
-        FakeProxy() as proxy,
-        SimpleConsumer(
-            "g", proxy.endpoint, {"t": "*"}, await_duration=0.5, request_timeout=0.5
-        ) as c,  # fmt: skip
-    ):
+    async with FakeProxy() as proxy, quick_consumer(proxy) as c:
         await proxy.stop()  # gone: the session cannot be reopened
         start = time.monotonic()
         with pytest.raises(ProxyUnavailableError, match="telemetry stream is down"):
@@ -165,12 +160,7 @@ async def test_a_compressed_body_of_any_remoting_codec_is_read(codec: Compressio
 
 
 async def test_receive_that_hangs_ends_at_its_deadline() -> None:
-    async with (
-        FakeProxy() as proxy,
-        SimpleConsumer(
-            "g", proxy.endpoint, {"t": "*"}, await_duration=0.5, request_timeout=0.5
-        ) as c,  # fmt: skip
-    ):
+    async with FakeProxy() as proxy, quick_consumer(proxy) as c:
         proxy.receive_mode = "hang"
         start = time.monotonic()
         with pytest.raises(RequestTimeoutError):
