@@ -40,6 +40,8 @@ class ServerSession:
         self.stream = stream
         self._lock = anyio.Lock()
         self.stalled = False
+        #: the client hung up (the server read the end of its stream)
+        self.closed = False
 
     def stall(self) -> None:
         """Stop reading from and answering on this connection, keeping it open: what a
@@ -134,4 +136,4 @@ class FakeRemotingServer:
                         self.received.append(cmd)
                         tg.start_soon(self.handler, session, cmd)
             except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass
+                session.closed = True

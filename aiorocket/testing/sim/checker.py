@@ -1,0 +1,185 @@
+"""The contract as invariants over a run's history (``History``).
+
+Each invariant is a function ``(history, bounds) -> list[Violation]``; the checker runs
+them all on every run. They read only events, so a planted history shows that each
+catches what it names (tests/unit/test_simulator.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiorocket.testing.sim.history import Event, History
+
+__all__ = ["INVARIANTS", "Bounds", "Violation", "check"]
+
+
+@dataclass(slots=True, frozen=True)
+class Bounds:
+    """How long the client may take for what the contract promises, in run seconds."""
+
+    #: a message the handler finished with is acked within this
+    ack: float = 3.0
+    #: a received message is handed to the application (or released, dead-lettered,
+    #: settled) within this
+    hand_on: float = 5.0
+
+
+@dataclass(slots=True, frozen=True)
+class Violation:
+    invariant: str
+    key: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant}: {self.key} {self.detail}".rstrip()
+
+
+def _by_key(history: History) -> dict[str, list[Event]]:
+    out: dict[str, list[Event]] = defaultdict(list)
+    for e in history.events:
+        if e.key:
+            out[e.key].append(e)
+    for events in out.values():
+        events.sort(key=lambda e: e.at)
+    return out
+
+
+def _end(history: History) -> float:
+    ends = history.of("end")
+    return ends[-1].at if ends else max((e.at for e in history.events), default=0.0)
+
+
+def _closes(history: History) -> list[float]:
+    return [e.at for e in history.of("close_start")]
+
+
+def none_lost(history: History, bounds: Bounds) -> list[Violation]:
+    """Every stored message is acked or dead-lettered by the end of the run."""
+    settled = history.keys("acked") | history.keys("dead_lettered")
+    return [Violation("none_lost", k, "stored, never acked nor dead-lettered")
+            for k in sorted(history.keys("stored") - settled)]  # fmt: skip
+
+
+def acked_after_success(history: History, bounds: Bounds) -> list[Violation]:
+    """A message whose handler returned is acked before the server gives up on that
+    delivery (revives it, or the run ends), unless a close came within ``bounds.ack``."""
+    out = []
+    closes, end = _closes(history), _end(history)
+    for key, events in _by_key(history).items():
+        for ok in (e for e in events if e.kind == "handler_ok"):
+            attempt = ok.info.get("attempt")
+            later = [e for e in events if e.at >= ok.at]
+            revived = [e for e in later if e.kind == "revived"
+                       and e.info.get("attempt") in (None, attempt)]  # fmt: skip
+            limit = min([end, *(e.at for e in revived[:1]), *(c for c in closes if c >= ok.at)])
+            if any(e.kind in ("acked", "dead_lettered") and e.at <= limit for e in later):
+                continue
+            if limit - ok.at > bounds.ack:
+                what = "redelivered" if revived and revived[0].at == limit else "held"
+                out.append(Violation("acked_after_success", key,
+                                     f"handled OK at {ok.at:.2f} (attempt {attempt}), not "
+                                     f"acked; {what} at {limit:.2f}"))  # fmt: skip
+                break
+    return out
+
+
+def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
+    """Every delivery the client received is handed to the application, released,
+    dead-lettered or settled within ``bounds.hand_on`` (or by a close)."""
+    out = []
+    closes, end = _closes(history), _end(history)
+    for key, events in _by_key(history).items():
+        for d in (e for e in events if e.kind == "delivered"):
+            limit = min([end, *(c for c in closes if c >= d.at)])
+            if limit - d.at <= bounds.hand_on:
+                continue
+            window = [e for e in events if d.at <= e.at <= d.at + bounds.hand_on
+                      and e is not d]  # fmt: skip
+            if not any(e.kind in ("handler_start", "released", "dead_lettered", "acked",
+                                  "app_received") for e in window):  # fmt: skip
+                out.append(Violation("received_handed_on", key,
+                                     f"delivered at {d.at:.2f}, not handed on, released "
+                                     f"nor settled within {bounds.hand_on}s"))  # fmt: skip
+                break
+    return out
+
+
+def one_handler_at_a_time(history: History, bounds: Bounds) -> list[Violation]:
+    """No message is in the application's handler twice at the same time."""
+    out = []
+    for key, events in _by_key(history).items():
+        running = 0
+        for e in events:
+            if e.kind == "handler_start":
+                running += 1
+                if running > 1:
+                    out.append(Violation("one_handler_at_a_time", key,
+                                         f"handled twice at once at {e.at:.2f}"))  # fmt: skip
+                    break
+            elif e.kind == "handler_end":
+                running -= 1
+    return out
+
+
+def order_per_group(history: History, bounds: Bounds) -> list[Violation]:
+    """FIFO: within a message group, message n+1 is not handled (nor acked) before
+    message n succeeded."""
+    out = []
+    done: dict[str, int] = defaultdict(lambda: -1)
+    for e in history.events:
+        if e.kind not in ("handler_start", "handler_ok") or "group" not in e.info:
+            continue
+        group, seq = e.info["group"], e.info["seq"]
+        if e.kind == "handler_ok":
+            done[group] = max(done[group], seq)
+        elif seq > done[group] + 1:
+            out.append(Violation("order_per_group", e.key,
+                                 f"group {group}: #{seq} handled before #{done[group] + 1} "
+                                 "succeeded"))  # fmt: skip
+            break
+    return out
+
+
+def no_request_storm(history: History, bounds: Bounds) -> list[Violation]:
+    """A server that answered 'busy' or 'nothing' at once is not asked again at once."""
+    return [Violation("no_request_storm", "", f"{e.info}") for e in history.of("storm")]
+
+
+def typed_errors(history: History, bounds: Bounds) -> list[Violation]:
+    """Only the documented typed errors (aiorocket.errors) reach the application."""
+    return [Violation("typed_errors", e.key, str(e.info.get("error")))
+            for e in history.of("app_error") if not e.info.get("typed")]  # fmt: skip
+
+
+def released_at_close(history: History, bounds: Bounds) -> list[Violation]:
+    """After close() every received message is settled or released, and no task of the
+    client is left."""
+    out = [Violation("released_at_close", k, "still invisible to the group after close")
+           for e in history.of("held_after_close") for k in e.info["keys"]]
+    out += [Violation("released_at_close", "", f"{e.info['count']} tasks left: "
+                      f"{e.info.get('names')}") for e in history.of("tasks_left")]  # fmt: skip
+    return out
+
+
+def memory_within_cache(history: History, bounds: Bounds) -> list[Violation]:
+    """Once every message is settled, the consumer holds none of them."""
+    return [Violation("memory_within_cache", "", f"{e.info['count']} settled messages "
+                      f"still held ({e.info.get('where')})")
+            for e in history.of("held") if e.info["count"]]  # fmt: skip
+
+
+INVARIANTS: dict[str, Callable[[History, Bounds], list[Violation]]] = {
+    f.__name__: f
+    for f in (none_lost, acked_after_success, received_handed_on, one_handler_at_a_time,
+              order_per_group, no_request_storm, typed_errors, released_at_close,
+              memory_within_cache)
+}  # fmt: skip
+
+
+def check(history: History, bounds: Bounds | None = None) -> list[Violation]:
+    """Every invariant's violations."""
+    bounds = bounds or Bounds()
+    return [v for invariant in INVARIANTS.values() for v in invariant(history, bounds)]

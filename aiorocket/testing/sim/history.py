@@ -1,0 +1,46 @@
+"""What happened in one simulated run, as the client and the simulated servers saw it:
+the only input of the checker (``checker``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Event", "History"]
+
+
+@dataclass(slots=True, frozen=True)
+class Event:
+    """One thing that happened at virtual (or, for gRPC, monotonic) time ``at``.
+
+    ``kind`` is one of: ``stored`` (the server holds message ``key``), ``delivered``
+    (the server handed it to a client), ``handler_start`` / ``handler_ok`` /
+    ``handler_failed`` (the application's handler), ``acked`` (the server settled it),
+    ``released`` (the client made it visible again), ``revived`` (its invisible time
+    ended unsettled: the server will deliver it again), ``dead_lettered`` (it went to the
+    DLQ, by the client or the server), ``app_error`` (an exception reached the
+    application), ``close_start`` / ``close_end``, ``storm`` (a request storm),
+    ``held`` (the client still holds settled messages), ``tasks_left``, ``note``.
+    """
+
+    at: float
+    kind: str
+    key: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class History:
+    """An append-only list of events, with the clock that stamps them."""
+
+    def __init__(self, clock: Any) -> None:
+        self._clock = clock
+        self.events: list[Event] = []
+
+    def add(self, kind: str, key: str = "", **info: Any) -> None:
+        self.events.append(Event(self._clock(), kind, key, info))
+
+    def of(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e.kind == kind]
+
+    def keys(self, kind: str) -> set[str]:
+        return {e.key for e in self.events if e.kind == kind}

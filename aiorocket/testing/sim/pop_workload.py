@@ -1,0 +1,102 @@
+"""Workload: a POP consumer over remoting with a handler, against ``SimCluster``.
+
+Phase one runs the consumer under the schedule (error answers, delays, undecodable
+and compressed records, handler faults, a close at a random point); phase two, if
+anything is left unsettled, runs a second member of the group with no faults of its own
+until everything is acked or dead-lettered, so that "none lost" is checked against the
+brokers' truth, not the first consumer's view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from aiorocket.consumer import Consumer
+from aiorocket.testing.sim._client import SimHandler, client_tasks, held_by_renewer, record_error
+from aiorocket.testing.sim.remoting import GROUP, TOPIC, SimCluster
+
+if TYPE_CHECKING:
+    from aiorocket.testing.sim.history import History
+    from aiorocket.testing.sim.nemesis import Schedule
+
+__all__ = ["pop_remoting"]
+
+#: the consumer's settings in a run (virtual seconds)
+SETTINGS: dict[str, Any] = {
+    "consume_mode": "pop", "long_poll_timeout": 5.0, "request_timeout": 3.0,
+    "invisible_duration": 10.0, "consume_timeout": 20.0, "shutdown_timeout": 5.0,
+    "max_reconsume_times": 3,
+}  # fmt: skip
+#: how long (virtual seconds) each phase may run
+PHASE = 150.0
+
+
+def _store(cluster: SimCluster, schedule: Schedule) -> None:
+    undecodable = {f.args["message"] for f in schedule.of("undecodable_record")}
+    compressed = {f.args["message"]: f.args["codec"] for f in schedule.of("compressed")}
+    for i in range(schedule.params["messages"]):
+        broker = cluster.brokers[i % len(cluster.brokers)]
+        broker.store(f"m-{i}", i % cluster.queues, undecodable=i in undecodable,
+                     compressed=compressed.get(i))  # fmt: skip
+
+
+async def _phase(cluster: SimCluster, history: History, handler: Callable[[Any], Awaitable[None]],
+                 close_at: float | None, name: str) -> None:  # fmt: skip
+    consumer = Consumer(GROUP, cluster.namesrv.address, handler=handler, **SETTINGS)
+    consumer.subscribe(TOPIC)
+    probed = False
+    try:
+        async with consumer:
+            with anyio.move_on_after(close_at if close_at is not None else PHASE):
+                while not cluster.all_settled():  # noqa: ASYNC110  (settling is the brokers' truth)
+                    await anyio.sleep(0.25)
+                await anyio.sleep(1.0)  # room to let go of what was settled
+                history.add("held", "", count=held_by_renewer(consumer), where=name)
+                probed = True
+            history.add("close_start", "", consumer=name)
+    except Exception as exc:
+        record_error(history, exc, f"{name}: async with")
+    history.add("close_end", "", consumer=name, probed=probed)
+    now = anyio.current_time()
+    for b in cluster.brokers:
+        b.revive()
+    # a message whose last handler call failed waits out its retry delay: not held
+    failed = _last_call_failed(history)
+    held = [m.key for b in cluster.brokers for m in b.messages
+            if m.state == "inflight" and m.visible_at > now + 0.001
+            and m.key not in failed]  # fmt: skip
+    if held:
+        history.add("held_after_close", "", keys=held, consumer=name)
+    await anyio.sleep(0.5)
+    left = client_tasks()
+    if left:
+        history.add("tasks_left", "", count=len(left), names=sorted(set(left))[:5])
+
+
+def _last_call_failed(history: History) -> set[str]:
+    last: dict[str, str] = {}
+    for e in history.events:
+        if e.kind in ("delivered", "handler_ok", "handler_failed"):
+            last[e.key] = e.kind
+    return {k for k, kind in last.items() if kind == "handler_failed"}
+
+
+async def pop_remoting(
+    schedule: Schedule, history: History, handler: Callable[[Any], Awaitable[None]] | None = None
+) -> None:
+    params = schedule.params
+    closes = [f.args["seconds"] for f in schedule.of("close_at")]
+    async with SimCluster(schedule, history, brokers=params["brokers"],
+                          queues=params["queues"]) as cluster:  # fmt: skip
+        _store(cluster, schedule)
+        sim_handler = SimHandler(schedule, history, handler)
+        await _phase(cluster, history, sim_handler, closes[0] if closes else None, "first")
+        if not cluster.all_settled():
+            # the second member must not inherit phase one's spent close
+            await _phase(cluster, history, sim_handler, None, "second")
+        for b in cluster.brokers:
+            b.revive()
+        history.add("end")
