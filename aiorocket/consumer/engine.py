@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Iterable, Sequence
+from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 import anyio.abc
 
+from aiorocket._tasks import BackgroundTasks
 from aiorocket.client.instance import ClientInstance
 from aiorocket.consumer.allocation import AllocateStrategy
 from aiorocket.consumer.brokers import BrokerFinder
@@ -138,6 +140,10 @@ class Engine:
         self._client: ClientInstance | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._loops_scope: anyio.CancelScope | None = None
+        #: the started engine's parts, unwound by the close (aiorocket._tasks)
+        self._stack: AsyncExitStack | None = None
+        #: the close lets running handlers finish (a failed start does not)
+        self._graceful = False
         self._closed = False
         # Built in start(): they need the client.
         self.delivery: Delivery
@@ -182,30 +188,32 @@ class Engine:
             tls=cfg.tls,
             address_map=cfg.address_map,
         )
-        await client.__aenter__()
+        # One stack (aiorocket._tasks): the client, the background tasks, the close's
+        # steps; a failed start unwinds it here, the close later, in reverse order.
         try:
-            await _require_namesrv(client, state.subscriptions)
-            await check_filters(client, state.group, list(state.subscriptions.values()))
-            await self._build(client)
+            async with AsyncExitStack() as stack:
+                await stack.enter_async_context(client)
+                await _require_namesrv(client, state.subscriptions)
+                await check_filters(client, state.group, list(state.subscriptions.values()))
+                await self._build(client)
+                self._client = client
+                tg = self._tg = await stack.enter_async_context(BackgroundTasks())
+                self._loops_scope = anyio.CancelScope()
+                stack.push_async_callback(self._wind_down)
+                await self._membership.send_heartbeats(starting=True)
+                # Later connections (a broker restarted, a connection lost and re-opened)
+                # get a heartbeat as soon as they are up.
+                client.pool.add_connect_listener(self._on_connected)
+                client.pool.add_disconnect_listener(self._on_disconnected)
+                await self.delivery.start(tg)
+                await self.rebalancer.rebalance()
+                tg.start_soon(self._run_loops)
+                self._stack = stack.pop_all()
         except BaseException:
-            await client.__aexit__(None, None, None)
-            raise
-        self._client = client
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
-        self._loops_scope = anyio.CancelScope()
-        try:
-            await self._membership.send_heartbeats(starting=True)
-            # Later connections (a broker restarted, a connection lost and re-opened)
-            # get a heartbeat as soon as they are up.
-            client.pool.add_connect_listener(self._on_connected)
-            client.pool.add_disconnect_listener(self._on_disconnected)
-            await self.delivery.start(tg)
-            await self.rebalancer.rebalance()
-            tg.start_soon(self._run_loops)
-        except BaseException as exc:
-            await self.close(type(exc), exc, exc.__traceback__, graceful=False)
+            if self._client is not None:  # past the connection: not to be started again
+                self._closed = True
+                self._tg = None
+                state.log.info("consumer_closed", graceful=False)
             raise
         state.log.info("consumer_started", topics=sorted(state.subscriptions))
 
@@ -284,42 +292,45 @@ class Engine:
         within ``shutdown_timeout``; the cut ones are handed back (``hand_back``); the
         offsets are committed before unregistering (and unlocking), so the members that
         take the queues next start after what this one finished."""
+        self._closed = True
+        self._graceful = graceful
+        self._stop_taking()
+        stack, self._stack = self._stack, None
+        try:
+            if stack is not None:
+                await stack.aclose()  # body errors propagate unwrapped
+        finally:
+            self._tg = None
+            self.state.log.info("consumer_closed", graceful=graceful)
+
+    def _stop_taking(self) -> None:
+        """Stop the loops and every pull: nothing new is received from now on."""
         state = self.state
         state.closing = True
-        self._closed = True
         if self._loops_scope is not None:
             self._loops_scope.cancel()
         for pq in state.process_queues.values():
             if pq.pull_scope is not None:
                 pq.pull_scope.cancel()
-        started = self._client is not None
-        if started:
-            # What was never handed out stays uncommitted: the next owner delivers it.
-            self.delivery.stop()
+
+    async def _wind_down(self) -> None:
+        """The close's steps before the background tasks stop (``close``'s docstring)."""
+        state = self.state
+        self._stop_taking()
+        # What was never handed out stays uncommitted: the next owner delivers it.
+        self.delivery.stop()
         cfg = state.config
         with anyio.CancelScope(shield=True):
-            if started:
-                cut = await self.delivery.drain(graceful=graceful)
-                if cut:  # before the commit: it may move past them
-                    await self._settler.hand_back(cut, _close_bound(cfg.request_timeout))
-                # Before unregistering: the members that take our queues when the broker
-                # tells them we left read these offsets.
-                await self.commits.commit_all()  # bounded per broker
-                with anyio.move_on_after(_close_bound(cfg.request_timeout)):
-                    if self._locks is not None:
-                        await self._locks.unlock([*state.process_queues, *state.releasing])
-                    await self._membership.unregister()
-        # Every scope we entered is exited, innermost first, even when one of the exits
-        # raises (e.g. Cancelled under an outer cancel scope): trio requires it.
-        try:
-            if self._tg is not None:
-                self._tg.cancel_scope.cancel()
-                await self._tg.__aexit__(None, None, None)  # body errors propagate unwrapped
-        finally:
-            self._tg = None
-            if self._client is not None:
-                await self._client.__aexit__(None, None, None)
-            state.log.info("consumer_closed", graceful=graceful)
+            cut = await self.delivery.drain(graceful=self._graceful)
+            if cut:  # before the commit: it may move past them
+                await self._settler.hand_back(cut, _close_bound(cfg.request_timeout))
+            # Before unregistering: the members that take our queues when the broker
+            # tells them we left read these offsets.
+            await self.commits.commit_all()  # bounded per broker
+            with anyio.move_on_after(_close_bound(cfg.request_timeout)):
+                if self._locks is not None:
+                    await self._locks.unlock([*state.process_queues, *state.releasing])
+                await self._membership.unregister()
 
     async def _run_loops(self) -> None:
         assert self._loops_scope is not None

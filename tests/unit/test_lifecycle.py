@@ -16,6 +16,8 @@ import pytest
 
 from aiorocket.client.instance import ClientInstance
 from aiorocket.consumer import Consumer
+from aiorocket.consumer.committer import AutoCommit
+from aiorocket.consumer.dispatch import WorkerPool
 from aiorocket.consumer.orderly import Orderly
 from aiorocket.consumer.pop.acks import AckBatcher
 from aiorocket.consumer.pop.remoting_lite import LiteRemotingSource
@@ -23,7 +25,7 @@ from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._session import Session
 from aiorocket.grpc._transport import GrpcTransport
 from aiorocket.testing.fake_grpc import FakeProxy
-from tests.unit.consumer_fakes import TOPIC, FakeCluster, running
+from tests.unit.consumer_fakes import TOPIC, FakeBroker, FakeCluster, consumer_of, running
 from tests.unit.test_lite_lost_event import FakeLiteBroker
 
 pytestmark = pytest.mark.anyio
@@ -167,3 +169,29 @@ async def test_pop_runtime_failed_close(monkeypatch: pytest.MonkeyPatch, step: s
                 await consumer.__aexit__(None, None, None)
         assert not consumer.started
         assert [s.client.pool._closed for s in opened] == [True]
+
+
+# -- Engine (the remoting pull consumer) ---------------------------------------------
+
+
+async def test_engine_failed_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The delivery fails to start, after the background tasks did."""
+    monkeypatch.setattr(WorkerPool, "start", boom)
+    async with running(FakeCluster({"broker-a": [FakeBroker("broker-a", 0)]})) as cluster:
+        consumer = consumer_of(cluster, nothing)
+        with anyio.CancelScope(), pytest.raises(Boom):
+            await consumer.__aenter__()
+        assert consumer.client.pool._closed
+
+
+async def test_engine_failed_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Committing the offsets fails unexpectedly at the close: the tasks stop, the
+    client is closed and the close raises what failed."""
+    async with running(FakeCluster({"broker-a": [FakeBroker("broker-a", 0)]})) as cluster:
+        consumer = consumer_of(cluster, nothing)
+        with anyio.CancelScope():
+            await consumer.__aenter__()
+            monkeypatch.setattr(AutoCommit, "commit_all", boom)
+            with pytest.raises(Boom):
+                await consumer.__aexit__(None, None, None)
+        assert consumer.client.pool._closed
