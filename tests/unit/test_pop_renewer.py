@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import anyio
 import pytest
 
 from aiorocket._log import get_logger
@@ -62,3 +63,29 @@ def test_batches_left_empty_are_dropped_from_the_heap() -> None:
         _settle(renewer, msg)
     assert renewer.holding == 1 and renewer.held() == kept
     assert len(renewer._held) <= 130
+
+
+async def test_messages_being_renewed_are_still_held_for_the_close() -> None:
+    """A sweep takes the due messages out of the heap while it renews them: the close,
+    which releases ``held()``, must still see them (before, they were missed, and came
+    back only after their invisible time)."""
+    gate = anyio.Event()
+    started = anyio.Event()
+
+    async def change(msg: PopMessage, seconds: float) -> None:
+        started.set()
+        await gate.wait()
+
+    def never(err: RocketMQError) -> bool:
+        return False
+
+    renewer = Renewer(change, invisible=30.0, request_timeout=1.0, on_lost=lambda m: None,
+                      is_lost=never, log=get_logger("test"))  # fmt: skip
+    msgs = _batch(2)
+    renewer.hold(msgs, time.monotonic() - 100)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(renewer.sweep)
+        await started.wait()
+        assert sorted(m.queue_offset for m in renewer.held()) == [0, 1]
+        gate.set()
+    assert sorted(m.queue_offset for m in renewer.held()) == [0, 1]

@@ -98,6 +98,8 @@ class Renewer:
         self._batch_of: dict[int, dict[int, PopMessage]] = {}
         #: batches in the heap left empty by settled messages
         self._empty = 0
+        #: the messages of the sweep in flight (out of the heap until it ends)
+        self._renewing: list[PopMessage] = []
         #: renew from the client; False while the Proxy renews (auto_renew): messages are
         #: still held, so that the close knows what is unsettled, but not renewed here
         self.renews = True
@@ -133,8 +135,9 @@ class Renewer:
                 self._empty = 0
 
     def held(self) -> list[PopMessage]:
-        """Every held message not settled yet."""
-        return [m for _, _, batch in self._held for m in batch.values() if not m._settled]
+        """Every held message not settled yet (those of a sweep in flight too)."""
+        held = [m for _, _, batch in self._held for m in batch.values() if not m._settled]
+        return held + [m for m in self._renewing if not m._settled]
 
     @property
     def holding(self) -> int:
@@ -168,6 +171,7 @@ class Renewer:
             return
         renewed: list[PopMessage] = []
         limiter = anyio.Semaphore(_CONCURRENCY)
+        self._renewing = due  # out of the heap meanwhile: the close must still see them
 
         async def renew(msg: PopMessage) -> None:
             async with limiter:
@@ -195,6 +199,7 @@ class Renewer:
         finally:
             # Renewed: invisible from the sweep's start on. Not renewed (a transient
             # failure, or cancelled): due again at once, so the next sweep tries again.
+            self._renewing = []
             self.renewed += len(renewed)
             self.hold(renewed, started)
             done = {id(m) for m in renewed}
