@@ -16,12 +16,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any
 
 import anyio
 import anyio.abc
 
+from aiorocket._tasks import BackgroundTasks
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.recall import RecallHandle, recall_message
 from aiorocket.client.results import SendResult, SendStatus
@@ -84,6 +86,8 @@ class RemotingProducer:
         self._topics = tuple(topics)
         self._client: ClientInstance | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        #: the started producer's parts, unwound by the close (aiorocket._tasks)
+        self._stack: AsyncExitStack | None = None
         self._sender: Sender | None = None
         self._batcher: AutoBatcher | None = None
         self._membership: Membership | None = None
@@ -136,41 +140,50 @@ class RemotingProducer:
             tls=cfg.tls,
             address_map=cfg.address_map,
         )
-        await client.__aenter__()
-        self._client = client
-        self.log = self.log.bind(client_id=client.client_id)
-        routes = PublishRoutes(
-            client.namesrv, create_topic_key=cfg.create_topic_key,
-            default_topic_queue_nums=cfg.default_topic_queue_nums,
-            borrowed_for=cfg.route_refresh_interval, log=self.log,
-        )  # fmt: skip
-        group = wrap(cfg.namespace, self.group)  # the broker's name of the group
-        self._membership = membership = Membership(
-            client.broker, client.client_id, group, routes.broker_addrs, self.log
-        )
-        self._sender = Sender(
-            client.broker, routes, membership,
-            group=group, config=cfg, fault=self.fault, log=self.log,
-        )  # fmt: skip
-        self._checks = CheckBacks(
-            client.broker, group, self._checker,
-            concurrency=cfg.check_concurrency, backlog=cfg.check_backlog, log=self.log,
-            namespace=cfg.namespace,
-        )  # fmt: skip
-        client.dispatcher.register(RequestCode.CHECK_TRANSACTION_STATE, self._checks.on_request)
+        # One stack (aiorocket._tasks): a failed start unwinds it here, the close later,
+        # every exit in reverse order even when one raises.
         try:
-            self._tg = anyio.create_task_group()
-            await self._tg.__aenter__()
-            if cfg.auto_batch:
-                self._batcher = AutoBatcher(self._sender, cfg, self.log)
-                self._batcher.start(self._tg)
-            self._tg.start_soon(membership.run, cfg.heartbeat_interval)
-            self._tg.start_soon(self._checks.run)
-            for topic in self._topics:  # the first sends need not ask the NameServer
-                with contextlib.suppress(RocketMQError):  # a send will say what is wrong
-                    await routes.get(wrap(cfg.namespace, topic))
-        except BaseException as exc:
-            await self.close(type(exc), exc, exc.__traceback__)
+            async with AsyncExitStack() as stack:
+                await stack.enter_async_context(client)
+                self._client = client
+                self.log = self.log.bind(client_id=client.client_id)
+                routes = PublishRoutes(
+                    client.namesrv, create_topic_key=cfg.create_topic_key,
+                    default_topic_queue_nums=cfg.default_topic_queue_nums,
+                    borrowed_for=cfg.route_refresh_interval, log=self.log,
+                )  # fmt: skip
+                group = wrap(cfg.namespace, self.group)  # the broker's name of the group
+                self._membership = membership = Membership(
+                    client.broker, client.client_id, group, routes.broker_addrs, self.log
+                )
+                stack.push_async_callback(self._unregister)
+                self._sender = Sender(
+                    client.broker, routes, membership,
+                    group=group, config=cfg, fault=self.fault, log=self.log,
+                )  # fmt: skip
+                tg = self._tg = await stack.enter_async_context(BackgroundTasks())
+                if cfg.auto_batch:
+                    self._batcher = AutoBatcher(self._sender, cfg, self.log)
+                    stack.push_async_callback(self._drain_batcher)
+                    self._batcher.start(tg)
+                self._checks = checks = CheckBacks(
+                    client.broker, group, self._checker,
+                    concurrency=cfg.check_concurrency, backlog=cfg.check_backlog, log=self.log,
+                    namespace=cfg.namespace,
+                )  # fmt: skip
+                code = RequestCode.CHECK_TRANSACTION_STATE
+                client.dispatcher.register(code, checks.on_request)
+                stack.callback(client.dispatcher.unregister, code, checks.on_request)
+                tg.start_soon(membership.run, cfg.heartbeat_interval)
+                tg.start_soon(checks.run)
+                for topic in self._topics:  # the first sends need not ask the NameServer
+                    with contextlib.suppress(RocketMQError):  # a send will say what is wrong
+                        await routes.get(wrap(cfg.namespace, topic))
+                self._stack = stack.pop_all()
+        except BaseException:
+            if self._client is not None:  # past the connection: closed, not to be used
+                self._closed = True
+                self._tg = None
             raise
 
     async def close(
@@ -179,35 +192,28 @@ class RemotingProducer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Stop the background tasks, unregister the group (bounded), close the client."""
+        """Stop taking checks, drain the batches (bounded), stop the background tasks,
+        unregister the group (bounded), close the client."""
         self._closed = True
-        if self._client is not None and self._checks is not None:
-            self._client.dispatcher.unregister(
-                RequestCode.CHECK_TRANSACTION_STATE, self._checks.on_request
-            )
+        stack, self._stack = self._stack, None
         try:
-            if self._batcher is not None:
-                # Batches carry other callers' messages: let them finish, within bounds.
-                with (
-                    anyio.CancelScope(shield=True),
-                    anyio.move_on_after(self.config.shutdown_timeout),
-                ):
-                    await self._batcher.drain()
-                self._batcher.close()
-            if self._tg is not None:
-                tg, self._tg = self._tg, None
-                tg.cancel_scope.cancel()
-                # The body's exception is not the group's: passed in, it would come out
-                # wrapped in an ExceptionGroup and miss the caller's `except` clauses.
-                await tg.__aexit__(None, None, None)
+            if stack is not None:
+                await stack.aclose()  # the body's exception propagates unwrapped
         finally:
-            if self._membership is not None:
-                limit = self.config.shutdown_timeout
-                with anyio.CancelScope(shield=True), anyio.move_on_after(limit):
-                    await self._membership.unregister_all()
-            if self._client is not None:
-                # Not inside a shield: the client's task groups were entered before it.
-                await self._client.__aexit__(exc_type, exc, tb)
+            self._tg = None
+
+    async def _drain_batcher(self) -> None:
+        assert self._batcher is not None
+        # Batches carry other callers' messages: let them finish, within bounds.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.shutdown_timeout):
+            await self._batcher.drain()
+        self._batcher.close()
+
+    async def _unregister(self) -> None:
+        assert self._membership is not None
+        limit = self.config.shutdown_timeout
+        with anyio.CancelScope(shield=True), anyio.move_on_after(limit):
+            await self._membership.unregister_all()
 
     def _open_sender(self) -> Sender:
         if self._closed:

@@ -9,6 +9,7 @@ cancel scope") when the component left a scope of its own open.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -24,6 +25,9 @@ from aiorocket.consumer.pop.remoting_lite import LiteRemotingSource
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._session import Session
 from aiorocket.grpc._transport import GrpcTransport
+from aiorocket.producer import Producer
+from aiorocket.producer.accumulate import AutoBatcher
+from aiorocket.producer.remoting import RemotingProducer
 from aiorocket.testing.fake_grpc import FakeProxy
 from tests.unit.consumer_fakes import TOPIC, FakeBroker, FakeCluster, consumer_of, running
 from tests.unit.test_lite_lost_event import FakeLiteBroker
@@ -46,6 +50,20 @@ def not_a_task() -> None:
 
 async def boom(*args: Any, **kwargs: Any) -> Any:
     raise Boom("scripted")
+
+
+def boom_now(*args: Any, **kwargs: Any) -> Any:
+    raise Boom("scripted")
+
+
+async def fails_to_close(component: Any, fail: Callable[[], None]) -> None:
+    """Start ``component``, make a step of its close fail (``fail()``), close it: the
+    close raises that failure, and leaves no cancel scope open."""
+    with anyio.CancelScope():
+        await component.__aenter__()
+        fail()
+        with pytest.raises(Boom):
+            await component.__aexit__(None, None, None)
 
 
 # -- ClientInstance ----------------------------------------------------------------
@@ -104,11 +122,9 @@ async def test_session_failed_close(monkeypatch: pytest.MonkeyPatch) -> None:
     """The termination notice fails unexpectedly: the connection is still closed."""
     async with FakeProxy() as proxy:
         session, closed = session_of(proxy, monkeypatch)
-        with anyio.CancelScope():
-            await session.__aenter__()
-            monkeypatch.setattr(session, "notify_termination", boom)
-            with pytest.raises(Boom):
-                await session.__aexit__(None, None, None)
+        await fails_to_close(
+            session, lambda: monkeypatch.setattr(session, "notify_termination", boom)
+        )
         assert closed and session.closed
 
 
@@ -189,9 +205,32 @@ async def test_engine_failed_close(monkeypatch: pytest.MonkeyPatch) -> None:
     client is closed and the close raises what failed."""
     async with running(FakeCluster({"broker-a": [FakeBroker("broker-a", 0)]})) as cluster:
         consumer = consumer_of(cluster, nothing)
-        with anyio.CancelScope():
-            await consumer.__aenter__()
-            monkeypatch.setattr(AutoCommit, "commit_all", boom)
-            with pytest.raises(Boom):
-                await consumer.__aexit__(None, None, None)
+        await fails_to_close(consumer, lambda: monkeypatch.setattr(AutoCommit, "commit_all", boom))
         assert consumer.client.pool._closed
+
+
+# -- the remoting producer -------------------------------------------------------------
+
+
+def remoting_producer() -> tuple[Producer, RemotingProducer]:
+    producer = Producer("pg", "127.0.0.1:1", auto_batch=True)  # nothing sent: no server
+    engine = producer._engine
+    assert isinstance(engine, RemotingProducer)
+    return producer, engine
+
+
+async def test_remoting_producer_failed_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The auto-batcher fails to start, after the background tasks did."""
+    monkeypatch.setattr(AutoBatcher, "start", boom_now)
+    producer, engine = remoting_producer()
+    with anyio.CancelScope(), pytest.raises(Boom):
+        await producer.__aenter__()
+    assert engine.client.pool._closed
+
+
+async def test_remoting_producer_failed_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Draining the batches fails unexpectedly: the tasks stop, the client is closed and
+    the close raises what failed."""
+    producer, engine = remoting_producer()
+    await fails_to_close(producer, lambda: monkeypatch.setattr(AutoBatcher, "drain", boom))
+    assert engine.client.pool._closed
