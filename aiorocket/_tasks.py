@@ -36,11 +36,15 @@ class BackgroundTasks:
     """
 
     def __init__(self) -> None:
-        self._tg = anyio.create_task_group()
+        # The task group is made on entry, not here: anyio needs a running event loop to
+        # make one, and components are built outside any (the Spark runtime builds its
+        # client instance in a plain thread; tests/integration/test_construction_without_loop.py).
+        self._tg: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> anyio.abc.TaskGroup:
-        await self._tg.__aenter__()
-        return self._tg
+        tg = self._tg = anyio.create_task_group()
+        await tg.__aenter__()
+        return tg
 
     async def __aexit__(
         self,
@@ -48,5 +52,8 @@ class BackgroundTasks:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._tg.cancel_scope.cancel()
-        await self._tg.__aexit__(None, None, None)
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return  # never entered
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)

@@ -74,7 +74,6 @@ class ConnectionPool:
         self._log = get_logger("remoting.pool")
 
     async def __aenter__(self) -> ConnectionPool:
-        self._tasks = BackgroundTasks()
         self._tg = await self._tasks.__aenter__()
         return self
 
