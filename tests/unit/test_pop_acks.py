@@ -14,9 +14,12 @@ from aiorocket.client.pop import ACK_MESSAGE
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.pop.acks import AckBatcher, ack_backoff
 from aiorocket.consumer.pop.grpc_source import GrpcSource
+from aiorocket.consumer.pop.source import AckRefusals
+from aiorocket.errors import ProxyResponseError
 from aiorocket.grpc import SimpleConsumer
 from aiorocket.grpc import _pb as pb
 from aiorocket.protocol.command import RemotingCommand
+from aiorocket.received import PopMessage
 from aiorocket.testing.fake_grpc import FakeProxy
 from aiorocket.testing.fake_remoting import ServerSession
 from tests.unit.consumer_fakes import TOPIC, Collector, FakeCluster, running
@@ -146,3 +149,42 @@ async def test_the_close_releases_the_acks_it_could_not_deliver() -> None:
         assert runtime.unsent_acks == 1
         assert proxy.invisible_changes == [("rh0", 0.0)]
         assert proxy.acked == []
+
+
+class RefusesThenHangs:
+    """A source whose first ack call refuses every entry for good and whose later ones
+    never answer; ``released`` records what the batcher released."""
+
+    group = "g"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.released: list[PopMessage] = []
+
+    async def ack(self, topic: str, messages: list[PopMessage]) -> AckRefusals:
+        self.calls += 1
+        if self.calls == 1:
+            err = ProxyResponseError(pb.Code.BAD_REQUEST, "refused", rpc="AckMessage")
+            return [(m, err) for m in messages]
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def release(self, messages: list[PopMessage]) -> None:
+        self.released += messages
+
+
+async def test_a_refusal_is_released_even_when_the_close_cuts_the_flush() -> None:
+    """A flush of two topics: the first request is refused for good, the second outlives
+    the close's bound. The refused message is still released (and the other one is
+    reported unacked, for the runtime to release). Before, the release waited for the end
+    of the flush: cut there, the refused message was in no list and never released."""
+    source = RefusesThenHangs()
+    first, second = _pop(0), _pop(1)
+    second.topic = "u"
+    acks = AckBatcher(source, delay=0, release=source.release)  # type: ignore[arg-type]
+    acks.add(first)
+    acks.add(second)
+    with anyio.fail_after(5):
+        unacked = await acks.close(0.2)
+    assert source.released == [first]
+    assert unacked == [second]

@@ -142,27 +142,32 @@ class AckBatcher:
 
     async def _flush(self) -> None:
         refused: list[PopMessage] = []
-        while self._pending:
-            topic = next(iter(self._pending))
-            queued = self._pending[topic]
-            chunk = queued[:MAX_ENTRIES]
-            del queued[:MAX_ENTRIES]
-            if not queued:
-                del self._pending[topic]
-            try:
-                refusals = await self._ack(topic, chunk)
-            except RocketMQError as err:
-                refusals = [(m, err) for m in chunk]  # none is known to be acked
-            except BaseException:
-                # Cancelled (or worse) mid-request: nothing is known to be acked; the
-                # entries go back to the front so the close sends them.
-                self._pending[topic][:0] = chunk
-                raise
-            self.acked += len(chunk) - len(refusals)
-            if refusals:
-                refused += self._failed(topic, refusals)
-        if refused and self.release is not None:
-            await self.release(refused)
+        try:
+            while self._pending:
+                topic = next(iter(self._pending))
+                queued = self._pending[topic]
+                chunk = queued[:MAX_ENTRIES]
+                del queued[:MAX_ENTRIES]
+                if not queued:
+                    del self._pending[topic]
+                try:
+                    refusals = await self._ack(topic, chunk)
+                except RocketMQError as err:
+                    refusals = [(m, err) for m in chunk]  # none is known to be acked
+                except BaseException:
+                    # Cancelled (or worse) mid-request: nothing is known to be acked;
+                    # the entries go back to the front so the close sends them.
+                    self._pending[topic][:0] = chunk
+                    raise
+                self.acked += len(chunk) - len(refusals)
+                if refusals:
+                    refused += self._failed(topic, refusals)
+        finally:
+            # Even when a later request of this flush is cut (the close's bound): the
+            # refused messages are in no list the close reads, so released here or never
+            # (``release`` is shielded and bounded).
+            if refused and self.release is not None:
+                await self.release(refused)
 
     def _failed(self, topic: str, refusals: AckRefusals) -> list[PopMessage]:
         """Schedule the retriable refusals again; returns the others (refused for good)."""
