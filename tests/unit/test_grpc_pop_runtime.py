@@ -152,8 +152,8 @@ async def test_a_proxy_that_does_not_renew_gets_renewals_from_the_client() -> No
         async with consumer:
             with anyio.fail_after(20):
                 await handled.wait()
-                while not proxy.acked:  # noqa: ASYNC110 - the ack flusher's request
-                    await anyio.sleep(0.01)
+                while not proxy.acked:
+                    await proxy.wait_acked()
             assert isinstance(consumer._backend, PopBackend)
             runtime = consumer._backend.runtime
             assert runtime is not None and not runtime.source.server_renews

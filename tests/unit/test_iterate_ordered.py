@@ -71,8 +71,8 @@ async def test_a_failed_body_is_retried_before_the_groups_next_message() -> None
                     break
         assert seen == ["step-1#1", "step-1#2", "step-2#1"]
         with anyio.fail_after(5):
-            while len(proxy.acked) < 2:  # noqa: ASYNC110 - the fake has no ack event
-                await anyio.sleep(0.01)
+            while len(proxy.acked) < 2:
+                await proxy.wait_acked()
     assert proxy.acked == ["rh1", "rh2"] and proxy.invisible_changes == []
 
 
@@ -141,7 +141,7 @@ async def test_a_loop_that_failed_a_message_does_not_ack_it_when_another_retries
                 proxy.messages = [message(1), message(2)]
                 await failed.wait()
         with anyio.fail_after(5):
-            while len(proxy.acked) < 2:  # noqa: ASYNC110 - the fake has no ack event
-                await anyio.sleep(0.01)
+            while len(proxy.acked) < 2:
+                await proxy.wait_acked()
     assert seen == ["step-1#1", "step-1#2", "end step-1#2", "step-2#1"]
     assert proxy.acked == ["rh1", "rh2"]
