@@ -302,8 +302,10 @@ class SimpleConsumer:
         body): retrying them cannot help, as for a remoting consumer's undecodable
         record (``aiorocket.consumer.undecodable``), so each goes to the group's
         dead-letter queue. Refused there, it is released with the server's retry
-        backoff (it comes back later, and is tried again), never held. Removed from
-        ``bad`` as each is settled."""
+        backoff (it comes back later, and is tried again). Only when that fails too is
+        it left as it is (logged ``action="held"``): it comes back after its invisible
+        time, or, auto-renewed (``auto_renew``, the push consumer's), once this client's
+        session ends. Removed from ``bad`` as each is settled."""
         policy = self.session.retry_policy()
         backoff = backoff_delays(policy)
         while bad:
@@ -323,7 +325,7 @@ class SimpleConsumer:
                     await self.change_invisible_duration(msg, backoff(msg.delivery_attempt))
                     action = "released"
                 except RocketMQError:
-                    action = "held"  # comes back after its invisible time
+                    action = "held"  # see the docstring: back later, not at once
             del bad[0]
             self.session.log.error(
                 "undecodable_message", topic=msg.topic, msg_id=msg.message_id,
