@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol
@@ -165,6 +165,8 @@ class GrpcProducer:
         self._limit = config.max_message_size
         self._batcher: GrpcBatcher | None = None
         self._batches: anyio.abc.TaskGroup | None = None
+        #: the started producer's parts, unwound by the close (aiorocket._tasks)
+        self._stack: AsyncExitStack | None = None
         self._started = False
 
     @property
@@ -177,14 +179,19 @@ class GrpcProducer:
         if self._started:
             raise ClientClosedError("a producer can be started once")
         self._started = True
-        await self.session.__aenter__()
-        if self.config.auto_batch is not False:  # None: on over gRPC (ProducerConfig)
-            self._batches = anyio.create_task_group()
-            await self._batches.__aenter__()
-            self._batcher = GrpcBatcher(
-                self._send_batched, self._batches,
-                max_bytes=self.config.batch_max_bytes, in_flight=self.config.batch_in_flight,
-            )  # fmt: skip
+        # One stack (aiorocket._tasks): the session, then the batches' task group; a
+        # failed start unwinds it here, the close later, in reverse order either way.
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(self.session)
+            if self.config.auto_batch is not False:  # None: on over gRPC (ProducerConfig)
+                batches = self._batches = anyio.create_task_group()
+                await batches.__aenter__()
+                stack.push_async_callback(self._end_batches, batches)
+                self._batcher = GrpcBatcher(
+                    self._send_batched, batches,
+                    max_bytes=self.config.batch_max_bytes, in_flight=self.config.batch_in_flight,
+                )  # fmt: skip
+            self._stack = stack.pop_all()
 
     async def close(
         self,
@@ -193,14 +200,18 @@ class GrpcProducer:
         tb: TracebackType | None,
     ) -> None:
         self._closed = True
-        if self._batches is not None and self._batcher is not None:
-            # Requests in flight carry other callers' messages: let them end, bounded.
-            self._batches.cancel_scope.deadline = anyio.current_time() + (
-                self.config.shutdown_timeout
-            )
-            await self._batches.__aexit__(None, None, None)
-            self._batcher.fail_waiting()
-        await self.session.__aexit__(exc_type, exc, tb)
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def _end_batches(self, batches: anyio.abc.TaskGroup) -> None:
+        # Requests in flight carry other callers' messages: let them end, bounded.
+        batches.cancel_scope.deadline = anyio.current_time() + self.config.shutdown_timeout
+        try:
+            await batches.__aexit__(None, None, None)
+        finally:
+            if self._batcher is not None:
+                self._batcher.fail_waiting()
 
     # -- sending -------------------------------------------------------------------
 

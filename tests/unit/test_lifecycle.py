@@ -23,6 +23,7 @@ from aiorocket.consumer.orderly import Orderly
 from aiorocket.consumer.pop.acks import AckBatcher
 from aiorocket.consumer.pop.remoting_lite import LiteRemotingSource
 from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._batcher import GrpcBatcher
 from aiorocket.grpc._session import Session
 from aiorocket.grpc._transport import GrpcTransport
 from aiorocket.producer import Producer
@@ -54,6 +55,13 @@ async def boom(*args: Any, **kwargs: Any) -> Any:
 
 def boom_now(*args: Any, **kwargs: Any) -> Any:
     raise Boom("scripted")
+
+
+async def fails_to_start(component: Any) -> None:
+    """Start ``component`` (made to fail): the start raises that failure, and leaves no
+    cancel scope open."""
+    with anyio.CancelScope(), pytest.raises(Boom):
+        await component.__aenter__()
 
 
 async def fails_to_close(component: Any, fail: Callable[[], None]) -> None:
@@ -95,16 +103,22 @@ async def test_client_instance_failed_close(monkeypatch: pytest.MonkeyPatch) -> 
 # -- Session (gRPC) ------------------------------------------------------------------
 
 
+def closed_connections(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Grows by one each time a gRPC connection is closed from now on."""
+    closed: list[int] = []
+    close = GrpcTransport.close
+
+    def counted(self: GrpcTransport) -> None:
+        closed.append(1)
+        close(self)
+
+    monkeypatch.setattr(GrpcTransport, "close", counted)
+    return closed
+
+
 def session_of(proxy: FakeProxy, monkeypatch: pytest.MonkeyPatch) -> tuple[Session, list[int]]:
     transport = GrpcTransport(proxy.endpoint, client_id="c", request_timeout=2.0)
-    closed: list[int] = []
-    close = transport.close
-
-    def counted() -> None:
-        closed.append(1)
-        close()
-
-    monkeypatch.setattr(transport, "close", counted)
+    closed = closed_connections(monkeypatch)
     return Session(transport, pb.ClientType.PRODUCER, pb.Publishing()), closed
 
 
@@ -113,8 +127,7 @@ async def test_session_failed_start(monkeypatch: pytest.MonkeyPatch) -> None:
     async with FakeProxy() as proxy:
         session, closed = session_of(proxy, monkeypatch)
         monkeypatch.setattr(session, "heartbeat", boom)
-        with anyio.CancelScope(), pytest.raises(Boom):
-            await session.__aenter__()
+        await fails_to_start(session)
         assert closed and session.closed
 
 
@@ -160,8 +173,7 @@ async def test_pop_runtime_failed_start(monkeypatch: pytest.MonkeyPatch) -> None
     async with running(FakeCluster({"broker-a": [FakeLiteBroker("broker-a")]})) as cluster:
         consumer = lite_consumer(cluster)
         await consumer.subscribe_lite("room")
-        with anyio.CancelScope(), pytest.raises(Boom):
-            await consumer.__aenter__()
+        await fails_to_start(consumer)
         assert not consumer.started
         assert [s.client.pool._closed for s in opened] == [True]
 
@@ -195,8 +207,7 @@ async def test_engine_failed_start(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(WorkerPool, "start", boom)
     async with running(FakeCluster({"broker-a": [FakeBroker("broker-a", 0)]})) as cluster:
         consumer = consumer_of(cluster, nothing)
-        with anyio.CancelScope(), pytest.raises(Boom):
-            await consumer.__aenter__()
+        await fails_to_start(consumer)
         assert consumer.client.pool._closed
 
 
@@ -223,8 +234,7 @@ async def test_remoting_producer_failed_start(monkeypatch: pytest.MonkeyPatch) -
     """The auto-batcher fails to start, after the background tasks did."""
     monkeypatch.setattr(AutoBatcher, "start", boom_now)
     producer, engine = remoting_producer()
-    with anyio.CancelScope(), pytest.raises(Boom):
-        await producer.__aenter__()
+    await fails_to_start(producer)
     assert engine.client.pool._closed
 
 
@@ -234,3 +244,31 @@ async def test_remoting_producer_failed_close(monkeypatch: pytest.MonkeyPatch) -
     producer, engine = remoting_producer()
     await fails_to_close(producer, lambda: monkeypatch.setattr(AutoBatcher, "drain", boom))
     assert engine.client.pool._closed
+
+
+# -- the gRPC producer ---------------------------------------------------------------
+
+
+def grpc_producer(proxy: FakeProxy, monkeypatch: pytest.MonkeyPatch) -> tuple[Producer, list[int]]:
+    """A producer through ``proxy``; the list grows when its connection is closed."""
+    closed = closed_connections(monkeypatch)
+    return Producer("pg", proxy=proxy.endpoint, auto_batch=True), closed
+
+
+async def test_grpc_producer_failed_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The auto-batcher fails to start, after its task group was entered."""
+    async with FakeProxy() as proxy:
+        producer, closed = grpc_producer(proxy, monkeypatch)
+        monkeypatch.setattr(GrpcBatcher, "__init__", boom_now)
+        await fails_to_start(producer)
+        assert closed
+
+
+async def test_grpc_producer_failed_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Failing the batches' waiting callers fails unexpectedly: the session still ends."""
+    async with FakeProxy() as proxy:
+        producer, closed = grpc_producer(proxy, monkeypatch)
+        await fails_to_close(
+            producer, lambda: monkeypatch.setattr(GrpcBatcher, "fail_waiting", boom_now)
+        )
+        assert closed
