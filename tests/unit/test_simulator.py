@@ -8,13 +8,28 @@ import pytest
 
 from aiorocket.testing.sim import INVARIANTS, Bounds, History, check, draw, run
 
-#: seeds run on every commit (each a few virtual minutes, about a second of real time)
+#: seeds run on every commit: POP over remoting (each a few virtual minutes, about a
+#: second of real time), then through the Proxy (real time, 1-5 s each)
 POP_SEEDS = range(0, 24)
+GRPC_SEEDS = range(0, 6)
+FIFO_SEEDS = range(0, 10)
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
 def test_pop_remoting_seed(seed: int) -> None:
     report = run(seed, "pop_remoting")
+    assert report.ok, str(report)
+
+
+@pytest.mark.parametrize("seed", GRPC_SEEDS)
+def test_grpc_receive_seed(seed: int) -> None:
+    report = run(seed, "grpc_receive")
+    assert report.ok, str(report)
+
+
+@pytest.mark.parametrize("seed", FIFO_SEEDS)
+def test_fifo_async_for_seed(seed: int) -> None:
+    report = run(seed, "fifo_async_for")
     assert report.ok, str(report)
 
 
@@ -71,6 +86,8 @@ def test_checker_passes_a_clean_history() -> None:
     ("invariant", "steps"),
     [
         ("none_lost", [(0, "stored", "m-0", {}), (20, "end", "", {})]),
+        ("none_lost", [(0, "stored", "m-0", {}), (0, "delivered", "m-0", {}),
+                       (40, "dead_lettered", "m-0", {"by": "broker"}), (50, "end", "", {})]),
         ("acked_after_success", [
             (0, "stored", "m-0", {}), (0, "delivered", "m-0", {"attempt": 1}),
             (0, "handler_start", "m-0", {"attempt": 1}), (1, "handler_ok", "m-0", {"attempt": 1}),

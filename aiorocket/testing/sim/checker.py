@@ -57,10 +57,16 @@ def _closes(history: History) -> list[float]:
 
 
 def none_lost(history: History, bounds: Bounds) -> list[Violation]:
-    """Every stored message is acked or dead-lettered by the end of the run."""
-    settled = history.keys("acked") | history.keys("dead_lettered")
-    return [Violation("none_lost", k, "stored, never acked nor dead-lettered")
-            for k in sorted(history.keys("stored") - settled)]  # fmt: skip
+    """Every stored message is acked, or dead-lettered as the policy says (after the
+    application had it, or as undecodable), by the end of the run."""
+    handed = history.keys("handler_start")
+    undecodable = {e.key for e in history.of("stored") if e.info.get("undecodable")}
+    dead = history.keys("dead_lettered")
+    out = [Violation("none_lost", k, "stored, never acked nor dead-lettered")
+           for k in sorted(history.keys("stored") - history.keys("acked") - dead)]  # fmt: skip
+    out += [Violation("none_lost", k, "dead-lettered, never handed to the application")
+            for k in sorted(dead - handed - undecodable - history.keys("acked"))]  # fmt: skip
+    return out
 
 
 def acked_after_success(history: History, bounds: Bounds) -> list[Violation]:

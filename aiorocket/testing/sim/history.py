@@ -36,6 +36,9 @@ class History:
         self._clock = clock
         self.events: list[Event] = []
 
+    def now(self) -> float:
+        return float(self._clock())
+
     def add(self, kind: str, key: str = "", **info: Any) -> None:
         self.events.append(Event(self._clock(), kind, key, info))
 

@@ -50,7 +50,8 @@ class Schedule:
         return "\n".join([head, *(f"  {f}" for f in self.faults)])
 
 
-def _handler_faults(rng: random.Random, messages: int, *, hang: bool) -> list[Fault]:
+def _handler_faults(rng: random.Random, messages: int, *, hang: bool,
+                    slow: tuple[float, ...] = (5, 25, 40)) -> list[Fault]:  # fmt: skip
     """Handlers that raise (on their first attempts), run past the invisible time, or
     hang until the consume timeout."""
     out = []
@@ -61,7 +62,7 @@ def _handler_faults(rng: random.Random, messages: int, *, hang: bool) -> list[Fa
         if kind == "raise":
             args["attempts"] = rng.randint(1, 2)
         elif kind == "slow":
-            args["seconds"] = rng.choice([5, 25, 40])
+            args["seconds"] = rng.choice(slow)
         out.append(Fault("handler_" + kind, args))
     return out
 
@@ -112,7 +113,7 @@ def _grpc_receive(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
     if rng.random() < 0.5:
         faults.append(Fault("ack_refused", {"from_ack": rng.randint(0, 2),
                                             "seconds": rng.choice([0.3, 1.5, 3.0])}))
-    faults += _handler_faults(rng, messages, hang=False)
+    faults += _handler_faults(rng, messages, hang=False, slow=(0.5, 2.0))
     if rng.random() < 0.2:
         faults.append(Fault("close_at", {"seconds": round(rng.uniform(0.2, 3.0), 2)}))
     return params, faults

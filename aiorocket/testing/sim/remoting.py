@@ -102,7 +102,7 @@ class SimPopBroker:
     def store(self, key: str, queue_id: int, **kw: object) -> None:
         offset = sum(1 for m in self.messages if m.queue_id == queue_id)
         self.messages.append(SimMessage(key, queue_id, offset, **kw))  # type: ignore[arg-type]
-        self.history.add("stored", key, broker=self.name)
+        self.history.add("stored", key, broker=self.name, undecodable=bool(kw.get("undecodable")))
 
     def revive(self) -> None:
         """Messages whose invisible time ended unsettled: retried, or dead-lettered."""

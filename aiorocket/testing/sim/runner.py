@@ -84,10 +84,16 @@ def _workloads() -> dict[str, Callable[..., History]]:
     from aiorocket.testing.sim.pop_workload import pop_remoting
 
     out = {"pop_remoting": _on_trio(pop_remoting)}
+    try:
+        from aiorocket.testing.sim.grpc_workload import fifo_async_for, grpc_receive
+    except ImportError:  # the grpc extra is not installed
+        return out
+    out["grpc_receive"] = _on_asyncio(grpc_receive)
+    out["fifo_async_for"] = _on_asyncio(fifo_async_for)
     return out
 
 
-WORKLOADS = ("pop_remoting",)
+WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for")
 
 
 def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = None,

@@ -1,0 +1,109 @@
+"""Workloads through the simulated Proxy (asyncio, real time): a consumer with a
+handler on the gRPC receive stream, and a FIFO group consumed with ``async for``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from aiorocket.consumer import Consumer
+from aiorocket.testing.sim._client import SimHandler, held_by_renewer, record_error
+from aiorocket.testing.sim.proxy import SimProxy
+
+if TYPE_CHECKING:
+    from aiorocket.testing.sim.history import History
+    from aiorocket.testing.sim.nemesis import Schedule
+
+__all__ = ["fifo_async_for", "grpc_receive"]
+
+GROUP, TOPIC = "sim-group", "t"
+SETTINGS: dict[str, Any] = {"long_poll_timeout": 2.0, "request_timeout": 2.0,
+                            "shutdown_timeout": 2.0, "consume_timeout": 10.0}  # fmt: skip
+#: how long (seconds) each phase may run
+PHASE = 20.0
+
+Handler = Callable[[Any], Awaitable[None]]
+
+
+def _held_at_close(proxy: SimProxy, history: History, name: str) -> None:
+    failed: set[str] = set()
+    last: dict[str, str] = {}
+    for e in history.events:
+        if e.kind in ("delivered", "handler_ok", "handler_failed"):
+            last[e.key] = e.kind
+    failed = {k for k, kind in last.items() if kind == "handler_failed"}
+    now = proxy.now()
+    held = [m.key for m in proxy.store if m.state == "inflight" and m.key not in failed
+            and (m.auto_renew or m.visible_at > now + 1.0)]  # fmt: skip
+    if held:
+        history.add("held_after_close", "", keys=held, consumer=name)
+
+
+async def _phase(proxy: SimProxy, history: History, handler: Handler, close_at: float | None,
+                 name: str) -> None:  # fmt: skip
+    consumer = Consumer(GROUP, proxy=proxy.endpoint, handler=handler, **SETTINGS)
+    consumer.subscribe(TOPIC)
+    try:
+        async with consumer:
+            with anyio.move_on_after(close_at if close_at is not None else PHASE):
+                while not proxy.settled():  # noqa: ASYNC110  (the Proxy's truth)
+                    await anyio.sleep(0.05)
+                await anyio.sleep(0.5)
+                history.add("held", "", count=held_by_renewer(consumer), where=name)
+            history.add("close_start", "", consumer=name)
+    except Exception as exc:
+        record_error(history, exc, f"{name}: async with")
+    history.add("close_end", "", consumer=name)
+    _held_at_close(proxy, history, name)
+    proxy.terminate()
+
+
+async def grpc_receive(schedule: Schedule, history: History, handler: Handler | None) -> None:
+    codecs = {f.args["message"]: f.args["codec"] for f in schedule.of("compressed_as_gzip")}
+    closes = [f.args["seconds"] for f in schedule.of("close_at")]
+    async with SimProxy(schedule, history) as proxy:
+        for i in range(schedule.params["messages"]):
+            proxy.add(f"m-{i}", codec=codecs.get(i))
+        sim_handler = SimHandler(schedule, history, handler)
+        await _phase(proxy, history, sim_handler, closes[0] if closes else None, "first")
+        if not proxy.settled():
+            await _phase(proxy, history, sim_handler, None, "second")
+        history.add("end")
+
+
+async def fifo_async_for(schedule: Schedule, history: History, handler: Handler | None) -> None:
+    groups, per_group = schedule.params["groups"], schedule.params["per_group"]
+    fails = {f.args["message"]: f.args["attempts"] for f in schedule.of("iter_fail")}
+    async with SimProxy(schedule, history, fifo=True) as proxy:
+        for i in range(groups * per_group):
+            proxy.add(f"m-{i}", group=f"g{i // per_group}")
+        consumer = Consumer(GROUP, proxy=proxy.endpoint, **SETTINGS)
+        consumer.subscribe(TOPIC)
+        try:
+            async with consumer:
+                with anyio.move_on_after(PHASE):
+                    async for msg in consumer:
+                        key = bytes(msg.body).decode()
+                        i = int(key.split("-")[1])
+                        attempt = int(getattr(msg, "delivery_attempt", 1))
+                        at = {"group": f"g{i // per_group}", "seq": i % per_group,
+                              "attempt": attempt}  # fmt: skip
+                        history.add("handler_start", key, **at)
+                        if attempt <= fails.get(i, 0):
+                            history.add("handler_failed", key, **at)
+                            history.add("handler_end", key, **at)
+                            await msg.nack()
+                            continue
+                        await msg.ack()
+                        history.add("handler_ok", key, **at)
+                        history.add("handler_end", key, **at)
+                        if history.keys("handler_ok") >= history.keys("stored"):
+                            break
+                history.add("close_start", "", consumer="first")
+        except Exception as exc:
+            record_error(history, exc, "async for")
+        history.add("close_end", "", consumer="first")
+        _held_at_close(proxy, history, "first")
+        history.add("end")

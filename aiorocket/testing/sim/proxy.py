@@ -1,0 +1,221 @@
+"""A simulated 5.x Proxy (gRPC) with its own truth, on the fake Proxy's wire
+(``aiorocket.testing.fake_grpc``: grpclib, asyncio only).
+
+The model keeps, per message: stored, delivered (to which receive, under which receipt
+handle), invisible until when or auto-renewed, acked, dead-lettered. What it models of
+5.5.0 and says so:
+
+* a receive with ``auto_renew`` is renewed by the Proxy itself until it is acked, its
+  invisible duration changed, or the client terminates (``renewMaxTimeMillis`` is 3 h:
+  forever, within a run). So a message the client drops is *held*, not redelivered;
+* an ack or a change naming a receipt handle that is no longer the message's is
+  answered OK and does nothing (acks after a renewal: apache/rocketmq#9583);
+* a compressed body is labelled GZIP whatever its codec (the Proxy does not read the
+  store's codec bits);
+* FIFO groups (``fifo=True``): a receive hands out a group's unsettled messages in
+  order, and none of the group again while any of them is out (invisible);
+* messages of a receive whose stream breaks before they were written stay visible (the
+  real Proxy may already have popped them; modelled as not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import lz4.frame
+import zstandard
+from grpclib.const import Status as GrpcStatus
+from grpclib.exceptions import GRPCError
+
+from aiorocket.grpc import _pb as pb
+from aiorocket.testing.fake_grpc import FakeProxy
+
+if TYPE_CHECKING:
+    from grpclib.server import Stream
+
+    from aiorocket.testing.sim.history import History
+    from aiorocket.testing.sim.nemesis import Schedule
+
+__all__ = ["SimProxy"]
+
+_OK = pb.Status(code=pb.Code.OK, message="OK")
+_COMPRESS = {"zlib": zlib.compress, "lz4": lz4.frame.compress,
+             "zstd": lambda b: zstandard.ZstdCompressor().compress(b)}  # fmt: skip
+
+
+@dataclass(slots=True)
+class ProxyMessage:
+    key: str
+    group: str | None = None
+    codec: str | None = None
+    #: "ready", "inflight", "acked", "dlq"
+    state: str = "ready"
+    handle: str = ""
+    auto_renew: bool = False
+    visible_at: float = 0.0
+    attempt: int = 0
+
+
+class SimProxy(FakeProxy):
+    """The simulated Proxy (see the module docstring)."""
+
+    def __init__(self, schedule: Schedule, history: History, *, fifo: bool = False) -> None:
+        super().__init__()
+        self.schedule = schedule
+        self.history = history
+        self.fifo = fifo
+        self.store: list[ProxyMessage] = []
+        self.receives = 0
+        self.ack_calls = 0
+        self._refused_until = 0.0
+
+    def add(self, key: str, *, group: str | None = None, codec: str | None = None) -> None:
+        self.store.append(ProxyMessage(key, group, codec))
+        self.history.add("stored", key)
+
+    def now(self) -> float:
+        return self.history.now()
+
+    def settled(self) -> bool:
+        return all(m.state in ("acked", "dlq") for m in self.store)
+
+    def _visible(self) -> list[ProxyMessage]:
+        now = self.now()
+        for m in self.store:
+            if m.state == "inflight" and not m.auto_renew and m.visible_at <= now:
+                m.state = "ready"
+                self.history.add("revived", m.key, attempt=m.attempt)
+        # FIFO: a group whose messages are out (inflight) gets none; else its unsettled
+        # messages in order, in one receive (the broker pops an orderly queue's batch
+        # and holds the queue until the batch is settled)
+        busy = {m.group for m in self.store if self.fifo and m.state == "inflight"}
+        return [m for m in self.store if m.state == "ready" and m.group not in busy]
+
+    def _wire(self, m: ProxyMessage) -> pb.Message:
+        body, encoding = m.key.encode(), pb.Encoding.IDENTITY
+        if m.codec is not None:
+            # 5.5.0 labels every compressed body GZIP, whatever the producer's codec
+            body, encoding = _COMPRESS[m.codec](body), pb.Encoding.GZIP
+        return pb.Message(
+            topic=pb.Resource(name="t"),
+            system_properties=pb.SystemProperties(
+                message_id=f"id-{m.key}", receipt_handle=m.handle,
+                delivery_attempt=m.attempt, message_group=m.group,
+                born_timestamp=datetime.now(timezone.utc), body_encoding=encoding,
+            ),
+            body=body,
+        )  # fmt: skip
+
+    async def _telemetry(self, stream: Stream[Any, Any]) -> None:
+        self.telemetry_streams += 1
+        self._track(stream)
+        async for cmd in stream:
+            kind, settings = pb.oneof(cmd, "command")
+            if kind == "settings":
+                if self.fifo and settings.subscription is not None:
+                    settings.subscription.fifo = True
+                self.settings_received.append(settings)
+                self._known.add(str(stream.metadata.get("x-mq-client-id", "")
+                                    if stream.metadata else ""))  # fmt: skip
+                await stream.send_message(pb.TelemetryCommand(status=_OK, settings=settings))
+
+    async def _receive(self, stream: Stream[Any, Any]) -> None:
+        self._track(stream)
+        req = await stream.recv_message()
+        assert req is not None
+        index = self.receives
+        self.receives += 1
+        timeout = req.long_polling_timeout.total_seconds() if req.long_polling_timeout else 5.0
+        deadline = self.now() + min(timeout, 5.0)
+        while not self._visible() and self.now() < deadline:  # noqa: ASYNC110  (time-driven)
+            await asyncio.sleep(0.02)
+        ready = self._visible()
+        batch = ready[: max(1, req.batch_size or 32)]
+        if not batch:
+            await stream.send_message(
+                pb.ReceiveMessageResponse(status=pb.Status(code=pb.Code.MESSAGE_NOT_FOUND))
+            )
+            return
+        brk = next((f.args for f in self.schedule.of("stream_break")
+                    if f.args["receive"] == index), None)  # fmt: skip
+        await stream.send_message(pb.ReceiveMessageResponse(status=_OK))
+        invisible = req.invisible_duration.total_seconds() if req.invisible_duration else 30
+        for n, m in enumerate(batch):
+            if brk is not None and n == brk["after"]:
+                break
+            m.attempt += 1
+            m.state, m.handle = "inflight", f"{m.key}#{m.attempt}"
+            m.auto_renew, m.visible_at = bool(req.auto_renew), self.now() + invisible
+            self.history.add("delivered", m.key, attempt=m.attempt, auto_renew=m.auto_renew)
+            await stream.send_message(pb.ReceiveMessageResponse(message=self._wire(m)))
+        if brk is not None:
+            if brk["how"] == "reset":
+                self.drop_connections()
+                await asyncio.Event().wait()
+            raise GRPCError(GrpcStatus.UNAVAILABLE, "sim: stream broken")
+
+    def _by_handle(self, handle: str) -> ProxyMessage | None:
+        return next((m for m in self.store if m.handle == handle and m.state == "inflight"),
+                    None)  # fmt: skip
+
+    async def _ack(self, stream: Stream[Any, Any]) -> None:
+        self._track(stream)
+        req = await stream.recv_message()
+        assert req is not None
+        index = self.ack_calls
+        self.ack_calls += 1
+        for f in self.schedule.of("ack_refused"):
+            if index == f.args["from_ack"]:
+                self._refused_until = self.now() + f.args["seconds"]
+        if self.now() < self._refused_until:
+            raise GRPCError(GrpcStatus.UNAVAILABLE, "sim: ack refused")
+        entries = []
+        for entry in req.entries:
+            m = self._by_handle(entry.receipt_handle)
+            if m is not None:
+                m.state = "acked"
+                self.history.add("acked", m.key)
+            entries.append(pb.AckMessageResultEntry(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=_OK
+            ))  # fmt: skip
+        await stream.send_message(pb.AckMessageResponse(status=_OK, entries=entries))
+
+    async def _change(self, stream: Stream[Any, Any]) -> None:
+        self._track(stream)
+        req = await stream.recv_message()
+        assert req is not None
+        seconds = req.invisible_duration.total_seconds() if req.invisible_duration else 0.0
+        m = self._by_handle(req.receipt_handle)
+        new = f"{req.receipt_handle}+"
+        if m is not None:
+            m.handle, m.auto_renew, m.visible_at = new, False, self.now() + seconds
+            self.history.add("released" if seconds == 0 else "renewed", m.key, seconds=seconds)
+        await stream.send_message(
+            pb.ChangeInvisibleDurationResponse(status=_OK, receipt_handle=new)
+        )
+
+    async def _dead_letter(self, stream: Stream[Any, Any]) -> None:
+        self._track(stream)
+        req = await stream.recv_message()
+        assert req is not None
+        m = self._by_handle(req.receipt_handle)
+        if m is not None:
+            m.state = "dlq"
+            self.history.add("dead_lettered", m.key, by="client")
+        await stream.send_message(pb.ForwardMessageToDeadLetterQueueResponse(status=_OK))
+
+    async def __aenter__(self) -> SimProxy:
+        await self.start()
+        return self
+
+    def terminate(self) -> None:
+        """The client said goodbye (or its connections are gone): the Proxy stops
+        renewing what it held for it."""
+        for m in self.store:
+            if m.state == "inflight" and m.auto_renew:
+                m.auto_renew, m.visible_at = False, self.now()
+
