@@ -110,19 +110,6 @@ class SimProxy(FakeProxy):
             body=body,
         )  # fmt: skip
 
-    async def _telemetry(self, stream: Stream[Any, Any]) -> None:
-        self.telemetry_streams += 1
-        self._track(stream)
-        async for cmd in stream:
-            kind, settings = pb.oneof(cmd, "command")
-            if kind == "settings":
-                if self.fifo and settings.subscription is not None:
-                    settings.subscription.fifo = True
-                self.settings_received.append(settings)
-                self._known.add(str(stream.metadata.get("x-mq-client-id", "")
-                                    if stream.metadata else ""))  # fmt: skip
-                await stream.send_message(pb.TelemetryCommand(status=_OK, settings=settings))
-
     async def _receive(self, stream: Stream[Any, Any]) -> None:
         self._track(stream)
         req = await stream.recv_message()
