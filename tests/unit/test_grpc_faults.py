@@ -279,10 +279,12 @@ async def test_the_consumer_handles_what_a_broken_or_poisoned_receive_brought() 
     with an undecodable m6 between m5 and m7. Every decoded message is handled and
     acked, m6 is dead-lettered and counted; nothing is left to the Proxy's renewal."""
     handled: list[bytes] = []
-    seen = anyio.Event()
+    first, seen = anyio.Event(), anyio.Event()
 
     async def handle(msg: ConsumerMessage) -> None:
         handled.append(msg.body)
+        if msg.body == b"m1":
+            first.set()
         if msg.body == b"m9":
             seen.set()
 
@@ -293,8 +295,7 @@ async def test_the_consumer_handles_what_a_broken_or_poisoned_receive_brought() 
             proxy.receive_mode = "reset"
             proxy.messages = [message(b"m1"), message(b"m2")]  # m1 written, then the reset
             with anyio.fail_after(10):
-                while b"m1" not in handled:  # noqa: ASYNC110 - no event to await
-                    await anyio.sleep(0.02)
+                await first.wait()
             proxy.receive_mode = "ok"
             proxy.messages = [message(b"m5"), undecodable(b"m6"), message(b"m7"), message(b"m9")]
             with anyio.fail_after(10):
