@@ -29,6 +29,16 @@ exist: the broker answers SUCCESS and the message comes back (the defect of the 
 Proxy, apache/rocketmq#9583; tests/integration/test_remoting_pop.py shows the remoting
 path is right).
 
+A batch ack names each message by its bit ``offset - ckStartOffset``, so it cannot name
+a message below its check point's start, and the broker does give such check points: a
+5.x broker whose stored pop offset is wrong for the queue (OFFSET_TOO_SMALL,
+OFFSET_OVERFLOW_BADLY, OFFSET_FOUND_NULL; seen after a broker SIGKILL and restart) reads
+again from the corrected offset but keeps the stale one as the check point's start, in
+``startOffsetInfo`` and ``POP_CK`` alike (PopMessageProcessor.popMsgFromQueue). Such a
+message (``CheckPoint.batchable`` false) is acked with ACK_MESSAGE; the broker answers
+SUCCESS but cannot find it in its check point (PopCheckPoint.indexOfAck), so it comes
+back after its invisible time: delivered twice, never lost.
+
 Request codes above 32767 need the JSON header, which is the only one we send.
 """
 
@@ -40,7 +50,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from aiorocket.errors import error_for_response
+from aiorocket.errors import ConfigError, error_for_response
 from aiorocket.message import RETRY_TOPIC_PREFIX
 from aiorocket.protocol.message_codec import UndecodableRecord, decode_messages
 from aiorocket.received import PopMessage
@@ -52,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ACK_MESSAGE",
     "BATCH_ACK_MESSAGE",
+    "BATCH_ACK_SPAN",
     "CHANGE_MESSAGE_INVISIBLETIME",
     "POP_MESSAGE",
     "CheckPoint",
@@ -77,6 +88,10 @@ ORDER_REVIVE_QUEUE = 999
 INIT_MODE_FIRST, INIT_MODE_LAST = 0, 1
 #: the property a retried message's check point comes in (MessageConst.PROPERTY_POP_CK)
 PROPERTY_POP_CK = "POP_CK"
+#: the bits a batch ack sets per check point at most: 0 .. BATCH_ACK_SPAN - 1 (a check
+#: point's messages lie within one pop's read, far closer than this; a farther one is
+#: acked alone rather than in a bitmap of that size)
+BATCH_ACK_SPAN = 1 << 15
 
 
 def _retry_mark(stored_topic: str) -> str:
@@ -143,8 +158,13 @@ class CheckPoint:
 
     @classmethod
     def parse(cls, handle: str) -> CheckPoint:
+        """Raises ``ConfigError`` (not retriable) when ``handle`` is not a check point."""
         p = handle.split(" ")
-        return cls(int(p[0]), int(p[1]), int(p[2]), int(p[3]), p[4], p[5], int(p[6]), int(p[7]))
+        try:
+            return cls(int(p[0]), int(p[1]), int(p[2]), int(p[3]), p[4], p[5], int(p[6]),
+                       int(p[7]))  # fmt: skip
+        except (ValueError, IndexError):
+            raise ConfigError(f"not a remoting POP receipt handle: {handle!r}") from None
 
     @classmethod
     def given(cls, handle: str | None) -> CheckPoint | None:
@@ -153,13 +173,19 @@ class CheckPoint:
             return None
         try:
             ck = cls.parse(handle)
-        except (ValueError, IndexError):
+        except ConfigError:
             return None
         return ck if ck.mark in ("0", "1", "2") else None
 
     @property
     def orderly(self) -> bool:
         return self.revive_qid == ORDER_REVIVE_QUEUE
+
+    @property
+    def batchable(self) -> bool:
+        """A batch ack can name this message: its offset is a bit of its check point's
+        (not below its start, see the module docstring)."""
+        return 0 <= self.offset - self.start < BATCH_ACK_SPAN
 
     def handle(self) -> str:
         return (
@@ -347,12 +373,16 @@ class PopRequests:
 
     async def batch_ack(self, addr: str, group: str, topic: str, handles: list[str]) -> None:
         """BATCH_ACK_MESSAGE: every message of ``handles`` (one broker) in one request,
-        as a bit set per check point; an error answer raises its typed error."""
+        as a bit set per check point; an error answer raises its typed error. Each
+        handle must be ``CheckPoint.batchable`` (else ``ConfigError``, nothing sent): the
+        others are acked with ``ack``."""
         acks: dict[tuple[str, int, int, int], dict[str, object]] = {}
         bits: dict[tuple[str, int, int, int], int] = {}
         broker_name = ""
         for handle in handles:
             ck = CheckPoint.parse(handle)
+            if not ck.batchable:
+                raise ConfigError(f"a batch ack cannot name {handle!r}: ack it alone")
             broker_name = ck.broker_name
             key = (ck.mark, ck.queue_id, ck.start, ck.pop_time)
             if key not in acks:

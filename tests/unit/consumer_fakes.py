@@ -406,7 +406,9 @@ class PopBroker(FakeBroker):
     long-poll queue is full); with ``empty_at_once`` every pop is answered PULL_NOT_FOUND
     at once (a broker that does not hold the poll). ``refuse_send_back``:
     CONSUMER_SEND_MSG_BACK is answered SYSTEM_ERROR. A record of ``records`` (queue 0)
-    is served in place of its message's.
+    is served in place of its message's. ``start_ahead``: each pop's check point starts
+    that far past its first message (a 5.x broker that corrected a wrong stored pop
+    offset keeps the stale one as the start, see aiorocket.client.pop).
     """
 
     def __init__(self, name: str = "broker-a") -> None:
@@ -421,6 +423,7 @@ class PopBroker(FakeBroker):
         self.refuse_send_back = False
         #: commit-log offsets of the records sent back (to the DLQ)
         self.sent_back: list[int] = []
+        self.start_ahead = 0
 
     def _ready(self) -> list[int]:
         now = anyio.current_time()
@@ -486,6 +489,6 @@ class PopBroker(FakeBroker):
             for i in ready
         )
         fields = {"popTime": "1", "invisibleTime": str(invisible), "reviveQid": "0",
-                  "startOffsetInfo": f"0 0 {ready[0]}", "restNum": "0",
+                  "startOffsetInfo": f"0 0 {ready[0] + self.start_ahead}", "restNum": "0",
                   "msgOffsetInfo": f"0 0 {','.join(map(str, ready))}"}  # fmt: skip
         return RemotingCommand.response_to(cmd, ext_fields=fields, body=body)

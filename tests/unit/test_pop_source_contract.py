@@ -54,6 +54,9 @@ class ScriptedPopBroker(FakeBroker):
         super().__init__("broker-a", 0)
         self.answer: Answer = "ok"
         self.acks = 0
+        #: what the acks named: (request code, offset) per single ack, per batch its
+        #: check points' (start offset, bitmap)
+        self.acked: list[tuple[int, object]] = []
 
     async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
         code = cmd.code
@@ -79,6 +82,11 @@ class ScriptedPopBroker(FakeBroker):
                 resp.ext_fields = {"popTime": "2", "invisibleTime": "30000", "reviveQid": "999"}
             elif code in (ACK_MESSAGE, BATCH_ACK_MESSAGE):
                 self.acks += 1
+                named: object = (
+                    int(cmd.ext_fields["offset"]) if code == ACK_MESSAGE
+                    else [(a["so"], a["b"]) for a in json.loads(cmd.body)["acks"]]
+                )  # fmt: skip
+                self.acked.append((code, named))
         await session.send(resp)
 
 
@@ -89,6 +97,7 @@ class Rig:
     source: PopSource
     answer: Callable[[Answer], None]
     lite: bool
+    broker: ScriptedPopBroker | None = None
 
 
 def _messages(n: int, lite: bool) -> list[PopMessage]:
@@ -147,7 +156,8 @@ async def rig(kind: str) -> AsyncIterator[Rig]:
             answer = answer_remoting
         await source.open()
         stack.push_async_callback(source.close)
-        yield Rig(source, answer, lite=kind == "remoting-lite")
+        yield Rig(source, answer, lite=kind == "remoting-lite",
+                  broker=None if kind == "grpc" else broker)  # fmt: skip
 
 
 async def _ack(r: Rig, msgs: list[PopMessage]) -> list[tuple[PopMessage, RocketMQError]]:
@@ -216,3 +226,26 @@ async def test_a_lite_subscription_update_refused_raises_one_typed_error(
         with anyio.fail_after(10), pytest.raises(RocketMQError) as caught:
             await sync_lite(LiteAction.PARTIAL_ADD, ["room"])
         assert caught.value.retriable is retriable
+
+
+@pytest.mark.parametrize("kind", ["remoting", "remoting-orderly", "remoting-lite"])
+async def test_a_message_below_its_check_point_start_is_acked_alone(kind: str) -> None:
+    """A 5.x broker that corrected a wrong stored pop offset (after a SIGKILL and
+    restart) keeps the stale one as the check point's start, past the message's offset
+    (see aiorocket.client.pop): a batch ack cannot name it. It is acked with its own
+    ACK_MESSAGE, the others still in one batch, and nothing raises; an unreadable
+    receipt handle is refused for good, alone. Before, the batch ack raised
+    ``ValueError: negative shift count`` (untyped) for every message, at close too."""
+    async with rig(kind) as r:
+        assert r.broker is not None
+        ok, behind, garbage = _messages(3, r.lite)
+        ok.receipt_handle = "5 1 30000 0 0 broker-a 0 6"
+        behind.receipt_handle = "9 1 30000 0 0 broker-a 0 7"  # offset 7 < start 9
+        garbage.receipt_handle = "not a handle"
+        with anyio.fail_after(10):
+            refused = await r.source.ack(TOPIC, [ok, behind, garbage])
+    assert [m for m, _ in refused] == [garbage]
+    assert all(isinstance(e, RocketMQError) and not e.retriable for _, e in refused)
+    # offset 6 of the check point at 5: bit 1 (the orderly and lite sources ack alone)
+    first = (BATCH_ACK_MESSAGE, [(5, "Ag==")]) if kind == "remoting" else (ACK_MESSAGE, 6)
+    assert r.broker.acked == [first, (ACK_MESSAGE, 7)]

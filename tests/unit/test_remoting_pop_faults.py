@@ -185,3 +185,28 @@ async def test_the_backoff_ends_with_the_first_messages() -> None:
             took = time.monotonic() - added
     assert got == [b"first", b"second"]
     assert took < 1.5, took  # 0.1 + 0.2 s and a pop (without the reset: 3 + 3 s)
+
+
+async def test_messages_below_their_check_point_start_are_handled_and_acked() -> None:
+    """A broker SIGKILLed and restarted corrects a wrong stored pop offset but answers
+    the stale one as the check point's start, past the messages' offsets: the consumer
+    acks those alone (ACK_MESSAGE) and the rest in a batch, and runs and closes without
+    error. Before, ``ValueError: negative shift count`` from the batch ack stopped it."""
+    broker = PopBroker()
+    broker.add(0, b"m0", b"m1", b"m2")
+    broker.start_ahead = 2  # start 2: offsets 0 and 1 below it, 2 at it
+    handled: list[bytes] = []
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.append(msg.body)
+
+    async with running(FakeCluster({"broker-a": [broker]})) as cluster:
+        with capture_logs() as logs:
+            async with pop_consumer(cluster, handle):
+                with anyio.fail_after(10):
+                    while broker.acked != {0, 1, 2}:  # noqa: ASYNC110
+                        await anyio.sleep(0.02)  # the fake broker's state: nothing to wait on
+    assert sorted(handled) == [b"m0", b"m1", b"m2"]
+    assert dict(broker.deliveries) == {0: 1, 1: 1, 2: 1}
+    outside = [e for e in logs if e["event"] == "pop_ack_outside_check_point"]
+    assert sorted((e["offset"], e["check_point_start"]) for e in outside) == [(0, 2), (1, 2)]

@@ -301,16 +301,22 @@ class RemotingSource:
         for msgs in by_broker.values():
             try:
                 addr = await self._addr(msgs[0])
-                if not self.fifo:  # one batch per broker
-                    await self.requests.batch_ack(
-                        addr, self.group, topic, [m.receipt_handle for m in msgs]
-                    )
-                    continue
             except RocketMQError as err:  # this broker's messages, not the others'
                 refused.extend((m, err) for m in msgs)
                 continue
-            # Orderly pops are acked one by one: the broker's order lock moves on with each.
-            for m in msgs:
+            alone = msgs
+            if not self.fifo:  # one batch per broker
+                batch, alone = self._batchable(msgs, refused)
+                try:
+                    if batch:
+                        await self.requests.batch_ack(
+                            addr, self.group, topic, [m.receipt_handle for m in batch]
+                        )
+                except RocketMQError as err:
+                    refused.extend((m, err) for m in batch)
+            # Orderly pops are acked one by one: the broker's order lock moves on with each;
+            # so is a message a batch ack cannot name.
+            for m in alone:
                 try:
                     await self.requests.ack(
                         addr, self.group, topic, m.receipt_handle, lite_topic=self._lite_topic(m)
@@ -318,6 +324,29 @@ class RemotingSource:
                 except RocketMQError as err:
                     refused.append((m, err))
         return refused
+
+    def _batchable(
+        self, msgs: list[PopMessage], refused: AckRefusals
+    ) -> tuple[list[PopMessage], list[PopMessage]]:
+        """``msgs`` split into those a batch ack can name and those acked alone (a check
+        point the broker started past its message, see ``aiorocket.client.pop``); a
+        receipt handle that is no check point is refused, for good."""
+        batch: list[PopMessage] = []
+        alone: list[PopMessage] = []
+        for m in msgs:
+            try:
+                ck = CheckPoint.parse(m.receipt_handle)
+            except RocketMQError as err:
+                refused.append((m, err))
+                continue
+            if ck.batchable:
+                batch.append(m)
+            else:
+                self.state.log.warning("pop_ack_outside_check_point", topic=m.topic,
+                                       queue_id=ck.queue_id, offset=ck.offset,
+                                       check_point_start=ck.start)  # fmt: skip
+                alone.append(m)
+        return batch, alone
 
     def _lite_topic(self, msg: PopMessage) -> str | None:
         """What acks and renewals name as the message's lite topic (a lite source's)."""
