@@ -196,7 +196,10 @@ def test_a_commit_failing_after_its_record_loses_no_row(
     abort rolled back every row, the recorded ones too, and the restarted query waited
     for rows that could never come (5 of 5 lost on the real broker). Now it rolls back
     none of them, the query fails with the typed error, and the restart's replay gets
-    them committed by the broker's check-backs (one check pass: up to 30 s here)."""
+    them committed by the broker's check-backs (one check pass: up to 30 s here).
+    ``transactionTimeoutSeconds`` 20: the abort's ROLLBACK must come within it to take
+    effect (later the broker refuses a client's end), also on a loaded machine (with 6,
+    the old abort's came too late there and the test passed before the fix)."""
     filled = make_topic(6)
     target = unique_name("eosfail")
     anyio.run(lambda: rocketmq.create_topic(target, queues=2))
@@ -206,7 +209,7 @@ def test_a_commit_failing_after_its_record_loses_no_row(
     ckpt = tmp_path / "ckpt"
     df = stream(filled, spark).select("body", "properties")
     sink = {"nameServer": filled.namesrv, "topic": target, "deliveryGuarantee": "exactly-once",
-            "transactionTimeoutSeconds": "6"}  # fmt: skip
+            "transactionTimeoutSeconds": "20"}  # fmt: skip
     with pytest.raises(Exception, match="AccessDeniedError") as failed:
         run_available_now(df, "rocketmq_fails_once", ckpt, **sink)
     assert "ExceptionGroup" not in str(failed.value)
