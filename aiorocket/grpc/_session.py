@@ -48,6 +48,8 @@ LiteDropHandler = Callable[[str], None]
 _ROUTE_TTL = 30.0
 #: seconds between attempts to reopen the telemetry stream while a call waits for it
 _RETRY_WHILE_AWAITED = 0.5
+#: NotifyClientTermination attempts to end the Proxy's hold after a broken receive
+_RELEASE_ATTEMPTS = 6
 
 
 def ensure_asyncio(what: str) -> None:
@@ -140,6 +142,9 @@ class Session:
         self._stack: AsyncExitStack | None = None
         self._closed = False
         self._start_error: RocketMQError | None = None
+        #: releases of held messages begun (``release_held``), to coalesce concurrent ones
+        self._releases = 0
+        self._release_lock = anyio.Lock()
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -363,6 +368,71 @@ class Session:
             "NotifyClientTermination", req, pb.NotifyClientTerminationResponse
         )
         check_status(resp.status, "NotifyClientTermination")
+
+    def release_held_soon(self) -> None:
+        """``release_held`` in the background (owned by this session, ended by its
+        close): the caller has messages to hand on meanwhile."""
+        if self._tg is not None and not self._closed:
+            self._tg.start_soon(self.release_held)
+
+    async def release_held(self) -> None:
+        """End the Proxy's auto-renewal of every message it gave this client in the group,
+        then register again so that receiving goes on.
+
+        A 5.5.0 Proxy renews auto-renewed receipt handles under (client channel, group)
+        until that client unregisters or its heartbeats expire (proxy
+        ``DefaultReceiptHandleManager``: ``clearGroup`` on ``CLIENT_UNREGISTER``, each
+        handle made visible after ``invisibleTimeMillisWhenClear``, 1 s by default). The
+        messages it wrote to a receive stream that broke before they arrived are known
+        to nobody else: without this they stay invisible for ``renewMaxTimeMillis``
+        (3 h). NotifyClientTermination is the only per-client release the Proxy offers;
+        it also frees what this client is still handling, which may then come back
+        (duplicates of the in-flight window; their later acks are refused or ignored).
+        It also drops this client's settings, so they go again at once on the telemetry
+        stream (receives wait for them: ``ready`` is cleared meanwhile), then a heartbeat
+        registers the consumer again. Concurrent calls for one break coalesce: a release
+        begun after a caller's call started covers it.
+        """
+        begun = self._releases
+        async with self._release_lock:
+            if self._releases != begun:
+                return
+            self._releases += 1
+            for attempt in range(_RELEASE_ATTEMPTS):
+                # The notice removes the settings this client sent on the current
+                # connection: they must be there first, to be sent again after it.
+                await self.wait_ready()
+                try:
+                    await self._notify_and_register()
+                    self.log.info("held_messages_released", attempt=attempt)
+                    return
+                except RocketMQError as err:
+                    if not err.retriable or attempt == _RELEASE_ATTEMPTS - 1:
+                        self.log.warning("held_messages_release_failed", error=str(err))
+                        return
+                    self.log.debug("held_messages_release_retry", error=str(err))
+                await anyio.sleep(min(5.0, 0.5 * 2**attempt))
+
+    async def _notify_and_register(self) -> None:
+        """NotifyClientTermination, then the settings and a heartbeat again. Receives
+        wait meanwhile (``ready`` cleared): one sent between the two would be refused."""
+        cleared = self._ready.is_set()
+        if cleared:
+            self._ready = anyio.Event()
+        unready = self._ready
+        try:
+            await self.notify_termination()
+            try:
+                await self.resync_settings()
+            except RocketMQError as err:
+                # Not retried here: the telemetry loop sends the settings on its next
+                # stream, the heartbeat loop registers again.
+                self.log.warning("reregistration_failed", error=str(err))
+        finally:
+            # Not answered (a stream that broke meanwhile is the telemetry loop's to
+            # mark): receives go on rather than wait for nothing.
+            if cleared and self._ready is unready and self._stream is not None:
+                unready.set()
 
     async def query_route(self, topic: str, *, fresh: bool = False) -> list[pb.MessageQueue]:
         """The topic's queues (cached for 30 s, as the Java client refreshes them)."""

@@ -28,8 +28,11 @@ from aiorocket._settings import check_group, check_invisible_duration
 from aiorocket.errors import (
     ClientClosedError,
     ConfigError,
+    ConnectionClosedError,
+    ProtocolError,
     ProxyResponseError,
     ProxyUnavailableError,
+    RequestTimeoutError,
     RocketMQError,
 )
 from aiorocket.grpc import _pb as pb
@@ -230,6 +233,8 @@ class SimpleConsumer:
         mq = self._pick(topic, await self._assignment(topic), n // len(topics))
         req = self._receive_request(topic, mq, max_messages, invisible_duration)
         broker = mq.broker.name
+        # Again: the session may have been taken down meanwhile (``Session.release_held``).
+        await self._session_ready(timeout)
         out: list[ReceivedMessage] = []
         #: messages whose body does not decode, until settled (``_settle_undecodable``)
         bad: list[tuple[ReceivedMessage, str]] = []
@@ -239,6 +244,10 @@ class SimpleConsumer:
             try:
                 await self._read(req, timeout, broker, out, bad)
             except RocketMQError as err:
+                if self._holds_what_it_wrote(err):
+                    # What the Proxy wrote after the break never arrived, and it renews
+                    # those messages for this client: until its close, otherwise.
+                    self.session.release_held_soon()
                 if not out and not bad:
                     raise
                 # The stream broke (a reset, the deadline, a corrupt frame) after some
@@ -259,6 +268,17 @@ class SimpleConsumer:
         finally:
             self._receiving[key] -= 1
         return out
+
+    def _holds_what_it_wrote(self, err: RocketMQError) -> bool:
+        """Whether a receive that failed with ``err`` may have left messages the Proxy
+        renews for this client that it never got: an auto-renewed receive whose stream
+        broke before its end (a reset, the deadline, a corrupt frame). An error status
+        is the Proxy's own answer (it wrote no message after it); a lite consumer's
+        notice of termination would also drop its lite subscriptions, so it is left to
+        the renewal's bound."""
+        if not self.auto_renew or self.client_type == pb.ClientType.LITE_PUSH_CONSUMER:
+            return False
+        return isinstance(err, ConnectionClosedError | RequestTimeoutError | ProtocolError)
 
     async def _read(
         self, req: RawRequest, timeout: float, broker: str,

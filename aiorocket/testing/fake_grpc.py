@@ -120,6 +120,8 @@ class FakeProxy:
                 self._track(stream)
                 await stream.recv_message()
                 self.calls.append(name)
+                if name == "NotifyClientTermination":  # the real one drops the settings
+                    self._known.discard(_client_id(stream))
                 await stream.send_message(rep(status=_OK))
 
             return _PATH + name, Handler(handle, Cardinality.UNARY_UNARY, req, rep)

@@ -312,28 +312,39 @@ async def test_lz4_and_zstd_bodies_of_a_remoting_producer_read_through_the_proxy
     assert got == sent
 
 
+async def slow_batch(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch, n: int,
+) -> tuple[str, str, list[ReceivedMessage]]:  # fmt: skip
+    """A topic (one queue on the Proxy's broker) and group with ``n`` incompressible
+    16 KiB messages ``m000``..., so that a batch streams for seconds over a throttled
+    link; and the list every message the client decodes is appended to."""
+    topic, group = unique_name("gbreak"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group)
+    async with Producer(unique_name("pb"), proxy=rocketmq.proxy_grpc) as producer:
+        for i in range(n):
+            await producer.send(Message(topic, f"m{i:03d}".encode() + os.urandom(16 * 1024)))
+    decoded: list[ReceivedMessage] = []
+    from_string = FastReceiveResponse.FromString.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type[FastReceiveResponse], data: bytes) -> FastReceiveResponse:
+        resp: FastReceiveResponse = from_string(cls, data)
+        if resp.message is not None:
+            decoded.append(resp.message)
+        return resp
+
+    monkeypatch.setattr(FastReceiveResponse, "FromString", classmethod(spy))
+    return topic, group, decoded
+
+
 async def test_a_receive_stream_reset_midway_hands_on_what_arrived(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The link to the Proxy is reset while a receive streams its batch: the messages
     decoded before are returned (and can be acked), not dropped with an error (which
     left them to the Proxy's auto-renew of this client: hours)."""
-    topic, group = unique_name("gbreak"), unique_name("g")
-    await rocketmq.create_topic(topic, queues=1, brokers=[rocketmq.state["proxy_broker"]])
-    await rocketmq.create_group(group)
-    async with Producer(unique_name("pb"), proxy=rocketmq.proxy_grpc) as producer:
-        for i in range(8):  # incompressible, so that the batch streams for seconds
-            await producer.send(Message(topic, f"m{i}".encode() + os.urandom(16 * 1024)))
-    decoded: list[str] = []
-    from_string = FastReceiveResponse.FromString.__func__  # type: ignore[attr-defined]
-
-    def spy(cls: type[FastReceiveResponse], data: bytes) -> FastReceiveResponse:
-        resp: FastReceiveResponse = from_string(cls, data)
-        if resp.message is not None:
-            decoded.append(resp.message.receipt_handle)
-        return resp
-
-    monkeypatch.setattr(FastReceiveResponse, "FromString", classmethod(spy))
+    topic, group, decoded = await slow_batch(rocketmq, unique_name, monkeypatch, 8)
     async with (
         FaultProxy(rocketmq.proxy_grpc) as link,
         SimpleConsumer(group, link.address, {topic: "*"}, await_duration=5) as c,
@@ -352,8 +363,49 @@ async def test_a_receive_stream_reset_midway_hands_on_what_arrived(
             link.drop()
             link.heal()
         assert 0 < len(got) < 8
-        assert [m.receipt_handle for m in got] == decoded
+        assert [m.receipt_handle for m in got] == [m.receipt_handle for m in decoded]
         await c.ack(got)
+
+
+async def test_a_receive_stream_reset_midway_releases_what_never_arrived(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A push consumer's link is reset while a receive streams its batch: the messages
+    the Proxy had written after the break never arrive, and it renews them for this
+    client (3 h, until it closes). The client ends that hold at once, so the group
+    (the other member, or A itself) handles every message within seconds while A stays
+    open (the review's real-cluster repro: 25 of 32 held until A closed)."""
+    n = 24
+    topic, group, decoded = await slow_batch(rocketmq, unique_name, monkeypatch, n)
+    handled: set[bytes] = set()
+    all_handled = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.add(msg.body[:4])
+        if len(handled) == n:
+            all_handled.set()
+
+    def consumer(endpoint: str) -> Consumer:
+        c = Consumer(group, proxy=endpoint, handler=handle, long_poll_timeout=5,
+                     pull_batch_size=32, request_timeout=5)  # fmt: skip
+        c.subscribe(topic)
+        return c
+
+    async with FaultProxy(rocketmq.proxy_grpc) as link:
+        link.bandwidth = 32 * 1024
+        async with consumer(link.address):
+            with anyio.fail_after(30):
+                while not decoded:  # noqa: ASYNC110 - the decoder has no event
+                    await anyio.sleep(0.02)
+            link.drop()  # the receive stream breaks mid-batch
+            link.heal()
+            assert len(decoded) < n
+            broke = time.monotonic()
+            async with consumer(rocketmq.proxy_grpc):  # B: the other member
+                with anyio.move_on_after(12):  # held: until A's close
+                    await all_handled.wait()
+                assert len(handled) == n, f"{n - len(handled)} of {n} held"
+                assert time.monotonic() - broke < 12
 
 
 async def test_fifo_order_within_a_message_group(

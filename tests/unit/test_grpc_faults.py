@@ -274,6 +274,46 @@ async def test_a_consumer_receives_within_a_second_of_a_restarted_proxy() -> Non
     assert proxy.receives_without_settings == 0
 
 
+async def test_a_broken_auto_renewed_receive_ends_the_proxys_hold_and_goes_on() -> None:
+    """The Proxy renews what it wrote to a receive stream that broke for this client
+    (3 h): the push consumer tells it the client is gone for the group (its only release
+    of those handles), sends its settings and heartbeat again, and receives on, with no
+    receive sent while the Proxy lacked the settings. A receive that ends normally
+    releases nothing."""
+    handled: list[bytes] = []
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.append(msg.body)
+
+    async with FakeProxy() as proxy:
+        consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5)
+        consumer.subscribe("t")
+        async with consumer:
+            proxy.messages = [message(b"m0")]
+            with anyio.fail_after(10):
+                while b"m0" not in handled:  # noqa: ASYNC110 - no event to await
+                    await anyio.sleep(0.02)
+            assert "NotifyClientTermination" not in proxy.calls  # a normal receive
+            settings = len(proxy.settings_received)
+            proxy.receive_mode = "reset"
+            proxy.messages = [message(b"m1"), message(b"m2")]  # m2 written, never arrives
+            with anyio.fail_after(10):
+                while "NotifyClientTermination" not in proxy.calls:  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+            proxy.receive_mode = "ok"
+            proxy.messages = [message(b"m3")]
+            with anyio.fail_after(10):
+                while b"m3" not in handled:  # noqa: ASYNC110 - no event to await
+                    await anyio.sleep(0.02)
+            notified = proxy.calls.index("NotifyClientTermination")
+            assert proxy.calls.count("NotifyClientTermination") == 1
+            assert "Heartbeat" in proxy.calls[notified:]
+            # the reconnect's settings, then the ones sent again after the notice
+            assert len(proxy.settings_received) >= settings + 2
+        assert proxy.receives_without_settings == 0
+        assert sorted(handled) == [b"m0", b"m1", b"m3"]
+
+
 async def test_the_consumer_handles_what_a_broken_or_poisoned_receive_brought() -> None:
     """The push consumer (the issue's repro): a receive that breaks after m1, and one
     with an undecodable m6 between m5 and m7. Every decoded message is handled and
