@@ -19,8 +19,10 @@ pytest.importorskip("grpclib")
 from aiorocket._log import get_logger
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.backend import PopBackend
+from aiorocket.consumer.pop import settler as settler_module
 from aiorocket.consumer.pop.acks import AckBatcher
 from aiorocket.consumer.pop.grpc_source import GrpcSource
+from aiorocket.consumer.pop.runtime import PopRuntime
 from aiorocket.grpc import SimpleConsumer
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._push_message import PopMessage
@@ -231,3 +233,53 @@ async def test_the_close_leaves_a_message_a_handler_thread_still_works_on_invisi
         finally:
             go.set()
     assert (proxy.acked, proxy.invisible_changes) == ([], [])
+
+
+def _runtime(consumer: Consumer) -> PopRuntime:
+    assert isinstance(consumer._backend, PopBackend)
+    runtime = consumer._backend.runtime
+    assert runtime is not None
+    return runtime
+
+
+async def _fail(msg: ConsumerMessage) -> None:
+    raise RuntimeError("handler failed")
+
+
+async def test_a_nack_the_proxy_could_not_take_is_sent_again_later() -> None:
+    """The handler fails; the Proxy refuses the nack's ChangeInvisibleDuration 5 times
+    (retriable): after the settler's 3 requests the nack waits in the backlog, the
+    message still held, and is sent again with the acks' backoff until it goes through.
+    Before, the settler logged ``nack_failed`` and let go of the message: no nack ever
+    reached the Proxy, which kept the message invisible (auto-renewed) for hours."""
+    async with FakeProxy() as proxy:
+        proxy.change_refusal = (pb.Code.TOO_MANY_REQUESTS, 5)
+        consumer = _one_message_consumer(proxy, _fail)
+        async with consumer:
+            runtime = _runtime(consumer)
+            with anyio.fail_after(10):  # the nack through, and its answer taken
+                while not proxy.invisible_changes or runtime.budget.count:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            assert runtime.settler.backlog == 0
+    assert proxy.calls.count("ChangeInvisibleDuration") == 6
+    assert len(proxy.invisible_changes) == 1
+    handle, seconds = proxy.invisible_changes[0]
+    assert handle == "rh0" and seconds > 0  # the retry's backoff, not a release
+
+
+async def test_the_close_releases_a_message_whose_nack_still_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The nack's 3 requests fail and its next retry is far off when the consumer
+    closes: the close releases the message (visible again at once) instead of leaving
+    it to a Proxy that renews it. Before, nothing more was sent: held for hours."""
+    monkeypatch.setattr(settler_module, "ack_backoff", lambda tries: 60.0, raising=False)
+    async with FakeProxy() as proxy:
+        proxy.change_refusal = (pb.Code.TOO_MANY_REQUESTS, 3)
+        consumer = _one_message_consumer(proxy, _fail)
+        async with consumer:
+            with anyio.fail_after(10):
+                while proxy.change_refusal is not None:  # noqa: ASYNC110 (no event)
+                    await anyio.sleep(0.01)
+            assert not proxy.invisible_changes
+    assert proxy.invisible_changes == [("rh0", 0.0)]

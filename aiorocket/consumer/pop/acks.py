@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from aiorocket.consumer.pop.source import AckRefusals, PopSource
     from aiorocket.received import PopMessage
 
-__all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "MAX_ENTRIES", "AckBatcher", "ack_backoff"]
+__all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "MAX_ENTRIES", "AckBatcher", "ack_backoff", "until_due"]
 
 MAX_ENTRIES = 64
 #: seconds before the first retry of a failed ack; doubled per failure up to MAX_BACKOFF
@@ -55,6 +55,11 @@ Release = Callable[["list[PopMessage]"], Awaitable[object]]
 def ack_backoff(tries: int) -> float:
     """Seconds before the next request of an ack whose ``tries`` requests failed."""
     return min(MAX_BACKOFF, FIRST_BACKOFF * 2.0 ** max(tries - 1, 0))
+
+
+def until_due(whens: Iterable[float]) -> float:
+    """Seconds until the earliest of ``whens`` (``time.monotonic()``) is due (inf: none)."""
+    return max(0.0, min(whens, default=float("inf")) - time.monotonic())
 
 
 class AckBatcher:
@@ -117,9 +122,7 @@ class AckBatcher:
 
     def _next_retry(self) -> float:
         """Seconds until the earliest retry is due (inf: none waits)."""
-        if not self._retrying:
-            return float("inf")
-        return max(0.0, min(when for when, _, _ in self._retrying) - time.monotonic())
+        return until_due(when for when, _, _ in self._retrying)
 
     def _requeue(self, *, all_: bool = False) -> None:
         """Queue again the retries that are due (``all_``: every one)."""

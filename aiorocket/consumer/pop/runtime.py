@@ -20,9 +20,10 @@ still leaves nothing behind):
    (at the same time as 2: the timeout runs from the close, not from the end of the
    hand-back, which takes seconds for a full cache);
 4. release every message still unsettled (a cancelled handler's, a FIFO group's
-   buffer, an ``async for`` loop's): visible again at once; but not one a synchronous
-   handler's thread still works on (threads cannot be stopped): it stays invisible
-   until its invisible time ends;
+   buffer, an ``async for`` loop's, one whose nack failed so far and waits for its
+   retry): visible again at once; but not one a synchronous handler's thread still
+   works on (threads cannot be stopped): it stays invisible until its invisible time
+   ends;
 5. stop renewing; send every ack owed (retrying within the bound), log how many could
    not be sent and release those (visible again at once);
 6. a lite consumer drops its lite subscriptions on the servers (COMPLETE_REMOVE), so
@@ -145,6 +146,7 @@ class PopRuntime:
                 stack.push_async_callback(self._detach_lite)
                 stack.push_async_callback(self._wind_down)
                 tg.start_soon(self.acks.run)
+                tg.start_soon(self.settler.run)
                 tg.start_soon(self.renewer.run)
                 tg.start_soon(self.source.run)
                 if state.lite is not None:
@@ -268,6 +270,11 @@ class PopRuntime:
                 releasing.start_soon(self._release, unstarted, bound, "unstarted")
                 await self.delivery.drain(graceful=self._graceful)
             await self._release(self._unsettled(), bound, "unsettled")
+            backlog = self.settler.backlog
+            if backlog:  # nacks that failed so far: released rather than held
+                failed = await self.settler.close(bound)
+                self.state.log.info("messages_released", what="nacks_not_delivered",
+                                    n=backlog, failed=failed)  # fmt: skip
             unacked = await self.acks.close(bound)
             self.unsent_acks = len(unacked)
             if unacked:  # else a renewing Proxy would hold them until we are gone

@@ -17,19 +17,26 @@ consumer's are in ``aiorocket.consumer.settle``).
 
 A request that fails with a retriable error is tried again (``TRIES`` times, backing
 off): the Proxy renews an auto-renewed message until it is acked or its invisible time
-changed, so a lost nack would hold the message back until this client goes away. One
-that still fails leaves the message to come back when the Proxy stops renewing it (the
-client's session ends) or its invisible time ends: nothing is lost. Each step waits for
-a renewal of the same message in flight.
+changed, so a nack given up would hold the message back for hours (up to the Proxy's
+``renewMaxTimeMillis``). A nack or dead-lettering that still fails (or is cancelled
+mid-request) keeps its message accounted for: it stays in the cache and its queue (a
+FIFO group stays blocked behind it), and goes to the backlog, tried again by ``run``
+while the consumer runs, backing off as a failed ack does (``acks.ack_backoff``); the
+close releases what is still in the backlog (``close``: visible again at once). A
+request the server refuses for good is logged, and the message comes back after its
+invisible time. Each step waits for a renewal of the same message in flight.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
 
+from aiorocket.consumer.pop.acks import ack_backoff, until_due
 from aiorocket.errors import RocketMQError
 from aiorocket.received import ConsumerMessage, PopMessage
 
@@ -92,6 +99,9 @@ class PopSettler:
         self._backoff = backoff
         self._retry_pause = retry_pause
         self._log = log
+        #: nacks that failed, by message id, waiting for their retry (``run``)
+        self._backlog: dict[int, _Nack] = {}
+        self._wake = anyio.Event()
 
     def finish(self, msg: ConsumerMessage) -> bool:
         if msg._settled:
@@ -109,19 +119,79 @@ class PopSettler:
         if msg._settled or not isinstance(msg, PopMessage):
             return
         msg._settled = True
+        dead = delay_level == -1 or msg.delivery_attempt >= self.max_attempts
+        nack = _Nack(msg, None if dead else self._backoff(msg.delivery_attempt))
         try:
-            if delay_level == -1 or msg.delivery_attempt >= self.max_attempts:
-                await self._forward(msg)
-            else:
-                await self._change(msg, self._backoff(msg.delivery_attempt))
+            await self._nack(nack, TRIES)
         except RocketMQError as err:
+            if err.retriable:
+                self._later(nack, err)
+                return  # still held: in the backlog
             self._log.warning("nack_failed", topic=msg.topic, msg_id=msg.message_id,
                               error=str(err))  # fmt: skip
+        except BaseException:
+            # Cancelled mid-request: not known to be sent, so kept for a retry or the
+            # close's release (a renewing Proxy would hold it otherwise).
+            self._later(nack, None)
+            raise
+        _done(msg)
+
+    @property
+    def backlog(self) -> int:
+        """Nacks that failed and wait for their retry (their messages still held)."""
+        return len(self._backlog)
+
+    def _later(self, nack: _Nack, err: RocketMQError | None) -> None:
+        """Keep ``nack`` (its message still held) for a retry after the acks' backoff."""
+        nack.tries += 1
+        wait = ack_backoff(nack.tries)
+        nack.due = time.monotonic() + wait
+        self._backlog[id(nack.msg)] = nack
+        self._wake.set()
+        self._log.warning("nack_retried", topic=nack.msg.topic, msg_id=nack.msg.message_id,
+                          tries=nack.tries, retry_in=wait,
+                          error=None if err is None else str(err))  # fmt: skip
+
+    async def run(self) -> None:
+        """Send the nacks of the backlog again when due, until cancelled (owned by the
+        consumer's task group)."""
+        while True:
+            with anyio.move_on_after(until_due(n.due for n in self._backlog.values())):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+            now = time.monotonic()
+            for nack in [n for n in self._backlog.values() if n.due <= now]:
+                await self._retry(nack)
+
+    async def _retry(self, nack: _Nack) -> None:
+        msg = nack.msg
+        try:
+            await self._nack(nack, 1)
+        except RocketMQError as err:
+            if self._backlog.get(id(msg)) is not nack:
+                return  # released by the close meanwhile
+            if err.retriable:
+                self._later(nack, err)
+                return
+            self._log.warning("nack_failed", topic=msg.topic, msg_id=msg.message_id,
+                              error=str(err))  # fmt: skip
+        if self._backlog.get(id(msg)) is nack:
+            del self._backlog[id(msg)]
+            _done(msg)
+
+    async def close(self, timeout: float) -> int:
+        """Release the messages of the backlog (visible again at once, at most
+        ``timeout`` s); returns how many could not be."""
+        nacks = list(self._backlog.values())
+        self._backlog.clear()
+        if not nacks:
+            return 0
+        msgs = [n.msg for n in nacks]
+        try:
+            return await self.make_visible(msgs, timeout)
         finally:
-            # Settled on our side whatever happened: no longer renewed, so a failed or
-            # interrupted request still brings it back after its invisible time.
-            if msg._pq is not None:
-                msg._pq.on_done(msg, 0)
+            for m in msgs:
+                _done(m)
 
     def dead_letters(self, msg: ConsumerMessage, delay_level: int) -> bool:
         assert isinstance(msg, PopMessage)
@@ -159,8 +229,7 @@ class PopSettler:
             return await self.make_visible(left, timeout)
         finally:
             for m in left:
-                if m._pq is not None:
-                    m._pq.on_done(m, 0)
+                _done(m)
 
     async def make_visible(self, messages: list[PopMessage], timeout: float) -> int:
         """Make ``messages`` (settled on our side: released, or acks that failed) visible
@@ -183,27 +252,51 @@ class PopSettler:
                     tg.start_soon(one, m)
         return len(messages) - released
 
-    async def _change(self, msg: PopMessage, seconds: float) -> None:
+    async def _change(self, msg: PopMessage, seconds: float, tries: int = TRIES) -> None:
         await msg.renewed()
-        await _retried(lambda: self._source.change_invisible(msg, seconds))
+        await _retried(lambda: self._source.change_invisible(msg, seconds), tries)
 
-    async def _forward(self, msg: PopMessage) -> None:
+    async def _forward(self, msg: PopMessage, tries: int = TRIES) -> None:
         await msg.renewed()
         await _retried(lambda: self._source.dead_letter(
             msg, attempt=msg.delivery_attempt, max_attempts=self.max_attempts
-        ))  # fmt: skip
+        ), tries)  # fmt: skip
         if not self._source.dead_letter_settles:
             self._acks.add(msg)  # in the DLQ: acked like a success, with the ack's retries
         self._log.info("forwarded_to_dlq", topic=msg.topic, msg_id=msg.message_id,
                        attempts=msg.delivery_attempt)  # fmt: skip
 
+    async def _nack(self, nack: _Nack, tries: int) -> None:
+        """The nack's request(s): the dead-letter queue, or the retry's invisible time."""
+        if nack.seconds is None:
+            await self._forward(nack.msg, tries)
+        else:
+            await self._change(nack.msg, nack.seconds, tries)
 
-async def _retried(call: Callable[[], Awaitable[None]]) -> None:
-    """``call()``, again after a retriable error (``TRIES`` in all, backing off)."""
-    for attempt in range(1, TRIES + 1):
+
+@dataclass(slots=True, eq=False)
+class _Nack:
+    """A nack to send: ``seconds`` of invisible time, or (None) the dead-letter queue."""
+
+    msg: PopMessage
+    seconds: float | None
+    #: requests of it that failed so far, and when it is tried again (the backlog)
+    tries: int = 0
+    due: float = 0.0
+
+
+def _done(msg: PopMessage) -> None:
+    """Settled on our side: out of its queue (and the cache, the renewer)."""
+    if msg._pq is not None:
+        msg._pq.on_done(msg, 0)
+
+
+async def _retried(call: Callable[[], Awaitable[None]], tries: int = TRIES) -> None:
+    """``call()``, again after a retriable error (``tries`` in all, backing off)."""
+    for attempt in range(1, tries + 1):
         try:
             return await call()
         except RocketMQError as err:
-            if not err.retriable or attempt == TRIES:
+            if not err.retriable or attempt == tries:
                 raise
             await anyio.sleep(0.2 * 2**attempt)

@@ -36,11 +36,13 @@ method                 retriable                        not retriable
                        whatever is still unacked is     rather than held by a renewing
                        released                         server
 ``change_invisible``   renewer: again at the next       ``lost(err)``: the delivery is
-                       sweep; settler (nack, release):  gone (someone else's now): the
-                       ``settler.TRIES`` requests       message is settled locally;
-                                                        else logged, the message comes
-                                                        back after its invisible time
-``dead_letter``        ``settler.TRIES`` requests       logged; the message comes back
+                       sweep; settler: ``TRIES``        gone (someone else's now): the
+                       requests; a nack that still      message is settled locally;
+                       fails stays held and is sent     else logged, the message comes
+                       again with the acks' backoff     back after its invisible time
+                       while the consumer runs, and is
+                       released at the close
+``dead_letter``        as a nack's ``change_invisible`` logged; the message comes back
                                                         and is dead-lettered again
 ``sync_lite``          ``subscribe_lite`` raises it     the same (over the quota:
                        (one error for all the servers:  ``LiteQuotaExceededError``);
