@@ -129,6 +129,11 @@ class Session:
         #: set while the Proxy has this client's settings on the current connection
         #: (replaced by an unset one when the telemetry stream breaks): see ``wait_ready``
         self._ready = anyio.Event()
+        #: connections on which the Proxy got this client's settings so far (one more
+        #: after each reconnect), and the event set when one is lost or a new one is up
+        #: (``_changed``): see ``wait_new``
+        self.connections = 0
+        self._change = anyio.Event()
         #: cuts the telemetry loop's backoff short: a call waits for the session
         self._wake = anyio.Event()
         self._waiting = 0
@@ -257,6 +262,7 @@ class Session:
                 if self._ready.is_set():
                     self._ready = anyio.Event()
                     self._down_since = time.monotonic()
+                    self._changed()
             attempt += 1
             delay = min(30.0, 0.5 * 2 ** min(attempt, 6))
             if self._waiting:
@@ -289,6 +295,20 @@ class Session:
         finally:
             self._waiting -= 1
 
+    async def wait_new(self, since: int) -> None:
+        """Until the Proxy has this client's settings on a connection after the
+        ``since``-th (``connections``): a reconnect. While no connection is up, waits as
+        ``wait_ready`` does (the telemetry loop then retries promptly)."""
+        while self.connections == since:
+            if self._ready.is_set():
+                await self._change.wait()  # until it is lost (or a new one is up)
+            else:
+                await self.wait_ready()
+
+    def _changed(self) -> None:
+        self._change.set()
+        self._change = anyio.Event()
+
     async def resync_settings(self) -> None:
         """Send the (changed) local settings, wait for the Proxy's answer, heartbeat.
 
@@ -320,6 +340,8 @@ class Session:
                     self.log.info("telemetry_stream_restored", down_s=down)
                     self._down_since = None
                 self._ready.set()
+                self.connections += 1
+                self._changed()
         elif kind == "recover_orphaned_transaction_command":
             if self.on_orphan is not None and self._tg is not None:
                 self._tg.start_soon(self.on_orphan, value)

@@ -14,7 +14,8 @@ in ``invisible_changes``); ForwardMessageToDeadLetterQueue with OK (the handles 
 ``dead_lettered``); and ReceiveMessage according to ``receive_mode`` (an
 auto-renewed receive is refused with ILLEGAL_INVISIBLE_TIME unless ``auto_renew``, as
 a Proxy with ``enableProxyAutoRenew=false`` does; a receive from a client whose settings
-have not come since the start is refused with INTERNAL_SERVER_ERROR, as the real one):
+have not come since the start is refused with INTERNAL_SERVER_ERROR, as the real one;
+every receive is refused with ``receive_refusal`` while it is set):
 ``"ok"`` (Status OK then the queued ``messages``), ``"unavailable"`` (one message, then
 the stream ends with gRPC UNAVAILABLE), ``"reset"`` (one message, then the connection
 drops), ``"stall"`` (one message, then nothing) or ``"hang"`` (nothing, ever).
@@ -101,6 +102,8 @@ class FakeProxy:
         #: when configured so)
         self.auto_renew = True
         self.receive_started = asyncio.Event()
+        #: while set, every ReceiveMessage is answered with this status code
+        self.receive_refusal: pb.Code | None = None
         #: a consumer's group is FIFO (the settings it is answered with say so)
         self.fifo = False
         #: client ids whose settings came since the (re)start: a receive from another
@@ -287,6 +290,11 @@ class FakeProxy:
             self.receives_without_settings += 1
             await stream.send_message(pb.ReceiveMessageResponse(status=pb.Status(
                 code=pb.Code.INTERNAL_SERVER_ERROR, message='"settings" is null'
+            )))  # fmt: skip
+            return
+        if self.receive_refusal is not None:
+            await stream.send_message(pb.ReceiveMessageResponse(status=pb.Status(
+                code=self.receive_refusal, message="fake proxy: receive refused"
             )))  # fmt: skip
             return
         if req.auto_renew and not self.auto_renew:

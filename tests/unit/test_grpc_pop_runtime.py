@@ -19,6 +19,7 @@ pytest.importorskip("grpclib")
 from aiorocket._log import get_logger
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.backend import PopBackend
+from aiorocket.consumer.pop import receiver as receiver_module
 from aiorocket.consumer.pop import settler as settler_module
 from aiorocket.consumer.pop.acks import AckBatcher
 from aiorocket.consumer.pop.grpc_source import GrpcSource
@@ -283,3 +284,35 @@ async def test_the_close_releases_a_message_whose_nack_still_fails(
                     await anyio.sleep(0.01)
             assert not proxy.invisible_changes
     assert proxy.invisible_changes == [("rh0", 0.0)]
+
+
+async def test_a_new_connection_ends_the_receive_backoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 38 item 14: receives failed (the backoff grown: 30 s here) and the Proxy
+    restarts: once the Proxy has the client's settings on the new connection, the next
+    receive goes out at once and the backoff starts again. Before, the receive loops
+    slept out the grown backoff (up to 10 s by default) after the Proxy was back."""
+    monkeypatch.setattr(receiver_module, "receive_backoff", lambda failures: 30.0)
+    handled = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.set()
+
+    async with FakeProxy() as proxy:
+        proxy.receive_refusal = pb.Code.TOO_MANY_REQUESTS
+        consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5)
+        consumer.subscribe("t")
+        async with consumer:
+            receiver = _runtime(consumer).receiver
+            with anyio.fail_after(10):
+                while receiver.failures < 1:  # noqa: ASYNC110 (no event to wait on)
+                    await anyio.sleep(0.01)
+            proxy.receive_refusal = None
+            proxy.messages = [_message(0)]
+            started = anyio.current_time()
+            await proxy.restart()
+            with anyio.fail_after(10):
+                await handled.wait()
+            assert anyio.current_time() - started < 5  # not the 30 s backoff
+            assert receiver.failures == 0

@@ -94,6 +94,13 @@ class GrpcSource:
     def receivable_queues(self) -> int:
         return self.session.receivable_queues()
 
+    @property
+    def connection(self) -> int:
+        return self.session.session.connections
+
+    async def new_connection(self, since: int) -> None:
+        await self.session.session.wait_new(since)
+
     async def run(self) -> None:
         """Nothing: the session keeps itself alive."""
 

@@ -7,6 +7,10 @@ invisible to the rest of the group) instead of growing memory. A received batch 
 held by the renewer at once, split by ``PopQueue``
 and delivered to the strategy.
 
+A failed receive backs off (``receive_backoff``, shared by the loops) until the next
+attempt, or until the source's connection is new (``PopSource.new_connection``): then
+it goes out at once and the backoff starts again.
+
 Who renews the invisible time: the server where it can (``PopSource.server_renews``:
 the Proxy's auto-renew), else the client's renewer (``aiorocket.consumer.pop.renewer``),
 which holds every received message until it is settled.
@@ -35,7 +39,12 @@ if TYPE_CHECKING:
     from aiorocket.consumer.process_queue import CacheBudget
     from aiorocket.received import Settler
 
-__all__ = ["Receiver"]
+__all__ = ["Receiver", "receive_backoff"]
+
+
+def receive_backoff(failures: int) -> float:
+    """Seconds a receive loop waits after ``failures`` receives failed in a row."""
+    return min(10.0, 0.2 * 2.0 ** min(failures, 6))
 
 
 class Receiver:
@@ -92,19 +101,26 @@ class Receiver:
         """One receive loop, until cancelled."""
         while True:
             await self._budget.wait_room()
+            connection = self._source.connection
             try:
                 received = await self._source.receive(self._batch_size, self._invisible)
             except RocketMQError as err:
-                await self._failed(err)
+                await self._failed(err, connection)
                 continue
             self.failures = 0
             if received:
                 self.hand_on(received, time.monotonic())
 
-    async def _failed(self, err: RocketMQError) -> None:
+    async def _failed(self, err: RocketMQError, connection: int) -> None:
+        """Back off after a receive that failed on the source's ``connection``; a new
+        connection (a Proxy back after a restart) ends the backoff and starts it again
+        from the first delay: failures on the old one say nothing of the new one."""
         self.failures += 1
         self._log.warning("receive_failed", error=str(err), failures=self.failures)
-        await anyio.sleep(min(10.0, 0.2 * 2 ** min(self.failures, 6)))
+        with anyio.move_on_after(receive_backoff(self.failures)):
+            await self._source.new_connection(connection)
+            self.failures = 0
+            self._log.info("receive_backoff_reset", reason="new connection")
 
     def hand_on(self, messages: list[PopMessage], received_at: float) -> None:
         """Hold, count and deliver one receive's messages (synchronous: nothing is lost

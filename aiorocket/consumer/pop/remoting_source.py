@@ -195,6 +195,13 @@ class RemotingSource:
 
     # -- popping -------------------------------------------------------------------
 
+    @property
+    def connection(self) -> int:
+        return 0  # a connection per broker, each request's own: none is "the" session's
+
+    async def new_connection(self, since: int) -> None:
+        await anyio.sleep_forever()
+
     def receivable_queues(self) -> int:
         count = 0
         for topic in self.state.subscriptions:

@@ -29,7 +29,9 @@ What the runtime does with each error:
 method                 retriable                        not retriable
 =====================  ===============================  ================================
 ``receive``            logged, the loop backs off       the same (the loop keeps
-                       (0.4 s doubling to 10 s)         polling: a route may come back)
+                       (0.4 s doubling to 10 s; reset,  polling: a route may come back)
+                       and cut short, by a new
+                       connection: ``new_connection``)
 ``ack`` (per message)  sent again, backing off (up to   logged and counted; the message
                        ``acks.MAX_BACKOFF``) while the  is released (made visible) so it
                        consumer runs; at the close      is delivered again at once
@@ -102,6 +104,17 @@ class PopSource(Protocol):
         """Queues of the subscribed topics this member receives from now (over remoting
         the readable queues of the cached routes, over gRPC the Proxy's current
         assignments): 0 means nothing is consumed (a missing topic, no broker)."""
+
+    @property
+    def connection(self) -> int:
+        """Which connection of the session to the server is up: changes when a new one
+        is (over gRPC: the Proxy took this client's settings on a new telemetry stream,
+        after a Proxy restart or a lost connection); over remoting always 0."""
+
+    async def new_connection(self, since: int) -> None:
+        """Return once ``connection`` is no longer ``since`` (over remoting: never). A
+        receive loop's backoff ends there: what failed on the old connection says
+        nothing of the new one."""
 
     async def run(self) -> None:
         """Background work of the session (heartbeats), until cancelled; may return."""
