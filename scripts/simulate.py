@@ -12,7 +12,7 @@ import sys
 import time
 from collections import Counter
 
-from aiorocket.testing.sim import INVARIANTS, WORKLOADS, run
+from aiorocket.testing.sim import INVARIANTS, WORKLOADS, run, shrink
 
 
 def main() -> int:
@@ -22,6 +22,8 @@ def main() -> int:
     parser.add_argument("--first", type=int, default=0, help="the first seed of --runs")
     parser.add_argument("--workload", choices=WORKLOADS, default="pop_remoting")
     parser.add_argument("-v", "--verbose", action="store_true", help="every run's schedule")
+    parser.add_argument("--shrink", action="store_true",
+                        help="rerun each failure without the faults it does not need")
     args = parser.parse_args()
     logging.disable(logging.CRITICAL)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.runs)
@@ -34,6 +36,8 @@ def main() -> int:
             print(report, flush=True)
         if not report.ok:
             failed.append(seed)
+            if args.shrink:
+                print("shrunk to:\n" + str(shrink(report)), flush=True)
             by_invariant.update({v.invariant for v in report.violations} or {"crash"})
     minutes = (time.monotonic() - started) / 60
     print(f"\n{len(seeds)} runs of {args.workload} in {minutes * 60:.0f} s "

@@ -13,7 +13,7 @@ at-least-once contract (``checker``).
 from aiorocket.testing.sim.checker import INVARIANTS, Bounds, Violation, check
 from aiorocket.testing.sim.history import Event, History
 from aiorocket.testing.sim.nemesis import Fault, Schedule, draw
-from aiorocket.testing.sim.runner import WORKLOADS, Report, run
+from aiorocket.testing.sim.runner import WORKLOADS, Report, run, shrink
 
 __all__ = [
     "INVARIANTS",
@@ -28,4 +28,5 @@ __all__ = [
     "check",
     "draw",
     "run",
+    "shrink",
 ]

@@ -94,7 +94,8 @@ def acked_after_success(history: History, bounds: Bounds) -> list[Violation]:
 
 def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
     """Every delivery the client received is handed to the application, released,
-    dead-lettered or settled within ``bounds.hand_on`` (or by a close)."""
+    dead-lettered or settled within ``bounds.hand_on`` (or by a close), or kept
+    invisible by the client's own renewals."""
     out = []
     closes, end = _closes(history), _end(history)
     for key, events in _by_key(history).items():
@@ -104,8 +105,13 @@ def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
                 continue
             window = [e for e in events if d.at <= e.at <= d.at + bounds.hand_on
                       and e is not d]  # fmt: skip
-            if not any(e.kind in ("handler_start", "released", "dead_lettered", "acked",
-                                  "app_received") for e in window):  # fmt: skip
+            # a message the client renews is kept, not dropped (it waits behind an
+            # earlier one of its queue, say): renewed before the server gave up on it
+            revived = [e.at for e in events if e.kind == "revived" and e.at > d.at]
+            kept = [e for e in events if e.kind == "renewed"
+                    and d.at <= e.at <= min([limit, *revived])]  # fmt: skip
+            if not kept and not any(e.kind in ("handler_start", "released", "dead_lettered",
+                                               "acked") for e in window):  # fmt: skip
                 out.append(Violation("received_handed_on", key,
                                      f"delivered at {d.at:.2f}, not handed on, released "
                                      f"nor settled within {bounds.hand_on}s"))  # fmt: skip

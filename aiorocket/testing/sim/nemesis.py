@@ -69,7 +69,8 @@ def _handler_faults(rng: random.Random, messages: int, *, hang: bool,
 
 def _pop_remoting(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
     messages = rng.randint(4, 24)
-    params = {"messages": messages, "queues": rng.randint(1, 3), "brokers": rng.randint(1, 2)}
+    params = {"messages": messages, "queues": rng.randint(1, 3), "brokers": rng.randint(1, 2),
+              "orderly": rng.random() < 0.3}  # fmt: skip
     faults: list[Fault] = []
     for _ in range(rng.randint(0, 3)):
         code = rng.choice([POLLING_FULL, POLLING_FULL, SYSTEM_BUSY, SYSTEM_ERROR])

@@ -45,7 +45,9 @@ def _store(cluster: SimCluster, schedule: Schedule) -> None:
 
 async def _phase(cluster: SimCluster, history: History, handler: Callable[[Any], Awaitable[None]],
                  close_at: float | None, name: str) -> None:  # fmt: skip
-    consumer = Consumer(GROUP, cluster.namesrv.address, handler=handler, **SETTINGS)
+    orderly = bool(cluster.schedule.params.get("orderly"))
+    consumer = Consumer(GROUP, cluster.namesrv.address, handler=handler, orderly=orderly,
+                        **SETTINGS)  # fmt: skip
     consumer.subscribe(TOPIC)
     probed = False
     try:

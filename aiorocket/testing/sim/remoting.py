@@ -14,6 +14,9 @@ dead-lettered. What it models of 5.5.0 and says so:
 * a renewal (CHANGE_MESSAGE_INVISIBLETIME) acks the old check point and writes a new
   one for that message alone, starting at its own offset;
 * a long-polling pop whose client hung up pops nothing;
+* an orderly pop (``order=true``) takes nothing of a queue while a batch of it is out,
+  its check points carry revive queue 999, its messages come back in place (same queue
+  and offset, ``orderCountInfo`` counting the attempts), not through the retry topic;
 * past ``retryMaxTimes`` revivals the broker dead-letters the message itself;
   CONSUMER_SEND_MSG_BACK with delay level -1 puts a copy in the DLQ (the pop check
   point stays: without an ack the message comes back).
@@ -36,6 +39,7 @@ from aiorocket.client.pop import (
     ACK_MESSAGE,
     BATCH_ACK_MESSAGE,
     CHANGE_MESSAGE_INVISIBLETIME,
+    ORDER_REVIVE_QUEUE,
     POP_MESSAGE,
 )
 from aiorocket.protocol.codes import RequestCode, ResponseCode
@@ -75,6 +79,7 @@ class SimMessage:
     ck_offset: int = 0
     reconsume: int = 0
     retry_offset: int | None = None
+    orderly: bool = False
 
 
 class SimPopBroker:
@@ -119,6 +124,8 @@ class SimPopBroker:
                     self.history.add("dead_lettered", m.key, by="broker")
                     continue
                 m.state = "ready"
+                if m.orderly:  # an orderly pop's message comes back in place, in order
+                    continue
                 m.retry_offset = self.next_retry_offset
                 self.by_retry_offset[m.retry_offset] = m
                 self.next_retry_offset += 1
@@ -201,7 +208,8 @@ class SimPopBroker:
             while not self._sources():
                 await anyio.sleep(0.05)
                 self.revive()
-        sources = self._sources()
+        order = ext.get("order") == "true"
+        sources = self._sources(order)
         if not sources or session.closed:
             # a parked pop of a client that hung up pops nothing (the broker checks that
             # the channel is still active when it wakes a long poll)
@@ -216,22 +224,30 @@ class SimPopBroker:
         records = []
         for m, offset in zip(ready, offsets, strict=True):
             assert offset is not None
-            m.state, m.ck, m.ck_offset = "inflight", ck, offset
+            m.state, m.ck, m.ck_offset, m.orderly = "inflight", ck, offset, order
             m.visible_at = anyio.current_time() + invisible / 1000
             self.history.add("delivered", m.key, broker=self.name, attempt=m.reconsume + 1,
                              until=m.visible_at)  # fmt: skip
             records.append(self._record(m, mark, offset, pop_time, invisible, start))
+        revive_qid = ORDER_REVIVE_QUEUE if order else 0
         fields = {
-            "popTime": str(pop_time), "invisibleTime": str(invisible), "reviveQid": "0",
+            "popTime": str(pop_time), "invisibleTime": str(invisible),
+            "reviveQid": str(revive_qid),
             "startOffsetInfo": f"{mark} {queue_id} {start}", "restNum": "0",
             "msgOffsetInfo": f"{mark} {queue_id} {','.join(map(str, offsets))}",
         }  # fmt: skip
+        if order:
+            fields["orderCountInfo"] = ";".join(
+                f"0 qo{queue_id}%{m.offset} {m.reconsume}" for m in ready
+            )
         return RemotingCommand.response_to(cmd, ext_fields=fields, body=b"".join(records))
 
-    def _sources(self) -> dict[tuple[str, int], list[SimMessage]]:
+    def _sources(self, order: bool = False) -> dict[tuple[str, int], list[SimMessage]]:
         out: dict[tuple[str, int], list[SimMessage]] = {}
+        # an orderly pop takes nothing of a queue while a batch of it is out (its lock)
+        locked = {m.queue_id for m in self.messages if order and m.state == "inflight"}
         for m in self.messages:
-            if m.state == "ready":
+            if m.state == "ready" and m.queue_id not in locked:
                 key = ("1", RETRY_QUEUE) if m.retry_offset is not None else ("0", m.queue_id)
                 out.setdefault(key, []).append(m)
         for ms in out.values():

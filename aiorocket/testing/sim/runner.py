@@ -17,7 +17,7 @@ from aiorocket.testing.sim.checker import Bounds, Violation, check
 from aiorocket.testing.sim.history import History
 from aiorocket.testing.sim.nemesis import Schedule, draw
 
-__all__ = ["WORKLOADS", "Report", "run"]
+__all__ = ["WORKLOADS", "Report", "run", "shrink"]
 
 Handler = Callable[[Any], Awaitable[None]]
 
@@ -97,10 +97,11 @@ WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for")
 
 
 def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = None,
-        bounds: Bounds | None = None) -> Report:  # fmt: skip
-    """Run ``workload`` under the schedule of ``seed``; ``handler`` (a user's) runs
-    inside the simulated application's handler."""
-    schedule = draw(seed, workload)
+        bounds: Bounds | None = None, schedule: Schedule | None = None) -> Report:  # fmt: skip
+    """Run ``workload`` under the schedule of ``seed`` (or ``schedule``, one of
+    ``shrink``'s); ``handler`` (a user's) runs inside the simulated application's
+    handler."""
+    schedule = schedule or draw(seed, workload)
     started = time.monotonic()
     crash = None
     history = History(lambda: 0.0)
@@ -113,3 +114,19 @@ def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = 
     violations = check(history, bounds)
     return Report(schedule, violations, history, time.monotonic() - started, crash,
                   len(INVARIANTS), len(schedule.faults))  # fmt: skip
+
+
+def shrink(report: Report, *, handler: Handler | None = None) -> Report:
+    """The failing ``report``'s schedule with every fault removed that the failure does
+    not need (one at a time, kept out while an invariant it broke still breaks): the
+    faults left name the defect."""
+    broken = {v.invariant for v in report.violations}
+    best = report
+    for fault in list(report.schedule.faults):
+        faults = [f for f in best.schedule.faults if f is not fault]
+        trial = Schedule(best.schedule.seed, best.schedule.workload,
+                         dict(best.schedule.params), faults)  # fmt: skip
+        again = run(trial.seed, trial.workload, handler=handler, schedule=trial)
+        if broken & {v.invariant for v in again.violations}:
+            best = again
+    return best
