@@ -13,6 +13,7 @@ from aiorocket.testing.sim import INVARIANTS, Bounds, History, check, draw, run
 POP_SEEDS = range(0, 24)
 GRPC_SEEDS = range(0, 6)
 FIFO_SEEDS = range(0, 10)
+PRODUCER_SEEDS = range(0, 16)
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
@@ -47,6 +48,12 @@ def test_a_users_handler_runs_under_the_simulator() -> None:
     report = run(3, "pop_remoting", handler=handler)
     assert report.ok, str(report)
     assert seen
+
+
+@pytest.mark.parametrize("seed", PRODUCER_SEEDS)
+def test_producer_stall_seed(seed: int) -> None:
+    report = run(seed, "producer_stall")
+    assert report.ok, str(report)
 
 
 # -- the checker catches what it names ------------------------------------------------
@@ -116,6 +123,14 @@ def test_checker_passes_a_clean_history() -> None:
         ("typed_errors", [(0, "app_error", "", {"error": "RuntimeError()", "typed": False})]),
         ("released_at_close", [(0, "held_after_close", "", {"keys": ["m-0"]})]),
         ("memory_within_cache", [(0, "held", "", {"count": 16})]),
+        ("send_reported_truly", [
+            (0, "send_stored", "s-0", {"broker": "a"}),
+            (0.5, "send_failed", "s-0", {"elapsed": 0.5, "timeout": 5.0, "error": "stalled"}),
+        ]),
+        ("send_reported_truly", [
+            (0, "send_stored", "s-0", {"broker": "a", "half": True}),
+            (1, "send_stored", "s-0", {"broker": "b", "half": True}),
+        ]),
     ],
 )
 def test_checker_catches_a_planted_violation(

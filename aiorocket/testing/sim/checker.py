@@ -183,11 +183,33 @@ def memory_within_cache(history: History, bounds: Bounds) -> list[Violation]:
             for e in history.of("held") if e.info["count"]]  # fmt: skip
 
 
+def send_reported_truly(history: History, bounds: Bounds) -> list[Violation]:
+    """A send reported failed before its deadline is not stored (a timeout may have
+    stored it: the docs say so); a half message is stored once."""
+    stored: dict[str, list[Event]] = {}
+    for e in history.of("send_stored"):
+        stored.setdefault(e.key, []).append(e)
+    out = []
+    for e in history.of("send_failed"):
+        early = e.info["elapsed"] < 0.9 * e.info["timeout"]
+        if e.key in stored and early:
+            out.append(Violation("send_reported_truly", e.key,
+                                 f"reported failed after {e.info['elapsed']:.2f}s "
+                                 f"({e.info['error']}) but stored"))  # fmt: skip
+    for key, events in stored.items():
+        halves = [e for e in events if e.info.get("half")]
+        if len(halves) > 1:
+            out.append(Violation("send_reported_truly", key,
+                                 f"half message stored {len(halves)} times "
+                                 f"({', '.join(e.info['broker'] for e in halves)})"))  # fmt: skip
+    return out
+
+
 INVARIANTS: dict[str, Callable[[History, Bounds], list[Violation]]] = {
     f.__name__: f
     for f in (none_lost, acked_after_success, received_handed_on, one_handler_at_a_time,
               order_per_group, no_request_storm, typed_errors, released_at_close,
-              memory_within_cache)
+              memory_within_cache, send_reported_truly)
 }  # fmt: skip
 
 

@@ -129,7 +129,22 @@ def _fifo_async_for(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
     return params, faults
 
 
+def _producer_stall(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
+    messages = rng.randint(4, 12)
+    params: dict[str, Any] = {
+        "messages": messages, "warm": 4, "retries": rng.choice([0, 0, 1, 2]),
+        "halves": sorted(rng.sample(range(messages), k=rng.randint(0, 3))),
+    }  # fmt: skip
+    faults = [Fault("broker_slow", {"broker": rng.choice(["sim-broker-a", "sim-broker-b"]),
+                                    "from_send": rng.randint(4, 4 + messages),
+                                    "count": rng.randint(1, 4),
+                                    "seconds": rng.choice([1.0, 1.5, 3.0])})
+              for _ in range(rng.randint(0, 2))]  # fmt: skip
+    return params, faults
+
+
 _DRAWS = {
+    "producer_stall": _producer_stall,
     "pop_remoting": _pop_remoting,
     "grpc_receive": _grpc_receive,
     "fifo_async_for": _fifo_async_for,

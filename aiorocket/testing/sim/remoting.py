@@ -44,7 +44,11 @@ from aiorocket.client.pop import (
 )
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
-from aiorocket.protocol.message_codec import SYSFLAG_COMPRESSED, CompressionType
+from aiorocket.protocol.message_codec import (
+    SYSFLAG_COMPRESSED,
+    CompressionType,
+    offset_message_id,
+)
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 from aiorocket.testing.sim.history import Event
@@ -143,11 +147,14 @@ class SimPopBroker:
         self.history.add("note", "", what="ack of an unknown check point", ck=ck, offset=offset)
         return False
 
-    def _storm_check(self) -> None:
+    async def _storm_check(self) -> None:
         now = anyio.current_time()
+        if self.stormed:
+            # a client that never waits would stop virtual time: answer it late
+            await anyio.sleep(STORM_WINDOW)
+            return
         self._recent = [t for t in self._recent if now - t < STORM_WINDOW] + [now]
-        if len(self._recent) > STORM_REQUESTS and not self.stormed:
-            # recorded once: the faults that provoke it are finite, so the run still ends
+        if len(self._recent) > STORM_REQUESTS:
             self.stormed = True
             self.history.add("storm", "", broker=self.name, requests=len(self._recent),
                              window=STORM_WINDOW)  # fmt: skip
@@ -166,6 +173,8 @@ class SimPopBroker:
             resp = self._fault("ack", cmd) or self._ack(cmd)
         elif code == CHANGE_MESSAGE_INVISIBLETIME:
             resp = self._fault("change", cmd) or self._change(cmd)
+        elif code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE):
+            resp = await self._send(cmd)
         elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
             index = int(ext["offset"]) - 1_000_000
             if 0 <= index < len(self.messages):
@@ -196,7 +205,7 @@ class SimPopBroker:
     async def _pop(self, session: ServerSession, cmd: RemotingCommand) -> RemotingCommand:
         index = self.cluster.pops
         self.cluster.pops += 1
-        self._storm_check()
+        await self._storm_check()
         for f in self.cluster.schedule.of("pop_error"):
             if f.args["from_pop"] <= index < f.args["from_pop"] + f.args["count"]:
                 return RemotingCommand.response_to(cmd, f.args["code"], "sim pop error")
@@ -276,6 +285,27 @@ class SimPopBroker:
             reconsume_times=m.reconsume, **kw,  # type: ignore[arg-type]
         )  # fmt: skip
 
+    async def _send(self, cmd: RemotingCommand) -> RemotingCommand:
+        """SEND_MESSAGE(_V2): stored (the truth: ``send_stored``, ``half`` for a
+        transaction's half message) before the answer, which the nemesis may delay."""
+        index = self.cluster.sends
+        self.cluster.sends += 1
+        ext = cmd.ext_fields
+        flag = int(ext.get("f", ext.get("sysFlag", "0")))
+        half = bool(flag & 0x4)
+        for f in self.cluster.schedule.of("broker_slow"):
+            if f.args["broker"] == self.name and f.args["from_send"] <= index < \
+                    f.args["from_send"] + f.args["count"]:  # fmt: skip
+                await anyio.sleep(f.args["seconds"])
+        key = cmd.body.decode(errors="replace")
+        self.history.add("send_stored", key, broker=self.name, half=half)
+        offset = self.cluster.sends
+        fields = {"msgId": offset_message_id(self.addr, 5000 + offset),
+                  "queueId": ext.get("e", "0"), "queueOffset": str(offset)}  # fmt: skip
+        if half:
+            fields["transactionId"] = f"TX{offset}"
+        return RemotingCommand.response_to(cmd, ext_fields=fields)
+
     def _batch_ack(self, cmd: RemotingCommand) -> RemotingCommand:
         for ack in json.loads(cmd.body)["acks"]:
             bits = int.from_bytes(base64.b64decode(ack["b"]), "little")
@@ -322,7 +352,7 @@ class SimCluster:
         self.rng = random.Random(schedule.params["server_seed"])
         self.queues = queues
         self.retry_max = retry_max
-        self.pops = 0
+        self.pops = self.sends = 0
         self.brokers = [SimPopBroker(f"sim-broker-{chr(97 + i)}", self) for i in range(brokers)]
         self.namesrv = FakeRemotingServer(self._route)
 

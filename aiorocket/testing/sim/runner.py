@@ -82,8 +82,9 @@ def _on_asyncio(workload: Callable[..., Coroutine[Any, Any, None]]) -> Callable[
 
 def _workloads() -> dict[str, Callable[..., History]]:
     from aiorocket.testing.sim.pop_workload import pop_remoting
+    from aiorocket.testing.sim.producer_workload import producer_stall
 
-    out = {"pop_remoting": _on_trio(pop_remoting)}
+    out = {"pop_remoting": _on_trio(pop_remoting), "producer_stall": _on_trio(producer_stall)}
     try:
         from aiorocket.testing.sim.grpc_workload import fifo_async_for, grpc_receive
     except ImportError:  # the grpc extra is not installed
@@ -93,7 +94,7 @@ def _workloads() -> dict[str, Callable[..., History]]:
     return out
 
 
-WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for")
+WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for", "producer_stall")
 
 
 def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = None,
