@@ -13,7 +13,10 @@ message group (a ``QueueView``) has at most one message out to the loops at a ti
   settler's pause (``Settler.retry_in_place``), with its delivery attempt counted; at
   its last attempt (or ``nack(-1)``) it goes to the dead-letter queue;
 * it comes back only once the loop that failed it has asked for its next message (or
-  ended), so that loop cannot settle it again by moving past it.
+  ended), so that loop cannot settle it again by moving past it;
+* a failure once the consumer closes is not retried (the loops end, and the retry's
+  task group stops): the message is left unsettled, for the close to release (see
+  ``OrderedIterated._left``).
 """
 
 from __future__ import annotations
@@ -123,6 +126,9 @@ class OrderedIterated(Iterated):
         """Retry ``msg`` in place after the settler's pause, or dead-letter it."""
         if msg in self._retrying:
             return  # failed twice (a nack, then ``async with msg`` raising): one retry
+        if self._state.closing:
+            self._left(msg)
+            return
         self._retrying.add(msg)
         msg._held = True  # the loop that failed it must not ack it by moving past it
         settler = self._inner
@@ -134,7 +140,9 @@ class OrderedIterated(Iterated):
         try:
             dead = await settler.dead_letter(msg)
         finally:
-            if dead:
+            if msg._settled:  # released by the close while the request was out
+                self._retrying.discard(msg)
+            elif dead:
                 self._retrying.discard(msg)
                 msg._settled = True
                 if msg._pq is not None:
@@ -144,10 +152,23 @@ class OrderedIterated(Iterated):
                 self._retry(msg, self._state.config.suspend_current_queue_time)
 
     def _retry(self, msg: ConsumerMessage, pause: float) -> None:
+        if self._state.closing:  # the retry's task group stops (or has stopped): none
+            self._left(msg)
+            return
         self._state.log.info("iterated_retry_in_place", topic=msg.topic, msg_id=msg.msg_id,
                              seconds=pause, attempts=msg.reconsume_times)  # fmt: skip
         assert self._tg is not None
         self._tg.start_soon(self._again, msg, pause)
+
+    def _left(self, msg: ConsumerMessage) -> None:
+        """A failure while the consumer closes (or after): no retry in place (no loop
+        would take it), the message left unsettled, as the close leaves every message it
+        does not settle: released by its release step (a pop source: visible again at
+        once), or, after that step, by the session's end (the server stops renewing
+        it); over remoting never committed, so the queue's next owner delivers it."""
+        self._retrying.discard(msg)
+        self._state.log.info("iterated_failure_while_closing", topic=msg.topic,
+                             msg_id=msg.msg_id, settled=msg._settled)  # fmt: skip
 
     async def _again(self, msg: ConsumerMessage, pause: float) -> None:
         await anyio.sleep(pause)

@@ -11,11 +11,12 @@ Heartbeat, QueryRoute, QueryAssignment and NotifyClientTermination with OK;
 AckMessage with an OK entry per message (recorded in ``acked``; held while ``ack_gate``
 is set and not yet open); ChangeInvisibleDuration with a new receipt handle (recorded
 in ``invisible_changes``); ForwardMessageToDeadLetterQueue with OK (the handles in
-``dead_lettered``); and ReceiveMessage according to ``receive_mode`` (an
-auto-renewed receive is refused with ILLEGAL_INVISIBLE_TIME unless ``auto_renew``, as
-a Proxy with ``enableProxyAutoRenew=false`` does; a receive from a client whose settings
-have not come since the start is refused with INTERNAL_SERVER_ERROR, as the real one;
-every receive is refused with ``receive_refusal`` while it is set):
+``dead_lettered``; held while ``dead_letter_gate`` is set and not yet open); and
+ReceiveMessage according to ``receive_mode`` (an auto-renewed receive is refused with
+ILLEGAL_INVISIBLE_TIME unless ``auto_renew``, as a Proxy with
+``enableProxyAutoRenew=false`` does; a receive from a client whose settings have not
+come since the start is refused with INTERNAL_SERVER_ERROR, as the real one; every
+receive is refused with ``receive_refusal`` while it is set):
 ``"ok"`` (Status OK then the queued ``messages``), ``"unavailable"`` (one message, then
 the stream ends with gRPC UNAVAILABLE), ``"reset"`` (one message, then the connection
 drops), ``"stall"`` (one message, then nothing) or ``"hang"`` (nothing, ever).
@@ -98,6 +99,10 @@ class FakeProxy:
         self.dead_lettered: list[str] = []
         #: ForwardMessageToDeadLetterQueue fails with this gRPC error when set
         self.dead_letter_refusal: GRPCError | None = None
+        #: ForwardMessageToDeadLetterQueue waits for this event when set (before it
+        #: answers, or fails with ``dead_letter_refusal``); set at each such request
+        self.dead_letter_gate: asyncio.Event | None = None
+        self.dead_letter_started = asyncio.Event()
         #: renew auto-renewed receives itself (else refuse them, as the real one does
         #: when configured so)
         self.auto_renew = True
@@ -238,6 +243,9 @@ class FakeProxy:
         req = await stream.recv_message()
         assert req is not None
         self.calls.append("ForwardMessageToDeadLetterQueue")
+        self.dead_letter_started.set()
+        if self.dead_letter_gate is not None:
+            await self.dead_letter_gate.wait()
         if self.dead_letter_refusal is not None:
             raise self.dead_letter_refusal
         self.dead_lettered.append(req.receipt_handle)

@@ -7,11 +7,14 @@ tests/integration/test_grpc_push.py::test_fifo_group_under_async_for_retries_in_
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 from typing import Any
 
 import anyio
 import pytest
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.grpc import _pb as pb
@@ -145,3 +148,39 @@ async def test_a_loop_that_failed_a_message_does_not_ack_it_when_another_retries
                 await proxy.wait_acked()
     assert seen == ["step-1#1", "step-1#2", "end step-1#2", "step-2#1"]
     assert proxy.acked == ["rh1", "rh2"]
+
+
+
+async def test_a_dead_lettering_cut_by_the_close_neither_raises_nor_settles_twice() -> None:
+    """The loop nacks its message at the last attempt; the dead-letter request is still
+    out (the Proxy holds it) when the consumer closes, which releases the unsettled
+    message (invisible time 0). The request then fails: no retry in place (the
+    consumer is closed; its task group has stopped), nothing raised into the
+    application, the message counted out of the cache once. Before, the late failure
+    started the retry in the closed task group: RuntimeError from ``msg.nack()``."""
+    errors: list[BaseException] = []
+
+    async def nack(msg: ConsumerMessage) -> None:
+        try:
+            await msg.nack()
+        except Exception as exc:
+            errors.append(exc)
+
+    async with FakeProxy() as proxy:
+        proxy.fifo = True
+        proxy.dead_letter_gate = asyncio.Event()
+        proxy.dead_letter_refusal = GRPCError(Status.UNAVAILABLE, "fake: DLQ refused")
+        consumer = fifo_consumer(proxy, max_reconsume_times=0)
+        async with anyio.create_task_group() as tg:
+            async with consumer:
+                proxy.messages = [message(1)]
+                with anyio.fail_after(10):
+                    async for msg in consumer:
+                        msg.hold()
+                        break
+                    tg.start_soon(nack, msg)
+                    await proxy.dead_letter_started.wait()
+            proxy.dead_letter_gate.set()
+    assert errors == []
+    assert proxy.invisible_changes == [("rh1", 0.0)]  # released by the close
+    assert consumer._backend.runtime.budget.count == 0  # type: ignore[union-attr]
