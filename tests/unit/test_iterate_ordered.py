@@ -28,12 +28,11 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-class FifoProxy(FakeProxy):
-    """Answers the client's settings as a Proxy does for a FIFO group."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fifo = True
+def fifo_proxy() -> FakeProxy:
+    """A fake Proxy whose settings say FIFO, as a Proxy's do for a FIFO group."""
+    proxy = FakeProxy()
+    proxy.fifo = True
+    return proxy
 
 
 def message(i: int) -> pb.Message:
@@ -59,7 +58,7 @@ def fifo_consumer(proxy: FakeProxy, **settings: Any) -> Consumer:
 
 async def test_a_failed_body_is_retried_before_the_groups_next_message() -> None:
     seen: list[str] = []
-    async with FifoProxy() as proxy, fifo_consumer(proxy) as consumer:
+    async with fifo_proxy() as proxy, fifo_consumer(proxy) as consumer:
         proxy.messages = [message(1), message(2)]
         with anyio.fail_after(10):
             async for msg in consumer:
@@ -82,7 +81,7 @@ async def test_a_failed_body_is_retried_before_the_groups_next_message() -> None
 async def test_a_message_failed_twice_in_one_attempt_is_retried_once() -> None:
     """``msg.nack()`` inside ``async with msg:`` whose body then raises: one failure."""
     seen: list[str] = []
-    async with FifoProxy() as proxy, fifo_consumer(proxy) as consumer:
+    async with fifo_proxy() as proxy, fifo_consumer(proxy) as consumer:
         proxy.messages = [message(1), message(2)]
         with anyio.fail_after(10):
             async for msg in consumer:
@@ -100,7 +99,7 @@ async def test_a_message_failed_twice_in_one_attempt_is_retried_once() -> None:
 
 async def test_the_last_attempt_goes_to_the_dead_letter_queue_then_the_group_moves_on() -> None:
     seen: list[str] = []
-    async with FifoProxy() as proxy, fifo_consumer(proxy, max_reconsume_times=1) as consumer:
+    async with fifo_proxy() as proxy, fifo_consumer(proxy, max_reconsume_times=1) as consumer:
         proxy.messages = [message(1), message(2)]
         with anyio.fail_after(10):
             async for msg in consumer:
@@ -136,7 +135,7 @@ async def test_a_loop_that_failed_a_message_does_not_ack_it_when_another_retries
                 await msg.ack()
                 tg.cancel_scope.cancel()
 
-    async with FifoProxy() as proxy, fifo_consumer(proxy) as consumer:
+    async with fifo_proxy() as proxy, fifo_consumer(proxy) as consumer:
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(loop, consumer)
@@ -166,8 +165,7 @@ async def test_a_dead_lettering_cut_by_the_close_neither_raises_nor_settles_twic
         except Exception as exc:
             errors.append(exc)
 
-    async with FakeProxy() as proxy:
-        proxy.fifo = True
+    async with fifo_proxy() as proxy:
         proxy.dead_letter_gate = asyncio.Event()
         proxy.dead_letter_refusal = GRPCError(Status.UNAVAILABLE, "fake: DLQ refused")
         consumer = fifo_consumer(proxy, max_reconsume_times=0)
