@@ -14,8 +14,8 @@ handle), invisible until when or auto-renewed, acked, dead-lettered. What it mod
   store's codec bits);
 * FIFO groups (``fifo=True``): a receive hands out a group's unsettled messages in
   order, and none of the group again while any of them is out (invisible);
-* messages of a receive whose stream breaks before they were written stay visible (the
-  real Proxy may already have popped them; modelled as not).
+* messages of a receive whose stream breaks (or whose connection is reset) before they
+  were written stay visible: the Proxy releases what it could not write.
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ class SimProxy(FakeProxy):
         self.receives = 0
         self.ack_calls = 0
         self._refused_until = 0.0
+        #: counts connection resets (a receive started before one writes no more)
+        self.generation = 0
 
     def add(self, key: str, *, group: str | None = None, codec: str | None = None) -> None:
         self.store.append(ProxyMessage(key, group, codec))
@@ -112,6 +114,7 @@ class SimProxy(FakeProxy):
 
     async def _receive(self, stream: Stream[Any, Any]) -> None:
         self._track(stream)
+        generation = self.generation
         req = await stream.recv_message()
         assert req is not None
         index = self.receives
@@ -134,6 +137,10 @@ class SimProxy(FakeProxy):
         for n, m in enumerate(batch):
             if brk is not None and n == brk["after"]:
                 break
+            if self.generation != generation:
+                # the connection was reset under this receive: the Proxy cannot write
+                # the rest, and releases what it could not write
+                return
             m.attempt += 1
             m.state, m.handle = "inflight", f"{m.key}#{m.attempt}"
             m.auto_renew, m.visible_at = bool(req.auto_renew), self.now() + invisible
@@ -198,6 +205,10 @@ class SimProxy(FakeProxy):
     async def __aenter__(self) -> SimProxy:
         await self.start()
         return self
+
+    def drop_connections(self) -> None:
+        self.generation += 1
+        super().drop_connections()
 
     def terminate(self) -> None:
         """The client said goodbye (or its connections are gone): the Proxy stops

@@ -7,6 +7,7 @@ gRPC ones run on asyncio (the Proxy fake is grpclib) in real time.
 
 from __future__ import annotations
 
+import random
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine
@@ -103,6 +104,8 @@ def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = 
     ``shrink``'s); ``handler`` (a user's) runs inside the simulated application's
     handler."""
     schedule = schedule or draw(seed, workload)
+    # the client's own random choices (a first queue, a jitter) replay with the seed too
+    random.seed(f"client:{workload}:{seed}")
     started = time.monotonic()
     crash = None
     history = History(lambda: 0.0)
@@ -119,7 +122,7 @@ def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = 
 
 def shrink(report: Report, *, handler: Handler | None = None) -> Report:
     """The failing ``report``'s schedule with every fault removed that the failure does
-    not need (one at a time, kept out while an invariant it broke still breaks): the
+    not need (one at a time, kept out while every invariant it broke still breaks): the
     faults left name the defect."""
     broken = {v.invariant for v in report.violations}
     best = report
@@ -128,6 +131,6 @@ def shrink(report: Report, *, handler: Handler | None = None) -> Report:
         trial = Schedule(best.schedule.seed, best.schedule.workload,
                          dict(best.schedule.params), faults)  # fmt: skip
         again = run(trial.seed, trial.workload, handler=handler, schedule=trial)
-        if broken & {v.invariant for v in again.violations}:
+        if broken <= {v.invariant for v in again.violations}:
             best = again
     return best
