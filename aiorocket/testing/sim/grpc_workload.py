@@ -8,9 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from aiorocket._extras import needs_extra
 from aiorocket.consumer import Consumer
 from aiorocket.testing.sim._client import SimHandler, held_by_renewer, record_error
-from aiorocket.testing.sim.proxy import SimProxy
+
+with needs_extra("grpc", "aiorocket.testing.sim.grpc_workload (the gRPC workloads)"):
+    from aiorocket.testing.sim.proxy import SimProxy
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History

@@ -28,8 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 import lz4.frame
 import zstandard
-from grpclib.const import Status as GrpcStatus
-from grpclib.exceptions import GRPCError
+
+from aiorocket._extras import needs_extra
+
+with needs_extra("grpc", "aiorocket.testing.sim.proxy (the simulated Proxy)"):
+    from grpclib.const import Status as GrpcStatus
+    from grpclib.exceptions import GRPCError
 
 from aiorocket.grpc import _pb as pb
 from aiorocket.testing.fake_grpc import FakeProxy
