@@ -212,6 +212,11 @@ class FakeProxy:
         self._acked_seen.clear()
         await self._acked_seen.wait()
 
+    async def wait_acks(self, n: int) -> None:
+        """Wait until ``n`` messages in all have been acked (``acked`` holds ``n``)."""
+        while len(self.acked) < n:
+            await self.wait_acked()
+
     async def _change(
         self,
         stream: Stream[pb.ChangeInvisibleDurationRequest, pb.ChangeInvisibleDurationResponse],

@@ -110,8 +110,7 @@ async def test_an_ack_the_proxy_could_not_take_is_sent_again() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(acks.run)
             with anyio.fail_after(10):
-                while len(proxy.acked) < len(msgs):
-                    await proxy.wait_acked()
+                await proxy.wait_acks(len(msgs))
                 assert await acks.close(10) == []  # waits for the flusher's answer
             tg.cancel_scope.cancel()
     assert proxy.calls.count("AckMessage") == 2

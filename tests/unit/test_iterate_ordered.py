@@ -73,8 +73,7 @@ async def test_a_failed_body_is_retried_before_the_groups_next_message() -> None
                     break
         assert seen == ["step-1#1", "step-1#2", "step-2#1"]
         with anyio.fail_after(5):
-            while len(proxy.acked) < 2:
-                await proxy.wait_acked()
+            await proxy.wait_acks(2)
     assert proxy.acked == ["rh1", "rh2"] and proxy.invisible_changes == []
 
 
@@ -143,8 +142,7 @@ async def test_a_loop_that_failed_a_message_does_not_ack_it_when_another_retries
                 proxy.messages = [message(1), message(2)]
                 await failed.wait()
         with anyio.fail_after(5):
-            while len(proxy.acked) < 2:
-                await proxy.wait_acked()
+            await proxy.wait_acks(2)
     assert seen == ["step-1#1", "step-1#2", "end step-1#2", "step-2#1"]
     assert proxy.acked == ["rh1", "rh2"]
 

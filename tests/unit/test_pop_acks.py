@@ -84,8 +84,7 @@ async def test_an_ack_is_retried_past_a_second_of_failures_each_try_counted_once
             for m in msgs:
                 acks.add(m)
             with anyio.fail_after(20):
-                while len(proxy.acked) < len(msgs):
-                    await proxy.wait_acked()
+                await proxy.wait_acks(len(msgs))
                 assert await acks.close(10) == []
             tg.cancel_scope.cancel()
     assert proxy.calls.count("AckMessage") == 5
