@@ -33,9 +33,14 @@ def _fail(message: str, code: int = 1) -> None:
 def env_lines(inst: LocalRocketMQ) -> str:
     """Shell ``export`` lines with the endpoints (``eval "$(... status --env)"``)."""
     brokers = ";".join(inst.broker_addrs.values())
-    return (
+    lines = (
         f"export AIOROCKET_NAMESRV_ADDR={inst.namesrv_addr}\n"
-        f"export AIOROCKET_BROKER_ADDRS='{brokers}'\n"
+        f"export AIOROCKET_BROKER_ADDRS='{brokers}'"
+    )
+    if not inst.has_proxy:  # a 4.x cluster
+        return lines
+    return (
+        f"{lines}\n"
         f"export AIOROCKET_PROXY_GRPC={inst.proxy_grpc}\n"
         f"export AIOROCKET_PROXY_REMOTING={inst.proxy_remoting}"
     )
@@ -77,18 +82,22 @@ def broker() -> None:
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0,
               show_default=True, help="Readiness timeout in seconds.")
 @click.option("--version", "rmq_version",
-              help="RocketMQ version (default: newest 5.x, or $AIOROCKET_RMQ_VERSION).")
+              help="RocketMQ version, e.g. 5.3.3 or 4.9.7 (4.x: no Proxy); it runs in a "
+                   "directory of its own, /tmp/aiorocket-broker-<uid>-<version>, unless --dir "
+                   "says (default: newest 5.x, or $AIOROCKET_RMQ_VERSION).")
 @_dir
 def start(brokers: int | None, timeout: float, rmq_version: str | None, base_dir: str | None
           ) -> None:  # fmt: skip
     """Start a NameServer and brokers on 127.0.0.1 (or attach to a running one)."""
     from aiorocket.testing.broker import DEFAULT_BROKERS, LocalRocketMQ
 
-    running = LocalRocketMQ.attach(base_dir) if brokers is None else None
+    home = base_dir if base_dir is not None or rmq_version is None else None
+    here = LocalRocketMQ(home, version=rmq_version).base_dir
+    running = LocalRocketMQ.attach(here) if brokers is None else None
     if running is not None:  # no --brokers: any healthy cluster will do
         inst, fresh = running, False
     else:
-        inst = LocalRocketMQ(base_dir)
+        inst = LocalRocketMQ(here, version=rmq_version)
         fresh = inst.start(brokers or DEFAULT_BROKERS, timeout=timeout, version=rmq_version)
     took = f" in {inst.state.get('ready_seconds')}s" if fresh else " (already running)"
     click.echo(f"ready{took}\n{inst.describe()}")

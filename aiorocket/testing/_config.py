@@ -43,8 +43,9 @@ def namesrv_conf(port: int) -> str:
 
 
 def broker_conf(name: str, port: int, namesrv: str, store: Path, cluster: str = CLUSTER,
-                extra: dict[str, object] | None = None) -> str:  # fmt: skip
-    """broker.conf of a master broker on loopback, tuned for tests (+ ``extra`` settings)."""
+                extra: dict[str, object] | None = None, major: int = 5) -> str:  # fmt: skip
+    """broker.conf of a master broker on loopback, tuned for tests (+ ``extra`` settings);
+    ``major`` 4 leaves out the keys of features a 4.x broker does not have."""
     return props({
         "brokerClusterName": cluster, "brokerName": name, "brokerId": 0,
         "brokerRole": "ASYNC_MASTER", "flushDiskType": "ASYNC_FLUSH",
@@ -54,32 +55,39 @@ def broker_conf(name: str, port: int, namesrv: str, store: Path, cluster: str = 
         # instead of creating a 4-queue topic on one broker, so the docs' and examples'
         # creation step is exercised. A test that needs auto-creation turns it on.
         "autoCreateTopicEnable": False, "autoCreateSubscriptionGroup": True,
-        "enablePropertyFilter": True,  # SQL92 filters
-        "timerWheelEnable": True,  # 5.x timer (arbitrary delay) messages; default anyway
-        "recallMessageEnable": True,  # Producer.recall (5.3.2+; off by default)
-        # Lite topics (5.5+): a lite message reaches its lite topic's queue (an LMQ) by
-        # multi-dispatch; both are off by default, and then lite consumers get nothing.
-        "enableLmq": True, "enableMultiDispatch": True,
+        "enablePropertyFilter": True,  # SQL92 filters (4.x and 5.x: off by default)
         "mappedFileSizeCommitLog": 64 * 1024 * 1024,  # default 1 GiB
         # Writes are refused above diskSpaceWarningLevelRatio, which is clamped to <= 90.
         "diskSpaceWarningLevelRatio": 90, "diskSpaceCleanForciblyRatio": 90,
         "diskMaxUsedSpaceRatio": 95,
         # A busy shared CI box must not turn into SYSTEM_BUSY answers.
         "waitTimeMillsInSendQueue": 1000, "osPageCacheBusyTimeOutMills": 5000,
-        # RocketMQ 5.5.0's TransactionalOpBatchService spins a whole core, for good, once
-        # a half-topic queue's op batch has been idle for transactionOpBatchInterval: its
-        # loop takes that queue's last write time as the next wake-up, which is already
-        # past. Writing each op at once (max size 1) and never waking on the timer keeps
-        # it out of that state; every benchmark after a transaction test depended on it.
-        "transactionOpMsgMaxSize": 1, "transactionOpBatchInterval": 2**31 - 1,
-        # Every timerFlushIntervalMs (default 1 s) the timer store compares its whole
-        # 7-day wheel (38.7 MB) byte by byte with the mapped file before msync: a burst of
-        # 20-110 ms on one core, every second, traffic or not. On 2 shared cores it was
-        # the main source of the end-to-end latency tail. Flushing every 10 min keeps timer
-        # messages working; a crashed broker recovers from an older checkpoint.
-        "timerFlushIntervalMs": 600_000,
+        **(_BROKER_5X if major >= 5 else {}),
         **(extra or {}),
     })  # fmt: skip
+
+
+#: broker.conf keys of 5.x features (a 4.x broker ignores unknown keys, but its conf
+#: should say only what it does).
+_BROKER_5X: dict[str, object] = {
+    "timerWheelEnable": True,  # 5.x timer (arbitrary delay) messages; default anyway
+    "recallMessageEnable": True,  # Producer.recall (5.3.2+; off by default)
+    # Lite topics (5.5+): a lite message reaches its lite topic's queue (an LMQ) by
+    # multi-dispatch; both are off by default, and then lite consumers get nothing.
+    "enableLmq": True, "enableMultiDispatch": True,
+    # RocketMQ 5.5.0's TransactionalOpBatchService spins a whole core, for good, once
+    # a half-topic queue's op batch has been idle for transactionOpBatchInterval: its
+    # loop takes that queue's last write time as the next wake-up, which is already
+    # past. Writing each op at once (max size 1) and never waking on the timer keeps
+    # it out of that state; every benchmark after a transaction test depended on it.
+    "transactionOpMsgMaxSize": 1, "transactionOpBatchInterval": 2**31 - 1,
+    # Every timerFlushIntervalMs (default 1 s) the timer store compares its whole
+    # 7-day wheel (38.7 MB) byte by byte with the mapped file before msync: a burst of
+    # 20-110 ms on one core, every second, traffic or not. On 2 shared cores it was
+    # the main source of the end-to-end latency tail. Flushing every 10 min keeps timer
+    # messages working; a crashed broker recovers from an older checkpoint.
+    "timerFlushIntervalMs": 600_000,
+}  # fmt: skip
 
 
 def proxy_json(
@@ -110,11 +118,42 @@ def proxy_json(
     return json.dumps(cfg, indent=2) + "\n"
 
 
+#: RocketMQ 4.x configures its (unshaded) logback from ROCKETMQ_HOME/conf/logback_<kind>.xml
+#: and exits at start-up when the file is missing; 5.x reads the one in its jars.
+LOGBACK_4X = """<?xml version="1.0" encoding="UTF-8"?>
+<configuration>
+  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+    <file>${{user.home}}/logs/rocketmqlogs/{log}</file>
+    <encoder><pattern>%d{{HH:mm:ss.SSS}} %p %t %c{{0}} - %m%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="FILE"/></root>
+</configuration>
+"""
+#: JVM options of a 4.x process on Java 17 instead of the 5.x ones: its logback is not
+#: shaded, and it reflects into java.nio to unmap the store's files.
+JVM_OPTS_4X = (
+    *JVM_OPTS[:-1],
+    "-Dlogback.statusListenerClass=ch.qos.logback.core.status.NopStatusListener",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+)
+
+
+def logback_files(major: int) -> dict[str, str]:
+    """The files a ``major`` release needs in ROCKETMQ_HOME/conf (none for 5.x)."""
+    if major >= 5:
+        return {}
+    return {f"logback_{kind}.xml": LOGBACK_4X.format(log=MAIN_LOG[kind])
+            for kind in ("namesrv", "broker")}  # fmt: skip
+
+
 def jvm_argv(java: str, kind: str, classpath: str, home: Path, rocketmq_home: Path,
-             args: list[str], system_props: dict[str, str] | None = None) -> list[str]:  # fmt: skip
+             args: list[str], system_props: dict[str, str] | None = None,
+             major: int = 5) -> list[str]:  # fmt: skip
     heap = HEAP[kind]
     return [
-        java, "-server", f"-Xms{heap}", f"-Xmx{heap}", *JVM_OPTS,
+        java, "-server", f"-Xms{heap}", f"-Xmx{heap}", *(JVM_OPTS if major >= 5 else JVM_OPTS_4X),
         f"-Duser.home={home}",  # logs -> <home>/logs/rocketmqlogs
         f"-Drocketmq.home.dir={rocketmq_home}",
         f"-Drmq.logback.configurationFile=rmq.{kind}.logback.xml",

@@ -1,9 +1,10 @@
-"""Fetch the Apache RocketMQ 5.x server jars from Maven Central into a per-user cache.
+"""Fetch the Apache RocketMQ server jars from Maven Central into a per-user cache.
 
 No distribution tarball and no container: Maven resolves ``rocketmq-namesrv``,
-``-broker``, ``-proxy`` and ``-tools`` (one version) with ``copy-dependencies`` into
-``<cache>/<version>/lib``. The newest 5.x release that actually resolves is used (some
-releases miss jars on Central) unless ``AIOROCKET_RMQ_VERSION`` pins one. The chosen
+``-broker``, ``-proxy`` and ``-tools`` (one version; a 4.x release has no ``-proxy``) with
+``copy-dependencies`` into ``<cache>/<version>/lib``. The newest 5.x release that actually
+resolves is used (some releases miss jars on Central) unless ``AIOROCKET_RMQ_VERSION`` (or
+the caller) pins one, e.g. one of the older lines the tests cover (``TESTED_VERSIONS``). The chosen
 version is remembered in ``<cache>/resolved.json``, so later runs neither probe nor need
 the network.
 """
@@ -30,6 +31,11 @@ METADATA_URL = f"{CENTRAL_GROUP}/rocketmq-broker/maven-metadata.xml"
 #: Used when Maven Central's metadata cannot be read (newest first).
 FALLBACK_VERSIONS = ("5.5.0", "5.3.3")
 ARTIFACTS = ("rocketmq-namesrv", "rocketmq-broker", "rocketmq-proxy", "rocketmq-tools")
+#: The releases the test command runs against: the default (newest 5.x that resolves,
+#: 5.5.0 here), the last 5.3 and the last 4.x that resolve from Maven Central (4.9.8 and
+#: 5.3.4 do not). Their suites are marked ``broker53`` and ``broker49``.
+RMQ_49, RMQ_53 = "4.9.7", "5.3.3"
+TESTED_VERSIONS = ("5.5.0", RMQ_53, RMQ_49)
 #: Probing stops after this many versions failed to resolve.
 MAX_PROBES = 4
 VERSION_ENV = "AIOROCKET_RMQ_VERSION"
@@ -77,6 +83,19 @@ class Jars:
         return str(self.lib_dir / "*")
 
 
+def major(version: str) -> int:
+    """The major release of ``version`` ("4.9.7" -> 4; unparsable -> 5, the default line)."""
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else 5
+
+
+def artifacts(version: str) -> tuple[str, ...]:
+    """The artifacts to fetch: RocketMQ 4.x has no Proxy (it came with 5.0)."""
+    if major(version) >= 5:
+        return ARTIFACTS
+    return tuple(a for a in ARTIFACTS if a != "rocketmq-proxy")
+
+
 def cache_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "aiorocket" / "rocketmq"
@@ -120,7 +139,7 @@ def find_maven() -> str:
 def is_complete(lib_dir: Path, version: str) -> bool:
     if not (lib_dir / ".complete").is_file():
         return False
-    return all((lib_dir / f"{a}-{version}.jar").is_file() for a in ARTIFACTS)
+    return all((lib_dir / f"{a}-{version}.jar").is_file() for a in artifacts(version))
 
 
 def cached_versions() -> list[str]:
@@ -197,7 +216,7 @@ def download(version: str) -> Jars:
     mvn = find_maven()
     vdir = cache_root() / version
     vdir.mkdir(parents=True, exist_ok=True)
-    deps = "\n".join(_DEP.format(a=a, v=version) for a in ARTIFACTS)
+    deps = "\n".join(_DEP.format(a=a, v=version) for a in artifacts(version))
     (vdir / "pom.xml").write_text(POM_TEMPLATE.format(deps=deps))
     partial = vdir / f"lib.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
@@ -211,7 +230,7 @@ def download(version: str) -> Jars:
     started = time.monotonic()
     with open(log_path, "w") as log:
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    if rc != 0 or not all((partial / f"{a}-{version}.jar").is_file() for a in ARTIFACTS):
+    if rc != 0 or not all((partial / f"{a}-{version}.jar").is_file() for a in artifacts(version)):
         shutil.rmtree(partial, ignore_errors=True)
         tail = log_path.read_text(errors="replace").splitlines()[-15:]
         raise BrokerSetupError(

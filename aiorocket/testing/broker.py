@@ -1,11 +1,13 @@
-"""A real, throw-away Apache RocketMQ 5.x on loopback for tests, benchmarks and the demo.
+"""A real, throw-away Apache RocketMQ on loopback for tests, benchmarks and the demo.
 
 NameServer + broker ``broker-a`` with the 5.x Proxy in local mode (one JVM:
 ``ProxyStartup -pm local``) + optional plain brokers ``broker-b``, ... in the same cluster,
-all from the Maven Central jars (see [`aiorocket.testing._maven`][]):
+all from the Maven Central jars (see [`aiorocket.testing._maven`][]). The newest 5.x by
+default; ``--version`` / ``LocalRocketMQ(version=...)`` / ``$AIOROCKET_RMQ_VERSION`` pick
+another release, e.g. 5.3.3 or 4.9.7 (a 4.x cluster has plain brokers only: no Proxy).
 
 ```sh
-python -m aiorocket.testing.broker start [--brokers 2] [--dir DIR] [--timeout S]
+python -m aiorocket.testing.broker start [--brokers 2] [--dir DIR] [--timeout S] [--version V]
 python -m aiorocket.testing.broker status [--json | --env]
 python -m aiorocket.testing.broker topic NAME... [--queues 8] [--type FIFO]
 python -m aiorocket.testing.broker group NAME...
@@ -13,9 +15,11 @@ python -m aiorocket.testing.broker stop [--timeout S]
 python -m aiorocket.testing.broker resolve [--refresh]   # only fetch the jars
 ```
 
-The home directory (``$AIOROCKET_BROKER_DIR``, default ``/tmp/aiorocket-broker-<uid>``)
-holds the configs, logs, stores and ``state.json`` (pids, ports, addresses, version), so
-``status``/``stop`` work from any process. Standard ports are used when free.
+The home directory (``$AIOROCKET_BROKER_DIR``, default ``/tmp/aiorocket-broker-<uid>``, or
+``/tmp/aiorocket-broker-<uid>-<version>`` for a version asked for by name, so that it runs
+beside the default cluster on ports of its own) holds the configs, logs, stores and
+``state.json`` (pids, ports, addresses, version), so ``status``/``stop`` work from any
+process. Standard ports are used when free.
 """
 
 from __future__ import annotations
@@ -104,7 +108,10 @@ def user_tag() -> str:
     return str(getuid()) if getuid is not None else getpass.getuser()
 
 
-def default_base_dir() -> Path:
+def default_base_dir(version: str | None = None) -> Path:
+    """The default cluster's home, or that of ``version`` beside it."""
+    if version is not None:
+        return Path(tempfile.gettempdir()) / f"aiorocket-broker-{user_tag()}-{version}"
     env = os.environ.get("AIOROCKET_BROKER_DIR")
     return Path(env) if env else Path(tempfile.gettempdir()) / f"aiorocket-broker-{user_tag()}"
 
@@ -114,10 +121,17 @@ def broker_name(index: int) -> str:
 
 
 class LocalRocketMQ:
-    """Handle on one local cluster, started here or found through its state file."""
+    """Handle on one local cluster, started here or found through its state file.
 
-    def __init__(self, base_dir: str | os.PathLike[str] | None = None) -> None:
-        self.base_dir = Path(base_dir) if base_dir is not None else default_base_dir()
+    ``version`` pins the RocketMQ release ``start`` runs (default: ``$AIOROCKET_RMQ_VERSION``
+    or the newest 5.x that resolves); without ``base_dir`` a pinned version gets a home
+    of its own (``default_base_dir(version)``)."""
+
+    def __init__(
+        self, base_dir: str | os.PathLike[str] | None = None, *, version: str | None = None
+    ) -> None:
+        self.base_dir = Path(base_dir) if base_dir is not None else default_base_dir(version)
+        self.requested_version = version
         self.state: dict[str, Any] = {}
         self._popens: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -147,6 +161,15 @@ class LocalRocketMQ:
     @property
     def version(self) -> str:
         return str(self.state["version"])
+
+    @property
+    def major(self) -> int:
+        """The major release (4 or 5): a 4.x cluster has no Proxy."""
+        return _maven.major(self.version)
+
+    @property
+    def has_proxy(self) -> bool:
+        return "proxy_remoting" in self.state
 
     @property
     def cluster(self) -> str:
@@ -249,7 +272,9 @@ class LocalRocketMQ:
         (the Proxy's own settings), ``jvm_props`` are system properties
         of every JVM (e.g. ``tls.server.mode``), ``conf_files`` are written to
         ``<dir>/conf`` (ROCKETMQ_HOME/conf: ``plain_acl.yml``); ``admin`` signs the
-        harness's own requests and ``tls`` makes them use TLS (unverified).
+        harness's own requests and ``tls`` makes them use TLS (unverified). ``version``
+        overrides the constructor's; a 4.x release runs without the Proxy whatever
+        ``proxy`` says.
         """
         if not 1 <= brokers <= 8:
             raise ValueError("brokers must be between 1 and 8")
@@ -268,9 +293,12 @@ class LocalRocketMQ:
                     return False
                 stop_all(self.processes, timeout=10.0)  # leftovers of a broken instance
             java = _maven.find_java()
-            jars = _maven.resolve(version)
+            jars = _maven.resolve(version or self.requested_version)
+            major = _maven.major(jars.version)
+            proxy = proxy and major >= 5  # the Proxy came with 5.0
             self._fresh_dir()
-            for fname, text in (conf_files or {}).items():
+            files = {**_config.logback_files(major), **(conf_files or {})}
+            for fname, text in files.items():
                 (self.base_dir / "conf" / fname).write_text(text)
             started = time.monotonic()
             try:
@@ -328,7 +356,7 @@ class LocalRocketMQ:
     def _launch(self, java: str, jars: _maven.Jars, brokers: int, namesrvs: int, proxy: bool,
                 broker_props: dict[str, object], jvm_props: dict[str, str],
                 proxy_props: dict[str, object]) -> None:  # fmt: skip
-        base, taken = self.base_dir, set[int]()
+        base, taken, major = self.base_dir, set[int](), _maven.major(jars.version)
         ns_ports = [pick_port(STD_NAMESRV + 10 * i, taken) for i in range(namesrvs)]
         ns_port = ns_ports[0]
         ports = [pick_broker_port(STD_BROKER + 10 * i, taken) for i in range(brokers)]
@@ -356,7 +384,9 @@ class LocalRocketMQ:
         confs = [conf / ("broker.conf" if i == 0 else f"{n}.conf") for i, n in enumerate(names)]
         for name, port, path in zip(names, ports, confs, strict=True):
             path.write_text(
-                _config.broker_conf(name, port, ns_all, base / name / "store", extra=broker_props)
+                _config.broker_conf(
+                    name, port, ns_all, base / name / "store", extra=broker_props, major=major
+                )
             )
         self._spawn(java, jars, "namesrv", "namesrv", ["-c", str(conf / "namesrv.conf")], [ns_port])
         for i, port in enumerate(ns_ports[1:], start=2):
@@ -379,8 +409,9 @@ class LocalRocketMQ:
         home = self.base_dir / name
         home.mkdir(parents=True, exist_ok=True)
         argv = _config.jvm_argv(
-            java, kind, jars.classpath, home, self.base_dir, args, getattr(self, "_jvm_props", None)
-        )
+            java, kind, jars.classpath, home, self.base_dir, args,
+            getattr(self, "_jvm_props", None), major=_maven.major(jars.version),
+        )  # fmt: skip
         label = f"{name}+proxy" if kind == "proxy" else name
         log = self.base_dir / "logs" / f"{label}.out"
         env = _config.jvm_env(self.base_dir)
@@ -586,8 +617,11 @@ class LocalRocketMQ:
         for name, addr in self.broker_addrs.items():
             extra = "  (+ proxy, local mode)" if name == s.get("proxy_broker") else ""
             lines.append(f"  {name:<16} {addr}{extra}")
-        lines.append(f"  proxy gRPC       {s.get('proxy_grpc')}")
-        lines.append(f"  proxy remoting   {s.get('proxy_remoting')}")
+        if self.has_proxy:
+            lines.append(f"  proxy gRPC       {s.get('proxy_grpc')}")
+            lines.append(f"  proxy remoting   {s.get('proxy_remoting')}")
+        else:
+            lines.append("  proxy            none (RocketMQ 4.x has no Proxy)")
         pids = ", ".join(f"{p.name}={p.pid}" for p in self.processes)
         lines.append(f"  pids             {pids}")
         lines.append(f"  logs             {self.base_dir / 'logs'}")
