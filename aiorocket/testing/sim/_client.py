@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
     from aiorocket.testing.sim.nemesis import Schedule
 
-__all__ = ["SimHandler", "client_tasks", "held_by_renewer", "record_error"]
+__all__ = ["SimHandler", "client_tasks", "held_by_renewer", "record_after_close", "record_error"]
 
 
 def _attempt(msg: Any) -> int:
@@ -29,9 +29,13 @@ class SimHandler:
     every call. ``inner`` (a user's handler) runs inside, if given."""
 
     def __init__(self, schedule: Schedule, history: History,
-                 inner: Callable[[Any], Awaitable[None]] | None = None) -> None:  # fmt: skip
+                 inner: Callable[[Any], Awaitable[None]] | None = None, *,
+                 group_of: Callable[[str], tuple[str, int] | None] | None = None,
+                 ) -> None:  # fmt: skip
         self.history = history
         self.inner = inner
+        #: (group, seq) of a key, for the order check of FIFO shapes (lite topics)
+        self.group_of = group_of
         self.faults: dict[int, tuple[str, dict[str, Any]]] = {}
         for f in schedule.faults:
             if f.kind.startswith("handler_"):
@@ -40,7 +44,11 @@ class SimHandler:
     async def __call__(self, msg: Any) -> None:
         key = bytes(msg.body).decode(errors="replace")
         attempt = _attempt(msg)
-        self.history.add("handler_start", key, attempt=attempt)
+        tags: dict[str, Any] = {}
+        place = self.group_of(key) if self.group_of is not None else None
+        if place is not None:
+            tags = {"group": place[0], "seq": place[1]}
+        self.history.add("handler_start", key, attempt=attempt, **tags)
         try:
             kind, args = self.faults.get(_index(key), ("", {}))
             if kind == "raise" and attempt <= args["attempts"]:
@@ -55,7 +63,7 @@ class SimHandler:
             self.history.add("handler_failed", key, attempt=attempt)
             raise
         else:
-            self.history.add("handler_ok", key, attempt=attempt)
+            self.history.add("handler_ok", key, attempt=attempt, **tags)
         finally:
             self.history.add("handler_end", key, attempt=attempt)
 
@@ -65,6 +73,26 @@ def _index(key: str) -> int:
         return int(key.rsplit("-", 1)[1])
     except (IndexError, ValueError):
         return -1
+
+
+async def record_after_close(history: History, name: str,
+                             inflight: list[tuple[str, float]]) -> None:  # fmt: skip
+    """After a member's close: the messages the servers still hold invisible for it
+    (``inflight``: key, visible at) but those whose last handler call failed (they wait
+    out their retry delay), and the client's tasks left."""
+    now = anyio.current_time()
+    last: dict[str, str] = {}
+    for e in history.events:
+        if e.kind in ("delivered", "handler_ok", "handler_failed"):
+            last[e.key] = e.kind
+    held = [key for key, visible_at in inflight
+            if visible_at > now + 0.001 and last.get(key) != "handler_failed"]  # fmt: skip
+    if held:
+        history.add("held_after_close", "", keys=held, consumer=name)
+    await anyio.sleep(0.5)
+    left = client_tasks()
+    if left:
+        history.add("tasks_left", "", count=len(left), names=sorted(set(left))[:5])
 
 
 def record_error(history: History, exc: BaseException, where: str) -> None:

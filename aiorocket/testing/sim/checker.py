@@ -11,6 +11,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aiorocket.testing.sim.checker_more import (
+    app_not_interrupted,
+    duplicates_within_window,
+    lite_subscription_agrees,
+)
 from aiorocket.testing.sim.history import Event, History
 
 __all__ = ["INVARIANTS", "Bounds", "Violation", "check"]
@@ -25,6 +30,9 @@ class Bounds:
     #: a received message is handed to the application (or released, dead-lettered,
     #: settled) within this
     hand_on: float = 5.0
+    #: a queue handed from one member to another may be read by both this long (one
+    #: rebalance): a commit newer than this does not bound duplicates yet
+    handover: float = 2.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -209,7 +217,8 @@ INVARIANTS: dict[str, Callable[[History, Bounds], list[Violation]]] = {
     f.__name__: f
     for f in (none_lost, acked_after_success, received_handed_on, one_handler_at_a_time,
               order_per_group, no_request_storm, typed_errors, released_at_close,
-              memory_within_cache, send_reported_truly)
+              memory_within_cache, send_reported_truly, lite_subscription_agrees,
+              app_not_interrupted, duplicates_within_window)
 }  # fmt: skip
 
 

@@ -151,9 +151,16 @@ _DRAWS = {
 }
 
 
+def _draws() -> dict[str, Any]:
+    # the consumer workloads' draws live with them (they import this module's helpers)
+    from aiorocket.testing.sim.consumer_draws import DRAWS
+
+    return {**_DRAWS, **DRAWS}
+
+
 def draw(seed: int, workload: str) -> Schedule:
     """The schedule of run ``seed`` of ``workload``."""
     rng = random.Random(f"{workload}:{seed}")
-    params, faults = _DRAWS[workload](rng)
+    params, faults = _draws()[workload](rng)
     params["server_seed"] = rng.randrange(2**32)
     return Schedule(seed, workload, params, faults)

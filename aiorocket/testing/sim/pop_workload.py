@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from aiorocket.consumer import Consumer
-from aiorocket.testing.sim._client import SimHandler, client_tasks, held_by_renewer, record_error
+from aiorocket.testing.sim._client import (
+    SimHandler,
+    held_by_renewer,
+    record_after_close,
+    record_error,
+)
 from aiorocket.testing.sim.remoting import GROUP, TOPIC, SimCluster
 
 if TYPE_CHECKING:
@@ -62,28 +67,11 @@ async def _phase(cluster: SimCluster, history: History, handler: Callable[[Any],
     except Exception as exc:
         record_error(history, exc, f"{name}: async with")
     history.add("close_end", "", consumer=name, probed=probed)
-    now = anyio.current_time()
     for b in cluster.brokers:
         b.revive()
-    # a message whose last handler call failed waits out its retry delay: not held
-    failed = _last_call_failed(history)
-    held = [m.key for b in cluster.brokers for m in b.messages
-            if m.state == "inflight" and m.visible_at > now + 0.001
-            and m.key not in failed]  # fmt: skip
-    if held:
-        history.add("held_after_close", "", keys=held, consumer=name)
-    await anyio.sleep(0.5)
-    left = client_tasks()
-    if left:
-        history.add("tasks_left", "", count=len(left), names=sorted(set(left))[:5])
-
-
-def _last_call_failed(history: History) -> set[str]:
-    last: dict[str, str] = {}
-    for e in history.events:
-        if e.kind in ("delivered", "handler_ok", "handler_failed"):
-            last[e.key] = e.kind
-    return {k for k, kind in last.items() if kind == "handler_failed"}
+    inflight = [(m.key, m.visible_at) for b in cluster.brokers for m in b.messages
+                if m.state == "inflight"]  # fmt: skip
+    await record_after_close(history, name, inflight)
 
 
 async def pop_remoting(

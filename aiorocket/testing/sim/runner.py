@@ -62,6 +62,9 @@ def _on_trio(workload: Callable[..., Awaitable[None]]) -> Callable[..., Any]:
         time.monotonic = clock.current_time
         try:
             trio.run(workload, schedule, history, handler, clock=clock)
+        except Exception as exc:
+            exc.sim_history = history  # type: ignore[attr-defined]  # checked all the same
+            raise
         finally:
             time.monotonic = real
         return history
@@ -86,6 +89,7 @@ def _workloads() -> dict[str, Callable[..., History]]:
     from aiorocket.testing.sim.producer_workload import producer_stall
 
     out = {"pop_remoting": _on_trio(pop_remoting), "producer_stall": _on_trio(producer_stall)}
+    out.update(_consumer_workloads())
     try:
         from aiorocket.testing.sim.grpc_workload import fifo_async_for, grpc_receive
     except ImportError:  # the grpc extra is not installed
@@ -95,7 +99,14 @@ def _workloads() -> dict[str, Callable[..., History]]:
     return out
 
 
-WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for", "producer_stall")
+def _consumer_workloads() -> dict[str, Callable[..., History]]:
+    from aiorocket.testing.sim.lite_workload import lite_remoting
+
+    return {"lite_remoting": _on_trio(lite_remoting)}
+
+
+WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for", "producer_stall",
+             "lite_remoting")  # fmt: skip
 
 
 def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = None,
@@ -111,8 +122,10 @@ def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = 
     history = History(lambda: 0.0)
     try:
         history = _workloads()[workload](schedule, handler)
-    except Exception:
+    except Exception as exc:
         crash = traceback.format_exc(limit=8)
+        # what happened up to the crash (a client that corrupted trio's state, say)
+        history = getattr(exc, "sim_history", history)
     from aiorocket.testing.sim.checker import INVARIANTS
 
     violations = check(history, bounds)

@@ -1,0 +1,71 @@
+"""Invariants of the lite and pull consumer workloads (``checker.INVARIANTS`` holds
+them with the others): the subscriptions a lite consumer keeps, the application left
+running, and duplicates only from the in-flight window."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from aiorocket.testing.sim.history import Event, History
+
+if TYPE_CHECKING:
+    from aiorocket.testing.sim.checker import Bounds, Violation
+
+__all__ = ["app_not_interrupted", "duplicates_within_window", "lite_subscription_agrees"]
+
+
+def _violation(invariant: str, key: str, detail: str) -> Violation:
+    from aiorocket.testing.sim.checker import Violation
+
+    return Violation(invariant, key, detail)
+
+
+def lite_subscription_agrees(history: History, bounds: Bounds) -> list[Violation]:
+    """A lite topic the broker dropped for this client (its notice: another member of
+    an exclusive group took it) is not kept by the client, nor taken back by its resync
+    (only a new ``subscribe_lite`` asks for it again)."""
+    out = [_violation("lite_subscription_agrees", e.info["lite_topic"],
+                      f"taken back from the other member by {e.info['client']}'s resync "
+                      f"at {e.at:.2f} ({e.info['broker']})")
+           for e in history.of("lite_taken_back")]  # fmt: skip
+    out += [_violation("lite_subscription_agrees", t, f"still in {e.info['consumer']}'s "
+                       "lite_topics after the broker dropped it")
+            for e in history.of("lite_view") for t in e.info["kept"]]  # fmt: skip
+    return out
+
+
+def app_not_interrupted(history: History, bounds: Bounds) -> list[Violation]:
+    """The application's code inside ``async with consumer`` runs until it leaves: no
+    failure in the consumer's background work (a resync, a heartbeat) cancels it."""
+    return [_violation("app_not_interrupted", "", f"{e.info['consumer']}: the application's "
+                       f"code was cancelled by the consumer at {e.at:.2f}")
+            for e in history.of("app_interrupted")]  # fmt: skip
+
+
+def duplicates_within_window(history: History, bounds: Bounds) -> list[Violation]:
+    """docs/reliability.md: duplicates come only from the in-flight window. A message
+    handled successfully is delivered again only if, when it was delivered again, no
+    commit covering its offset had reached the broker more than ``bounds.handover``
+    seconds before (what a member owning the queue committed, the broker crash that lost
+    it notwithstanding: the client knows its own commits)."""
+    commits: dict[tuple[str, str], list[Event]] = defaultdict(list)
+    for e in history.of("committed"):
+        commits[(e.info["broker"], e.info["queue"])].append(e)
+    ok: set[str] = set()
+    out = []
+    for e in history.events:
+        if e.kind == "handler_ok":
+            ok.add(e.key)
+        elif e.kind == "pulled" and e.key in ok:
+            queue = (e.info["broker"], e.info["queue"])
+            covered = [c for c in commits[queue] if c.info["offset"] > e.info["offset"]
+                       and c.at < e.at - bounds.handover]  # fmt: skip
+            if covered:
+                out.append(_violation(
+                    "duplicates_within_window", e.key,
+                    f"pulled again at {e.at:.2f} (offset {e.info['offset']} of {queue}), "
+                    f"after the group committed {covered[0].info['offset']} at "
+                    f"{covered[0].at:.2f}"))  # fmt: skip
+                ok.discard(e.key)  # one violation per message
+    return out

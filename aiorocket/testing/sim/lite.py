@@ -1,0 +1,450 @@
+"""Simulated 5.5 brokers of a LITE parent topic (remoting), with their own truth.
+
+Each broker keeps, for one group bound to ``LITE_PARENT``: the messages of each lite
+topic (its LMQ, queue 0), which are out to a client (invisible until when, under the
+pop time of the pop or renewal that made them so), acked, dead-lettered; and each
+client's lite subscriptions (LITE_SUBSCRIPTION_CTL). What it models of 5.5.0 and says
+so:
+
+* a pop (POP_LITE_MESSAGE) hands out messages of the lite topics the client subscribed
+  on this broker; the next messages of a lite topic only once those out are acked (FIFO
+  per lite topic); a message whose invisible time ends unsettled comes back in place,
+  its delivery count (``orderCountInfo``) one higher;
+* an ack or renewal naming a pop time the broker no longer holds for that offset is
+  answered SUCCESS and does nothing;
+* in an exclusive group (``lite.sub.model`` Exclusive) a lite topic belongs to the
+  member that subscribed it last: the broker drops it for the others and tells them
+  (NOTIFY_UNSUBSCRIBE_LITE). The nemesis plays that other member (``contested``): it
+  subscribes a lite topic right after our client's PARTIAL_ADD (the broker's answer
+  and its notice in one write, as they can arrive), or at a time of the run; from then
+  on it consumes that lite topic's messages itself (``acked`` by ``other``);
+* a COMPLETE_ADD (the client's periodic resync) sets the client's subscriptions to what
+  it names: naming a lite topic the broker gave to the other member takes it back
+  (``lite_taken_back`` in the history: the client kept what the broker dropped);
+* a paused broker (SIGSTOP) answers nothing until it resumes, then answers late.
+
+Requests are answered through the project's own frame codec and store-record encoder.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import traceback
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import anyio
+
+from aiorocket.client.lite import (
+    LITE_BIND_TOPIC,
+    LITE_SUB_MODEL,
+    LITE_SUBSCRIPTION_CTL,
+    NOTIFY_UNSUBSCRIBE_LITE,
+    POP_LITE_MESSAGE,
+    TRIGGER_LITE_DISPATCH,
+)
+from aiorocket.client.pop import ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME
+from aiorocket.message import PROPERTY_LITE_TOPIC
+from aiorocket.protocol.codes import RequestCode, ResponseCode
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.frame import encode_command
+from aiorocket.protocol.store_record import encode_stored_message
+from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
+from aiorocket.testing.sim.history import Event
+
+if TYPE_CHECKING:
+    from aiorocket.testing.sim.history import History
+    from aiorocket.testing.sim.nemesis import Schedule
+
+__all__ = ["LITE_GROUP", "LITE_PARENT", "OTHER", "SimLiteBroker", "SimLiteCluster"]
+
+LITE_PARENT, LITE_GROUP = "sim-lite", "sim-lite-group"
+#: the member of an exclusive group the nemesis plays
+OTHER = "other-member"
+_POLLING_TIMEOUT = 210
+
+
+@dataclass(slots=True)
+class LiteMsg:
+    key: str
+    lite_topic: str
+    offset: int
+    index: int
+    #: "ready", "inflight", "acked", "dlq"
+    state: str = "ready"
+    visible_at: float = 0.0
+    pop_time: int = 0
+    count: int = 0
+
+
+class SimLiteBroker:
+    """One broker (see the module docstring)."""
+
+    def __init__(self, name: str, cluster: SimLiteCluster) -> None:
+        self.name = name
+        self.cluster = cluster
+        self.history = cluster.history
+        self.lite: dict[str, list[LiteMsg]] = {}
+        #: client id -> its lite subscriptions here
+        self.subs: dict[str, set[str]] = {}
+        #: lite topic -> its owner in an exclusive group
+        self.owner: dict[str, str] = {}
+        #: (client id, lite topic) the broker took from that client for the other member
+        self.evicted: set[tuple[str, str]] = set()
+        self.sessions: dict[str, ServerSession] = {}
+        self.ctls = 0
+        self._pop_time = 0
+        self.changed = anyio.Event()
+        self.server = FakeRemotingServer(self.handle)
+
+    @property
+    def addr(self) -> str:
+        return self.server.address
+
+    # -- the model -------------------------------------------------------------------
+
+    def store(self, key: str, lite_topic: str, index: int) -> None:
+        queue = self.lite.setdefault(lite_topic, [])
+        queue.append(LiteMsg(key, lite_topic, len(queue), index))
+        self.history.add("stored", key, broker=self.name, lite_topic=lite_topic)
+        self._by_other(lite_topic)
+        self._wake()
+
+    def _wake(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    def revive(self) -> None:
+        now = anyio.current_time()
+        for queue in self.lite.values():
+            for m in queue:
+                due = self.cluster.revive_due(self.name, m.visible_at)
+                if m.state == "inflight" and due <= now:
+                    m.count += 1
+                    m.state = "ready"
+                    self.history.events.append(Event(due, "revived", m.key, {"attempt": m.count}))
+                    if m.count > self.cluster.retry_max:
+                        m.state = "dlq"
+                        self.history.add("dead_lettered", m.key, by="broker")
+        for lite_topic in list(self.lite):
+            self._by_other(lite_topic)
+
+    def _by_other(self, lite_topic: str) -> None:
+        """The other member consumes what is ready of a lite topic it owns."""
+        if self.owner.get(lite_topic) != OTHER:
+            return
+        for m in self.lite.get(lite_topic, []):
+            if m.state == "ready":
+                m.state = "acked"
+                self.history.add("acked", m.key, broker=self.name, by=OTHER)
+
+    def take(self, lite_topic: str, *, session: ServerSession | None = None) -> list[bytes]:
+        """The other member subscribes ``lite_topic`` (exclusive): every client that had
+        it loses it; returns the notices to send (to ``session``'s client first)."""
+        self.owner[lite_topic] = OTHER
+        notices = []
+        for client, topics in sorted(self.subs.items()):
+            if lite_topic in topics:
+                topics.discard(lite_topic)
+                self.evicted.add((client, lite_topic))
+                self.history.add("lite_evicted", "", broker=self.name, client=client,
+                                 lite_topic=lite_topic)  # fmt: skip
+                notice = RemotingCommand(code=NOTIFY_UNSUBSCRIBE_LITE, ext_fields={
+                    "consumerGroup": LITE_GROUP, "clientId": client, "liteTopic": lite_topic,
+                })  # fmt: skip
+                target = self.sessions.get(client)
+                if target is not None and target is not session:
+                    self.cluster.notify_later(target, encode_command(notice))
+                else:
+                    notices.append(encode_command(notice))
+        self._by_other(lite_topic)
+        return notices
+
+    def unsettled(self) -> list[str]:
+        return [m.key for q in self.lite.values() for m in q if m.state not in ("acked", "dlq")]
+
+    # -- requests --------------------------------------------------------------------
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            return  # the client's answer to a notice
+        try:
+            await self._handle(session, cmd)
+        except Exception:  # the simulator's own bug: the run reports it as a crash
+            self.cluster.errors.append(traceback.format_exc(limit=6))
+
+    async def _handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        await self.cluster.paused(self.name)
+        self.revive()
+        ext = cmd.ext_fields
+        client = ext.get("clientId") or ext.get("clientID")
+        if client:
+            self.sessions[client] = session
+        resp = RemotingCommand.response_to(cmd)
+        code = cmd.code
+        if code == RequestCode.HEART_BEAT:
+            body = json.loads(cmd.body)
+            self.sessions[body["clientID"]] = session
+        elif code == RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG:
+            attributes = {LITE_BIND_TOPIC: LITE_PARENT}
+            if self.cluster.exclusive:
+                attributes[LITE_SUB_MODEL] = "Exclusive"
+            config = {"groupName": ext["group"], "retryMaxTimes": self.cluster.retry_max,
+                      "attributes": attributes}  # fmt: skip
+            resp.body = json.dumps(config).encode()
+        elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
+            resp.body = json.dumps({"consumerIdList": sorted(self.subs)}).encode()
+        elif code == LITE_SUBSCRIPTION_CTL:
+            await self._ctl(session, cmd)
+            return
+        elif code == POP_LITE_MESSAGE:
+            resp = await self._pop(session, cmd)
+        elif code == ACK_MESSAGE:
+            resp = self._fault("ack_error", cmd) or self._ack(cmd)
+        elif code == CHANGE_MESSAGE_INVISIBLETIME:
+            resp = self._change(cmd)
+        elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
+            index = int(ext["offset"]) - 2_000_000
+            for q in self.lite.values():
+                for m in q:
+                    if m.index == index:
+                        self.history.add("dead_lettered", m.key, by="client")
+        elif code == TRIGGER_LITE_DISPATCH:
+            self._wake()
+        if not cmd.is_oneway:
+            await session.send(resp)
+
+    def _fault(self, kind: str, cmd: RemotingCommand) -> RemotingCommand | None:
+        index = self.cluster.count(kind, self.name)
+        for f in self.cluster.schedule.of(kind):
+            if f.args.get("broker", self.name) == self.name and \
+                    f.args["from"] <= index < f.args["from"] + f.args["count"]:  # fmt: skip
+                return RemotingCommand.response_to(cmd, f.args["code"], f"sim {kind}")
+        return None
+
+    async def _ctl(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        resp = self._fault("ctl_error", cmd)
+        for f in self.cluster.schedule.of("ctl_delay"):
+            if f.args["broker"] == self.name and f.args["ctl"] == self.ctls:
+                await anyio.sleep(f.args["seconds"])
+        self.ctls += 1
+        if resp is not None:
+            await session.send(resp)
+            return
+        notices: list[bytes] = []
+        for entry in json.loads(cmd.body)["subscriptionSet"]:
+            client, action = entry["clientId"], entry["action"]
+            topics = set(entry["liteTopicSet"])
+            self.sessions[client] = session
+            mine = self.subs.setdefault(client, set())
+            self.history.add("lite_ctl", "", broker=self.name, client=client, action=action,
+                             topics=sorted(topics))  # fmt: skip
+            if action in ("COMPLETE_ADD", "COMPLETE_REMOVE"):
+                mine.clear()
+            if action.endswith("ADD"):
+                for t in sorted(topics):
+                    if action == "COMPLETE_ADD" and (client, t) in self.evicted:
+                        self.history.add("lite_taken_back", "", broker=self.name,
+                                         client=client, lite_topic=t)  # fmt: skip
+                    if action == "PARTIAL_ADD":
+                        self.evicted.discard((client, t))
+                    if self.cluster.exclusive:
+                        self._own(client, t)
+                    mine.add(t)
+                if action == "PARTIAL_ADD" and self.cluster.exclusive:
+                    for t in sorted(topics):
+                        if self.cluster.contest_at_add(t):
+                            notices += self.take(t, session=session)
+            else:
+                mine -= topics
+        self._wake()
+        # the answer and the notices of a lite topic taken right after it, in one write
+        await session.send_raw(encode_command(RemotingCommand.response_to(cmd))
+                               + b"".join(notices))  # fmt: skip
+
+    def _own(self, client: str, lite_topic: str) -> None:
+        previous = self.owner.get(lite_topic)
+        self.owner[lite_topic] = client
+        if previous and previous not in (client, OTHER) and \
+                lite_topic in self.subs.get(previous, set()):  # fmt: skip
+            self.subs[previous].discard(lite_topic)
+
+    def _ready_topics(self, client: str) -> list[str]:
+        out = []
+        for t in sorted(self.subs.get(client, set())):
+            queue = self.lite.get(t, [])
+            if self.cluster.exclusive and self.owner.get(t) not in (None, client):
+                continue
+            if any(m.state == "inflight" for m in queue):
+                continue  # FIFO: nothing more of it while some are out
+            if any(m.state == "ready" for m in queue):
+                out.append(t)
+        return out
+
+    async def _pop(self, session: ServerSession, cmd: RemotingCommand) -> RemotingCommand:
+        ext = cmd.ext_fields
+        client = ext["clientId"]
+        with anyio.move_on_after(int(ext["pollTime"]) / 1000):
+            while not self._ready_topics(client):
+                with anyio.move_on_after(0.25):
+                    await self.changed.wait()
+                self.revive()
+        topics = self._ready_topics(client)
+        if not topics or getattr(session, "closed", False):  # (older fakes lack it)
+            return RemotingCommand.response_to(cmd, _POLLING_TIMEOUT)
+        self.cluster.rng.shuffle(topics)
+        invisible = int(ext["invisibleTime"])
+        self._pop_time = max(self._pop_time + 1, int(anyio.current_time() * 1000))
+        records, counts = [], []
+        left = int(ext["maxMsgNum"])
+        for t in topics:
+            for m in [m for m in self.lite[t] if m.state == "ready"][: min(left, 2)]:
+                m.state, m.pop_time = "inflight", self._pop_time
+                m.visible_at = anyio.current_time() + invisible / 1000
+                self.history.add("delivered", m.key, broker=self.name, attempt=m.count + 1,
+                                 until=m.visible_at, client=client)  # fmt: skip
+                props = {PROPERTY_LITE_TOPIC: t, "INNER_MULTI_QUEUE_OFFSET": str(m.offset),
+                         "UNIQ_KEY": f"SIML{self.name}{m.index:08d}", "KEYS": m.key}  # fmt: skip
+                records.append(encode_stored_message(
+                    LITE_PARENT, m.key.encode(), props, queue_offset=m.offset,
+                    commit_log_offset=2_000_000 + m.index, reconsume_times=m.count,
+                ))  # fmt: skip
+                counts.append(str(m.count))
+                left -= 1
+            if left <= 0:
+                break
+        fields = {"popTime": str(self._pop_time), "invisibleTime": str(invisible),
+                  "reviveQid": "999", "orderCountInfo": ";".join(counts)}  # fmt: skip
+        return RemotingCommand.response_to(cmd, ext_fields=fields, body=b"".join(records))
+
+    def _find(self, cmd: RemotingCommand) -> LiteMsg | None:
+        ext = cmd.ext_fields
+        pop_time = int(ext["extraInfo"].split(" ")[1])
+        for m in self.lite.get(ext.get("liteTopic", ""), []):
+            if m.offset == int(ext["offset"]) and m.state == "inflight" and m.pop_time == pop_time:
+                return m
+        self.history.add("note", "", what="ack/renewal of an unknown check point",
+                         lite_topic=ext.get("liteTopic"), offset=ext["offset"])  # fmt: skip
+        return None
+
+    def _ack(self, cmd: RemotingCommand) -> RemotingCommand:
+        m = self._find(cmd)
+        if m is not None:
+            m.state = "acked"
+            self.history.add("acked", m.key, broker=self.name)
+            self._wake()
+        return RemotingCommand.response_to(cmd)
+
+    def _change(self, cmd: RemotingCommand) -> RemotingCommand:
+        m = self._find(cmd)
+        invisible = int(cmd.ext_fields["invisibleTime"])
+        self._pop_time = max(self._pop_time + 1, int(anyio.current_time() * 1000))
+        if m is not None:
+            m.pop_time = self._pop_time
+            m.visible_at = anyio.current_time() + invisible / 1000
+            self.history.add("renewed" if invisible else "released", m.key, until=m.visible_at)
+        fields = {"popTime": str(self._pop_time), "invisibleTime": str(invisible),
+                  "reviveQid": "999"}  # fmt: skip
+        return RemotingCommand.response_to(cmd, ext_fields=fields)
+
+
+class SimLiteCluster:
+    """A NameServer routing ``LITE_PARENT`` to ``brokers`` lite brokers, and the brokers."""
+
+    def __init__(self, schedule: Schedule, history: History, *, brokers: int,
+                 exclusive: bool, retry_max: int = 16) -> None:  # fmt: skip
+        self.schedule = schedule
+        self.history = history
+        self.rng = random.Random(schedule.params["server_seed"])
+        self.exclusive = exclusive
+        self.retry_max = retry_max
+        self.brokers = [SimLiteBroker(f"sim-broker-{chr(97 + i)}", self) for i in range(brokers)]
+        self.namesrv = FakeRemotingServer(self._route)
+        self._counts: dict[tuple[str, str], int] = {}
+        self._contested = {f.args["lite_topic"] for f in schedule.of("contested")
+                           if f.args.get("at_add")}  # fmt: skip
+        self._notices: list[tuple[ServerSession, bytes]] = []
+        #: the simulated servers' own failures (a bug of the simulator, not the client's)
+        self.errors: list[str] = []
+
+    def count(self, kind: str, broker: str) -> int:
+        n = self._counts.get((kind, broker), 0)
+        self._counts[(kind, broker)] = n + 1
+        return n
+
+    def contest_at_add(self, lite_topic: str) -> bool:
+        """The other member takes ``lite_topic`` right after our first add of it."""
+        if lite_topic in self._contested:
+            self._contested.discard(lite_topic)
+            return True
+        return False
+
+    def notify_later(self, session: ServerSession, data: bytes) -> None:
+        self._notices.append((session, data))
+
+    def revive_due(self, name: str, visible_at: float) -> float:
+        """When a message invisible until ``visible_at`` is revived: a paused broker
+        revives nothing; after it resumes, the requests queued meanwhile (acks) come
+        first (a second)."""
+        for f in self.schedule.of("broker_pause"):
+            end = f.args["at"] + f.args["seconds"]
+            if f.args["broker"] == name and f.args["at"] <= visible_at < end + 1.0:
+                return float(end) + 1.0
+        return visible_at
+
+    async def paused(self, name: str) -> None:
+        """A broker paused (SIGSTOP) answers once it resumes."""
+        now = anyio.current_time()
+        for f in self.schedule.of("broker_pause"):
+            if f.args["broker"] == name and f.args["at"] <= now < f.args["at"] + f.args["seconds"]:
+                await anyio.sleep(f.args["at"] + f.args["seconds"] - now)
+
+    def unsettled(self) -> list[str]:
+        for b in self.brokers:
+            b.revive()
+        return [k for b in self.brokers for k in b.unsettled()]
+
+    async def run_nemesis(self) -> None:
+        """Contested lite topics taken at a time of the run (not at an add); a paused
+        broker takes the other member's subscription once it resumes (after what was
+        queued)."""
+        takes = sorted((self.revive_due(b.name, f.args["at"]), b.name, f.args["lite_topic"])
+                       for f in self.schedule.of("contested") if not f.args.get("at_add")
+                       for b in self.brokers)  # fmt: skip
+        by_name = {b.name: b for b in self.brokers}
+        for at, name, lite_topic in takes:
+            await anyio.sleep(max(0.0, at - anyio.current_time()))
+            by_name[name].take(lite_topic)
+            await self._flush_notices()
+
+    async def _flush_notices(self) -> None:
+        notices, self._notices = self._notices, []
+        for session, data in notices:
+            await session.send_raw(data)
+
+    async def _route(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            return
+        topic = cmd.ext_fields.get("topic", "")
+        if topic != LITE_PARENT:
+            await session.send(RemotingCommand.response_to(
+                cmd, ResponseCode.TOPIC_NOT_EXIST, f"no {topic}"))  # fmt: skip
+            return
+        route = {
+            "queueDatas": [{"brokerName": b.name, "readQueueNums": 1, "writeQueueNums": 1,
+                            "perm": 6} for b in self.brokers],
+            "brokerDatas": [{"cluster": "sim", "brokerName": b.name,
+                             "brokerAddrs": {"0": b.addr}} for b in self.brokers],
+        }  # fmt: skip
+        await session.send(RemotingCommand.response_to(cmd, body=json.dumps(route).encode()))
+
+    async def __aenter__(self) -> SimLiteCluster:
+        self._stack = AsyncExitStack()
+        for server in [*(b.server for b in self.brokers), self.namesrv]:
+            await self._stack.enter_async_context(server)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
