@@ -21,6 +21,8 @@ from __future__ import annotations
 import datetime as _dt
 from typing import Any, Literal
 
+from aiorocket._trace import TRACE_TOPIC
+from aiorocket._trace import decode as decode_trace
 from aiorocket.admin._cluster import ClusterAdmin
 from aiorocket.admin._dlq import DeadLetterAdmin, original_topic
 from aiorocket.admin._groups import GroupAdmin
@@ -86,6 +88,7 @@ __all__ = [
 #: of each queue, or the first message stored at or after a time (an aware datetime or
 #: epoch milliseconds).
 ResetTarget = Literal["earliest", "latest"] | _dt.datetime | int
+
 
 def _timestamp_ms(target: _dt.datetime | int) -> int:
     if isinstance(target, _dt.datetime):
@@ -316,6 +319,23 @@ class Admin(TopicAdmin, ClusterAdmin, GroupAdmin, DeadLetterAdmin):
                 if msg.msg_id == msg_id:
                     return msg
         raise MessageNotFoundError(f"no message {msg_id} in topic {topic!r}")
+
+    async def message_trace(
+        self, msg_id: str, trace_topic: str = TRACE_TOPIC, *, limit: int = 64
+    ) -> list[dict[str, str]]:
+        """The trace records of the message ``msg_id`` (its producer id, ``SendResult.msg_id``)
+        in ``trace_topic``, by time: the trace messages indexed under the id, as
+        ``mqadmin queryMsgTraceById`` reads them; each record a dict of its named fields
+        (``aiorocket._trace.decode``), plus ``client_host`` (the writer's address)."""
+        records: list[dict[str, str]] = []
+        for trace in await self.find_messages(trace_topic, msg_id, limit=limit):
+            for record in decode_trace(trace.body.decode("utf-8", "replace")):
+                if record.get("msg_id") == msg_id:
+                    record.setdefault("client_host", trace.born_host)
+                    records.append(record)
+        order = {"Pub": 0, "EndTransaction": 1, "SubBefore": 2, "SubAfter": 3}
+        records.sort(key=lambda r: (int(r.get("timestamp") or 0), order.get(r["type"], 9)))
+        return records
 
     async def find_messages(self, topic: str, key: str, *, limit: int = 32) -> list[MessageExt]:
         """Messages of ``topic`` indexed under ``key`` (their ``keys``), oldest first."""

@@ -10,6 +10,7 @@ from aiorocket._settings import (
     check_positive_ints,
     check_positive_numbers,
 )
+from aiorocket._trace import TRACE_TOPIC, check_trace_settings
 from aiorocket.errors import ConfigError
 from aiorocket.namespace import check_namespace
 from aiorocket.security import Credentials, TlsSetting, check_security
@@ -136,6 +137,12 @@ class ConsumerConfig:
     #: ``<namespace>%<name>`` and handed back without it ([`aiorocket.namespace`][]).
     #: Empty: none.
     namespace: str = ""
+    #: write message trace records (Java ``enableMsgTrace``): what the RocketMQ Dashboard
+    #: and ``mqadmin queryMsgTraceById`` show; see docs/trace.md. Off by default.
+    trace: bool = False
+    #: where they go (Java ``customizedTraceTopic``); over gRPC a topic of your own (the
+    #: Proxy refuses system topics, ``RMQ_SYS_TRACE_TOPIC`` among them).
+    trace_topic: str = TRACE_TOPIC
 
     def reconsume_limit(self) -> int:
         """Retries before the dead-letter queue, with -1 resolved as the Java client does
@@ -147,6 +154,7 @@ class ConsumerConfig:
     def validate(self) -> None:
         check_security(self.credentials, self.tls)
         check_namespace(self.namespace)
+        check_trace_settings(self.trace, self.trace_topic)
         positive_ints = {
             "pull_batch_size": self.pull_batch_size,
             "pull_threshold_for_queue": self.pull_threshold_for_queue,

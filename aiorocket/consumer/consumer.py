@@ -17,6 +17,7 @@ import anyio
 
 from aiorocket._log import get_logger
 from aiorocket._settings import apply_settings, check_group
+from aiorocket._trace import Tracer
 from aiorocket._transport import Transport, choose_transport
 from aiorocket._validate import check_topic
 from aiorocket.client.instance import ClientInstance, make_client_id
@@ -46,6 +47,7 @@ from aiorocket.consumer.state import ConsumerState, PullObserver
 from aiorocket.consumer.stats import QueueStats, Snapshot, queue_stats
 from aiorocket.consumer.strategies import choose_delivery
 from aiorocket.consumer.threads import HandlerThreads
+from aiorocket.consumer.trace import HandlerTrace
 from aiorocket.errors import ClientClosedError, ConfigError
 from aiorocket.message import RETRY_TOPIC_PREFIX, MessageQueue
 from aiorocket.namespace import app_subscriptions, unwrap_queue, wrap, wrap_queue
@@ -192,6 +194,9 @@ class Consumer:
         # (over gRPC the session wraps every name it sends: aiorocket.grpc).
         wire_group = wrap(cfg.namespace, group) if self.transport == "remoting" else group
         self._state = ConsumerState(wire_group, cfg, get_logger("consumer", group=wire_group))
+        if cfg.trace:
+            self._state.tracer = Tracer(group, cfg.trace_topic)
+            self._state.trace = HandlerTrace(self._state.tracer, group)
         if bind_topic is not None:
             # Over gRPC the session wraps every name it sends (aiorocket.grpc).
             bound = wrap(cfg.namespace, bind_topic) if self.transport == "remoting" else bind_topic

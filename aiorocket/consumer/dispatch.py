@@ -156,7 +156,8 @@ class WorkerPool:
         # batches and thread-run handlers take _consume_batch. The inline path saves the
         # list, two coroutine frames and the settle coroutine per message.
         handler = self._handler
-        inline = handler.is_async and not handler.batch
+        # A traced call takes the general path (Handler.call records it).
+        inline = handler.is_async and not handler.batch and self._state.trace is None
         fn = handler.fn
         cfg = self._state.config
         timeout = cfg.consume_timeout

@@ -30,6 +30,7 @@ import anyio.abc
 
 from aiorocket._tasks import BackgroundTasks
 from aiorocket.client.instance import ClientInstance
+from aiorocket.client.trace import RemotingTraceSender
 from aiorocket.consumer.allocation import AllocateStrategy
 from aiorocket.consumer.brokers import BrokerFinder
 from aiorocket.consumer.committer import AutoCommit, OffsetCommitter
@@ -193,6 +194,9 @@ class Engine:
         try:
             async with AsyncExitStack() as stack:
                 await stack.enter_async_context(client)
+                if state.tracer is not None:  # flushed after the handlers end, before the client
+                    sender = RemotingTraceSender(client, state.group)
+                    await stack.enter_async_context(state.tracer.running(sender))
                 await _require_namesrv(client, state.subscriptions)
                 await check_filters(client, state.group, list(state.subscriptions.values()))
                 await self._build(client)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from aiorocket._failure_log import handler_failed, message_dead_lettered, msg_id_of
+from aiorocket._trace import CONSUME_EXCEPTION, CONSUME_FAILED, CONSUME_SUCCESS, CONSUME_TIME_OUT
 from aiorocket.results import HandlerResult, Reconsume, failure_delay_level
 
 if TYPE_CHECKING:
@@ -77,13 +78,26 @@ class Handler:
     ) -> tuple[int | None, float | None]:
         """One handler call: (failure delay level or None on success, orderly suspend)."""
         retry_level = self._state.config.retry_delay_level
+        trace = self._state.trace
+        call = None if trace is None else trace.before(live)
         try:
             result = await self.invoke(live)
         except Exception as exc:
             self.log_failure(pq, live[0], exc)
+            if trace is not None and call is not None:
+                trace.after(call, CONSUME_EXCEPTION)
             return retry_level, None
+        except BaseException:
+            # Cancelled: by the consume timeout (a failure), or by a close (no outcome:
+            # the message is handed back).
+            if trace is not None and call is not None and live[0]._timed_out:
+                trace.after(call, CONSUME_TIME_OUT)
+            raise
         suspend = result.suspend if isinstance(result, Reconsume) else None
-        return self.level_of(pq, live[0], result), suspend
+        level = self.level_of(pq, live[0], result)
+        if trace is not None and call is not None:
+            trace.after(call, CONSUME_SUCCESS if level is None else CONSUME_FAILED)
+        return level, suspend
 
     def level_of(
         self, pq: QueueView, first: ConsumerMessage, result: HandlerResult

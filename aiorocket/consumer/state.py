@@ -20,8 +20,10 @@ from aiorocket.protocol.subscription import Subscription
 
 if TYPE_CHECKING:
     from aiorocket._log import Logger
+    from aiorocket._trace import Tracer
     from aiorocket.consumer.config import ConsumerConfig
     from aiorocket.consumer.pop.lite import LiteSubscriptions
+    from aiorocket.consumer.trace import HandlerTrace
 
 __all__ = ["ConsumerState", "PullObserver"]
 #: ``observer(queue, seconds, messages)``: see ``Consumer.observe_pulls``.
@@ -51,6 +53,10 @@ class ConsumerState:
         self.config = config
         self.log = log
         self.pull_mode = pull_mode
+        #: the message trace (``trace=True``), run by the backend over its connection
+        self.tracer: Tracer | None = None
+        #: records the handler calls into ``tracer``
+        self.trace: HandlerTrace | None = None
         #: a remoting consumer in POP mode (heartbeats say ``CONSUME_POP``)
         self.pop_mode = False
         self.subscriptions: dict[str, Subscription] = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aiorocket._settings import check_positive_ints, check_positive_numbers
+from aiorocket._trace import TRACE_TOPIC, check_trace_settings
 from aiorocket.errors import ConfigError
 from aiorocket.namespace import check_namespace
 from aiorocket.protocol.message_codec import CompressionType
@@ -99,10 +100,17 @@ class ProducerConfig:
     #: ``<namespace>%<name>`` and handed back without it ([`aiorocket.namespace`][]).
     #: Empty: none. The gRPC producer hands it to the Proxy (``GrpcOptions.namespace``).
     namespace: str = ""
+    #: write message trace records (Java ``enableMsgTrace``): what the RocketMQ Dashboard
+    #: and ``mqadmin queryMsgTraceById`` show; see docs/trace.md. Off by default.
+    trace: bool = False
+    #: where they go (Java ``customizedTraceTopic``); over gRPC a topic of your own (the
+    #: Proxy refuses system topics, ``RMQ_SYS_TRACE_TOPIC`` among them).
+    trace_topic: str = TRACE_TOPIC
 
     def validate(self) -> None:
         check_security(self.credentials, self.tls)
         check_namespace(self.namespace)
+        check_trace_settings(self.trace, self.trace_topic)
         if self.auto_batch is not None and not isinstance(self.auto_batch, bool):
             raise ConfigError(f"auto_batch must be True, False or None, got {self.auto_batch!r}")
         if not isinstance(self.stall_retry, bool):

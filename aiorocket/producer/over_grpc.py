@@ -13,15 +13,18 @@ this module imports the ``grpc`` extra: the producer does it at start only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from types import TracebackType
 
 import anyio.abc
 
 from aiorocket._log import get_logger
 from aiorocket._send_result import SendResult
+from aiorocket._trace import Tracer
 from aiorocket.errors import ConfigError
 from aiorocket.grpc._batcher import GrpcBatcher
 from aiorocket.grpc._producer import GrpcProducer
+from aiorocket.grpc._trace import GrpcTraceSender
 from aiorocket.grpc._transport import GrpcOptions, GrpcTransport
 from aiorocket.message import Message, MessageExt
 from aiorocket.producer.backend import ResultCallback, report, unsupported
@@ -50,8 +53,12 @@ class GrpcEngine:
         options: GrpcOptions | None,
         client_id: str | None,
         topics: Sequence[str],
+        tracer: Tracer | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self._tracer = tracer
+        #: the running tracer (its flush), unwound by the close before the session's
+        self._stack: AsyncExitStack | None = None
         self._checker = checker
         self._topics = tuple(topics)
         self._grpc = GrpcProducer(
@@ -81,6 +88,15 @@ class GrpcEngine:
                 "previous run left are checked only after a send to their topic",
             )
         await self._grpc.start()
+        if self._tracer is not None:
+            try:
+                async with AsyncExitStack() as stack:
+                    sender = GrpcTraceSender(self.transport)
+                    await stack.enter_async_context(self._tracer.running(sender))
+                    self._stack = stack.pop_all()
+            except BaseException:
+                await self._grpc.close(None, None, None)
+                raise
 
     async def close(
         self,
@@ -88,7 +104,12 @@ class GrpcEngine:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._grpc.close(exc_type, exc, tb)
+        stack, self._stack = self._stack, None
+        try:
+            if stack is not None:
+                await stack.aclose()  # the last traces, before the connection closes
+        finally:
+            await self._grpc.close(exc_type, exc, tb)
 
     async def recall(self, topic: str, recall_handle: str) -> str:
         return await self._grpc.recall(topic, recall_handle)

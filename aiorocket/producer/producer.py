@@ -11,7 +11,7 @@ naming the other.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ import anyio.abc
 
 from aiorocket._log import get_logger
 from aiorocket._settings import apply_settings, check_group
+from aiorocket._trace import Tracer
 from aiorocket._transport import Transport, choose_transport
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.namesrv import namesrv_addrs
@@ -39,6 +40,7 @@ from aiorocket.producer.fault import LatencyFaultTolerance
 from aiorocket.producer.membership import Membership
 from aiorocket.producer.remoting import RemotingProducer
 from aiorocket.producer.selectors import QueueSelector
+from aiorocket.producer.trace import SendTrace
 from aiorocket.producer.transaction import (
     CheckBacks,
     LocalTransaction,
@@ -129,6 +131,9 @@ class Producer:
         self.group = group
         self.config = cfg
         self.log = get_logger("producer", group=group)
+        #: the message trace (``trace=True``; aiorocket._trace): its counters, e.g. ``dropped``
+        self.tracer: Tracer | None = Tracer(group, cfg.trace_topic) if cfg.trace else None
+        self._trace = None if self.tracer is None else SendTrace(self.tracer, group)
         # One engine, chosen here; the methods below forward to it, whatever it is. The
         # gRPC one is built at start: constructing a producer imports no grpclib.
         self._engine: ProducerBackend | None = None
@@ -137,12 +142,12 @@ class Producer:
         if self.transport == "grpc":
             self._make_engine = functools.partial(
                 _grpc_engine, group, str(proxy or namesrv), cfg, transaction_checker,
-                grpc_options, client_id, topics,
+                grpc_options, client_id, topics, self.tracer,
             )  # fmt: skip
         else:
             self._remoting = RemotingProducer(
                 group, namesrv_addrs(namesrv), config=cfg, checker=transaction_checker,
-                client_id=client_id, topics=topics, log=self.log,
+                client_id=client_id, topics=topics, log=self.log, tracer=self.tracer,
             )  # fmt: skip
             self._engine = self._remoting
         self._started = False
@@ -262,10 +267,20 @@ class Producer:
         ``compress_over`` may leave in one batch request with other sends of its topic
         that wait at the same time (see ``aiorocket.producer.accumulate``).
         """
-        return await self._open().send(
+        engine = self._open()
+        trace = self._trace
+        if trace is None:
+            return await engine.send(
+                msg, timeout=timeout, sharding_key=sharding_key, selector=selector,
+                selector_arg=selector_arg,
+            )  # fmt: skip
+        began = trace.clock()
+        result = await engine.send(
             msg, timeout=timeout, sharding_key=sharding_key, selector=selector,
             selector_arg=selector_arg,
         )  # fmt: skip
+        trace.sent(msg, result, began)
+        return result
 
     async def start_send(
         self,
@@ -283,7 +298,11 @@ class Producer:
         Returns once the send is under way; ``on_result`` (sync or async) gets its
         result. A failed send raises in ``task_group`` (cancelling it, as any failed task).
         """
-        await self._open().start_send(
+        engine = self._open()
+        trace = self._trace
+        if trace is not None:
+            on_result = _traced(trace, msg, on_result)
+        await engine.start_send(
             task_group, msg, on_result=on_result, timeout=timeout, sharding_key=sharding_key,
             selector=selector, selector_arg=selector_arg,
         )  # fmt: skip
@@ -316,10 +335,15 @@ class Producer:
 
         Returns one result per message, in order (own ids; offsets first .. first+n-1).
         """
-        return await self._open().send_batch(
+        engine = self._open()
+        began = SendTrace.clock()
+        results = await engine.send_batch(
             messages, timeout=timeout, sharding_key=sharding_key, selector=selector,
             selector_arg=selector_arg,
         )  # fmt: skip
+        if self._trace is not None:
+            self._trace.sent_batch(list(messages), results, began)
+        return results
 
     # -- transactions --------------------------------------------------------------
 
@@ -341,7 +365,13 @@ class Producer:
         Over gRPC, an UNKNOWN outcome (or a local transaction that raises) sends no end
         request: the Proxy's orphaned-transaction recovery asks ``transaction_checker``.
         """
-        return await self._open().send_in_transaction(msg, local_transaction, timeout=timeout)
+        engine = self._open()
+        began = SendTrace.clock()
+        result = await engine.send_in_transaction(msg, local_transaction, timeout=timeout)
+        if self._trace is not None:
+            self._trace.sent(msg, result.send_result, began, half=True)
+            self._trace.ended(msg, result.send_result, result.state)
+        return result
 
     async def send_prepared(
         self,
@@ -387,13 +417,25 @@ class Producer:
         await engine.accept_checks(*topics)
 
 
+def _traced(trace: SendTrace, msg: Message, on_result: ResultCallback | None) -> ResultCallback:
+    """``on_result`` that records the send first (``start_send``)."""
+    began = trace.clock()
+
+    def record(result: SendResult) -> Awaitable[None] | None:
+        trace.sent(msg, result, began)
+        return None if on_result is None else on_result(result)
+
+    return record
+
+
 def _grpc_engine(
     group: str, endpoint: str, config: ProducerConfig, checker: TransactionChecker | None,
     options: GrpcOptions | None, client_id: str | None, topics: tuple[str, ...],
+    tracer: Tracer | None,
 ) -> ProducerBackend:  # fmt: skip
     from aiorocket.producer.over_grpc import GrpcEngine
 
     return GrpcEngine(
         group, endpoint, config=config, checker=checker, options=options, client_id=client_id,
-        topics=topics,
+        topics=topics, tracer=tracer,
     )  # fmt: skip

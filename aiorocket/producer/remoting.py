@@ -24,9 +24,11 @@ import anyio
 import anyio.abc
 
 from aiorocket._tasks import BackgroundTasks
+from aiorocket._trace import Tracer
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.recall import RecallHandle, recall_message
 from aiorocket.client.results import SendResult, SendStatus
+from aiorocket.client.trace import RemotingTraceSender
 from aiorocket.errors import ClientClosedError, ConfigError, NoRouteError, RocketMQError
 from aiorocket.message import (
     PROPERTY_PRODUCER_GROUP,
@@ -75,6 +77,7 @@ class RemotingProducer:
         client_id: str | None,
         topics: Sequence[str] = (),
         log: Any,
+        tracer: Tracer | None = None,
     ) -> None:
         self.group = group
         self.config = config
@@ -84,6 +87,7 @@ class RemotingProducer:
         self._client_id = client_id
         self._checker = checker
         self._topics = tuple(topics)
+        self._tracer = tracer
         self._client: ClientInstance | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         #: the started producer's parts, unwound by the close (aiorocket._tasks)
@@ -146,6 +150,9 @@ class RemotingProducer:
             async with AsyncExitStack() as stack:
                 await stack.enter_async_context(client)
                 self._client = client
+                if self._tracer is not None:  # flushed after the sends end, before the client
+                    sender = RemotingTraceSender(client, self.group)
+                    await stack.enter_async_context(self._tracer.running(sender))
                 self.log = self.log.bind(client_id=client.client_id)
                 routes = PublishRoutes(
                     client.namesrv, create_topic_key=cfg.create_topic_key,

@@ -33,6 +33,7 @@ from aiorocket.grpc._lite import sync_lite_subscription
 from aiorocket.grpc._push_message import pop_message
 from aiorocket.grpc._session import backoff_delays, ensure_asyncio
 from aiorocket.grpc._simple import SimpleConsumer
+from aiorocket.grpc._trace import GrpcTraceSender
 from aiorocket.grpc._transport import check_status
 from aiorocket.received import PopMessage
 
@@ -86,6 +87,9 @@ class GrpcSource:
     @property
     def client_id(self) -> str:
         return self.session.transport.client_id
+
+    def trace_sender(self) -> GrpcTraceSender:
+        return GrpcTraceSender(self.session.transport)
 
     @property
     def receivers(self) -> int:

@@ -61,6 +61,7 @@ from aiorocket.client.pop import (
     PopResult,
     group_retry_max_times,
 )
+from aiorocket.client.trace import RemotingTraceSender
 from aiorocket.consumer.config import ConsumeFromWhere
 from aiorocket.consumer.membership import Membership
 from aiorocket.consumer.pop.source import AckRefusals
@@ -135,6 +136,9 @@ class RemotingSource:
     @property
     def client_id(self) -> str:
         return self.client.client_id
+
+    def trace_sender(self) -> RemotingTraceSender:
+        return RemotingTraceSender(self.client, self.group)
 
     @property
     def receivers(self) -> int:

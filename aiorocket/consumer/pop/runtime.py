@@ -140,6 +140,9 @@ class PopRuntime:
                 await self.source.open()
                 self.opened = True
                 stack.push_async_callback(self.source.close)
+                if state.tracer is not None:  # flushed after the handlers end
+                    sender = self.source.trace_sender()
+                    await stack.enter_async_context(state.tracer.running(sender))
                 self._build()
                 tg = await stack.enter_async_context(BackgroundTasks())
                 await self._attach_lite()

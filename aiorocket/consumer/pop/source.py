@@ -65,6 +65,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Protocol
 
+from aiorocket._trace import TraceSender
 from aiorocket.errors import RocketMQError
 from aiorocket.received import PopMessage
 
@@ -95,6 +96,9 @@ class PopSource(Protocol):
 
     @property
     def client_id(self) -> str: ...
+
+    def trace_sender(self) -> TraceSender:
+        """Where this session stores trace messages (``aiorocket._trace``), once open."""
 
     @property
     def receivers(self) -> int:

@@ -30,7 +30,11 @@ import org.apache.rocketmq.common.message.MessageExt;
  * consume NAMESRV TOPIC GROUP EXPECTED IDLE_SECONDS LATENCY(0|1)
  * produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT [plain|auto]   (auto: setAutoBatch(true))
  * paced   NAMESRV TOPIC COUNT SIZE RATE [IN_FLIGHT [plain|auto]]   (default: unbounded)
+ * one     NAMESRV TOPIC GROUP KEY   (one message with key KEY; prints "SENT msgId")
  * </pre>
+ *
+ * <p>BENCH_TRACE_TOPIC=topic: the clients write message trace records there
+ * (enableMsgTrace with a customized trace topic; tests/integration/test_message_trace.py).
  */
 public final class Bench {
   private static final com.sun.management.OperatingSystemMXBean OS =
@@ -47,6 +51,7 @@ public final class Bench {
           Integer.parseInt(args[4]), Integer.parseInt(args[5]),
           args.length > 6 ? Integer.parseInt(args[6]) : 0,
           args.length > 7 && args[7].equals("auto"));
+      case "one" -> one(args[1], args[2], args[3], args[4]);
       default -> throw new IllegalArgumentException(args[0]);
     }
     System.exit(0);
@@ -67,7 +72,9 @@ public final class Bench {
     AtomicLong steadyUs = new AtomicLong(Long.MAX_VALUE); // count messages sent 1 s after
     // the first one arrived
     java.util.concurrent.Callable<DefaultMQPushConsumer> make = () -> {
-      DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+      String trace = System.getenv("BENCH_TRACE_TOPIC");
+      DefaultMQPushConsumer consumer = trace == null ? new DefaultMQPushConsumer(group)
+          : new DefaultMQPushConsumer(group, true, trace);
       consumer.setNamesrvAddr(namesrv);
       consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
       // BENCH_POP=1: the push consumer in POP mode (the broker's assignment; the group
@@ -189,6 +196,21 @@ public final class Bench {
     p.setAutoBatch(autoBatch);
     p.start();
     return p;
+  }
+
+  /** One traced send (BENCH_TRACE_TOPIC), then shutdown, which flushes the traces. */
+  static void one(String namesrv, String topic, String group, String key) throws Exception {
+    String trace = System.getenv("BENCH_TRACE_TOPIC");
+    DefaultMQProducer p = trace == null ? new DefaultMQProducer(group)
+        : new DefaultMQProducer(group, true, trace);
+    p.setNamesrvAddr(namesrv);
+    p.start();
+    Message m = new Message(topic, "java".getBytes(java.nio.charset.StandardCharsets.UTF_8));
+    m.setKeys(key);
+    SendResult r = p.send(m);
+    System.out.println("SENT " + r.getMsgId());
+    System.out.flush();
+    p.shutdown();
   }
 
   static byte[] body(int size, Random rnd) {

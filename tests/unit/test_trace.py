@@ -1,0 +1,125 @@
+"""The message trace's format (the 4.x text records, by the Java decoder's positions) and
+its ``Tracer``: bounded, batched, in the background, never failing or holding up the
+message path. The real tools read the records in tests/integration/test_message_trace.py."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from aiorocket import _trace
+from aiorocket._trace import Tracer, decode, pub, sub_after, sub_before
+
+pytestmark = pytest.mark.anyio
+
+
+def test_pub_record_has_the_java_field_order() -> None:
+    record = pub(
+        group="g", topic="t", msg_id="ID1", tags="tag", keys=["k1", "k2"],
+        store_host="127.0.0.1:10911", body_length=5, cost_ms=3, msg_type=0,
+        offset_msg_id="OFF", success=True, timestamp=1700000000000,
+    )  # fmt: skip
+    assert record.text == (
+        "Pub\x011700000000000\x01DefaultRegion\x01g\x01t\x01ID1\x01tag\x01k1 k2\x01"
+        "127.0.0.1:10911\x015\x013\x010\x01OFF\x01true\x02"
+    )
+    assert record.keys == ("ID1", "k1", "k2")  # found by the message id and its keys
+
+
+def test_sub_records_and_decode() -> None:
+    before = sub_before(group="g", request_id="R", msg_id="ID1", retry_times=2, keys=[],
+                        timestamp=5)  # fmt: skip
+    after = sub_after(group="g", request_id="R", msg_id="ID1", cost_ms=7, success=False,
+                      keys=["k"], context_code=2, timestamp=9)  # fmt: skip
+    assert before.text == "SubBefore\x015\x01DefaultRegion\x01g\x01R\x01ID1\x012\x01\x02"
+    assert after.text == "SubAfter\x01R\x01ID1\x017\x01false\x01k\x012\x019\x01g\x02"
+    got = decode(before.text + after.text)
+    assert got[0]["msg_id"] == "ID1" and got[0]["retry_times"] == "2"
+    assert got[1]["context_code"] == "2" and got[1]["group"] == "g"
+
+
+def test_separators_inside_a_value_do_not_shift_fields() -> None:
+    record = pub(
+        group="g", topic="t", msg_id="ID", tags="a\x01b", keys=["x\x02y"], store_host="h",
+        body_length=1, cost_ms=0, msg_type=0, offset_msg_id="", success=True, timestamp=1,
+    )  # fmt: skip
+    (got,) = decode(record.text)
+    assert got["tags"] == "a b" and got["keys"] == "x y" and got["success"] == "true"
+
+
+class Sink:
+    def __init__(self, fail: bool = False, hang: bool = False) -> None:
+        self.sent: list[tuple[str, bytes, list[str]]] = []
+        self.fail, self.hang = fail, hang
+        self.calls = 0
+        self._called = anyio.Event()
+
+    async def send_trace(self, topic: str, body: bytes, keys: Sequence[str]) -> None:
+        self.calls += 1
+        self._called.set()
+        if self.hang:
+            await anyio.sleep_forever()
+        if self.fail:
+            raise OSError("broker gone")
+        self.sent.append((topic, body, list(keys)))
+
+    async def wait_calls(self, n: int) -> None:
+        with anyio.fail_after(5):
+            while self.calls < n:
+                await self._called.wait()
+                self._called = anyio.Event()
+
+
+def _rec(i: int) -> _trace.TraceRecord:
+    return sub_after(group="g", request_id="R", msg_id=f"ID{i}", cost_ms=0, success=True,
+                     keys=[], context_code=0, timestamp=i)  # fmt: skip
+
+
+async def test_records_are_batched_into_trace_messages_keyed_by_message_ids() -> None:
+    sink = Sink()
+    tracer = Tracer("g", "T", batch=20, interval=60)
+    async with tracer.running(sink):
+        tracer.extend(_rec(i) for i in range(45))
+        await sink.wait_calls(2)  # two full batches leave at once, not after 60 s
+    # the last 5 are sent at close
+    assert [len(decode(body.decode())) for _, body, _ in sink.sent] == [20, 20, 5]
+    assert sink.sent[0][0] == "T" and sink.sent[0][2] == [f"ID{i}" for i in range(20)]
+    assert tracer.sent == 45 and tracer.dropped == 0
+
+
+async def test_a_full_buffer_drops_and_counts_and_never_waits() -> None:
+    sink = Sink(hang=True)  # a trace send that never ends
+    tracer = Tracer("g", "T", buffer=10, batch=5, interval=0.01, send_timeout=0.2)
+    async with tracer.running(sink):
+        for i in range(100):  # no await: append neither waits nor raises
+            tracer.append(_rec(i))
+    assert tracer.dropped >= 90
+    assert tracer.dropped + tracer.failed + tracer.sent == 100
+
+
+async def test_a_failed_trace_send_is_counted_not_raised() -> None:
+    tracer, sink = Tracer("g", "T", interval=0.01), Sink(fail=True)
+    async with tracer.running(sink):
+        tracer.append(_rec(1))
+        await sink.wait_calls(1)
+        await anyio.lowlevel.checkpoint()  # the failure is counted after the call returns
+    assert tracer.failed == 1 and tracer.sent == 0
+
+
+async def test_records_outside_the_running_tracer_are_dropped() -> None:
+    tracer = Tracer("g", "T")
+    tracer.append(_rec(1))  # not started (or closed): dropped, counted
+    assert tracer.dropped == 1
+
+
+async def test_the_sending_task_ends_with_its_owner() -> None:
+    sink = Sink(hang=True)
+    tracer = Tracer("g", "T", interval=0.01, send_timeout=0.2)
+    with anyio.fail_after(2):  # the flush at close is bounded by send_timeout
+        async with tracer.running(sink):
+            tracer.append(_rec(1))
+            await anyio.sleep(0.05)
+    assert tracer.failed + tracer.dropped == 1
