@@ -234,6 +234,12 @@ class Consumer:
     def config(self) -> ConsumerConfig:
         return self._state.config
 
+    @property
+    def tracer(self) -> Tracer | None:
+        """The message trace (``trace=True``; aiorocket._trace): its counters ``sent``,
+        ``dropped`` (buffer full) and ``failed`` (not stored)."""
+        return self._state.tracer
+
     def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> None:
         """Subscribe to ``topic`` with a tag expression (``"a || b"``) or an SQL92 ``sql``."""
         self._check_not_started("subscribe")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from aiorocket._failure_log import msg_id_of
 from aiorocket._trace import DEFAULT_REGION, Tracer, now_ms, request_id, sub_after, sub_before
+from aiorocket.message import PROPERTY_KEYS
 from aiorocket.received import ConsumerMessage
 
 __all__ = ["CallTrace", "HandlerTrace"]
@@ -54,13 +55,15 @@ class HandlerTrace:
     def before(self, live: Sequence[ConsumerMessage]) -> CallTrace:
         call = CallTrace(request_id(), time.monotonic(), [])
         stamp = now_ms()
+        append = self.tracer.append
         for msg in live:
             props = msg.properties
             if props.get(PROPERTY_TRACE_SWITCH) == "false":
                 continue
-            msg_id, keys = _id(msg), msg.keys
+            raw = props.get(PROPERTY_KEYS)
+            msg_id, keys = _id(msg), raw.split() if raw else []
             call.messages.append((msg_id, keys))
-            self.tracer.append(sub_before(
+            append(sub_before(
                 group=self.group, request_id=call.request_id, msg_id=msg_id,
                 retry_times=msg.reconsume_times, keys=keys, timestamp=stamp,
                 region=props.get(PROPERTY_MSG_REGION) or DEFAULT_REGION,

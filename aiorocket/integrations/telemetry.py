@@ -39,6 +39,10 @@ given as the instruments' advisory: a View of your own still overrides them).
   queues when pulling, the routes' readable queues for POP over remoting, the Proxy's
   assignments over gRPC): 0 for every member of a group means nothing is consumed (the
   topic is missing, the members subscribe differently, no broker);
+* ``aiorocket.trace.records`` (observable counter, per ``aiorocket.trace.group`` and
+  ``aiorocket.trace.outcome``: ``sent``, ``dropped``, ``failed``): the message trace
+  records of the consumers and producers that trace (``trace=True``, docs/trace.md);
+  ``dropped`` counts those a full trace buffer let go, ``failed`` those not stored;
 * ``aiorocket.consumer.lag`` (observable gauge, per queue: ``messaging.destination.name``,
   ``messaging.destination.partition.id`` = queue id, ``aiorocket.broker.name``): the
   broker's max offset minus the committed offset, refreshed every ``lag_interval``.
@@ -59,6 +63,7 @@ with needs_extra("otel", "aiorocket.integrations.telemetry (OpenTelemetry)"):
     from opentelemetry import metrics, propagate, trace
     from opentelemetry.metrics import CallbackOptions, Observation
 
+from aiorocket._trace import Tracer
 from aiorocket.consumer import Consumer, ConsumerMessage, Reconsume
 from aiorocket.message import Message, MessageQueue
 from aiorocket.producer import Producer
@@ -171,6 +176,11 @@ class Telemetry:
             "aiorocket.consumer.assigned_queues", [self._observe_assigned], unit="{queue}",
             description="Queues of the subscribed topics assigned to this member",
         )  # fmt: skip
+        self._tracers: list[Tracer] = []
+        meter.create_observable_counter(
+            "aiorocket.trace.records", [self._observe_trace], unit="{record}",
+            description="Message trace records sent, dropped (buffer full) or failed (not stored)",
+        )  # fmt: skip
 
     def _observe(self, field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def callback(options: CallbackOptions) -> Iterable[Observation]:
@@ -189,6 +199,13 @@ class Telemetry:
                 yield Observation(consumer.receivable_queues(),
                                   {"messaging.system": SYSTEM,
                                    "messaging.consumer.group.name": consumer.group})  # fmt: skip
+
+    def _observe_trace(self, options: CallbackOptions) -> Iterable[Observation]:
+        for tracer in self._tracers:
+            for outcome in ("sent", "dropped", "failed"):
+                attrs = {"messaging.system": SYSTEM, "aiorocket.trace.group": tracer.group,
+                         "aiorocket.trace.outcome": outcome}  # fmt: skip
+                yield Observation(getattr(tracer, outcome), attrs)
 
     def record_lag(self, report: dict[str, Any]) -> None:
         """Keep the per-queue lag of a health report (``RocketMQService.health()``) for
@@ -215,6 +232,8 @@ class Telemetry:
         """Report ``consumer``'s cached and in-flight counts in the gauges, and the
         duration of its pulls that returned messages in ``operation_duration``."""
         self._consumers.append(consumer)
+        if consumer.tracer is not None:
+            self._tracers.append(consumer.tracer)
         per_queue: dict[MessageQueue, dict[str, str]] = {}
         record = self.operation_duration.record
 
@@ -316,6 +335,8 @@ class Telemetry:
     def instrument_producer(self, producer: Producer) -> Producer:
         """Make ``producer.send`` a PRODUCER span carrying its trace context in the
         message's properties, with the send metrics (other send methods unchanged)."""
+        if producer.tracer is not None:
+            self._tracers.append(producer.tracer)
         send = producer.send
 
         @functools.wraps(send)

@@ -102,3 +102,126 @@ async def test_mqadmin_shows_the_trace_of_a_message_aiorocket_produced_and_consu
         lambda: invoke(traced.namesrv_addr, "message", "trace", sent.msg_id, "--json")
     )
     assert {r["type"] for r in json.loads(result.output)} >= {"Pub", "SubBefore", "SubAfter"}
+
+
+def _java() -> list[str]:
+    from .test_pop_java_interop import _java_command
+
+    return _java_command(_rocketmq_version())
+
+
+def _rocketmq_version() -> str:
+    from aiorocket.testing.broker import LocalRocketMQ
+
+    shared = LocalRocketMQ.attach()
+    assert shared is not None
+    return shared.version
+
+
+async def _run_java(*args: str, trace_topic: str) -> str:
+    """benchmarks/java's program with the Java client's trace on (enableMsgTrace)."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, BENCH_TRACE_TOPIC=trace_topic)
+    argv = [*_java(), *args]
+
+    def run() -> str:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    return await anyio.to_thread.run_sync(run)
+
+
+def _shown(out: str) -> tuple[list[str], list[str]]:
+    """mqadmin queryMsgTraceById's Pub line and first Sub line, split."""
+    lines = [line.split() for line in out.splitlines()]
+    pub = next((x for x in lines if x[:1] == ["Pub"]), [])
+    sub = next((x for x in lines if x[:1] == ["Sub"]), [])
+    return pub, sub
+
+
+async def test_traces_next_to_the_java_clients_enable_msg_trace(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """Java produces, aiorocket consumes; aiorocket produces, Java consumes: mqadmin
+    shows both sides of each in one trace topic (the user's: the shared broker has no
+    RMQ_SYS_TRACE_TOPIC). Two Java runs and two mqadmin runs: ~30 s."""
+    topic, trace_topic = unique_name("tj"), unique_name("tjtrace")
+    group, java_group = unique_name("g"), unique_name("gj")
+    await rocketmq.create_topic(topic, queues=1)
+    await rocketmq.create_topic(trace_topic, queues=1)
+    namesrv = rocketmq.namesrv_addr
+    # Java -> aiorocket
+    out = await _run_java("one", namesrv, topic, "trace-java-producer", "k1",
+                          trace_topic=trace_topic)  # fmt: skip
+    java_id = next(line[5:] for line in out.splitlines() if line.startswith("SENT "))
+    await consume_one(namesrv, topic, group, trace_topic=trace_topic)
+    await trace_of(namesrv, java_id, trace_topic, {"Pub", "SubAfter"})
+    shown = await anyio.to_thread.run_sync(
+        mqadmin, rocketmq, "queryMsgTraceById", "-i", java_id, "-t", trace_topic
+    )
+    pub, sub = _shown(shown)
+    assert pub[1:2] == ["trace-java-producer"] and sub[1:2] == [group], shown
+    # aiorocket -> Java
+    async with Producer("trace-py-producer", namesrv, trace=True,
+                        trace_topic=trace_topic) as producer:  # fmt: skip
+        sent = await producer.send(Message(topic, b"py", keys=["k2"]))
+    await _run_java("consume", namesrv, topic, java_group, "2", "3", "0", trace_topic=trace_topic)
+    await trace_of(namesrv, sent.msg_id, trace_topic, {"Pub", "SubAfter"})
+    shown = await anyio.to_thread.run_sync(
+        mqadmin, rocketmq, "queryMsgTraceById", "-i", sent.msg_id, "-t", trace_topic
+    )
+    pub, sub = _shown(shown)
+    assert pub[1:2] == ["trace-py-producer"] and sub[1:2] == [java_group], shown
+    assert sub[-1] == "success", shown
+
+
+async def test_traces_over_the_proxy(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """Producer and consumer over gRPC write the same records, to a topic of the user's
+    (the Proxy refuses RMQ_SYS_TRACE_TOPIC, a system topic); mqadmin reads them."""
+    topic, trace_topic, group = unique_name("tg"), unique_name("tgtrace"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1)
+    await rocketmq.create_topic(trace_topic, queues=1)
+    await rocketmq.create_group(group)
+    proxy = rocketmq.proxy_grpc
+    async with Producer("trace-grpc-producer", proxy=proxy, trace=True,
+                        trace_topic=trace_topic) as producer:  # fmt: skip
+        sent = await producer.send(Message(topic, b"via proxy", keys=["k3"]))
+    got = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        got.set()
+
+    consumer = Consumer(group, proxy=proxy, handler=handle, trace=True, trace_topic=trace_topic)
+    consumer.subscribe(topic)
+    async with consumer:
+        with anyio.fail_after(30):
+            await got.wait()
+    records = await trace_of(rocketmq.namesrv_addr, sent.msg_id, trace_topic,
+                             {"Pub", "SubBefore", "SubAfter"})  # fmt: skip
+    assert {r["group"] for r in records if r["type"] != "Pub"} == {group}
+    shown = await anyio.to_thread.run_sync(
+        mqadmin, rocketmq, "queryMsgTraceById", "-i", sent.msg_id, "-t", trace_topic
+    )
+    pub, sub = _shown(shown)
+    assert pub[1:2] == ["trace-grpc-producer"] and sub[1:2] == [group], shown
+
+
+async def test_a_missing_trace_topic_fails_no_send_and_no_handler_call(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """The shared broker has no RMQ_SYS_TRACE_TOPIC: every trace send fails, is counted,
+    and the sends, the handler calls and the closes go on as without trace."""
+    topic, group = unique_name("tmiss"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1)
+    with anyio.fail_after(20):
+        async with Producer("trace-missing", rocketmq.namesrv_addr, trace=True) as producer:
+            for i in range(3):
+                await producer.send(Message(topic, b"m%d" % i))
+        await consume_one(rocketmq.namesrv_addr, topic, group)
+    assert producer.tracer is not None
+    assert producer.tracer.failed == 3 and producer.tracer.sent == 0

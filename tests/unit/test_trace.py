@@ -123,3 +123,26 @@ async def test_the_sending_task_ends_with_its_owner() -> None:
             tracer.append(_rec(1))
             await anyio.sleep(0.05)
     assert tracer.failed + tracer.dropped == 1
+
+
+def test_dropped_records_are_a_metric() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from aiorocket.integrations.telemetry import Telemetry
+    from aiorocket.producer import Producer
+
+    reader = InMemoryMetricReader()
+    telemetry = Telemetry(meter_provider=MeterProvider(metric_readers=[reader]))
+    producer = Producer("traced", "127.0.0.1:9876", trace=True)
+    telemetry.instrument_producer(producer)
+    assert producer.tracer is not None
+    producer.tracer.append(_rec(1))  # not running: dropped
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = {
+        p.attributes["aiorocket.trace.outcome"]: p.value
+        for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+        if m.name == "aiorocket.trace.records" for p in m.data.data_points
+    }  # fmt: skip
+    assert points == {"sent": 0, "dropped": 1, "failed": 0}
