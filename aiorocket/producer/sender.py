@@ -85,6 +85,15 @@ class Plan:
     pinned: bool = False
 
 
+def _failed(last: RocketMQError, unsure: RocketMQError) -> RocketMQError:
+    """The error of a send whose last attempt was refused (or found no route) after an
+    earlier one that may have stored the message (``unsure``): that one's type (a
+    stall, a closed connection, no answer: "may be stored"), naming both, so that the
+    refusal does not read as "not stored"."""
+    return type(unsure)(f"{unsure} (that attempt may still store the message; the last "
+                        f"attempt failed: {last})")  # fmt: skip
+
+
 def _ms_since(started: float) -> float:
     return (time.monotonic() - started) * 1000
 
@@ -220,6 +229,9 @@ class Sender:
         """
         avoid: str | None = None
         last_error: RocketMQError | None = None
+        #: the first attempt after which the message may be stored (abandoned at a stall,
+        #: its connection closed, no answer): a later refusal must not hide it
+        unsure: RocketMQError | None = None
         tried: list[str] = []
         for attempt in range(plan.attempts):
             if attempt and retry is not None:
@@ -263,12 +275,15 @@ class Sender:
                 assert watch is not None
                 watch.stalled(mq.broker_name)
                 last_error = exc
+                unsure = unsure or exc
             except BrokerResponseError as exc:
                 self._fault.record(mq.broker_name, _ms_since(started), failed=True)
                 # Another broker may take it: a retriable answer, or NO_PERMISSION (as in
                 # Java: a broker whose write permission is off answers it too).
                 if not (exc.retriable or isinstance(exc, AccessDeniedError)):
-                    raise
+                    if unsure is None:
+                        raise
+                    raise _failed(exc, unsure) from exc
                 last_error = exc
                 if isinstance(exc, TopicNotExistError):
                     await _quietly(self.routes.refresh(out.topic))
@@ -280,6 +295,7 @@ class Sender:
                     last_error = RequestTimeoutError(
                         f"send to {addr} got no answer in {remaining:.3f}s"
                     )
+                unsure = unsure or last_error
                 if plan.pinned:  # it may have been stored: retrying could reorder
                     if last_error is exc:
                         raise
@@ -304,7 +320,9 @@ class Sender:
                 pause = min(PINNED_RETRY_PAUSE * (attempt + 1), deadline - self.now())
                 await anyio.sleep(max(pause, 0))
         assert last_error is not None
-        raise last_error
+        if unsure is None or isinstance(last_error, (RequestTimeoutError, ConnectionClosedError)):
+            raise last_error  # the last attempt's own error says "may be stored" already
+        raise _failed(last_error, unsure) from last_error
 
     async def send_oneway(self, out: Outgoing, plan: Plan, deadline: float) -> None:
         """One oneway attempt (holding a slot already): done once the request is written."""

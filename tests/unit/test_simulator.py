@@ -158,3 +158,78 @@ def test_checker_catches_a_planted_violation(
 ) -> None:
     assert invariant in INVARIANTS
     assert invariant in _caught(_history(*steps))
+
+
+# -- the producer's workloads (aiorocket.testing.sim.producer_sends / producer_txn) ----
+
+#: 463 and 572: an attempt abandoned at a stall (or whose connection closed), then a
+#: retry refused: the send was reported refused ("not stored") while the first stored it
+SENDS_SEEDS = [*range(0, 14), 463, 572]
+TXN_SEEDS = range(0, 14)
+
+
+@pytest.mark.parametrize("seed", SENDS_SEEDS)
+def test_producer_sends_seed(seed: int) -> None:
+    report = run(seed, "producer_sends")
+    assert report.ok, str(report)
+
+
+@pytest.mark.parametrize("seed", TXN_SEEDS)
+def test_producer_txn_seed(seed: int) -> None:
+    report = run(seed, "producer_txn")
+    assert report.ok, str(report)
+
+
+def test_the_producer_workloads_see_what_they_judge() -> None:
+    """Not vacuous: the runs store, batch, order, commit, roll back and check back."""
+    kinds: set[str] = set()
+    for seed in range(4):
+        for workload in ("producer_sends", "producer_txn"):
+            kinds |= {e.kind for e in run(seed, workload).history.events}
+    assert {"send_ok", "send_stored", "txn_visible", "txn_rolled_back", "txn_check",
+            "check_answer", "app_txn"} <= kinds  # fmt: skip
+
+
+_OK = {"broker": "b", "queue": 0, "offset": 0, "msg_id": "M0", "crc": 1}
+
+
+@pytest.mark.parametrize(
+    ("invariant", "steps"),
+    [
+        ("stored_as_sent", [  # another body at the reported place
+            (0, "send_stored", "s-0", {**_OK, "crc": 2}),
+            (0, "send_ok", "s-0", {**_OK, "elapsed": 0.1, "timeout": 5.0}),
+        ]),
+        ("stored_as_sent", [(0, "send_ok", "s-0", {**_OK, "elapsed": 0.1, "timeout": 5.0})]),
+        ("order_per_key", [
+            (0, "send_ok", "o-0", {**_OK, "offset": 3, "okey": 0, "seq": 0}),
+            (1, "send_ok", "o-1", {**_OK, "offset": 2, "okey": 0, "seq": 1}),
+        ]),
+        ("order_per_key", [
+            (0, "send_ok", "o-0", {**_OK, "okey": 0, "seq": 0}),
+            (1, "send_ok", "o-1", {**_OK, "queue": 1, "offset": 1, "okey": 0, "seq": 1}),
+        ]),
+        ("deadline_kept", [(1.2, "send_failed", "s-0", {"elapsed": 1.2, "timeout": 10.0,
+                                                        "timed_out": True, "error": "t"})]),
+        ("deadline_kept", [(9, "send_ok", "s-0", {**_OK, "elapsed": 9.0, "timeout": 5.0})]),
+        ("txn_outcome", [(0, "app_txn", "t-0", {"state": "commit"}), (9, "end", "", {})]),
+        ("txn_outcome", [(0, "txn_visible", "t-0", {}), (1, "txn_visible", "t-0", {}),
+                         (2, "app_txn", "t-0", {"state": "commit"})]),
+        ("txn_outcome", [(0, "txn_visible", "t-0", {}),
+                         (2, "app_txn", "t-0", {"state": "rollback"})]),
+        ("txn_outcome", [(0, "txn_unresolved", "t-0", {})]),
+        ("checks_answered_truly", [
+            (0, "check_answer", "t-0", {"state": "rollback"}),
+            (0, "txn_end", "t-0", {"outcome": "commit", "from_check": True}),
+        ]),
+        ("checks_answered_truly", [
+            (0, "local_done", "t-0", {"state": "rollback"}),
+            (0, "txn_end", "t-0", {"outcome": "commit", "from_check": False}),
+        ]),
+    ],
+)
+def test_checker_catches_a_planted_producer_violation(
+    invariant: str, steps: list[tuple[float, str, str, dict[str, object]]]
+) -> None:
+    assert invariant in INVARIANTS
+    assert invariant in _caught(_history(*steps))

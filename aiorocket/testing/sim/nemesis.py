@@ -154,8 +154,9 @@ _DRAWS = {
 def _draws() -> dict[str, Any]:
     # the consumer workloads' draws live with them (they import this module's helpers)
     from aiorocket.testing.sim.consumer_draws import DRAWS
+    from aiorocket.testing.sim.producer_draws import PRODUCER_DRAWS
 
-    return {**_DRAWS, **DRAWS}
+    return {**_DRAWS, **DRAWS, **PRODUCER_DRAWS}
 
 
 def draw(seed: int, workload: str) -> Schedule:

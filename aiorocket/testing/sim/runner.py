@@ -56,6 +56,11 @@ def _on_trio(workload: Callable[..., Awaitable[None]]) -> Callable[..., Any]:
 
         clock = MockClock(autojump_threshold=0)
         history = History(clock.current_time)
+        # trio shuffles each batch of runnable tasks with its own Random, seeded once per
+        # process: seeded per run here, a seed replays its interleaving in any process
+        shuffler = getattr(getattr(trio, "_core", None), "_run", None)
+        if isinstance(getattr(shuffler, "_r", None), random.Random):
+            shuffler._r.seed(f"trio:{schedule.workload}:{schedule.seed}")  # type: ignore[union-attr]
         # The client reads time.monotonic() for deadlines and due times (renewals, ack
         # retries, consume timeouts): in a run it must read the virtual clock too.
         real = time.monotonic
@@ -90,6 +95,7 @@ def _workloads() -> dict[str, Callable[..., History]]:
 
     out = {"pop_remoting": _on_trio(pop_remoting), "producer_stall": _on_trio(producer_stall)}
     out.update(_consumer_workloads())
+    out.update(_producer_workloads())
     try:
         from aiorocket.testing.sim.grpc_workload import fifo_async_for, grpc_receive
     except ImportError:  # the grpc extra is not installed
@@ -105,8 +111,15 @@ def _consumer_workloads() -> dict[str, Callable[..., History]]:
     return {"lite_remoting": _on_trio(lite_remoting)}
 
 
+def _producer_workloads() -> dict[str, Callable[..., History]]:
+    from aiorocket.testing.sim.producer_sends import producer_sends
+    from aiorocket.testing.sim.producer_txn import producer_txn
+
+    return {"producer_sends": _on_trio(producer_sends), "producer_txn": _on_trio(producer_txn)}
+
+
 WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for", "producer_stall",
-             "lite_remoting")  # fmt: skip
+             "lite_remoting", "producer_sends", "producer_txn")  # fmt: skip
 
 
 def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = None,

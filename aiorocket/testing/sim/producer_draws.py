@@ -1,0 +1,83 @@
+"""The nemesis's draws for the producer workloads (``producer_sends``,
+``producer_txn``): parameters and faults from the run's seeded
+``random.Random``, as ``nemesis.draw`` does for the others."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from aiorocket.testing.sim.nemesis import SYSTEM_BUSY, SYSTEM_ERROR, Fault
+
+__all__ = ["PRODUCER_DRAWS"]
+
+_BROKERS = ("sim-broker-a", "sim-broker-b")
+
+
+def _send_faults(rng: random.Random, keys: list[str], *, resets: bool = True) -> list[Fault]:
+    """Per message (by key, so that a seed replays whatever the interleaving): a broker
+    slow for its first attempts there (late answers, within or past a short timeout),
+    error answers (nothing stored), the connection closed after it was stored."""
+    def pick() -> dict[str, Any]:
+        return {"key": rng.choice(keys), "broker": rng.choice(_BROKERS),
+                "count": rng.choice([1, 1, 2])}
+
+    faults = [Fault("broker_slow", {**pick(), "seconds": rng.choice([0.8, 1.5, 3.0])})
+              for _ in range(rng.randint(0, 2))]  # fmt: skip
+    faults += [Fault("send_error", {**pick(), "code": rng.choice([SYSTEM_BUSY, SYSTEM_ERROR])})
+               for _ in range(rng.randint(0, 2))]  # fmt: skip
+    if resets and rng.random() < 0.3:
+        faults.append(Fault("reset_after_store", pick()))
+    return faults
+
+
+def _producer_sends(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
+    """Ordered sends (sharding key or selector), and plain senders with timeouts of
+    their own, auto-batched or not (``send`` and ``start_send``)."""
+    keys, per_key = rng.randint(0, 3), rng.randint(2, 6)
+    senders, per_sender = rng.randint(1, 4), rng.randint(2, 6)
+    params: dict[str, Any] = {
+        "keys": keys, "per_key": per_key, "senders": senders, "per_sender": per_sender,
+        "retries": rng.choice([0, 1, 2]), "auto_batch": rng.random() < 0.7,
+        "selector": rng.random() < 0.3, "queues": rng.randint(1, 4),
+        "timeouts": [rng.choice([0.5, 1.0, 5.0]) for _ in range(senders)],
+        "start_send": [rng.random() < 0.3 for _ in range(senders)],
+        "big": sorted(rng.sample(range(per_sender), k=rng.randint(0, 1))),
+    }  # fmt: skip
+    names = [f"o{k}-{n}" for k in range(keys) for n in range(per_key)]
+    names += [f"p{s}-{n}" for s in range(senders) for n in range(per_sender)]
+    return params, _send_faults(rng, names)
+
+
+def _producer_txn(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
+    """Transactions: each local transaction commits, rolls back, answers UNKNOWN (its
+    database knows), or raises, after some seconds; ends lost, check-backs early (while
+    the local transaction runs), a checker that fails once, a crash at a random point."""
+    messages = rng.randint(2, 8)
+    params: dict[str, Any] = {"messages": messages, "concurrency": rng.randint(1, 3),
+                              "retries": rng.choice([0, 1, 2])}  # fmt: skip
+    faults: list[Fault] = []
+    for i in range(messages):
+        outcome = rng.choice(["commit", "commit", "rollback", "unknown", "raise"])
+        args: dict[str, Any] = {"key": f"t-{i}", "outcome": outcome,
+                                "seconds": rng.choice([0.0, 0.0, 0.5, 2.0, 5.0])}
+        if outcome == "unknown":
+            args["truth"] = rng.choice(["commit", "rollback"])
+        faults.append(Fault("local_txn", args))
+    for i in rng.sample(range(messages), k=rng.randint(0, 2)):
+        faults.append(Fault("end_lost", {"key": f"t-{i}"}))
+    for i in rng.sample(range(messages), k=rng.randint(0, 2)):
+        faults.append(Fault("check_early", {"key": f"t-{i}",
+                                            "after": rng.choice([0.1, 0.3, 1.0])}))
+    for i in rng.sample(range(messages), k=rng.randint(0, 1)):
+        faults.append(Fault("checker_raises", {"key": f"t-{i}"}))
+    faults += _send_faults(rng, [f"t-{i}" for i in range(messages)], resets=False)[:1]
+    if rng.random() < 0.3:
+        faults.append(Fault("crash_at", {"seconds": round(rng.uniform(0.1, 6.0), 2)}))
+    return params, faults
+
+
+PRODUCER_DRAWS = {
+    "producer_sends": _producer_sends,
+    "producer_txn": _producer_txn,
+}

@@ -1,0 +1,136 @@
+"""Workload: the remoting producer's sends against ``SimSendCluster``: ordered sends
+(a sharding key, or a queue selector) and plain senders each with a timeout of its own
+(0.5-5 s), auto-batched or not, through ``send`` and ``start_send``, all at once.
+
+Each send's report (``send_ok`` with where the result says it landed, or
+``send_failed`` with its error and time) is held by the checker against the brokers'
+truth (``send_stored``): stored exactly as sent where reported, not stored when
+reported failed early, in order per key, within its own deadline.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from aiorocket.errors import BrokerStalledError, ConnectionClosedError, RequestTimeoutError
+from aiorocket.message import Message, MessageQueue
+from aiorocket.producer import Producer
+from aiorocket.testing.sim._client import client_tasks, record_error
+from aiorocket.testing.sim.producer_broker import SimSendCluster
+from aiorocket.testing.sim.remoting import TOPIC
+
+if TYPE_CHECKING:
+    from aiorocket.testing.sim.history import History
+    from aiorocket.testing.sim.nemesis import Schedule
+
+__all__ = ["SendLog", "producer_sends"]
+
+#: the producer's default send timeout (virtual seconds)
+TIMEOUT = 5.0
+
+
+class SendLog:
+    """Writes a send's outcome to the history, as the checker reads it."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+
+    def ok(self, key: str, body: bytes, result: Any, *, started: float, timeout: float,
+           **info: Any) -> None:  # fmt: skip
+        queue = result.queue
+        self.history.add("send_ok", key, broker=queue.broker_name, queue=queue.queue_id,
+                         offset=result.queue_offset, msg_id=result.msg_id,
+                         crc=zlib.crc32(body), elapsed=self.history.now() - started,
+                         timeout=timeout, **info)  # fmt: skip
+
+    def failed(self, key: str, exc: BaseException, started: float, timeout: float,
+               **info: Any) -> None:  # fmt: skip
+        # "May be stored": a closed connection, or a send abandoned at a stall whose
+        # retries were refused (the stall named, the refusal its cause). A timeout says
+        # so too, but only once the send's own time is up (deadline_kept).
+        uncertain = isinstance(exc, ConnectionClosedError) or (
+            isinstance(exc, BrokerStalledError) and exc.__cause__ is not None)
+        self.history.add("send_failed", key, error=repr(exc)[:200],
+                         elapsed=self.history.now() - started, timeout=timeout,
+                         timed_out=isinstance(exc, RequestTimeoutError) and not uncertain,
+                         uncertain=uncertain, **info)  # fmt: skip
+        record_error(self.history, exc, f"send {key}")
+
+
+def _body(key: str, big: bool) -> bytes:
+    # a big body is compressed by the producer (compress_over, 4 KiB): stored inflated
+    return key.encode() + (b"." * 6000 if big else b"")
+
+
+def _pick(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+    return queues[int(arg) % len(queues)]
+
+
+async def producer_sends(
+    schedule: Schedule, history: History, handler: Callable[[Any], Awaitable[None]] | None = None
+) -> None:
+    p = schedule.params
+    log = SendLog(history)
+    async with SimSendCluster(schedule, history, brokers=2, queues=p["queues"]) as cluster:
+        producer = Producer("sim-producers", cluster.namesrv.address, retries=p["retries"],
+                            send_timeout=TIMEOUT, auto_batch=p["auto_batch"])  # fmt: skip
+
+        async def ordered(k: int) -> None:
+            for seq in range(p["per_key"]):
+                key = f"o{k}-{seq}"
+                body, started = _body(key, False), history.now()
+                kw: dict[str, Any] = ({"selector": _pick, "selector_arg": k} if p["selector"]
+                                      else {"sharding_key": f"key-{k}"})  # fmt: skip
+                try:
+                    result = await producer.send(Message(TOPIC, body, keys=[key]), **kw)
+                except Exception as exc:
+                    log.failed(key, exc, started, TIMEOUT, okey=k, seq=seq)
+                else:
+                    log.ok(key, body, result, started=started, timeout=TIMEOUT, okey=k, seq=seq)
+
+        async def plain(s: int) -> None:
+            timeout = p["timeouts"][s]
+            for n in range(p["per_sender"]):
+                key = f"p{s}-{n}"
+                body, started = _body(key, n in p["big"]), history.now()
+                msg = Message(TOPIC, body, keys=[key])
+                if not p["start_send"][s]:
+                    try:
+                        result = await producer.send(msg, timeout=timeout)
+                    except Exception as exc:
+                        log.failed(key, exc, started, timeout)
+                    else:
+                        log.ok(key, body, result, started=started, timeout=timeout)
+                    continue
+                on_result = functools.partial(log.ok, key, body, started=started,
+                                              timeout=timeout)  # fmt: skip
+                try:
+                    async with anyio.create_task_group() as tg:
+                        await producer.start_send(tg, msg, timeout=timeout, on_result=on_result)
+                except Exception as exc:  # the failed send's task raised in tg
+                    errors = getattr(exc, "exceptions", None)
+                    log.failed(key, errors[0] if errors else exc, started, timeout)
+
+        try:
+            async with producer:
+                for i in range(4):  # latencies known on both brokers
+                    await producer.send(Message(TOPIC, f"warm-{i}".encode()))
+                async with anyio.create_task_group() as tg:
+                    for k in range(p["keys"]):
+                        tg.start_soon(ordered, k)
+                    for s in range(p["senders"]):
+                        tg.start_soon(plain, s)
+                history.add("close_start", "")
+        except Exception as exc:
+            record_error(history, exc, "producer")
+        history.add("close_end", "")
+        await anyio.sleep(5.0)  # what slow brokers still store, stored; tasks ended
+        left = client_tasks()
+        if left:
+            history.add("tasks_left", "", count=len(left), names=sorted(set(left))[:5])
+        history.add("end")
