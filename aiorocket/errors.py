@@ -252,7 +252,16 @@ class LiteQuotaExceededError(RocketMQError):
 
 
 class NoRouteError(RocketMQError):
-    """No broker can serve the request (no route, no writable queue, no master)."""
+    """No broker can serve the request (no route, no writable queue, no master).
+
+    Not retriable by default (a topic that does not exist stays so); ``retriable=True``
+    where the same request may find a route when made again: settling a message whose
+    broker has no master right now (a failover, a restart), which a running consumer
+    sends again while its route comes back."""
+
+    def __init__(self, message: str, *, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 class DataLossError(RocketMQError):

@@ -64,6 +64,8 @@ class CoalescingTransport:
 
 class _CoalescingProtocol(H2Protocol):
     keepalive: Keepalive | None = None
+    #: the connection's socket transport (``GrpcTransport.abandon`` aborts it)
+    raw: asyncio.Transport | None = None
 
     def __init__(
         self,
@@ -80,7 +82,7 @@ class _CoalescingProtocol(H2Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport: uvloop's (uvicorn's loop when installed) is not registered
         # as asyncio.Transport, so an isinstance check would refuse every connection.
-        transport = cast(asyncio.Transport, transport)
+        transport = self.raw = cast(asyncio.Transport, transport)
         super().connection_made(CoalescingTransport(transport))  # type: ignore[arg-type]
         # Before the first request: h2 has encoded no header block yet.
         h2_conn = self.connection._connection
@@ -144,6 +146,22 @@ class CoalescingChannel(Channel):
         """The current connection's protocol (None before the first call)."""
         protocol: Any = self._protocol
         return protocol if isinstance(protocol, _CoalescingProtocol) else None
+
+    def idle(self) -> bool:
+        """No call is open on the connection (or there is none)."""
+        protocol = self.protocol
+        if protocol is None or protocol.raw is None or protocol.raw.is_closing():
+            return True
+        return protocol.connection._connection.open_outbound_streams == 0
+
+    def abort(self) -> bool:
+        """Drop the connection at once: its calls fail, the next call opens a new one.
+        False when there was none to drop."""
+        protocol = self.protocol
+        if protocol is None or protocol.raw is None or protocol.raw.is_closing():
+            return False
+        protocol.raw.abort()
+        return True
 
     def _protocol_factory(self) -> H2Protocol:
         return _CoalescingProtocol(

@@ -72,6 +72,7 @@ __all__ = [
     "QueryRouteResponse",
     "ReceiveMessageRequest",
     "ReceiveMessageResponse",
+    "ReconnectEndpointsCommand",
     "RecoverOrphanedTransactionCommand",
     "Resource",
     "RetryPolicy",
@@ -573,6 +574,14 @@ class PrintThreadStackTraceCommand(betterproto.Message):
 
 
 @dataclass(eq=False, repr=False)
+class ReconnectEndpointsCommand(betterproto.Message):
+    """The server asks the client to move to a new connection (rocketmq-apis#92: a
+    Proxy rebalancing its connections)."""
+
+    nonce: str = betterproto.string_field(1)
+
+
+@dataclass(eq=False, repr=False)
 class ThreadStackTrace(betterproto.Message):
     nonce: str = betterproto.string_field(1)
     thread_stack_trace: str | None = betterproto.string_field(2, optional=True)
@@ -618,6 +627,9 @@ class TelemetryCommand(betterproto.Message):
     )
     verify_message_command: VerifyMessageCommand | None = betterproto.message_field(
         7, group="command"
+    )
+    reconnect_endpoints_command: ReconnectEndpointsCommand | None = betterproto.message_field(
+        8, group="command"
     )
     notify_unsubscribe_lite_command: NotifyUnsubscribeLiteCommand | None = (
         betterproto.message_field(9, group="command")

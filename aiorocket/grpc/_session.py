@@ -8,6 +8,14 @@ it applies settings the Proxy pushes later, hands server commands (orphaned
 transactions) to the registered handler, and reopens the stream with exponential
 backoff when it breaks. Heartbeats go every ``heartbeat_interval``. Closing stops both
 tasks, sends NotifyClientTermination (bounded) and closes the connection.
+
+Two ways to a new connection besides a lost one (as the Java client 5.2.1 does,
+rocketmq-clients#1309/#1310): the Proxy's ReconnectEndpointsCommand moves the client to
+a new connection (calls under way finish on the old one; the telemetry stream moves at
+once), and heartbeats that time out ``HEARTBEAT_FAILURES`` times in a row abandon the
+connection (at most once per ``RECOVERY_COOLDOWN``): one that takes calls and answers
+none while its HTTP/2 PINGs are answered, which the keepalive cannot tell from a live
+one (a Proxy whose gRPC executor is stuck, an intermediary that answers PINGs itself).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from aiorocket._tasks import BackgroundTasks
 from aiorocket.errors import (
     ClientClosedError,
     ProxyUnavailableError,
+    RequestTimeoutError,
     RocketMQError,
     UnsupportedTransportError,
 )
@@ -50,6 +59,11 @@ _ROUTE_TTL = 30.0
 _RETRY_WHILE_AWAITED = 0.5
 #: NotifyClientTermination attempts to end the Proxy's hold after a broken receive
 _RELEASE_ATTEMPTS = 6
+#: heartbeats timed out in a row that abandon the connection (the Java client: 2)
+HEARTBEAT_FAILURES = 2
+#: seconds after abandoning a connection for failed heartbeats before the next time
+#: (the Java client: 30 s): a Proxy slow for every connection is not helped by more
+RECOVERY_COOLDOWN = 30.0
 
 
 def ensure_asyncio(what: str) -> None:
@@ -150,6 +164,10 @@ class Session:
         #: releases of held messages begun (``release_held``), to coalesce concurrent ones
         self._releases = 0
         self._release_lock = anyio.Lock()
+        #: the current telemetry stream's scope (``reconnect`` ends it)
+        self._stream_scope: anyio.CancelScope | None = None
+        #: when failed heartbeats last abandoned the connection (``RECOVERY_COOLDOWN``)
+        self._recovered_at: float | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -235,20 +253,24 @@ class Session:
     async def _telemetry_loop(self) -> None:
         attempt = 0
         while True:
+            scope = self._stream_scope = anyio.CancelScope()
             try:
-                async with self.transport.bidi_stream(
-                    "Telemetry", pb.TelemetryCommand, pb.TelemetryCommand
-                ) as stream:
-                    self._stream = stream
-                    await stream.send_message(pb.TelemetryCommand(settings=self.local_settings()))
-                    async for cmd in stream:
-                        attempt = 0
-                        await self._on_command(stream, cmd)
-                    if self.settings is None:
-                        self._start_error = ProxyUnavailableError(
-                            f"the Proxy {self.transport.endpoint} closed the telemetry stream"
+                with scope:
+                    async with self.transport.bidi_stream(
+                        "Telemetry", pb.TelemetryCommand, pb.TelemetryCommand
+                    ) as stream:
+                        self._stream = stream
+                        await stream.send_message(
+                            pb.TelemetryCommand(settings=self.local_settings())
                         )
-                        self._settings_seen.set()
+                        async for cmd in stream:
+                            attempt = 0
+                            await self._on_command(stream, cmd)
+                        if self.settings is None:
+                            self._start_error = ProxyUnavailableError(
+                                f"the Proxy {self.transport.endpoint} closed the telemetry stream"
+                            )
+                            self._settings_seen.set()
             except RocketMQError as exc:
                 if self.settings is None:
                     self._start_error = exc
@@ -259,10 +281,13 @@ class Session:
                 log("telemetry_stream_broken", error=str(exc), attempt=attempt)
             finally:
                 self._stream = None
+                self._stream_scope = None
                 if self._ready.is_set():
                     self._ready = anyio.Event()
                     self._down_since = time.monotonic()
                     self._changed()
+            if scope.cancel_called:
+                continue  # ``reconnect``: the new connection at once
             attempt += 1
             delay = min(30.0, 0.5 * 2 ** min(attempt, 6))
             if self._waiting:
@@ -349,6 +374,9 @@ class Session:
             self.log.info("lite_unsubscribed_by_proxy", lite_topic=value.lite_topic)
             if self.on_lite_dropped is not None and value.lite_topic:
                 self.on_lite_dropped(value.lite_topic)
+        elif kind == "reconnect_endpoints_command":
+            self.log.info("proxy_asked_reconnect", nonce=value.nonce)
+            self.reconnect()
         elif kind == "print_thread_stack_trace_command":
             reply = pb.ThreadStackTrace(nonce=value.nonce, thread_stack_trace="(asyncio client)")
             await stream.send_message(
@@ -377,12 +405,42 @@ class Session:
         check_status(resp.status, "Heartbeat")
 
     async def _heartbeat_loop(self) -> None:
+        timeouts = 0  # in a row
         while True:
             await anyio.sleep(self.heartbeat_interval)
             try:
                 await self.heartbeat()
+                timeouts = 0
+            except RequestTimeoutError as exc:
+                timeouts += 1
+                self.log.warning("heartbeat_failed", error=str(exc), timeouts=timeouts)
+                if timeouts >= HEARTBEAT_FAILURES and self._abandon_connection():
+                    timeouts = 0
             except RocketMQError as exc:
+                timeouts = 0  # an answer, or a connection already lost
                 self.log.warning("heartbeat_failed", error=str(exc))
+
+    def _abandon_connection(self) -> bool:
+        """Drop a connection whose heartbeats time out (the next calls open a new one,
+        the telemetry stream goes there at once), unless it was done less than
+        ``RECOVERY_COOLDOWN`` ago."""
+        now = time.monotonic()
+        if self._recovered_at is not None and now - self._recovered_at < RECOVERY_COOLDOWN:
+            return False
+        self._recovered_at = now
+        abandoned = self.transport.abandon()
+        self.log.warning("connection_abandoned", reason="heartbeats timed out",
+                         failures=HEARTBEAT_FAILURES, abandoned=abandoned)  # fmt: skip
+        self._wake.set()
+        return True
+
+    def reconnect(self) -> None:
+        """Move to a new connection (the Proxy's ReconnectEndpointsCommand): calls under
+        way finish on the current one, the calls to come and the telemetry stream (at
+        once; receives wait for the settings on it) go to a new one."""
+        self.transport.retire()
+        if self._stream_scope is not None:
+            self._stream_scope.cancel()
 
     async def notify_termination(self) -> None:
         req = pb.NotifyClientTerminationRequest(group=self._group_resource())

@@ -130,6 +130,9 @@ class SimpleConsumer:
         self._rr = itertools.count()
         #: receives under way per (topic, broker): see ``_pick``
         self._receiving: dict[tuple[str, str], int] = {}
+        #: per (topic, broker): attempt ids of receives that got no message, for the
+        #: next receives there (``_take_attempt``)
+        self._attempts: dict[tuple[str, str], list[str]] = {}
         self._started = False
         #: received messages that could not be decoded (dead-lettered, released or
         #: left), since the start; ``on_undecodable`` is called for each too
@@ -231,7 +234,6 @@ class SimpleConsumer:
         topics = list(self._subs)
         topic = topics[n % len(topics)]
         mq = self._pick(topic, await self._assignment(topic), n // len(topics))
-        req = self._receive_request(topic, mq, max_messages, invisible_duration)
         broker = mq.broker.name
         # Again: the session may have been taken down meanwhile (``Session.release_held``).
         await self._session_ready(timeout)
@@ -239,10 +241,16 @@ class SimpleConsumer:
         #: messages whose body does not decode, until settled (``_settle_undecodable``)
         bad: list[tuple[ReceivedMessage, str]] = []
         key = (topic, broker)
+        attempt = self._take_attempt(key)
+        req = self._receive_request(topic, mq, max_messages, invisible_duration, attempt)
         self._receiving[key] = self._receiving.get(key, 0) + 1
         try:
             try:
-                await self._read(req, timeout, broker, out, bad)
+                try:
+                    await self._read(req, timeout, broker, out, bad)
+                finally:
+                    if not out and not bad:
+                        self._attempts.setdefault(key, []).append(attempt)
             except RocketMQError as err:
                 if self._holds_what_it_wrote(err):
                     # What the Proxy wrote after the break never arrived, and it renews
@@ -268,6 +276,21 @@ class SimpleConsumer:
         finally:
             self._receiving[key] -= 1
         return out
+
+    def _take_attempt(self, key: tuple[str, str]) -> str:
+        """The attempt id of a receive from ``key`` (topic, broker): one a receive there
+        used without getting a message, else a new one.
+
+        The broker recognises a pop repeated under the same attempt id and answers it
+        with what the first one popped (a FIFO queue's messages above all: the attempt
+        that owns its order state). So an attempt id is kept across failed receives
+        (the answer may have been lost: a reset stream, the deadline) and empty ones,
+        and dropped once a receive got a message, as the Java push consumer does since
+        5.2.1 (rocketmq-clients#1321: it drew a new one after any failure but a deadline,
+        and after empty answers). Each is used by one receive at a time: two receives
+        under way never share one."""
+        spare = self._attempts.get(key)
+        return spare.pop() if spare else str(uuid.uuid4())
 
     def _holds_what_it_wrote(self, err: RocketMQError) -> bool:
         """Whether a receive that failed with ``err`` may have left messages the Proxy
@@ -395,8 +418,9 @@ class SimpleConsumer:
         return min(order, key=lambda q: self._receiving.get((topic, q.broker.name), 0))
 
     def _receive_request(
-        self, topic: str, mq: pb.MessageQueue, max_messages: int, invisible_duration: float
-    ) -> RawRequest:
+        self, topic: str, mq: pb.MessageQueue, max_messages: int, invisible_duration: float,
+        attempt_id: str,
+    ) -> RawRequest:  # fmt: skip
         """ReceiveMessageRequest: everything but the attempt id encoded once per queue
         and settings (betterproto's encoder took a sixth of the push consumer's CPU,
         benchmarks/README.md, gRPC), then the attempt id appended: protobuf fields may
@@ -425,7 +449,7 @@ class SimpleConsumer:
             )
             fixed = (mq, bytes(req))
             self._receive_requests[key] = fixed
-        return with_attempt_id(fixed[1], str(uuid.uuid4()))
+        return with_attempt_id(fixed[1], attempt_id)
 
     async def ack(self, message: ReceivedMessage | Iterable[ReceivedMessage]) -> None:
         """Acknowledge one message, or several of one topic in one request."""

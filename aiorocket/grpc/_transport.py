@@ -11,10 +11,16 @@ header when configured) and a deadline. Errors are mapped here, once, to
 * refused / unreachable / broken connection, gRPC UNAVAILABLE → ``ProxyUnavailableError``;
 * any other gRPC status (UNIMPLEMENTED, ...) → ``GrpcStatusError``.
 
+* gRPC RESOURCE_EXHAUSTED → ``ProxyResponseError`` TOO_MANY_REQUESTS, retriable: a
+  Proxy or an intermediary throttling at the gRPC layer is throttling as the Proxy's own
+  status says it (the callers back off and try again), not a failure for good.
+
 grpclib reconnects by itself: a call after a lost connection opens a new one. Callers
 that loop (telemetry, heartbeats, sends) add their own backoff. A connection that stops
 answering while a call is open is abandoned after an unanswered HTTP/2 PING
-(``aiorocket.grpc._keepalive``), so that the next call opens a new one.
+(``aiorocket.grpc._keepalive``), so that the next call opens a new one; the session
+abandons one whose calls time out while its PINGs are answered (``abandon``), and moves
+to a new one when the Proxy asks (``retire``).
 """
 
 from __future__ import annotations
@@ -230,6 +236,8 @@ class GrpcTransport:
         #: keepalive's second PING of a silence waits for one of these
         self._prompt: dict[int, float] = {}
         self._prompt_ids = itertools.count()
+        #: connections left for a new one (``retire``), closed once their calls ended
+        self._retired: list[CoalescingChannel] = []
 
     @classmethod
     def create(
@@ -271,9 +279,31 @@ class GrpcTransport:
             protocol.keepalive.probe()
 
     def close(self) -> None:
+        for channel in self._retired:
+            channel.close()
+        self._retired.clear()
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+
+    def abandon(self) -> bool:
+        """Drop the current connection now (its calls fail at once; the next call
+        opens a new one): it takes calls but answers none. False if there was none."""
+        return self._channel is not None and self._channel.abort()
+
+    def retire(self) -> None:
+        """Open a new connection for the calls to come; the calls under way finish on
+        the current one, which is closed once they have (the Proxy's reconnect command:
+        it rebalances its connections, nothing is wrong with this one)."""
+        if self._channel is not None:
+            self._retired.append(self._channel)
+            self._channel = None
+            self._close_retired()
+
+    def _close_retired(self) -> None:
+        for channel in [c for c in self._retired if c.idle()]:
+            self._retired.remove(channel)
+            channel.close()
 
     def endpoints(self) -> pb.Endpoints:
         """This endpoint as the ``Endpoints`` message QueryRoute/QueryAssignment carry."""
@@ -360,6 +390,8 @@ class GrpcTransport:
         finally:
             self._calls -= 1
             self._prompt.pop(key, None)
+            if self._retired:
+                self._close_retired()
 
     @asynccontextmanager
     async def server_stream(
@@ -408,6 +440,11 @@ class GrpcTransport:
             yield
         except GRPCError as exc:
             _uncancel_to(baseline)
+            if exc.status is GrpcStatus.RESOURCE_EXHAUSTED:
+                raise ProxyResponseError(
+                    int(pb.Code.TOO_MANY_REQUESTS), f"gRPC RESOURCE_EXHAUSTED: {exc.message or ''}",
+                    name="TOO_MANY_REQUESTS", rpc=rpc, retriable=True,
+                ) from exc  # fmt: skip
             if exc.status is GrpcStatus.DEADLINE_EXCEEDED:
                 self._probe()
                 raise RequestTimeoutError(f"{where}: no answer within {timeout}s") from exc

@@ -22,7 +22,12 @@ the stream ends with gRPC UNAVAILABLE), ``"reset"`` (one message, then the conne
 drops), ``"stall"`` (one message, then nothing) or ``"hang"`` (nothing, ever).
 SendMessage records each request (``send_requests``, ``wait_sends``), stores the
 messages in ``sent`` and answers OK, or never answers while ``send_hangs``. ``restart``
-drops every connection, as a Proxy that restarts does.
+drops every connection, as a Proxy that restarts does. Faults of any call:
+``fail_next(rpc, error)`` fails that RPC's next call with a gRPC error (RESOURCE_EXHAUSTED,
+say); ``stall_connections()`` leaves every call on the connections open now unanswered
+while HTTP/2 still answers PINGs (a half-open Proxy); ``ask_reconnect()`` sends each
+client the Proxy's ReconnectEndpointsCommand. ``connections`` counts the client
+connections seen, ``receive_attempts`` each ReceiveMessage's ``attempt_id``.
 """
 
 from __future__ import annotations
@@ -117,6 +122,17 @@ class FakeProxy:
         self.receives_without_settings = 0
         self._server: Server | None = None
         self._transports: set[asyncio.BaseTransport] = set()
+        #: client connections seen since the first start
+        self.connections = 0
+        self._seen: set[int] = set()
+        #: connections whose calls are never answered (``stall_connections``)
+        self._stalled: set[asyncio.BaseTransport] = set()
+        #: rpc -> gRPC errors its next calls fail with, in order (``fail_next``)
+        self._failures: dict[str, list[GRPCError]] = {}
+        #: the attempt_id of each ReceiveMessage (None: the request had none)
+        self.receive_attempts: list[str | None] = []
+        #: the open Telemetry streams (``ask_reconnect``)
+        self._telemetry_open: set[Stream[pb.TelemetryCommand, pb.TelemetryCommand]] = set()
 
     @property
     def endpoint(self) -> str:
@@ -125,8 +141,9 @@ class FakeProxy:
     def __mapping__(self) -> dict[str, Handler]:
         def unary(name: str, req: type[Any], rep: type[Any]) -> tuple[str, Handler]:
             async def handle(stream: Stream[Any, Any]) -> None:
-                self._track(stream)
+                await self._admit(stream)
                 await stream.recv_message()
+                self._fail(name)
                 self.calls.append(name)
                 if name == "NotifyClientTermination":  # the real one drops the settings
                     self._known.discard(_client_id(stream))
@@ -167,25 +184,30 @@ class FakeProxy:
 
     async def _telemetry(self, stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand]) -> None:
         self.telemetry_streams += 1
-        self._track(stream)
+        await self._admit(stream)
         if self.telemetry_refusal is not None:
             await stream.recv_message()
             if self.telemetry_refusal == "end":
                 return  # trailers with grpc-status OK, nothing said
             raise self.telemetry_refusal
-        async for cmd in stream:
-            kind, settings = pb.oneof(cmd, "command")
-            if kind == "settings":
-                if self.fifo and settings.subscription is not None:
-                    settings.subscription.fifo = True
-                self.settings_received.append(settings)
-                self._known.add(_client_id(stream))
-                await stream.send_message(pb.TelemetryCommand(status=_OK, settings=settings))
+        self._telemetry_open.add(stream)
+        try:
+            async for cmd in stream:
+                kind, settings = pb.oneof(cmd, "command")
+                if kind == "settings":
+                    if self.fifo and settings.subscription is not None:
+                        settings.subscription.fifo = True
+                    self.settings_received.append(settings)
+                    self._known.add(_client_id(stream))
+                    await stream.send_message(pb.TelemetryCommand(status=_OK, settings=settings))
+        finally:
+            self._telemetry_open.discard(stream)
 
     async def _ack(self, stream: Stream[pb.AckMessageRequest, pb.AckMessageResponse]) -> None:
-        self._track(stream)
+        await self._admit(stream)
         req = await stream.recv_message()
         assert req is not None
+        self._fail("AckMessage")
         self.calls.append("AckMessage")
         self.ack_started.set()
         if self.ack_failures:
@@ -221,9 +243,10 @@ class FakeProxy:
         self,
         stream: Stream[pb.ChangeInvisibleDurationRequest, pb.ChangeInvisibleDurationResponse],
     ) -> None:
-        self._track(stream)
+        await self._admit(stream)
         req = await stream.recv_message()
         assert req is not None
+        self._fail("ChangeInvisibleDuration")
         self.calls.append("ChangeInvisibleDuration")
         refusal = self.change_refusal
         if refusal is not None:
@@ -244,9 +267,10 @@ class FakeProxy:
             pb.ForwardMessageToDeadLetterQueueRequest, pb.ForwardMessageToDeadLetterQueueResponse
         ],
     ) -> None:
-        self._track(stream)
+        await self._admit(stream)
         req = await stream.recv_message()
         assert req is not None
+        self._fail("ForwardMessageToDeadLetterQueue")
         self.calls.append("ForwardMessageToDeadLetterQueue")
         self.dead_letter_started.set()
         if self.dead_letter_gate is not None:
@@ -259,8 +283,10 @@ class FakeProxy:
     async def _assignment(
         self, stream: Stream[pb.QueryAssignmentRequest, pb.QueryAssignmentResponse]
     ) -> None:
+        await self._admit(stream)
         req = await stream.recv_message()
         assert req is not None
+        self._fail("QueryAssignment")
         mq = pb.MessageQueue(
             topic=req.topic, id=-1, permission=pb.Permission.READ_WRITE,
             broker=pb.Broker(name="fake-broker", endpoints=req.endpoints),
@@ -270,13 +296,14 @@ class FakeProxy:
         )
 
     async def _send(self, stream: Stream[pb.SendMessageRequest, pb.SendMessageResponse]) -> None:
-        self._track(stream)
+        await self._admit(stream)
         req = await stream.recv_message()
         assert req is not None
         self.calls.append("SendMessage")
         ids = [m.system_properties.message_id for m in req.messages]
         self.send_requests.append((time.monotonic(), ids))
         self._send_seen.set()
+        self._fail("SendMessage")
         if self.send_hangs:
             await asyncio.Event().wait()
         if self.send_delay:
@@ -295,9 +322,11 @@ class FakeProxy:
     async def _receive(
         self, stream: Stream[pb.ReceiveMessageRequest, pb.ReceiveMessageResponse]
     ) -> None:
-        self._track(stream)
+        await self._admit(stream)
         req = await stream.recv_message()
         assert req is not None
+        self.receive_attempts.append(req.attempt_id)
+        self._fail("ReceiveMessage")
         self.receive_started.set()
         if _client_id(stream) not in self._known:
             self.receives_without_settings += 1
@@ -342,11 +371,42 @@ class FakeProxy:
             await self._send_seen.wait()
         return self.send_requests[count - 1][1]
 
-    def _track(self, stream: Stream[Any, Any]) -> None:
+    async def _admit(self, stream: Stream[Any, Any]) -> None:
+        """Note the call's connection; a stalled one never answers. (A failure queued
+        for the call's RPC is raised by ``_fail``, once the request is read.)"""
         # grpclib keeps the connection's transport on its protocol stream (private).
         transport = getattr(getattr(stream, "_stream", None), "_transport", None)
         if isinstance(transport, asyncio.BaseTransport):
             self._transports.add(transport)
+            if id(transport) not in self._seen:
+                self._seen.add(id(transport))
+                self.connections += 1
+            if transport in self._stalled:
+                await asyncio.Event().wait()
+
+    def _fail(self, rpc: str) -> None:
+        queued = self._failures.get(rpc)
+        if queued:
+            raise queued.pop(0)
+
+    def fail_next(self, rpc: str, error: GRPCError, times: int = 1) -> None:
+        """The next ``times`` calls of ``rpc`` fail with ``error``."""
+        self._failures.setdefault(rpc, []).extend([error] * times)
+
+    def stall_connections(self) -> None:
+        """Every call that starts on the client connections open now goes unanswered,
+        while HTTP/2 (PINGs) still answers: a half-open Proxy, or
+        one behind an intermediary that answers PINGs itself. New connections work."""
+        self._stalled |= self._transports
+
+    async def ask_reconnect(self) -> int:
+        """Send ReconnectEndpointsCommand on every open Telemetry stream; how many."""
+        streams = list(self._telemetry_open)
+        for stream in streams:
+            await stream.send_message(pb.TelemetryCommand(
+                reconnect_endpoints_command=pb.ReconnectEndpointsCommand(nonce="fake")
+            ))  # fmt: skip
+        return len(streams)
 
     def drop_connections(self) -> None:
         """Close every client connection at once (TCP close, no HTTP/2 goodbye)."""

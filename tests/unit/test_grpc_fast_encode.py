@@ -149,9 +149,11 @@ def test_a_receive_request_encoded_once_decodes_as_betterproto_would_build_it(
     consumer = SimpleConsumer("g", "127.0.0.1:1", {topic: expression}, await_duration=7)
     mq = pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id,
                          broker=pb.Broker(name="broker-a"))  # fmt: skip
-    first = consumer._receive_request(topic, mq, batch, float(invisible)).SerializeToString()
-    second = consumer._receive_request(topic, mq, batch, float(invisible)).SerializeToString()
-    parsed = [pb.ReceiveMessageRequest().parse(data) for data in (first, second)]
+    encoded = [
+        consumer._receive_request(topic, mq, batch, float(invisible), attempt)
+        for attempt in ("a-1", "a-2")
+    ]
+    parsed = [pb.ReceiveMessageRequest().parse(req.SerializeToString()) for req in encoded]
     for req in parsed:
         assert (req.group.name, req.message_queue.topic.name, req.message_queue.id) == (
             "g", topic, queue_id,
@@ -162,7 +164,7 @@ def test_a_receive_request_encoded_once_decodes_as_betterproto_would_build_it(
         assert req.batch_size == batch and not req.auto_renew
         assert req.invisible_duration == timedelta(seconds=invisible)
         assert req.long_polling_timeout == timedelta(seconds=7)
-    assert parsed[0].attempt_id and parsed[0].attempt_id != parsed[1].attempt_id
+    assert [req.attempt_id for req in parsed] == ["a-1", "a-2"]
     expected = pb.ReceiveMessageRequest(
         group=pb.Resource(name="g"), message_queue=mq,
         filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression=expression),
@@ -181,7 +183,7 @@ def test_a_changed_subscription_changes_the_encoded_receive_request() -> None:
     mq = pb.MessageQueue(topic=pb.Resource(name="t"), id=0, broker=pb.Broker(name="b"))
 
     def expression() -> str:
-        data = consumer._receive_request("t", mq, 16, 30.0).SerializeToString()
+        data = consumer._receive_request("t", mq, 16, 30.0, "a").SerializeToString()
         return pb.ReceiveMessageRequest().parse(data).filter_expression.expression
 
     assert expression() == "a"

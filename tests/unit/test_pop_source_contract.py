@@ -24,7 +24,7 @@ from aiorocket.consumer import Consumer
 from aiorocket.consumer.backend import grpc_source, remoting_source
 from aiorocket.consumer.pop.lite import LiteAction
 from aiorocket.consumer.pop.source import PopSource
-from aiorocket.errors import RocketMQError
+from aiorocket.errors import NoRouteError, RocketMQError
 from aiorocket.grpc import _pb as pb
 from aiorocket.message import PROPERTY_LITE_TOPIC
 from aiorocket.protocol.codes import RequestCode, ResponseCode
@@ -98,6 +98,7 @@ class Rig:
     answer: Callable[[Answer], None]
     lite: bool
     broker: ScriptedPopBroker | None = None
+    cluster: FakeCluster | None = None
 
 
 def _messages(n: int, lite: bool) -> list[PopMessage]:
@@ -157,7 +158,8 @@ async def rig(kind: str) -> AsyncIterator[Rig]:
         await source.open()
         stack.push_async_callback(source.close)
         yield Rig(source, answer, lite=kind == "remoting-lite",
-                  broker=None if kind == "grpc" else broker)  # fmt: skip
+                  broker=None if kind == "grpc" else broker,
+                  cluster=None if kind == "grpc" else cluster)  # fmt: skip
 
 
 async def _ack(r: Rig, msgs: list[PopMessage]) -> list[tuple[PopMessage, RocketMQError]]:
@@ -194,6 +196,29 @@ async def test_an_ack_the_server_does_not_take_is_a_typed_refusal_per_message(
     assert [m for m, _ in refused] == msgs
     assert all(isinstance(err, RocketMQError) for _, err in refused)
     assert [err.retriable for _, err in refused] == [retriable] * len(msgs)
+
+
+@pytest.mark.parametrize("kind", [k for k in SOURCES if k != "grpc"])
+async def test_settling_while_the_broker_has_no_master_is_retriable(kind: str) -> None:
+    """The broker's master is out of the route (a failover, a restart): acks, renewals
+    and releases fail with a retriable NoRouteError, so the acks are sent again while
+    the consumer runs (the route comes back) instead of being given up and the handled
+    messages delivered again. Before: not retriable, every ack refused for good."""
+    async with rig(kind) as r:
+        assert r.cluster is not None
+        msgs = _messages(2, r.lite)
+        r.cluster.master_down.add("broker-a")
+        await r.source.client.namesrv.query_route(TOPIC)  # type: ignore[attr-defined]
+        with anyio.fail_after(10):
+            refused = await _ack(r, msgs)
+            with pytest.raises(NoRouteError) as renewal:
+                await r.source.change_invisible(msgs[0], 10.0)
+        assert [m for m, _ in refused] == msgs
+        assert all(isinstance(err, NoRouteError) and err.retriable for _, err in refused)
+        assert renewal.value.retriable and not r.source.lost(renewal.value)
+        r.cluster.master_down.clear()  # the master is back: the same acks go through
+        with anyio.fail_after(10):
+            assert await r.source.ack(TOPIC, msgs) == []
 
 
 @pytest.mark.parametrize("kind", SOURCES)

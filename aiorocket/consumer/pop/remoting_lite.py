@@ -168,7 +168,9 @@ class LiteRemotingSource(RemotingSource):
                 if (addr := route.master_addr(name)) is not None
             ]
         if not brokers:
-            raise NoRouteError(f"no broker of {self.lite.bind_topic!r} has a master")
+            raise NoRouteError(  # a failover: the master comes back
+                f"no broker of {self.lite.bind_topic!r} has a master", retriable=True
+            )
 
         failed: list[RocketMQError] = []
 

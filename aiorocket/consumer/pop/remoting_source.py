@@ -294,13 +294,19 @@ class RemotingSource:
     # -- settling ------------------------------------------------------------------
 
     async def _addr(self, msg: PopMessage) -> str:
+        """The master of ``msg``'s broker, which settles it. A route that shows none is
+        asked for again (a failover, a restarted master); still none, the request is
+        retriable: the acks and releases are sent again while the consumer runs."""
         topic = wrap(self._namespace, msg.topic)
         route = self.client.namesrv.cached_route(topic)
         if route is None:
             route = await self.client.namesrv.get_route(topic)
         addr = route.master_addr(msg.broker_name)
         if addr is None:
-            raise NoRouteError(f"broker {msg.broker_name} has no master")
+            route = await self.client.namesrv.query_route(topic)
+            addr = route.master_addr(msg.broker_name)
+        if addr is None:
+            raise NoRouteError(f"broker {msg.broker_name} has no master", retriable=True)
         return addr
 
     async def ack(self, topic: str, messages: list[PopMessage]) -> AckRefusals:

@@ -117,7 +117,7 @@ class SimProxy(FakeProxy):
         )  # fmt: skip
 
     async def _receive(self, stream: Stream[Any, Any]) -> None:
-        self._track(stream)
+        await self._admit(stream)
         generation = self.generation
         req = await stream.recv_message()
         assert req is not None
@@ -161,7 +161,7 @@ class SimProxy(FakeProxy):
                     None)  # fmt: skip
 
     async def _ack(self, stream: Stream[Any, Any]) -> None:
-        self._track(stream)
+        await self._admit(stream)
         req = await stream.recv_message()
         assert req is not None
         index = self.ack_calls
@@ -183,7 +183,7 @@ class SimProxy(FakeProxy):
         await stream.send_message(pb.AckMessageResponse(status=_OK, entries=entries))
 
     async def _change(self, stream: Stream[Any, Any]) -> None:
-        self._track(stream)
+        await self._admit(stream)
         req = await stream.recv_message()
         assert req is not None
         seconds = req.invisible_duration.total_seconds() if req.invisible_duration else 0.0
@@ -197,7 +197,7 @@ class SimProxy(FakeProxy):
         )
 
     async def _dead_letter(self, stream: Stream[Any, Any]) -> None:
-        self._track(stream)
+        await self._admit(stream)
         req = await stream.recv_message()
         assert req is not None
         m = self._by_handle(req.receipt_handle)

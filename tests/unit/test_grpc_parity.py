@@ -1,0 +1,171 @@
+"""Parity with the Java 5.x client after 5.2.1 (issue 42; rocketmq-clients #1321/#1322,
+#1309/#1310), against the fake Proxy: a receive's attempt id kept across failed and empty
+receives, the Proxy's reconnect command, RESOURCE_EXHAUSTED as throttling, and a
+half-open connection recovered from failed heartbeats. (The 5.5.0 Proxy never sends
+ReconnectEndpointsCommand, nor RESOURCE_EXHAUSTED for throttling, and a real half-open
+connection needs a frozen Proxy whose PINGs still get answers: the fake stands in.)"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+pytest.importorskip("grpclib")
+
+from grpclib.const import Status as GrpcStatus
+from grpclib.exceptions import GRPCError
+
+from aiorocket.errors import ProxyResponseError, ProxyUnavailableError, RequestTimeoutError
+from aiorocket.grpc import SimpleConsumer, _session
+from aiorocket.grpc import _pb as pb
+from aiorocket.message import Message
+from aiorocket.producer import Producer
+from aiorocket.testing.fake_grpc import FakeProxy
+from aiorocket.testing.logs import capture_logs
+from tests.unit.test_grpc_faults import message
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_a_receive_keeps_its_attempt_id_until_a_message_arrives() -> None:
+    """A receive that failed (its answer may be lost) or came back empty is repeated
+    under the same attempt id, so the broker can answer it with what it popped for it;
+    only a receive that got a message ends the attempt (Java #1321/#1322)."""
+    async with (
+        FakeProxy() as proxy,
+        SimpleConsumer("g", proxy.endpoint, {"t": "*"}, await_duration=0.5,
+                       request_timeout=0.5) as c,  # fmt: skip
+    ):
+        proxy.fail_next("ReceiveMessage", GRPCError(GrpcStatus.UNAVAILABLE, "reset"))
+        with pytest.raises(ProxyUnavailableError):
+            await c.receive(4, invisible_duration=20)
+        proxy.receive_mode = "hang"
+        with pytest.raises(RequestTimeoutError):  # the deadline: the answer never came
+            await c.receive(4, invisible_duration=20)
+        proxy.receive_mode = "ok"
+        assert await c.receive(4, invisible_duration=20) == []  # empty
+        proxy.messages = [message(b"m1")]
+        assert [m.body for m in await c.receive(4, invisible_duration=20)] == [b"m1"]
+        assert await c.receive(4, invisible_duration=20) == []
+    first, *same, got, after = proxy.receive_attempts
+    assert first and same == [first] * 2 and got == first
+    assert after and after != first
+
+
+async def test_concurrent_receives_never_share_an_attempt_id() -> None:
+    """Two receives under way at once from one queue each have their own attempt id
+    (the broker would answer the second with the first one's messages)."""
+    async with (
+        FakeProxy() as proxy,
+        SimpleConsumer("g", proxy.endpoint, {"t": "*"}, await_duration=0.5,
+                       request_timeout=0.5) as c,  # fmt: skip
+    ):
+        for _ in range(2):
+            async with anyio.create_task_group() as tg:
+                for _ in range(2):
+                    tg.start_soon(c.receive, 4, 20.0)
+        first, second, third, fourth = proxy.receive_attempts
+        assert first != second and {third, fourth} == {first, second}
+
+
+async def test_resource_exhausted_is_throttling_a_send_backs_off_and_succeeds() -> None:
+    """gRPC RESOURCE_EXHAUSTED (a Proxy or an intermediary throttling) is the retriable
+    TOO_MANY_REQUESTS: the send is tried again after the policy's backoff, not failed
+    at once as an unknown gRPC status (Java #1309/#1310)."""
+    async with FakeProxy() as proxy:
+        async with Producer("pg", proxy=proxy.endpoint, auto_batch=False) as producer:
+            proxy.fail_next("SendMessage", GRPCError(GrpcStatus.RESOURCE_EXHAUSTED, "slow down"))
+            result = await producer.send(Message("t", b"x"))
+        assert result.msg_id
+        assert len(proxy.send_requests) == 2  # refused, then sent after a pause
+        refused_at, sent_at = proxy.send_requests[0][0], proxy.send_requests[1][0]
+        assert sent_at > refused_at
+
+
+async def test_resource_exhausted_maps_to_retriable_too_many_requests() -> None:
+    async with (
+        FakeProxy() as proxy,
+        SimpleConsumer("g", proxy.endpoint, {"t": "*"}, await_duration=0.5) as c,
+    ):
+        proxy.fail_next("ReceiveMessage", GRPCError(GrpcStatus.RESOURCE_EXHAUSTED, "busy"))
+        with pytest.raises(ProxyResponseError) as throttled:
+            await c.receive(4, invisible_duration=20)
+    assert throttled.value.code == pb.Code.TOO_MANY_REQUESTS and throttled.value.retriable
+    assert "RESOURCE_EXHAUSTED" in str(throttled.value)
+
+
+async def test_the_proxys_reconnect_command_moves_the_client_to_a_new_connection() -> None:
+    """ReconnectEndpointsCommand (the Proxy rebalancing its connections): the telemetry
+    stream and the calls to come move to a new connection at once, the settings go
+    again on it; a receive under way finishes on the old connection, which is closed
+    after it."""
+    async with (
+        FakeProxy() as proxy,
+        SimpleConsumer("g", proxy.endpoint, {"t": "*"}, await_duration=1,
+                       request_timeout=1) as c,  # fmt: skip
+    ):
+        assert proxy.connections == 1
+        proxy.receive_mode = "stall"  # one message, then the stream stays open
+        proxy.messages = [message(b"m1"), message(b"m2")]
+        under_way: list[bytes] = []
+
+        async def receive_under_way() -> None:  # ends at its deadline with what came
+            under_way.extend(m.body for m in await c.receive(4, invisible_duration=20))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(receive_under_way)
+            with anyio.fail_after(5):
+                await proxy.receive_started.wait()
+            settings = len(proxy.settings_received)
+            with capture_logs() as logs:
+                assert await proxy.ask_reconnect() == 1
+                with anyio.fail_after(5):
+                    while len(proxy.settings_received) == settings:  # noqa: ASYNC110
+                        await anyio.sleep(0.01)
+            assert proxy.connections == 2 and proxy.telemetry_streams == 2
+            assert [e for e in logs if e["event"] == "proxy_asked_reconnect"]
+            old = c.transport._retired
+            assert len(old) == 1 and not old[0].idle()  # the receive still runs there
+        assert under_way == [b"m1"]
+        assert c.transport._retired == []  # closed once the receive ended
+        proxy.receive_mode = "ok"
+        proxy.messages = [message(b"m3")]
+        assert [m.body for m in await c.receive(4, invisible_duration=20)] == [b"m3"]
+        assert proxy.connections == 2
+
+
+async def test_heartbeats_that_time_out_abandon_a_half_open_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A connection whose calls go unanswered while its HTTP/2 PINGs are answered (the
+    keepalive sees it alive): two heartbeats in a row time out, the client drops it
+    and goes on over a new one (Java #1309/#1310), and not again within the cooldown."""
+    monkeypatch.setattr(_session, "RECOVERY_COOLDOWN", 60.0)
+    async with (
+        FakeProxy() as proxy,
+        SimpleConsumer("g", proxy.endpoint, {"t": "*"}, await_duration=0.5,
+                       request_timeout=0.3) as c,  # fmt: skip
+    ):
+        c.session.heartbeat_interval = 0.1
+        with capture_logs() as logs:
+            proxy.stall_connections()
+            stalled_at = time.monotonic()
+            with anyio.fail_after(10):
+                while proxy.connections < 2:  # noqa: ASYNC110 - no event to await
+                    await anyio.sleep(0.02)
+            took = time.monotonic() - stalled_at
+            with anyio.fail_after(5):
+                await c.session.wait_ready()
+            proxy.messages = [message(b"m1")]
+            assert [m.body for m in await c.receive(4, invisible_duration=20)] == [b"m1"]
+        abandoned = [e for e in logs if e["event"] == "connection_abandoned"]
+        assert len(abandoned) == 1 and abandoned[0]["abandoned"]
+        assert took < 3.0, f"a new connection {took:.1f} s after the stall"
+
