@@ -296,10 +296,12 @@ class SimpleConsumer:
         """Whether a receive that failed with ``err`` may have left messages the Proxy
         renews for this client that it never got: an auto-renewed receive whose stream
         broke before its end (a reset, the deadline, a corrupt frame). An error status
-        is the Proxy's own answer (it wrote no message after it); a lite consumer's
-        notice of termination would also drop its lite subscriptions, so it is left to
-        the renewal's bound."""
-        if not self.auto_renew or self.client_type == pb.ClientType.LITE_PUSH_CONSUMER:
+        is the Proxy's own answer (it wrote no message after it). Receives that are not
+        auto-renewed (a simple consumer's, a lite consumer's: the client renews those)
+        leave nothing held beyond their invisible duration: the 5.5.0 Proxy registers a
+        receipt handle for renewal only when the receive asks (ReceiveMessageActivity:
+        ``enableProxyAutoRenew && request.autoRenew``)."""
+        if not self.auto_renew:
             return False
         return isinstance(err, ConnectionClosedError | RequestTimeoutError | ProtocolError)
 
