@@ -64,6 +64,12 @@ async def consumer_health(
     "committed_offset", "max_offset", "lag", "pull_idle"}, ...]}``; the broker's max
     offsets are asked concurrently, each within ``timeout`` seconds (``max_offset`` and
     ``lag`` are None for a queue whose broker did not answer; the total counts the others).
+
+    ``assigned_queues`` is what the ``aiorocket.consumer.assigned_queues`` gauge reports
+    (``Consumer.receivable_queues``): the queues assigned to this member (pull, its
+    retry queue not counted), the readable queues of the topics' routes (POP over
+    remoting), the Proxy's assignments (gRPC: one per broker). ``queues`` lists a pull
+    consumer's only: a POP or gRPC consumer owns no queue, its offsets are the server's.
     """
     # A pop consumer (gRPC, or consume_mode="pop") has no queues of its own to report.
     per_queue = consumer.started and consumer.consume_mode == "pull"
@@ -103,7 +109,7 @@ async def consumer_health(
         "topics": sorted(t for t in consumer.subscriptions if not t.startswith(RETRY_TOPIC_PREFIX)),
         "joined": consumer.started and consumer.has_joined,
         "live": all(s.pull_idle <= stuck_after for s in stats),
-        "assigned_queues": len(queues),
+        "assigned_queues": consumer.receivable_queues(),
         "cached": sum(s.cached for s in stats),
         "in_flight": sum(s.running for s in stats),
         "lag": total_lag if with_lag else None,

@@ -19,6 +19,7 @@ from opentelemetry.trace import SpanKind
 from aiorocket import Message
 from aiorocket.admin import Admin
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
+from aiorocket.integrations.health import consumer_health
 from aiorocket.integrations.service import RocketMQService
 from aiorocket.integrations.telemetry import DELAY_BUCKETS, DURATION_BUCKETS, Telemetry
 from aiorocket.testing.broker import LocalRocketMQ
@@ -234,6 +235,10 @@ async def test_assigned_queues_has_a_series_for_pop_and_grpc_consumers(
         # per broker); the topic that does not exist: a series at 0
         await eventually(lambda: assigned() == {"pop": 2 * brokers, "grpc": brokers,
                                                 "grpc-idle": 0}, timeout=30)  # fmt: skip
+        # /health reports the same figure (it said 0 for POP and gRPC consumers)
+        for kind, consumer in (("pop", pop), ("grpc", grpc), ("grpc-idle", idle)):
+            report = await consumer_health(consumer, stuck_after=120)
+            assert report["assigned_queues"] == assigned()[kind], kind
 
 
 async def test_duration_histograms_have_buckets_in_seconds(
