@@ -206,6 +206,11 @@ class ConsumerNotOnlineError(BrokerResponseError):
     """The consumer group has no connected member (CONSUMER_NOT_ONLINE, 206)."""
 
 
+class BrokerNotFoundError(ConfigError):
+    """A broker named by the caller is not in the cluster (a ConfigError: the name is
+    the mistake; the CLI exits 3, as for any name that does not exist)."""
+
+
 class MessageNotFoundError(RocketMQError):
     """No stored message has the id or key asked for."""
 

@@ -18,6 +18,7 @@ typed: [`TopicNotExistError`][aiorocket.errors.TopicNotExistError],
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 from typing import Any, Literal
 
@@ -45,8 +46,9 @@ from aiorocket.admin._model import (
     TopicSettings,
     TopicStats,
 )
-from aiorocket.admin._names import is_system_group, is_system_topic
+from aiorocket.admin._names import TOOLS_GROUP, is_system_group, is_system_topic
 from aiorocket.admin._topics import PERMISSIONS, TopicAdmin, TopicExistsError
+from aiorocket.client.admin import REPULL_FIELD
 from aiorocket.errors import (
     ConfigError,
     ConsumerNotOnlineError,
@@ -59,6 +61,7 @@ from aiorocket.protocol.message_codec import decode_offset_message_id
 
 __all__ = [
     "PERMISSIONS",
+    "TOOLS_GROUP",
     "Admin",
     "BrokerStatus",
     "CustomizedRetry",
@@ -98,6 +101,20 @@ def _timestamp_ms(target: _dt.datetime | int) -> int:
     if target < 0:
         raise ConfigError(f"timestamp {target} is negative")
     return target
+
+
+def _assignment(running: dict[str, Any]) -> list[MessageQueue]:
+    return sorted(fastjson.queue_of(k) for k in running.get("mqTable") or {})
+
+
+def _max_reconsume(running: dict[str, Any]) -> int | None:
+    """What decides a push/pull member's retries: the maxReconsumeTimes it sends back with
+    each failed message (Java and aiorocket report it; -1: the client's default, 16)."""
+    raw = (running.get("properties") or {}).get("maxReconsumeTimes")
+    try:
+        return None if raw is None else int(raw)
+    except ValueError:
+        return None
 
 
 def topics_named_after_clusters(topics: list[str], brokers: dict[str, dict[int, str]]) -> set[str]:
@@ -182,14 +199,15 @@ class Admin(TopicAdmin, ClusterAdmin, GroupAdmin, DeadLetterAdmin):
         members: list[Member] = []
         for conn in info.get("connectionSet") or []:
             client_id = str(conn.get("clientId", ""))
-            queues = await self._assignment(broker_addr, group, client_id) if assignment else None
+            running = await self._running(broker_addr, group, client_id) if assignment else None
             members.append(
                 Member(
                     client_id=client_id,
                     address=str(conn.get("clientAddr", "")),
                     language=str(conn.get("language", "")),
                     version=int(conn.get("version", 0)),
-                    assignment=queues,
+                    assignment=None if running is None else _assignment(running),
+                    max_reconsume_times=None if running is None else _max_reconsume(running),
                 )
             )
         members.sort(key=lambda m: m.client_id)
@@ -203,15 +221,12 @@ class Admin(TopicAdmin, ClusterAdmin, GroupAdmin, DeadLetterAdmin):
             consume_from_where=str(info.get("consumeFromWhere", "")),
         )
 
-    async def _assignment(
-        self, broker_addr: str, group: str, client_id: str
-    ) -> list[MessageQueue] | None:
+    async def _running(self, broker_addr: str, group: str, client_id: str) -> dict[str, Any] | None:
+        """The member's running info; None when it does not answer."""
         try:
-            running = await self.requests.consumer_running_info(broker_addr, group, client_id)
+            return await self.requests.consumer_running_info(broker_addr, group, client_id)
         except RocketMQError:
             return None
-        table = running.get("mqTable") or {}
-        return sorted(fastjson.queue_of(k) for k in table)
 
     async def consume_directly(
         self, group: str, client_id: str, msg_id: str, *, timeout: float = 30.0
@@ -257,8 +272,9 @@ class Admin(TopicAdmin, ClusterAdmin, GroupAdmin, DeadLetterAdmin):
         """Move ``group``'s committed offsets of ``topic`` to ``to`` on every queue.
 
         Running consumers of the group adopt the new offsets (the broker hands them to
-        their next pull and ignores their older commits). With ``dry_run`` nothing
-        changes: the result says what would.
+        their next pull and ignores their older commits); aiorocket members are told to
+        pull again at once (``_renew_pulls``), others take it when their long poll
+        ends. With ``dry_run`` nothing changes: the result says what would.
         """
         if isinstance(to, str) and to not in ("earliest", "latest"):
             raise ConfigError(f"reset to 'earliest', 'latest' or a time, not {to!r}")
@@ -287,7 +303,30 @@ class Admin(TopicAdmin, ClusterAdmin, GroupAdmin, DeadLetterAdmin):
         if not dry_run:
             for addr, change in plan:
                 await self.requests.reset_offset(addr, group, change.queue, change.new)
+            if plan:
+                await self._renew_pulls(group, topic, known)
         return [change for _, change in plan]
+
+    async def _renew_pulls(self, group: str, topic: str, known: dict[str, str]) -> None:
+        """Ask each member of ``group`` (through a broker, the only way to a client) to
+        send its pulls of ``topic`` in flight again: a held long poll would hand the reset
+        over only when it ends (15 s). aiorocket members do (REPULL_FIELD); other clients
+        just answer their running info. Best effort: the reset is stored either way."""
+        told: set[str] = set()
+        for addr in known.values():
+            try:
+                info = await self.requests.consumer_connections(addr, group)
+            except RocketMQError:
+                continue
+            for conn in info.get("connectionSet") or []:
+                client_id = str(conn.get("clientId", ""))
+                if client_id in told:
+                    continue
+                told.add(client_id)
+                with contextlib.suppress(RocketMQError):
+                    await self.requests.consumer_running_info(
+                        addr, group, client_id, extra={REPULL_FIELD: topic}
+                    )
 
     # -- messages ------------------------------------------------------------------------
 

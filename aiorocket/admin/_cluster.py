@@ -10,7 +10,7 @@ import anyio
 from aiorocket.admin._core import AdminCore
 from aiorocket.admin._model import BrokerStatus, ProducerClient
 from aiorocket.admin._topics import PERMISSIONS
-from aiorocket.errors import ConfigError, RocketMQError, TopicNotExistError
+from aiorocket.errors import BrokerNotFoundError, ConfigError, RocketMQError, TopicNotExistError
 from aiorocket.protocol import fastjson
 from aiorocket.protocol.codes import RequestCode
 from aiorocket.protocol.route import TopicRoute
@@ -89,7 +89,9 @@ class ClusterAdmin(AdminCore):
             if (entry[1] == broker and entry[2] == 0) or entry[3] == broker:
                 return entry
         names = sorted({e[1] for e in brokers})
-        raise ConfigError(f"no broker {broker!r} in the cluster (it has {', '.join(names)})")
+        raise BrokerNotFoundError(
+            f"no broker {broker!r} in the cluster (it has {', '.join(names)})"
+        )
 
     async def broker_status(self, broker: str) -> BrokerStatus:
         """The figures of one broker (by name, or address), everything it reports in

@@ -11,8 +11,9 @@ gets, so the plan names those groups.
 Resending is two steps, so that what a user confirms is what is sent: ``plan_resend``
 reads the dead letters (paging through the whole DLQ: offsets, not a fixed window) and
 ``resend`` sends exactly those. A resend of ``everything`` stores a *resend mark* per DLQ
-queue (the admin reader group's committed offset of that queue, past the last message
-sent): the next run starts there, so nothing is sent twice and a message dead-lettered
+queue (the tools group ``TOOLS_CONSUMER``'s committed offset of that queue, past the last
+message sent; marks stored earlier under ``aiorocket-admin-reader`` still count): the next
+run starts there, so nothing is sent twice and a message dead-lettered
 again (a new DLQ entry) is sent by the next run.
 """
 
@@ -29,6 +30,7 @@ from aiorocket.errors import (
     ConsumerNotOnlineError,
     MessageNotFoundError,
     NoRouteError,
+    RocketMQError,
     TopicNotExistError,
 )
 from aiorocket.message import (
@@ -47,6 +49,12 @@ from aiorocket.protocol.route import TopicRoute
 __all__ = ["DeadLetterAdmin", "original_topic"]
 
 _ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+#: where resend marks were kept before they moved to the tools group: still read, so an
+#: upgrade sends nothing twice
+_LEGACY_MARK_GROUP = "aiorocket-admin-reader"
+#: the producer group a resend names (producer groups are not stored by the broker); the
+#: Java client's own, for sends made on a consumer's behalf
+_RESEND_PRODUCER = "CLIENT_INNER_PRODUCER"
 
 
 def original_topic(msg: MessageExt) -> str:
@@ -69,6 +77,7 @@ class DeadLetterAdmin(QueueReader):
         try:
             route = await self.client.namesrv.query_route(dlq_topic(group))
         except TopicNotExistError:
+            await self._require_group(group)  # a misspelt group: GroupNotFoundError, not []
             return []
         spans = []
         for mq in route.read_queues():
@@ -79,10 +88,19 @@ class DeadLetterAdmin(QueueReader):
             end = await self.client.broker.get_max_offset(addr, mq)
             first = oldest
             if from_mark:
-                mark = await self.client.broker.query_consumer_offset(addr, READER_GROUP, mq)
-                first = min(max(oldest, mark or 0), end)
+                mark = await self._mark(addr, mq)
+                first = min(max(oldest, mark), end)
             spans.append(_Span(mq, addr, oldest, first, max(first, end)))
         return spans
+
+    async def _mark(self, addr: str, mq: MessageQueue) -> int:
+        """A DLQ queue's resend mark (0: none)."""
+        mark = await self.client.broker.query_consumer_offset(addr, READER_GROUP, mq) or 0
+        try:
+            legacy = await self.client.broker.query_consumer_offset(addr, _LEGACY_MARK_GROUP, mq)
+        except RocketMQError:  # that group does not exist here: no mark of it
+            legacy = None
+        return max(mark, legacy or 0)
 
     async def _read_spans(
         self, spans: list[_Span], skip: int, limit: int | None
@@ -107,7 +125,8 @@ class DeadLetterAdmin(QueueReader):
     ) -> list[MessageExt]:
         """The messages in ``group``'s dead-letter queue (``%DLQ%<group>``), oldest first
         per queue, after the first ``skip``, at most ``limit`` (None: every one); [] when
-        the group never dead-lettered one."""
+        the group never dead-lettered one, GroupNotFoundError when no broker has it (and
+        it has no DLQ)."""
         if skip < 0 or (limit is not None and limit < 1):
             raise ConfigError("skip must be >= 0 and limit >= 1")
         return await self._read_spans(await self._dlq_spans(group, from_mark=False), skip, limit)
@@ -204,7 +223,7 @@ class DeadLetterAdmin(QueueReader):
             route = await self.route(topic)
             for addr in route.group_addrs().values():
                 found.update(await self.requests.topic_groups(addr, topic))
-        return sorted(g for g in found if g != group and g != READER_GROUP
+        return sorted(g for g in found if g not in (group, _LEGACY_MARK_GROUP)
                       and not is_system_group(g))  # fmt: skip
 
     async def resend(self, plan: ResendPlan) -> list[Resent]:
@@ -276,7 +295,7 @@ class DeadLetterAdmin(QueueReader):
         if addr is None:
             raise NoRouteError(f"broker {mq.broker_name} of {target or topic!r} has no master")
         await self.client.broker.send_message(
-            addr, mq, bytes(m.body), encode_properties(wire), producer_group=READER_GROUP,
+            addr, mq, bytes(m.body), encode_properties(wire), producer_group=_RESEND_PRODUCER,
             msg_id=msg_id, reconsume_times=0 if target else None,
         )  # fmt: skip
         return msg_id

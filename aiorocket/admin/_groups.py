@@ -13,7 +13,7 @@ from aiorocket.admin._core import AdminCore
 from aiorocket.admin._model import CustomizedRetry, ExponentialRetry, GroupConfig, GroupProgress
 from aiorocket.admin._names import is_system_group
 from aiorocket.client.lite import LITE_BIND_TOPIC, LITE_QUOTA, LITE_SUB_MODEL
-from aiorocket.errors import ConfigError, GroupNotFoundError, RocketMQError
+from aiorocket.errors import BrokerNotFoundError, ConfigError, GroupNotFoundError, RocketMQError
 
 __all__ = ["GroupAdmin", "group_config_of"]
 
@@ -130,7 +130,9 @@ class GroupAdmin(AdminCore):
         names = brokers or sorted(masters)
         unknown = sorted(set(names) - set(masters))
         if unknown:
-            raise ConfigError(f"unknown broker(s) {unknown}; the cluster has {sorted(masters)}")
+            raise BrokerNotFoundError(
+                f"unknown broker(s) {unknown}; the cluster has {sorted(masters)}"
+            )
         existing = {n: (await self.requests.group_configs(masters[n])).get(group) for n in names}
         if must_exist and not any(existing.values()):
             raise GroupNotFoundError(26, f"consumer group {group!r} does not exist")

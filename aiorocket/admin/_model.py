@@ -100,6 +100,10 @@ class Member:
     version: int
     #: the queues it consumes, when it answered GET_CONSUMER_RUNNING_INFO
     assignment: list[MessageQueue] | None = None
+    #: the retries it allows a failed message (its ``max_reconsume_times``, sent with
+    #: each failed message: it wins over the group's ``retry_max_times`` for push and
+    #: pull consumers), when it reported it
+    max_reconsume_times: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

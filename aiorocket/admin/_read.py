@@ -3,17 +3,20 @@ range (mqadmin printMsgByQueue), without a consumer group's offsets."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from aiorocket.admin._core import AdminCore
+from aiorocket.admin._names import TOOLS_GROUP
 from aiorocket.client.broker import PULL_SUBSCRIPTION
 from aiorocket.client.results import PullStatus
-from aiorocket.errors import ConfigError, TopicNotExistError
+from aiorocket.errors import ConfigError, GroupNotFoundError, TopicNotExistError
 from aiorocket.message import MessageExt, MessageQueue
 
 __all__ = ["READER_GROUP", "QueueReader"]
 
-#: the group named by the admin's pulls: brokers create a subscription group for every
-#: name that pulls, so one shared name (it never commits)
-READER_GROUP = "aiorocket-admin-reader"
+#: the group named by the admin's pulls (they commit nothing): the tools group every
+#: broker has, so reading needs no group the operator did not create
+READER_GROUP = TOOLS_GROUP
 
 
 class QueueReader(AdminCore):
@@ -61,3 +64,18 @@ class QueueReader(AdminCore):
             found += [m for m in result.messages if offset <= m.queue_offset < stop]
             offset = result.next_begin_offset
         return found[:limit]
+
+    async def require_reader_group(self, brokers: Iterable[str]) -> None:
+        """GroupNotFoundError naming the tools group and how to create it, if one of
+        ``brokers`` (names) lacks it: every broker creates it at start, so only an
+        operator's delete takes it away, and pulls through it would then fail forever."""
+        masters = await self.masters()
+        for name in sorted(set(brokers)):
+            addr = masters.get(name)
+            if addr is not None and READER_GROUP not in await self.requests.group_configs(addr):
+                raise GroupNotFoundError(
+                    26,
+                    f"broker {name} has no consumer group {READER_GROUP} (the group every "
+                    f"broker creates for tools, which reads use): create it with "
+                    f"'aiorocket group create {READER_GROUP} --broker {name}'",
+                )

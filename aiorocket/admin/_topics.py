@@ -17,7 +17,13 @@ from aiorocket._validate import check_topic
 from aiorocket.admin._core import AdminCore
 from aiorocket.admin._model import TopicChange, TopicSettings
 from aiorocket.admin._names import is_system_topic
-from aiorocket.errors import ConfigError, NoRouteError, RocketMQError, TopicNotExistError
+from aiorocket.errors import (
+    BrokerNotFoundError,
+    ConfigError,
+    NoRouteError,
+    RocketMQError,
+    TopicNotExistError,
+)
 from aiorocket.protocol.route import TopicRoute
 
 __all__ = ["PERMISSIONS", "TopicAdmin", "TopicExistsError"]
@@ -112,7 +118,9 @@ class TopicAdmin(AdminCore):
         names = list(masters) if brokers is None else list(brokers)
         unknown = sorted(set(names) - set(masters))
         if unknown or not names:
-            raise ConfigError(f"unknown broker(s) {unknown}; the cluster has {sorted(masters)}")
+            raise BrokerNotFoundError(
+                f"unknown broker(s) {unknown}; the cluster has {sorted(masters)}"
+            )
         want = TopicSettings(queues, queues, bits, order, {_MESSAGE_TYPE: kind} if kind else {})
         missing: list[str] = []
         for name in names:

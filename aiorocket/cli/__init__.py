@@ -76,14 +76,22 @@ def _namesrv_here(ctx: click.Context, _param: click.Parameter, value: str | None
         ctx.find_object(Settings).namesrv = value  # type: ignore[union-attr]
 
 
-def _accept_namesrv(command: click.Command) -> None:
-    """``-n/--namesrv`` after the command too (``aiorocket topic list -n host:9876``, as
-    mqadmin takes it): ``-n`` means the NameServer everywhere."""
+def _timeout_here(ctx: click.Context, _param: click.Parameter, value: float | None) -> None:
+    if value is not None:
+        ctx.find_object(Settings).timeout = value  # type: ignore[union-attr]
+
+
+def _accept_root_options(command: click.Command) -> None:
+    """``-n/--namesrv`` and ``--timeout`` after the command too (``aiorocket topic list
+    -n host:9876 --timeout 1``, as mqadmin takes them): ``-n`` means the NameServer
+    everywhere. A command with a ``--timeout`` of its own (tail, bench consume: the whole
+    run's bound) keeps it."""
     if isinstance(command, click.Group):
         for sub in command.commands.values():
-            _accept_namesrv(sub)
+            _accept_root_options(sub)
         return
-    if any(p.name == "namesrv" for p in command.params):
+    names = {p.name for p in command.params}
+    if "namesrv" in names:
         return  # registered under two names (tail and consume)
     command.params.append(
         click.Option(
@@ -94,11 +102,21 @@ def _accept_namesrv(command: click.Command) -> None:
             help="NameServer address(es) (as the global option).",
         )
     )
+    if "timeout" not in names:
+        command.params.append(
+            click.Option(
+                ["--timeout"],
+                type=click.FloatRange(min=0, min_open=True),
+                expose_value=False,
+                callback=_timeout_here,
+                help="Seconds per request (as the global option).",
+            )
+        )
 
 
 for _command in cli.commands.values():
     if _command is not broker:  # the local broker has its own addresses
-        _accept_namesrv(_command)
+        _accept_root_options(_command)
 
 
 def main() -> None:

@@ -27,11 +27,13 @@ from aiorocket.admin import Admin
 from aiorocket.client.namesrv import NAMESRV_ENV
 from aiorocket.errors import (
     AccessDeniedError,
+    BrokerNotFoundError,
     ConfigError,
     GroupNotFoundError,
     MessageNotFoundError,
     MessageTooLargeError,
     NameServerUnavailableError,
+    NoRouteError,
     RocketMQError,
     TopicNotExistError,
 )
@@ -94,8 +96,12 @@ def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
 
 
 def _exit_code(exc: RocketMQError) -> int:
-    if isinstance(exc, TopicNotExistError | GroupNotFoundError | MessageNotFoundError):
+    if isinstance(
+        exc, TopicNotExistError | GroupNotFoundError | MessageNotFoundError | BrokerNotFoundError
+    ):
         return EXIT_NOT_FOUND
+    if isinstance(exc, NoRouteError) and isinstance(exc.__cause__, TopicNotExistError):
+        return EXIT_NOT_FOUND  # a send to a topic that does not exist
     if isinstance(exc, ConfigError | MessageTooLargeError):
         return EXIT_USAGE
     return EXIT_FAILED

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import secrets
 import sys
 import time
 from collections.abc import Iterator
@@ -20,7 +19,9 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from aiorocket.admin import TOOLS_GROUP, Admin
 from aiorocket.cli._common import (
+    EXIT_NOT_FOUND,
     EXIT_USAGE,
     Settings,
     err,
@@ -31,7 +32,9 @@ from aiorocket.cli._common import (
     print_json,
     run,
 )
+from aiorocket.cli._reader import PullFailures, reader
 from aiorocket.consumer import ConsumeFromWhere, Consumer
+from aiorocket.errors import GroupNotFoundError
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 
@@ -276,10 +279,26 @@ def bench_produce(
         )
 
 
+async def _require_group(admin: Admin, group: str, topic: str) -> None:
+    """Exit 3 naming ``group`` and how to create it, if it does not exist and a broker of
+    ``topic`` would not create it on first use (its pulls would fail for ever)."""
+    try:
+        await admin.group_config(group)
+        return
+    except GroupNotFoundError:
+        pass
+    for broker in sorted({mq.broker_name for mq in (await admin.route(topic)).read_queues()}):
+        config = await admin.broker_config(broker)
+        if config.get("autoCreateSubscriptionGroup", "true").lower() != "true":
+            fail(f"consumer group {group!r} does not exist (and {broker} creates no group on "
+                 f"first use): create it with 'aiorocket group create {group}'",
+                 EXIT_NOT_FOUND)  # fmt: skip
+
+
 @bench.command("consume")
 @click.argument("topic")
 @click.option("--count", "-c", type=click.IntRange(1), default=10_000, show_default=True)
-@click.option("--group", help="Consumer group (default: a fresh one, from the oldest message).")
+@click.option("--group", help="Consume in this (existing) group with a push consumer.")
 @click.option("--timeout", type=float, default=120.0, show_default=True)
 @json_option
 @pass_settings
@@ -291,48 +310,50 @@ def bench_consume(
     timeout: float,
     as_json: bool,
 ) -> None:
-    """Consume COUNT messages with a push consumer (``async for``).
-
-    Without --group, a fresh group reads from the oldest message and is deleted (with
-    its offsets) afterwards."""
+    """Consume COUNT messages: with --group, a push consumer of that group (``async
+    for``, acking each; the group must exist); without, the topic's queues are read from
+    the oldest message through the brokers' tools group, committing nothing."""
     namesrv = settings.addrs
 
-    # A pull the broker holds (long polling) is answered after the consumer closed, and
-    # the broker then creates the group again: a fresh group's pulls are held briefly,
-    # and it is deleted only once they have been answered (the broker looks at held
-    # pulls every 5 s).
-    poll = 1.0 if group is None else 15.0
-    held = poll + 5.5
-
-    async def consume(name: str) -> dict[str, Any]:
-        consumer = Consumer(
-            name, namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-            long_poll_timeout=poll,
-        )  # fmt: skip
+    async def push(name: str, meter: Meter) -> None:
+        async with settings.admin() as admin:
+            await _require_group(admin, name, topic)
+        consumer = Consumer(name, namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
         consumer.subscribe(topic)
-        with progress_bar() as progress:
-            meter = Meter(progress, "consume", count)
+        failures = PullFailures(window=max(15.0, 3 * settings.timeout))
+        with failures.watching():
+            async with consumer, anyio.create_task_group() as tg:
+                tg.start_soon(failures.watch)
+                async for msg in consumer:
+                    meter.advance()
+                    failures.progress()
+                    await msg.ack()
+                    if meter.done >= count:
+                        break
+                tg.cancel_scope.cancel()
+
+    async def pull(meter: Meter) -> None:
+        async with settings.admin() as admin:
+            queues = (await admin.route(topic)).read_queues()
+            consumer = await reader(admin, namesrv, queues, timeout=settings.timeout)
+        consumer.assign(queues)
+        failures = PullFailures(window=max(15.0, 3 * settings.timeout))
+        with failures.watching():
             async with consumer:
-                with anyio.fail_after(timeout):
-                    async for msg in consumer:
-                        meter.advance()
-                        if meter.done >= count:
-                            await msg.ack()
-                            break
-        return {"group": name, **meter.summary()}
+                await consumer.seek_to_beginning(*queues)
+                while meter.done < count:
+                    batch = await consumer.getmany(timeout=1.0, max_records=count - meter.done)
+                    if batch:
+                        failures.progress()
+                        meter.advance(sum(len(msgs) for msgs in batch.values()))
+                    failures.check()
 
     async def go() -> dict[str, Any]:
-        if group:
-            return await consume(group)
-        name = f"aiorocket-bench-{secrets.token_hex(4)}"
-        try:
-            return await consume(name)
-        finally:
-            with anyio.CancelScope(shield=True):
-                err.print(f"deleting the bench's group {name} (in {held:.0f} s)")
-                await anyio.sleep(held)  # the held pulls are answered (see above)
-                async with settings.admin() as admin:
-                    await admin.delete_group(name, missing_ok=True)
+        with progress_bar() as progress:
+            meter = Meter(progress, "consume", count)
+            with anyio.fail_after(timeout):
+                await (push(group, meter) if group else pull(meter))
+        return {"group": group or TOOLS_GROUP, **meter.summary()}
 
     summary = run(go)
     if as_json:

@@ -86,6 +86,21 @@ def _config_lines(c: GroupConfig) -> list[str]:
     ] + ([_lite_line(c)] if c.lite_bind_topic else [])
 
 
+def _retries(c: GroupConfig, d: GroupDescription) -> str:
+    """What decides how often a failed message is retried: a push or pull member sends
+    its own max_reconsume_times with each failed message, and the broker takes it over
+    the group's retry max times; only POP and gRPC consumers get the group's."""
+    own = sorted({m.max_reconsume_times for m in d.members if m.max_reconsume_times is not None})
+    group_part = f"the group's retry max times ({c.retry_max_times}) for POP and gRPC consumers"
+    if d.consume_type == "CONSUME_POP":
+        return f"{group_part} (this group pops)"
+    if own:
+        values = ", ".join("16 (-1: the default)" if v == -1 else str(v) for v in own)
+        return (f"{values}, the max_reconsume_times of the members (push/pull consumers "
+                f"decide their own); {group_part}")  # fmt: skip
+    return f"push/pull consumers decide with their own max_reconsume_times; {group_part}"
+
+
 def _lite_line(c: GroupConfig) -> str:
     quota = c.lite_quota
     per_client = "the broker's default" if quota is None else "no limit" if quota < 0 else quota
@@ -128,6 +143,7 @@ def group_describe(settings: Settings, name: str, as_json: bool) -> None:
             "language": m.language,
             "version": m.version,
             "assignment": None if m.assignment is None else [mq_json(q) for q in m.assignment],
+            "max_reconsume_times": m.max_reconsume_times,
         }
         for m in d.members
     ]
@@ -142,6 +158,7 @@ def group_describe(settings: Settings, name: str, as_json: bool) -> None:
                 "subscriptions": d.subscriptions,
                 "members": members,
                 "config": config_json(config),
+                "retries": _retries(config, d),
                 "lag": {"total": lag.total if lag else 0, "queues": rows},
             }
         )
@@ -152,6 +169,7 @@ def group_describe(settings: Settings, name: str, as_json: bool) -> None:
         out.print(f"group {name}: no members connected")
     for line in _config_lines(config):
         out.print(line)
+    out.print(f"  retries: {_retries(config, d)}")
     for t, expr in d.subscriptions.items():
         out.print(f"  subscribed to {t}: {expr}")
     if rows:

@@ -16,11 +16,10 @@ from aiorocket.cli._common import (
     pass_settings,
     run,
 )
+from aiorocket.cli._reader import PullFailures, reader
 from aiorocket.cli._show import BODY_FORMATS, body_shown, message_json, message_line
 from aiorocket.consumer import PullConsumer
 from aiorocket.message import MessageExt, MessageQueue
-
-TAIL_GROUP = "aiorocket-cli-tail"
 
 
 def _print(msg: MessageExt, mode: str, body_format: str) -> None:
@@ -139,26 +138,25 @@ def tail(
     namesrv = settings.addrs
 
     async def go() -> None:
-        # One shared name: a manually assigned pull consumer that never commits joins no
-        # group, but brokers create a subscription group for every name that pulls.
         async with settings.admin() as admin:
             route = await admin.route(topic)
-        queues = route.read_queues()
-        if wanted:
-            queues = [mq for mq in queues if (mq.broker_name, mq.queue_id) in wanted]
-            missing = wanted - {(mq.broker_name, mq.queue_id) for mq in queues}
-            if missing:
-                have = " ".join(f"{q.broker_name}:{q.queue_id}" for q in route.read_queues())
-                fail(f"{topic} has no queue {sorted(missing)[0][0]}:{sorted(missing)[0][1]} "
-                     f"(it has {have})", EXIT_USAGE)  # fmt: skip
-        consumer = PullConsumer(
-            TAIL_GROUP,
-            namesrv,
-            auto_commit=False,
-            request_timeout=settings.timeout,
-            long_poll_timeout=2.0,
-        )
+            queues = route.read_queues()
+            if wanted:
+                queues = [mq for mq in queues if (mq.broker_name, mq.queue_id) in wanted]
+                missing = wanted - {(mq.broker_name, mq.queue_id) for mq in queues}
+                if missing:
+                    have = " ".join(f"{q.broker_name}:{q.queue_id}" for q in route.read_queues())
+                    fail(f"{topic} has no queue {sorted(missing)[0][0]}:{sorted(missing)[0][1]} "
+                         f"(it has {have})", EXIT_USAGE)  # fmt: skip
+            consumer = await reader(admin, namesrv, queues, timeout=settings.timeout)
         consumer.assign(queues, tags or "*", sql=sql)
+        failures = PullFailures(window=max(15.0, 3 * settings.timeout))
+        with failures.watching():
+            await read(consumer, queues, failures)
+
+    async def read(
+        consumer: PullConsumer, queues: list[MessageQueue], failures: PullFailures
+    ) -> None:
         printed = 0
         async with consumer:
             if start == "earliest":
@@ -194,6 +192,9 @@ def tail(
             with anyio.fail_after(timeout) if timeout else anyio.CancelScope():
                 while not finished():
                     batch = await consumer.getmany(timeout=1.0)
+                    if batch:
+                        failures.progress()
+                    failures.check()
                     for mq, msgs in batch.items():
                         for msg in msgs:
                             if until_ms is not None and msg.store_timestamp > until_ms:

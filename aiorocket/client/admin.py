@@ -19,7 +19,7 @@ from aiorocket.protocol import fastjson
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.message_codec import decode_messages
 
-__all__ = ["AdminRequests", "ConsumeOffsets", "TopicOffsets", "parse_cluster_info"]
+__all__ = ["REPULL_FIELD", "AdminRequests", "ConsumeOffsets", "TopicOffsets", "parse_cluster_info"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +59,11 @@ def parse_cluster_info(body: bytes) -> dict[str, dict[int, str]]:
         raise ProtocolError(f"cluster info is malformed: {exc!r}") from None
     return out
 
+
+#: GET_CONSUMER_RUNNING_INFO's ext field naming a topic just reset: an aiorocket member
+#: sends its pulls of that topic in flight again, to get the reset now (see
+#: aiorocket.consumer.operator_requests); other clients ignore it
+REPULL_FIELD = "aiorocketRepullTopic"
 
 class AdminRequests:
     """Typed admin requests sent through a ``BrokerClient``'s pool.
@@ -133,10 +138,13 @@ class AdminRequests:
         return dict(obj or {})
 
     async def consumer_running_info(
-        self, addr: str, group: str, client_id: str, *, timeout: float | None = None
-    ) -> dict[str, Any]:
-        """GET_CONSUMER_RUNNING_INFO, forwarded by the broker to the client ``client_id``."""
+        self, addr: str, group: str, client_id: str, *, timeout: float | None = None,
+        extra: dict[str, str] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """GET_CONSUMER_RUNNING_INFO, forwarded by the broker to the client ``client_id``
+        (with ``extra`` ext fields: the broker forwards them as they are)."""
         ext = {"consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}
+        ext.update(extra or {})
         resp = await self._broker.call(
             addr, RequestCode.GET_CONSUMER_RUNNING_INFO, ext, timeout=timeout
         )

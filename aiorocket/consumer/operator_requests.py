@@ -4,6 +4,11 @@
   consume rates (``mqadmin consumerStatus``, the dashboard, ``aiorocket group describe``);
 * CONSUME_MESSAGE_DIRECTLY (309): run the handler on one stored message and report the
   result (``mqadmin consumeMessage``); nothing is committed or sent back;
+  With the ext field ``aiorocketRepullTopic`` (``Admin.reset_offset`` sends it after a
+  server-side reset, the only way an admin reaches a 5.x client), the pulls in flight
+  of that topic's queues are given up and sent again, so the broker's answer hands the
+  reset over now instead of when the held long poll times out (up to
+  ``long_poll_timeout`` later); other clients ignore the field;
 * RESET_CONSUMER_CLIENT_OFFSET (220): the broker's older reset path
   (``useServerSideResetOffset=false``): the queues named restart at the new offsets, their
   cached messages are dropped (a handler still running for one settles nothing), and the
@@ -20,6 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from aiorocket._version import __version__
+from aiorocket.client.admin import REPULL_FIELD
 from aiorocket.consumer.stats import Snapshot, queue_stats
 from aiorocket.errors import ProtocolError
 from aiorocket.protocol import fastjson
@@ -94,8 +100,22 @@ class OperatorRequests:
     async def running_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         if not self._for_us(cmd):
             return self._refuse(cmd, f"this client consumes group {self._state.group!r}")
+        self._repull(cmd.ext_fields.get(REPULL_FIELD))
         body = self.running_info_json().encode()
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
+
+    def _repull(self, topic: str | None) -> None:
+        """Give up the pulls in flight of ``topic``'s queues: each is sent again at once
+        (from the same position), and the broker answers it with the offset an operator
+        reset it to (see the module docstring)."""
+        if not topic:
+            return
+        woken = 0
+        for mq, pq in list(self._state.process_queues.items()):
+            if mq.topic == topic and pq.request_scope is not None:
+                pq.request_scope.cancel()
+                woken += 1
+        self._state.log.debug("pulls_renewed_for_reset", topic=topic, queues=woken)
 
     def running_info_json(self) -> str:
         """ConsumerRunningInfo in the broker's JSON dialect (MessageQueue-keyed mqTable)."""
@@ -149,6 +169,9 @@ class OperatorRequests:
             "pullBatchSize": str(cfg.pull_batch_size),
             "pullThresholdForQueue": str(cfg.pull_threshold_for_queue),
             "consumeMessageBatchMaxSize": str(cfg.consume_batch_size),
+            # what decides the retries of a push/pull member (the broker's retryMaxTimes
+            # only when the client sends none): mqadmin and group describe show it
+            "maxReconsumeTimes": str(cfg.max_reconsume_times),
             "language": "PYTHON",
         }
         subscriptions = [_subscription_json(s.to_heartbeat()) for s in c.subscriptions.values()]

@@ -288,9 +288,13 @@ class Puller:
                     deliver(pq, accepted)
             elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
                 pq.tracker.add((), max(result.next_begin_offset, offset))
-            else:  # OFFSET_ILLEGAL: the stored offset fell out of the queue's range
-                log.warning(
-                    "pull_offset_illegal",
+            else:  # OFFSET_ILLEGAL (PULL_OFFSET_MOVED)
+                # An offset inside the queue's range was legal: the broker moved it
+                # because an operator reset the group (5.x server-side reset), which is
+                # news, not a fault. Out of the range, the stored offset fell off it.
+                reset = result.min_offset <= offset <= result.max_offset
+                (log.info if reset else log.warning)(
+                    "offset_reset_by_operator" if reset else "pull_offset_illegal",
                     offset=offset,
                     next_offset=result.next_begin_offset,
                     min_offset=result.min_offset,

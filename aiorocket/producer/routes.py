@@ -134,7 +134,7 @@ class PublishRoutes:
         """The create-topic key's route, as the route of ``topic`` (Java's default route)."""
         key = self._create_topic_key
         if not key or key == topic:
-            raise NoRouteError(f"topic {topic!r} does not exist (no route): {missing}")
+            raise NoRouteError(f"topic {topic!r} does not exist (no route): {missing}") from missing
         try:
             default = await self._namesrv.get_route(key)
         except TopicNotExistError as exc:
