@@ -7,6 +7,12 @@ of the pre-encoded records are patched per answer. Each queue holds ``per_queue`
 messages; a pull past the end is held for its long-poll time and answered
 PULL_NOT_FOUND, as a broker does.
 
+POP over remoting (``consume_mode="pop"``) is answered the same way: a pop takes the
+next messages of the queue with the most left (check point fields as a 5.x broker gives
+them), one with nothing left is held for its ``pollTime`` and answered POLLING_TIMEOUT;
+acks, batch acks and renewals are answered SUCCESS (the replay keeps no invisibility:
+nothing comes back, each message is popped once).
+
     python benchmarks/_replay.py TOPIC PER_QUEUE [--queues 8] [--size 1024] [--cpu 0]
 
 prints ``PORT <n>`` once listening, then serves until killed (or stdin closes).
@@ -21,6 +27,12 @@ import os
 import struct
 import sys
 
+from aiorocket.client.pop import (
+    ACK_MESSAGE,
+    BATCH_ACK_MESSAGE,
+    CHANGE_MESSAGE_INVISIBLETIME,
+    POP_MESSAGE,
+)
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.frame import FrameDecoder, encode_header
@@ -29,6 +41,7 @@ from aiorocket.protocol.store_record import encode_stored_message
 BROKER = "replay-broker"
 _OFFSETS = struct.Struct(">qq")  # queue offset, commit-log offset
 _OFFSETS_AT = 20  # after total size, magic, body CRC, queue id, flag
+_POLLING_TIMEOUT = 210  # a long-polling pop that found nothing
 
 
 class Replay:
@@ -60,6 +73,9 @@ class Replay:
         self.members: dict[str, set[str]] = {}
         self.offsets: dict[tuple[str, str, int], int] = {}
         self.pulls = 0
+        self.popped = [0] * queues  # the next offset a pop takes, per queue
+        self.pop_time = 0
+        self.acks = 0
         body = os.urandom(size)
         self.templates: list[bytes] = []
         self.record_len = 0
@@ -82,6 +98,19 @@ class Replay:
         resp = RemotingCommand.response_to(cmd)
         if code == RequestCode.PULL_MESSAGE:
             return self.pull(cmd)
+        if code == POP_MESSAGE:
+            return self.pop(cmd)
+        if code in (ACK_MESSAGE, BATCH_ACK_MESSAGE):
+            self.acks += 1
+            return resp
+        if code == CHANGE_MESSAGE_INVISIBLETIME:
+            self.pop_time += 1
+            resp.ext_fields = {"popTime": str(self.pop_time), "reviveQid": "0",
+                               "invisibleTime": ext["invisibleTime"]}  # fmt: skip
+            return resp
+        if code == RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG:
+            resp.body = json.dumps({"groupName": ext["group"], "retryMaxTimes": 16}).encode()
+            return resp
         if code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
             if ext.get("topic") == self.topic:
                 resp.body = self.route()
@@ -126,12 +155,39 @@ class Replay:
         }
         if n <= 0:
             return None
+        body = self.records(queue_id, offset, n)
+        return RemotingCommand.response_to(cmd, ext_fields=fields, body=body)
+
+    def records(self, queue_id: int, offset: int, n: int) -> bytes:
         size = self.record_len
         body = bytearray(memoryview(self.templates[queue_id])[: n * size])
         base = queue_id * self.per_queue * size
         for i in range(n):  # the records' own offsets: what the consumer commits
             _OFFSETS.pack_into(body, i * size + _OFFSETS_AT, offset + i, base + (offset + i) * size)
-        return RemotingCommand.response_to(cmd, ext_fields=fields, body=bytes(body))
+        return bytes(body)
+
+    def pop(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """The next messages of the queue with the most left; None when none is left."""
+        self.pulls += 1
+        ext = cmd.ext_fields
+        queue_id = int(ext["queueId"])
+        if queue_id < 0:
+            queue_id = min(range(self.queues), key=self.popped.__getitem__)
+        offset = self.popped[queue_id]
+        n = min(int(ext["maxMsgNums"]), self.per_queue - offset)
+        if n <= 0:
+            return None
+        self.popped[queue_id] += n
+        self.pop_time += 1
+        offsets = ",".join(str(offset + i) for i in range(n))
+        fields = {
+            "popTime": str(self.pop_time), "invisibleTime": ext["invisibleTime"],
+            "reviveQid": "0", "restNum": str(sum(self.per_queue - p for p in self.popped)),
+            "startOffsetInfo": f"0 {queue_id} {offset}",
+            "msgOffsetInfo": f"0 {queue_id} {offsets}",
+        }  # fmt: skip
+        body = self.records(queue_id, offset, n)
+        return RemotingCommand.response_to(cmd, ext_fields=fields, body=body)
 
 
 def frame(cmd: RemotingCommand) -> tuple[bytes, bytes]:
@@ -161,13 +217,17 @@ class Connection(asyncio.Protocol):
                 continue
             resp = self.replay.answer(cmd)
             if resp is None:  # nothing left in the queue: hold the long poll
-                delay = int(cmd.ext_fields.get("suspendTimeoutMillis", "1000")) / 1000
+                ext = cmd.ext_fields
+                delay = int(ext.get("suspendTimeoutMillis", ext.get("pollTime", "1000"))) / 1000
                 loop = asyncio.get_running_loop()
                 self.held.append(loop.call_later(delay, self.not_found, cmd))
             elif not cmd.is_oneway:
                 self.write(resp)
 
     def not_found(self, cmd: RemotingCommand) -> None:
+        if cmd.code == POP_MESSAGE:
+            self.write(RemotingCommand.response_to(cmd, _POLLING_TIMEOUT))
+            return
         ext = cmd.ext_fields
         fields = {"nextBeginOffset": ext["queueOffset"], "minOffset": "0",
                   "maxOffset": str(self.replay.per_queue)}  # fmt: skip

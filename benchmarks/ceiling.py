@@ -1,7 +1,7 @@
 """The client's own ceiling (issue 17): consume from a replay server, no broker involved.
 
     python benchmarks/ceiling.py [--count 400000] [--size 1024] [--runs 3]
-                                 [--modes handler,iter,pull] [--batches 32,256]
+                                 [--modes handler,iter,pull,pop] [--batches 32,256]
                                  [--profile DIR] [--json FILE]
 
 For each mode, pull batch size and run: a fresh ``_replay.py`` process (pinned to CPU 0
@@ -10,7 +10,9 @@ fresh consumer process (pinned to CPU 1) drains them with a fresh group:
 
 * ``handler``: push consumer, no-op async handler;
 * ``iter``: ``async for msg in consumer``;
-* ``pull``: ``PullConsumer.getmany()`` in a loop.
+* ``pull``: ``PullConsumer.getmany()`` in a loop;
+* ``pop``: push consumer over POP (``consume_mode="pop"``), no-op async handler (the
+  pull batch size is its pop batch size); not in the default ``--modes``.
 
 Reported: msg/s from the first to the last message delivered, and the consumer
 process's CPU µs per message (user + system, start-up excluded). Table on stdout (rich),
@@ -41,7 +43,7 @@ from consume import consume, summarize
 from aiorocket.consumer import PullConsumer
 from aiorocket.consumer.config import ConsumeFromWhere
 
-MODES = ("handler", "iter", "pull")
+MODES = ("handler", "iter", "pull", "pop")
 SERVER_CPU, CLIENT_CPU = 0, 1
 QUEUES = 8
 
@@ -221,7 +223,7 @@ def main() -> None:
     p.add_argument("--count", type=int, default=400_000)
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--modes", default="handler,iter,pull")
     p.add_argument("--batches", default="32,256")
     p.add_argument("--profile", default=None, help="DIR for pyinstrument HTML/text profiles")
     p.add_argument("--json", default=None, help="default: results/ceiling-<time>.json")

@@ -47,6 +47,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -205,6 +206,8 @@ class _CheckPoints:
         self.starts = _pairs(resp.ext_fields.get("startOffsetInfo"))
         self.listed = _pairs(resp.ext_fields.get("msgOffsetInfo"))
         self.first: dict[str, int] = {}
+        #: (the handle up to its offset, the retry mark) by (stored topic, queue)
+        self._heads: dict[tuple[str, int], tuple[str, str]] = {}
         #: the check points of the answer's records so far (kept only when a record
         #: could not be decoded)
         self.claimed: set[str] = set()
@@ -231,14 +234,36 @@ class _CheckPoints:
         if ck is not None:
             return ck
         mark = _retry_mark(stored_topic)
+        return CheckPoint(
+            self._start(mark, queue_id, offset), self.pop_time, self.invisible,
+            self.revive_qid, mark, self.broker_name, queue_id, offset,
+        )  # fmt: skip
+
+    def handle_of(
+        self, stored_topic: str, queue_id: int, offset: int, given: str | None
+    ) -> tuple[str, str]:
+        """``of(...)``'s receipt handle and retry mark. Per message on the hot path: a
+        record without ``given`` (every first delivery) builds no ``CheckPoint``."""
+        if given is not None:
+            ck = self.of(stored_topic, queue_id, offset, given)
+            return ck.handle(), ck.mark
+        # The records of one queue share all but the offset: its handle's head is made
+        # once per queue (in the field order of CheckPoint.handle()).
+        head = self._heads.get((stored_topic, queue_id))
+        if head is None:
+            mark = _retry_mark(stored_topic)
+            start = self._start(mark, queue_id, offset)
+            head = self._heads[stored_topic, queue_id] = (
+                f"{start} {self.pop_time} {self.invisible} {self.revive_qid} {mark} "
+                f"{self.broker_name} {queue_id} ", mark,
+            )  # fmt: skip
+        return head[0] + str(offset), head[1]
+
+    def _start(self, mark: str, queue_id: int, offset: int) -> int:
         key = f"{mark}@{queue_id}"
         start_raw = self.starts.get(key)
         # Without startOffsetInfo (an old broker), the batch's first offset per queue.
-        start = int(start_raw) if start_raw is not None else self.first.setdefault(key, offset)
-        return CheckPoint(
-            start, self.pop_time, self.invisible, self.revive_qid, mark, self.broker_name,
-            queue_id, offset,
-        )  # fmt: skip
+        return int(start_raw) if start_raw is not None else self.first.setdefault(key, offset)
 
 
 class PopRequests:
@@ -299,13 +324,12 @@ class PopRequests:
             # Only a retried message can carry the broker's check point: the others'
             # properties are not parsed for it.
             given = m.properties.get(PROPERTY_POP_CK) if m.reconsume_times > 0 else None
-            ck = checks.of(m.topic, m.queue_id, m.queue_offset, given)
-            m.receipt_handle = ck.handle()
+            m.receipt_handle, mark = checks.handle_of(m.topic, m.queue_id, m.queue_offset, given)
             if bad:
                 checks.claimed.add(m.receipt_handle)
             if order:
-                key = f"{ck.mark}@{m.queue_id}"
-                count = counts.get(f"{ck.mark}@qo{m.queue_id}%{m.queue_offset}") or counts.get(key)
+                key = f"{mark}@{m.queue_id}"
+                count = counts.get(f"{mark}@qo{m.queue_id}%{m.queue_offset}") or counts.get(key)
                 if count is not None and int(count) > 0:
                     m.reconsume_times = int(count)
             m.topic = topic
@@ -371,17 +395,20 @@ class PopRequests:
         if resp.code != 0:
             raise error_for_response(resp.code, resp.remark, ACK_MESSAGE)
 
-    async def batch_ack(self, addr: str, group: str, topic: str, handles: list[str]) -> None:
+    async def batch_ack(
+        self, addr: str, group: str, topic: str, handles: Sequence[str | CheckPoint]
+    ) -> None:
         """BATCH_ACK_MESSAGE: every message of ``handles`` (one broker) in one request,
         as a bit set per check point; an error answer raises its typed error. Each
         handle must be ``CheckPoint.batchable`` (else ``ConfigError``, nothing sent): the
-        others are acked with ``ack``."""
+        others are acked with ``ack``. A handle may be given parsed already (a caller
+        that checked ``batchable`` need not have it parsed twice)."""
         acks: dict[tuple[str, int, int, int], dict[str, object]] = {}
         bits: dict[tuple[str, int, int, int], int] = {}
         broker_name = ""
         for handle in handles:
-            ck = CheckPoint.parse(handle)
-            if not ck.batchable:
+            ck = CheckPoint.parse(handle) if isinstance(handle, str) else handle
+            if not 0 <= ck.offset - ck.start < BATCH_ACK_SPAN:  # ck.batchable, inline
                 raise ConfigError(f"a batch ack cannot name {handle!r}: ack it alone")
             broker_name = ck.broker_name
             key = (ck.mark, ck.queue_id, ck.start, ck.pop_time)

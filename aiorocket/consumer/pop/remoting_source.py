@@ -323,12 +323,10 @@ class RemotingSource:
                 continue
             alone = msgs
             if not self.fifo:  # one batch per broker
-                batch, alone = self._batchable(msgs, refused)
+                batch, checks, alone = self._batchable(msgs, refused)
                 try:
                     if batch:
-                        await self.requests.batch_ack(
-                            addr, self.group, topic, [m.receipt_handle for m in batch]
-                        )
+                        await self.requests.batch_ack(addr, self.group, topic, checks)
                 except RocketMQError as err:
                     refused.extend((m, err) for m in batch)
             # Orderly pops are acked one by one: the broker's order lock moves on with each;
@@ -344,11 +342,13 @@ class RemotingSource:
 
     def _batchable(
         self, msgs: list[PopMessage], refused: AckRefusals
-    ) -> tuple[list[PopMessage], list[PopMessage]]:
-        """``msgs`` split into those a batch ack can name and those acked alone (a check
-        point the broker started past its message, see ``aiorocket.client.pop``); a
-        receipt handle that is no check point is refused, for good."""
+    ) -> tuple[list[PopMessage], list[CheckPoint], list[PopMessage]]:
+        """``msgs`` split into those a batch ack can name (with their check points,
+        parsed once) and those acked alone (a check point the broker started past its
+        message, see ``aiorocket.client.pop``); a receipt handle that is no check point
+        is refused, for good."""
         batch: list[PopMessage] = []
+        checks: list[CheckPoint] = []
         alone: list[PopMessage] = []
         for m in msgs:
             try:
@@ -358,12 +358,13 @@ class RemotingSource:
                 continue
             if ck.batchable:
                 batch.append(m)
+                checks.append(ck)
             else:
                 self.state.log.warning("pop_ack_outside_check_point", topic=m.topic,
                                        queue_id=ck.queue_id, offset=ck.offset,
                                        check_point_start=ck.start)  # fmt: skip
                 alone.append(m)
-        return batch, alone
+        return batch, checks, alone
 
     def _lite_topic(self, msg: PopMessage) -> str | None:
         """What acks and renewals name as the message's lite topic (a lite source's)."""
