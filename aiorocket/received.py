@@ -196,6 +196,10 @@ class PopMessage(ConsumerMessage):
     _renewal: anyio.Event | None = None
     #: ack requests made for this message (the ack batcher's retries)
     _ack_tries: int = 0
+    #: its ack, ``aiorocket.consumer.pop.acks``: 0 none (or done), ACK_QUEUED (queued, or
+    #: waiting for a retry: kept renewed though settled), ACK_SENDING (in a request: no
+    #: renewal may start, it would replace the handle the request names)
+    _ack_state: int = 0
 
     @property
     def message_id(self) -> str:

@@ -185,7 +185,9 @@ async def test_the_renewer_lets_go_of_settled_messages_at_once() -> None:
             with anyio.fail_after(20):
                 for n in range(0, 128, 32):
                     proxy.messages = [_message(n + k) for k in range(32)]
-                    while handled < n + 32 or len(proxy.acked) < n + 32:  # noqa: ASYNC110
+                    # acked: answered to the client (a message whose ack is not yet
+                    # answered is held, and renewed if need be)
+                    while handled < n + 32 or runtime.acks.acked < n + 32:  # noqa: ASYNC110
                         await anyio.sleep(0.005)
             # ``holding`` counts every message held, settled or not (``held()`` lists
             # only the unsettled ones, so it would not see this defect).

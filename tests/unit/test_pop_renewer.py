@@ -7,10 +7,16 @@ import time
 
 import anyio
 import pytest
+import trio
+from trio.testing import MockClock
 
 from aiorocket._log import get_logger
+from aiorocket.client.pop import ACK_MESSAGE
+from aiorocket.consumer.pop.acks import AckBatcher
 from aiorocket.consumer.pop.renewer import Renewer
-from aiorocket.errors import RocketMQError
+from aiorocket.consumer.pop.source import AckRefusals
+from aiorocket.errors import RocketMQError, error_for_response
+from aiorocket.protocol.codes import ResponseCode
 from aiorocket.received import PopMessage
 
 pytestmark = pytest.mark.anyio
@@ -89,3 +95,88 @@ async def test_messages_being_renewed_are_still_held_for_the_close() -> None:
         assert sorted(m.queue_offset for m in renewer.held()) == [0, 1]
         gate.set()
     assert sorted(m.queue_offset for m in renewer.held()) == [0, 1]
+
+
+class _BusyAcks:
+    """A source whose acks are answered SYSTEM_BUSY for ``busy`` seconds, each renewal
+    giving the message a new handle (as a remoting ChangeInvisibleTime does); it checks
+    the message never became visible before its ack, and that no ack request and
+    renewal of it overlap."""
+
+    group = "g"
+
+    def __init__(self, busy: float, invisible: float) -> None:
+        self.busy_until = time.monotonic() + busy
+        self.invisible = invisible
+        self.visible_at = time.monotonic() + invisible
+        self.expired: list[float] = []
+        self.overlaps = 0
+        self.renewals: list[str] = []
+        self.acked: list[str] = []
+        self._renewing = self._acking = False
+
+    def _check(self) -> None:
+        if time.monotonic() > self.visible_at:
+            self.expired.append(time.monotonic())
+
+    async def ack(self, topic: str, msgs: list[PopMessage]) -> AckRefusals:
+        self._check()
+        self.overlaps += self._renewing
+        self._acking = True
+        await anyio.sleep(0.05)
+        self._acking = False
+        if time.monotonic() < self.busy_until:
+            err = error_for_response(ResponseCode.SYSTEM_BUSY, "[PCBUSY] busy", ACK_MESSAGE)
+            return [(m, err) for m in msgs]
+        self.acked += [m.receipt_handle for m in msgs]
+        return []
+
+    async def change_invisible(self, msg: PopMessage, seconds: float) -> None:
+        self._check()
+        self.overlaps += self._acking
+        self._renewing = True
+        await anyio.sleep(0.05)
+        self._renewing = False
+        msg.receipt_handle = f"rh{len(self.renewals) + 1}"
+        self.renewals.append(msg.receipt_handle)
+        self.visible_at = time.monotonic() + seconds
+
+
+@pytest.mark.parametrize("anyio_backend", [
+    pytest.param(("trio", {"clock": MockClock(autojump_threshold=0)}), id="trio-virtual"),
+])  # fmt: skip
+async def test_a_message_whose_ack_is_retried_stays_invisible_until_acked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 38 (c), simulator pop_remoting seed 66: the broker answers the ack busy for
+    three invisible times. The renewer keeps renewing the settled message while its ack
+    waits for a retry (never while an ack request is out), and the ack that goes through
+    names the last renewal's handle; then the renewer lets go of it. Before, the renewer
+    forgot the message when it was settled: its invisible time ended while the ack was
+    retried, and the broker delivered it again."""
+    monkeypatch.setattr(time, "monotonic", trio.lowlevel.current_clock().current_time)
+    invisible = 10.0
+    source = _BusyAcks(busy=3 * invisible, invisible=invisible)
+    renewer = Renewer(source.change_invisible, invisible=invisible, request_timeout=3.0,
+                      on_lost=lambda m: None, is_lost=lambda err: False,
+                      log=get_logger("test"))  # fmt: skip
+    acks = AckBatcher(source, delay=0.01, forget=renewer.forget)  # type: ignore[arg-type]
+    (msg,) = _batch(1)
+    msg.receipt_handle = "rh0"
+    renewer.hold([msg], time.monotonic())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(renewer.run)
+        tg.start_soon(acks.run)
+        await anyio.sleep(1.0)  # handled within a second
+        msg._settled = True
+        acks.add(msg)
+        renewer.forget(msg)  # what PopQueue.on_done does
+        with anyio.fail_after(10 * invisible):
+            while not source.acked:  # noqa: ASYNC110  (virtual time)
+                await anyio.sleep(0.5)
+        await anyio.sleep(2 * invisible)
+        tg.cancel_scope.cancel()
+    assert source.expired == [] and source.overlaps == 0
+    assert len(source.renewals) >= 3
+    assert source.acked == [source.renewals[-1]]
+    assert renewer.holding == 0

@@ -9,8 +9,10 @@ import pytest
 from aiorocket.testing.sim import INVARIANTS, Bounds, History, check, draw, run
 
 #: seeds run on every commit: POP over remoting (each a few virtual minutes, about a
-#: second of real time), then through the Proxy (real time, 1-5 s each)
-POP_SEEDS = range(0, 24)
+#: second of real time), then through the Proxy (real time, 1-5 s each). Past the range,
+#: seeds that found a defect: 66 (an orderly ack answered busy for ~11 s outlived the
+#: invisible time: issue 38 (c))
+POP_SEEDS = [*range(0, 24), 66]
 GRPC_SEEDS = range(0, 6)
 FIFO_SEEDS = range(0, 10)
 PRODUCER_SEEDS = range(0, 16)

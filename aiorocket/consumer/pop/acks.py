@@ -12,6 +12,13 @@ contract, ``aiorocket.consumer.pop.source``, says what each failure means). Rule
   error: harmless);
 * an ack waits for a renewal of the same message in flight, since the renewal replaces
   the receipt handle the ack must carry;
+* until its ack is answered, a message stays with the renewer, kept invisible though
+  settled (``PopMessage._ack_state``: ACK_QUEUED); no renewal starts while a request
+  names it (ACK_SENDING), so a request always carries the current handle and a retry the
+  one of the last renewal. An ack retried for longer than the invisible time (a broker
+  busy for seconds) would otherwise let the message come back: a duplicate. The
+  batcher lets go of a message (``forget``) once its ack is answered, refused for
+  good, or handed to the close;
 * an ack that failed with a retriable error (a timeout, a dropped connection,
   SYSTEM_BUSY, the Proxy unavailable) is sent again, as long as the consumer runs,
   backing off from ``FIRST_BACKOFF`` to ``MAX_BACKOFF`` seconds between requests: the
@@ -42,12 +49,23 @@ if TYPE_CHECKING:
     from aiorocket.consumer.pop.source import AckRefusals, PopSource
     from aiorocket.received import PopMessage
 
-__all__ = ["FIRST_BACKOFF", "MAX_BACKOFF", "MAX_ENTRIES", "AckBatcher", "ack_backoff", "until_due"]
+__all__ = [
+    "ACK_QUEUED",
+    "ACK_SENDING",
+    "FIRST_BACKOFF",
+    "MAX_BACKOFF",
+    "MAX_ENTRIES",
+    "AckBatcher",
+    "ack_backoff",
+    "until_due",
+]
 
 MAX_ENTRIES = 64
 #: seconds before the first retry of a failed ack; doubled per failure up to MAX_BACKOFF
 FIRST_BACKOFF = 0.1
 MAX_BACKOFF = 5.0
+#: ``PopMessage._ack_state``: the ack is queued (or waits for a retry) / in a request
+ACK_QUEUED, ACK_SENDING = 1, 2
 
 Release = Callable[["list[PopMessage]"], Awaitable[object]]
 
@@ -74,12 +92,22 @@ class AckBatcher:
     release:
         ``release(messages)``: make messages whose ack was refused for good visible
         again (the settler's release); None: left to their invisible time.
+    forget:
+        ``forget(message)``: let go of a message whose ack is done with (answered,
+        refused for good, or left to the close): ``Renewer.forget``.
     """
 
-    def __init__(self, source: PopSource, delay: float, release: Release | None = None) -> None:
+    def __init__(
+        self,
+        source: PopSource,
+        delay: float,
+        release: Release | None = None,
+        forget: Callable[[PopMessage], None] | None = None,
+    ) -> None:
         self.source = source
         self.delay = delay
         self.release = release
+        self._forget = forget
         self._pending: dict[str, list[PopMessage]] = defaultdict(list)
         #: acks waiting for their retry: (when, topic, messages)
         self._retrying: list[tuple[float, str, list[PopMessage]]] = []
@@ -98,8 +126,17 @@ class AckBatcher:
         self.log = get_logger("consumer.acks", group=source.group)
 
     def add(self, msg: PopMessage) -> None:
+        msg._ack_state = ACK_QUEUED
         self._pending[msg.topic].append(msg)
         self._wake.set()
+
+    def _done(self, msgs: Iterable[PopMessage]) -> None:
+        """The acks of ``msgs`` are done with: the renewer lets go of them."""
+        forget = self._forget
+        for m in msgs:
+            m._ack_state = 0
+            if forget is not None:
+                forget(m)
 
     @property
     def pending(self) -> int:
@@ -160,17 +197,26 @@ class AckBatcher:
                 except BaseException:
                     # Cancelled (or worse) mid-request: nothing is known to be acked;
                     # the entries go back to the front so the close sends them.
+                    for m in chunk:
+                        m._ack_state = ACK_QUEUED
                     self._pending[topic][:0] = chunk
                     raise
                 self.acked += len(chunk) - len(refusals)
                 if refusals:
+                    failed = {m for m, _ in refusals}
+                    self._done(m for m in chunk if m not in failed)
                     refused += self._failed(topic, refusals)
+                else:
+                    self._done(chunk)
         finally:
             # Even when a later request of this flush is cut (the close's bound): the
             # refused messages are in no list the close reads, so released here or never
             # (``release`` is shielded and bounded).
-            if refused and self.release is not None:
-                await self.release(refused)
+            try:
+                if refused and self.release is not None:
+                    await self.release(refused)
+            finally:
+                self._done(refused)
 
     def _failed(self, topic: str, refusals: AckRefusals) -> list[PopMessage]:
         """Schedule the retriable refusals again; returns the others (refused for good)."""
@@ -181,6 +227,7 @@ class AckBatcher:
             tries = 0
             for m in again:  # one more request each, counted once
                 m._ack_tries += 1
+                m._ack_state = ACK_QUEUED  # renewed again while it waits
                 tries = max(tries, m._ack_tries)
             self.retried += len(again)
             wait = ack_backoff(tries)
@@ -208,6 +255,7 @@ class AckBatcher:
         unacked = [m for msgs in self._pending.values() for m in msgs]
         unacked += [m for _, _, msgs in self._retrying for m in msgs]
         unacked += self._in_flight  # the flusher's, if the bound cut the wait for it
+        self._done(unacked)  # released by the runtime, not renewed
         if unacked:
             self.log.warning(
                 "acks_not_delivered", n=len(unacked),
@@ -216,6 +264,8 @@ class AckBatcher:
         return unacked
 
     async def _ack(self, topic: str, msgs: list[PopMessage]) -> AckRefusals:
+        for m in msgs:  # first: no renewal starts while the others' are awaited
+            m._ack_state = ACK_SENDING
         for m in msgs:
             await m.renewed()
         self._in_flight = msgs

@@ -20,8 +20,14 @@ Rules:
   dict operations), so what the renewer holds is what the cache budget counts, not
   every message received within ``invisible_duration`` (up to 12 h) with its body;
   batches left empty are dropped from the heap once they are half of it;
+* but a message whose ack is not answered yet stays, and is renewed while its ack waits
+  (queued, or for a retry: ``PopMessage._ack_state`` ACK_QUEUED), never while a request
+  names it (ACK_SENDING: held, due again at once); the ack batcher lets go of it when
+  its ack is done with (``aiorocket.consumer.pop.acks``). Else an ack retried past the
+  invisible time (a busy broker) would let the acked message come back;
 * a renewal replaces the receipt handle: anything else that uses the handle (ack, nack,
-  dead-letter) waits for a renewal in flight (``PopMessage.renewed``);
+  dead-letter) waits for a renewal in flight (``PopMessage.renewed``), and the ack
+  request that follows a renewal carries its new handle;
 * a renewal the server refuses for good (the handle is no longer valid: the message was
   redelivered meanwhile) *loses* the message: it is settled locally without an ack and
   counted (``lost``), since it is now someone else's; a transient failure is retried at
@@ -38,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from aiorocket.consumer.pop.acks import ACK_QUEUED
 from aiorocket.errors import RocketMQError
 
 if TYPE_CHECKING:
@@ -92,10 +99,11 @@ class Renewer:
         self._on_lost = on_lost
         self._is_lost = is_lost
         self._log = log
-        #: (when the invisible time ends, seq, the batch's unsettled messages by id)
-        self._held: list[tuple[float, int, dict[int, PopMessage]]] = []
-        #: each held message's batch, by id (a message leaves it when settled)
-        self._batch_of: dict[int, dict[int, PopMessage]] = {}
+        #: (when the invisible time ends, seq, the batch's unsettled messages, as the
+        #: keys of a dict: in order; a PopMessage hashes by identity, eq=False)
+        self._held: list[tuple[float, int, dict[PopMessage, None]]] = []
+        #: each held message's batch (a message leaves it when settled)
+        self._batch_of: dict[PopMessage, dict[PopMessage, None]] = {}
         #: batches in the heap left empty by settled messages
         self._empty = 0
         #: the messages of the sweep in flight (out of the heap until it ends)
@@ -113,19 +121,20 @@ class Renewer:
         self._push(received_at + self.invisible, messages)
 
     def _push(self, due: float, messages: list[PopMessage]) -> None:
-        batch = {id(m): m for m in messages if not m._settled}
+        batch = dict.fromkeys([m for m in messages if not m._settled or m._ack_state])
         if batch:
-            batch_of = self._batch_of
-            for key in batch:
-                batch_of[key] = batch
+            self._batch_of.update(dict.fromkeys(batch, batch))
             heapq.heappush(self._held, (due, next(self._seq), batch))
 
     def forget(self, msg: PopMessage) -> None:
-        """``msg`` is settled: let go of it (and of its body) now."""
-        batch = self._batch_of.pop(id(msg), None)
+        """``msg`` is settled: let go of it (and of its body) now, unless its ack is
+        not done with (the ack batcher calls again then)."""
+        if msg._ack_state:
+            return
+        batch = self._batch_of.pop(msg, None)
         if batch is None:
             return  # not held, or being renewed (the sweep drops it when settled)
-        del batch[id(msg)]
+        del batch[msg]
         if not batch:
             self._empty += 1
             if self._empty > 64 and 2 * self._empty > len(self._held):
@@ -136,7 +145,7 @@ class Renewer:
 
     def held(self) -> list[PopMessage]:
         """Every held message not settled yet (those of a sweep in flight too)."""
-        held = [m for _, _, batch in self._held for m in batch.values() if not m._settled]
+        held = [m for _, _, batch in self._held for m in batch if not m._settled]
         return held + [m for m in self._renewing if not m._settled]
 
     @property
@@ -154,34 +163,40 @@ class Renewer:
         """Renew every unsettled message whose invisible time ends within the margin."""
         started = time.monotonic()
         due: list[PopMessage] = []
+        sending: list[PopMessage] = []
         held = self._held
         batch_of = self._batch_of
         while held and held[0][0] <= started + self.margin:
             batch = heapq.heappop(held)[2]
             if not batch:
                 self._empty -= 1
-            for key, m in batch.items():
-                batch_of.pop(key, None)  # out of its batch while renewed
-                if not m._settled:
+            for m in batch:
+                batch_of.pop(m, None)  # out of its batch while renewed
+                if _renewable(m):
                     due.append(m)
+                elif m._ack_state:
+                    sending.append(m)  # its ack is in a request: held, due again at once
+        self._push(started, sending)
         if not due:
             return
         if not self.renews:
             self.hold(due, started)  # kept track of only: the Proxy renews them
             return
         renewed: list[PopMessage] = []
+        lost: list[PopMessage] = []
         limiter = anyio.Semaphore(_CONCURRENCY)
         self._renewing = due  # out of the heap meanwhile: the close must still see them
 
         async def renew(msg: PopMessage) -> None:
             async with limiter:
-                if msg._settled:
-                    return
+                if not _renewable(msg):
+                    return  # settled meanwhile (due again at once if its ack is pending)
                 event = msg._renewal = anyio.Event()
                 try:
                     await self._change(msg, self.invisible)
                 except RocketMQError as err:
                     if self._is_lost(err):
+                        lost.append(msg)
                         self._lose(msg, err)
                         return
                     self._log.warning("renew_failed", topic=msg.topic,
@@ -202,8 +217,8 @@ class Renewer:
             self._renewing = []
             self.renewed += len(renewed)
             self.hold(renewed, started)
-            done = {id(m) for m in renewed}
-            self._push(started, [m for m in due if id(m) not in done])
+            done = {*renewed, *lost}  # lost: no longer ours, though its ack may be pending
+            self._push(started, [m for m in due if m not in done])
 
     def _lose(self, msg: PopMessage, err: RocketMQError) -> None:
         self.lost += 1
@@ -212,3 +227,8 @@ class Renewer:
             hint="the server no longer knows this delivery: the message is delivered again",
         )  # fmt: skip
         self._on_lost(msg)
+
+
+def _renewable(msg: PopMessage) -> bool:
+    """Unsettled, or settled with its ack queued or waiting for a retry."""
+    return not msg._settled or msg._ack_state == ACK_QUEUED

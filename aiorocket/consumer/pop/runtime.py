@@ -173,17 +173,18 @@ class PopRuntime:
         self.fifo = source.fifo
         attempts = max_attempts(source.server_max_attempts, cfg.max_reconsume_times)
         bound = self._bound
-        self.acks = AckBatcher(
-            source, ACK_DELAY, release=lambda msgs: self.settler.make_visible(msgs, bound)
-        )
-        self.settler = PopSettler(
-            source, self.acks, max_attempts=attempts, backoff=source.backoff,
-            retry_pause=source.retry_pause, log=state.log,
-        )  # fmt: skip
         self.renewer = Renewer(
             source.change_invisible, invisible=cfg.invisible_duration,
             request_timeout=cfg.request_timeout, on_lost=self._lost, is_lost=source.lost,
             log=state.log,
+        )  # fmt: skip
+        self.acks = AckBatcher(
+            source, ACK_DELAY, release=lambda msgs: self.settler.make_visible(msgs, bound),
+            forget=self.renewer.forget,
+        )  # fmt: skip
+        self.settler = PopSettler(
+            source, self.acks, max_attempts=attempts, backoff=source.backoff,
+            retry_pause=source.retry_pause, log=state.log,
         )  # fmt: skip
         self.delivery = self._make_delivery(
             DeliveryParts(
