@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from aiorocket._release import release_all
 from aiorocket._settings import check_group, check_invisible_duration
 from aiorocket.errors import (
     ClientClosedError,
@@ -384,18 +385,16 @@ class SimpleConsumer:
         if not messages:
             return
 
-        async def one(msg: ReceivedMessage) -> None:
-            try:
-                await self.change_invisible_duration(msg, 0.0)
-            except RocketMQError as err:
-                self.session.log.warning("release_failed", topic=msg.topic,
-                                         msg_id=msg.message_id, error=str(err))  # fmt: skip
+        def failed(msg: ReceivedMessage, err: RocketMQError) -> None:
+            self.session.log.warning("release_failed", topic=msg.topic,
+                                     msg_id=msg.message_id, error=str(err))  # fmt: skip
 
-        with anyio.move_on_after(self.transport.request_timeout, shield=True):
-            async with anyio.create_task_group() as tg:
-                for msg in messages:
-                    tg.start_soon(one, msg)
-        self.session.log.info("received_messages_released", n=len(messages))
+        left = await release_all(
+            messages, lambda m: self.change_invisible_duration(m, 0.0),
+            self.transport.request_timeout, on_error=failed,
+        )  # fmt: skip
+        self.session.log.info("received_messages_released", n=len(messages) - len(left),
+                              held=len(left))  # fmt: skip
 
     async def _session_ready(self, timeout: float) -> None:
         """Wait (up to ``timeout``) until the Proxy knows this client on the current

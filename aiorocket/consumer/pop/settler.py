@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from aiorocket._release import release_all
 from aiorocket.consumer.pop.acks import ack_backoff, until_due
 from aiorocket.errors import RocketMQError
 from aiorocket.received import ConsumerMessage, PopMessage
@@ -234,23 +235,8 @@ class PopSettler:
     async def make_visible(self, messages: list[PopMessage], timeout: float) -> int:
         """Make ``messages`` (settled on our side: released, or acks that failed) visible
         again at once, at most ``timeout`` s; returns how many could not be."""
-        released = 0
-
-        async def one(msg: PopMessage) -> None:
-            nonlocal released
-            async with limiter:
-                try:
-                    await self._change(msg, 0.0)
-                    released += 1
-                except RocketMQError:
-                    pass
-
-        limiter = anyio.Semaphore(16)
-        with anyio.move_on_after(timeout, shield=True):
-            async with anyio.create_task_group() as tg:
-                for m in messages:
-                    tg.start_soon(one, m)
-        return len(messages) - released
+        left = await release_all(messages, lambda m: self._change(m, 0.0), timeout)
+        return len(left)
 
     async def _change(self, msg: PopMessage, seconds: float, tries: int = TRIES) -> None:
         await msg.renewed()
