@@ -8,6 +8,7 @@ from typing import Any
 
 import anyio
 
+from aiorocket._settings import check_group
 from aiorocket._validate import check_topic
 from aiorocket.admin._core import AdminCore
 from aiorocket.admin._model import CustomizedRetry, ExponentialRetry, GroupConfig, GroupProgress
@@ -112,8 +113,7 @@ class GroupAdmin(AdminCore):
         broker's default is 2000); ``lite_exclusive``: a lite topic belongs to the member
         that subscribed to it last (the broker unsubscribes the others), instead of being
         shared by its subscribers."""
-        if not group or len(group) > 255 or any(c.isspace() for c in group):
-            raise ConfigError(f"invalid group name {group!r}")
+        check_group(group, "consumer")
         if retry_max_times is not None and not -1 <= retry_max_times <= 1000:
             raise ConfigError(f"retry_max_times must be -1..1000, not {retry_max_times}")
         if consume_timeout_minutes is not None and consume_timeout_minutes < 1:

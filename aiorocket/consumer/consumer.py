@@ -438,6 +438,20 @@ class Consumer:
         the Proxy; over remoting, the first heartbeat sent)."""
         return self._backend.joined
 
+    @property
+    def not_ready_reason(self) -> str | None:
+        """Why ``has_joined`` is false, in words (health reports give it); None once it
+        is true."""
+        if self.has_joined:
+            return None
+        if not self.started:
+            return f"consumer of group {self.group!r} is not started"
+        missing = sorted(t for t in self._state.missing_topics if not t.startswith("%"))
+        if missing:
+            return (f"consumer of group {self.group!r}: topic {missing[0]!r} does not exist "
+                    "(no route); it is consumed once created")  # fmt: skip
+        return f"consumer of group {self.group!r} has not joined its group yet (first rebalance)"
+
     async def wait_joined(self) -> None:
         """Wait until ``has_joined`` is true (a started pop consumer has joined)."""
         if self.transport == "grpc":

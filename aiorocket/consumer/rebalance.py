@@ -305,6 +305,7 @@ class Rebalancer:
         """Say once (not every pass) that a subscribed topic has no route; it is polled on."""
         if topic not in self.memory.no_route:
             self.memory.no_route.add(topic)
+            self._state.missing_topics.add(topic)
             self._log_route_change(topic, "topic_has_no_route")
 
     def _log_route_change(self, topic: str, event: str) -> None:
@@ -342,6 +343,7 @@ class Rebalancer:
         route = await self._namesrv.get_route(topic)
         if topic in memory.no_route:
             memory.no_route.discard(topic)
+            self._state.missing_topics.discard(topic)
             self._log_route_change(topic, "topic_route_appeared")
         memo = memory.memos.get(topic)
         if memo is None or memo.route is not route:

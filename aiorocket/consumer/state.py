@@ -88,6 +88,9 @@ class ConsumerState:
         self.undecodable_messages = 0
         self._joined = False
         self._joined_signal = Signal()
+        #: subscribed topics without a route (they do not exist): why a consumer that
+        #: has not joined waits (``Consumer.not_ready_reason``)
+        self.missing_topics: set[str] = set()
         self.rebalance_requested = False
         #: notified by request_rebalance(): the rebalance loop runs a pass at once.
         self.rebalance_wanted = Signal()

@@ -59,8 +59,8 @@ def health_routes(service: RocketMQService, path: str = "/health") -> list[web.R
         return web.json_response({"live": ok}, status=200 if ok else 503)
 
     async def ready(request: web.Request) -> web.Response:
-        ok = service.ready()
-        return web.json_response({"ready": ok}, status=200 if ok else 503)
+        report = service.readiness()
+        return web.json_response(report, status=200 if report["ready"] else 503)
 
     async def health(request: web.Request) -> web.Response:
         report = await service.health()

@@ -152,8 +152,8 @@ class RocketMQRouter(APIRouter):
         return JSONResponse({"live": live}, status_code=200 if live else 503)
 
     async def _ready(self) -> JSONResponse:
-        ready = self.service.ready()
-        return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+        report = self.service.readiness()
+        return JSONResponse(report, status_code=200 if report["ready"] else 503)
 
     async def _health(self) -> JSONResponse:
         report = await self.service.health()

@@ -249,6 +249,19 @@ class RocketMQService:
         first assignment ([`has_joined`][aiorocket.consumer.Consumer.has_joined])."""
         return self._running and all(c.has_joined for c in self.consumers)
 
+    def not_ready_reasons(self) -> list[str]:
+        """Why ``ready`` is false, one line per cause ([] when ready): what the health
+        routes answer with their 503, so an operator need not search the log."""
+        if not self._running:
+            return ["the service is not running (starting or stopped)"]
+        return [r for r in (c.not_ready_reason for c in self.consumers) if r is not None]
+
+    def readiness(self) -> dict[str, Any]:
+        """``{"ready": bool}``, with ``"reasons"`` (``not_ready_reasons``) when not ready:
+        the body of the ``/ready`` routes."""
+        ready = self.ready()
+        return {"ready": True} if ready else {"ready": False, "reasons": self.not_ready_reasons()}
+
     async def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until ``ready`` (at most ``timeout`` seconds); return it."""
         with anyio.move_on_after(timeout):
@@ -264,7 +277,7 @@ class RocketMQService:
 
     async def health(self, *, with_lag: bool = True) -> dict[str, Any]:
         """The report served by the health routes: ``{"ready", "live", "lag",
-        "consumers": [...]}`` (see
+        "consumers": [...]}``, and ``"reasons"`` when not ready (see
         [`consumer_health`][aiorocket.integrations.health.consumer_health]); ``lag`` is the total
         over every consumer's queues."""
         reports = [
@@ -272,7 +285,7 @@ class RocketMQService:
             for c in self.consumers
         ]
         return {
-            "ready": self.ready(),
+            **self.readiness(),
             "live": self.live(),
             "lag": sum(r["lag"] or 0 for r in reports) if with_lag else None,
             "consumers": reports,

@@ -42,13 +42,19 @@ async def test_ready_only_after_the_first_assignment(
         # The topic has no route yet: the consumer runs but has no assignment.
         report = await service.health()
         assert report["ready"] is False and service.ready() is False
-        assert report["consumers"][0]["joined"] is False
+        assert report["consumers"][0]["joined"] is False and report["reasons"]
+
+        def says_why() -> bool:  # once a rebalance pass looked for the topic
+            return any(f"topic {topic!r} does not exist" in r for r in service.not_ready_reasons())
+
+        await eventually(says_why)
         await rocketmq.create_topic(topic, queues=2)
         assert await service.wait_ready(timeout=30)
         (consumer,) = service.consumers
         assert {mq.topic for mq in consumer.assignment()} >= {topic}
         report = await service.health()
         assert report["ready"] is True and report["consumers"][0]["joined"] is True
+        assert "reasons" not in report and service.not_ready_reasons() == []
         mine = [q for q in report["consumers"][0]["queues"] if q["topic"] == topic]
         assert len(mine) == 4  # 2 queues on each of the 2 brokers
     assert not service.ready()
