@@ -120,6 +120,9 @@ class ConsumerMessage(MessageExt):
     #: the consume-timeout watchdog cancelled its handler call (a failure, settled for a
     #: retry); a call cancelled otherwise (a close) leaves the message to be redelivered
     _timed_out: bool = False
+    #: the exception a wrapper of the handler (FastStream's subscriber) caught and turned
+    #: into a failure result: the dead-letter log names it, not the result
+    _failure: Exception | None = None
 
     @property
     def settled(self) -> bool:

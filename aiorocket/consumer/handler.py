@@ -111,7 +111,9 @@ class Handler:
             self.log_failure(pq, first, exc)
             return default
         if level is not None:
-            self.log_if_last(first, f"handler returned {result!r}", level)
+            cause = first._failure  # the exception a wrapper turned into this result
+            self.log_if_last(first, f"handler returned {result!r}" if cause is None
+                             else repr(cause), level)  # fmt: skip
         return level
 
     def log_failure(self, pq: QueueView, first: ConsumerMessage, exc: Exception) -> None:

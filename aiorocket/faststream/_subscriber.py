@@ -181,8 +181,10 @@ class RocketSubscriber(SubscriberUsecase[ConsumerMessage]):
             self._stop_soon()
             if app := self._outer_config.context.get("app"):
                 app.exit()
-        except Exception:
-            failed = True  # logged by FastStream's CriticalLogMiddleware
+        except Exception as exc:
+            # logged by FastStream's CriticalLogMiddleware; the dead-letter log names it
+            # too (not the False or nack it turns into)
+            failed, raw._failure = True, exc
         finally:
             CURRENT_OUTCOME.reset(token)
         if outcome.decided:

@@ -18,6 +18,8 @@ from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.logs import capture_logs
 
+from .helpers import eventually
+
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 FIRST = ConsumeFromWhere.FIRST_OFFSET
 
@@ -143,3 +145,37 @@ async def test_failure_and_dead_lettering_over_grpc(
         "warning", group, topic, 1,
     )  # fmt: skip
     assert dead["error"] == "Boom('no')"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # FastStream runs on asyncio
+async def test_a_faststream_handler_s_exception_is_the_dead_letter_reason(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """Issue 42: a pydantic ValidationError (the body is no Order) was dead-lettered as
+    ``error='handler returned False'``; it is named now, as for a plain consumer."""
+    pytest.importorskip("faststream")
+    from pydantic import BaseModel
+
+    from aiorocket.faststream import RocketBroker
+
+    class Order(BaseModel):
+        weight_kg: float
+
+    topic, group = unique_name("fsfail"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1)
+    broker = RocketBroker(rocketmq.namesrv_addr)
+    called = anyio.Event()
+
+    @broker.subscriber(topic, group=group, consume_from_where=FIRST,
+                       settings={"max_reconsume_times": 0})  # fmt: skip
+    async def handle(order: Order) -> None:
+        called.set()  # never: the body does not parse
+
+    with capture_logs(level=logging.WARNING) as events:
+        async with broker:
+            await broker.start()
+            sent = await broker.publish("not json", topic)
+            await eventually(lambda: bool(_of(events, "message_dead_lettered", sent.msg_id)))
+    (dead,) = _of(events, "message_dead_lettered", sent.msg_id)
+    assert dead["group"] == group and "validation error for handle" in dead["error"]
+    assert not called.is_set()
