@@ -91,6 +91,14 @@ class RemotingSettler:
                 offset=msg.queue_offset,
                 attempts=msg.reconsume_times + 1,
             )
+        elif pq.dropped:
+            # The queue is no longer ours (revoked, or its broker left the route): its
+            # offset was not committed past this message, so the queue's owner (this
+            # client again, maybe) pulls it again. A copy sent back now would be a second
+            # delivery, handled while that one is (the Java client drops such results).
+            state.log.info("failed_message_of_dropped_queue", topic=msg.topic,
+                           queue=pq.mq.queue_id, offset=msg.queue_offset)  # fmt: skip
+            return
         else:
             try:
                 sent = await self.send_back(pq, msg, delay_level)

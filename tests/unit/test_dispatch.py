@@ -362,3 +362,29 @@ async def test_work_queue_close_drains_then_ends() -> None:
         await queue.get()
     with pytest.raises(anyio.ClosedResourceError):
         queue.put_many([3])
+
+
+async def test_a_failure_on_a_dropped_queue_is_not_sent_back() -> None:
+    """A message whose handler fails after its queue was dropped (revoked, or its broker
+    left the route) is neither sent back nor retried here: its offset was not committed
+    past, so the queue's owner pulls it again; a copy in the retry topic would be a
+    second delivery, handled at the same time (the simulator's pull_remoting seed 68: a
+    broker crash while a handler hung)."""
+    failing = anyio.Event()
+    go_on = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        failing.set()
+        await go_on.wait()
+        raise RuntimeError("fails after the drop")
+
+    async with workers(handle) as h:
+        h.feed(1)
+        with anyio.fail_after(10):
+            await failing.wait()
+        h.pq.dropped = True  # the queue left while the handler ran
+        go_on.set()
+        with anyio.fail_after(10):
+            while h.pq.running:
+                await h.pq.wait_changed()
+    assert h.sent_back == []

@@ -31,9 +31,12 @@ class SimHandler:
     def __init__(self, schedule: Schedule, history: History,
                  inner: Callable[[Any], Awaitable[None]] | None = None, *,
                  group_of: Callable[[str], tuple[str, int] | None] | None = None,
-                 ) -> None:  # fmt: skip
+                 extra: dict[str, Any] | None = None) -> None:  # fmt: skip
         self.history = history
         self.inner = inner
+        #: added to every event (``member``: whose handler; ``by_offset``: a pull
+        #: consumer's message, settled when the group's offset passes it)
+        self.extra = extra or {}
         #: (group, seq) of a key, for the order check of FIFO shapes (lite topics)
         self.group_of = group_of
         self.faults: dict[int, tuple[str, dict[str, Any]]] = {}
@@ -44,10 +47,10 @@ class SimHandler:
     async def __call__(self, msg: Any) -> None:
         key = bytes(msg.body).decode(errors="replace")
         attempt = _attempt(msg)
-        tags: dict[str, Any] = {}
+        tags: dict[str, Any] = dict(self.extra)
         place = self.group_of(key) if self.group_of is not None else None
         if place is not None:
-            tags = {"group": place[0], "seq": place[1]}
+            tags.update(group=place[0], seq=place[1])
         self.history.add("handler_start", key, attempt=attempt, **tags)
         try:
             kind, args = self.faults.get(_index(key), ("", {}))
@@ -60,12 +63,12 @@ class SimHandler:
             if self.inner is not None:
                 await self.inner(msg)
         except BaseException:
-            self.history.add("handler_failed", key, attempt=attempt)
+            self.history.add("handler_failed", key, attempt=attempt, **self.extra)
             raise
         else:
             self.history.add("handler_ok", key, attempt=attempt, **tags)
         finally:
-            self.history.add("handler_end", key, attempt=attempt)
+            self.history.add("handler_end", key, attempt=attempt, **self.extra)
 
 
 def _index(key: str) -> int:

@@ -63,3 +63,37 @@ def _lite_remoting(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
 
 
 DRAWS: dict[str, Draw] = {"lite_remoting": _lite_remoting}
+
+
+def _pull_remoting(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
+    brokers = rng.randint(1, 2)
+    messages = rng.randint(8, 40)
+    shape = rng.choice(["handler", "handler", "orderly", "batch", "async_for", "pull_consumer"])
+    store_at = sorted(round(rng.uniform(0, 30), 2) for _ in range(messages))
+    params: dict[str, Any] = {"brokers": brokers, "queues": rng.randint(1, 3), "shape": shape,
+                              "messages": messages, "store_at": store_at}  # fmt: skip
+    names = _BROKERS[:brokers]
+    faults: list[Fault] = []
+    for _ in range(rng.randint(0, 2)):
+        faults.append(Fault("pull_error", {"broker": rng.choice(names), "from": rng.randint(0, 20),
+                                           "count": rng.choice([1, 3, 5]),
+                                           "code": rng.choice([SYSTEM_ERROR, SYSTEM_BUSY])}))
+    if rng.random() < 0.25:
+        faults.append(Fault("connection_reset", {"broker": rng.choice(names),
+                                                 "at": round(rng.uniform(1, 40), 2)}))
+    # a crash and members coming and going are drawn apart: a queue another member took
+    # may be anywhere (docs/reliability.md), the crash bound is the queue owner's
+    if rng.random() < 0.45:
+        faults.append(Fault("broker_restart", {"broker": rng.choice(names),
+                                               "at": round(rng.uniform(3, 35), 2),
+                                               "down": rng.choice([3.0, 8.0, 20.0])}))
+    else:
+        for _ in range(rng.randint(0, 2)):
+            faults.append(Fault("member_join", {"at": round(rng.uniform(0, 30), 2),
+                                                "stay": rng.choice([3.0, 10.0, 30.0])}))
+    hang = shape not in ("async_for", "pull_consumer")  # no consume timeout there
+    faults += _handler_faults(rng, messages, hang=hang, slow=(2, 8, 25))
+    return params, faults
+
+
+DRAWS["pull_remoting"] = _pull_remoting

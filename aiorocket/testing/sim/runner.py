@@ -107,8 +107,9 @@ def _workloads() -> dict[str, Callable[..., History]]:
 
 def _consumer_workloads() -> dict[str, Callable[..., History]]:
     from aiorocket.testing.sim.lite_workload import lite_remoting
+    from aiorocket.testing.sim.pull_workload import pull_remoting
 
-    return {"lite_remoting": _on_trio(lite_remoting)}
+    return {"lite_remoting": _on_trio(lite_remoting), "pull_remoting": _on_trio(pull_remoting)}
 
 
 def _producer_workloads() -> dict[str, Callable[..., History]]:
@@ -119,7 +120,7 @@ def _producer_workloads() -> dict[str, Callable[..., History]]:
 
 
 WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for", "producer_stall",
-             "lite_remoting", "producer_sends", "producer_txn")  # fmt: skip
+             "lite_remoting", "pull_remoting", "producer_sends", "producer_txn")  # fmt: skip
 
 
 def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = None,

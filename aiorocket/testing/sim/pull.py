@@ -1,0 +1,381 @@
+"""Simulated brokers for the pull consumer (remoting), with their own truth.
+
+Each broker keeps ``PULL_TOPIC``'s queues and the group's retry topic (one queue), the
+group's consumer offsets, its members (heartbeats) and queue locks. What it models of
+5.5.0 and says so:
+
+* consumer offsets (UPDATE_CONSUMER_OFFSET, and those a pull carries with its commit
+  flag) live in memory and are written to disk every ``FLUSH_INTERVAL`` seconds
+  (``flushConsumerOffsetInterval``, 5 s): a broker that crashes (``broker_restart``)
+  comes back with the offsets of its last write, or none for a queue never written;
+  its messages survive (the commit log is on disk). While it is down it is out of the
+  route (the NameServer drops a broker whose channel closed) and every connection to
+  it is reset;
+* CONSUMER_SEND_MSG_BACK stores a copy in the group's retry topic (``RETRY_TOPIC``
+  property, ``reconsume_times`` + 1), visible after a delay; past the group's
+  ``maxReconsumeTimes`` (or with delay level -1) it goes to the DLQ;
+* LOCK_BATCH_MQ grants a queue to one client for ``LOCK_TTL`` seconds (renewed by the
+  next lock), UNLOCK_BATCH_MQ frees it; a crash forgets the locks;
+* NOTIFY_CONSUMER_IDS_CHANGED goes to every member when one joins or leaves.
+
+Every pulled message is in the history (``pulled``: broker, queue, offset), and every
+commit the broker took (``committed``): the checker bounds duplicates by them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import traceback
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+
+from aiorocket.client.broker import PULL_COMMIT_OFFSET
+from aiorocket.message import PROPERTY_RETRY_TOPIC
+from aiorocket.protocol.codes import RequestCode, ResponseCode
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.frame import encode_command
+from aiorocket.protocol.store_record import encode_stored_message
+from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
+
+if TYPE_CHECKING:
+    from aiorocket.testing.sim.history import History
+    from aiorocket.testing.sim.nemesis import Schedule
+
+__all__ = ["PULL_GROUP", "PULL_TOPIC", "RETRY", "SimPullBroker", "SimPullCluster"]
+
+PULL_TOPIC, PULL_GROUP = "sim-pull", "sim-pull-group"
+RETRY = f"%RETRY%{PULL_GROUP}"
+#: seconds between two writes of the consumer offsets to disk (5.5.0's default)
+FLUSH_INTERVAL = 5.0
+#: seconds a queue lock lasts without renewal (the broker's 60 s, shortened)
+LOCK_TTL = 30.0
+#: seconds a message sent back waits in the retry topic
+RETRY_DELAY = 5.0
+
+
+@dataclass(slots=True)
+class Stored:
+    key: str
+    index: int
+    reconsume: int = 0
+    visible_at: float = 0.0
+
+
+@dataclass(slots=True)
+class Queues:
+    """One broker's messages: (topic, queue id) -> messages in offset order."""
+
+    by_queue: dict[tuple[str, int], list[Stored]] = field(default_factory=dict)
+
+    def of(self, topic: str, queue_id: int) -> list[Stored]:
+        return self.by_queue.setdefault((topic, queue_id), [])
+
+
+class SimPullBroker:
+    """One broker (see the module docstring)."""
+
+    def __init__(self, name: str, cluster: SimPullCluster) -> None:
+        self.name = name
+        self.cluster = cluster
+        self.history = cluster.history
+        self.queues = Queues()
+        self.offsets: dict[tuple[str, int], int] = {}
+        self.flushed: dict[tuple[str, int], int] = {}
+        self.members: dict[str, ServerSession] = {}
+        self.locks: dict[tuple[str, int], tuple[str, float]] = {}
+        self.down_until = 0.0
+        self.pulls = 0
+        #: (topic, queue id) -> the offset below which ``acked`` was recorded
+        self.acked_upto: dict[tuple[str, int], int] = {}
+        self.arrived = anyio.Event()
+        self.server = FakeRemotingServer(self.handle)
+
+    @property
+    def addr(self) -> str:
+        return self.server.address
+
+    @property
+    def down(self) -> bool:
+        return anyio.current_time() < self.down_until
+
+    def store(self, key: str, queue_id: int, index: int) -> None:
+        stored = Stored(key, index)
+        self.cluster.latest[key] = stored
+        self.queues.of(PULL_TOPIC, queue_id).append(stored)
+        self.history.add("stored", key, broker=self.name, queue=queue_id)
+        self._wake()
+
+    def _wake(self) -> None:
+        self.arrived.set()
+        self.arrived = anyio.Event()
+
+    def settled(self) -> bool:
+        """Every message of every queue is below the group's committed offset."""
+        return all(self.offsets.get(q, 0) >= len(ms) for q, ms in self.queues.by_queue.items())
+
+    # -- faults ------------------------------------------------------------------
+
+    async def crash(self, down: float) -> None:
+        """SIGKILL and restart: unflushed offsets and locks lost, connections reset."""
+        self.down_until = anyio.current_time() + down
+        lost = {f"{t}:{q}": (o, self.flushed.get((t, q))) for (t, q), o in self.offsets.items()
+                if self.flushed.get((t, q)) != o}  # fmt: skip
+        self.history.add("broker_crashed", "", broker=self.name, lost=lost)
+        self.offsets = dict(self.flushed)
+        self.locks.clear()
+        self.members.clear()
+        await self.reset()
+        self._wake()
+
+    async def reset(self) -> None:
+        """Every connection to the broker reset (the broker keeps running)."""
+        self.history.add("connections_reset", "", broker=self.name)
+        sessions, self.server.sessions = self.server.sessions, []
+        for session in sessions:
+            session.stalled = True
+            with anyio.CancelScope(shield=True):
+                await session.close()
+
+    async def flush(self) -> None:
+        while True:
+            await anyio.sleep(FLUSH_INTERVAL)
+            if not self.down:
+                self.flushed = dict(self.offsets)
+
+    # -- requests --------------------------------------------------------------------
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            return
+        if self.down:
+            with anyio.CancelScope(shield=True):
+                await session.close()  # refused: the process is not there
+            return
+        try:
+            resp = await self._handle(session, cmd)
+        except Exception:  # the simulator's own bug: the run reports it as a crash
+            self.cluster.errors.append(traceback.format_exc(limit=6))
+            return
+        if resp is not None and not cmd.is_oneway:
+            await session.send(resp)
+
+    async def _handle(self, session: ServerSession, cmd: RemotingCommand) -> RemotingCommand | None:
+        code, ext = cmd.code, cmd.ext_fields
+        resp = RemotingCommand.response_to(cmd)
+        if code == RequestCode.HEART_BEAT:
+            client = json.loads(cmd.body)["clientID"]
+            if client not in self.members:
+                self.members[client] = session
+                await self.cluster.ids_changed(self)
+            self.members[client] = session
+        elif code == RequestCode.UNREGISTER_CLIENT:
+            if self.members.pop(ext["clientID"], None) is not None:
+                await self.cluster.ids_changed(self)
+        elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
+            resp.body = json.dumps({"consumerIdList": sorted(self.members)}).encode()
+        elif code == RequestCode.QUERY_CONSUMER_OFFSET:
+            key = (ext["topic"], int(ext["queueId"]))
+            if key in self.offsets:
+                resp.ext_fields = {"offset": str(self.offsets[key])}
+            else:
+                resp.code = ResponseCode.QUERY_NOT_FOUND
+        elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            self._commit(ext["topic"], int(ext["queueId"]), int(ext["commitOffset"]))
+        elif code in (RequestCode.GET_MIN_OFFSET, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP):
+            resp.ext_fields = {"offset": "0"}
+        elif code == RequestCode.GET_MAX_OFFSET:
+            n = len(self.queues.of(ext["topic"], int(ext["queueId"])))
+            resp.ext_fields = {"offset": str(n)}
+        elif code == RequestCode.PULL_MESSAGE:
+            return await self._pull(cmd)
+        elif code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
+            return self._lock(cmd)
+        elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
+            self._send_back(ext)
+        elif code == RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG:
+            resp.body = json.dumps({"groupName": PULL_GROUP, "retryMaxTimes": 16}).encode()
+        return resp
+
+    def _commit(self, topic: str, queue_id: int, offset: int) -> None:
+        self.offsets[(topic, queue_id)] = offset
+        self.history.add("committed", "", broker=self.name, queue=f"{topic}:{queue_id}",
+                         offset=offset)  # fmt: skip
+        # the messages consumed for good: below the commit, and no copy of it sent back
+        stored = self.queues.of(topic, queue_id)
+        upto = self.acked_upto.get((topic, queue_id), 0)
+        for m in stored[upto:offset]:
+            if self.cluster.latest.get(m.key) is m:
+                self.history.add("acked", m.key, broker=self.name)
+        self.acked_upto[(topic, queue_id)] = max(upto, min(offset, len(stored)))
+
+    def _fault(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        index = self.pulls
+        self.pulls += 1
+        for f in self.cluster.schedule.of("pull_error"):
+            if f.args["broker"] == self.name and \
+                    f.args["from"] <= index < f.args["from"] + f.args["count"]:  # fmt: skip
+                return RemotingCommand.response_to(cmd, f.args["code"], "sim pull error")
+        return None
+
+    async def _pull(self, cmd: RemotingCommand) -> RemotingCommand:
+        ext = cmd.ext_fields
+        topic, queue_id, offset = ext["topic"], int(ext["queueId"]), int(ext["queueOffset"])
+        if int(ext.get("sysFlag", "0")) & PULL_COMMIT_OFFSET:
+            self._commit(topic, queue_id, int(ext["commitOffset"]))
+        fault = self._fault(cmd)
+        if fault is not None:
+            return fault
+        stored = self.queues.of(topic, queue_id)
+        with anyio.move_on_after(int(ext["suspendTimeoutMillis"]) / 1000):
+            while not self._ready(stored, offset):
+                with anyio.move_on_after(0.5):
+                    await self.arrived.wait()
+        fields = {"minOffset": "0", "maxOffset": str(len(stored)), "suggestWhichBrokerId": "0"}
+        if offset > len(stored):
+            fields["nextBeginOffset"] = str(len(stored))
+            return RemotingCommand.response_to(cmd, ResponseCode.PULL_OFFSET_MOVED,
+                                               ext_fields=fields)  # fmt: skip
+        ready = self._ready(stored, offset)[: int(ext["maxMsgNums"])]
+        fields["nextBeginOffset"] = str(offset + len(ready))
+        if not ready:
+            return RemotingCommand.response_to(cmd, ResponseCode.PULL_NOT_FOUND, ext_fields=fields)
+        records = []
+        for i, m in enumerate(ready):
+            self.history.add("pulled", m.key, broker=self.name, queue=f"{topic}:{queue_id}",
+                             offset=offset + i)  # fmt: skip
+            props = {"UNIQ_KEY": f"SIMP{self.name}{m.index:08d}{m.reconsume}", "KEYS": m.key}
+            if topic == RETRY:
+                props[PROPERTY_RETRY_TOPIC] = PULL_TOPIC
+            records.append(encode_stored_message(
+                topic, m.key.encode(), props, queue_id=queue_id, queue_offset=offset + i,
+                commit_log_offset=3_000_000 + m.index, reconsume_times=m.reconsume,
+            ))  # fmt: skip
+        return RemotingCommand.response_to(cmd, ext_fields=fields, body=b"".join(records))
+
+    @staticmethod
+    def _ready(stored: list[Stored], offset: int) -> list[Stored]:
+        """The messages from ``offset`` on that are visible (a retry waits its delay)."""
+        now = anyio.current_time()
+        out = []
+        for m in stored[offset:]:
+            if m.visible_at > now:
+                break
+            out.append(m)
+        return out
+
+    def _send_back(self, ext: dict[str, str]) -> None:
+        index = int(ext["offset"]) - 3_000_000
+        key, reconsume = self.cluster.keys[index], 0
+        for ms in self.queues.by_queue.values():
+            for m in ms:
+                if m.index == index:
+                    reconsume = max(reconsume, m.reconsume)
+        if int(ext["delayLevel"]) < 0 or reconsume + 1 > int(ext["maxReconsumeTimes"]):
+            self.history.add("dead_lettered", key, by="client")
+            return
+        at = anyio.current_time() + RETRY_DELAY
+        copy = Stored(key, index, reconsume + 1, at)
+        self.cluster.latest[key] = copy
+        self.queues.of(RETRY, 0).append(copy)
+        self.history.add("sent_back", key, broker=self.name, attempt=reconsume + 1)
+
+    def _lock(self, cmd: RemotingCommand) -> RemotingCommand:
+        body = json.loads(cmd.body)
+        client = body["clientId"]
+        now = anyio.current_time()
+        keys = sorted({(m["topic"], int(m["queueId"])) for m in body["mqSet"]})
+        resp = RemotingCommand.response_to(cmd)
+        if cmd.code == RequestCode.UNLOCK_BATCH_MQ:
+            for key in keys:
+                if self.locks.get(key, ("", 0.0))[0] == client:
+                    del self.locks[key]
+            return resp
+        granted = []
+        for topic, queue_id in keys:
+            owner, until = self.locks.get((topic, queue_id), (client, 0.0))
+            if owner == client or until <= now:
+                self.locks[(topic, queue_id)] = (client, now + LOCK_TTL)
+                granted.append({"topic": topic, "brokerName": self.name, "queueId": queue_id})
+        resp.body = json.dumps({"lockOKMQSet": granted}).encode()
+        return resp
+
+
+class SimPullCluster:
+    """A NameServer routing ``PULL_TOPIC`` (``queues`` queues a broker) and the group's
+    retry topic (one) to the brokers that are up, and the brokers."""
+
+    def __init__(self, schedule: Schedule, history: History, *, brokers: int,
+                 queues: int) -> None:  # fmt: skip
+        self.schedule = schedule
+        self.history = history
+        self.rng = random.Random(schedule.params["server_seed"])
+        self.queues = queues
+        self.brokers = [SimPullBroker(f"sim-broker-{chr(97 + i)}", self) for i in range(brokers)]
+        self.namesrv = FakeRemotingServer(self._route)
+        #: message index -> key
+        self.keys: dict[int, str] = {}
+        #: key -> its latest copy (the original, or the last sent back)
+        self.latest: dict[str, Stored] = {}
+        #: the simulated servers' own failures (a bug of the simulator, not the client's)
+        self.errors: list[str] = []
+
+    def store(self, key: str, index: int) -> None:
+        broker = self.brokers[index % len(self.brokers)]
+        self.keys[index] = key
+        broker.store(key, (index // len(self.brokers)) % self.queues, index)
+
+    def settled(self) -> bool:
+        return all(b.settled() for b in self.brokers)
+
+    async def ids_changed(self, broker: SimPullBroker) -> None:
+        notice = RemotingCommand(code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                 ext_fields={"consumerGroup": PULL_GROUP})  # fmt: skip
+        data = encode_command(notice)
+        for session in list(broker.members.values()):
+            await session.send_raw(data)
+
+    async def run_nemesis(self) -> None:
+        """Broker crashes at their times; offsets flushed every few seconds."""
+        async with anyio.create_task_group() as tg:
+            for b in self.brokers:
+                tg.start_soon(b.flush)
+            by_name = {b.name: b for b in self.brokers}
+            faults = self.schedule.of("broker_restart") + self.schedule.of("connection_reset")
+            for f in sorted(faults, key=lambda f: f.args["at"]):
+                await anyio.sleep(max(0.0, f.args["at"] - anyio.current_time()))
+                broker = by_name[f.args["broker"]]
+                if f.kind == "broker_restart":
+                    await broker.crash(f.args["down"])
+                else:
+                    await broker.reset()
+
+    async def _route(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            return
+        topic = cmd.ext_fields.get("topic", "")
+        up = [b for b in self.brokers if not b.down]
+        if topic not in (PULL_TOPIC, RETRY) or not up:
+            await session.send(RemotingCommand.response_to(
+                cmd, ResponseCode.TOPIC_NOT_EXIST, f"no {topic}"))  # fmt: skip
+            return
+        q = self.queues if topic == PULL_TOPIC else 1
+        route = {
+            "queueDatas": [{"brokerName": b.name, "readQueueNums": q, "writeQueueNums": q,
+                            "perm": 6} for b in up],
+            "brokerDatas": [{"cluster": "sim", "brokerName": b.name,
+                             "brokerAddrs": {"0": b.addr}} for b in up],
+        }  # fmt: skip
+        await session.send(RemotingCommand.response_to(cmd, body=json.dumps(route).encode()))
+
+    async def __aenter__(self) -> SimPullCluster:
+        self._stack = AsyncExitStack()
+        for server in [*(b.server for b in self.brokers), self.namesrv]:
+            await self._stack.enter_async_context(server)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()

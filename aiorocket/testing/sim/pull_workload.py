@@ -1,0 +1,184 @@
+"""Workload: the remoting pull consumer (``Consumer``, clustering) against
+``SimPullCluster``, in one of its shapes (``params["shape"]``): a handler run
+concurrently, orderly with queue locks, a batch handler, or ``async for``.
+
+Messages are stored over the run; the first member runs until every message is
+consumed (the brokers' committed offsets cover every queue, the retry topic included),
+other members join and leave at drawn times. The faults: pull answers with errors,
+connections reset, a broker crashed and restarted (losing the consumer offsets it had
+not written yet), members joining and leaving, handler faults. The checker bounds
+duplicates by what the group committed (``duplicates_within_window``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from aiorocket.consumer import ConsumeFromWhere, Consumer, PullConsumer
+from aiorocket.testing.sim._client import SimHandler, client_tasks, record_error
+from aiorocket.testing.sim.pull import PULL_GROUP, PULL_TOPIC, SimPullCluster
+
+if TYPE_CHECKING:
+    from aiorocket.testing.sim.history import History
+    from aiorocket.testing.sim.nemesis import Schedule
+
+__all__ = ["pull_remoting"]
+
+SETTINGS: dict[str, Any] = {
+    "long_poll_timeout": 5.0, "pull_request_timeout": 10.0, "persist_offset_interval": 1.0,
+    "rebalance_interval": 5.0, "route_refresh_interval": 5.0, "heartbeat_interval": 5.0,
+    "request_timeout": 3.0, "shutdown_timeout": 5.0, "consume_timeout": 20.0,
+    "pull_backoff_on_error": 1.0, "local_retry_delay": 2.0, "max_reconsume_times": 3,
+    "consume_from_where": ConsumeFromWhere.FIRST_OFFSET, "lock_renew_interval": 5.0,
+    "suspend_current_queue_time": 1.0,
+}  # fmt: skip
+#: how long (virtual seconds) the run may take
+RUN = 200.0
+
+Handler = Callable[[Any], Awaitable[None]]
+Handlers = Callable[[str], SimHandler]
+
+
+def _consumer(cluster: SimPullCluster, shape: str, handler: SimHandler, name: str) -> Consumer:
+    kw: dict[str, Any] = dict(SETTINGS)
+    if shape == "batch":
+        async def batch(msgs: list[Any]) -> None:
+            for m in msgs:
+                await handler(m)
+
+        kw.update(batch_handler=batch, consume_batch_size=4)
+    elif shape != "async_for":
+        kw.update(handler=handler, orderly=shape == "orderly")
+    consumer = Consumer(PULL_GROUP, cluster.namesrv.address, client_id=f"sim-{name}", **kw)
+    consumer.subscribe(PULL_TOPIC)
+    return consumer
+
+
+async def _iterate(consumer: Consumer, handler: SimHandler) -> None:
+    async for msg in consumer:
+        try:
+            await handler(msg)
+        except Exception:
+            await msg.nack()
+
+
+async def _get(consumer: PullConsumer, handler: SimHandler, history: History) -> None:
+    """A PullConsumer's application: ``getmany``, each message handled until it
+    succeeds (its failures are the application's), then ``commit`` (auto_commit off),
+    again a second later while it fails."""
+    dirty = False
+    while True:
+        batch = await consumer.getmany(timeout=1.0)
+        for msgs in batch.values():
+            for msg in msgs:
+                for _attempt in range(4):
+                    try:
+                        await handler(msg)
+                        break
+                    except Exception:
+                        msg.reconsume_times += 1  # the handler's attempt count
+        dirty = dirty or bool(batch)
+        if dirty:
+            try:
+                await consumer.commit()
+            except Exception as exc:  # a broker out of reach, a queue moved: typed
+                record_error(history, exc, "commit")
+            else:
+                dirty = False
+
+
+async def _member(cluster: SimPullCluster, history: History, shape: str, handlers: Handlers,
+                  name: str, until: Callable[[], Awaitable[None]]) -> None:  # fmt: skip
+    handler = handlers(name)
+    consumer: Consumer | PullConsumer
+    if shape == "pull_consumer":
+        consumer = PullConsumer(PULL_GROUP, cluster.namesrv.address, client_id=f"sim-{name}",
+                                auto_commit=False, **SETTINGS)  # fmt: skip
+        consumer.subscribe(PULL_TOPIC)
+    else:
+        consumer = _consumer(cluster, shape, handler, name)
+    started = finished = False
+    try:
+        async with consumer:
+            started = True
+            async with anyio.create_task_group() as tg:
+                if isinstance(consumer, PullConsumer):
+                    tg.start_soon(_get, consumer, handler, history)
+                elif shape == "async_for":
+                    tg.start_soon(_iterate, consumer, handler)
+                await until()
+                tg.cancel_scope.cancel()
+            finished = True
+            history.add("close_start", "", consumer=name)
+    except Exception as exc:
+        record_error(history, exc, f"{name}: {'async with' if started else 'start'}")
+    if started and not finished:
+        history.add("app_interrupted", "", consumer=name)
+    history.add("close_end", "", consumer=name)
+
+
+async def _all_consumed(cluster: SimPullCluster, history: History, schedule: Schedule) -> None:
+    total = schedule.params["messages"]
+    while len(history.of("stored")) < total or not cluster.settled():  # noqa: ASYNC110
+        await anyio.sleep(0.25)
+    await anyio.sleep(1.0)
+
+
+async def _store(cluster: SimPullCluster, schedule: Schedule) -> None:
+    for i, at in enumerate(schedule.params["store_at"]):
+        await anyio.sleep(max(0.0, at - anyio.current_time()))
+        cluster.store(f"p-{i}", i)
+
+
+async def _joiner(cluster: SimPullCluster, history: History, shape: str, handlers: Handlers,
+                  args: dict[str, Any], n: int) -> None:  # fmt: skip
+    await anyio.sleep(args["at"])
+
+    async def until() -> None:
+        await anyio.sleep(args["stay"])
+
+    await _member(cluster, history, shape, handlers, f"joiner-{n}", until)
+
+
+async def pull_remoting(
+    schedule: Schedule, history: History, handler: Handler | None = None
+) -> None:
+    params = schedule.params
+    shape = params["shape"]
+    nb, nq = params["brokers"], params["queues"]
+
+    def group_of(key: str) -> tuple[str, int] | None:
+        """Orderly: a queue's messages in their order (the index says where it went)."""
+        if shape != "orderly":
+            return None
+        index = int(key.rsplit("-", 1)[1])
+        return f"{index % nb}:{(index // nb) % nq}", index // (nb * nq)
+
+    async with SimPullCluster(schedule, history, brokers=nb, queues=nq) as cluster:
+        def handlers(member: str) -> SimHandler:
+            """The application's handler in one member (its events say whose)."""
+            return SimHandler(schedule, history, handler, group_of=group_of,
+                              extra={"member": member, "by_offset": True})  # fmt: skip
+
+        with anyio.move_on_after(RUN):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_store, cluster, schedule)
+                tg.start_soon(cluster.run_nemesis)
+                for n, f in enumerate(schedule.of("member_join")):
+                    tg.start_soon(_joiner, cluster, history, shape, handlers, f.args, n)
+
+                async def until() -> None:
+                    await _all_consumed(cluster, history, schedule)
+
+                await _member(cluster, history, shape, handlers, "first", until)
+                tg.cancel_scope.cancel()
+        await anyio.sleep(0.5)
+        left = client_tasks()
+        if left:
+            history.add("tasks_left", "", count=len(left), names=sorted(set(left))[:5])
+        history.add("end")
+    if cluster.errors:
+        raise RuntimeError("the simulated broker failed:\n" + cluster.errors[0])
