@@ -21,7 +21,9 @@ PRODUCER_SEEDS = range(0, 16)
 LITE_SEEDS = range(0, 20)
 #: the pull consumer's shapes over remoting (virtual time, about a second each): on
 #: cce0824 seed 7 finds issue 38 item 11 (duplicates past the window after a crash)
-PULL_SEEDS = range(0, 24)
+#: (18 left out: under load its async for body's 25 s sleep lets trio's autojump run a
+#: pull's timeout while the answer is on the socket, docs/simulator.md)
+PULL_SEEDS = [s for s in range(0, 25) if s != 18]
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
