@@ -133,6 +133,10 @@ class Session:
         self.on_orphan = on_orphan
         #: a lite consumer's: the Proxy's NotifyUnsubscribeLiteCommand
         self.on_lite_dropped: LiteDropHandler | None = None
+        #: called each time the Proxy has this client's settings again on a new
+        #: connection, or after they were dropped (not at the start): a lite consumer
+        #: sends its lite subscriptions again (the Proxy drops them with the old stream)
+        self.on_reconnected: Callable[[], None] | None = None
         self.version = version
         self.log = get_logger(
             "grpc", client_id=transport.client_id, endpoint=transport.endpoint, group=group
@@ -367,6 +371,8 @@ class Session:
                 self._ready.set()
                 self.connections += 1
                 self._changed()
+                if self.connections > 1 and self.on_reconnected is not None:
+                    self.on_reconnected()
         elif kind == "recover_orphaned_transaction_command":
             if self.on_orphan is not None and self._tg is not None:
                 self._tg.start_soon(self.on_orphan, value)

@@ -12,6 +12,7 @@ here what is the Proxy's own.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from aiorocket.errors import ConfigError, UnsupportedTransportError
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
+from aiorocket.testing.faultproxy import FaultProxy
 from tests.integration.test_lite import (  # noqa: F401 (lite_brokers: a fixture)
     Lite,
     Seen,
@@ -117,3 +119,32 @@ async def test_grpc_lite_messages_handled_past_their_invisible_time_are_renewed(
         await send(Lite(rocketmq, lite_proxy), topic, [("x", b"fresh")])
         await later.wait_body("x", b"fresh")
     assert later.by_lite == {"x": [b"fresh"]}
+
+
+async def test_a_lite_consumer_is_served_again_at_once_after_its_connection_breaks(
+    rocketmq: LocalRocketMQ, lite_proxy: str, unique_name: Callable[[str], str]
+) -> None:
+    """The 5.5.0 Proxy drops a client's lite subscriptions when its session stream is
+    cut (ClientActivity.handleGrpcCancel: offlineClientLiteSubscription), and its
+    connection breaking cuts it: the consumer sends its lite subscriptions again as
+    soon as the Proxy has its settings on the new connection, so what is sent after
+    reaches it within seconds, not at the next periodic resync (30 s)."""
+    topic, group = unique_name("lite"), unique_name("g")
+    await lite_setup(rocketmq, topic, group)
+    seen = Seen()
+    async with FaultProxy(lite_proxy) as link:
+        consumer = grpc_lite_consumer(link.address, group, topic, seen.handle,
+                                      request_timeout=10)  # a cold Proxy
+        await consumer.subscribe_lite("x")
+        async with consumer:
+            await send(Lite(rocketmq, lite_proxy), topic, [("x", b"before")])
+            await seen.wait_body("x", b"before")
+            link.drop()  # the connection breaks: the session stream with it
+            link.heal()
+            broke = time.monotonic()
+            await send(Lite(rocketmq, lite_proxy), topic, [("x", b"after")])
+            await seen.wait_body("x", b"after", timeout=25)  # the periodic resync: 30 s
+            took = time.monotonic() - broke
+    print(f"served again {took:.2f} s after the break")
+    assert seen.by_lite["x"] == [b"before", b"after"]
+    assert took < 10.0, f"served again {took:.1f} s after the break"

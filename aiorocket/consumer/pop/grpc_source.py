@@ -78,6 +78,9 @@ class GrpcSource:
         self.lite = lite
         if lite is not None:
             session.session.on_lite_dropped = lite.on_unsubscribed
+            # The 5.5.0 Proxy drops a client's lite subscriptions when its session
+            # stream is cut (ClientActivity.handleGrpcCancel): sent again at once.
+            session.session.on_reconnected = lite.resync_soon
             # The Apache Proxy's renewal fails for lite messages (5.5.0: it renews the
             # parent topic's queue, the broker answers NO_EXIST, and a message handled
             # longer than its invisible time comes back): the client's renewer renews,

@@ -12,7 +12,9 @@ time, so a PARTIAL_REMOVE never overtakes the PARTIAL_ADD of the same topic; the
 changes only once every server took the change. The runtime re-sends the whole set
 every ``RESYNC_INTERVAL`` (COMPLETE_ADD), as the Java client does: a server that
 restarted or dropped this client's subscriptions (its check of idle clients) gets them
-back.
+back. A source that knows when its server dropped them asks for the resync at once
+(``resync_soon``): the 5.5.0 Proxy drops a client's lite subscriptions when its session
+stream is cut (a broken connection, a Proxy restart, a reconnect).
 """
 
 from __future__ import annotations
@@ -133,6 +135,8 @@ class LiteSubscriptions:
         self._offsets: dict[str, LiteOffset] = {}
         #: lite topics whose PARTIAL_ADD is being sent: whether a notice dropped them
         self._adding: dict[str, bool] = {}
+        #: set by ``resync_soon``: ``run`` resyncs now instead of at its interval
+        self._soon = anyio.Event()
 
     @property
     def topics(self) -> frozenset[str]:
@@ -225,15 +229,21 @@ class LiteSubscriptions:
             self.log.info("lite_unsubscribed_by_server", lite_topic=lite_topic,
                           topic=self.bind_topic)  # fmt: skip
 
+    def resync_soon(self) -> None:
+        """The server lost this client's subscriptions: ``run`` sends them now."""
+        self._soon.set()
+
     async def run(self) -> None:
-        """Re-send the whole set every RESYNC_INTERVAL, until cancelled. A failed resync
-        is logged and tried again sooner (RESYNC_RETRY, doubling up to the interval);
-        it never ends the loop, so it never takes the consumer (and the application's
-        code around it) down."""
+        """Re-send the whole set every RESYNC_INTERVAL (at once after ``resync_soon``),
+        until cancelled. A failed resync is logged and tried again sooner (RESYNC_RETRY,
+        doubling up to the interval); it never ends the loop, so it never takes the
+        consumer (and the application's code around it) down."""
         delay = RESYNC_INTERVAL
         failures = 0
         while True:
-            await anyio.sleep(delay)
+            with anyio.move_on_after(delay):
+                await self._soon.wait()
+            self._soon = anyio.Event()
             try:
                 await self.resync()
             except Exception as err:  # any failure: logged, tried again
