@@ -20,6 +20,7 @@ from aiorocket.cli._broker_cmds import broker
 from aiorocket.cli._cluster_cmds import cluster, producer
 from aiorocket.cli._common import Settings
 from aiorocket.cli._data_cmds import bench, produce
+from aiorocket.cli._export_cmds import export
 from aiorocket.cli._group_cmds import group
 from aiorocket.cli._message_cmds import dlq, message
 from aiorocket.cli._tail import tail
@@ -69,6 +70,7 @@ cli.add_command(cluster)
 cli.add_command(producer)
 cli.add_command(broker)
 cli.add_command(bench)
+cli.add_command(export)
 
 
 def _namesrv_here(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -115,7 +117,7 @@ def _accept_root_options(command: click.Command) -> None:
 
 
 for _command in cli.commands.values():
-    if _command is not broker:  # the local broker has its own addresses
+    if _command not in (broker, export):  # the local broker has its own addresses
         _accept_root_options(_command)
 
 

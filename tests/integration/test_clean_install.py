@@ -98,3 +98,19 @@ def test_clean_install_runs_the_readme_quick_start(
     snippets.create_documented_topics(rocketmq)
     for block in snippets.python_blocks(REPO / "README.md")[:2]:
         snippets.run_block(block, snippets.env_for(rocketmq), tmp_path, str(clean_python))
+
+
+def test_the_wheel_ships_the_monitoring_files_and_the_examples(
+    clean_python: Path, tmp_path: Path
+) -> None:
+    """Issue 42: a pip user gets the dashboard, the alert rules and the examples the docs
+    point at (``aiorocket export``, which reads them from the installed package)."""
+    probe = run_outside_repo(clean_python, ["-c", (
+        "from importlib.resources import files; a = files('aiorocket').joinpath('_assets'); "
+        "print(sorted(p.name for p in a.joinpath('monitoring').iterdir())); "
+        "print(sorted(p.name for p in a.joinpath('examples').iterdir() if p.is_file()))"
+    )], tmp_path)  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    monitoring, examples = probe.stdout.strip().splitlines()
+    assert monitoring == str(sorted(p.name for p in (REPO / "monitoring").iterdir()))
+    assert examples == str(sorted(p.name for p in (REPO / "examples").glob("*.py")))
