@@ -77,7 +77,42 @@ def _producer_txn(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
     return params, faults
 
 
+def _grpc_producer(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
+    """Through the Proxy: senders with timeouts of their own (auto-batched or not), FIFO
+    sends of message groups, transactions as ``producer_txn``; per message the Proxy
+    slow or refusing; the Proxy restarted (every session and its settings lost)."""
+    senders, per_sender = rng.randint(1, 4), rng.randint(2, 5)
+    groups, per_group, txns = rng.randint(0, 2), rng.randint(2, 4), rng.randint(0, 4)
+    params: dict[str, Any] = {
+        "senders": senders, "per_sender": per_sender, "auto_batch": rng.random() < 0.6,
+        "timeouts": [rng.choice([0.5, 1.0, 4.0]) for _ in range(senders)],
+        "groups": groups, "per_group": per_group, "txns": txns,
+        "batch_in_flight": rng.choice([1, 2]),
+    }  # fmt: skip
+    names = [f"p{s}-{n}" for s in range(senders) for n in range(per_sender)]
+    names += [f"o{g}-{n}" for g in range(groups) for n in range(per_group)]
+    faults = [Fault("proxy_slow", {"key": rng.choice(names), "count": 1,
+                                   "seconds": rng.choice([0.7, 1.5])})
+              for _ in range(rng.randint(0, 2))]  # fmt: skip
+    faults += [Fault("send_refused", {"key": rng.choice(names), "count": rng.choice([1, 3])})
+               for _ in range(rng.randint(0, 2))]  # fmt: skip
+    for i in range(txns):
+        outcome = rng.choice(["commit", "commit", "rollback", "unknown", "raise"])
+        args: dict[str, Any] = {"key": f"t-{i}", "outcome": outcome,
+                                "seconds": rng.choice([0.0, 0.3, 1.5])}
+        if outcome == "unknown":
+            args["truth"] = rng.choice(["commit", "rollback"])
+        faults.append(Fault("local_txn", args))
+    for i in rng.sample(range(txns), k=min(txns, rng.randint(0, 1))):
+        faults.append(Fault("end_lost", {"key": f"t-{i}"}))
+    if rng.random() < 0.4:
+        faults.append(Fault("proxy_restart", {"seconds": round(rng.uniform(0.1, 2.0), 2),
+                                              "down": rng.choice([0.1, 0.5, 1.0])}))
+    return params, faults
+
+
 PRODUCER_DRAWS = {
     "producer_sends": _producer_sends,
     "producer_txn": _producer_txn,
+    "grpc_producer": _grpc_producer,
 }

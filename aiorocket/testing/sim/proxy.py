@@ -15,7 +15,10 @@ handle), invisible until when or auto-renewed, acked, dead-lettered. What it mod
 * FIFO groups (``fifo=True``): a receive hands out a group's unsettled messages in
   order, and none of the group again while any of them is out (invisible);
 * messages of a receive whose stream breaks (or whose connection is reset) before they
-  were written stay visible: the Proxy releases what it could not write.
+  were written stay visible: the Proxy releases what it could not write;
+* NotifyClientTermination ends the Proxy's hold on what it received for the client
+  (DefaultReceiptHandleManager): written to a stream that broke, or never handled, it
+  becomes visible again.
 """
 
 from __future__ import annotations
@@ -205,6 +208,17 @@ class SimProxy(FakeProxy):
             m.state = "dlq"
             self.history.add("dead_lettered", m.key, by="client")
         await stream.send_message(pb.ForwardMessageToDeadLetterQueueResponse(status=_OK))
+
+    def __mapping__(self) -> dict[str, Any]:
+        out = super().__mapping__()
+        path, plain = next((k, v) for k, v in out.items() if k.endswith("/NotifyClientTermination"))
+
+        async def terminated(stream: Stream[Any, Any]) -> None:
+            await plain.func(stream)
+            self.terminate()  # one client per phase: all it held
+
+        out[path] = plain._replace(func=terminated)
+        return out
 
     async def __aenter__(self) -> SimProxy:
         await self.start()

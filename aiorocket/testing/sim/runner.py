@@ -89,6 +89,39 @@ def _on_asyncio(workload: Callable[..., Coroutine[Any, Any, None]]) -> Callable[
     return go
 
 
+def _on_virtual_asyncio(workload: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., Any]:
+    """asyncio on a virtual clock (``vloop``): the gRPC runs, as trio's MockClock runs
+    the remoting ones."""
+
+    def go(schedule: Schedule, handler: Handler | None) -> History:
+        import asyncio
+
+        from aiorocket.testing.sim.vloop import VirtualTimeLoop
+
+        loop = VirtualTimeLoop()
+        asyncio.set_event_loop(loop)
+        history = History(loop.time)
+        real = time.monotonic
+        time.monotonic = loop.time  # the client's deadlines and due times
+        try:
+            loop.run_until_complete(workload(schedule, history, handler))
+        finally:
+            try:
+                tasks = asyncio.all_tasks(loop)
+                for task in tasks:
+                    task.cancel()
+                if tasks:
+                    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                time.monotonic = real
+                asyncio.set_event_loop(None)
+                loop.close()
+        return history
+
+    return go
+
+
 def _workloads() -> dict[str, Callable[..., History]]:
     from aiorocket.testing.sim.pop_workload import pop_remoting
     from aiorocket.testing.sim.producer_workload import producer_stall
@@ -100,8 +133,8 @@ def _workloads() -> dict[str, Callable[..., History]]:
         from aiorocket.testing.sim.grpc_workload import fifo_async_for, grpc_receive
     except ImportError:  # the grpc extra is not installed
         return out
-    out["grpc_receive"] = _on_asyncio(grpc_receive)
-    out["fifo_async_for"] = _on_asyncio(fifo_async_for)
+    out["grpc_receive"] = _on_virtual_asyncio(grpc_receive)
+    out["fifo_async_for"] = _on_virtual_asyncio(fifo_async_for)
     return out
 
 
@@ -116,11 +149,18 @@ def _producer_workloads() -> dict[str, Callable[..., History]]:
     from aiorocket.testing.sim.producer_sends import producer_sends
     from aiorocket.testing.sim.producer_txn import producer_txn
 
-    return {"producer_sends": _on_trio(producer_sends), "producer_txn": _on_trio(producer_txn)}
+    out = {"producer_sends": _on_trio(producer_sends), "producer_txn": _on_trio(producer_txn)}
+    try:
+        from aiorocket.testing.sim.grpc_producer import grpc_producer
+    except ImportError:  # the grpc extra is not installed
+        return out
+    out["grpc_producer"] = _on_virtual_asyncio(grpc_producer)
+    return out
 
 
 WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for", "producer_stall",
-             "lite_remoting", "pull_remoting", "producer_sends", "producer_txn")  # fmt: skip
+             "lite_remoting", "pull_remoting", "producer_sends", "producer_txn",
+             "grpc_producer")  # fmt: skip
 
 
 def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = None,
