@@ -89,6 +89,15 @@ class SimProducerProxy(SimProxy):
         )  # fmt: skip
         return out
 
+    async def _take(self, stream: Stream[Any, Any]) -> None:
+        """The fake Proxy's bookkeeping of a call's connection (``_admit``; ``_track`` in
+        older versions of it, which the simulator also runs against)."""
+        admit = getattr(self, "_admit", None)
+        if admit is not None:
+            await admit(stream)
+        else:
+            getattr(self, "_track")(stream)  # noqa: B009  (absent on newer fakes)
+
     # -- sends -----------------------------------------------------------------------
 
     def _faults(self, kind: str, key: str) -> list[dict[str, Any]]:
@@ -96,7 +105,7 @@ class SimProducerProxy(SimProxy):
                 if f.args["key"] == key and self.attempts[key] <= f.args["count"]]  # fmt: skip
 
     async def _send(self, stream: Stream[Any, Any]) -> None:
-        self._track(stream)
+        await self._take(stream)
         req = await stream.recv_message()
         assert req is not None
         keys = [_key(m) for m in req.messages]
@@ -128,7 +137,7 @@ class SimProducerProxy(SimProxy):
     # -- transactions ----------------------------------------------------------------
 
     async def _end(self, stream: Stream[Any, Any]) -> None:
-        self._track(stream)
+        await self._take(stream)
         req = await stream.recv_message()
         assert req is not None
         half = self.halves.get(req.transaction_id)
