@@ -20,9 +20,36 @@ fi
 export AIOROCKET_REQUIRE_BROKER=1
 # ...and the start/stop test of a throwaway second cluster runs too.
 export AIOROCKET_TEST_THROWAWAY=1
+# The whole suite also runs on the other supported Pythons (scripts/pyversions.sh): their
+# unit tests in the background while pytest runs here, niced so that the integration tests'
+# timing comes first (a unit test that failed there, starved, runs once more after: `again`;
+# the log shows both), then the extras' imports and the real-broker smoke sets against this
+# session's cluster, so the cluster is started here (unless one runs) rather than by
+# pytest's fixture, and stopped at exit. AIOROCKET_PYVERSIONS=0 skips them.
+pyversions=0
+if [ "$#" -eq 0 ] && [ "${AIOROCKET_PYVERSIONS:-1}" != 0 ]; then
+    pyversions=1
+    if ! .venv/bin/python -c "import sys; from aiorocket.testing.broker import LocalRocketMQ as L
+sys.exit(L.attach() is None)"; then
+        AIOROCKET_BROKER_DIR=$(mktemp -d "${TMPDIR:-/tmp}/aiorocket-session-XXXXXX")
+        export AIOROCKET_BROKER_DIR
+        trap '.venv/bin/python -m aiorocket.testing.broker stop --timeout 5 >/dev/null 2>&1
+              rm -rf "$AIOROCKET_BROKER_DIR"' EXIT
+        .venv/bin/python -m aiorocket.testing.broker start --brokers 2 >/dev/null
+    fi
+    pyversions_log=$(mktemp)
+    nice -n 19 ./scripts/pyversions.sh unit >"$pyversions_log" 2>&1 &
+    pyversions_pid=$!
+fi
 set +e
 .venv/bin/python -m pytest "$@"
 status=$?
+if [ "$pyversions" = 1 ]; then
+    wait "$pyversions_pid"  # its failures are decided by `again`
+    cat "$pyversions_log"
+    rm -f "$pyversions_log"
+    ./scripts/pyversions.sh imports,again,smoke || status=1
+fi
 set -e
 if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: treating as a failure" >&2

@@ -29,6 +29,7 @@ async def produce(namesrv: str, topic: str, bodies: list[bytes], **kw: object) -
         await wait_dispatched(client, topic, results)
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize(
     "anyio_backend",
     ["asyncio", "trio", pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop")],
@@ -332,6 +333,7 @@ async def test_consume_timeout_cancels_handler(
     assert deliveries == [0, 1]
 
 
+@pytest.mark.smoke
 async def test_async_for_acks_on_next_and_redelivers_unsettled(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:

@@ -204,6 +204,7 @@ async def consume_remoting(
     return got
 
 
+@pytest.mark.smoke
 async def test_grpc_producer_to_remoting_consumer(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
@@ -266,6 +267,7 @@ async def test_auto_batching_over_grpc_shares_requests_and_loses_nothing(
         assert (msg.tags, user_props(msg.properties)) == (f"t{i % 3}", {"u-i": str(i)})
 
 
+@pytest.mark.smoke
 async def test_remoting_producer_to_simple_consumer(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:

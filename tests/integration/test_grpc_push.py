@@ -250,6 +250,7 @@ async def test_trio_gets_a_clear_error() -> None:
             pass
 
 
+@pytest.mark.smoke
 async def test_the_consumer_class_over_a_proxy_endpoint_handler_and_async_for(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:

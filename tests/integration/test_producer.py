@@ -128,6 +128,7 @@ async def test_round_robin_spreads_over_every_queue_of_both_brokers(
     assert {m.msg_id for m in stored} == {r.msg_id for r in results}
 
 
+@pytest.mark.smoke
 async def test_send_result_and_stored_message_agree(
     rocketmq: LocalRocketMQ, topic: str, unique_name: Callable[[str], str]
 ) -> None:

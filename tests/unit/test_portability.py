@@ -52,8 +52,10 @@ BLOCKED = textwrap.dedent(
     """
     import json, os, sys, pkgutil, importlib
     # Third-party libraries branch on sys.platform themselves (numpy, under pyarrow, calls
-    # os.uname() at import on Linux only): load them before the Windows-like os below.
-    for name in ("numpy", "pyarrow"):
+    # os.uname() at import on Linux only), and so does the standard library's asyncio
+    # from Python 3.13 (selector_events reads os.sysconf at import, on POSIX only): load
+    # them before the Windows-like os below.
+    for name in ("asyncio", "numpy", "pyarrow"):
         try:
             importlib.import_module(name)
         except ImportError:
