@@ -68,7 +68,8 @@ DRAWS: dict[str, Draw] = {"lite_remoting": _lite_remoting}
 def _pull_remoting(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
     brokers = rng.randint(1, 2)
     messages = rng.randint(8, 40)
-    shape = rng.choice(["handler", "handler", "orderly", "batch", "async_for", "pull_consumer"])
+    shape = rng.choice(["handler", "handler", "orderly", "batch", "async_for", "pull_consumer",
+                        "broadcast"])  # fmt: skip
     store_at = sorted(round(rng.uniform(0, 30), 2) for _ in range(messages))
     params: dict[str, Any] = {"brokers": brokers, "queues": rng.randint(1, 3), "shape": shape,
                               "messages": messages, "store_at": store_at}  # fmt: skip
@@ -87,7 +88,7 @@ def _pull_remoting(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
         faults.append(Fault("broker_restart", {"broker": rng.choice(names),
                                                "at": round(rng.uniform(3, 35), 2),
                                                "down": rng.choice([3.0, 8.0, 20.0])}))
-    else:
+    elif shape != "broadcast":  # (a broadcasting member consumes every message)
         for _ in range(rng.randint(0, 2)):
             faults.append(Fault("member_join", {"at": round(rng.uniform(0, 30), 2),
                                                 "stay": rng.choice([3.0, 10.0, 30.0])}))

@@ -12,12 +12,13 @@ duplicates by what the group committed (``duplicates_within_window``).
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from aiorocket.consumer import ConsumeFromWhere, Consumer, PullConsumer
+from aiorocket.consumer import ConsumeFromWhere, Consumer, MessageModel, PullConsumer
 from aiorocket.testing.sim._client import SimHandler, client_tasks, record_error
 from aiorocket.testing.sim.pull import PULL_GROUP, PULL_TOPIC, SimPullCluster
 
@@ -42,7 +43,8 @@ Handler = Callable[[Any], Awaitable[None]]
 Handlers = Callable[[str], SimHandler]
 
 
-def _consumer(cluster: SimPullCluster, shape: str, handler: SimHandler, name: str) -> Consumer:
+def _consumer(cluster: SimPullCluster, shape: str, handler: SimHandler, name: str,
+              offsets_dir: str) -> Consumer:  # fmt: skip
     kw: dict[str, Any] = dict(SETTINGS)
     if shape == "batch":
         async def batch(msgs: list[Any]) -> None:
@@ -50,6 +52,10 @@ def _consumer(cluster: SimPullCluster, shape: str, handler: SimHandler, name: st
                 await handler(m)
 
         kw.update(batch_handler=batch, consume_batch_size=4)
+    elif shape == "broadcast":
+        # offsets of its own, in a file (a fresh directory per member)
+        kw.update(handler=handler, message_model=MessageModel.BROADCASTING,
+                  offset_store_dir=offsets_dir)  # fmt: skip
     elif shape != "async_for":
         kw.update(handler=handler, orderly=shape == "orderly")
     consumer = Consumer(PULL_GROUP, cluster.namesrv.address, client_id=f"sim-{name}", **kw)
@@ -92,14 +98,20 @@ async def _get(consumer: PullConsumer, handler: SimHandler, history: History) ->
 
 async def _member(cluster: SimPullCluster, history: History, shape: str, handlers: Handlers,
                   name: str, until: Callable[[], Awaitable[None]]) -> None:  # fmt: skip
-    handler = handlers(name)
+    with tempfile.TemporaryDirectory(prefix="aiorocket-sim-") as offsets_dir:
+        await _run_member(cluster, history, shape, handlers(name), name, until, offsets_dir)
+
+
+async def _run_member(cluster: SimPullCluster, history: History, shape: str,
+                      handler: SimHandler, name: str, until: Callable[[], Awaitable[None]],
+                      offsets_dir: str) -> None:  # fmt: skip
     consumer: Consumer | PullConsumer
     if shape == "pull_consumer":
         consumer = PullConsumer(PULL_GROUP, cluster.namesrv.address, client_id=f"sim-{name}",
                                 auto_commit=False, **SETTINGS)  # fmt: skip
         consumer.subscribe(PULL_TOPIC)
     else:
-        consumer = _consumer(cluster, shape, handler, name)
+        consumer = _consumer(cluster, shape, handler, name, offsets_dir)
     started = finished = False
     try:
         async with consumer:
@@ -122,9 +134,21 @@ async def _member(cluster: SimPullCluster, history: History, shape: str, handler
 
 async def _all_consumed(cluster: SimPullCluster, history: History, schedule: Schedule) -> None:
     total = schedule.params["messages"]
+    if schedule.params["shape"] == "broadcast":
+        await _all_handled(history, total)
+        return
     while len(history.of("stored")) < total or not cluster.settled():  # noqa: ASYNC110
         await anyio.sleep(0.25)
     await anyio.sleep(1.0)
+
+
+async def _all_handled(history: History, total: int) -> None:
+    """Broadcasting (one member here): the group commits nothing to the brokers, its
+    member keeps its offsets; a message is consumed once its handler succeeded."""
+    while len(history.keys("handler_ok")) < total:  # noqa: ASYNC110
+        await anyio.sleep(0.25)
+    for key in sorted(history.keys("handler_ok")):
+        history.add("acked", key, by="broadcast member")
 
 
 async def _store(cluster: SimPullCluster, schedule: Schedule) -> None:
