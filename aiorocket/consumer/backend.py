@@ -268,6 +268,11 @@ class PopBackend:
         )  # fmt: skip
         await runtime.start()
         self.runtime = runtime
+        if handler is not None and self.transport == "grpc":
+            from aiorocket.consumer.pop.grpc_source import GrpcSource
+
+            assert isinstance(runtime.source, GrpcSource)
+            runtime.source.answer_verify(handler)
 
     async def close(
         self,

@@ -24,6 +24,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+import anyio
+
+from aiorocket._stacks import process_stacks
 from aiorocket._version import __version__
 from aiorocket.client.admin import REPULL_FIELD
 from aiorocket.consumer.stats import Snapshot, queue_stats
@@ -101,7 +104,8 @@ class OperatorRequests:
         if not self._for_us(cmd):
             return self._refuse(cmd, f"this client consumes group {self._state.group!r}")
         self._repull(cmd.ext_fields.get(REPULL_FIELD))
-        body = self.running_info_json().encode()
+        jstack = cmd.ext_fields.get("jstackEnable") == "true"  # mqadmin consumerStatus -s
+        body = self.running_info_json(jstack=jstack).encode()
         return RemotingCommand.response_to(cmd, ResponseCode.SUCCESS, body=body)
 
     def _repull(self, topic: str | None) -> None:
@@ -117,12 +121,18 @@ class OperatorRequests:
                 woken += 1
         self._state.log.debug("pulls_renewed_for_reset", topic=topic, queues=woken)
 
-    def running_info_json(self) -> str:
-        """ConsumerRunningInfo in the broker's JSON dialect (MessageQueue-keyed mqTable)."""
+    def running_info_json(self, *, jstack: bool = False) -> str:
+        """ConsumerRunningInfo in the broker's JSON dialect (MessageQueue-keyed mqTable);
+        with ``jstack``, what every task awaits (``aiorocket._stacks``) in its jstack."""
         c = self._state
         cfg = c.config
         stats, self._last = queue_stats(c.process_queues, self._last)
         now_ms = time.time_ns() // 1_000_000
+        now, loop_now = time.monotonic(), anyio.current_time()
+
+        def wall(at: float | None, clock: float = now) -> int:  # as epoch ms (0: never)
+            return 0 if at is None else now_ms - int((clock - at) * 1000)
+
         mq_table = []
         for s in stats:
             pq = c.process_queues.get(s.queue)
@@ -140,10 +150,12 @@ class OperatorRequests:
                         "transactionMsgCount": 0,
                         "locked": bool(pq and pq.locked),
                         "tryUnlockTimes": 0,
-                        "lastLockTimestamp": 0,
+                        "lastLockTimestamp": (
+                            wall(pq.last_lock_time, loop_now) if pq and pq.locked else 0
+                        ),
                         "droped": bool(pq and pq.dropped),
-                        "lastPullTimestamp": now_ms,
-                        "lastConsumeTimestamp": now_ms,
+                        "lastPullTimestamp": wall(pq.last_pull_completed if pq else None),
+                        "lastConsumeTimestamp": wall(pq.last_consumed if pq else None),
                     },
                 )
             )
@@ -181,7 +193,7 @@ class OperatorRequests:
                 "subscriptionSet": subscriptions,
                 "statusTable": status,
                 "userConsumerInfo": {},
-                "jstack": "",
+                "jstack": process_stacks() if jstack else "",
             },
             {"mqTable": fastjson.dumps_queue_map(mq_table)},
         )

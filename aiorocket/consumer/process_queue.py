@@ -140,6 +140,7 @@ class ProcessQueue:
         "created_at",
         "disconnects",
         "dropped",
+        "last_consumed",
         "last_lock_time",
         "last_pull_completed",
         "locked",
@@ -187,6 +188,11 @@ class ProcessQueue:
         self.created_at = time.monotonic()
         #: ``time.monotonic()`` when a pull of this queue last completed (None before).
         self.last_pull_completed: float | None = None
+        #: ``time.monotonic()`` when a message of this queue last finished (its creation
+        #: before): the running info's lastConsumeTimestamp, from which mqadmin's
+        #: consumerStatus tells a queue that holds messages and consumes none ("maybe
+        #: blocked", after a minute)
+        self.last_consumed = self.created_at
         # Orderly consumption: broker lock state and one-handler-at-a-time lock.
         self.locked = False
         self.last_lock_time = 0.0
@@ -290,6 +296,7 @@ class ProcessQueue:
         self.cached_count -= 1
         self.cached_bytes -= size
         self.consumed_total += 1
+        self.last_consumed = time.monotonic()
         if self._budget is not None:
             self._budget.release(1, size)
         self._changed.notify()

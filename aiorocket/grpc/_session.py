@@ -35,6 +35,7 @@ import sniffio
 from grpclib.client import Stream
 
 from aiorocket._log import get_logger
+from aiorocket._stacks import process_stacks
 from aiorocket._tasks import BackgroundTasks
 from aiorocket.errors import (
     ClientClosedError,
@@ -47,12 +48,15 @@ from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._transport import GrpcTransport, check_status
 from aiorocket.namespace import wrap
 
-__all__ = ["LiteDropHandler", "OrphanHandler", "Session", "ensure_asyncio"]
+__all__ = ["LiteDropHandler", "OrphanHandler", "Session", "VerifyHandler", "ensure_asyncio"]
 
 #: Handles one RecoverOrphanedTransactionCommand (the producer answers it).
 OrphanHandler = Callable[[pb.RecoverOrphanedTransactionCommand], Coroutine[Any, Any, None]]
 #: Told the lite topic the Proxy dropped from this (lite) consumer's subscriptions.
 LiteDropHandler = Callable[[str], None]
+#: Runs the message of a VerifyMessageCommand (the Proxy's consume-message-directly,
+#: ``mqadmin queryMsgById -d``) through the handler: OK, or FAILED_TO_CONSUME_MESSAGE.
+VerifyHandler = Callable[[pb.Message], Coroutine[Any, Any, "pb.Code"]]
 
 _ROUTE_TTL = 30.0
 #: seconds between attempts to reopen the telemetry stream while a call waits for it
@@ -137,6 +141,11 @@ class Session:
         #: connection, or after they were dropped (not at the start): a lite consumer
         #: sends its lite subscriptions again (the Proxy drops them with the old stream)
         self.on_reconnected: Callable[[], None] | None = None
+        #: a push consumer's handler for VerifyMessageCommand (None: NOT_IMPLEMENTED,
+        #: as Java's clients other than the push consumer answer)
+        self.on_verify: VerifyHandler | None = None
+        #: the verify answers, written from their own tasks, one at a time
+        self._reply_lock = anyio.Lock()
         self.version = version
         self.log = get_logger(
             "grpc", client_id=transport.client_id, endpoint=transport.endpoint, group=group
@@ -384,17 +393,44 @@ class Session:
             self.log.info("proxy_asked_reconnect", nonce=value.nonce)
             self.reconnect()
         elif kind == "print_thread_stack_trace_command":
-            reply = pb.ThreadStackTrace(nonce=value.nonce, thread_stack_trace="(asyncio client)")
-            await stream.send_message(
-                pb.TelemetryCommand(status=pb.Status(code=pb.Code.OK), thread_stack_trace=reply)
-            )
-        elif kind == "verify_message_command":
-            await stream.send_message(
-                pb.TelemetryCommand(
-                    status=pb.Status(code=pb.Code.NOT_IMPLEMENTED, message="not supported"),
-                    verify_message_result=pb.VerifyMessageResult(nonce=value.nonce),
+            # mqadmin consumerStatus -s and the Dashboard, through the Proxy: what each
+            # task of this process awaits (aiorocket._stacks), as Java answers its threads.
+            stacks = process_stacks()
+            self.log.info("stacks_printed", nonce=value.nonce, chars=len(stacks))
+            reply = pb.ThreadStackTrace(nonce=value.nonce, thread_stack_trace=stacks)
+            async with self._reply_lock:
+                await stream.send_message(
+                    pb.TelemetryCommand(status=pb.Status(code=pb.Code.OK), thread_stack_trace=reply)
                 )
-            )
+        elif kind == "verify_message_command":
+            if self.on_verify is None or self._tg is None:
+                await self._verified(stream, value.nonce, pb.Code.NOT_IMPLEMENTED, "not supported")
+            else:  # the handler may take long: the telemetry stream is read meanwhile
+                self._tg.start_soon(self._verify, stream, value)
+
+    async def _verify(
+        self, stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand],
+        cmd: pb.VerifyMessageCommand,
+    ) -> None:  # fmt: skip
+        assert self.on_verify is not None
+        code = await self.on_verify(cmd.message)
+        self.log.info("message_verified", msg_id=cmd.message.system_properties.message_id,
+                      code=code.name)  # fmt: skip
+        try:
+            await self._verified(stream, cmd.nonce, code, "")
+        except Exception as exc:  # the stream broke meanwhile: the Proxy's call times out
+            self.log.warning("verify_answer_failed", error=repr(exc))
+
+    async def _verified(
+        self, stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand], nonce: str,
+        code: pb.Code, message: str,
+    ) -> None:  # fmt: skip
+        answer = pb.TelemetryCommand(
+            status=pb.Status(code=code, message=message),
+            verify_message_result=pb.VerifyMessageResult(nonce=nonce),
+        )
+        async with self._reply_lock:
+            await stream.send_message(answer)
 
     # -- unary helpers -------------------------------------------------------------
 

@@ -85,6 +85,10 @@ class FakeProxy:
         #: settings commands received on Telemetry, and the streams opened
         self.settings_received: list[pb.Settings] = []
         self.telemetry_streams = 0
+        #: the client's answers on Telemetry to the commands ``command`` sent
+        self.command_answers: list[pb.TelemetryCommand] = []
+        self._answered = asyncio.Event()
+        self._telemetry_stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand] | None = None
         self.calls: list[str] = []
         #: receipt handles acked, in order; AckMessage waits for ``ack_gate`` when set
         self.acked: list[str] = []
@@ -191,6 +195,7 @@ class FakeProxy:
                 return  # trailers with grpc-status OK, nothing said
             raise self.telemetry_refusal
         self._telemetry_open.add(stream)
+        self._telemetry_stream = stream
         try:
             async for cmd in stream:
                 kind, settings = pb.oneof(cmd, "command")
@@ -200,8 +205,22 @@ class FakeProxy:
                     self.settings_received.append(settings)
                     self._known.add(_client_id(stream))
                     await stream.send_message(pb.TelemetryCommand(status=_OK, settings=settings))
+                else:  # an answer to a command (print stack, verify message)
+                    self.command_answers.append(cmd)
+                    self._answered.set()
         finally:
             self._telemetry_open.discard(stream)
+
+    async def command(self, cmd: pb.TelemetryCommand) -> pb.TelemetryCommand:
+        """Send the client ``cmd`` (a print-stack or verify-message command, as a Proxy
+        forwards an operator's request) on its telemetry stream; its answer."""
+        assert self._telemetry_stream is not None, "no telemetry stream yet"
+        seen = len(self.command_answers)
+        await self._telemetry_stream.send_message(cmd)
+        while len(self.command_answers) <= seen:
+            self._answered.clear()
+            await self._answered.wait()
+        return self.command_answers[seen]
 
     async def _ack(self, stream: Stream[pb.AckMessageRequest, pb.AckMessageResponse]) -> None:
         await self._admit(stream)

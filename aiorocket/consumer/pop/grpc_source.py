@@ -31,13 +31,16 @@ from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._encode import FastAckResponse, ack_request
 from aiorocket.grpc._lite import sync_lite_subscription
 from aiorocket.grpc._push_message import pop_message
+from aiorocket.grpc._received import message_ext
 from aiorocket.grpc._session import backoff_delays, ensure_asyncio
 from aiorocket.grpc._simple import SimpleConsumer
 from aiorocket.grpc._trace import GrpcTraceSender
 from aiorocket.grpc._transport import check_status
 from aiorocket.received import PopMessage
+from aiorocket.results import failure_delay_level
 
 if TYPE_CHECKING:
+    from aiorocket.consumer.handler import Handler
     from aiorocket.consumer.pop.lite import LiteAction, LiteOffset, LiteSubscriptions
 
 __all__ = ["RECEIVERS", "GrpcSource"]
@@ -93,6 +96,23 @@ class GrpcSource:
 
     def trace_sender(self) -> GrpcTraceSender:
         return GrpcTraceSender(self.session.transport)
+
+    def answer_verify(self, handler: Handler) -> None:
+        """Run the messages of the Proxy's VerifyMessageCommand (its consume-message-
+        directly: ``mqadmin queryMsgById -d``) through ``handler``, as Java's push
+        consumer does: OK when it succeeded, FAILED_TO_CONSUME_MESSAGE when it failed or
+        raised. Nothing is acked or sent back: the message is a copy the Proxy read."""
+
+        async def verify(message: pb.Message) -> pb.Code:
+            msg = pop_message(message_ext(message, broker_name=""))
+            try:
+                level = failure_delay_level(await handler.invoke([msg]), 0)
+            except Exception as exc:
+                self._log.info("verify_handler_failed", msg_id=msg.message_id, error=repr(exc))
+                return pb.Code.FAILED_TO_CONSUME_MESSAGE
+            return pb.Code.OK if level is None else pb.Code.FAILED_TO_CONSUME_MESSAGE
+
+        self.session.session.on_verify = verify
 
     @property
     def receivers(self) -> int:
