@@ -25,6 +25,13 @@ LMQ's queue 0: start and offset are the message's offset in the LMQ
 (``INNER_MULTI_QUEUE_OFFSET``), revive queue 999. The ack (ACK_MESSAGE; the broker
 refuses BATCH_ACK for lite) and the renewal (CHANGE_MESSAGE_INVISIBLETIME) name the
 parent topic, queue 0 and the ``liteTopic``.
+
+A record of a lite pop that cannot be decoded is set apart (``PopResult.undecodable``),
+as a POP's is: the others are handed on. Its check point needs its LMQ offset and its
+ack its lite topic, both from its properties; with either unreadable it cannot be
+settled and comes back after its invisible time (blocking only its own lite topic).
+The answer's delivery counts (``orderCountInfo``) are one per record in order, the
+undecodable ones included.
 """
 
 from __future__ import annotations
@@ -33,9 +40,11 @@ import json
 import time
 import uuid
 from collections.abc import Collection
+from dataclasses import replace
 
-from aiorocket.client.pop import PopRequests, PopResult
+from aiorocket.client.pop import PoppedUndecodable, PopRequests, PopResult
 from aiorocket.errors import LiteQuotaExceededError, error_for_response
+from aiorocket.message import PROPERTY_LITE_TOPIC
 from aiorocket.received import PopMessage
 
 __all__ = [
@@ -154,26 +163,43 @@ class LiteRequests(PopRequests):
             # messages again; every pop here is a new attempt.
             "attemptId": uuid.uuid4().hex,
         }
-        answer = await self.popped(addr, POP_LITE_MESSAGE, ext, broker_name, timeout)
+        answer = await self.popped(
+            addr, POP_LITE_MESSAGE, ext, broker_name, timeout, keep_undecodable=True
+        )
         if isinstance(answer, PopResult):
             return answer
-        resp, decoded, _bad = answer
+        resp, decoded, bad = answer
         pop_time = resp.ext_int("popTime")
         invisible = resp.ext_int("invisibleTime")
-        counts = lite_order_counts(resp.ext_fields.get("orderCountInfo"), len(decoded))
+
+        def handle(offset: int) -> str:
+            return (f"{offset} {pop_time} {invisible} {_ORDER_REVIVE_QUEUE} 0 {broker_name} 0 "
+                    f"{offset}")  # fmt: skip
+
+        counts = lite_order_counts(
+            resp.ext_fields.get("orderCountInfo"), len(decoded) + len(bad)
+        )
+        if bad:  # the counts of the decoded records: those at the other places
+            taken = {r.index for r in bad}
+            counts = [c for i, c in enumerate(counts) if i not in taken]
         out: list[PopMessage] = []
         for m, count in zip(decoded, counts, strict=True):
             raw = m.properties.get(_LMQ_OFFSET, "")
             offset = int(raw) if raw.isdigit() else m.queue_offset
             m.queue_id = 0
             m.queue_offset = offset
-            m.receipt_handle = (
-                f"{offset} {pop_time} {invisible} {_ORDER_REVIVE_QUEUE} 0 {broker_name} 0 "
-                f"{offset}"
-            )
+            m.receipt_handle = handle(offset)
             m.topic = topic
             m.reconsume_times = max(count, 0)
             m.delivery_attempt = m.reconsume_times + 1
             m.message_group = m.lite_topic
             out.append(m)
-        return PopResult(out)
+        undecodable = []
+        for r in bad:
+            raw = r.properties.get(_LMQ_OFFSET, "")
+            lite_topic = r.properties.get(PROPERTY_LITE_TOPIC)
+            settleable = raw.isdigit() and bool(lite_topic)
+            # Named as the LMQ's queue 0 at its offset: what the ack and the log name.
+            r = replace(r, queue_id=0, queue_offset=int(raw) if raw.isdigit() else None)
+            undecodable.append(PoppedUndecodable(r, handle(int(raw)) if settleable else None))
+        return PopResult(out, undecodable=undecodable)

@@ -29,7 +29,7 @@ import struct
 import threading
 import zlib
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, overload
 
 import lz4.frame
@@ -124,7 +124,9 @@ class UndecodableRecord:
     (``size`` is None). ``topic`` and ``properties`` are what could be read of them
     (empty when nothing; a property's invalid UTF-8 replaced), for what a pop needs to
     settle the record (its check point). ``msg_id`` is the UNIQ_KEY when the properties
-    were readable, else the broker's offset message id, else empty.
+    were readable, else the broker's offset message id, else empty. ``index`` is its
+    place among the answer's records (0: the first), for answers that list a field per
+    record in order (a lite pop's delivery counts).
     """
 
     error: str
@@ -136,6 +138,7 @@ class UndecodableRecord:
     queue_id: int | None = None
     topic: str = ""
     properties: Mapping[str, str] = field(default_factory=dict, hash=False)
+    index: int | None = None
 
 
 def decode_messages(
@@ -160,6 +163,7 @@ def decode_messages(
     data = body if type(body) is bytes else bytes(body)
     out: list[MessageExt] = []
     pos = 0
+    bad = 0
     while True:
         try:
             _decode_into(out, data, pos, broker_name, check_crc, decompress, message_class)
@@ -168,7 +172,8 @@ def decode_messages(
             if undecodable is None or exc.position is None:
                 raise
             record, next_pos = _salvage(data, exc.position, str(exc))
-            undecodable.append(record)
+            undecodable.append(replace(record, index=len(out) + bad))
+            bad += 1
             if next_pos is None:
                 return out
             pos = next_pos

@@ -17,6 +17,7 @@ from aiorocket.client.broker import PULL_SUBSCRIPTION
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.results import PullStatus
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage, PullConsumer
+from aiorocket.consumer.pop.lite import LiteOffset
 from aiorocket.message import Message, MessageQueue
 from aiorocket.protocol.message_codec import UndecodableRecord
 from aiorocket.testing.broker import LocalRocketMQ
@@ -24,6 +25,7 @@ from aiorocket.testing.logs import capture_logs
 
 from ..unit.consumer_fakes import queues_of
 from .helpers import eventually, send_raw, wait_dispatched
+from .test_lite import lite_brokers, lite_setup  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -153,3 +155,41 @@ async def test_pop_consumer_dead_letters_an_undecodable_message_and_handles_the_
     ]  # fmt: skip
     assert not [e for e in logs if e["event"] in ("undecodable_not_settled", "receive_failed")]
     await eventually(lambda: _count_dead_letters(rocketmq, group, 2), timeout=30)
+
+
+@pytest.mark.usefixtures("lite_brokers")
+async def test_lite_consumer_dead_letters_an_undecodable_message_and_handles_the_rest(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A remoting lite consumer: a lite topic's record that cannot be decoded no longer
+    fails every pop it is in (nothing of it was handled); it is dead-lettered and acked
+    on its lite topic, which goes on, and the other lite topic's messages are handled."""
+    topic, group = unique_name("lite"), unique_name("g")
+    await lite_setup(rocketmq, topic, group)
+    async with ClientInstance(rocketmq.namesrv_addr) as client:
+        mq = (await client.namesrv.query_route(topic)).write_queues()[0]
+        bad = Message(topic, b"x", lite_topic="a")
+        results = [
+            await send_raw(client, mq, Message(topic, b"a-0", lite_topic="a")),
+            await send_raw(client, mq, bad, sys_flag=ZSTD, body=b"not zstd"),
+            await send_raw(client, mq, Message(topic, b"a-2", lite_topic="a")),
+            await send_raw(client, mq, Message(topic, b"b-0", lite_topic="b")),
+        ]
+        await wait_dispatched(client, topic, results)
+    got: list[bytes] = []
+
+    async def handle(msg: ConsumerMessage) -> None:
+        got.append(msg.body)
+
+    consumer = Consumer(group, rocketmq.namesrv_addr, handler=handle, bind_topic=topic,
+                        long_poll_timeout=1.0)  # fmt: skip
+    for lite_topic in ("a", "b"):
+        await consumer.subscribe_lite(lite_topic, offset=LiteOffset.EARLIEST)
+    with capture_logs() as logs:
+        async with consumer:
+            await eventually(lambda: consumer.undecodable_messages == 1 and len(got) == 3,
+                             timeout=30)  # fmt: skip
+    assert got.index(b"a-0") < got.index(b"a-2") and sorted(got) == [b"a-0", b"a-2", b"b-0"]
+    [event] = [e for e in logs if e["event"] == "undecodable_message"]
+    assert (event["offset"], event["action"]) == (1, "dead_lettered")
+    assert not [e for e in logs if e["event"] in ("undecodable_not_settled", "receive_failed")]

@@ -57,6 +57,8 @@ class FakeLiteBroker(FakeBroker):
         self.triggers = 0
         self.acked = anyio.Event()  # set (and replaced) at every ack
         self._offered = anyio.Event()
+        #: stored records served in place of a lite topic's message: (lite topic, offset)
+        self.records: dict[tuple[str, int], bytes] = {}
 
     def _offer(self, lite_topic: str) -> None:
         if lite_topic in self.subscribed and lite_topic not in self.events:
@@ -124,7 +126,7 @@ class FakeLiteBroker(FakeBroker):
             offset = self.committed.get(lite_topic, 0)
             self.in_flight.add(lite_topic)
             props = {PROPERTY_LITE_TOPIC: lite_topic, "INNER_MULTI_QUEUE_OFFSET": str(offset)}
-            records.append(encode_stored_message(
+            records.append(self.records.get((lite_topic, offset)) or encode_stored_message(
                 TOPIC, self.lite[lite_topic][offset], props, queue_offset=offset,
             ))  # fmt: skip
         if not records:

@@ -207,7 +207,8 @@ class LiteRemotingSource(RemotingSource):
             invisible_ms=int(invisible * 1000), poll_ms=self._poll_ms,
             timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
         ))  # fmt: skip
-        if result.messages:
+        self._set_aside(addr, self.lite.bind_topic, result)
+        if result.messages or result.undecodable:
             self._busy(addr)
         for m in result.messages:
             m.topic = unwrap(self._namespace, m.topic)  # the application's name

@@ -68,6 +68,7 @@ from aiorocket.consumer.pop.source import AckRefusals
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.consumer.undecodable import dead_letter_record, report_undecodable
 from aiorocket.errors import BrokerResponseError, NoRouteError, RocketMQError
+from aiorocket.message import PROPERTY_LITE_TOPIC
 from aiorocket.namespace import unwrap, wrap
 from aiorocket.received import ConsumerMessage, PopMessage
 
@@ -245,10 +246,7 @@ class RemotingSource:
             timeout=self._poll_ms / 1000 + self.state.config.request_timeout + 5,
             keep_undecodable=True,
         ))  # fmt: skip
-        if result.undecodable:  # rare: off the normal path
-            self._undecodable += [(addr, topic, bad) for bad in result.undecodable]
-            if self._undecodable_added is not None:
-                self._undecodable_added.set()
+        self._set_aside(addr, topic, result)
         for m in result.messages:
             m.topic = unwrap(self._namespace, m.topic)  # the application's name
             if self.fifo:
@@ -393,6 +391,13 @@ class RemotingSource:
 
     # -- undecodable records -------------------------------------------------------
 
+    def _set_aside(self, addr: str, topic: str, result: PopResult) -> None:
+        """A pop's undecodable records, for ``_settle_undecodable``."""
+        if result.undecodable:  # rare: off the normal path
+            self._undecodable += [(addr, topic, bad) for bad in result.undecodable]
+            if self._undecodable_added is not None:
+                self._undecodable_added.set()
+
     async def _settle_undecodable(self) -> None:
         """Settle the undecodable records receives set aside, until cancelled (what is
         left then comes back after its invisible time)."""
@@ -434,5 +439,6 @@ class RemotingSource:
             forward,
         )
         # Failed (raised), the record comes back and is dead-lettered again: a second
-        # copy in the DLQ rather than none.
-        await self.requests.ack(addr, self.group, topic, handle)
+        # copy in the DLQ rather than none. A lite record's ack names its lite topic.
+        await self.requests.ack(addr, self.group, topic, handle,
+                                lite_topic=record.properties.get(PROPERTY_LITE_TOPIC))  # fmt: skip
