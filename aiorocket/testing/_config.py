@@ -56,6 +56,10 @@ def broker_conf(name: str, port: int, namesrv: str, store: Path, cluster: str = 
         # creation step is exercised. A test that needs auto-creation turns it on.
         "autoCreateTopicEnable": False, "autoCreateSubscriptionGroup": True,
         "enablePropertyFilter": True,  # SQL92 filters (4.x and 5.x: off by default)
+        # RMQ_SYS_TRACE_TOPIC, where clients write message trace records by default
+        # (aiorocket trace=True, Java enableMsgTrace): off by default, and a system topic
+        # cannot be created by request (docs/trace.md)
+        "traceTopicEnable": True,
         "mappedFileSizeCommitLog": 64 * 1024 * 1024,  # default 1 GiB
         # Writes are refused above diskSpaceWarningLevelRatio, which is clamped to <= 90.
         "diskSpaceWarningLevelRatio": 90, "diskSpaceCleanForciblyRatio": 90,

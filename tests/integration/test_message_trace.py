@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
+from aiorocket._trace import TRACE_TOPIC
 from aiorocket.admin import Admin
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
 from aiorocket.message import Message
@@ -35,8 +36,12 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-def traced() -> Iterator[LocalRocketMQ]:
-    """One broker that creates RMQ_SYS_TRACE_TOPIC (no Proxy: a lighter JVM)."""
+def traced(rocketmq: LocalRocketMQ) -> Iterator[LocalRocketMQ]:
+    """A cluster with RMQ_SYS_TRACE_TOPIC: the shared one when it has it (the harness
+    sets traceTopicEnable since issue 42), else one broker of its own (no Proxy)."""
+    if anyio.run(rocketmq.route, TRACE_TOPIC) is not None:
+        yield rocketmq
+        return
     yield from throwaway_cluster(
         "trace", brokers=1, proxy=False, broker_props={"traceTopicEnable": True}
     )
@@ -214,14 +219,56 @@ async def test_traces_over_the_proxy(
 async def test_a_missing_trace_topic_fails_no_send_and_no_handler_call(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
-    """The shared broker has no RMQ_SYS_TRACE_TOPIC: every trace send fails, is counted,
-    and the sends, the handler calls and the closes go on as without trace."""
+    """A trace topic that does not exist: every trace send fails, is counted, and the
+    sends, the handler calls and the closes go on as without trace."""
     topic, group = unique_name("tmiss"), unique_name("g")
+    missing = unique_name("nosuchtrace")
     await rocketmq.create_topic(topic, queues=1)
     with anyio.fail_after(20):
-        async with Producer("trace-missing", rocketmq.namesrv_addr, trace=True) as producer:
+        async with Producer("trace-missing", rocketmq.namesrv_addr, trace=True,
+                            trace_topic=missing) as producer:  # fmt: skip
             for i in range(3):
                 await producer.send(Message(topic, b"m%d" % i))
-        await consume_one(rocketmq.namesrv_addr, topic, group)
+        await consume_one(rocketmq.namesrv_addr, topic, group, trace_topic=missing)
     assert producer.tracer is not None
     assert producer.tracer.failed == 3 and producer.tracer.sent == 0
+
+
+async def test_a_transaction_and_a_timed_out_handler_call_are_traced(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """The half message's Pub (type Trans_Msg_Half) and its EndTransaction (COMMIT),
+    and a handler call the consume timeout cuts: its SubAfter says TIME_OUT (code 1)."""
+    from aiorocket.producer import TransactionState
+
+    topic, trace_topic, group = unique_name("ttx"), unique_name("ttxtrace"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1)
+    await rocketmq.create_topic(trace_topic, queues=1)
+    namesrv = rocketmq.namesrv_addr
+
+    async def commit(msg: Message, result: object) -> TransactionState:
+        return TransactionState.COMMIT
+
+    async with Producer("trace-tx", namesrv, trace=True, trace_topic=trace_topic) as producer:
+        done = await producer.send_in_transaction(Message(topic, b"tx", keys=["k4"]), commit)
+    slow = anyio.Event()
+
+    async def too_slow(msg: ConsumerMessage) -> None:
+        if not slow.is_set():
+            slow.set()
+            await anyio.sleep_forever()  # cut by the consume timeout, then retried
+
+    consumer = Consumer(group, namesrv, handler=too_slow, trace=True, trace_topic=trace_topic,
+                        consume_timeout=0.5, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                        **FAST)  # fmt: skip
+    consumer.subscribe(topic)
+    async with consumer:
+        with anyio.fail_after(30):
+            await slow.wait()
+        records = await trace_of(namesrv, done.msg_id, trace_topic,
+                                 {"Pub", "EndTransaction", "SubAfter"})  # fmt: skip
+    pub = next(r for r in records if r["type"] == "Pub")
+    end = next(r for r in records if r["type"] == "EndTransaction")
+    assert pub["msg_type"] == "1" and end["transaction_state"] == "COMMIT_MESSAGE"
+    after = next(r for r in records if r["type"] == "SubAfter")
+    assert (after["success"], after["context_code"]) == ("false", "1")
