@@ -27,6 +27,7 @@ from aiorocket._trace import decode as decode_trace
 from aiorocket.admin._cluster import ClusterAdmin
 from aiorocket.admin._dlq import DeadLetterAdmin, original_topic
 from aiorocket.admin._groups import GroupAdmin
+from aiorocket.admin._lookup import KeyLookup, MessageLookup
 from aiorocket.admin._model import (
     BrokerStatus,
     CustomizedRetry,
@@ -70,6 +71,7 @@ __all__ = [
     "GroupDescription",
     "GroupLag",
     "GroupProgress",
+    "KeyLookup",
     "Member",
     "OffsetChange",
     "ProducerClient",
@@ -123,7 +125,7 @@ def topics_named_after_clusters(topics: list[str], brokers: dict[str, dict[int, 
     return {t[: -len(suffix)] for t in topics if t.endswith(suffix)}
 
 
-class Admin(TopicAdmin, ClusterAdmin, GroupAdmin, DeadLetterAdmin):
+class Admin(TopicAdmin, ClusterAdmin, GroupAdmin, DeadLetterAdmin, MessageLookup):
     """Admin operations against one RocketMQ cluster (through its NameServers).
 
     Parameters
@@ -331,8 +333,9 @@ class Admin(TopicAdmin, ClusterAdmin, GroupAdmin, DeadLetterAdmin):
     # -- messages ------------------------------------------------------------------------
 
     async def get_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
-        """The message with this id: the broker's offset message id, or (with ``topic``)
-        the producer's id (``UNIQ_KEY``, what ``SendResult.msg_id`` holds)."""
+        """The message with this id: the broker's offset message id, or the producer's
+        id (``UNIQ_KEY``, what ``SendResult.msg_id`` and the logs hold), looked up in
+        ``topic``'s index, or without ``topic`` in every topic's."""
         brokers = await self.brokers()
         by_addr = {addr: name for name, ids in brokers.items() for addr in ids.values()}
         try:
@@ -345,19 +348,17 @@ class Admin(TopicAdmin, ClusterAdmin, GroupAdmin, DeadLetterAdmin):
             except RocketMQError:
                 pass  # not an offset id after all: look it up as a producer id
         if topic is None:
-            raise ConfigError(
-                f"{msg_id!r} is not an offset message id of this cluster: give its topic to "
-                "look it up as a producer message id"
-            )
-        route = await self.route(topic)
-        for name, addr in sorted(route.group_addrs().items()):
-            found = await self.requests.query_messages(
-                addr, topic, msg_id, unique_key=True, broker_name=name
-            )
-            for msg in found:
-                if msg.msg_id == msg_id:
-                    return msg
-        raise MessageNotFoundError(f"no message {msg_id} in topic {topic!r}")
+            found, searched = await self._unique_anywhere(msg_id)
+            if found is None:
+                raise MessageNotFoundError(
+                    f"no message {msg_id} in the index of any of {searched} topics (an "
+                    "offset message id of this cluster is found without it)"
+                )
+            return found
+        msg = await self._unique_in(topic, msg_id)
+        if msg is None:
+            raise MessageNotFoundError(f"no message {msg_id} in topic {topic!r}")
+        return msg
 
     async def message_trace(
         self, msg_id: str, trace_topic: str = TRACE_TOPIC, *, limit: int = 64
@@ -375,15 +376,3 @@ class Admin(TopicAdmin, ClusterAdmin, GroupAdmin, DeadLetterAdmin):
         order = {"Pub": 0, "EndTransaction": 1, "SubBefore": 2, "SubAfter": 3}
         records.sort(key=lambda r: (int(r.get("timestamp") or 0), order.get(r["type"], 9)))
         return records
-
-    async def find_messages(self, topic: str, key: str, *, limit: int = 32) -> list[MessageExt]:
-        """Messages of ``topic`` indexed under ``key`` (their ``keys``), oldest first."""
-        route = await self.route(topic)
-        out: list[MessageExt] = []
-        for name, addr in sorted(route.group_addrs().items()):
-            found = await self.requests.query_messages(
-                addr, topic, key, max_num=limit, broker_name=name
-            )
-            out += [m for m in found if key in m.keys]
-        out.sort(key=lambda m: (m.store_timestamp, m.broker_name, m.queue_offset))
-        return out[:limit]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import click
 
-from aiorocket._trace import TRACE_TOPIC
 from aiorocket.admin import ResendPlan, Resent, original_topic
 from aiorocket.cli._common import (
     EXIT_USAGE,
@@ -15,8 +14,8 @@ from aiorocket.cli._common import (
     err,
     fail,
     json_option,
-    ms_text,
     out,
+    parse_time,
     pass_settings,
     print_json,
     run,
@@ -51,8 +50,12 @@ def message() -> None:
 
 @message.command("get")
 @click.argument("msg_id", required=False)
-@click.option("--topic", "topic_name", help="The topic (needed for producer ids and keys).")
+@click.option("--topic", "topic_name", help="The topic (needed for keys; narrows an id lookup).")
 @click.option("--key", help="Find the messages with this key instead.")
+@click.option("--count", "-c", "limit", type=click.IntRange(1), default=32, show_default=True,
+              help="With --key: at most this many (oldest first).")  # fmt: skip
+@click.option("--from", "since", help="With --key: stored at or after this time.")
+@click.option("--until", help="With --key: stored at or before this time.")
 @_format
 @json_option
 @pass_settings
@@ -61,27 +64,40 @@ def message_get(
     msg_id: str | None,
     topic_name: str | None,
     key: str | None,
+    limit: int,
+    since: str | None,
+    until: str | None,
     body_format: str,
     as_json: bool,
 ) -> None:
-    """A message by its id (offset id, or producer id with --topic), or by --key."""
+    """A message by its id (the offset id, or the producer's id that SendResult, the
+    logs and FastStream give: looked up in --topic, or in every topic), or the messages
+    with --key in --topic."""
     if (msg_id is None) == (key is None):
         fail("give a message id or --key (not both)", EXIT_USAGE)
     if key is not None and topic_name is None:
         fail("--key needs --topic", EXIT_USAGE)
+    if key is None and (since or until):
+        fail("--from and --until go with --key", EXIT_USAGE)
+    begin = parse_time(since) if since else 0
+    end = parse_time(until) if until else None
 
-    async def go() -> list[MessageExt]:
+    async def go() -> tuple[list[MessageExt], bool]:
         async with settings.admin() as admin:
             if key is not None:
                 assert topic_name is not None
-                found = await admin.find_messages(topic_name, key)
-                if not found:
+                got = await admin.lookup_key(topic_name, key, limit=limit, begin_ms=begin,
+                                             end_ms=end)  # fmt: skip
+                if not got.messages:
                     raise MessageNotFoundError(f"no message with key {key!r} in {topic_name!r}")
-                return found
+                return got.messages, got.more
             assert msg_id is not None
-            return [await admin.get_message(msg_id, topic_name)]
+            return [await admin.get_message(msg_id, topic_name)], False
 
-    found = run(go)
+    found, more = run(go)
+    if more:
+        err.print(f"the first {len(found)} messages with key {key!r}; more match (--count "
+                  "for more, --from/--until to narrow)")  # fmt: skip
     if as_json:
         docs = [message_json(m, body_format) for m in found]
         print_json(docs if key is not None else docs[0])
@@ -90,63 +106,6 @@ def message_get(
         if i:
             out.print()
         print_block(m, body_format)
-
-
-@message.command("trace")
-@click.argument("msg_id")
-@click.option(
-    "--trace-topic", default=TRACE_TOPIC, show_default=True,
-    help="The trace topic the clients write to (their trace_topic).",
-)  # fmt: skip
-@json_option
-@pass_settings
-def message_trace(settings: Settings, msg_id: str, trace_topic: str, as_json: bool) -> None:
-    """The trace of a message (its id, as SendResult gives it): sends, transaction ends and
-    each consumer group's handler calls, from the trace records clients write with
-    trace=True (Java: enableMsgTrace), as mqadmin queryMsgTraceById and the Dashboard
-    show them."""
-
-    async def go() -> list[dict[str, str]]:
-        async with settings.admin() as admin:
-            return await admin.message_trace(msg_id, trace_topic)
-
-    records = run(go)
-    if as_json:
-        print_json(records)
-        return
-    if not records:
-        raise MessageNotFoundError(f"no trace of {msg_id} in {trace_topic!r}")
-    rows = [_trace_row(r) for r in records]
-    table(f"trace of {msg_id}", ["type", "time", "group", "client", "cost ms", "status",
-                                 "detail"], rows)  # fmt: skip
-
-
-def _trace_row(r: dict[str, str]) -> list[object]:
-    stamp = r.get("timestamp") or ""
-    when = ms_text(int(stamp)) if stamp.isdigit() else "-"
-    kind = r["type"]
-    if kind == "Pub":
-        status = "success" if r.get("success") == "true" else "failed"
-        detail = f"topic {r.get('topic')} on {r.get('store_host')} ({r.get('body_length')} B)"
-    elif kind == "SubAfter":
-        status = _OUTCOMES.get(r.get("context_code", ""), "?")
-        detail = f"call {r.get('request_id')}"
-    elif kind == "SubBefore":
-        status = f"attempt {int(r.get('retry_times') or 0) + 1}"
-        detail = f"call {r.get('request_id')}"
-    elif kind == "EndTransaction":
-        status = r.get("transaction_state", "")
-        detail = f"topic {r.get('topic')}" + (
-            " (check-back)" if r.get("from_check") == "true" else ""
-        )
-    else:
-        status, detail = "", r.get("fields", "")
-    return [kind, when, r.get("group", ""), r.get("client_host", ""), r.get("cost_ms", ""),
-            status, detail]  # fmt: skip
-
-
-#: SubAfter's context codes (Java ConsumeReturnType)
-_OUTCOMES = {"0": "success", "1": "timeout", "2": "exception", "3": "returned null", "4": "failed"}
 
 
 @click.group()
