@@ -280,38 +280,42 @@ class Tracer:
         self._wake = anyio.Event()
         self._closing = False
         stopped = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            self._running = True
-            tg.start_soon(self._run, sender, stopped)
-            try:
-                yield self
-            finally:
-                self._running = False  # records of the close's last steps are dropped
-                self._closing = True
-                self._wake.set()
-                with anyio.CancelScope(shield=True), anyio.move_on_after(self.send_timeout):
-                    await stopped.wait()
-                tg.cancel_scope.cancel()
-        self.dropped += len(self._records)
-        self._records.clear()
+        try:
+            async with anyio.create_task_group() as tg:
+                self._running = True
+                tg.start_soon(self._run, sender, stopped)
+                try:
+                    yield self
+                finally:
+                    self._running = False  # records of the close's last steps are dropped
+                    self._closing = True
+                    self._wake.set()
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(self.send_timeout):
+                        await stopped.wait()
+                    tg.cancel_scope.cancel()
+        finally:
+            self.dropped += len(self._records)
+            self._records.clear()
 
     async def _run(self, sender: TraceSender, stopped: anyio.Event) -> None:
         # Up to ``concurrency`` trace messages under way (Java: a pool of 2-4 threads);
         # while all are, records wait in the buffer, and a full buffer drops them.
         slots = anyio.Semaphore(self.concurrency)
-        async with anyio.create_task_group() as sends:
-            while True:
-                if len(self._records) < self.batch and not self._closing:
-                    assert self._wake is not None
-                    with anyio.move_on_after(self.interval):
-                        await self._wake.wait()
-                    self._wake = anyio.Event()
-                while self._records:
-                    await slots.acquire()
-                    sends.start_soon(self._send, sender, self._take(), slots)
-                if self._closing:
-                    break
-        stopped.set()
+        try:
+            async with anyio.create_task_group() as sends:
+                while True:
+                    if len(self._records) < self.batch and not self._closing:
+                        assert self._wake is not None
+                        with anyio.move_on_after(self.interval):
+                            await self._wake.wait()
+                        self._wake = anyio.Event()
+                    while self._records:
+                        await slots.acquire()
+                        sends.start_soon(self._send, sender, self._take(), slots)
+                    if self._closing:
+                        break
+        finally:  # also when cancelled with its owner: the close then waits for nothing
+            stopped.set()
 
     def _take(self) -> _Batch:
         """One trace message's records: up to ``batch``, within ``MAX_TRACE_BODY`` and

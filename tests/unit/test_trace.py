@@ -146,3 +146,16 @@ def test_dropped_records_are_a_metric() -> None:
         if m.name == "aiorocket.trace.records" for p in m.data.data_points
     }  # fmt: skip
     assert points == {"sent": 0, "dropped": 1, "failed": 0}
+
+
+async def test_a_cancelled_owner_does_not_wait_for_the_flush() -> None:
+    """The owner's scope cancelled (its task cancelled, the close under it): the sending
+    task ends with it, and the close does not wait out ``send_timeout`` for it."""
+    tracer = Tracer("g", "T", interval=60, send_timeout=5)
+    with anyio.fail_after(2):  # not the 5 s send_timeout
+        with anyio.CancelScope() as scope:
+            async with tracer.running(Sink()):
+                tracer.append(_rec(1))
+                scope.cancel()
+                await anyio.sleep_forever()
+    assert tracer.sent + tracer.dropped + tracer.failed == 1
