@@ -43,6 +43,7 @@ from aiorocket.errors import (
     SystemBusyError,
     TlsError,
     TopicNotExistError,
+    UnsupportedBrokerFeatureError,
     UnsupportedTransportError,
 )
 from aiorocket.message import Message, MessageExt, MessageQueue
@@ -180,6 +181,7 @@ __all__ = [
     "TransactionChecker",
     "TransactionResult",
     "TransactionState",
+    "UnsupportedBrokerFeatureError",
     "UnsupportedTransportError",
     "__version__",
     "allocate_averagely",

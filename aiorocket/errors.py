@@ -45,6 +45,7 @@ __all__ = [
     "SystemBusyError",
     "TlsError",
     "TopicNotExistError",
+    "UnsupportedBrokerFeatureError",
     "UnsupportedTransportError",
     "error_for_response",
 ]
@@ -250,6 +251,27 @@ class UnsupportedTransportError(ConfigError):
     """The feature exists only on the other transport (remoting or gRPC Proxy)."""
 
 
+class UnsupportedBrokerFeatureError(RocketMQError):
+    """The broker runs a RocketMQ release older than the one that brought the feature
+    (POP consumption and timer messages: 5.0; recall: 5.3.2; priority: 5.4; lite topics:
+    5.5). Raised at once, before anything is stored where the broker would take the
+    request and ignore the feature (a timer or priority message); not retriable.
+
+    ``feature`` names it, ``since`` is the release it needs, ``broker`` the address and
+    ``broker_version`` the release the broker reported (e.g. "4.9.7").
+    """
+
+    def __init__(self, feature: str, since: str, *, broker: str, broker_version: str) -> None:
+        self.feature = feature
+        self.since = since
+        self.broker = broker
+        self.broker_version = broker_version
+        super().__init__(
+            f"{feature}: needs RocketMQ {since} or later; the broker at {broker} runs "
+            f"{broker_version}"
+        )
+
+
 class LiteQuotaExceededError(RocketMQError):
     """A lite consumer would hold more lite subscriptions than its group allows (the
     group's ``lite.sub.client.quota``, RocketMQ 5.5: 2000 per client by default); nothing
@@ -315,9 +337,18 @@ _RESPONSE_ERRORS: dict[int, tuple[type[BrokerResponseError], bool]] = {
 _RETRIABLE_CODES = frozenset(code for code, (_, retriable) in _RESPONSE_ERRORS.items() if retriable)
 
 
+#: RocketMQ 4.x's plain ACL (4.9.7) refuses a request by throwing from its request hook: the
+#: answer is SYSTEM_ERROR with the exception as its remark, not 5.x's NO_PERMISSION.
+_ACL_4X_REMARK = "org.apache.rocketmq.acl.common.AclException"
+
+
 def error_for_response(
     code: int, remark: str | None, request_code: int | None = None
 ) -> BrokerResponseError:
     """The exception for a broker's non-success answer (the table above)."""
+    if code == ResponseCode.SYSTEM_ERROR and remark and remark.startswith(_ACL_4X_REMARK):
+        denied = AccessDeniedError(code, remark, request_code=request_code)
+        denied.retriable = False  # as NO_PERMISSION: a refusal does not go away by itself
+        return denied
     cls = _RESPONSE_ERRORS.get(code, (BrokerResponseError, False))[0]
     return cls(code, remark, request_code=request_code)

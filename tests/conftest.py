@@ -19,15 +19,18 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from aiorocket.testing._maven import RMQ_49, RMQ_53
 from aiorocket.testing.broker import (
     BrokerSetupError,
     BrokerStartError,
     LocalRocketMQ,
     MissingToolError,
+    default_base_dir,
 )
 
 # Shared, loaded machines: a per-example deadline only produces flaky failures.
@@ -78,24 +81,63 @@ def rocketmq() -> Iterator[LocalRocketMQ]:
     if existing is not None and len(existing.broker_addrs) >= 2:
         yield existing  # somebody else's cluster: do not stop it
         return
+    yield from _private_cluster(None, brokers=2)
+
+
+def _private_cluster(version: str | None, **start: Any) -> Iterator[LocalRocketMQ]:
+    """A cluster started in a temporary directory for the session (``version``: the
+    default release when None), stopped at its end; skipped (failed under CI) when it
+    cannot be provisioned."""
+    what = "local RocketMQ" + (f" {version}" if version else "")
     _reap_stale_private_instances()
     base = Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX))
-    cluster = LocalRocketMQ(base)
+    cluster = LocalRocketMQ(base, version=version)
     try:
-        cluster.start(brokers=2)
+        cluster.start(**start)
     except BrokerStartError as exc:
         shutil.rmtree(base, ignore_errors=True)
-        pytest.fail(f"local RocketMQ failed to start: {exc}", pytrace=False)
+        pytest.fail(f"{what} failed to start: {exc}", pytrace=False)
     except (MissingToolError, BrokerSetupError) as exc:
         shutil.rmtree(base, ignore_errors=True)
         if _broker_required():
-            pytest.fail(f"local RocketMQ cannot be provisioned under CI: {exc}", pytrace=False)
-        pytest.skip(f"!!! RocketMQ INTEGRATION TESTS SKIPPED: {exc}")
+            pytest.fail(f"{what} cannot be provisioned under CI: {exc}", pytrace=False)
+        pytest.skip(f"!!! {what.upper()} INTEGRATION TESTS SKIPPED: {exc}")
     try:
         yield cluster
     finally:
         cluster.stop(timeout=5.0)  # the store is thrown away: no need for a long grace
         shutil.rmtree(base, ignore_errors=True)
+
+
+#: Half messages are checked back every 60 s on 4.9 (30 s on 5.x) by default: the
+#: check-back tests of the versioned sets run in seconds instead.
+VERSIONED_BROKER_PROPS = {"transactionCheckInterval": 3_000, "transactionTimeOut": 2_000}
+
+
+def _versioned_cluster(version: str, brokers: int) -> Iterator[LocalRocketMQ]:
+    """A cluster of RocketMQ ``version`` for the session, beside the default one: the one
+    ``python -m aiorocket.testing.broker start --version V`` left running (kept running),
+    else a private one started on first use and stopped at the session's end."""
+    existing = LocalRocketMQ.attach(default_base_dir(version))
+    if existing is not None and len(existing.broker_addrs) == brokers:
+        yield existing
+        return
+    yield from _private_cluster(
+        version, brokers=brokers, timeout=180.0, broker_props=VERSIONED_BROKER_PROPS
+    )
+
+
+@pytest.fixture(scope="session")
+def rocketmq49() -> Iterator[LocalRocketMQ]:
+    """A RocketMQ 4.9.x cluster (no Proxy) for the ``broker49`` tests: 2 brokers, as the
+    default suite's tests it reuses expect (a 4.9 broker is a light JVM: ~7 s to start)."""
+    yield from _versioned_cluster(RMQ_49, 2)
+
+
+@pytest.fixture(scope="session")
+def rocketmq53() -> Iterator[LocalRocketMQ]:
+    """A RocketMQ 5.3.x cluster (1 broker with its local-mode Proxy) for ``broker53``."""
+    yield from _versioned_cluster(RMQ_53, 1)
 
 
 @pytest.fixture(scope="session")

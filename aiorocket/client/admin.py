@@ -13,10 +13,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiorocket.client.broker import BrokerClient, check_response
-from aiorocket.errors import MessageNotFoundError, ProtocolError
+from aiorocket.errors import (
+    MessageNotFoundError,
+    ProtocolError,
+    TopicNotExistError,
+)
 from aiorocket.message import MessageExt, MessageQueue
 from aiorocket.protocol import fastjson
 from aiorocket.protocol.codes import RequestCode, ResponseCode
+from aiorocket.protocol.features import is_4x
 from aiorocket.protocol.message_codec import decode_messages
 
 __all__ = ["REPULL_FIELD", "AdminRequests", "ConsumeOffsets", "TopicOffsets", "parse_cluster_info"]
@@ -188,7 +193,18 @@ class AdminRequests:
             "isForce": "true",
             "bname": mq.broker_name,
         }
-        await self._ok(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext)
+        code = RequestCode.INVOKE_BROKER_TO_RESET_OFFSET
+        resp = await self._broker.call(addr, code, ext)
+        if resp.code == ResponseCode.CONSUMER_NOT_ONLINE or (
+            is_4x(resp.version) and resp.code == ResponseCode.SYSTEM_ERROR
+        ):
+            # A RocketMQ 4.x broker (4.9.7) resets through the group's online consumers
+            # only (CONSUMER_NOT_ONLINE without), and refuses a topic with a queue the
+            # group has no offset on (SYSTEM_ERROR "consumer group not exist"): the offset
+            # is then stored directly, as 4.x's mqadmin does.
+            await self._broker.update_consumer_offset(addr, group, mq, offset)
+            return
+        check_response(resp, code, addr)
 
     # -- messages ------------------------------------------------------------------------
 
@@ -261,7 +277,19 @@ class AdminRequests:
 
     async def topic_config(self, addr: str, topic: str) -> dict[str, Any]:
         """GET_TOPIC_CONFIG: queues, permission, order flag and attributes on one broker."""
-        return dict(await self._ok(addr, RequestCode.GET_TOPIC_CONFIG, {"topic": topic}) or {})
+        code = RequestCode.GET_TOPIC_CONFIG
+        resp = await self._broker.call(addr, code, {"topic": topic})
+        if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            # RocketMQ 4.x (4.9.7) has no GET_TOPIC_CONFIG (5.0 added it): the topic's
+            # entry of the broker's whole table, as mqadmin reads it there.
+            table = await self._ok(addr, RequestCode.GET_ALL_TOPIC_CONFIG, {}) or {}
+            conf = (table.get("topicConfigTable") or {}).get(topic)
+            if conf is None:
+                raise TopicNotExistError(ResponseCode.TOPIC_NOT_EXIST, f"no topic {topic!r}",
+                                         request_code=code)  # fmt: skip
+            return dict(conf)
+        check_response(resp, code, addr)
+        return dict(fastjson.loads(resp.body, code.name) or {}) if resp.body else {}
 
     async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
         await self._ok(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})

@@ -12,10 +12,23 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from aiorocket.client.results import PullResult, PullStatus, SendResult, SendStatus
-from aiorocket.errors import BrokerResponseError, ProtocolError, error_for_response
+from aiorocket.errors import (
+    BrokerResponseError,
+    ProtocolError,
+    RocketMQError,
+    UnsupportedBrokerFeatureError,
+    error_for_response,
+)
 from aiorocket.message import MessageExt, MessageQueue
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.features import (
+    BrokerFeature,
+    feature_of_properties,
+    feature_of_request,
+    is_4x,
+    version_name,
+)
 from aiorocket.protocol.message_codec import UndecodableRecord, decode_messages
 from aiorocket.remoting.connection import StallCheck
 from aiorocket.remoting.pool import ConnectionPool
@@ -40,12 +53,33 @@ _PULL_STATUS = {
 }
 
 DEFAULT_TOPIC = "TBW102"
+#: The group the admin tools read messages as (MixAll.TOOLS_CONSUMER_GROUP).
+TOOLS_GROUP = "TOOLS_CONSUMER"
+#: MessageSysFlag.TRANSACTION_PREPARED_TYPE: a half message.
+_TRANSACTION_PREPARED = 0x4
 
 
-def check_response(resp: RemotingCommand, request_code: int) -> RemotingCommand:
+def response_error(resp: RemotingCommand, request_code: int, addr: str = "") -> RocketMQError:
+    """The typed error of a non-success answer. A request of a feature newer than the
+    broker (POP or lite on 4.x, recall before 5.3.2, ...: the broker names its release in
+    every answer) is ``UnsupportedBrokerFeatureError`` whatever code the broker chose
+    (REQUEST_CODE_NOT_SUPPORTED from 4.9.7 and 5.3.3), so that no caller retries it."""
+    feature = feature_of_request(request_code)
+    if feature is not None and 0 < resp.version < feature.since_code:
+        return unsupported(feature, addr, resp.version)
+    return error_for_response(resp.code, resp.remark, request_code)
+
+
+def unsupported(feature: BrokerFeature, addr: str, version: int) -> UnsupportedBrokerFeatureError:
+    return UnsupportedBrokerFeatureError(
+        feature.name, feature.since, broker=addr or "?", broker_version=version_name(version)
+    )
+
+
+def check_response(resp: RemotingCommand, request_code: int, addr: str = "") -> RemotingCommand:
     """``resp`` if it is a success, else the typed error of its code."""
     if resp.code != ResponseCode.SUCCESS:
-        raise error_for_response(resp.code, resp.remark, request_code)
+        raise response_error(resp, request_code, addr)
     return resp
 
 
@@ -138,6 +172,25 @@ class BrokerClient:
 
     _call = call
 
+    async def require(
+        self, addr: str, feature: BrokerFeature, probe: MessageQueue | None = None
+    ) -> None:
+        """Raise ``UnsupportedBrokerFeatureError`` if the broker at ``addr`` is older than
+        ``feature``. Its release comes with every answer on the connection; before the
+        first one, a GET_MAX_OFFSET of ``probe`` (answered by every release, its outcome
+        not needed) asks for it. Without ``probe`` nor an answer yet, nothing is known:
+        the broker's own answer to the feature's request decides then."""
+        conn = await self.pool.get(addr)
+        if conn.peer_version is None and probe is not None:
+            mq = probe
+            ext = {"topic": mq.topic, "queueId": str(mq.queue_id), "bname": mq.broker_name}
+            await conn.request(RemotingCommand.request(RequestCode.GET_MAX_OFFSET, ext),
+                               self.timeout)  # fmt: skip
+        version = conn.peer_version
+        # 0: a server that does not say (a test fake); it is given the benefit of the doubt.
+        if version is not None and 0 < version < feature.since_code:
+            raise unsupported(feature, addr, version)
+
     # -- producing -----------------------------------------------------------------
 
     async def send_message(
@@ -162,8 +215,13 @@ class BrokerClient:
         """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE when ``batch``); ``properties`` is pre-encoded.
 
         A broker with ``autoCreateTopicEnable`` that does not have the topic creates it
-        from ``default_topic`` with ``default_topic_queue_nums`` queues.
+        from ``default_topic`` with ``default_topic_queue_nums`` queues. A message with a
+        property of a feature newer than the broker (a 4.x broker stores a 5.x timer
+        message and delivers it at once) raises ``UnsupportedBrokerFeatureError`` first.
         """
+        feature = feature_of_properties(properties)
+        if feature is not None:
+            await self.require(addr, feature, mq)
         ext = _send_ext(
             mq, properties, producer_group, flag, sys_flag, reconsume_times, max_reconsume_times,
             batch, default_topic, default_topic_queue_nums,
@@ -179,7 +237,10 @@ class BrokerClient:
             queue=MessageQueue(mq.topic, mq.broker_name, resp.ext_int("queueId", mq.queue_id)),
             queue_offset=resp.ext_int("queueOffset", -1),
             offset_msg_id=resp.ext_fields.get("msgId", ""),
-            transaction_id=resp.ext_fields.get("transactionId"),
+            # RocketMQ 4.x (4.9.7) answers a half message without a transactionId: the
+            # id is then the message's own (UNIQ_KEY), which is what 5.x answers too.
+            transaction_id=resp.ext_fields.get("transactionId")
+            or (msg_id if sys_flag & _TRANSACTION_PREPARED else None),
             recall_handle=resp.ext_fields.get("recallHandle") or None,
         )
 
@@ -197,6 +258,9 @@ class BrokerClient:
         default_topic_queue_nums: int = 4,
     ) -> None:
         """SEND_MESSAGE_V2 as a oneway request: no answer, no result."""
+        feature = feature_of_properties(properties)
+        if feature is not None:
+            await self.require(addr, feature, mq)
         ext = _send_ext(
             mq, properties, producer_group, flag, sys_flag, None, None, False,
             default_topic, default_topic_queue_nums,
@@ -368,7 +432,25 @@ class BrokerClient:
             "bname": mq.broker_name,
         }
         resp = await self._call(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext)
-        return _check(resp, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP).ext_int("offset")
+        offset = _check(resp, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP).ext_int("offset")
+        if not is_4x(resp.version):
+            return offset
+        # RocketMQ 4.x (4.9.7) ignores boundaryType (5.0) and answers the offset whose
+        # store time is nearest: one step off when that message is on the wrong side.
+        stored = await self._store_time(addr, mq, offset)
+        if stored is not None and (stored > timestamp_ms if upper else stored < timestamp_ms):
+            return offset - 1 if upper else offset + 1
+        return offset
+
+    async def _store_time(self, addr: str, mq: MessageQueue, offset: int) -> int | None:
+        """The store time of the message at ``offset`` (None: there is none)."""
+        result = await self.pull(
+            addr, TOOLS_GROUP, mq, offset, max_nums=1, sys_flag=PULL_SUBSCRIPTION,
+            suspend_timeout_ms=0, subscription="*", timeout=self.timeout,
+        )  # fmt: skip
+        if result.status is not PullStatus.FOUND or not result.messages:
+            return None
+        return result.messages[0].store_timestamp
 
     # -- membership ----------------------------------------------------------------
 

@@ -42,8 +42,9 @@ import uuid
 from collections.abc import Collection
 from dataclasses import replace
 
+from aiorocket.client.broker import response_error
 from aiorocket.client.pop import PoppedUndecodable, PopRequests, PopResult
-from aiorocket.errors import LiteQuotaExceededError, error_for_response
+from aiorocket.errors import LiteQuotaExceededError
 from aiorocket.message import PROPERTY_LITE_TOPIC
 from aiorocket.received import PopMessage
 
@@ -123,7 +124,7 @@ class LiteRequests(PopRequests):
                 f"group {group!r}: {resp.remark or 'quota exceeded'}"
             )
         if resp.code != 0:
-            raise error_for_response(resp.code, resp.remark, LITE_SUBSCRIPTION_CTL)
+            raise response_error(resp, LITE_SUBSCRIPTION_CTL, addr)
 
     async def trigger_dispatch(self, addr: str, *, group: str, client_id: str) -> None:
         """TRIGGER_LITE_DISPATCH: the broker re-offers this client's lite topics that have
@@ -131,7 +132,7 @@ class LiteRequests(PopRequests):
         ext = {"group": group, "clientId": client_id}
         resp = await self.broker.call(addr, TRIGGER_LITE_DISPATCH, ext)
         if resp.code != 0:
-            raise error_for_response(resp.code, resp.remark, TRIGGER_LITE_DISPATCH)
+            raise response_error(resp, TRIGGER_LITE_DISPATCH, addr)
 
     async def pop_lite(
         self,

@@ -51,7 +51,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from aiorocket.errors import ConfigError, error_for_response
+from aiorocket.client.broker import response_error
+from aiorocket.errors import ConfigError
 from aiorocket.message import RETRY_TOPIC_PREFIX
 from aiorocket.protocol.message_codec import UndecodableRecord, decode_messages
 from aiorocket.received import PopMessage
@@ -365,7 +366,7 @@ class PopRequests:
         if resp.code in (_PULL_NOT_FOUND, _POLLING_TIMEOUT, _POLLING_FULL):
             return PopResult(polling_full=resp.code == _POLLING_FULL)
         if resp.code != 0:
-            raise error_for_response(resp.code, resp.remark, code)
+            raise response_error(resp, code, addr)
         bad: list[UndecodableRecord] = []
         messages = decode_messages(
             resp.body, broker_name=broker_name, message_class=PopMessage,
@@ -393,7 +394,7 @@ class PopRequests:
             ext["liteTopic"] = lite_topic
         resp = await self.broker.call(addr, ACK_MESSAGE, ext)
         if resp.code != 0:
-            raise error_for_response(resp.code, resp.remark, ACK_MESSAGE)
+            raise response_error(resp, ACK_MESSAGE, addr)
 
     async def batch_ack(
         self, addr: str, group: str, topic: str, handles: Sequence[str | CheckPoint]
@@ -425,7 +426,7 @@ class PopRequests:
         body = json.dumps({"brokerName": broker_name, "acks": list(acks.values())}).encode()
         resp = await self.broker.call(addr, BATCH_ACK_MESSAGE, {}, body)
         if resp.code != 0:
-            raise error_for_response(resp.code, resp.remark, BATCH_ACK_MESSAGE)
+            raise response_error(resp, BATCH_ACK_MESSAGE, addr)
 
     async def change_invisible_time(
         self,
@@ -454,7 +455,7 @@ class PopRequests:
             ext["liteTopic"] = lite_topic
         resp = await self.broker.call(addr, CHANGE_MESSAGE_INVISIBLETIME, ext)
         if resp.code != 0:
-            raise error_for_response(resp.code, resp.remark, CHANGE_MESSAGE_INVISIBLETIME)
+            raise response_error(resp, CHANGE_MESSAGE_INVISIBLETIME, addr)
         new = CheckPoint(
             ck.offset, resp.ext_int("popTime"), resp.ext_int("invisibleTime"),
             resp.ext_int("reviveQid"), ck.mark, ck.broker_name, ck.queue_id, ck.offset,

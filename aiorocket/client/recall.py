@@ -15,7 +15,8 @@ import binascii
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aiorocket.errors import AccessDeniedError, ConfigError, error_for_response
+from aiorocket.client.broker import response_error
+from aiorocket.errors import AccessDeniedError, ConfigError
 
 if TYPE_CHECKING:
     from aiorocket.client.broker import BrokerClient
@@ -53,7 +54,7 @@ async def recall_message(
     ext = {"producerGroup": producer_group, "topic": topic, "recallHandle": handle}
     resp = await broker.call(addr, RECALL_MESSAGE, ext)
     if resp.code != 0:
-        err = error_for_response(resp.code, resp.remark, RECALL_MESSAGE)
+        err = response_error(resp, RECALL_MESSAGE, addr)
         if isinstance(err, AccessDeniedError):
             raise AccessDeniedError(
                 resp.code, f"{resp.remark} (the broker needs recallMessageEnable=true)",

@@ -150,6 +150,8 @@ class Connection:
         self._done = anyio.Event()
         self._log = get_logger("remoting.connection", address=address)
         self._loop: LoopShortcuts | None = None  # captured by run(), inside the event loop
+        #: the server's release (MQVersion code) from its last answer; None before one.
+        self.peer_version: int | None = None
 
     @classmethod
     async def connect(
@@ -263,6 +265,7 @@ class Connection:
                 handlers.start_soon(self._serve, request)
 
     def _on_response(self, cmd: RemotingCommand) -> None:
+        self.peer_version = cmd.version
         pending = self._pending.pop(cmd.opaque, None)
         if pending is None:
             # The request timed out before the answer came; nothing waits for it.

@@ -42,6 +42,7 @@ from aiorocket.consumer.state import ConsumerState
 from aiorocket.errors import ConfigError, LiteQuotaExceededError, NoRouteError, RocketMQError
 from aiorocket.namespace import unwrap
 from aiorocket.protocol.command import RemotingCommand
+from aiorocket.protocol.features import LITE
 from aiorocket.received import PopMessage
 from aiorocket.remoting.connection import Connection
 
@@ -75,6 +76,8 @@ class LiteRemotingSource(RemotingSource):
         self.requests = self.lite_requests = LiteRequests(self.client.broker)
         #: brokers to ask for a full dispatch: the asks left (see the module docstring)
         self._active: dict[str, int] = {}
+
+    feature = LITE  # RocketMQ 5.5
 
     async def open(self) -> None:
         await super().open()

@@ -70,6 +70,7 @@ from aiorocket.consumer.undecodable import dead_letter_record, report_undecodabl
 from aiorocket.errors import BrokerResponseError, NoRouteError, RocketMQError
 from aiorocket.message import PROPERTY_LITE_TOPIC
 from aiorocket.namespace import unwrap, wrap
+from aiorocket.protocol.features import POP
 from aiorocket.received import ConsumerMessage, PopMessage
 
 __all__ = ["POP_DELAYS", "RemotingSource"]
@@ -99,6 +100,8 @@ class RemotingSource:
 
     server_renews = False
     dead_letter_settles = False
+    #: what the brokers must have (checked at the start: each pop would be refused)
+    feature = POP
 
     def __init__(
         self, state: ConsumerState, namesrv: Sequence[str], *, client_id: str | None
@@ -157,6 +160,11 @@ class RemotingSource:
             for topic in state.subscriptions:
                 await self.client.namesrv.get_route(topic)
             await self._membership.send_heartbeats(starting=True)
+            # An older broker (RocketMQ 4.x for POP) fails the start, once, instead of
+            # each pop failing and backing off for good. The heartbeats' answers told
+            # each broker's release.
+            for _topic, _name, addr in self._targets():
+                await self.client.broker.require(addr, self.feature)
             self.server_max_attempts = await self._group_max_attempts()
         except BaseException:
             await self.close()
