@@ -33,11 +33,18 @@ __all__ = [
 ]
 
 
+#: The release a fake broker's answers name (MQVersion code of 5.5.0, the default cluster's):
+#: the client checks features against it (aiorocket.protocol.features).
+FAKE_BROKER_VERSION = 513
+
+
 class ServerSession:
     """One accepted client connection, as seen by the fake server's handler."""
 
-    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+    def __init__(self, stream: anyio.abc.SocketStream, version: int = FAKE_BROKER_VERSION) -> None:
         self.stream = stream
+        #: the release every answer says the server runs (a broker's ``version`` field)
+        self.version = version
         self._lock = anyio.Lock()
         self.stalled = False
         #: the client hung up (the server read the end of its stream)
@@ -51,6 +58,8 @@ class ServerSession:
     async def send(self, cmd: RemotingCommand) -> None:
         """Send ``cmd``; unlike a client, this peer may exceed the frame limit (as a broker
         configured for larger messages does)."""
+        if cmd.is_response:
+            cmd.version = self.version
         if len(cmd.body) < MAX_FRAME_LENGTH // 2:
             await self.send_raw(encode_command(cmd))
             return
@@ -85,8 +94,11 @@ async def echo_handler(session: ServerSession, cmd: RemotingCommand) -> None:
 class FakeRemotingServer:
     """``async with FakeRemotingServer(handler) as server:`` listens on ``server.address``."""
 
-    def __init__(self, handler: ServerHandler = echo_handler) -> None:
+    def __init__(
+        self, handler: ServerHandler = echo_handler, *, version: int = FAKE_BROKER_VERSION
+    ) -> None:
         self.handler = handler
+        self.version = version
         self.sessions: list[ServerSession] = []
         self.received: list[RemotingCommand] = []
         self._tg: anyio.abc.TaskGroup | None = None
@@ -121,7 +133,7 @@ class FakeRemotingServer:
                 await self._listener.aclose()
 
     async def _serve_client(self, stream: anyio.abc.SocketStream) -> None:
-        session = ServerSession(stream)
+        session = ServerSession(stream, self.version)
         self.sessions.append(session)
         decoder = FrameDecoder()
         async with anyio.create_task_group() as tg:

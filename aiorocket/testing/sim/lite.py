@@ -261,8 +261,9 @@ class SimLiteBroker:
                 mine -= topics
         self._wake()
         # the answer and the notices of a lite topic taken right after it, in one write
-        await session.send_raw(encode_command(RemotingCommand.response_to(cmd))
-                               + b"".join(notices))  # fmt: skip
+        answer = RemotingCommand.response_to(cmd)
+        answer.version = session.version  # as ServerSession.send sets it
+        await session.send_raw(encode_command(answer) + b"".join(notices))
 
     def _own(self, client: str, lite_topic: str) -> None:
         previous = self.owner.get(lite_topic)
