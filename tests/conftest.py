@@ -114,30 +114,57 @@ def _private_cluster(version: str | None, **start: Any) -> Iterator[LocalRocketM
 VERSIONED_BROKER_PROPS = {"transactionCheckInterval": 3_000, "transactionTimeOut": 2_000}
 
 
-def _versioned_cluster(version: str, brokers: int) -> Iterator[LocalRocketMQ]:
+#: The versioned fixtures, and the private clusters they started (stopped after the last
+#: test that uses them: their JVMs need not idle through the rest of the suite).
+VERSIONED_FIXTURES = ("rocketmq49", "rocketmq53")
+_versioned_started: dict[str, LocalRocketMQ] = {}
+_versioned_last_user: dict[str, str] = {}
+
+
+def _versioned_cluster(name: str, version: str, brokers: int) -> Iterator[LocalRocketMQ]:
     """A cluster of RocketMQ ``version`` for the session, beside the default one: the one
     ``python -m aiorocket.testing.broker start --version V`` left running (kept running),
-    else a private one started on first use and stopped at the session's end."""
+    else a private one started on first use and stopped after the last test using it."""
     existing = LocalRocketMQ.attach(default_base_dir(version))
     if existing is not None and len(existing.broker_addrs) == brokers:
         yield existing
         return
-    yield from _private_cluster(
+    for cluster in _private_cluster(
         version, brokers=brokers, timeout=180.0, broker_props=VERSIONED_BROKER_PROPS
-    )
+    ):
+        _versioned_started[name] = cluster
+        try:
+            yield cluster
+        finally:
+            _versioned_started.pop(name, None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    for item in session.items:
+        for name in VERSIONED_FIXTURES:
+            if name in getattr(item, "fixturenames", ()):
+                _versioned_last_user[name] = item.nodeid
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    for name, nodeid in _versioned_last_user.items():
+        cluster = _versioned_started.get(name) if item.nodeid == nodeid else None
+        if cluster is not None:
+            cluster.stop(timeout=5.0)  # the fixture's own end removes its directory
 
 
 @pytest.fixture(scope="session")
 def rocketmq49() -> Iterator[LocalRocketMQ]:
     """A RocketMQ 4.9.x cluster (no Proxy) for the ``broker49`` tests: 2 brokers, as the
     default suite's tests it reuses expect (a 4.9 broker is a light JVM: ~7 s to start)."""
-    yield from _versioned_cluster(RMQ_49, 2)
+    yield from _versioned_cluster("rocketmq49", RMQ_49, 2)
 
 
 @pytest.fixture(scope="session")
 def rocketmq53() -> Iterator[LocalRocketMQ]:
     """A RocketMQ 5.3.x cluster (1 broker with its local-mode Proxy) for ``broker53``."""
-    yield from _versioned_cluster(RMQ_53, 1)
+    yield from _versioned_cluster("rocketmq53", RMQ_53, 1)
 
 
 @pytest.fixture(scope="session")
