@@ -355,9 +355,16 @@ async def test_priority_messages_overtake_a_backlog_for_a_pop_subscriber(
     order: list[str] = []
     done = asyncio.Event()
 
+    # One message cached at a time (as test_priority.py): the receive loops pop as the
+    # handler takes messages, so the order is the broker's priority order pop by pop.
+    # With the cache unbounded, both loops popped the backlog as fast as the broker
+    # answered, and the handling order was the order the answers came in: on a loaded
+    # machine an urgent pop slower than a few low ones put lows between the urgent
+    # messages (urgent at 0, 4, 8, 9, 11 on main in 2 of 22 runs).
     @broker.subscriber(topic, group=unique_name("g"), consume_mode="pop", concurrency=1,
                        consume_from_where=FIRST,
-                       settings={"pull_batch_size": 1, "long_poll_timeout": 3})  # fmt: skip
+                       settings={"pull_batch_size": 1, "long_poll_timeout": 3,
+                                 "pull_threshold_for_all": 1})  # fmt: skip
     async def handle(body: str) -> None:
         order.append(body)
         if len(order) == 25:
@@ -371,7 +378,10 @@ async def test_priority_messages_overtake_a_backlog_for_a_pop_subscriber(
         await broker.start()
         await asyncio.wait_for(done.wait(), 60)
     positions = [i for i, body in enumerate(order) if body.startswith("urgent")]
-    assert len(positions) == 5 and max(positions) < 8, order  # two receivers: some overlap
+    # Two receive loops pop at once: while one holds the urgent queue's pop lock, the
+    # broker hands the other a low message, so at most one low comes with each urgent
+    # one (test_priority.py's bound; 8 was tighter than that: alternation gives 9).
+    assert len(positions) == 5 and max(positions) < 2 * 5, order
 
 
 async def grpc_broker(
