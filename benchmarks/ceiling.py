@@ -14,6 +14,10 @@ fresh consumer process (pinned to CPU 1) drains them with a fresh group:
 * ``pop``: push consumer over POP (``consume_mode="pop"``), no-op async handler (the
   pull batch size is its pop batch size); not in the default ``--modes``.
 
+The replay server runs on the code of this checkout whatever ``PYTHONPATH`` the client
+gets (to compare two versions of the client against one server:
+``PYTHONPATH=<other checkout> python benchmarks/ceiling.py``).
+
 Reported: msg/s from the first to the last message delivered, and the consumer
 process's CPU µs per message (user + system, start-up excluded). Table on stdout (rich),
 JSON in ``benchmarks/results/ceiling-<time>.json``. ``--profile DIR`` profiles the first
@@ -132,10 +136,12 @@ class Server:
     def __init__(self, topic: str, per_queue: int, size: int) -> None:
         import subprocess
 
-        script = os.path.join(c.HERE, "_replay.py")
-        argv = [sys.executable, script, topic, str(per_queue), "--queues", str(QUEUES),
-                "--size", str(size), "--cpu", str(SERVER_CPU)]  # fmt: skip
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        argv = [sys.executable, os.path.join(c.HERE, "_replay.py"), topic, str(per_queue),
+                "--queues", str(QUEUES), "--size", str(size), "--cpu", str(SERVER_CPU)]  # fmt: skip
+        # the server of this checkout, whichever client PYTHONPATH names
+        env = {**os.environ, "PYTHONPATH": os.path.dirname(c.HERE)}
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=env)  # fmt: skip
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line.startswith("PORT "):
