@@ -60,7 +60,8 @@ VerifyHandler = Callable[[pb.Message], Coroutine[Any, Any, "pb.Code"]]
 
 _ROUTE_TTL = 30.0
 #: seconds between attempts to reopen the telemetry stream while a call waits for it
-_RETRY_WHILE_AWAITED = 0.5
+#: (a refused connection costs little; the Proxy's first answer comes this much sooner)
+_RETRY_WHILE_AWAITED = 0.25
 #: NotifyClientTermination attempts to end the Proxy's hold after a broken receive
 _RELEASE_ATTEMPTS = 6
 #: heartbeats timed out in a row that abandon the connection (the Java client: 2)
@@ -491,11 +492,16 @@ class Session:
         )
         check_status(resp.status, "NotifyClientTermination")
 
-    def release_held_soon(self) -> None:
-        """``release_held`` in the background (owned by this session, ended by its
-        close): the caller has messages to hand on meanwhile."""
+    def start_soon(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run ``fn`` in the background, owned by this session (its close ends it);
+        nothing when the session is not running. ``fn`` handles its own errors."""
         if self._tg is not None and not self._closed:
-            self._tg.start_soon(self.release_held)
+            self._tg.start_soon(fn)
+
+    def release_held_soon(self) -> None:
+        """``release_held`` in the background: the caller has messages to hand on
+        meanwhile."""
+        self.start_soon(self.release_held)
 
     async def release_held(self) -> None:
         """End the Proxy's auto-renewal of every message it gave this client in the group,

@@ -128,6 +128,8 @@ class SimpleConsumer:
         self._subscription.group = self.session.resource(group)
         self._fill_subscription()
         self._assignments: dict[str, tuple[float, list[pb.MessageQueue]]] = {}
+        #: topics whose assignments are being asked for in the background
+        self._refreshing: set[str] = set()
         self._rr = itertools.count()
         #: receives under way per (topic, broker): see ``_pick``
         self._receiving: dict[tuple[str, str], int] = {}
@@ -198,10 +200,28 @@ class SimpleConsumer:
         )
 
     async def _assignment(self, topic: str) -> list[pb.MessageQueue]:
-        now = time.monotonic()
+        """The Proxy's assignments of ``topic``: the last ones known, asked for again in
+        the background once older than ``_ASSIGNMENT_TTL`` (as the Java push consumer's
+        queues are its last scan's); only a topic never asked waits for the answer. A
+        receive after an outage (a Proxy restart) does not wait for the query then."""
         hit = self._assignments.get(topic)
-        if hit is not None and now - hit[0] < _ASSIGNMENT_TTL:
-            return hit[1]
+        if hit is None:
+            return await self._query_assignment(topic)
+        if time.monotonic() - hit[0] >= _ASSIGNMENT_TTL and topic not in self._refreshing:
+            self._refreshing.add(topic)
+            self.session.start_soon(lambda: self._refresh_assignment(topic))
+        return hit[1]
+
+    async def _refresh_assignment(self, topic: str) -> None:
+        try:
+            await self._query_assignment(topic)
+        except RocketMQError as err:  # kept as it was; asked again by the next receive
+            self.session.log.debug("assignment_refresh_failed", topic=topic, error=str(err))
+        finally:
+            self._refreshing.discard(topic)
+
+    async def _query_assignment(self, topic: str) -> list[pb.MessageQueue]:
+        now = time.monotonic()
         req = pb.QueryAssignmentRequest(
             topic=self.session.resource(topic),
             group=self.session.resource(self.group),

@@ -344,3 +344,24 @@ async def test_the_consumer_handles_what_a_broken_or_poisoned_receive_brought() 
         assert sorted(handled) == [b"m1", b"m5", b"m7", b"m9"]
         assert sorted(proxy.acked) == ["rh-m1", "rh-m5", "rh-m7", "rh-m9"]
         assert proxy.dead_lettered == ["rh-m6"]
+
+
+async def test_a_receive_uses_the_last_assignments_while_they_are_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Assignments older than their TTL are asked for again in the background: the
+    receive goes out with the last ones at once (after a Proxy restart it waited for the
+    query, a round trip to a cold Proxy), and a query that fails does not fail it."""
+    from aiorocket.grpc import _simple
+
+    async with FakeProxy() as proxy, quick_consumer(proxy) as c:
+        proxy.messages = [message(b"m1")]
+        assert [m.body for m in await c.receive(4, invisible_duration=20)] == [b"m1"]
+        monkeypatch.setattr(_simple, "_ASSIGNMENT_TTL", 0.0)  # every one is old now
+        proxy.fail_next("QueryAssignment", GRPCError(GrpcStatus.UNAVAILABLE, "cold"))
+        proxy.messages = [message(b"m2")]
+        assert [m.body for m in await c.receive(4, invisible_duration=20)] == [b"m2"]
+        with anyio.fail_after(5):
+            while c._refreshing:  # noqa: ASYNC110 - the background query has no event
+                await anyio.sleep(0.01)
+        assert not proxy._failures["QueryAssignment"]  # asked, and refused
