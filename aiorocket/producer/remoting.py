@@ -47,6 +47,7 @@ from aiorocket.producer.prepare import SYSFLAG_TRANSACTION_PREPARED, Outgoing, p
 from aiorocket.producer.routes import PublishRoutes
 from aiorocket.producer.selectors import QueueSelector
 from aiorocket.producer.sender import Plan, Sender
+from aiorocket.producer.trace import SendTrace
 from aiorocket.producer.transaction import (
     PROPERTY_CHECK_IMMUNITY,
     CheckBacks,
@@ -178,6 +179,8 @@ class RemotingProducer:
                     concurrency=cfg.check_concurrency, backlog=cfg.check_backlog, log=self.log,
                     namespace=cfg.namespace,
                 )  # fmt: skip
+                if self._tracer is not None:
+                    checks.on_answered = SendTrace(self._tracer, self.group).checked
                 code = RequestCode.CHECK_TRANSACTION_STATE
                 client.dispatcher.register(code, checks.on_request)
                 stack.callback(client.dispatcher.unregister, code, checks.on_request)

@@ -1,5 +1,6 @@
 """A producer's trace records (``aiorocket._trace``): a ``Pub`` per stored send and an
-``EndTransaction`` per ended transaction, the same from both transports.
+``EndTransaction`` per ended transaction, the same from both transports (and per
+check-back answered, over remoting: ``from_check``).
 
 Recorded in ``Producer`` around its engine's calls, so each transport's engine knows
 nothing of them. As Java's trace hook, only sends that returned a result are recorded
@@ -22,7 +23,7 @@ from aiorocket._trace import (
     pub,
 )
 from aiorocket.message import Message
-from aiorocket.producer.transaction import TransactionState
+from aiorocket.producer.transaction import CheckRequest, TransactionState
 
 __all__ = ["SendTrace"]
 
@@ -78,6 +79,15 @@ class SendTrace:
     ) -> None:
         for msg, result in zip(messages, results, strict=False):
             self.sent(msg, result, began)
+
+    def checked(self, req: CheckRequest, state: TransactionState) -> None:
+        """A broker's check-back answered (``from_check``), as Java's hook records it."""
+        msg = req.message
+        self.tracer.append(end_transaction(
+            group=self.group, topic=msg.topic, msg_id=msg.msg_id, tags=msg.tags, keys=msg.keys,
+            store_host=req.broker_addr, transaction_id=req.transaction_id or "",
+            state=_STATES[state], from_check=True, timestamp=now_ms(),
+        ))  # fmt: skip
 
     def ended(self, msg: Message, result: SendResult, state: TransactionState) -> None:
         self.tracer.append(end_transaction(

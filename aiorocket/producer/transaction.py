@@ -222,6 +222,8 @@ class CheckBacks:
         self._send, self._recv = anyio.create_memory_object_stream[CheckRequest](backlog)
         self.answered = 0
         self.dropped = 0
+        #: told each answer (message, broker address, its state): the message trace
+        self.on_answered: Callable[[CheckRequest, TransactionState], None] | None = None
 
     async def on_request(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         """Dispatcher handler for CHECK_TRANSACTION_STATE (a oneway request)."""
@@ -280,3 +282,5 @@ class CheckBacks:
             return
         self.answered += 1
         log.info("transaction_checked", state=state.value)
+        if self.on_answered is not None:
+            self.on_answered(req, state)

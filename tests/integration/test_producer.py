@@ -13,6 +13,7 @@ from functools import partial
 import anyio
 import pytest
 
+from aiorocket.admin import Admin
 from aiorocket.client.broker import PULL_SUBSCRIPTION
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.results import PullStatus, SendResult, SendStatus
@@ -298,8 +299,9 @@ async def test_delayed_message_is_not_consumable_before_its_time_and_is_after(
 async def test_transactions_commit_rollback_and_check_back(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
-    topic = unique_name("ptx")
+    topic, trace_topic = unique_name("ptx"), unique_name("ptxtrace")
     await rocketmq.create_topic(topic, queues=4, message_type="TRANSACTION")
+    await rocketmq.create_topic(trace_topic, queues=1)
     verdicts = {b"unknown-commit": TransactionState.COMMIT, b"unknown-rollback": ROLLBACK}
     checked: list[bytes] = []
     all_checked = anyio.Event()
@@ -318,7 +320,9 @@ async def test_transactions_commit_rollback_and_check_back(
         return run
 
     async with (
-        Producer(unique_name("pg"), rocketmq.namesrv_addr, transaction_checker=checker) as p,
+        # traced: the check-back's answer is an EndTransaction record with from_check
+        Producer(unique_name("pg"), rocketmq.namesrv_addr, transaction_checker=checker,
+                 trace=True, trace_topic=trace_topic) as p,
         ClientInstance(rocketmq.namesrv_addr) as client,
     ):
         sent = {
@@ -341,6 +345,19 @@ async def test_transactions_commit_rollback_and_check_back(
         stored = {m.body for m in await reader.read_all()}
     assert stored == {b"commit", b"unknown-commit"}  # rolled back ones never appear
     assert set(checked) <= set(verdicts)  # ended transactions are not asked about
+    msg_id = sent[b"unknown-commit"].msg_id
+    async with Admin(rocketmq.namesrv_addr) as admin:
+
+        async def ends() -> list[tuple[str, str]]:
+            return [(r["transaction_state"], r["from_check"])
+                    for r in await admin.message_trace(msg_id, trace_topic)
+                    if r["type"] == "EndTransaction"]  # fmt: skip
+
+        async def both() -> bool:
+            return len(await ends()) == 2
+
+        await eventually(both, timeout=20, every=0.5)
+        assert sorted(await ends()) == [("COMMIT_MESSAGE", "true"), ("UNKNOW", "false")]
 
 
 async def test_half_messages_ended_by_another_client(
