@@ -31,6 +31,9 @@ class Bounds:
     #: a received message is handed to the application (or released, dead-lettered,
     #: settled) within this
     hand_on: float = 5.0
+    #: a consumer receives again within this once a restarted Proxy answers and messages
+    #: wait (issue 38 item 14's aim: a second)
+    resume: float = 1.0
     #: a queue handed from one member to another may be read by both this long (one
     #: rebalance): a commit newer than this does not bound duplicates yet
     handover: float = 2.0
@@ -83,8 +86,12 @@ def acked_after_success(history: History, bounds: Bounds) -> list[Violation]:
     delivery (revives it, or the run ends), unless a close came within ``bounds.ack``."""
     out = []
     closes, end = _closes(history), _end(history)
+    # a close under way when the handler returned: its ack may be cut (then released)
+    spans = list(zip(closes, [e.at for e in history.of("close_end")], strict=False))
     for key, events in _by_key(history).items():
         for ok in (e for e in events if e.kind == "handler_ok"):
+            if any(start <= ok.at <= stop for start, stop in spans):
+                continue
             if ok.info.get("by_offset"):
                 # a pull consumer's message is settled by the group's offset, which waits
                 # for every earlier message of its queue: duplicates_within_window and
@@ -321,13 +328,34 @@ def checks_answered_truly(history: History, bounds: Bounds) -> list[Violation]:
     return out
 
 
+def resumes_after_restart(history: History, bounds: Bounds) -> list[Violation]:
+    """Once a restarted Proxy answers again, a running consumer receives again within
+    ``bounds.resume`` when messages wait for it."""
+    out = []
+    ends = [e.at for e in history.of("close_end")]
+    spans = list(itertools.zip_longest(_closes(history), ends, fillvalue=_end(history)))
+    delivered = [e.at for e in history.of("delivered")]
+    for back in history.of("proxy_back"):
+        due = back.at + bounds.resume
+        # no consumer running (closing, or ended) at some point of the window: not judged
+        if not back.info["waiting"] or due > _end(history) or \
+                any(start <= due and stop >= back.at for start, stop in spans):  # fmt: skip
+            continue
+        if not any(back.at <= at <= due for at in delivered):
+            out.append(Violation("resumes_after_restart", "",
+                                 f"the Proxy answered again at {back.at:.2f} with "
+                                 f"{back.info['waiting']} messages waiting; none received "
+                                 f"within {bounds.resume}s"))  # fmt: skip
+    return out
+
+
 INVARIANTS: dict[str, Callable[[History, Bounds], list[Violation]]] = {
     f.__name__: f
     for f in (none_lost, acked_after_success, received_handed_on, one_handler_at_a_time,
               order_per_group, no_request_storm, typed_errors, released_at_close,
               memory_within_cache, send_reported_truly, lite_subscription_agrees,
               app_not_interrupted, duplicates_within_window, stored_as_sent, order_per_key,
-              deadline_kept, txn_outcome, checks_answered_truly)
+              deadline_kept, txn_outcome, checks_answered_truly, resumes_after_restart)
 }  # fmt: skip
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from aiorocket.testing.sim.nemesis import SYSTEM_BUSY, SYSTEM_ERROR, Fault
+from aiorocket.testing.sim.nemesis import SYSTEM_BUSY, SYSTEM_ERROR, Fault, _grpc_receive
 
 __all__ = ["PRODUCER_DRAWS"]
 
@@ -111,8 +111,17 @@ def _grpc_producer(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
     return params, faults
 
 
+def _grpc_restart(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
+    """``grpc_receive``'s draw, and a Proxy restart (0.2-3 s into the run, down 0.1-1 s)."""
+    params, faults = _grpc_receive(rng)
+    faults.append(Fault("proxy_restart", {"seconds": round(rng.uniform(0.2, 3.0), 2),
+                                          "down": rng.choice([0.1, 0.5, 1.0])}))  # fmt: skip
+    return params, faults
+
+
 PRODUCER_DRAWS = {
     "producer_sends": _producer_sends,
     "producer_txn": _producer_txn,
     "grpc_producer": _grpc_producer,
+    "grpc_restart": _grpc_restart,
 }

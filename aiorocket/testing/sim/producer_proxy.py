@@ -89,15 +89,6 @@ class SimProducerProxy(SimProxy):
         )  # fmt: skip
         return out
 
-    async def _take(self, stream: Stream[Any, Any]) -> None:
-        """The fake Proxy's bookkeeping of a call's connection (``_admit``; ``_track`` in
-        older versions of it, which the simulator also runs against)."""
-        admit = getattr(self, "_admit", None)
-        if admit is not None:
-            await admit(stream)
-        else:
-            getattr(self, "_track")(stream)  # noqa: B009  (absent on newer fakes)
-
     # -- sends -----------------------------------------------------------------------
 
     def _faults(self, kind: str, key: str) -> list[dict[str, Any]]:

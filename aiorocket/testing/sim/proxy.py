@@ -120,7 +120,7 @@ class SimProxy(FakeProxy):
         )  # fmt: skip
 
     async def _receive(self, stream: Stream[Any, Any]) -> None:
-        await self._admit(stream)
+        await self._take(stream)
         generation = self.generation
         req = await stream.recv_message()
         assert req is not None
@@ -159,12 +159,21 @@ class SimProxy(FakeProxy):
                 await asyncio.Event().wait()
             raise GRPCError(GrpcStatus.UNAVAILABLE, "sim: stream broken")
 
+    async def _take(self, stream: Stream[Any, Any]) -> None:
+        """The fake Proxy's bookkeeping of a call's connection: ``_admit`` (``_track``
+        before 3ce7fa0: the simulator also runs against older trees)."""
+        admit = getattr(self, "_admit", None)
+        if admit is not None:
+            await admit(stream)
+        else:
+            getattr(self, "_track")(stream)  # noqa: B009  (absent on newer fakes)
+
     def _by_handle(self, handle: str) -> ProxyMessage | None:
         return next((m for m in self.store if m.handle == handle and m.state == "inflight"),
                     None)  # fmt: skip
 
     async def _ack(self, stream: Stream[Any, Any]) -> None:
-        await self._admit(stream)
+        await self._take(stream)
         req = await stream.recv_message()
         assert req is not None
         index = self.ack_calls
@@ -186,7 +195,7 @@ class SimProxy(FakeProxy):
         await stream.send_message(pb.AckMessageResponse(status=_OK, entries=entries))
 
     async def _change(self, stream: Stream[Any, Any]) -> None:
-        await self._admit(stream)
+        await self._take(stream)
         req = await stream.recv_message()
         assert req is not None
         seconds = req.invisible_duration.total_seconds() if req.invisible_duration else 0.0
@@ -200,7 +209,7 @@ class SimProxy(FakeProxy):
         )
 
     async def _dead_letter(self, stream: Stream[Any, Any]) -> None:
-        await self._admit(stream)
+        await self._take(stream)
         req = await stream.recv_message()
         assert req is not None
         m = self._by_handle(req.receipt_handle)

@@ -154,13 +154,16 @@ def _producer_workloads() -> dict[str, Callable[..., History]]:
         from aiorocket.testing.sim.grpc_producer import grpc_producer
     except ImportError:  # the grpc extra is not installed
         return out
+    from aiorocket.testing.sim.grpc_restart import grpc_restart
+
     out["grpc_producer"] = _on_virtual_asyncio(grpc_producer)
+    out["grpc_restart"] = _on_virtual_asyncio(grpc_restart)
     return out
 
 
 WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for", "producer_stall",
              "lite_remoting", "pull_remoting", "producer_sends", "producer_txn",
-             "grpc_producer")  # fmt: skip
+             "grpc_producer", "grpc_restart")  # fmt: skip
 
 
 def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = None,

@@ -1,0 +1,103 @@
+"""Workload: ``grpc_receive`` (a consumer with a handler through the Proxy, the same
+draws) with the Proxy restarted at a random point (issue 38 item 14's shape).
+
+``RestartingProxy`` forgets every client at a restart, as 5.5.0 does: a receive from a
+client that has not sent its settings on a Telemetry stream since is refused
+(INTERNAL_SERVER_ERROR, ``"settings" is null``); its renewals of what it handed out stop
+(those messages come back after their invisible duration); what the brokers hold stays.
+When it answers again three more messages are stored (published meanwhile) and it
+records ``proxy_back`` with how many messages then wait visible;
+``resumes_after_restart`` holds the consumer to receiving again soon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiorocket._extras import needs_extra
+
+with needs_extra("grpc", "aiorocket.testing.sim.grpc_restart (the gRPC restart workload)"):
+    from aiorocket.grpc import _pb as pb
+    from aiorocket.testing.sim.grpc_workload import _phase
+    from aiorocket.testing.sim.proxy import SimProxy
+
+if TYPE_CHECKING:
+    from grpclib.server import Stream
+
+    from aiorocket.testing.sim.history import History
+    from aiorocket.testing.sim.nemesis import Schedule
+
+__all__ = ["RestartingProxy", "grpc_restart"]
+
+Handler = Callable[[Any], Awaitable[None]]
+
+
+def _client(stream: Stream[Any, Any]) -> str:
+    return str(stream.metadata.get("x-mq-client-id", "")) if stream.metadata else ""
+
+
+class RestartingProxy(SimProxy):
+    """The simulated Proxy, restartable (module docstring)."""
+
+    def __init__(self, schedule: Schedule, history: History) -> None:
+        super().__init__(schedule, history)
+        self.known: set[str] = set()
+
+    async def _telemetry(self, stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand]) -> None:
+        async for cmd in stream:
+            kind, settings = pb.oneof(cmd, "command")
+            if kind == "settings":
+                self.known.add(_client(stream))
+                await stream.send_message(pb.TelemetryCommand(status=pb.Status(
+                    code=pb.Code.OK, message="OK"), settings=settings))  # fmt: skip
+
+    async def _receive(self, stream: Stream[Any, Any]) -> None:
+        if _client(stream) not in self.known:
+            await stream.recv_message()
+            self.history.add("note", "", what="receive refused: settings is null")
+            await stream.send_message(pb.ReceiveMessageResponse(status=pb.Status(
+                code=pb.Code.INTERNAL_SERVER_ERROR, message='"settings" is null')))  # fmt: skip
+            return
+        await super()._receive(stream)
+
+    async def restart_after(self, down: float) -> None:
+        self.known.clear()
+        for m in self.store:  # its renewals stop; the broker's invisible time runs out
+            m.auto_renew = False
+        await self.stop()
+        await asyncio.sleep(down)
+        await self.start()
+        for i in range(3):  # published while it was away: the consumer must get them soon
+            self.add(f"late-{i}")
+        waiting = len([m for m in self.store if m.state == "ready"
+                       or (m.state == "inflight" and m.visible_at <= self.now())])  # fmt: skip
+        self.history.add("proxy_back", "", waiting=waiting)
+
+
+async def grpc_restart(schedule: Schedule, history: History, handler: Handler | None) -> None:
+    from aiorocket.testing.sim._client import SimHandler
+
+    codecs = {f.args["message"]: f.args["codec"] for f in schedule.of("compressed_as_gzip")}
+    closes = [f.args["seconds"] for f in schedule.of("close_at")]
+    restart = schedule.of("proxy_restart")[0].args
+    proxy = RestartingProxy(schedule, history)
+    async with proxy:
+        for i in range(schedule.params["messages"]):
+            proxy.add(f"m-{i}", codec=codecs.get(i))
+        sim_handler = SimHandler(schedule, history, handler)
+
+        async def restarter() -> None:
+            await asyncio.sleep(restart["seconds"])
+            await proxy.restart_after(restart["down"])
+
+        task = asyncio.ensure_future(restarter())
+        try:
+            await _phase(proxy, history, sim_handler, closes[0] if closes else None, "first")
+            await task  # the restart is part of the run, whenever the phase ended
+            if not proxy.settled():
+                await _phase(proxy, history, sim_handler, None, "second")
+        finally:
+            task.cancel()
+        history.add("end")
