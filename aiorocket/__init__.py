@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         RebalanceListener,
         Reconsume,
         allocate_averagely,
+        stop_on_signals,
     )
     from aiorocket.producer import (
         CompressionType,
@@ -96,7 +97,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
         "AllocateMachineRoomNearby", "AllocateStrategy", "BatchHandler", "ConsumeFromWhere",
         "Consumer", "ConsumerConfig", "ConsumerMessage", "ConsumeStatus", "MessageHandler",
         "MessageModel", "PullConsumer", "QueueStats", "RebalanceListener", "Reconsume",
-        "allocate_averagely",
+        "allocate_averagely", "stop_on_signals",
     ),
     "aiorocket.producer": (
         "CompressionType", "LocalTransaction", "Producer", "ProducerConfig", "QueueSelector",
@@ -186,4 +187,5 @@ __all__ = [
     "__version__",
     "allocate_averagely",
     "hash_selector",
+    "stop_on_signals",
 ]

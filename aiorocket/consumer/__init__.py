@@ -19,6 +19,7 @@ from aiorocket.consumer.state import PullObserver
 from aiorocket.consumer.stats import QueueStats
 from aiorocket.received import ConsumerMessage
 from aiorocket.results import RECONSUME_LATER, SUCCESS, ConsumeStatus, Reconsume
+from aiorocket.shutdown import stop_on_signals
 
 __all__ = [
     "RECONSUME_LATER",
@@ -45,4 +46,5 @@ __all__ = [
     "RebalanceListener",
     "Reconsume",
     "allocate_averagely",
+    "stop_on_signals",
 ]
