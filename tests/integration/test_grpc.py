@@ -327,6 +327,11 @@ async def slow_batch(
     async with Producer(unique_name("pb"), proxy=rocketmq.proxy_grpc) as producer:
         for i in range(n):
             await producer.send(Message(topic, f"m{i:03d}".encode() + os.urandom(16 * 1024)))
+    return topic, group, spy_decoded(monkeypatch)
+
+
+def spy_decoded(monkeypatch: pytest.MonkeyPatch) -> list[ReceivedMessage]:
+    """The list every message the client decodes from a receive is appended to."""
     decoded: list[ReceivedMessage] = []
     from_string = FastReceiveResponse.FromString.__func__  # type: ignore[attr-defined]
 
@@ -337,7 +342,7 @@ async def slow_batch(
         return resp
 
     monkeypatch.setattr(FastReceiveResponse, "FromString", classmethod(spy))
-    return topic, group, decoded
+    return decoded
 
 
 async def test_a_receive_stream_reset_midway_hands_on_what_arrived(

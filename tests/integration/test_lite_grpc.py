@@ -12,6 +12,7 @@ here what is the Proxy's own.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,12 +20,13 @@ from typing import Any
 import anyio
 import pytest
 
-from aiorocket.consumer import Consumer, ConsumerMessage
+from aiorocket.consumer import Consumer, ConsumerMessage, LiteOffset
 from aiorocket.errors import ConfigError, UnsupportedTransportError
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.faultproxy import FaultProxy
+from tests.integration.test_grpc import spy_decoded
 from tests.integration.test_lite import (  # noqa: F401 (lite_brokers: a fixture)
     Lite,
     Seen,
@@ -148,3 +150,48 @@ async def test_a_lite_consumer_is_served_again_at_once_after_its_connection_brea
     print(f"served again {took:.2f} s after the break")
     assert seen.by_lite["x"] == [b"before", b"after"]
     assert took < 10.0, f"served again {took:.1f} s after the break"
+
+
+async def test_what_the_proxy_wrote_to_a_broken_lite_stream_comes_back_after_its_invisible_time(
+    rocketmq: LocalRocketMQ, lite_proxy: str, unique_name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A lite consumer's link breaks while a receive streams its batch. Its receives are
+    not auto-renewed (the client renews lite messages), so the 5.5.0 Proxy holds what
+    it wrote after the break only for the receive's invisible time (it registers a
+    handle for renewal only for an auto-renewed receive): the consumer, open all along,
+    handles every message once that time is over, with no release of its own (the
+    issue's worry: held up to the renewal limit, 3 h, like a push consumer's)."""
+    n, invisible = 12, 10
+    topic, group = unique_name("lite"), unique_name("g")
+    await lite_setup(rocketmq, topic, group)
+    lite_topics = [f"l{i}" for i in range(n)]
+    bodies = [(lt, lt.encode() + b":" + os.urandom(16 * 1024)) for lt in lite_topics]
+    await send(Lite(rocketmq, lite_proxy), topic, bodies)
+    decoded = spy_decoded(monkeypatch)
+    handled: set[bytes] = set()
+    every = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.add(msg.body.split(b":", 1)[0])
+        if len(handled) == n:
+            every.set()
+
+    async with FaultProxy(lite_proxy) as link:
+        link.bandwidth = 32 * 1024
+        consumer = grpc_lite_consumer(link.address, group, topic, handle, request_timeout=10,
+                                      invisible_duration=invisible, pull_batch_size=32)  # fmt: skip
+        for lt in lite_topics:
+            await consumer.subscribe_lite(lt, offset=LiteOffset.EARLIEST)
+        async with consumer:
+            with anyio.fail_after(30):
+                while not decoded:  # noqa: ASYNC110 - the decoder has no event
+                    await anyio.sleep(0.02)
+            link.drop()  # the receive stream breaks mid-batch
+            link.heal()
+            broke = time.monotonic()
+            with anyio.fail_after(invisible + 20):
+                await every.wait()
+            took = time.monotonic() - broke
+    print(f"every lite message handled {took:.1f} s after the break")
+    assert handled == {lt.encode() for lt in lite_topics}
