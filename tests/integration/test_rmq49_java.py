@@ -1,7 +1,7 @@
 """Interop with the Java RocketMQ 4.9.7 client, both ways, on the 4.9 cluster: what one
 side sends the other receives field by field (body, tag, keys, user properties with
 non-ASCII values, compressed bodies). The Java side is tests/integration/java/Interop49.java,
-run as a source file against the cluster's own jars (rocketmq-client 4.9.7 is among them).
+compiled against the cluster's own jars (rocketmq-client 4.9.7 is among them).
 """
 
 from __future__ import annotations
@@ -45,12 +45,23 @@ def specs(topic: str) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def java(rocketmq: LocalRocketMQ, tmp: Path, *args: str) -> subprocess.Popen[str]:
+@pytest.fixture(scope="module")
+def interop_classes(rocketmq49: LocalRocketMQ, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Interop49.java compiled once for the module (javac), against the cluster's jars."""
+    javac = shutil.which("javac")
+    if javac is None or shutil.which("java") is None:
+        pytest.skip("a JDK (java, javac) is needed for the Java 4.9.7 client")
+    out = tmp_path_factory.mktemp("interop49")
+    cp = f"{rocketmq49.state['lib_dir']}/*"
+    subprocess.run([javac, "-nowarn", "-cp", cp, "-d", str(out), str(JAVA_SOURCE)], check=True,
+                   capture_output=True)  # fmt: skip
+    return f"{out}:{cp}"
+
+
+def java(classpath: str, tmp: Path, *args: str) -> subprocess.Popen[str]:
     exe = shutil.which("java")
-    if exe is None:
-        pytest.skip("java is needed for the Java 4.9.7 client")
-    argv = [exe, f"-Duser.home={tmp}", "-Xmx256m", "-cp", f"{rocketmq.state['lib_dir']}/*",
-            str(JAVA_SOURCE), *args]  # fmt: skip
+    assert exe is not None
+    argv = [exe, f"-Duser.home={tmp}", "-Xmx256m", "-cp", classpath, "Interop49", *args]
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_TOOL_OPTIONS", "NAMESRV_ADDR")}
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)  # fmt: skip
@@ -71,7 +82,8 @@ def user_props(props: Any) -> dict[str, str]:
 
 
 async def test_aiorocket_sends_and_the_java_4_9_7_consumer_receives(
-    rocketmq49: LocalRocketMQ, unique_name: Callable[[str], str], tmp_path: Path
+    rocketmq49: LocalRocketMQ, unique_name: Callable[[str], str], tmp_path: Path,
+    interop_classes: str,
 ) -> None:
     topic, group = unique_name("j49in"), unique_name("g")
     await rocketmq49.create_topic(topic, queues=2)
@@ -82,7 +94,7 @@ async def test_aiorocket_sends_and_the_java_4_9_7_consumer_receives(
                                          keys=s["keys"], properties=s["properties"]))).msg_id
             for s in sent
         ]  # fmt: skip
-    proc = java(rocketmq49, tmp_path, "consume", rocketmq49.namesrv_addr, topic, group,
+    proc = java(interop_classes, tmp_path, "consume", rocketmq49.namesrv_addr, topic, group,
                 str(len(sent)))  # fmt: skip
     with anyio.fail_after(150):
         got = await anyio.to_thread.run_sync(lines, proc)
@@ -98,12 +110,13 @@ async def test_aiorocket_sends_and_the_java_4_9_7_consumer_receives(
 
 
 async def test_the_java_4_9_7_producer_sends_and_aiorocket_receives(
-    rocketmq49: LocalRocketMQ, unique_name: Callable[[str], str], tmp_path: Path
+    rocketmq49: LocalRocketMQ, unique_name: Callable[[str], str], tmp_path: Path,
+    interop_classes: str,
 ) -> None:
     topic, group = unique_name("j49out"), unique_name("g")
     await rocketmq49.create_topic(topic, queues=2)
     sent = specs(topic)
-    proc = java(rocketmq49, tmp_path, "produce", rocketmq49.namesrv_addr, topic,
+    proc = java(interop_classes, tmp_path, "produce", rocketmq49.namesrv_addr, topic,
                 json.dumps(sent))  # fmt: skip
     with anyio.fail_after(120):
         out = await anyio.to_thread.run_sync(lines, proc)

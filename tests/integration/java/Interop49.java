@@ -1,5 +1,5 @@
-// The Java RocketMQ 4.9.7 client's side of tests/integration/test_rmq49_java.py, run as a
-// single source file (java -cp "<the 4.9.7 cluster's lib>/*" Interop49.java ...): the
+// The Java RocketMQ 4.9.7 client's side of tests/integration/test_rmq49_java.py, compiled
+// and run against the 4.9.7 cluster's jars (java -cp "<dir>:<lib>/*" Interop49 ...): the
 // cluster's jars include rocketmq-client and fastjson. One JSON object per line:
 //   produce NAMESRV TOPIC SPECS_JSON   -> {"sent": msgId} per message
 //   consume NAMESRV TOPIC GROUP COUNT  -> {"ready": true}, then one
