@@ -474,9 +474,10 @@ class Consumer:
 
     def observe_pulls(self, observer: PullObserver) -> None:
         """Call ``observer(queue, seconds, messages)`` after each pull that returned
-        messages: the time from sending the pull request to its answer, and how many
-        messages it brought (metrics use it: pull latency). Pulls that found nothing are
-        left out: a long poll held by the broker measures the wait, not the broker.
+        messages: the time from sending the pull request (or, when the broker held it
+        until a message arrived, from that message's store time) to its answer, and how
+        many messages it brought (metrics use it: pull latency without the long poll's
+        wait for traffic). Pulls that found nothing are left out.
         ``observer`` runs on the pull path: it must be quick and must not raise."""
         self._pull_only("observe_pulls()")
         self._state.pull_observers.append(observer)

@@ -10,7 +10,7 @@ import anyio
 import anyio.abc
 
 from aiorocket.client.broker import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
-from aiorocket.client.results import PullStatus
+from aiorocket.client.results import PullResult, PullStatus
 from aiorocket.consumer.committer import verify_offset
 from aiorocket.consumer.config import MessageModel
 from aiorocket.consumer.undecodable import dead_letter_undecodable
@@ -165,6 +165,7 @@ class Puller:
             disconnects = pq.disconnects
             batch = _batch_size(pq, offset, cfg.pull_batch_size) if pq.small_batch else max_batch
             sent_at = time.monotonic()
+            sent_wall_ms = time.time() * 1000 if observers else 0.0
             try:
                 with anyio.CancelScope() as request_scope:
                     pq.request_scope = request_scope
@@ -241,7 +242,7 @@ class Puller:
             slave_refused = False
             if status is PullStatus.FOUND:
                 if observers:
-                    took = pq.last_pull_completed - sent_at
+                    took = _pull_time(pq.last_pull_completed - sent_at, sent_wall_ms, result)
                     for observe in observers:
                         observe(pq.mq, took, len(result.messages))
                 next_offset = result.next_begin_offset
@@ -328,6 +329,19 @@ _SUBSCRIPTION_UNKNOWN = frozenset(
 
 def _subscription_unknown(exc: RocketMQError) -> bool:
     return isinstance(exc, BrokerResponseError) and exc.code in _SUBSCRIPTION_UNKNOWN
+
+
+def _pull_time(took: float, sent_wall_ms: float, result: PullResult) -> float:
+    """A pull's time without the long poll's wait: the answer of a pull the broker held
+    until a message arrived counts from that message's store time (the wait for traffic
+    is no latency); one that found messages stored already, from the request. So under
+    light traffic the pull duration is still the broker's and the network's, not the
+    gap between messages (clocks apart: the client's and the broker's, as for the
+    end-to-end delay; a skew only moves the cut, within [0, took])."""
+    if not result.messages:
+        return took
+    waited = (result.messages[0].store_timestamp - sent_wall_ms) / 1000
+    return took - min(max(waited, 0.0), took)
 
 
 def _batch_size(pq: ProcessQueue, offset: int, configured: int) -> int:
