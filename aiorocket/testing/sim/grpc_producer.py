@@ -3,7 +3,8 @@ timeouts of their own, auto-batched or not; FIFO sends of message groups; transa
 with the application of ``producer_txn`` (its database, local transaction and checker)
 answered through the Proxy's orphaned-transaction recovery; a Proxy restart at a random
 point (every session and its settings lost), after which the producer must send and
-answer recoveries again.
+answer recoveries again; a crash of the producer at a random point, after which a
+second producer of the group answers the recoveries.
 
 Judged as the remoting producer workloads: ``stored_as_sent``, ``send_reported_truly``,
 ``deadline_kept``, ``order_per_key`` (per message group), ``txn_outcome``,
@@ -51,6 +52,7 @@ async def grpc_producer(
     log = SendLog(history)
     app = TxnApp(schedule, history)
     restart = next((f.args for f in schedule.of("proxy_restart")), None)
+    crash = next((f.args["seconds"] for f in schedule.of("crash_at")), None)
     proxy = SimProducerProxy(schedule, history)
     async with proxy:
         producer = Producer(GROUP, proxy=proxy.endpoint, auto_batch=p["auto_batch"],
@@ -93,24 +95,42 @@ async def grpc_producer(
                 history.add("note", "", what="proxy restart", down=restart["down"])
                 await proxy.restart_after(restart["down"])
 
-        try:
-            async with producer, anyio.create_task_group() as outer:
-                outer.start_soon(proxy.recover)
-                outer.start_soon(restarter)
-                async with anyio.create_task_group() as tg:
-                    for s in range(p["senders"]):
-                        tg.start_soon(plain, s)
-                    for g in range(p["groups"]):
-                        tg.start_soon(fifo, g)
-                    tg.start_soon(txns)
-                with anyio.move_on_after(RESOLVE + 3.0):
-                    while proxy.unresolved():  # noqa: ASYNC110  (the Proxy's truth)
-                        await asyncio.sleep(0.1)
-                history.add("close_start", "")
-                outer.cancel_scope.cancel()
-        except Exception as exc:
-            record_error(history, exc, "producer")
-        history.add("close_end", "")
+        async def resolved() -> None:
+            with anyio.move_on_after(RESOLVE + 3.0):
+                while proxy.unresolved():  # noqa: ASYNC110  (the Proxy's truth)
+                    await asyncio.sleep(0.1)
+
+        async with anyio.create_task_group() as server:
+            server.start_soon(proxy.recover)
+            server.start_soon(restarter)
+            try:
+                async with producer:
+                    with anyio.move_on_after(crash if crash is not None else 1e9):
+                        async with anyio.create_task_group() as tg:
+                            for s in range(p["senders"]):
+                                tg.start_soon(plain, s)
+                            for g in range(p["groups"]):
+                                tg.start_soon(fifo, g)
+                            tg.start_soon(txns)
+                        await resolved()
+                    history.add("close_start", "")
+            except Exception as exc:
+                record_error(history, exc, "producer")
+            history.add("close_end", "")
+            if crash is not None:
+                app.crashed()
+            for _ in range(5):  # a second member of the group answers the rest
+                if not proxy.unresolved():
+                    break
+                second = Producer(GROUP, proxy=proxy.endpoint, transaction_checker=app.check,
+                                  topics=[TOPIC])  # fmt: skip
+                try:
+                    async with second:
+                        await resolved()
+                except Exception as exc:  # the Proxy is still away: start it again soon
+                    record_error(history, exc, "second producer")
+                    await anyio.sleep(1.0)
+            server.cancel_scope.cancel()
         for half in proxy.unresolved():
             history.add("txn_unresolved", half.key)
         app.record()

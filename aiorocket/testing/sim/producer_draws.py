@@ -108,6 +108,8 @@ def _grpc_producer(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
     if rng.random() < 0.4:
         faults.append(Fault("proxy_restart", {"seconds": round(rng.uniform(0.1, 2.0), 2),
                                               "down": rng.choice([0.1, 0.5, 1.0])}))
+    if txns and rng.random() < 0.3:
+        faults.append(Fault("crash_at", {"seconds": round(rng.uniform(0.1, 2.0), 2)}))
     return params, faults
 
 
