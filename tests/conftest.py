@@ -19,7 +19,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -32,6 +32,9 @@ from aiorocket.testing.broker import (
     MissingToolError,
     default_base_dir,
 )
+
+if TYPE_CHECKING:  # grpclib-free: the Proxy is a JVM; imported where it is started
+    from aiorocket.testing.cluster_proxy import ClusterProxy
 
 # Shared, loaded machines: a per-example deadline only produces flaky failures.
 settings.register_profile("aiorocket", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -168,14 +171,21 @@ def rocketmq53() -> Iterator[LocalRocketMQ]:
 
 
 @pytest.fixture(scope="session")
-def lite_proxy(rocketmq: LocalRocketMQ) -> Iterator[str]:
-    """The gRPC address of a Proxy that serves lite consumers: one cluster-mode Proxy
-    for the session beside the cluster (the cluster's own Proxy runs in local mode, which
-    RocketMQ 5.5.0 does not let serve them; aiorocket.testing.cluster_proxy)."""
+def cluster_proxy(rocketmq: LocalRocketMQ) -> Iterator[ClusterProxy]:
+    """One cluster-mode Proxy for the session beside the cluster
+    (aiorocket.testing.cluster_proxy). Its JVM takes 15-45 s to start on the CI machine:
+    the lite tests and the Proxy-restart test share it (a restart keeps its ports)."""
     from aiorocket.testing.cluster_proxy import ClusterProxy
 
     with ClusterProxy(rocketmq) as proxy:
-        yield proxy.grpc_addr
+        yield proxy
+
+
+@pytest.fixture(scope="session")
+def lite_proxy(cluster_proxy: ClusterProxy) -> str:
+    """The gRPC address of a Proxy that serves lite consumers: the cluster's own Proxy
+    runs in local mode, which RocketMQ 5.5.0 does not let serve them."""
+    return cluster_proxy.grpc_addr
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ def anyio_backend() -> str:
 
 
 async def test_a_consumer_receives_soon_after_a_restarted_proxy_answers(
-    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+    rocketmq: LocalRocketMQ, cluster_proxy: ClusterProxy, unique_name: Callable[[str], str]
 ) -> None:
     """The first receive on the new connection waits for the settings on the new
     telemetry stream, which it makes the session send at once. Before: it went out
@@ -45,30 +45,28 @@ async def test_a_consumer_receives_soon_after_a_restarted_proxy_answers(
         got[msg.body] = time.monotonic()
         arrived[msg.body].set()
 
-    proxy = ClusterProxy(rocketmq)
-    await anyio.to_thread.run_sync(proxy.start)
-    try:
-        consumer = Consumer(group, proxy=proxy.grpc_addr, handler=handle, long_poll_timeout=5,
-                            request_timeout=10)  # a cold Proxy JVM on a loaded machine
-        consumer.subscribe(topic)
-        async with consumer, Producer(unique_name("p"), rocketmq.namesrv_addr) as producer:
-            await producer.send(Message(topic, b"before"))
-            with anyio.fail_after(20):
-                await arrived[b"before"].wait()
-            with capture_logs() as logs:
-                await anyio.to_thread.run_sync(proxy.restart)  # returns once it routes
-                back = time.monotonic()
-                await producer.send(Message(topic, b"after"))
-                with anyio.fail_after(30):
-                    await arrived[b"after"].wait()
-            took = got[b"after"] - back
-            print(f"handled {took:.2f} s after the restarted Proxy routed")
-            failed = [e["error"] for e in logs if e["event"] == "receive_failed"]
-            # none went out before the settings
-            assert not [e for e in failed if "settings" in e.lower()]
-            # The Proxy's own first answers take a second or two on a loaded machine;
-            # before, the backoffs grown during the outage (its restart takes 15-45 s
-            # here) added up to 10 s (receivers) or 30 s (telemetry).
-            assert took < 6.0
-    finally:
-        await anyio.to_thread.run_sync(proxy.stop)
+    # request_timeout: a cold Proxy JVM on a loaded machine
+    consumer = Consumer(group, proxy=cluster_proxy.grpc_addr, handler=handle,
+                        long_poll_timeout=5, request_timeout=10)  # fmt: skip
+    consumer.subscribe(topic)
+    async with consumer, Producer(unique_name("p"), rocketmq.namesrv_addr) as producer:
+        await producer.send(Message(topic, b"before"))
+        with anyio.fail_after(20):
+            await arrived[b"before"].wait()
+        with capture_logs() as logs:
+            # the session's Proxy (the lite tests'): one JVM start less than a Proxy of
+            # its own; returns once it routes
+            await anyio.to_thread.run_sync(cluster_proxy.restart)
+            back = time.monotonic()
+            await producer.send(Message(topic, b"after"))
+            with anyio.fail_after(30):
+                await arrived[b"after"].wait()
+        took = got[b"after"] - back
+        print(f"handled {took:.2f} s after the restarted Proxy routed")
+        failed = [e["error"] for e in logs if e["event"] == "receive_failed"]
+        # none went out before the settings
+        assert not [e for e in failed if "settings" in e.lower()]
+        # The Proxy's own first answers take a second or two on a loaded machine;
+        # before, the backoffs grown during the outage (its restart takes 15-45 s
+        # here) added up to 10 s (receivers) or 30 s (telemetry).
+        assert took < 6.0
