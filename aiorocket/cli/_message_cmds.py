@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from aiorocket._trace import TRACE_TOPIC
 from aiorocket.admin import ResendPlan, Resent, original_topic
 from aiorocket.cli._common import (
     EXIT_USAGE,
@@ -14,6 +15,7 @@ from aiorocket.cli._common import (
     err,
     fail,
     json_option,
+    ms_text,
     out,
     parse_time,
     pass_settings,
@@ -206,3 +208,60 @@ def dlq_resend(
     )
     for line in notes:
         err.print(line)
+
+
+@message.command("trace")
+@click.argument("msg_id")
+@click.option(
+    "--trace-topic", default=TRACE_TOPIC, show_default=True,
+    help="The trace topic the clients write to (their trace_topic).",
+)  # fmt: skip
+@json_option
+@pass_settings
+def message_trace(settings: Settings, msg_id: str, trace_topic: str, as_json: bool) -> None:
+    """The trace of a message (its id, as SendResult gives it): sends, transaction ends and
+    each consumer group's handler calls, from the trace records clients write with
+    trace=True (Java: enableMsgTrace), as mqadmin queryMsgTraceById and the Dashboard
+    show them."""
+
+    async def go() -> list[dict[str, str]]:
+        async with settings.admin() as admin:
+            return await admin.message_trace(msg_id, trace_topic)
+
+    records = run(go)
+    if as_json:
+        print_json(records)
+        return
+    if not records:
+        raise MessageNotFoundError(f"no trace of {msg_id} in {trace_topic!r}")
+    rows = [_trace_row(r) for r in records]
+    table(f"trace of {msg_id}", ["type", "time", "group", "client", "cost ms", "status",
+                                 "detail"], rows)  # fmt: skip
+
+
+def _trace_row(r: dict[str, str]) -> list[object]:
+    stamp = r.get("timestamp") or ""
+    when = ms_text(int(stamp)) if stamp.isdigit() else "-"
+    kind = r["type"]
+    if kind == "Pub":
+        status = "success" if r.get("success") == "true" else "failed"
+        detail = f"topic {r.get('topic')} on {r.get('store_host')} ({r.get('body_length')} B)"
+    elif kind == "SubAfter":
+        status = _OUTCOMES.get(r.get("context_code", ""), "?")
+        detail = f"call {r.get('request_id')}"
+    elif kind == "SubBefore":
+        status = f"attempt {int(r.get('retry_times') or 0) + 1}"
+        detail = f"call {r.get('request_id')}"
+    elif kind == "EndTransaction":
+        status = r.get("transaction_state", "")
+        detail = f"topic {r.get('topic')}" + (
+            " (check-back)" if r.get("from_check") == "true" else ""
+        )
+    else:
+        status, detail = "", r.get("fields", "")
+    return [kind, when, r.get("group", ""), r.get("client_host", ""), r.get("cost_ms", ""),
+            status, detail]  # fmt: skip
+
+
+#: SubAfter's context codes (Java ConsumeReturnType)
+_OUTCOMES = {"0": "success", "1": "timeout", "2": "exception", "3": "returned null", "4": "failed"}
