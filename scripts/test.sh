@@ -1,6 +1,7 @@
 #!/bin/sh
 # The whole suite: environment (and Prometheus), lint, types, the docs site, the real broker
-# (provisioned by the pytest session fixture), unit and integration tests on asyncio and trio,
+# (started below for a whole run, else by the pytest session fixture), unit and integration
+# tests on asyncio and trio, the other Pythons' sets (scripts/pyversions.sh, below),
 # and the sets against older RocketMQ releases (markers broker49 and broker53: a 4.9.7 and a
 # 5.3.3 cluster of their own, ~6 min together; `-m 'not broker49 and not broker53'` skips them).
 set -eu
