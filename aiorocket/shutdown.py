@@ -6,15 +6,18 @@ periodic commit, nor leaves its group (the broker hands its queues over only onc
 notices). ``stop_on_signals`` turns the signal into the end of its own block, and
 nothing more: the ``async with consumer`` around it then exits as it does after any
 block, normally: the consumer stops taking messages, lets running handlers finish
-(within ``shutdown_timeout``), commits and unregisters; a producer flushes::
+(within ``shutdown_timeout``), commits and unregisters; a producer flushes:
 
-    async def main() -> None:
-        consumer = Consumer("orders-billing", handler=bill)
-        consumer.subscribe("orders")
-        async with consumer, stop_on_signals():  # the clients first, the signals last
-            await anyio.sleep_forever()  # until SIGTERM or Ctrl-C (or: async for ...)
+```python
+async def main() -> None:
+    consumer = Consumer("orders-billing", handler=bill)
+    consumer.subscribe("orders")
+    async with consumer, stop_on_signals():  # the clients first, the signals last
+        await anyio.sleep_forever()  # until SIGTERM or Ctrl-C (or: async for ...)
 
-    anyio.run(main)
+
+anyio.run(main)
+```
 
 The order matters: the clients outside, ``stop_on_signals()`` inside. A client whose
 ``async with`` is left by a cancellation (``stop_on_signals`` around it, or an outer

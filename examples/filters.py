@@ -39,7 +39,10 @@ async def main() -> None:
         "example-filters", handler=handle, consume_from_where=ConsumeFromWhere.FIRST_OFFSET
     )
     # Only this run's paid orders over 100 (property values compare as numbers).
-    consumer.subscribe("orders", sql=f"run = '{run}' AND amount > 100 AND TAGS = 'paid'")
+    consumer.subscribe(
+        "orders",
+        sql=f"run = '{run}' AND amount > 100 AND TAGS = 'paid'",
+    )
     async with consumer:
         await done.wait()
     print(sorted(big))  # [b'order of 250', b'order of 900']

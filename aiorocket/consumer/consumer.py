@@ -130,14 +130,15 @@ class Consumer:
         ``"pop"`` (RocketMQ 5.x POP: every member pops from every queue of its topics,
         the broker tracks what is consumed and keeps what is handled invisible, so more
         members than queues all receive and nobody waits for a rebalance; needs 5.x
-        brokers). Over gRPC consumption is always pop. See docs/pop.md.
+        brokers). Over gRPC consumption is always pop. See the documentation's page
+        *POP consumption* (``consumer/pop.md``).
     bind_topic:
         Makes a lite consumer (RocketMQ 5.5+): the parent topic (message type LITE) its
         group is bound to (the group's ``lite.bind.topic``). It consumes the lite topics
         of that topic it subscribes to with
         [`subscribe_lite`][aiorocket.consumer.Consumer.subscribe_lite], at any time,
-        each in order (pop; over remoting ``consume_mode`` is ``"pop"``). See
-        docs/consumer/lite.md.
+        each in order (pop; over remoting ``consume_mode`` is ``"pop"``). See the
+        documentation's page *Lite topics* (``consumer/lite.md``).
     grpc_options:
         [`aiorocket.grpc.GrpcOptions`][] (TLS, namespace, ACL credentials); gRPC only.
     settings:

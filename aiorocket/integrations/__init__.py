@@ -13,3 +13,21 @@
 
 Importing this package imports no web framework.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiorocket.integrations.service import RocketMQService
+
+__all__ = ["RocketMQService"]
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded when first named: importing the package stays free of the clients.
+    if name == "RocketMQService":
+        from aiorocket.integrations.service import RocketMQService
+
+        return RocketMQService
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

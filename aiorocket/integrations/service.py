@@ -47,6 +47,8 @@ class RocketMQService:
     """Consumers and a shared producer with one lifecycle, and their health.
 
     ```python
+    from aiorocket.integrations import RocketMQService
+
     service = RocketMQService(namesrv="127.0.0.1:9876", producer_group="orders-api")
     @service.subscriber("orders", group="order-processor", consume_concurrency=8)
     async def process(msg: ConsumerMessage) -> None: ...

@@ -26,14 +26,15 @@ from aiorocket.faststream import RocketMessage, TestRocketBroker
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
-from tests import snippets
-
-EXAMPLE = snippets.REPO / "examples" / "faststream_service.py"
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # FastStream runs on asyncio
+
+
+# --8<-- [start:fixture]
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "faststream_service.py"
 
 
 def load_example(monkeypatch: pytest.MonkeyPatch, **env: str) -> ModuleType:
@@ -65,6 +66,7 @@ def service(
     for topic in (env["ORDERS_TOPIC"], env["INVOICES_TOPIC"]):
         anyio.run(rocketmq.create_topic, topic, 2)
     yield load_example(monkeypatch, **env), True
+# --8<-- [end:fixture]
 
 
 # --8<-- [start:test]
