@@ -132,7 +132,7 @@ async def _run_java(*args: str, trace_topic: str) -> str:
     argv = [*_java(), *args]
 
     def run() -> str:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=180)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return proc.stdout
 
@@ -153,10 +153,10 @@ async def test_traces_next_to_the_java_clients_enable_msg_trace(
     """Java produces, aiorocket consumes; aiorocket produces, Java consumes: mqadmin
     shows both sides of each in one trace topic (the user's: the shared broker has no
     RMQ_SYS_TRACE_TOPIC). Two Java runs and two mqadmin runs: ~30 s."""
-    topic, trace_topic = unique_name("tj"), unique_name("tjtrace")
+    topic, topic2, trace_topic = unique_name("tj"), unique_name("tj2"), unique_name("tjtrace")
     group, java_group = unique_name("g"), unique_name("gj")
-    await rocketmq.create_topic(topic, queues=1)
-    await rocketmq.create_topic(trace_topic, queues=1)
+    for name in (topic, topic2, trace_topic):
+        await rocketmq.create_topic(name, queues=1)
     namesrv = rocketmq.namesrv_addr
     # Java -> aiorocket
     out = await _run_java("one", namesrv, topic, "trace-java-producer", "k1",
@@ -172,8 +172,9 @@ async def test_traces_next_to_the_java_clients_enable_msg_trace(
     # aiorocket -> Java
     async with Producer("trace-py-producer", namesrv, trace=True,
                         trace_topic=trace_topic) as producer:  # fmt: skip
-        sent = await producer.send(Message(topic, b"py", keys=["k2"]))
-    await _run_java("consume", namesrv, topic, java_group, "2", "3", "0", trace_topic=trace_topic)
+        sent = await producer.send(Message(topic2, b"py", keys=["k2"]))
+    # one message in its own topic: the Java consumer ends once it has it
+    await _run_java("consume", namesrv, topic2, java_group, "1", "3", "0", trace_topic=trace_topic)
     await trace_of(namesrv, sent.msg_id, trace_topic, {"Pub", "SubAfter"})
     shown = await anyio.to_thread.run_sync(
         mqadmin, rocketmq, "queryMsgTraceById", "-i", sent.msg_id, "-t", trace_topic
