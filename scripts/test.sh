@@ -30,18 +30,38 @@ export AIOROCKET_TEST_THROWAWAY=1
 # session's cluster, so the cluster is started here (unless one runs) rather than by
 # pytest's fixture, and stopped at exit. AIOROCKET_PYVERSIONS=0 skips them.
 pyversions=0
+pyversions_pid=""
+pyversions_log=""
+session_dir=""
+# What this script starts goes with it, however it ends: on an interrupt or a SIGTERM (a
+# CI job cancelled or timed out) too, which dash does not run the EXIT trap for unless
+# they are trapped. The background job runs in its own process group (setsid), so that
+# the whole of it (pytest, pip) is stopped, and Ctrl-C's SIGINT, which a non-interactive
+# shell's background jobs ignore, does not leave it running.
+cleanup() {
+    if [ -n "$pyversions_pid" ]; then
+        kill -TERM "-$pyversions_pid" 2>/dev/null || true
+    fi
+    if [ -n "$pyversions_log" ]; then rm -f "$pyversions_log"; fi
+    if [ -n "$session_dir" ]; then
+        .venv/bin/python -m aiorocket.testing.broker stop --timeout 5 >/dev/null 2>&1 || true
+        rm -rf "$session_dir"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 if [ "$#" -eq 0 ] && [ "${AIOROCKET_PYVERSIONS:-1}" != 0 ]; then
     pyversions=1
     if ! .venv/bin/python -c "import sys; from aiorocket.testing.broker import LocalRocketMQ as L
 sys.exit(L.attach() is None)"; then
-        AIOROCKET_BROKER_DIR=$(mktemp -d "${TMPDIR:-/tmp}/aiorocket-session-XXXXXX")
+        session_dir=$(mktemp -d "${TMPDIR:-/tmp}/aiorocket-session-XXXXXX")
+        AIOROCKET_BROKER_DIR=$session_dir
         export AIOROCKET_BROKER_DIR
-        trap '.venv/bin/python -m aiorocket.testing.broker stop --timeout 5 >/dev/null 2>&1
-              rm -rf "$AIOROCKET_BROKER_DIR"' EXIT
         .venv/bin/python -m aiorocket.testing.broker start --brokers 2 >/dev/null
     fi
     pyversions_log=$(mktemp)
-    nice -n 19 ./scripts/pyversions.sh unit >"$pyversions_log" 2>&1 &
+    setsid nice -n 19 ./scripts/pyversions.sh unit >"$pyversions_log" 2>&1 &
     pyversions_pid=$!
 fi
 set +e
@@ -49,8 +69,8 @@ set +e
 status=$?
 if [ "$pyversions" = 1 ]; then
     wait "$pyversions_pid"  # its failures are decided by `again`
+    pyversions_pid=""
     cat "$pyversions_log"
-    rm -f "$pyversions_log"
     ./scripts/pyversions.sh imports,again,smoke || status=1
 fi
 set -e
