@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+from collections.abc import Collection
 from typing import Any, Literal
 
 from aiorocket._trace import TRACE_TOPIC
@@ -269,31 +270,48 @@ class Admin(TopicAdmin, ClusterAdmin, GroupAdmin, DeadLetterAdmin, MessageLookup
         return GroupLag(group, queues)
 
     async def reset_offset(
-        self, group: str, topic: str, to: ResetTarget, *, dry_run: bool = False
+        self,
+        group: str,
+        topic: str,
+        to: ResetTarget | None = None,
+        *,
+        offset: int | None = None,
+        queues: Collection[MessageQueue] | None = None,
+        dry_run: bool = False,
     ) -> list[OffsetChange]:
-        """Move ``group``'s committed offsets of ``topic`` to ``to`` on every queue.
+        """Move ``group``'s committed offsets of ``topic`` to ``to`` (earliest, latest,
+        a time), or to ``offset`` (each queue's own offset, kept within the queue's
+        stored range), on every queue or only on ``queues``.
 
         Running consumers of the group adopt the new offsets (the broker hands them to
         their next pull and ignores their older commits); aiorocket members are told to
         pull again at once (``_renew_pulls``), others take it when their long poll
         ends. With ``dry_run`` nothing changes: the result says what would.
         """
+        if (to is None) == (offset is None):
+            raise ConfigError("reset to one of: 'earliest', 'latest', a time, or an offset")
         if isinstance(to, str) and to not in ("earliest", "latest"):
             raise ConfigError(f"reset to 'earliest', 'latest' or a time, not {to!r}")
-        timestamp = None if isinstance(to, str) else _timestamp_ms(to)
+        if offset is not None and offset < 0:
+            raise ConfigError(f"offset must be >= 0, not {offset}")
+        timestamp = None if to is None or isinstance(to, str) else _timestamp_ms(to)
         route = await self.route(topic)
         known = await self._require_group(group)
-        addrs = route.group_addrs()
+        wanted = None if queues is None else set(queues)
+        if wanted is not None and (missing := wanted - set(route.read_queues())):
+            raise ConfigError(f"{topic} has no queue {sorted(missing)[0]}")
         plan: list[tuple[str, OffsetChange]] = []
-        for name, addr in sorted(addrs.items()):
+        for name, addr in sorted(route.group_addrs().items()):
             if name not in known:
                 continue
             committed = await self.requests.consume_stats(addr, group, topic)
             ranges = await self.requests.topic_stats(addr, topic)
             for mq, rng in sorted(ranges.items()):
-                if mq.broker_name != name:
+                if mq.broker_name != name or (wanted is not None and mq not in wanted):
                     continue
-                if to == "earliest":
+                if offset is not None:
+                    new = min(max(offset, rng.min_offset), rng.max_offset)
+                elif to == "earliest":
                     new = rng.min_offset
                 elif to == "latest":
                     new = rng.max_offset
@@ -302,6 +320,33 @@ class Admin(TopicAdmin, ClusterAdmin, GroupAdmin, DeadLetterAdmin, MessageLookup
                     new = await self.client.broker.search_offset(addr, mq, timestamp)
                 old = committed[mq].consumer_offset if mq in committed else -1
                 plan.append((addr, OffsetChange(mq, old, new)))
+        return await self._apply_resets(group, topic, known, plan, dry_run)
+
+    async def clone_offsets(
+        self, source: str, target: str, topic: str, *, dry_run: bool = False
+    ) -> list[OffsetChange]:
+        """Give ``target`` the committed offsets of ``source`` on ``topic`` (mqadmin
+        cloneGroupOffset): each queue ``source`` has an offset for; running consumers
+        of ``target`` adopt them as after ``reset_offset``."""
+        route = await self.route(topic)
+        have = await self._require_group(source)
+        known = await self._require_group(target)
+        plan: list[tuple[str, OffsetChange]] = []
+        for name, addr in sorted(route.group_addrs().items()):
+            if name not in known or name not in have:
+                continue
+            theirs = await self.requests.consume_stats(addr, source, topic)
+            ours = await self.requests.consume_stats(addr, target, topic)
+            for mq, stats in sorted(theirs.items()):
+                if mq.broker_name == name and mq.topic == topic:
+                    old = ours[mq].consumer_offset if mq in ours else -1
+                    plan.append((addr, OffsetChange(mq, old, stats.consumer_offset)))
+        return await self._apply_resets(target, topic, known, plan, dry_run)
+
+    async def _apply_resets(
+        self, group: str, topic: str, known: dict[str, str],
+        plan: list[tuple[str, OffsetChange]], dry_run: bool,
+    ) -> list[OffsetChange]:  # fmt: skip
         if not dry_run:
             for addr, change in plan:
                 await self.requests.reset_offset(addr, group, change.queue, change.new)

@@ -13,12 +13,15 @@ from aiorocket.admin import (
     GroupConfig,
     GroupDescription,
     GroupLag,
+    OffsetChange,
     ResetTarget,
 )
 from aiorocket.cli._common import (
+    EXIT_USAGE,
     Settings,
     ask,
     confirm,
+    fail,
     json_option,
     mq_json,
     out,
@@ -31,7 +34,7 @@ from aiorocket.cli._common import (
     yes_option,
 )
 from aiorocket.errors import RocketMQError
-from aiorocket.message import RETRY_TOPIC_PREFIX
+from aiorocket.message import RETRY_TOPIC_PREFIX, MessageQueue
 
 
 @click.group()
@@ -235,15 +238,41 @@ def _target(to: str) -> ResetTarget:
         ) from None
 
 
+def _queues(topic: str, specs: tuple[str, ...]) -> list[MessageQueue] | None:
+    """``--queue BROKER:ID`` options as queues of ``topic`` (None: all of them)."""
+    if not specs:
+        return None
+    found = []
+    for spec in specs:
+        broker, sep, qid = spec.rpartition(":")
+        if not sep or not broker or not qid.isdigit():
+            raise click.BadParameter(f"{spec!r} is not BROKER:QUEUE_ID", param_hint="--queue")
+        found.append(MessageQueue(topic, broker, int(qid)))
+    return found
+
+
+def _show_changes(
+    title: str, group: str, topic: str, changes: list[OffsetChange], dry: bool, as_json: bool
+) -> None:
+    rows = [{**mq_json(c.queue), "old": c.old, "new": c.new} for c in changes]
+    if as_json:
+        print_json({"group": group, "topic": topic, "dry_run": dry, "queues": rows})
+    elif dry:
+        table(title, ["broker", "queue", "old", "new"],
+              [[r["broker"], r["queue"], r["old"], r["new"]] for r in rows])  # fmt: skip
+    else:
+        out.print(f"reset {len(rows)} queue(s)")
+
+
 @group.command("reset-offset")
 @click.argument("name")
 @click.option("--topic", "topic_name", required=True, help="The topic whose offsets move.")
 @click.option(
-    "--to",
-    "to",
-    required=True,
-    help="earliest, latest, or a time: ISO 8601, epoch ms, or -10m/-2h/-1d.",
+    "--to", "to", help="earliest, latest, or a time: ISO 8601, epoch ms, or -10m/-2h/-1d."
 )
+@click.option("--offset", type=click.IntRange(0), help="This offset of each queue (or of --queue).")
+@click.option("--queue", "queue_specs", multiple=True, metavar="BROKER:ID",
+              help="Only this queue (repeatable), e.g. broker-a:0.")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Show the new offsets, change nothing.")
 @yes_option
 @json_option
@@ -252,36 +281,62 @@ def group_reset(
     settings: Settings,
     name: str,
     topic_name: str,
-    to: str,
+    to: str | None,
+    offset: int | None,
+    queue_specs: tuple[str, ...],
     dry_run: bool,
     yes: bool,
     as_json: bool,
 ) -> None:
-    """Move a group's committed offsets; running consumers follow."""
-    target = _target(to)
+    """Move a group's committed offsets (--to a place or time, or --offset N; on every
+    queue or only --queue); running consumers follow."""
+    if (to is None) == (offset is None):
+        fail("give --to or --offset (one of them)", EXIT_USAGE)
+    target = _target(to) if to is not None else None
+    queues = _queues(topic_name, queue_specs)
+    where = to if to is not None else f"offset {offset}"
 
-    async def plan(dry: bool) -> Any:
+    async def plan(dry: bool) -> list[OffsetChange]:
         async with settings.admin() as admin:
-            return await admin.reset_offset(name, topic_name, target, dry_run=dry)
+            return await admin.reset_offset(name, topic_name, target, offset=offset,
+                                            queues=queues, dry_run=dry)  # fmt: skip
 
     changes = run(plan, True)
-    rows = [{**mq_json(c.queue), "old": c.old, "new": c.new} for c in changes]
+    title = f"{name} on {topic_name}: reset to {where}"
     if not as_json:
-        table(
-            f"{name} on {topic_name}: reset to {to}",
-            ["broker", "queue", "old", "new"],
-            [[r["broker"], r["queue"], r["old"], r["new"]] for r in rows],
-        )
+        _show_changes(title, name, topic_name, changes, True, False)
     if dry_run:
         if as_json:
-            print_json({"group": name, "topic": topic_name, "dry_run": True, "queues": rows})
+            _show_changes(title, name, topic_name, changes, True, True)
         return
-    confirm(f"reset {len(rows)} queue(s) of group {name}?", yes)
-    changes = run(plan, False)
-    rows = [{**mq_json(c.queue), "old": c.old, "new": c.new} for c in changes]
-    if as_json:
-        print_json({"group": name, "topic": topic_name, "dry_run": False, "queues": rows})
-    else:
-        out.print(f"reset {len(rows)} queue(s)")
+    confirm(f"reset {len(changes)} queue(s) of group {name}?", yes)
+    _show_changes(title, name, topic_name, run(plan, False), False, as_json)
 
 
+@group.command("clone-offsets")
+@click.argument("source")
+@click.argument("target")
+@click.option("--topic", "topic_name", required=True, help="The topic whose offsets copy.")
+@click.option("--dry-run", is_flag=True, help="Show the new offsets, change nothing.")
+@yes_option
+@json_option
+@pass_settings
+def group_clone(
+    settings: Settings, source: str, target: str, topic_name: str, dry_run: bool, yes: bool,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """Give TARGET the committed offsets of SOURCE on a topic (mqadmin cloneGroupOffset);
+    running consumers of TARGET follow."""
+
+    async def plan(dry: bool) -> list[OffsetChange]:
+        async with settings.admin() as admin:
+            return await admin.clone_offsets(source, target, topic_name, dry_run=dry)
+
+    changes = run(plan, True)
+    title = f"{target} on {topic_name}: the offsets of {source}"
+    if dry_run or not as_json:
+        _show_changes(title, target, topic_name, changes, True, as_json)
+    if dry_run:
+        return
+    confirm(f"reset {len(changes)} queue(s) of group {target}?", yes)
+    _show_changes(title, target, topic_name, run(plan, False), False, as_json)
