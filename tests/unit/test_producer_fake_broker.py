@@ -630,3 +630,31 @@ async def test_a_namespaced_producer_sends_and_checks_back_under_the_brokers_nam
             assert end.ext_fields["producerGroup"] == f"ns1%{GROUP}"
             assert end.ext_fields["topic"] == f"ns1%{TOPIC}"
     assert seen == [("local", TOPIC), ("checker", TOPIC)]
+
+
+# -- an older broker -----------------------------------------------------------------------
+
+
+async def test_a_timer_message_to_a_4_9_broker_is_refused_before_it_is_sent() -> None:
+    """A 4.x broker stores a 5.x timer message and delivers it at once: the producer
+    refuses it first, by the release the broker's answers name (4.9.7 = 407)."""
+    from aiorocket.errors import UnsupportedBrokerFeatureError
+
+    async with cluster(brokers=1) as fake:
+        broker = fake.brokers[0]
+        broker.server.version = 407
+
+        async def also_max_offset(session: ServerSession, cmd: RemotingCommand) -> None:
+            if cmd.code == RequestCode.GET_MAX_OFFSET:  # what the producer asks to learn it
+                await session.send(RemotingCommand.response_to(cmd, ext_fields={"offset": "0"}))
+            else:
+                await broker.handle(session, cmd)
+
+        broker.server.handler = also_max_offset
+        async with producer(fake) as p:
+            refused = pytest.raises(UnsupportedBrokerFeatureError, match=r"runs 4\.9\.7$")
+            with anyio.fail_after(5), refused:
+                await p.send(Message(TOPIC, b"later", deliver_time_ms=2_000_000_000_000))
+            assert fake.brokers[0].received(*SEND_CODES) == []
+            await p.send(Message(TOPIC, b"now"))
+    assert len(fake.brokers[0].received(*SEND_CODES)) == 1
