@@ -414,9 +414,13 @@ class Session:
         cmd: pb.VerifyMessageCommand,
     ) -> None:  # fmt: skip
         assert self.on_verify is not None
-        code = await self.on_verify(cmd.message)
-        self.log.info("message_verified", msg_id=cmd.message.system_properties.message_id,
-                      code=code.name)  # fmt: skip
+        msg_id = cmd.message.system_properties.message_id
+        try:
+            code = await self.on_verify(cmd.message)
+        except Exception as exc:  # an operator's command must not fail the session's tasks
+            self.log.warning("verify_failed", msg_id=msg_id, error=repr(exc))
+            code = pb.Code.INTERNAL_ERROR
+        self.log.info("message_verified", msg_id=msg_id, code=code.name)
         try:
             await self._verified(stream, cmd.nonce, code, "")
         except Exception as exc:  # the stream broke meanwhile: the Proxy's call times out

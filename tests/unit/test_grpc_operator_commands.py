@@ -88,3 +88,52 @@ async def test_a_session_without_a_handler_says_not_implemented() -> None:
                 verify_message_command=pb.VerifyMessageCommand(nonce="v", message=_message(1))
             ))  # fmt: skip
     assert answer.status.code == pb.Code.NOT_IMPLEMENTED
+
+
+async def test_verify_of_a_message_that_does_not_decode_fails_it_and_keeps_the_consumer() -> None:
+    """A VerifyMessageCommand whose message body does not decode (labelled GZIP, not
+    compressed) is answered FAILED_TO_CONSUME_MESSAGE and the consumer goes on. Before,
+    the decode error escaped the session's background task: the session's task group
+    failed and cancelled the application's ``async with consumer`` (an operator's
+    ``queryMsgById -d`` took the consumer down)."""
+    delivered = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        delivered.set()
+
+    bad = _message(9)
+    bad.body = b"not compressed"
+    bad.system_properties.body_encoding = pb.Encoding.GZIP
+    async with FakeProxy() as proxy:
+        consumer = _one_message_consumer(proxy, handle)
+        async with consumer:
+            with anyio.fail_after(10):
+                await delivered.wait()
+                answer = await proxy.command(pb.TelemetryCommand(
+                    verify_message_command=pb.VerifyMessageCommand(nonce="v", message=bad)
+                ))  # fmt: skip
+                good = await proxy.command(pb.TelemetryCommand(
+                    verify_message_command=pb.VerifyMessageCommand(nonce="w", message=_message(3))
+                ))  # fmt: skip
+    assert answer.status.code == pb.Code.FAILED_TO_CONSUME_MESSAGE
+    assert answer.verify_message_result.nonce == "v"
+    assert good.status.code == pb.Code.OK
+
+
+async def test_a_verify_handler_that_raises_is_answered_internal_error() -> None:
+    """The session's guard under any ``on_verify``: its failure is an answer, not a
+    failed background task of the session."""
+
+    async def broken(message: pb.Message) -> pb.Code:
+        raise RuntimeError("boom")
+
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
+        c.session.on_verify = broken
+        with anyio.fail_after(10):
+            answer = await proxy.command(pb.TelemetryCommand(
+                verify_message_command=pb.VerifyMessageCommand(nonce="v", message=_message(1))
+            ))  # fmt: skip
+            second = await proxy.command(pb.TelemetryCommand(
+                verify_message_command=pb.VerifyMessageCommand(nonce="w", message=_message(2))
+            ))  # fmt: skip
+    assert answer.status.code == second.status.code == pb.Code.INTERNAL_ERROR

@@ -104,11 +104,12 @@ class GrpcSource:
         raised. Nothing is acked or sent back: the message is a copy the Proxy read."""
 
         async def verify(message: pb.Message) -> pb.Code:
-            msg = pop_message(message_ext(message, broker_name=""))
-            try:
+            msg_id = message.system_properties.message_id
+            try:  # a body that does not decode fails as a handler would
+                msg = pop_message(message_ext(message, broker_name=""))
                 level = failure_delay_level(await handler.invoke([msg]), 0)
             except Exception as exc:
-                self._log.info("verify_handler_failed", msg_id=msg.message_id, error=repr(exc))
+                self._log.info("verify_handler_failed", msg_id=msg_id, error=repr(exc))
                 return pb.Code.FAILED_TO_CONSUME_MESSAGE
             return pb.Code.OK if level is None else pb.Code.FAILED_TO_CONSUME_MESSAGE
 
