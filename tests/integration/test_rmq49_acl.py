@@ -60,6 +60,7 @@ def acl49() -> Iterator[LocalRocketMQ]:
         anyio.run(_setup, cluster)
     except BrokerStartError as exc:
         cluster.stop(timeout=5)
+        shutil.rmtree(base, ignore_errors=True)
         pytest.fail(f"4.9 ACL broker failed to start: {exc}", pytrace=False)
     try:
         yield cluster
