@@ -64,6 +64,10 @@ MAX_TRACE_BODY = 128_000
 #: characters of the keys of one trace message (its KEYS property: the broker's limit on
 #: a message's properties is 32 KiB)
 MAX_TRACE_KEYS = 16_000
+#: seconds between two warnings of failed trace sends: a trace topic that does not exist
+#: (the broker's default: traceTopicEnable=false) fails every batch, up to hundreds a
+#: second; one warning then says how many failed since the last
+FAILURE_LOG_INTERVAL = 60.0
 
 #: MessageType ordinals of the format
 MSG_NORMAL, MSG_TRANS_HALF, MSG_TRANS_COMMIT, MSG_DELAY = 0, 1, 2, 3
@@ -250,6 +254,9 @@ class Tracer:
         self.failed = 0
         #: records stored
         self.sent = 0
+        #: when failed sends were last logged at WARNING, and records failed since
+        self._warned_at: float | None = None
+        self._unlogged_failures = 0
         self._records: deque[TraceRecord] = deque()
         #: made when running (an event needs a running loop; a client is built without one)
         self._wake: anyio.Event | None = None
@@ -346,11 +353,23 @@ class Tracer:
             raise
         except Exception as exc:  # a trace never fails the client
             self.failed += len(out.texts)
-            self.log.warning("trace_send_failed", records=len(out.texts), error=repr(exc))
+            self._failed_send(len(out.texts), exc)
         else:
             self.sent += len(out.texts)
         finally:
             slots.release()
+
+    def _failed_send(self, records: int, exc: Exception) -> None:
+        """Log a failed trace send: at WARNING at most once per ``FAILURE_LOG_INTERVAL``
+        (with the records failed since the last warning), else at DEBUG."""
+        now = time.monotonic()
+        if self._warned_at is not None and now - self._warned_at < FAILURE_LOG_INTERVAL:
+            self._unlogged_failures += records
+            self.log.debug("trace_send_failed", records=records, error=repr(exc))
+            return
+        self.log.warning("trace_send_failed", records=records, error=repr(exc),
+                         failed_since_last_warning=self._unlogged_failures)  # fmt: skip
+        self._warned_at, self._unlogged_failures = now, 0
 
     def stats(self) -> dict[str, Any]:
         return {"sent": self.sent, "dropped": self.dropped, "failed": self.failed,

@@ -159,3 +159,19 @@ async def test_a_cancelled_owner_does_not_wait_for_the_flush() -> None:
                 scope.cancel()
                 await anyio.sleep_forever()
     assert tracer.sent + tracer.dropped + tracer.failed == 1
+
+
+async def test_failed_trace_sends_warn_once_per_interval() -> None:
+    """A trace topic that does not exist fails every batch: one warning, not one per
+    batch (before: 30 warnings for 30 failed batches)."""
+    from aiorocket.testing.logs import capture_logs
+
+    tracer, sink = Tracer("g", "T", batch=1, interval=0.01), Sink(fail=True)
+    with capture_logs() as logs:
+        async with tracer.running(sink):
+            tracer.extend(_rec(i) for i in range(30))
+            await sink.wait_calls(30)
+    assert tracer.failed == 30
+    warnings = [e for e in logs if e["event"] == "trace_send_failed"
+                and e["log_level"] == "warning"]  # fmt: skip
+    assert len(warnings) == 1, warnings
