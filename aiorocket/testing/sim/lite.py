@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import random
 import traceback
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -53,6 +52,7 @@ from aiorocket.protocol.frame import encode_command
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 from aiorocket.testing.sim.history import Event
+from aiorocket.testing.sim.servers import SimServers, send_route
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
@@ -351,7 +351,7 @@ class SimLiteBroker:
         return RemotingCommand.response_to(cmd, ext_fields=fields)
 
 
-class SimLiteCluster:
+class SimLiteCluster(SimServers[SimLiteBroker]):
     """A NameServer routing ``LITE_PARENT`` to ``brokers`` lite brokers, and the brokers."""
 
     def __init__(self, schedule: Schedule, history: History, *, brokers: int,
@@ -433,19 +433,4 @@ class SimLiteCluster:
             await session.send(RemotingCommand.response_to(
                 cmd, ResponseCode.TOPIC_NOT_EXIST, f"no {topic}"))  # fmt: skip
             return
-        route = {
-            "queueDatas": [{"brokerName": b.name, "readQueueNums": 1, "writeQueueNums": 1,
-                            "perm": 6} for b in self.brokers],
-            "brokerDatas": [{"cluster": "sim", "brokerName": b.name,
-                             "brokerAddrs": {"0": b.addr}} for b in self.brokers],
-        }  # fmt: skip
-        await session.send(RemotingCommand.response_to(cmd, body=json.dumps(route).encode()))
-
-    async def __aenter__(self) -> SimLiteCluster:
-        self._stack = AsyncExitStack()
-        for server in [*(b.server for b in self.brokers), self.namesrv]:
-            await self._stack.enter_async_context(server)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()
+        await send_route(session, cmd, self.brokers, 1)

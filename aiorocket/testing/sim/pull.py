@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import random
 import traceback
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -40,6 +39,7 @@ from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.frame import encode_command
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
+from aiorocket.testing.sim.servers import SimServers, send_route
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
@@ -304,7 +304,7 @@ class SimPullBroker:
         return resp
 
 
-class SimPullCluster:
+class SimPullCluster(SimServers[SimPullBroker]):
     """A NameServer routing ``PULL_TOPIC`` (``queues`` queues a broker) and the group's
     retry topic (one) to the brokers that are up, and the brokers."""
 
@@ -362,20 +362,4 @@ class SimPullCluster:
             await session.send(RemotingCommand.response_to(
                 cmd, ResponseCode.TOPIC_NOT_EXIST, f"no {topic}"))  # fmt: skip
             return
-        q = self.queues if topic == PULL_TOPIC else 1
-        route = {
-            "queueDatas": [{"brokerName": b.name, "readQueueNums": q, "writeQueueNums": q,
-                            "perm": 6} for b in up],
-            "brokerDatas": [{"cluster": "sim", "brokerName": b.name,
-                             "brokerAddrs": {"0": b.addr}} for b in up],
-        }  # fmt: skip
-        await session.send(RemotingCommand.response_to(cmd, body=json.dumps(route).encode()))
-
-    async def __aenter__(self) -> SimPullCluster:
-        self._stack = AsyncExitStack()
-        for server in [*(b.server for b in self.brokers), self.namesrv]:
-            await self._stack.enter_async_context(server)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()
+        await send_route(session, cmd, up, self.queues if topic == PULL_TOPIC else 1)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import base64
 import json
 import random
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -52,6 +51,7 @@ from aiorocket.protocol.message_codec import (
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 from aiorocket.testing.sim.history import Event
+from aiorocket.testing.sim.servers import SimServers, send_route
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
@@ -342,7 +342,7 @@ class SimPopBroker:
         return RemotingCommand.response_to(cmd, ext_fields=fields)
 
 
-class SimCluster:
+class SimCluster(SimServers[SimPopBroker]):
     """A NameServer routing TOPIC to ``brokers`` brokers, and the brokers."""
 
     def __init__(self, schedule: Schedule, history: History, *, brokers: int,
@@ -370,20 +370,4 @@ class SimCluster:
             await session.send(RemotingCommand.response_to(
                 cmd, ResponseCode.TOPIC_NOT_EXIST, f"no {topic}"))  # fmt: skip
             return
-        q = self.queues
-        route = {
-            "queueDatas": [{"brokerName": b.name, "readQueueNums": q, "writeQueueNums": q,
-                            "perm": 6} for b in self.brokers],
-            "brokerDatas": [{"cluster": "sim", "brokerName": b.name,
-                             "brokerAddrs": {"0": b.addr}} for b in self.brokers],
-        }  # fmt: skip
-        await session.send(RemotingCommand.response_to(cmd, body=json.dumps(route).encode()))
-
-    async def __aenter__(self) -> SimCluster:
-        self._stack = AsyncExitStack()
-        for server in [*(b.server for b in self.brokers), self.namesrv]:
-            await self._stack.enter_async_context(server)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()  # in the reverse order (cancel scopes nest)
+        await send_route(session, cmd, self.brokers, self.queues)
