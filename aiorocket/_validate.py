@@ -7,6 +7,7 @@ and the gRPC one (``aiorocket.grpc._convert``) both check it, and must say the s
 
 from __future__ import annotations
 
+import math
 import re
 
 from aiorocket.errors import ConfigError, MessageTooLargeError
@@ -17,6 +18,7 @@ __all__ = [
     "TOPIC_MAX_LENGTH",
     "check_body",
     "check_lite_topic",
+    "check_retry_delay",
     "check_schedule",
     "check_topic",
 ]
@@ -81,3 +83,13 @@ def check_schedule(msg: Message) -> None:
             raise ConfigError("a lite message cannot be delayed or have a priority")
     if msg.deliver_time_ms is not None and msg.deliver_time_ms < 0:
         raise ConfigError(f"deliver_time_ms must be an epoch time in ms, got {msg.deliver_time_ms}")
+
+
+def check_retry_delay(seconds: object) -> float:
+    """A handler's retry delay (``Reconsume(delay=)``, ``nack(delay=)``): finite seconds
+    >= 0, else ``ConfigError``."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise ConfigError(f"retry delay {seconds!r}: seconds (a number >= 0) expected")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(f"retry delay {seconds!r}: seconds (a number >= 0) expected")
+    return float(seconds)

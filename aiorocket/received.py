@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from aiorocket._validate import check_retry_delay
 from aiorocket.message import MessageExt, MessageQueue
 
 __all__ = [
@@ -84,7 +85,8 @@ class Settler(Protocol):
 
     async def settle(self, msg: ConsumerMessage, delay_level: int | None) -> None:
         """``None``: consumed; else a failure: retry by ``delay_level`` (0: the
-        transport's policy; -1: straight to the dead-letter queue)."""
+        transport's policy; -1: straight to the dead-letter queue), or after
+        ``msg._retry_delay`` seconds when that is set (``retry_delay``)."""
 
     def dead_letters(self, msg: ConsumerMessage, delay_level: int) -> bool:
         """Whether failing ``msg`` now (with ``delay_level``) sends it to the
@@ -123,6 +125,10 @@ class ConsumerMessage(MessageExt):
     #: the exception a wrapper of the handler (FastStream's subscriber) caught and turned
     #: into a failure result: the dead-letter log names it, not the result
     _failure: Exception | None = None
+    #: seconds the failure being settled asks the message back after
+    #: (``Reconsume(delay=)``, ``nack(delay=)``); None: the transport's backoff. Set just
+    #: before the settle, read by the settler (``retry_delay``)
+    _retry_delay: float | None = None
 
     @property
     def settled(self) -> bool:
@@ -144,7 +150,12 @@ class ConsumerMessage(MessageExt):
         if self._settler is not None:
             await self._settler.settle(self, None)
 
-    async def nack(self, delay_level: int = 0) -> None:
+    async def nack(self, delay_level: int = 0, *, delay: float | None = None) -> None:
+        """Failed: back for a retry by ``delay_level``, or after ``delay`` seconds
+        (``Reconsume(delay=)`` says how each transport keeps it)."""
+        if delay is not None:
+            delay_level = 0
+            self._retry_delay = check_retry_delay(delay)
         if self._settler is not None:
             await self._settler.settle(self, delay_level)
 
@@ -171,6 +182,12 @@ class ConsumerMessage(MessageExt):
             await self.nack()
         # Cancellation and other BaseExceptions leave the message unsettled, so it is
         # redelivered rather than reported as a handler failure.
+
+    def _take_retry_delay(self) -> float | None:
+        """The retry delay of the failure being settled (read once: a local retry of
+        the same message starts without one)."""
+        delay, self._retry_delay = self._retry_delay, None
+        return delay
 
     def __repr__(self) -> str:
         state = "settled" if self._settled else "pending"

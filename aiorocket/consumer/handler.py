@@ -17,7 +17,7 @@ import anyio
 
 from aiorocket._failure_log import handler_failed, message_dead_lettered, msg_id_of
 from aiorocket._trace import CONSUME_EXCEPTION, CONSUME_FAILED, CONSUME_SUCCESS, CONSUME_TIME_OUT
-from aiorocket.results import HandlerResult, Reconsume, failure_delay_level
+from aiorocket.results import HandlerResult, Reconsume, failure_delay_level, retry_delay_of
 
 if TYPE_CHECKING:
     from aiorocket.consumer.state import ConsumerState
@@ -83,6 +83,8 @@ class Handler:
         try:
             result = await self.invoke(live)
         except Exception as exc:
+            for m in live:
+                m._retry_delay = None  # a raised failure takes the transport's backoff
             self.log_failure(pq, live[0], exc)
             if trace is not None and call is not None:
                 trace.after(call, CONSUME_EXCEPTION)
@@ -93,8 +95,12 @@ class Handler:
             if trace is not None and call is not None and live[0]._timed_out:
                 trace.after(call, CONSUME_TIME_OUT)
             raise
-        suspend = result.suspend if isinstance(result, Reconsume) else None
+        suspend = None
+        if isinstance(result, Reconsume):  # orderly: a delay in seconds is a suspend
+            suspend = result.suspend if result.suspend is not None else result.delay
         level = self.level_of(pq, live[0], result)
+        for m in live[1:]:
+            m._retry_delay = live[0]._retry_delay
         if trace is not None and call is not None:
             trace.after(call, CONSUME_SUCCESS if level is None else CONSUME_FAILED)
         return level, suspend
@@ -103,13 +109,16 @@ class Handler:
         self, pq: QueueView, first: ConsumerMessage, result: HandlerResult
     ) -> int | None:
         """The failure delay level of a handler's result; a result of the wrong type is a
-        failure of that handler call (logged), not of the worker and the other messages."""
+        failure of that handler call (logged), not of the worker and the other messages.
+        Notes on ``first`` the seconds it asks the message back after (settlers read it)."""
         default = self._state.config.retry_delay_level
+        first._retry_delay = None
         try:
             level = failure_delay_level(result, default)
         except TypeError as exc:
             self.log_failure(pq, first, exc)
             return default
+        first._retry_delay = retry_delay_of(result)
         if level is not None:
             cause = first._failure  # the exception a wrapper turned into this result
             self.log_if_last(first, f"handler returned {result!r}" if cause is None
@@ -117,6 +126,7 @@ class Handler:
         return level
 
     def log_failure(self, pq: QueueView, first: ConsumerMessage, exc: Exception) -> None:
+        first._retry_delay = None  # raised: the transport's backoff
         handler_failed(self._state.log, exc, attempt=first.reconsume_times + 1,
                        topic=first.topic, broker=pq.mq.broker_name, queue=pq.mq.queue_id,
                        offset=first.queue_offset, msg_id=msg_id_of(first))  # fmt: skip
@@ -131,6 +141,7 @@ class Handler:
                                   attempts=msg.reconsume_times + 1, error=error)  # fmt: skip
 
     def log_timeout(self, pq: QueueView, first: ConsumerMessage) -> None:
+        first._retry_delay = None
         self._state.log.warning(
             "consume_timeout",
             topic=pq.mq.topic,

@@ -24,6 +24,7 @@ from aiorocket.errors import (
     RocketMQError,
 )
 from aiorocket.namespace import wrap
+from aiorocket.results import delay_level_for
 
 if TYPE_CHECKING:
     from aiorocket.client.broker import BrokerClient
@@ -67,6 +68,11 @@ class RemotingSettler:
         if delay_level is None:
             self.finish(msg)
             return
+        delay = msg._take_retry_delay()
+        if delay is not None and delay_level >= 0:
+            # Seconds asked for: the shortest delay level of at least as long (the
+            # send-back has levels only), so it never comes back early.
+            delay_level = delay_level_for(delay)
         if msg._settled:
             return
         msg._settled = True

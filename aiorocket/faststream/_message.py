@@ -56,9 +56,11 @@ class RocketMessage(StreamMessage[ConsumerMessage]):
     ``reconsume_times``); ``headers`` are its user properties.
 
     * ``ack()``: consumed.
-    * ``nack(delay_level=None)``: retried by the group's retry policy (remoting: the
-      retry topic with the broker's backoff, or ``delay_level``; gRPC: the server's
-      policy), then the dead-letter queue after ``max_reconsume_times``.
+    * ``nack(delay_level=None, delay=None)``: retried by the group's retry policy
+      (remoting: the retry topic with the broker's backoff, or ``delay_level``; gRPC:
+      the server's policy), or after ``delay`` seconds (``Reconsume(delay=)``; so does
+      ``raise NackMessage(delay=5)``), then the dead-letter queue after
+      ``max_reconsume_times``.
     * ``reject()``: straight to the group's dead-letter queue (``Reconsume(-1)``).
     """
 
@@ -76,9 +78,12 @@ class RocketMessage(StreamMessage[ConsumerMessage]):
             await self._settle(None)
         await super().ack()
 
-    async def nack(self, delay_level: int | None = None) -> None:
+    async def nack(self, delay_level: int | None = None, delay: float | None = None) -> None:
         if self.committed is None:
-            await self._settle(False if delay_level is None else Reconsume(delay_level))
+            if delay is not None:
+                await self._settle(Reconsume(delay=delay))
+            else:
+                await self._settle(False if delay_level is None else Reconsume(delay_level))
         await super().nack()
 
     async def reject(self) -> None:
@@ -94,7 +99,7 @@ class RocketMessage(StreamMessage[ConsumerMessage]):
         if result is None:
             await raw.ack()
         elif isinstance(result, Reconsume):
-            await raw.nack(result.delay_level)
+            await raw.nack(result.delay_level, delay=result.delay)
         else:
             await raw.nack()
 

@@ -117,11 +117,15 @@ class PopSettler:
         if delay_level is None:
             self.finish(msg)
             return
+        delay = msg._take_retry_delay()
         if msg._settled or not isinstance(msg, PopMessage):
             return
         msg._settled = True
         dead = delay_level == -1 or msg.delivery_attempt >= self.max_attempts
-        nack = _Nack(msg, None if dead else self._backoff(msg.delivery_attempt))
+        if delay is None:
+            delay = self._backoff(msg.delivery_attempt)
+        # the asked-for seconds are the invisible time itself: back exactly then
+        nack = _Nack(msg, None if dead else delay)
         try:
             await self._nack(nack, TRIES)
         except RocketMQError as err:
