@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import struct
-from collections.abc import Callable, Coroutine
+import weakref
+from collections.abc import Callable, Coroutine, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import anyio.abc
@@ -41,7 +42,7 @@ FAKE_BROKER_VERSION = 513
 class ServerSession:
     """One accepted client connection, as seen by the fake server's handler."""
 
-    def __init__(self, stream: anyio.abc.SocketStream, version: int = FAKE_BROKER_VERSION) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream, version: int = FAKE_BROKER_VERSION) -> None:
         self.stream = stream
         #: the release every answer says the server runs (a broker's ``version`` field)
         self.version = version
@@ -94,6 +95,14 @@ async def echo_handler(session: ServerSession, cmd: RemotingCommand) -> None:
 class FakeRemotingServer:
     """``async with FakeRemotingServer(handler) as server:`` listens on ``server.address``."""
 
+    #: the servers running, by address: an in-memory network (aiorocket.testing.sim's
+    #: ``memnet``) connects a client to one without a socket
+    live: ClassVar[weakref.WeakValueDictionary[str, FakeRemotingServer]] = (
+        weakref.WeakValueDictionary()
+    )
+    #: while set, servers open no listener and take their ports from it (in memory only)
+    memory_ports: ClassVar[Iterator[int] | None] = None
+
     def __init__(
         self, handler: ServerHandler = echo_handler, *, version: int = FAKE_BROKER_VERSION
     ) -> None:
@@ -106,14 +115,29 @@ class FakeRemotingServer:
         self.address = ""
 
     async def __aenter__(self) -> FakeRemotingServer:
+        self._tg = anyio.create_task_group()
+        if FakeRemotingServer.memory_ports is not None:
+            # no socket: reached through serve_stream only, at an address that is the
+            # same in every process (a simulated run's seed replays its addresses too)
+            self.address = f"127.0.0.1:{next(FakeRemotingServer.memory_ports)}"
+            await self._tg.__aenter__()
+            FakeRemotingServer.live[self.address] = self
+            return self
         listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
         self._listener = listener
         self.address = f"127.0.0.1:{port}"
-        self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(listener.serve, self._serve_client)
+        FakeRemotingServer.live[self.address] = self
         return self
+
+    def serve_stream(self, stream: anyio.abc.ByteStream) -> None:
+        """Serve a client connected through ``stream`` (one end of an in-memory pair) as
+        one accepted on the listener."""
+        if self._tg is None:
+            raise anyio.ClosedResourceError("the server is not running")
+        self._tg.start_soon(self._serve_client, stream)
 
     async def __aexit__(
         self,
@@ -121,7 +145,9 @@ class FakeRemotingServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        assert self._tg is not None and self._listener is not None
+        assert self._tg is not None
+        if FakeRemotingServer.live.get(self.address) is self:
+            del FakeRemotingServer.live[self.address]
         self._tg.cancel_scope.cancel()
         try:
             await self._tg.__aexit__(None, None, None)
@@ -130,9 +156,10 @@ class FakeRemotingServer:
             with anyio.CancelScope(shield=True):
                 for session in self.sessions:
                     await session.stream.aclose()
-                await self._listener.aclose()
+                if self._listener is not None:
+                    await self._listener.aclose()
 
-    async def _serve_client(self, stream: anyio.abc.SocketStream) -> None:
+    async def _serve_client(self, stream: anyio.abc.ByteStream) -> None:
         session = ServerSession(stream, self.version)
         self.sessions.append(session)
         decoder = FrameDecoder()

@@ -1,7 +1,8 @@
 """Run one seed: draw its schedule, run its workload, check the history.
 
 Remoting workloads run on trio with ``MockClock(autojump_threshold=0)``: virtual time,
-so invisible times of seconds cost nothing and time-dependent behaviour replays. The
+so invisible times of seconds cost nothing and time-dependent behaviour replays; their
+connections are in memory (``memnet``), so a seed replays whatever the machine's load. The
 gRPC ones run on asyncio (the Proxy fake is grpclib) in real time.
 """
 
@@ -54,6 +55,8 @@ def _on_trio(workload: Callable[..., Awaitable[None]]) -> Callable[..., Any]:
         import trio
         from trio.testing import MockClock
 
+        from aiorocket.testing.sim.memnet import in_memory_network
+
         clock = MockClock(autojump_threshold=0)
         history = History(clock.current_time)
         # trio shuffles each batch of runnable tasks with its own Random, seeded once per
@@ -61,17 +64,27 @@ def _on_trio(workload: Callable[..., Awaitable[None]]) -> Callable[..., Any]:
         shuffler = getattr(getattr(trio, "_core", None), "_run", None)
         if isinstance(getattr(shuffler, "_r", None), random.Random):
             shuffler._r.seed(f"trio:{schedule.workload}:{schedule.seed}")  # type: ignore[union-attr]
+        # and shuffles it from the tasks' creation order (as under Hypothesis), not from
+        # the order they woke in: timers due at the same instant wake in the order of
+        # their cancel scopes' memory addresses, which differ from process to process
+        ordered = getattr(shuffler, "_ALLOW_DETERMINISTIC_SCHEDULING", None)
+        if ordered is not None:
+            shuffler._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[union-attr]
         # The client reads time.monotonic() for deadlines and due times (renewals, ack
         # retries, consume timeouts): in a run it must read the virtual clock too.
         real = time.monotonic
         time.monotonic = clock.current_time
         try:
-            trio.run(workload, schedule, history, handler, clock=clock)
+            # no socket: with nothing in flight the autojump cannot race an answer
+            with in_memory_network():
+                trio.run(workload, schedule, history, handler, clock=clock)
         except Exception as exc:
             exc.sim_history = history  # type: ignore[attr-defined]  # checked all the same
             raise
         finally:
             time.monotonic = real
+            if ordered is not None:
+                shuffler._ALLOW_DETERMINISTIC_SCHEDULING = ordered  # type: ignore[union-attr]
         return history
 
     return go
