@@ -67,6 +67,7 @@ class WorkerPool:
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
         self._slots: list[TimeoutSlot] = []  # one per worker (its handler call)
+        self._outer: anyio.abc.TaskGroup | None = None  # the watchdog's, while running
 
     # -- Delivery ------------------------------------------------------------------
 
@@ -95,7 +96,21 @@ class WorkerPool:
                     await pq.wait_changed()
 
     async def release(self, pqs: list[ProcessQueue]) -> None:
-        pass
+        """Revoked queues whose handlers outlived ``quiesce``: until those calls end
+        (``consume_timeout`` bounds them) the queue is not started again here, else
+        its messages would be pulled again and handled beside the running calls."""
+        outer = self._outer
+        for pq in pqs:
+            if pq.running and outer is not None:
+                self._state.finishing[pq.mq] = pq
+                outer.start_soon(self._finish_revoked, pq)
+
+    async def _finish_revoked(self, pq: ProcessQueue) -> None:
+        try:
+            while pq.running:
+                await pq.wait_changed()
+        finally:  # cancelled too (the consumer closes): nothing is started then
+            self._state.let_go(self._state.finishing, pq)
 
     def stop(self) -> list[ConsumerMessage]:
         return close_and_take(self.queue)
@@ -141,6 +156,7 @@ class WorkerPool:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 async with anyio.create_task_group() as outer:
+                    self._outer = outer
                     outer.start_soon(self._timeouts.run)
                     async with anyio.create_task_group() as workers:
                         for slot in slots:
@@ -148,6 +164,7 @@ class WorkerPool:
                         task_status.started()
                     outer.cancel_scope.cancel()  # every worker returned: stop the watchdog
         finally:
+            self._outer = None
             if self._done is not None:
                 self._done.set()
 

@@ -259,12 +259,7 @@ class Orderly:
                 if self._locks is not None:
                     await self._locks.unlock([pq.mq])
         finally:
-            if state.releasing.get(pq.mq) is pq:
-                del state.releasing[pq.mq]
-            if pq.mq in state.wanted_back:
-                state.wanted_back.discard(pq.mq)
-                if not state.closing:
-                    state.request_rebalance()  # assigned to us again meanwhile: start it now
+            state.let_go(state.releasing, pq)
 
 
 def _always(pq: QueueView) -> bool:

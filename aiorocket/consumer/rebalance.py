@@ -374,7 +374,7 @@ class Rebalancer:
         changes = plan(state.process_queues, targets)
         removed = [state.process_queues[mq] for mq in changes.revoke]
         added = list(changes.add)
-        if state.releasing and added:
+        if (state.releasing or state.finishing) and added:
             added = self._not_releasing(added)
         self._pending_locks = False
         if state.resume_floors:
@@ -451,12 +451,12 @@ class Rebalancer:
         consume loop must not start beside it. They start in the pass their release
         triggers."""
         state = self._state
-        held = [mq for mq in added if mq in state.releasing]
+        held = [mq for mq in added if state.waits_for(mq)]
         if not held:
             return added
         state.wanted_back.update(held)
         state.log.info("assignment_waits_for_release", queues=[str(mq) for mq in held])
-        return [mq for mq in added if mq not in state.releasing]
+        return [mq for mq in added if not state.waits_for(mq)]
 
     async def _start_offsets(self, mqs: list[MessageQueue]) -> dict[MessageQueue, tuple[int, bool]]:
         """Start offset of each queue and whether it is stored; a failed queue is left out.

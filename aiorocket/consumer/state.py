@@ -73,7 +73,12 @@ class ConsumerState:
         #: orderly queues revoked while a handler ran: their broker locks are kept (and
         #: renewed) until it has finished, and a re-assignment waits for that.
         self.releasing: dict[MessageQueue, ProcessQueue] = {}
-        #: queues of ``releasing`` assigned to us again meanwhile: rebalance at release.
+        #: queues revoked while their handlers ran (concurrent consumption, no lock):
+        #: a re-assignment waits for those handlers, so that this member does not pull
+        #: and handle a message again while its first call still runs.
+        self.finishing: dict[MessageQueue, ProcessQueue] = {}
+        #: queues of ``releasing`` or ``finishing`` assigned to us again meanwhile:
+        #: rebalance at release.
         self.wanted_back: set[MessageQueue] = set()
         limit = config.pull_threshold_for_all
         #: the cap on all queues' cached messages, shared by their ProcessQueues.
@@ -131,6 +136,21 @@ class ConsumerState:
             await pq.wait_room(self.config)
         elif self.cache_budget is not None:
             await self.cache_budget.wait_room()
+
+    def waits_for(self, mq: MessageQueue) -> bool:
+        """Whether a revoked ``mq``'s handlers still run (orderly or concurrent)."""
+        return mq in self.releasing or mq in self.finishing
+
+    def let_go(self, held: dict[MessageQueue, ProcessQueue], pq: ProcessQueue) -> None:
+        """A revoked queue's last handler ended: forget ``pq`` in ``held``
+        (``releasing`` or ``finishing``); if it was assigned to us again meanwhile,
+        rebalance now to start it."""
+        if held.get(pq.mq) is pq:
+            del held[pq.mq]
+        if pq.mq in self.wanted_back:
+            self.wanted_back.discard(pq.mq)
+            if not self.closing:
+                self.request_rebalance()
 
     def held_queues(self) -> list[ProcessQueue]:
         """The queues whose broker locks we keep: owned ones and revoked ones still

@@ -388,3 +388,34 @@ async def test_a_failure_on_a_dropped_queue_is_not_sent_back() -> None:
             while h.pq.running:
                 await h.pq.wait_changed()
     assert h.sent_back == []
+
+
+async def test_a_revoked_queue_waits_for_its_running_handler_before_it_is_taken_again() -> None:
+    """A queue revoked while a handler runs past the revoke's quiesce is not started
+    again by this member until that call ends: pulled again at once, its message would
+    be handled a second time beside the first call (the simulator's pull_remoting seed
+    68: a broker crash while a handler hung, the broker back before consume_timeout).
+    The rebalance then starts it (wanted back meanwhile)."""
+    started = anyio.Event()
+    go_on = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        started.set()
+        await go_on.wait()
+
+    async with workers(handle, shutdown_timeout=0.05) as h:
+        h.feed(1)
+        with anyio.fail_after(10):
+            await started.wait()
+        h.pq.drop()
+        await h.pool.quiesce([h.pq])  # gives up after shutdown_timeout: the call runs on
+        del h.state.process_queues[MQ]
+        await h.pool.release([h.pq])
+        assert h.pq.running == 1
+        assert h.state.waits_for(MQ)  # a rebalance leaves it out (_not_releasing)
+        h.state.wanted_back.add(MQ)  # assigned to us again meanwhile
+        go_on.set()
+        with anyio.fail_after(10):
+            await h.state.rebalance_wanted.wait()  # the pass that starts it again
+        assert not h.state.waits_for(MQ)
+        assert MQ not in h.state.wanted_back
