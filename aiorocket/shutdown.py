@@ -60,6 +60,9 @@ async def stop_on_signals(*signals: signal.Signals) -> AsyncIterator[Stop]:
     handlers)."""
     wanted = signals or DEFAULT_SIGNALS
     stop = Stop()
+    #: the block's own exception, raised after the task group: it would wrap it in an
+    #: ExceptionGroup, and the code around expects what the block raised
+    raised: BaseException | None = None
     async with anyio.create_task_group() as tg:
 
         async def watch(*, task_status: anyio.abc.TaskStatus[None]) -> None:
@@ -73,5 +76,11 @@ async def stop_on_signals(*signals: signal.Signals) -> AsyncIterator[Stop]:
         await tg.start(watch)
         try:
             yield stop
+        except anyio.get_cancelled_exc_class():
+            raise  # ours (a signal: stops at the group) or from outside (goes on)
+        except BaseException as exc:
+            raised = exc
         finally:
             tg.cancel_scope.cancel()  # the block ended: stop watching
+    if raised is not None:
+        raise raised

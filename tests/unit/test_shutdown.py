@@ -27,3 +27,24 @@ async def test_a_block_that_ends_by_itself_was_not_stopped() -> None:
     async with stop_on_signals() as stop:
         await anyio.lowlevel.checkpoint()
     assert stop.signum is None
+
+
+class AppError(Exception):
+    pass
+
+
+async def test_the_blocks_own_exception_comes_out_as_raised() -> None:
+    """Not wrapped in an ExceptionGroup (before: the task group watching the signals
+    wrapped it, so ``except AppError`` around the block missed it)."""
+    with pytest.raises(AppError, match="mine"):
+        async with stop_on_signals(signal.SIGUSR1):
+            raise AppError("mine")
+
+
+async def test_an_outer_cancellation_still_cancels() -> None:
+    with anyio.CancelScope() as outer:
+        async with stop_on_signals(signal.SIGUSR1) as stop:
+            outer.cancel()
+            await anyio.sleep_forever()
+        raise AssertionError("the outer cancellation stopped at the block")  # pragma: no cover
+    assert outer.cancelled_caught and stop.signum is None
