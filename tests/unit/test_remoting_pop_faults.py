@@ -11,7 +11,9 @@ from typing import Any
 import anyio
 import pytest
 
+from aiorocket.client.pop import ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
+from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.message_codec import SYSFLAG_COMPRESSED
 from aiorocket.protocol.store_record import encode_stored_message
@@ -115,6 +117,57 @@ async def test_an_undecodable_record_whose_dead_lettering_times_out_is_not_acked
             await anyio.sleep(0.02)
     assert 1 not in broker.acked
     assert not [e for e in logs if e["event"] == "undecodable_message"]
+
+
+class RefusingAckBroker(PopBroker):
+    """A broker that answers the first ``refusals`` acks of offset 1 (the record that
+    cannot be decoded) SYSTEM_ERROR (retriable)."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.refusals = refusals
+        self.refused = 0
+        #: offsets made visible again at once (CHANGE_MESSAGE_INVISIBLETIME 0)
+        self.released: list[int] = []
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        ext = cmd.ext_fields
+        if cmd.code == CHANGE_MESSAGE_INVISIBLETIME and ext["invisibleTime"] == "0":
+            self.released.append(int(ext["offset"]))
+        if cmd.code == ACK_MESSAGE and ext["offset"] == "1" and self.refusals:
+            self.refusals -= 1
+            self.refused += 1
+            await session.send(RemotingCommand.response_to(cmd, ResponseCode.SYSTEM_ERROR, "busy"))
+            return
+        await super().handle(session, cmd)
+
+
+async def test_an_undecodable_record_whose_ack_is_refused_is_acked_on_a_retry() -> None:
+    # Before: the refused ack was logged and dropped; the dead-lettered record stayed
+    # invisible, came back and was dead-lettered a second time (simulator seed 211).
+    broker = RefusingAckBroker(refusals=2)
+    with_poison(broker)
+    _, handled, _ = await consume_poisoned(broker, {0, 1, 2, 3})
+    assert sorted(handled) == [b"good-0", b"good-2", b"good-3"]
+    assert broker.refused == 2 and broker.sent_back == [1001]  # dead-lettered once
+
+
+async def test_an_undecodable_record_still_unacked_at_the_close_is_released() -> None:
+    # Before: the close left it invisible for its whole invisible time (simulator seeds
+    # 211 and 212: released_at_close).
+    broker = RefusingAckBroker(refusals=1_000)
+    with_poison(broker)
+
+    async def handle(msg: ConsumerMessage) -> None:
+        pass
+
+    cluster = FakeCluster({"broker-a": [broker]})
+    async with running(cluster), pop_consumer(cluster, handle):
+        with anyio.fail_after(10):
+            while not broker.refused or not {0, 2, 3} <= broker.acked:  # noqa: ASYNC110
+                await anyio.sleep(0.02)  # the fake broker's state: nothing to wait on
+    assert 1 not in broker.acked and broker.sent_back == [1001]
+    assert broker.released == [1]  # made visible again by the close
 
 
 @pytest.mark.parametrize("offset", [3, 7])

@@ -34,7 +34,10 @@ no longer fails its whole pop: the other messages are handed on, and the record 
 dead-lettered (or skipped) as the pull path does it (``aiorocket.consumer.undecodable``)
 and then acked, by the source's background task (``run``), so that the good messages
 wait for neither. A dead-lettering that cannot reach the broker leaves the record: it
-comes back after its invisible time.
+comes back after its invisible time. An ack the broker refused (retriable) is tried
+again every ``UNDECODABLE_ACK_RETRY`` s; the close tries the acks still owed once more,
+then makes visible again at once what is left unsettled (owed acks, records not
+dead-lettered yet): a second copy in the DLQ rather than a record held past the close.
 
 Orderly (``orderly=True``): pops ask for order (``order=true``): the broker hands out a
 queue's messages to one member at a time, the next ones only once those are acked (its
@@ -43,6 +46,7 @@ order lock per queue and group); each queue is delivered in order, one at a time
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -83,6 +87,11 @@ POP_DELAYS = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 180
 _DEFAULT_RETRY_MAX = 16
 #: the first and the longest pause after a pop answered at once with nothing (seconds)
 IDLE_BACKOFF, MAX_IDLE_BACKOFF = 0.1, 3.0
+#: seconds between the tries of an undecodable record's ack the broker refused
+UNDECODABLE_ACK_RETRY = 1.0
+
+#: an ack owed: (address, topic, receipt handle, lite topic)
+_Owed = tuple[str, str, str, str | None]
 
 
 class RemotingSource:
@@ -135,6 +144,8 @@ class RemotingSource:
         #: popped records that could not be decoded, to settle: (address, topic, record)
         self._undecodable: list[tuple[str, str, PoppedUndecodable]] = []
         self._undecodable_added: anyio.Event | None = None
+        #: undecodable records dead-lettered (or skipped) whose ack is still owed
+        self._owed: list[_Owed] = []
         self._opened = False
 
     @property
@@ -194,7 +205,10 @@ class RemotingSource:
         if not self._opened:
             return
         self._opened = False
-        with anyio.move_on_after(self.state.config.request_timeout * 2, shield=True):
+        bound = self.state.config.request_timeout * 2
+        with anyio.move_on_after(bound, shield=True):
+            await self._let_go_undecodable()
+        with anyio.move_on_after(bound, shield=True):
             await self._membership.unregister()
         await self.client.__aexit__(None, None, None)
 
@@ -407,12 +421,12 @@ class RemotingSource:
                 self._undecodable_added.set()
 
     async def _settle_undecodable(self) -> None:
-        """Settle the undecodable records receives set aside, until cancelled (what is
-        left then comes back after its invisible time)."""
+        """Settle the undecodable records receives set aside and retry the acks owed,
+        until cancelled (the close lets go of what is left: ``_let_go_undecodable``)."""
         while True:
             self._undecodable_added = added = anyio.Event()
             while self._undecodable:
-                addr, topic, bad = self._undecodable.pop(0)
+                addr, topic, bad = self._undecodable[0]  # cancelled here: the close's
                 try:
                     await self._settle_one(addr, topic, bad)
                 except RocketMQError as err:  # the broker unreachable: it comes back
@@ -420,7 +434,43 @@ class RemotingSource:
                         "undecodable_not_settled", topic=topic, offset=bad.record.queue_offset,
                         error=str(err),
                     )  # fmt: skip
-            await added.wait()
+                self._undecodable.pop(0)
+            await self._ack_owed()
+            with anyio.move_on_after(UNDECODABLE_ACK_RETRY if self._owed else math.inf):
+                await added.wait()
+
+    async def _ack_owed(self) -> None:
+        """One try of each ack owed; a refusal for good is dropped (the record comes
+        back after its invisible time), a retriable one kept for the next try."""
+        for owed in list(self._owed):
+            addr, topic, handle, lite_topic = owed
+            try:
+                await self.requests.ack(addr, self.group, topic, handle, lite_topic=lite_topic)
+            except RocketMQError as err:
+                self.state.log.warning("undecodable_ack_failed", topic=topic,
+                                       retriable=err.retriable, error=str(err))  # fmt: skip
+                if err.retriable:
+                    continue
+            self._owed.remove(owed)
+
+    async def _let_go_undecodable(self) -> None:
+        """At the close: the acks owed get a last try; what is still unsettled then is
+        made visible again at once (a member dead-letters it again: a second copy in the
+        DLQ rather than a record held invisible past the close)."""
+        await self._ack_owed()
+        left = self._owed + [
+            (addr, topic, bad.receipt_handle, bad.record.properties.get(PROPERTY_LITE_TOPIC))
+            for addr, topic, bad in self._undecodable
+            if bad.receipt_handle is not None
+        ]
+        self._owed, self._undecodable = [], []
+        for addr, topic, handle, lite_topic in left:
+            try:
+                await self.requests.change_invisible_time(
+                    addr, self.group, topic, handle, 0, lite_topic=lite_topic
+                )
+            except RocketMQError as err:  # it comes back after its invisible time
+                self.state.log.warning("undecodable_not_released", topic=topic, error=str(err))
 
     async def _settle_one(self, addr: str, topic: str, bad: PoppedUndecodable) -> None:
         """Dead-letter (or skip) one undecodable record, as the pull path does, then ack
@@ -446,7 +496,6 @@ class RemotingSource:
             self.state, log, record, topic, record.queue_id, CheckPoint.parse(handle).broker_name,
             forward,
         )
-        # Failed (raised), the record comes back and is dead-lettered again: a second
+        # Owed, then acked by ``_ack_owed`` (retried; released at the close): a second
         # copy in the DLQ rather than none. A lite record's ack names its lite topic.
-        await self.requests.ack(addr, self.group, topic, handle,
-                                lite_topic=record.properties.get(PROPERTY_LITE_TOPIC))  # fmt: skip
+        self._owed.append((addr, topic, handle, record.properties.get(PROPERTY_LITE_TOPIC)))
