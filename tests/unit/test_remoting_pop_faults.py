@@ -5,6 +5,7 @@ answer every pop at once with nothing. Issue 38, items 3 and 8.
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 
@@ -263,3 +264,33 @@ async def test_messages_below_their_check_point_start_are_handled_and_acked() ->
     assert dict(broker.deliveries) == {0: 1, 1: 1, 2: 1}
     outside = [e for e in logs if e["event"] == "pop_ack_outside_check_point"]
     assert sorted((e["offset"], e["check_point_start"]) for e in outside) == [(0, 2), (1, 2)]
+
+
+class _Unreachable(PopBroker):
+    """A broker the route still names (the NameServer keeps a stopped broker for up to
+    two minutes) but nothing listens at."""
+
+    @property
+    def addr(self) -> str:
+        with socket.socket() as s:  # a port just freed: refused
+            s.bind(("127.0.0.1", 0))
+            return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+async def test_a_pop_consumer_starts_while_a_broker_of_its_topic_is_down() -> None:
+    # Before: the start's release check (RocketMQ 4.x has no POP) connected to every
+    # broker of the route and failed the start on the one that is down, where the
+    # heartbeats that precede it only log; the consumer could not start until the
+    # NameServer dropped the broker.
+    broker = PopBroker()
+    broker.add(0, b"m0")
+    handled = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.set()
+
+    cluster = FakeCluster({"broker-a": [broker], "broker-b": [_Unreachable()]})
+    async with running(FakeCluster({"broker-a": [broker]})), cluster.namesrv:
+        async with pop_consumer(cluster, handle):
+            with anyio.fail_after(10):
+                await handled.wait()

@@ -173,9 +173,13 @@ class RemotingSource:
             await self._membership.send_heartbeats(starting=True)
             # An older broker (RocketMQ 4.x for POP) fails the start, once, instead of
             # each pop failing and backing off for good. The heartbeats' answers told
-            # each broker's release.
+            # each broker's release; one they did not reach (down: the NameServer names
+            # a stopped broker for up to 2 min) is not waited for here, nor does it fail
+            # the start: its heartbeat failure is logged, and its pops back off.
+            reached = set(self.client.pool.addresses)
             for _topic, _name, addr in self._targets():
-                await self.client.broker.require(addr, self.feature)
+                if addr in reached:
+                    await self.client.broker.require(addr, self.feature)
             self.server_max_attempts = await self._group_max_attempts()
         except BaseException:
             await self.close()
