@@ -290,7 +290,7 @@ async def test_a_pop_consumer_starts_while_a_broker_of_its_topic_is_down() -> No
         handled.set()
 
     cluster = FakeCluster({"broker-a": [broker], "broker-b": [_Unreachable()]})
-    async with running(FakeCluster({"broker-a": [broker]})), cluster.namesrv:
-        async with pop_consumer(cluster, handle):
-            with anyio.fail_after(10):
-                await handled.wait()
+    up = FakeCluster({"broker-a": [broker]})  # runs broker-a; ``cluster`` routes both
+    async with running(up), cluster.namesrv, pop_consumer(cluster, handle):
+        with anyio.fail_after(10):
+            await handled.wait()
