@@ -44,6 +44,7 @@ __all__ = [
     "TraceSender",
     "Tracer",
     "check_trace_settings",
+    "check_trace_transport",
     "decode",
     "end_transaction",
     "pub",
@@ -198,6 +199,16 @@ def check_trace_settings(trace: object, topic: str) -> None:
     if not isinstance(trace, bool):
         raise ConfigError(f"trace must be True or False, got {trace!r}")
     check_topic(topic)
+
+
+def check_trace_transport(trace: bool, topic: str, transport: str) -> None:
+    """Over gRPC the trace topic must be the user's: the Proxy refuses system topics
+    ("cannot access system topic"), so every trace send would fail."""
+    if trace and transport == "grpc" and topic.startswith("RMQ_SYS_"):
+        raise ConfigError(
+            f"trace_topic {topic!r} is a system topic, which the Proxy refuses: over gRPC "
+            "trace to a topic of your own (trace_topic=...; docs/trace.md)"
+        )
 
 
 class TraceSender(Protocol):

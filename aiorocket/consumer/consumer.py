@@ -17,7 +17,7 @@ import anyio
 
 from aiorocket._log import get_logger
 from aiorocket._settings import apply_settings, check_group
-from aiorocket._trace import Tracer
+from aiorocket._trace import Tracer, check_trace_transport
 from aiorocket._transport import Transport, choose_transport
 from aiorocket._validate import check_topic
 from aiorocket.client.instance import ClientInstance, make_client_id
@@ -195,6 +195,7 @@ class Consumer:
         # (over gRPC the session wraps every name it sends: aiorocket.grpc).
         wire_group = wrap(cfg.namespace, group) if self.transport == "remoting" else group
         self._state = ConsumerState(wire_group, cfg, get_logger("consumer", group=wire_group))
+        check_trace_transport(cfg.trace, cfg.trace_topic, self.transport)
         if cfg.trace:
             self._state.tracer = Tracer(group, cfg.trace_topic)
             self._state.trace = HandlerTrace(self._state.tracer, group)

@@ -20,7 +20,7 @@ import anyio.abc
 
 from aiorocket._log import get_logger
 from aiorocket._settings import apply_settings, check_group
-from aiorocket._trace import Tracer
+from aiorocket._trace import Tracer, check_trace_transport
 from aiorocket._transport import Transport, choose_transport
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.namesrv import namesrv_addrs
@@ -131,6 +131,7 @@ class Producer:
         self.group = group
         self.config = cfg
         self.log = get_logger("producer", group=group)
+        check_trace_transport(cfg.trace, cfg.trace_topic, self.transport)
         #: the message trace (``trace=True``; aiorocket._trace): its counters, e.g. ``dropped``
         self.tracer: Tracer | None = Tracer(group, cfg.trace_topic) if cfg.trace else None
         self._trace = None if self.tracer is None else SendTrace(self.tracer, group)

@@ -175,3 +175,19 @@ async def test_failed_trace_sends_warn_once_per_interval() -> None:
     warnings = [e for e in logs if e["event"] == "trace_send_failed"
                 and e["log_level"] == "warning"]  # fmt: skip
     assert len(warnings) == 1, warnings
+
+
+def test_a_system_trace_topic_over_grpc_is_a_config_error() -> None:
+    """The Proxy refuses system topics: over gRPC the default trace topic would fail
+    every trace send (before: accepted, each batch failed and was counted)."""
+    from aiorocket.consumer import Consumer
+    from aiorocket.errors import ConfigError
+    from aiorocket.producer import Producer
+
+    with pytest.raises(ConfigError, match="system topic"):
+        Producer("p", proxy="127.0.0.1:8081", trace=True)
+    with pytest.raises(ConfigError, match="system topic"):
+        Consumer("g", proxy="127.0.0.1:8081", handler=lambda m: None, trace=True)
+    Producer("p", proxy="127.0.0.1:8081", trace=True, trace_topic="app-trace")
+    Producer("p", "127.0.0.1:9876", trace=True)  # remoting: the broker's trace topic
+    Producer("p", proxy="127.0.0.1:8081")  # no trace: the topic does not matter
