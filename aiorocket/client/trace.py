@@ -9,11 +9,12 @@ trace messages are plain, not transactional: nobody asks this group anything).
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Sequence
 
 from aiorocket._unique_id import create_unique_id
 from aiorocket.client.instance import ClientInstance
-from aiorocket.errors import NoRouteError, RocketMQError
+from aiorocket.errors import NoRouteError, RocketMQError, TopicNotExistError
 from aiorocket.message import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, PROPERTY_WAIT_STORE_MSG_OK
 from aiorocket.protocol.message_codec import encode_properties
 
@@ -21,6 +22,9 @@ __all__ = ["TRACE_PRODUCER_GROUP", "RemotingTraceSender"]
 
 #: the group named in the send requests (Java: ``_INNER_TRACE_PRODUCER-<group>-...``)
 TRACE_PRODUCER_GROUP = "_INNER_TRACE_PRODUCER"
+#: seconds a trace topic the NameServer does not know is not asked for again: every
+#: batch would ask (up to hundreds a second under load), each failing the same way
+MISSING_TOPIC_RECHECK = 30.0
 
 
 class RemotingTraceSender:
@@ -30,10 +34,21 @@ class RemotingTraceSender:
         self._client = client
         self._group = f"{TRACE_PRODUCER_GROUP}-{group}"
         self._turn = itertools.count()
+        #: a missing trace topic: until when it is not asked for again, and the answer
+        self._missing: tuple[float, TopicNotExistError] | None = None
 
     async def send_trace(self, topic: str, body: bytes, keys: Sequence[str]) -> None:
         client = self._client
-        route = await client.namesrv.get_route(topic)
+        if self._missing is not None:
+            until, err = self._missing
+            if time.monotonic() < until:
+                raise err
+            self._missing = None
+        try:
+            route = await client.namesrv.get_route(topic)
+        except TopicNotExistError as err:
+            self._missing = (time.monotonic() + MISSING_TOPIC_RECHECK, err)
+            raise
         queues = route.write_queues()
         if not queues:
             client.namesrv.forget(topic)  # asked again next time

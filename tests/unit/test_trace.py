@@ -191,3 +191,21 @@ def test_a_system_trace_topic_over_grpc_is_a_config_error() -> None:
     Producer("p", proxy="127.0.0.1:8081", trace=True, trace_topic="app-trace")
     Producer("p", "127.0.0.1:9876", trace=True)  # remoting: the broker's trace topic
     Producer("p", proxy="127.0.0.1:8081")  # no trace: the topic does not matter
+
+
+async def test_a_missing_trace_topic_is_not_asked_for_at_every_batch() -> None:
+    """Over remoting a trace topic the NameServer does not know fails every batch: the
+    sender asks again only after a while (before: one route query per batch)."""
+    from aiorocket.client.instance import ClientInstance
+    from aiorocket.client.trace import RemotingTraceSender
+    from aiorocket.errors import TopicNotExistError
+    from tests.unit.consumer_fakes import FakeCluster, running
+
+    async with running(FakeCluster({})) as cluster, ClientInstance(
+        cluster.namesrv.address
+    ) as client:  # fmt: skip
+        sender = RemotingTraceSender(client, "g")
+        for _ in range(10):
+            with pytest.raises(TopicNotExistError):
+                await sender.send_trace("no-such-trace-topic", b"x", ["k"])
+    assert cluster.route_queries == 1
