@@ -220,6 +220,9 @@ class PopMessage(ConsumerMessage):
     #: waiting for a retry: kept renewed though settled), ACK_SENDING (in a request: no
     #: renewal may start, it would replace the handle the request names)
     _ack_state: int = 0
+    #: copies of it the server delivered again while it was in hand, settled by its
+    #: outcome (``aiorocket.consumer.pop.in_hand``); None: none
+    _copies: list[PopMessage] | None = None
 
     @property
     def message_id(self) -> str:

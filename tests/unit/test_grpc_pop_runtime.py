@@ -19,6 +19,7 @@ pytest.importorskip("grpclib")
 from aiorocket._log import get_logger
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.backend import PopBackend
+from aiorocket.consumer.dispatch import WorkerPool
 from aiorocket.consumer.pop import receiver as receiver_module
 from aiorocket.consumer.pop import settler as settler_module
 from aiorocket.consumer.pop.acks import AckBatcher
@@ -318,3 +319,103 @@ async def test_a_new_connection_ends_the_receive_backoff(
                 await handled.wait()
             assert anyio.current_time() - started < 5  # not the 30 s backoff
             assert receiver.failures == 0
+
+
+def _copy(i: int, handle: str) -> pb.Message:
+    """Message ``i`` delivered again (the Proxy released it: NotifyClientTermination)."""
+    msg = _message(i)
+    msg.system_properties.receipt_handle = handle
+    msg.system_properties.delivery_attempt = 2
+    return msg
+
+
+async def _redelivered_while_in_hand(
+    proxy: FakeProxy, outcome: Any, **settings: Any
+) -> tuple[Consumer, list[int], anyio.Event]:
+    """A consumer whose handler of ``rh0`` waits for the returned event (the test sets
+    it), then returns ``outcome(msg)``; started, with the handler running."""
+    calls: list[int] = []
+    started, go = anyio.Event(), anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        calls.append(msg.reconsume_times)
+        started.set()
+        await go.wait()
+        await outcome(msg)
+
+    consumer = _one_message_consumer(proxy, handle, **settings)
+    await consumer.__aenter__()
+    with anyio.fail_after(10):
+        await started.wait()
+    return consumer, calls, go
+
+
+async def _copy_arrives(proxy: FakeProxy, runtime: PopRuntime) -> None:
+    proxy.messages = [_copy(0, "rh0b")]
+    with anyio.fail_after(10):
+        while runtime.budget.count < 2:  # noqa: ASYNC110 - the copy counted: no event
+            await anyio.sleep(0.005)
+
+
+async def _ok(msg: ConsumerMessage) -> None:
+    pass
+
+
+async def test_a_message_delivered_again_while_its_handler_runs_is_not_handled_twice() -> None:
+    """The Proxy hands out again a message whose handler still runs (it released it:
+    the consumer's NotifyClientTermination after a broken receive, simulator grpc_receive
+    seed 0): the copy is not dispatched while the call runs; the call's success acks
+    the copy's handle (the old one is stale after the release), and nothing is left in
+    the cache. Before, the copy was handled at the same time as the first call."""
+    async with FakeProxy() as proxy:
+        consumer, calls, go = await _redelivered_while_in_hand(proxy, _ok)
+        try:
+            runtime = _runtime(consumer)
+            await _copy_arrives(proxy, runtime)
+            # dispatched, the copy would be queued for a worker or running by now
+            assert isinstance(runtime.delivery, WorkerPool)
+            assert calls == [0] and not runtime.delivery.queue
+            go.set()
+            with anyio.fail_after(10):  # the acks answered to the client: no event
+                while runtime.acks.acked < 2:  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+            assert sorted(proxy.acked) == ["rh0", "rh0b"]
+            assert calls == [0]
+            assert (runtime.budget.count, runtime.renewer.holding, len(runtime.in_hand)) == (
+                0, 0, 0)  # fmt: skip
+        finally:
+            await consumer.__aexit__(None, None, None)
+    assert proxy.invisible_changes == []
+
+
+async def test_a_copy_delivered_while_its_handler_runs_takes_the_retry_path_when_it_fails() -> None:
+    """As above, and the call fails: the copy's handle gets the retry's invisible time
+    (the old handle's nack is ignored by the Proxy), the message handled once."""
+    async with FakeProxy() as proxy:
+        consumer, calls, go = await _redelivered_while_in_hand(proxy, _fail)
+        try:
+            runtime = _runtime(consumer)
+            await _copy_arrives(proxy, runtime)
+            go.set()
+            with anyio.fail_after(10):
+                while runtime.budget.count:  # noqa: ASYNC110 - both settled: no event
+                    await anyio.sleep(0.005)
+            assert calls == [0]
+        finally:
+            await consumer.__aexit__(None, None, None)
+    changes = dict(proxy.invisible_changes)
+    assert set(changes) == {"rh0", "rh0b"} and changes["rh0b"] > 0
+    assert proxy.acked == []
+
+
+async def test_the_close_releases_a_copy_with_the_message_whose_handler_it_cut() -> None:
+    """The close cuts the handler of a message delivered again meanwhile: both handles
+    are made visible again at once, none acked."""
+    async with FakeProxy() as proxy:
+        consumer, calls, _ = await _redelivered_while_in_hand(proxy, _ok, shutdown_timeout=0.1)
+        try:
+            await _copy_arrives(proxy, _runtime(consumer))
+        finally:
+            await consumer.__aexit__(None, None, None)
+    assert calls == [0] and proxy.acked == []
+    assert sorted(proxy.invisible_changes) == [("rh0", 0.0), ("rh0b", 0.0)]

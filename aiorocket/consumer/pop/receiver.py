@@ -5,7 +5,8 @@ Each of a few receive loops asks for a batch only while the consumer's cache bud
 room, so slow handlers stop the consumer from popping more (messages that would sit
 invisible to the rest of the group) instead of growing memory. A received batch is
 held by the renewer at once, split by ``PopQueue``
-and delivered to the strategy.
+and delivered to the strategy, but for copies of messages still in hand
+(``aiorocket.consumer.pop.in_hand``).
 
 A failed receive backs off (``receive_backoff``, shared by the loops) until the next
 attempt, or until the source's connection is new (``PopSource.new_connection``): then
@@ -33,6 +34,7 @@ from aiorocket.received import ConsumerMessage, PopMessage
 if TYPE_CHECKING:
     from aiorocket._log import Logger
     from aiorocket.consumer.delivery import Delivery
+    from aiorocket.consumer.pop.in_hand import InHand
     from aiorocket.consumer.pop.queue import PopQueue, PopQueues
     from aiorocket.consumer.pop.renewer import Renewer
     from aiorocket.consumer.pop.source import PopSource
@@ -60,6 +62,8 @@ class Receiver:
         The cache budget the receives wait on.
     renewer:
         Holds every received message until it is settled.
+    in_hand:
+        Keeps a copy of a message in hand from being dispatched (``in_hand``).
     settler:
         Every received message's settler.
     delivery:
@@ -78,6 +82,7 @@ class Receiver:
         queues: PopQueues,
         budget: CacheBudget,
         renewer: Renewer,
+        in_hand: InHand,
         settler: Settler,
         delivery: Delivery,
         log: Logger,
@@ -89,6 +94,7 @@ class Receiver:
         self._queues = queues
         self._budget = budget
         self._renewer = renewer
+        self._in_hand = in_hand
         self._settler = settler
         self._delivery = delivery
         self._log = log
@@ -129,19 +135,24 @@ class Receiver:
         self._renewer.renews = not self._source.server_renews
         self._renewer.hold(messages, received_at)
         settler = self._settler
-        split: dict[int, tuple[PopQueue, bool, list[PopMessage]]] = {}
+        admit = self._in_hand.admit
+        split: dict[int, tuple[PopQueue, bool, list[PopMessage], list[PopMessage]]] = {}
         for msg in messages:
             msg._settler = settler
             pq, new = self._queues.queue_of(msg)
             msg._pq = pq
             entry = split.get(id(pq))
             if entry is None:
-                split[id(pq)] = (pq, new, [msg])
-            else:
-                entry[2].append(msg)
+                entry = split[id(pq)] = (pq, new, [], [])
+            # A copy of a message in hand is counted and held, not dispatched (in_hand).
+            (entry[2] if admit(msg) else entry[3]).append(msg)
         delivery = self._delivery
-        for pq, new, msgs in split.values():
-            pq.on_received(msgs)
+        for pq, new, msgs, copies in split.values():
+            pq.on_received(msgs + copies if copies else msgs)
             if new:
                 delivery.start_queue(pq)
-            delivery.deliver(pq, list[ConsumerMessage](msgs))
+            if copies:
+                self._log.info("redelivered_in_hand", topic=pq.mq.topic, n=len(copies),
+                               msg_ids=[m.message_id for m in copies][:8])  # fmt: skip
+            if msgs:
+                delivery.deliver(pq, list[ConsumerMessage](msgs))

@@ -28,6 +28,8 @@ Rules:
 * a renewal replaces the receipt handle: anything else that uses the handle (ack, nack,
   dead-letter) waits for a renewal in flight (``PopMessage.renewed``), and the ack
   request that follows a renewal carries its new handle;
+* a message delivered again while in hand (``aiorocket.consumer.pop.in_hand``) is held
+  but no longer renewed: its handle is stale, its copies' are renewed;
 * a renewal the server refuses for good (the handle is no longer valid: the message was
   redelivered meanwhile) *loses* the message: it is settled locally without an ack and
   counted (``lost``), since it is now someone else's; a transient failure is retried at
@@ -164,6 +166,7 @@ class Renewer:
         started = time.monotonic()
         due: list[PopMessage] = []
         sending: list[PopMessage] = []
+        superseded: list[PopMessage] = []
         held = self._held
         batch_of = self._batch_of
         while held and held[0][0] <= started + self.margin:
@@ -172,11 +175,14 @@ class Renewer:
                 self._empty -= 1
             for m in batch:
                 batch_of.pop(m, None)  # out of its batch while renewed
-                if _renewable(m):
+                if m._copies and not m._settled:
+                    superseded.append(m)  # its handle is stale: the copies' are renewed
+                elif _renewable(m):
                     due.append(m)
                 elif m._ack_state:
                     sending.append(m)  # its ack is in a request: held, due again at once
         self._push(started, sending)
+        self.hold(superseded, started)  # still held: the close releases it
         if not due:
             return
         if not self.renews:

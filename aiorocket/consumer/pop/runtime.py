@@ -45,6 +45,7 @@ import anyio
 from aiorocket._tasks import BackgroundTasks
 from aiorocket.consumer.delivery import DeliveryFactory, DeliveryParts
 from aiorocket.consumer.pop.acks import AckBatcher
+from aiorocket.consumer.pop.in_hand import InHand
 from aiorocket.consumer.pop.lite import LiteAction
 from aiorocket.consumer.pop.queue import PopQueues
 from aiorocket.consumer.pop.receiver import Receiver
@@ -110,6 +111,7 @@ class PopRuntime:
         self.acks: AckBatcher
         self.renewer: Renewer
         self.receiver: Receiver
+        self.in_hand: InHand
         self.fifo = False
         #: the started runtime's parts, unwound by the close (aiorocket._tasks)
         self._stack: AsyncExitStack | None = None
@@ -191,9 +193,16 @@ class PopRuntime:
                 state=state, settler=self.settler, ordered=self.fifo, commits=None, locks=None
             )
         )
+        in_hand = self.in_hand = InHand()
+        forget = self.renewer.forget
+
+        def settled(msg: PopMessage) -> None:
+            in_hand.settled(msg)
+            forget(msg)
+
         self.receiver = Receiver(
-            source, PopQueues(self.budget, fifo=self.fifo, on_settled=self.renewer.forget),
-            self.budget, self.renewer,
+            source, PopQueues(self.budget, fifo=self.fifo, on_settled=settled),
+            self.budget, self.renewer, in_hand,
             self.settler, self.delivery, state.log,
             batch_size=cfg.pull_batch_size, invisible=cfg.invisible_duration,
         )  # fmt: skip
@@ -292,7 +301,9 @@ class PopRuntime:
         held = self.renewer.held()
         if self._threads is None:
             return held
-        busy = {id(m) for m in self._threads.still_running()}
+        running = [m for m in self._threads.still_running() if isinstance(m, PopMessage)]
+        # and its copies delivered again meanwhile (in_hand): the same message
+        busy = {id(m) for m in running} | {id(c) for m in running for c in m._copies or ()}
         left = [m for m in held if id(m) not in busy]
         if len(left) < len(held):
             self.state.log.warning(

@@ -13,7 +13,9 @@ consumer's are in ``aiorocket.consumer.settle``).
   the backoff; remoting: ``suspend_current_queue_time``),
   kept invisible meanwhile by the renewer, and dead-lettered at max attempts;
 * released (never handed out, or its handler cancelled by the close): made visible
-  again at once (invisible duration 0), so another member takes it without waiting.
+  again at once (invisible duration 0), so another member takes it without waiting;
+* a copy delivered again while its message was in hand (``in_hand``) follows that
+  message's outcome: acked with its success or dead-lettering, retried with its failure.
 
 A request that fails with a retriable error is tried again (``TRIES`` times, backing
 off): the Proxy renews an auto-renewed message until it is acked or its invisible time
@@ -110,6 +112,8 @@ class PopSettler:
         msg._settled = True
         assert isinstance(msg, PopMessage)
         self._acks.add(msg)
+        if msg._copies:
+            self._ack_copies(msg)
         pq = msg._pq
         return pq is not None and pq.on_done(msg, 0)
 
@@ -120,7 +124,19 @@ class PopSettler:
         delay = msg._take_retry_delay()
         if msg._settled or not isinstance(msg, PopMessage):
             return
+        await self._fail(msg, delay_level, delay)
+
+    async def _fail(self, msg: PopMessage, delay_level: int, delay: float | None) -> None:
         msg._settled = True
+        copies, msg._copies = msg._copies, None
+        try:
+            await self._settle_failed(msg, delay_level, delay)
+        finally:
+            for copy in copies or ():  # delivered again while in hand: each its own retry
+                if not copy._settled:
+                    await self._fail(copy, delay_level, delay)
+
+    async def _settle_failed(self, msg: PopMessage, delay_level: int, delay: float | None) -> None:
         dead = delay_level == -1 or msg.delivery_attempt >= self.max_attempts
         if delay is None:
             delay = self._backoff(msg.delivery_attempt)
@@ -140,6 +156,13 @@ class PopSettler:
             self._later(nack, None)
             raise
         _done(msg)
+
+    def _ack_copies(self, msg: PopMessage) -> None:
+        """``msg`` succeeded or is dead-lettered: its copies delivered again while it
+        was in hand are acked too (``in_hand``: its own handle is stale by then)."""
+        copies, msg._copies = msg._copies, None
+        for copy in copies or ():
+            self.finish(copy)
 
     @property
     def backlog(self) -> int:
@@ -221,6 +244,8 @@ class PopSettler:
             if raise_unreachable:
                 raise
             return False
+        if msg._copies:
+            self._ack_copies(msg)
         return True
 
     async def release(self, messages: list[PopMessage], timeout: float) -> int:

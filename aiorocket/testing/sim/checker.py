@@ -116,7 +116,7 @@ def acked_after_success(history: History, bounds: Bounds) -> list[Violation]:
 def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
     """Every delivery the client received is handed to the application, released,
     dead-lettered or settled within ``bounds.hand_on`` (or by a close), or kept
-    invisible by the client's own renewals."""
+    invisible by the client's own renewals, or joins a call of it already running."""
     out = []
     closes, end = _closes(history), _end(history)
     for key, events in _by_key(history).items():
@@ -131,8 +131,15 @@ def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
             revived = [e.at for e in events if e.kind == "revived" and e.at > d.at]
             kept = [e for e in events if e.kind == "renewed"
                     and d.at <= e.at <= min([limit, *revived])]  # fmt: skip
-            if not kept and not any(e.kind in ("handler_start", "released", "dead_lettered",
-                                               "acked") for e in window):  # fmt: skip
+            # a copy delivered while a call of the message runs joins that call (it is
+            # settled by its outcome: aiorocket.consumer.pop.in_hand)
+            before = events[: next(i for i, e in enumerate(events) if e is d)]
+            in_call = (sum(e.kind == "handler_start" for e in before)
+                       > sum(e.kind == "handler_end" for e in before))  # fmt: skip
+            if not kept and not in_call and not any(
+                e.kind in ("handler_start", "released", "dead_lettered", "acked")
+                for e in window
+            ):
                 out.append(Violation("received_handed_on", key,
                                      f"delivered at {d.at:.2f}, not handed on, released "
                                      f"nor settled within {bounds.hand_on}s"))  # fmt: skip
