@@ -12,7 +12,7 @@ import json
 import anyio
 import pytest
 
-from aiorocket.client.lite import LITE_SUBSCRIPTION_CTL, NOTIFY_UNSUBSCRIBE_LITE
+from aiorocket.client.lite import LITE_SUBSCRIPTION_CTL, NOTIFY_UNSUBSCRIBE_LITE, POP_LITE_MESSAGE
 from aiorocket.consumer import Consumer
 from aiorocket.consumer.pop import lite as lite_mod
 from aiorocket.errors import BrokerResponseError, LiteQuotaExceededError, RocketMQError
@@ -170,3 +170,61 @@ async def test_an_unsubscribe_notice_during_the_subscription_wins(
                 await broker.resynced.wait()
         assert consumer.lite_topics == {"hall"}
     assert broker.complete_adds[1:] and all("room" not in s for s in broker.complete_adds)
+
+
+def _action(cmd: RemotingCommand) -> str:
+    return str(json.loads(cmd.body)["subscriptionSet"][0]["action"])
+
+
+class ParkingBroker(FakeLiteBroker):
+    """Parks every lite pop (as a long poll with nothing to hand out) and, as 5.5.0
+    does, pops nothing for one whose connection closed before it woke; holds the
+    close's COMPLETE_REMOVE until ``answer_remove`` is set."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.parked = anyio.Event()
+        self.poll_session: ServerSession | None = None
+        self.removing = anyio.Event()
+        self.answer_remove = anyio.Event()
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.code == POP_LITE_MESSAGE:
+            self.poll_session = session
+            self.parked.set()
+            with anyio.move_on_after(int(cmd.ext_fields["pollTime"]) / 1000):
+                while not self.events:
+                    await self._offered.wait()
+            if session.closed:
+                return  # the channel is no longer active: nothing popped, no answer
+        elif cmd.code == LITE_SUBSCRIPTION_CTL and _action(cmd) == "COMPLETE_REMOVE":
+            self.removing.set()
+            await self.answer_remove.wait()
+        await super().handle(session, cmd)
+
+
+async def test_a_long_poll_cut_by_the_close_is_not_answered_while_the_close_unsubscribes() -> None:
+    """A lite pop parked at the broker when the close begins: the close hangs up the
+    connection it is on before it unsubscribes, so a message that comes while a slow
+    COMPLETE_REMOVE is answered is not popped for a client that no longer reads (it
+    stayed invisible for the invisible time: the simulator's lite_remoting seeds 114
+    and 126)."""
+    broker = ParkingBroker("broker-a")
+    async with running(FakeCluster({"broker-a": [broker]})) as cluster:
+        consumer = Consumer("g", cluster.namesrv.address, handler=nothing, bind_topic=TOPIC,
+                            long_poll_timeout=20, request_timeout=1.0)  # fmt: skip
+        await consumer.subscribe_lite("room")
+
+        async def message_during_the_unsubscribe() -> None:
+            with anyio.fail_after(10):
+                await broker.removing.wait()
+            session = broker.poll_session
+            assert session is not None and session.closed  # hung up before the remove
+            broker.add_lite("room", b"late")
+            broker.answer_remove.set()
+
+        async with anyio.create_task_group() as tg, consumer:
+            with anyio.fail_after(10):
+                await broker.parked.wait()
+            tg.start_soon(message_during_the_unsubscribe)
+        assert broker.in_flight == set()  # not popped: it stays visible to the group

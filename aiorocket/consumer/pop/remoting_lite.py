@@ -204,7 +204,7 @@ class LiteRemotingSource(RemotingSource):
         if not brokers:
             raise NoRouteError(f"no readable queue of {self.lite.bind_topic!r} has a master")
         broker_name, addr = self._least_polled(brokers, lambda b: b[1])
-        result = await self._polled(addr, lambda: self.lite_requests.pop_lite(
+        result = await self._polled(addr, addr, lambda: self.lite_requests.pop_lite(
             addr, client_id=self.client_id, group=self.group, topic=self.lite.bind_topic,
             broker_name=broker_name, max_nums=max_messages,
             invisible_ms=int(invisible * 1000), poll_ms=self._poll_ms,

@@ -264,7 +264,7 @@ class RemotingSource:
         target = self._least_polled(targets, lambda t: t)
         topic, broker_name, addr = target
         sub = self.state.subscriptions[topic]
-        result = await self._polled(target, lambda: self.requests.pop(
+        result = await self._polled(target, addr, lambda: self.requests.pop(
             addr, self.group, topic, broker_name, max_nums=max_messages,
             invisible_ms=int(invisible * 1000), poll_ms=self._poll_ms,
             init_mode=self._init_mode, expression=sub.expression,
@@ -289,12 +289,18 @@ class RemotingSource:
         turns = (options[(self._rr + i) % n] for i in range(n))
         return min(turns, key=lambda o: self._polling[key(o)])
 
-    async def _polled(self, key: object, pop: Callable[[], Awaitable[PopResult]]) -> PopResult:
-        """``pop()`` of ``key`` (counted in flight), and the pause after an answer that
-        came at once with nothing (see the module docstring)."""
+    async def _polled(self, key: object, addr: str,
+                      pop: Callable[[], Awaitable[PopResult]]) -> PopResult:  # fmt: skip
+        """``pop()`` of ``key`` at ``addr`` (counted in flight), and the pause after an
+        answer that came at once with nothing (see the module docstring)."""
         with self._in_flight(key):
             started = time.monotonic()
-            result = await pop()
+            try:
+                result = await pop()
+            except anyio.get_cancelled_exc_class():
+                if self.state.closing:
+                    await self._hang_up(addr)
+                raise
             held = time.monotonic() - started >= self._poll_ms / 2000
             if result.messages or result.undecodable or (held and not result.polling_full):
                 self._idle.pop(key, None)
@@ -306,6 +312,16 @@ class RemotingSource:
                                     polling_full=result.polling_full)  # fmt: skip
             await anyio.sleep(min(MAX_IDLE_BACKOFF, IDLE_BACKOFF * 2 ** (idle - 1)))
         return result
+
+    async def _hang_up(self, addr: str) -> None:
+        """A long poll cut by the close: close the connection it is on, so the broker,
+        which checks a parked poll's channel when it wakes it, pops nothing for it. Left
+        open while the close acks, releases and unsubscribes (seconds, if a broker is
+        slow), the poll could be answered there, and its messages, never read, would
+        stay invisible until their invisible time ended. The close's next requests to
+        that broker open a new connection."""
+        with anyio.CancelScope(shield=True):
+            await self.client.pool.drop(addr)
 
     @contextmanager
     def _in_flight(self, key: object) -> Iterator[None]:

@@ -13,7 +13,8 @@ The close, in order (each network step shielded and bounded, so a cancelled clos
 still leaves nothing behind):
 
 1. stop receiving (a receive in flight is cancelled: what it popped comes back after
-   the invisible time);
+   the invisible time; over remoting the connection of a cut long poll is closed, so
+   the broker does not answer it while the close goes on);
 2. hand back what was queued but never started: made visible again at once; and
    meanwhile
 3. let running handlers finish within ``shutdown_timeout`` (graceful), then cancel
