@@ -20,7 +20,7 @@ GRPC_SEEDS = [*range(0, 12), 27, 31, 32, 34]
 FIFO_SEEDS = range(0, 10)
 PRODUCER_SEEDS = range(0, 16)
 #: lite topics over remoting (virtual time, about half a second each): on cce0824 seeds
-#: 0, 5 and 11 among them find issue 38 item 10, 21 and 22 item 9; on main before the
+#: 0, 5, 11 and 21 among them find issue 38 item 10, 22 item 9; on main before the
 #: close hung up its cut long polls, 114 and 126 left a late lite pop's messages invisible
 LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126]
 #: the pull consumer's shapes over remoting (virtual time, about a second each): on
