@@ -197,6 +197,8 @@ def grpc_source(
             state.undecodable_messages += 1
 
         session.on_undecodable = undecodable
+        pauses = state.pauses
+        session.receivable = lambda topic: not pauses.topic_paused(topic)
         return GrpcSource(session, state.log, lite)
 
     return make

@@ -395,6 +395,42 @@ class Consumer:
             raise ClientClosedError("start the consumer (async with) before iterating")
         return self._iterated.messages()
 
+    # -- pausing -----------------------------------------------------------------------
+
+    def pause(self, *targets: str | MessageQueue) -> None:
+        """Stop receiving ``targets``: subscribed topics or (pull consumption) queues;
+        with none, everything. Handlers running finish, messages already received are
+        still handled in order, nothing is lost; ``resume`` goes on from where it
+        stopped (``aiorocket.consumer.pauses``)."""
+        self._state.pauses.pause(self._checked_targets("pause", targets))
+
+    def resume(self, *targets: str | MessageQueue) -> None:
+        """Receive ``targets`` again; with none, everything paused."""
+        self._state.pauses.resume(self._checked_targets("resume", targets))
+
+    def paused(self) -> frozenset[str | MessageQueue]:
+        """What is paused: topics and queues (every subscribed topic after ``pause()``)."""
+        topics = app_subscriptions(self._state.config.namespace, self._state.subscriptions)
+        return self._state.pauses.paused(topics)
+
+    def _checked_targets(
+        self, what: str, targets: tuple[str | MessageQueue, ...]
+    ) -> tuple[str | MessageQueue, ...]:
+        """``targets`` if each is a subscribed topic or a queue of one, else ConfigError."""
+        topics = app_subscriptions(self._state.config.namespace, self._state.subscriptions)
+        for target in targets:
+            if isinstance(target, MessageQueue):
+                self._pull_only(f"{what}() of a queue ({what} its topic)")
+                topic = target.topic
+            elif isinstance(target, str):
+                topic = target
+            else:
+                raise ConfigError(f"{what}({target!r}): a topic name or a MessageQueue expected")
+            if topic not in topics:
+                raise ConfigError(f"{what}({target!r}): {topic!r} is not a subscribed topic "
+                                  f"(subscribed: {sorted(topics)})")  # fmt: skip
+        return targets
+
     # -- introspection -----------------------------------------------------------------
 
     @property

@@ -128,8 +128,11 @@ class Puller:
         slave_refused = False
         unknown_to_broker = False  # the last pull was refused for want of our heartbeat
         observers = state.pull_observers  # the list itself: observers added later count
+        pauses = state.pauses
         while not pq.dropped:
-            if pq.paused:
+            if pq.paused or pauses.queue_paused(pq.mq):
+                # Paused (PullConsumer.pause, Consumer.pause): a change of either wakes
+                # the queue; the next pull starts at the offset this one stopped at.
                 await pq.wait_changed()
                 continue
             if not state.has_room(pq):

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 
 from aiorocket._signal import Signal
 from aiorocket.consumer.offsets import ResumeFloors
+from aiorocket.consumer.pauses import Pauses
 from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
 from aiorocket.message import MessageQueue
+from aiorocket.namespace import unwrap
 from aiorocket.protocol.subscription import Subscription
 
 if TYPE_CHECKING:
@@ -99,6 +101,21 @@ class ConsumerState:
         self.rebalance_requested = False
         #: notified by request_rebalance(): the rebalance loop runs a pass at once.
         self.rebalance_wanted = Signal()
+        namespace = config.namespace
+        #: what the application paused (``Consumer.pause``); a change wakes every pull
+        #: task, which then asks it again
+        self.pauses = Pauses(lambda topic: unwrap(namespace, topic))
+        self.pauses.on_change.append(self._wake_queues)
+
+    def _wake_queues(self) -> None:
+        """A pause or resume: each pull task asks again. A pull in flight for a queue
+        now paused is cancelled (its answer would be delivered after the pause): the
+        queue's position did not move, so nothing is skipped; the resume pulls it."""
+        paused = self.pauses.queue_paused
+        for mq, pq in self.process_queues.items():
+            if pq.request_scope is not None and paused(mq):
+                pq.request_scope.cancel()
+            pq.notify()
 
     # -- assignment ------------------------------------------------------------------
 

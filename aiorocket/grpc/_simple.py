@@ -133,6 +133,8 @@ class SimpleConsumer:
         self._rr = itertools.count()
         #: receives under way per (topic, broker): see ``_pick``
         self._receiving: dict[tuple[str, str], int] = {}
+        #: whether a topic is received now (a push consumer's pauses); all are without
+        self.receivable: Callable[[str], bool] | None = None
         #: per (topic, broker): attempt ids of receives that got no message, for the
         #: next receives there (``_take_attempt``)
         self._attempts: dict[tuple[str, str], list[str]] = {}
@@ -253,6 +255,11 @@ class SimpleConsumer:
         await self._session_ready(timeout)
         n = next(self._rr)
         topics = list(self._subs)
+        receivable = self.receivable
+        if receivable is not None:
+            topics = [t for t in topics if receivable(t)]
+            if not topics:
+                return []  # all paused: the caller waits for a resume
         topic = topics[n % len(topics)]
         mq = self._pick(topic, await self._assignment(topic), n // len(topics))
         broker = mq.broker.name

@@ -24,10 +24,12 @@ first and keeps everything else.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING
 
 import anyio
 
+from aiorocket.consumer.pauses import Pauses
 from aiorocket.errors import RocketMQError
 from aiorocket.received import ConsumerMessage, PopMessage
 
@@ -74,6 +76,12 @@ class Receiver:
         Messages asked for per receive (1-32).
     invisible:
         The receives' invisible duration, in seconds.
+    pauses:
+        What the application paused (``Consumer.pause``).
+    topics:
+        The subscribed topics (a live view).
+    release:
+        Makes messages visible again at once (received for a topic paused meanwhile).
     """
 
     def __init__(
@@ -89,6 +97,9 @@ class Receiver:
         *,
         batch_size: int,
         invisible: float,
+        pauses: Pauses | None = None,
+        topics: Collection[str] = (),
+        release: Callable[[list[PopMessage]], Awaitable[object]] | None = None,
     ) -> None:
         self._source = source
         self._queues = queues
@@ -100,12 +111,21 @@ class Receiver:
         self._log = log
         self._batch_size = batch_size
         self._invisible = invisible
+        #: what the application paused, and the subscribed topics it is asked about
+        #: (the source skips paused topics; with all paused, the loops wait here)
+        self._pauses = Pauses() if pauses is None else pauses
+        self._topics = topics
+        self._release = release or _unreleased
         #: receives that failed in a row (any loop), for the backoff
         self.failures = 0
 
     async def run(self) -> None:
         """One receive loop, until cancelled."""
+        pauses, topics = self._pauses, self._topics
         while True:
+            if pauses.any and pauses.idle(topics):
+                await pauses.wait_changed()  # all paused (Consumer.pause): until a change
+                continue
             await self._budget.wait_room()
             connection = self._source.connection
             try:
@@ -114,6 +134,17 @@ class Receiver:
                 await self._failed(err, connection)
                 continue
             self.failures = 0
+            if received and pauses.any:
+                # Paused while the receive was in flight: its messages of paused topics
+                # are made visible again at once, not handed on (one whose release
+                # fails comes back after its invisible time).
+                held = [m for m in received if pauses.topic_paused(m.topic)]
+                if held:
+                    received = [m for m in received if not pauses.topic_paused(m.topic)]
+                    if received:
+                        self.hand_on(received, time.monotonic())
+                    await self._release(held)
+                    continue
             if received:
                 self.hand_on(received, time.monotonic())
 
@@ -156,3 +187,7 @@ class Receiver:
                                msg_ids=[m.message_id for m in copies][:8])  # fmt: skip
             if msgs:
                 delivery.deliver(pq, list[ConsumerMessage](msgs))
+
+
+async def _unreleased(messages: list[PopMessage]) -> None:
+    """No release given: the messages come back after their invisible time."""

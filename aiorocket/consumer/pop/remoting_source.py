@@ -242,9 +242,13 @@ class RemotingSource:
         return count
 
     def _targets(self) -> list[tuple[str, str, str]]:
-        """(topic, broker name, master address) of every readable subscribed topic."""
+        """(topic, broker name, master address) of every readable subscribed topic that
+        is not paused (``Consumer.pause``)."""
         out: list[tuple[str, str, str]] = []
+        paused = self.state.pauses.topic_paused
         for topic in self.state.subscriptions:
+            if paused(topic):
+                continue
             route = self.client.namesrv.cached_route(topic)
             if route is None:
                 continue
@@ -258,6 +262,8 @@ class RemotingSource:
     async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
         targets = self._targets()
         if not targets:
+            if self.state.pauses.any and self.state.pauses.idle(self.state.subscriptions):
+                return []  # paused meanwhile: the receiver waits for a resume
             raise NoRouteError(
                 f"no readable queue of {sorted(self.state.subscriptions)} has a master broker"
             )

@@ -206,6 +206,8 @@ class PopRuntime:
             self.budget, self.renewer, in_hand,
             self.settler, self.delivery, state.log,
             batch_size=cfg.pull_batch_size, invisible=cfg.invisible_duration,
+            pauses=state.pauses, topics=state.subscriptions.keys(),
+            release=lambda msgs: self.settler.release(msgs, bound),
         )  # fmt: skip
 
     async def _attach_lite(self) -> None:
