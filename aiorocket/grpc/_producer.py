@@ -7,8 +7,14 @@ topic; a ``SendResult`` carries the queue offset the Proxy reports but no queue
 (``queue_id`` -1, broker unknown).
 
 Retries follow the server's producer backoff policy (from the Telemetry settings):
-a failed attempt (Proxy unreachable, timed out, throttled or a server-side error) is
-retried ``retries`` times after the policy's delay, within the send's timeout. Requests
+a failed attempt (timed out, throttled or a server-side error) is retried ``retries``
+times after the policy's delay, within the send's timeout. An attempt that found the
+Proxy unreachable (``ProxyUnavailableError``: refused or reset, as while it restarts)
+is not counted: it is retried with the policy's growing delay (10 ms doubling to 1 s
+by the Proxy's defaults) until the send's timeout, so a send outlives a Proxy restart
+shorter than its timeout (``retries=0`` keeps one attempt). The Java 5.x client
+retries at once, ``maxAttempts`` in all, and backs off only when throttled: it gives
+up within milliseconds of a Proxy going down. Requests
 the Proxy rejects as invalid are not retried. Transactional half messages are never
 resent (as in the Java client).
 
@@ -38,6 +44,7 @@ from aiorocket.errors import (
     ClientClosedError,
     ConfigError,
     ProxyResponseError,
+    ProxyUnavailableError,
     RequestTimeoutError,
     RocketMQError,
 )
@@ -374,7 +381,7 @@ class GrpcProducer:
         await self._ensure_topic(topic)
         total = self.config.retries + 1 if attempts is None else attempts
         request = send_request(encode_message(o) for o in pbms)
-        attempt = 0
+        attempt = unreachable = 0
         while True:
             attempt += 1
             if attempt > 1 and wanted is not None:
@@ -398,9 +405,19 @@ class GrpcProducer:
                 if not resp.entries:
                     raise ProxyResponseError(0, "no send result", rpc="SendMessage")
             except RocketMQError as exc:
+                # The Proxy unreachable (a restart: refused, reset): it answered nothing,
+                # so the attempt does not count; back off until the send's deadline
+                # (unless the caller wants no resend: retries=0, a half message).
+                resend = attempts is None and self.config.retries > 0
+                if resend and isinstance(exc, ProxyUnavailableError):
+                    unreachable += 1
+                    total += 1
+                    step = unreachable
+                else:
+                    step = attempt - unreachable
                 if attempt >= total or not exc.retriable:
                     raise
-                pause = backoff_delays(self.session.retry_policy())(attempt)
+                pause = backoff_delays(self.session.retry_policy())(step)
                 if time.monotonic() + pause >= deadline:
                     raise
                 self.log.warning("send_retry", topic=topic, attempt=attempt, error=str(exc))

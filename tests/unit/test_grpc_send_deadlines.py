@@ -10,13 +10,15 @@ the fake Proxy, which records when each SendMessage request came and what it car
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 import pytest
 
 pytest.importorskip("grpclib")
 
-from aiorocket.errors import RequestTimeoutError
+from aiorocket.errors import ProxyUnavailableError, RequestTimeoutError
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.fake_grpc import FakeProxy
@@ -121,3 +123,47 @@ async def test_a_send_keeps_its_own_timeout_in_a_request_shared_with_a_shorter_o
         # x's message was in the request that was answered: stored (at-least-once: its
         # caller had given up), and sent once.
         assert sorted(m.body for m in proxy.sent) == [b"warm-up", b"x", b"y", b"z"]
+
+
+
+@asynccontextmanager
+async def _proxy_down(retries: int, auto_batch: bool) -> AsyncIterator[tuple[FakeProxy, Producer]]:
+    """A producer (5 s send timeout) that sent once, and its Proxy stopped since."""
+    async with FakeProxy() as proxy, Producer(
+        "pg", proxy=proxy.endpoint, send_timeout=5, retries=retries, shutdown_timeout=1,
+        auto_batch=auto_batch,
+    ) as producer:  # fmt: skip
+        await producer.send(Message("t", b"warm-up"))
+        await proxy.stop()
+        yield proxy, producer
+
+
+@pytest.mark.parametrize("auto_batch", [True, False])
+async def test_a_send_outlives_a_proxy_restart_shorter_than_its_timeout(auto_batch: bool) -> None:
+    """The Proxy goes away for 0.5 s while a send with 5 s left is made: attempts that
+    find it unreachable are not counted against ``retries`` and back off until the
+    Proxy is back; the send is stored once. Before, its 3 attempts (retries=2) failed
+    within ~30 ms with ProxyUnavailableError."""
+    async with _proxy_down(2, auto_batch) as (proxy, producer):
+        results: list[object] = []
+
+        async def send() -> None:
+            results.append(await producer.send(Message("t", b"during")))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send)
+            await anyio.sleep(0.5)  # the Proxy's down time (the fault, not a wait)
+            assert not results
+            await proxy.start()
+        assert len(results) == 1
+    assert [m.body for m in proxy.sent] == [b"warm-up", b"during"]
+
+
+async def test_a_send_with_no_retries_still_fails_at_once_when_the_proxy_is_down() -> None:
+    """``retries=0`` asks for one attempt: an unreachable Proxy fails it at once."""
+    async with _proxy_down(0, False) as (proxy, producer):
+        start = time.monotonic()
+        with pytest.raises(ProxyUnavailableError):
+            await producer.send(Message("t", b"during"))
+        assert time.monotonic() - start < 1.0
+        await proxy.start()
