@@ -50,6 +50,10 @@ def message() -> None:
     """Look messages up by id or key."""
 
 
+def _looks_like_a_message_id(text: str) -> bool:
+    return len(text) >= 16 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
 @message.command("get")
 @click.argument("msg_id", required=False)
 @click.option("--topic", "topic_name", help="The topic (needed for keys; narrows an id lookup).")
@@ -81,6 +85,11 @@ def message_get(
         fail("--key needs --topic", EXIT_USAGE)
     if key is None and (since or until):
         fail("--from and --until go with --key", EXIT_USAGE)
+    if msg_id is not None and not _looks_like_a_message_id(msg_id):
+        # Every id the brokers and clients make is hex (offset ids, UNIQ_KEY, the 5.x
+        # ids): anything else is a mistake, not a lookup in every topic's index.
+        fail(f"not a message id: {msg_id!r} (ids are hexadecimal; for a key: --key with "
+             "--topic)", EXIT_USAGE)  # fmt: skip
     begin = parse_time(since) if since else 0
     end = parse_time(until) if until else None
 
