@@ -106,6 +106,9 @@ class ConsumerConfig:
     pull_request_timeout: float = 30.0
     #: seconds a queue waits before pulling again after a failed pull.
     pull_backoff_on_error: float = 1.0
+    #: messages per second this consumer receives at most, all its topics together
+    #: (``aiorocket.consumer.rate``); None: no limit.
+    max_rate: float | None = None
     #: when a send-back fails, retry the message locally after this many seconds (Java: 5).
     local_retry_delay: float = 5.0
     #: timeout of other requests (routes, heartbeats, offsets, send-backs).
@@ -181,6 +184,8 @@ class ConsumerConfig:
             "request_timeout": self.request_timeout,
             "stall_warning_after": self.stall_warning_after,
         }
+        if self.max_rate is not None:
+            positive_floats["max_rate"] = self.max_rate
         check_positive_numbers(positive_floats)
         check_invisible_duration(self.invisible_duration)
         # The broker sweeps held pulls every 5 s, so a long poll can last that much longer.

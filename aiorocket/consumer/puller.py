@@ -129,6 +129,7 @@ class Puller:
         unknown_to_broker = False  # the last pull was refused for want of our heartbeat
         observers = state.pull_observers  # the list itself: observers added later count
         pauses = state.pauses
+        rate = state.rate
         while not pq.dropped:
             if pq.paused or pauses.queue_paused(pq.mq):
                 # Paused (PullConsumer.pause, Consumer.pause): a change of either wakes
@@ -145,6 +146,10 @@ class Puller:
             if needs_lock and not pq.locked:
                 await pq.wait_changed()
                 continue
+            if rate is not None:
+                await rate.ready()  # max_rate: wait for the bucket, then ask again
+                if pq.dropped or pq.paused or pauses.queue_paused(pq.mq):
+                    continue  # dropped or paused meanwhile
             if pq.offset_unverified and not await self._verify_offset(pq, log):
                 await anyio.sleep(cfg.pull_backoff_on_error)
                 continue
@@ -289,6 +294,8 @@ class Puller:
                     await anyio.sleep(cfg.pull_backoff_on_error)
                     continue
                 if accepted:
+                    if rate is not None:
+                        rate.take(len(accepted))
                     deliver(pq, accepted)
             elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
                 pq.tracker.add((), max(result.next_begin_offset, offset))

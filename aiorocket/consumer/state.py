@@ -16,6 +16,7 @@ from aiorocket._signal import Signal
 from aiorocket.consumer.offsets import ResumeFloors
 from aiorocket.consumer.pauses import Pauses
 from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
+from aiorocket.consumer.rate import RateLimit
 from aiorocket.message import MessageQueue
 from aiorocket.namespace import unwrap
 from aiorocket.protocol.subscription import Subscription
@@ -106,6 +107,8 @@ class ConsumerState:
         #: task, which then asks it again
         self.pauses = Pauses(lambda topic: unwrap(namespace, topic))
         self.pauses.on_change.append(self._wake_queues)
+        #: the consume rate limit (``max_rate``), shared by every receive loop
+        self.rate = None if config.max_rate is None else RateLimit(config.max_rate)
 
     def _wake_queues(self) -> None:
         """A pause or resume: each pull task asks again. A pull in flight for a queue

@@ -43,3 +43,4 @@ def test_a_change_calls_back() -> None:
     p.pause(["a"])
     p.resume(["a"])
     assert len(calls) == 2
+

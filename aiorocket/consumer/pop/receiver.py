@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from aiorocket.consumer.pop.renewer import Renewer
     from aiorocket.consumer.pop.source import PopSource
     from aiorocket.consumer.process_queue import CacheBudget
+    from aiorocket.consumer.rate import RateLimit
     from aiorocket.received import Settler
 
 __all__ = ["Receiver", "receive_backoff"]
@@ -82,6 +83,8 @@ class Receiver:
         The subscribed topics (a live view).
     release:
         Makes messages visible again at once (received for a topic paused meanwhile).
+    rate:
+        The consume rate limit (``max_rate``), None without one.
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class Receiver:
         pauses: Pauses | None = None,
         topics: Collection[str] = (),
         release: Callable[[list[PopMessage]], Awaitable[object]] | None = None,
+        rate: RateLimit | None = None,
     ) -> None:
         self._source = source
         self._queues = queues
@@ -116,6 +120,7 @@ class Receiver:
         self._pauses = Pauses() if pauses is None else pauses
         self._topics = topics
         self._release = release or _unreleased
+        self._rate = rate
         #: receives that failed in a row (any loop), for the backoff
         self.failures = 0
 
@@ -127,6 +132,8 @@ class Receiver:
                 await pauses.wait_changed()  # all paused (Consumer.pause): until a change
                 continue
             await self._budget.wait_room()
+            if self._rate is not None:
+                await self._rate.ready()  # max_rate
             connection = self._source.connection
             try:
                 received = await self._source.receive(self._batch_size, self._invisible)
@@ -134,6 +141,8 @@ class Receiver:
                 await self._failed(err, connection)
                 continue
             self.failures = 0
+            if received and self._rate is not None:
+                self._rate.take(len(received))
             if received and pauses.any:
                 # Paused while the receive was in flight: its messages of paused topics
                 # are made visible again at once, not handed on (one whose release

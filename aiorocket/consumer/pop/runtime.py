@@ -207,7 +207,7 @@ class PopRuntime:
             self.settler, self.delivery, state.log,
             batch_size=cfg.pull_batch_size, invisible=cfg.invisible_duration,
             pauses=state.pauses, topics=state.subscriptions.keys(),
-            release=lambda msgs: self.settler.release(msgs, bound),
+            release=lambda msgs: self.settler.release(msgs, bound), rate=state.rate,
         )  # fmt: skip
 
     async def _attach_lite(self) -> None:
