@@ -40,6 +40,7 @@ from aiorocket.errors import ConfigError
 __all__ = [
     "DEFAULT_REGION",
     "TRACE_TOPIC",
+    "CallTrace",
     "TraceRecord",
     "TraceSender",
     "Tracer",
@@ -82,6 +83,17 @@ class TraceRecord:
 
     text: str
     keys: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class CallTrace:
+    """One traced consumption (a handler call, or a message an ``async for`` loop was
+    handed): its request id, start (``time.monotonic``) and traced messages (id, keys),
+    kept until its ``SubAfter``."""
+
+    request_id: str
+    began: float
+    messages: list[tuple[str, list[str]]]
 
 
 def _keys(msg_id: str, keys: Sequence[str]) -> tuple[str, ...]:

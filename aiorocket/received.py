@@ -20,12 +20,15 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
 from aiorocket._validate import check_retry_delay
 from aiorocket.message import MessageExt, MessageQueue
+
+if TYPE_CHECKING:
+    from aiorocket._trace import CallTrace
 
 __all__ = [
     "ConsumerMessage",
@@ -129,6 +132,9 @@ class ConsumerMessage(MessageExt):
     #: (``Reconsume(delay=)``, ``nack(delay=)``); None: the transport's backoff. Set just
     #: before the settle, read by the settler (``retry_delay``)
     _retry_delay: float | None = None
+    #: trace=True, ``async for``: the trace of its handing to the loop, until the
+    #: application settles it (its ``SubAfter``; ``aiorocket.consumer.trace``)
+    _trace: CallTrace | None = None
 
     @property
     def settled(self) -> bool:

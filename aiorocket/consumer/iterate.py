@@ -2,6 +2,8 @@
 
 The iterator replaces the handler workers: it settles a message when the loop asks for
 the next one, so the body's success is the ack, with no task or callback per message.
+With ``trace=True`` each message handed to a loop is a ``SubBefore`` and its settling a
+``SubAfter`` (``aiorocket.consumer.trace``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import anyio.abc
 import anyio.lowlevel
 
 from aiorocket.consumer.dispatch import WorkItem, close_and_take
+from aiorocket.consumer.trace import TracedSettler
 from aiorocket.consumer.work_queue import WorkQueue
 from aiorocket.received import ConsumerMessage
 
@@ -41,7 +44,11 @@ class Iterated:
 
     def __init__(self, state: ConsumerState, settler: Settler) -> None:
         self._state = state
-        self._settler = settler
+        trace = state.trace
+        #: settles the loop's messages; with trace=True wrapped to write each one's
+        #: SubAfter, and set on every message delivered (``ack``/``nack`` go through it)
+        self._settler: Settler = settler if trace is None else TracedSettler(settler, trace)
+        self._retag = trace is not None
         #: messages not yet yielded (and those a closed iterator released)
         self.queue: WorkQueue[WorkItem] = WorkQueue()
 
@@ -51,6 +58,10 @@ class Iterated:
         queue = self.queue
         if self._state.closing or queue.closed:
             return  # unsettled: never committed, so redelivered
+        if self._retag:
+            settler = self._settler
+            for msg in messages:
+                msg._settler = settler
         queue.put_many(messages)
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
@@ -89,6 +100,7 @@ class Iterated:
         finish = self._settler.finish
         pop_nowait = queue.pop_nowait
         countdown = _BURST
+        trace = self._state.trace
         try:
             while True:
                 if previous is not None:
@@ -112,6 +124,8 @@ class Iterated:
                 if not item.current():
                     continue
                 previous = item
+                if trace is not None:
+                    trace.handed(item)  # its SubBefore; the settle writes its SubAfter
                 yield item
         finally:
             if previous is not None and not previous._held and not previous._settled:

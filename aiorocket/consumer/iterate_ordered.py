@@ -91,8 +91,9 @@ class OrderedIterated(Iterated):
     def deliver(self, pq: QueueView, messages: list[ConsumerMessage]) -> None:
         if self._state.closing or self.queue.closed:
             return  # unsettled: released at the close
+        settler = self._settler  # ``_in_place``, traced when tracing (Iterated)
         for msg in messages:
-            msg._settler = self._in_place
+            msg._settler = settler
         pq.buffer.extend(messages)
         self._next(pq)
 

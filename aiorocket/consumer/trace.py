@@ -1,38 +1,50 @@
 """A consumer's trace records (``aiorocket._trace``): a ``SubBefore`` per message handed
-to the handler and a ``SubAfter`` per message once the call ended, the same from both
-transports (``Handler.call`` records them: worker pools and orderly consumption).
+to the application and a ``SubAfter`` per message once it is consumed, the same from both
+transports:
+
+* a handler call (``Handler.call`` records it: worker pools and orderly consumption):
+  ``SubBefore`` when the call starts, ``SubAfter`` when it ends;
+* ``async for msg in consumer`` (``Iterated``, ordered or not): ``SubBefore`` when the
+  loop is handed the message, ``SubAfter`` when the application settles it (the loop
+  asks for the next one, ``ack``, ``nack``, ``async with msg``), through a
+  ``TracedSettler``.
 
 The outcome codes are Java's ``ConsumeReturnType``: SUCCESS, FAILED (the handler said
-so), EXCEPTION (it raised), TIME_OUT (``consume_timeout`` cut it). A call cut by a close
-has no outcome (its message is handed back, not settled): no ``SubAfter``. Messages a
-broker marks ``TRACE_ON=false`` are not traced (as Java).
+so, or ``nack``), EXCEPTION (the handler raised), TIME_OUT (``consume_timeout`` cut it).
+A message handed back unsettled (a call cut by a close, a message the loop left and
+released) has no outcome: no ``SubAfter``. Messages a broker marks ``TRACE_ON=false``
+are not traced (as Java).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiorocket._failure_log import msg_id_of
-from aiorocket._trace import DEFAULT_REGION, Tracer, now_ms, request_id, sub_after, sub_before
+from aiorocket._trace import (
+    CONSUME_FAILED,
+    CONSUME_SUCCESS,
+    DEFAULT_REGION,
+    CallTrace,
+    Tracer,
+    now_ms,
+    request_id,
+    sub_after,
+    sub_before,
+)
 from aiorocket.message import PROPERTY_KEYS
 from aiorocket.received import ConsumerMessage
 
-__all__ = ["CallTrace", "HandlerTrace"]
+if TYPE_CHECKING:
+    from aiorocket.received import Settler
+
+__all__ = ["CallTrace", "HandlerTrace", "TracedSettler"]
 
 #: the broker's region and trace switch, in each stored message's properties
 PROPERTY_MSG_REGION = "MSG_REGION"
 PROPERTY_TRACE_SWITCH = "TRACE_ON"
-
-
-@dataclass(slots=True)
-class CallTrace:
-    """One traced handler call: its request id, start and traced messages."""
-
-    request_id: str
-    began: float
-    messages: list[tuple[str, list[str]]]
 
 
 def _id(msg: ConsumerMessage) -> str:
@@ -41,7 +53,7 @@ def _id(msg: ConsumerMessage) -> str:
 
 
 class HandlerTrace:
-    """Records a consumer's handler calls into its ``Tracer``.
+    """Records a consumer's handler calls (and ``async for`` handings) into its ``Tracer``.
 
     ``group`` is the group as the application names it (no namespace), as Java writes it.
     """
@@ -81,3 +93,46 @@ class HandlerTrace:
                 group=self.group, request_id=call.request_id, msg_id=msg_id, cost_ms=cost,
                 success=code == 0, keys=keys, context_code=code, timestamp=stamp,
             ))  # fmt: skip
+
+    # -- ``async for``: a message handed to the loop, settled later --------------------
+
+    def handed(self, msg: ConsumerMessage) -> None:
+        """``msg`` goes to an ``async for`` loop: its ``SubBefore`` now, its
+        ``SubAfter`` when it is settled (``TracedSettler``). Handed again (released,
+        retried in place), it is a new consumption with a new request id."""
+        call = self.before((msg,))
+        msg._trace = call if call.messages else None
+
+    def settled(self, msg: ConsumerMessage, code: int) -> None:
+        """The application settled ``msg`` (``code``): its ``SubAfter``, once."""
+        call = msg._trace
+        if call is not None:
+            msg._trace = None
+            self.after(call, code)
+
+
+class TracedSettler:
+    """The settler of an ``async for`` consumer's messages when tracing: ``inner``'s,
+    writing each message's ``SubAfter`` when the application settles it (success, or
+    failed for a ``nack``), before the settle's request (its time is not the
+    consumption's, and a settle that fails or is cancelled was still the application's
+    outcome). Messages never handed to a loop carry no trace: nothing is written."""
+
+    __slots__ = ("_inner", "_trace", "dead_letter", "dead_letters", "retry_in_place")
+
+    def __init__(self, inner: Settler, trace: HandlerTrace) -> None:
+        self._inner = inner
+        self._trace = trace
+        self.dead_letters = inner.dead_letters
+        self.retry_in_place = inner.retry_in_place
+        self.dead_letter = inner.dead_letter
+
+    def finish(self, msg: ConsumerMessage) -> bool:
+        if msg._trace is not None:
+            self._trace.settled(msg, CONSUME_SUCCESS)
+        return self._inner.finish(msg)
+
+    async def settle(self, msg: ConsumerMessage, delay_level: int | None) -> None:
+        if msg._trace is not None:
+            self._trace.settled(msg, CONSUME_SUCCESS if delay_level is None else CONSUME_FAILED)
+        await self._inner.settle(msg, delay_level)

@@ -10,7 +10,7 @@ system topics). Issue 42.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import anyio
@@ -47,16 +47,20 @@ def traced(rocketmq: LocalRocketMQ) -> Iterator[LocalRocketMQ]:
     )
 
 
-async def trace_of(namesrv: str, msg_id: str, topic: str, wanted: set[str]) -> list[dict[str, str]]:
-    """The trace records of ``msg_id`` once every type in ``wanted`` is there (the trace
-    messages are sent in the background, about a second after the fact)."""
+async def trace_of(
+    namesrv: str, msg_id: str, topic: str, wanted: set[str], groups: Collection[str] = ()
+) -> list[dict[str, str]]:
+    """The trace records of ``msg_id`` once every type in ``wanted`` is there, and a
+    SubAfter of each consumer group in ``groups`` (the trace messages are sent in the
+    background, about a second after the fact)."""
     records: list[dict[str, str]] = []
     async with Admin(namesrv) as admin:
 
         async def complete() -> bool:
             nonlocal records
             records = await admin.message_trace(msg_id, topic)
-            return wanted <= {r["type"] for r in records}
+            done = {r["group"] for r in records if r["type"] == "SubAfter"}
+            return wanted <= {r["type"] for r in records} and set(groups) <= done
 
         await eventually(complete, timeout=30, every=0.5)
     return records
@@ -188,8 +192,11 @@ async def test_traces_over_the_proxy(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
     """Producer and consumer over gRPC write the same records, to a topic of the user's
-    (the Proxy refuses RMQ_SYS_TRACE_TOPIC, a system topic); mqadmin reads them."""
+    (the Proxy refuses RMQ_SYS_TRACE_TOPIC, a system topic); mqadmin reads them. Another
+    group consumes the message with ``async for`` over remoting: its Sub line is there
+    too (before: an ``async for`` consumer wrote no consume-side record)."""
     topic, trace_topic, group = unique_name("tg"), unique_name("tgtrace"), unique_name("g")
+    loop_group = unique_name("gi")
     await rocketmq.create_topic(topic, queues=1)
     await rocketmq.create_topic(trace_topic, queues=1)
     await rocketmq.create_group(group)
@@ -207,14 +214,30 @@ async def test_traces_over_the_proxy(
     async with consumer:
         with anyio.fail_after(30):
             await got.wait()
+    looping = Consumer(loop_group, rocketmq.namesrv_addr, trace=True, trace_topic=trace_topic,
+                       consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST)  # fmt: skip
+    looping.subscribe(topic)
+    async with looping:
+        with anyio.fail_after(30):
+            async for msg in looping:
+                async with msg:  # the topic's one message, acked as the block ends
+                    pass
+                break
     records = await trace_of(rocketmq.namesrv_addr, sent.msg_id, trace_topic,
-                             {"Pub", "SubBefore", "SubAfter"})  # fmt: skip
-    assert {r["group"] for r in records if r["type"] != "Pub"} == {group}
+                             {"Pub", "SubBefore", "SubAfter"},
+                             groups={group, loop_group})  # fmt: skip
+    assert {r["group"] for r in records if r["type"] != "Pub"} == {group, loop_group}
+    befores = {r["group"]: r for r in records if r["type"] == "SubBefore"}
+    after = next(r for r in records if r["type"] == "SubAfter" and r["group"] == loop_group)
+    assert after["request_id"] == befores[loop_group]["request_id"]
+    assert (after["success"], after["context_code"]) == ("true", "0")
     shown = await anyio.to_thread.run_sync(
         mqadmin, rocketmq, "queryMsgTraceById", "-i", sent.msg_id, "-t", trace_topic
     )
-    pub, sub = _shown(shown)
-    assert pub[1:2] == ["trace-grpc-producer"] and sub[1:2] == [group], shown
+    pub, _ = _shown(shown)
+    assert pub[1:2] == ["trace-grpc-producer"], shown
+    subs = {x[1]: x[-1] for x in (line.split() for line in shown.splitlines()) if x[:1] == ["Sub"]}
+    assert subs == {group: "success", loop_group: "success"}, shown
 
 
 async def test_a_missing_trace_topic_fails_no_send_and_no_handler_call(

@@ -5,6 +5,7 @@ message path. The real tools read the records in tests/integration/test_message_
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -209,3 +210,95 @@ async def test_a_missing_trace_topic_is_not_asked_for_at_every_batch() -> None:
             with pytest.raises(TopicNotExistError):
                 await sender.send_trace("no-such-trace-topic", b"x", ["k"])
     assert cluster.route_queries == 1
+
+
+def _pb_message(i: int, group: str | None = None) -> Any:
+    from datetime import datetime, timezone
+
+    from aiorocket.grpc import _pb as pb
+
+    return pb.Message(
+        topic=pb.Resource(name="t"),
+        system_properties=pb.SystemProperties(
+            message_id=f"id{i}", receipt_handle=f"rh{i}", delivery_attempt=1,
+            message_group=group, born_timestamp=datetime.now(timezone.utc),
+        ),
+        body=f"m{i}".encode(),
+    )  # fmt: skip
+
+
+def _consumer_records(proxy: Any, trace_topic: str) -> list[dict[str, str]]:
+    """The consume-side records the consumer stored in ``trace_topic``, in order."""
+    return [r for m in proxy.sent if m.topic.name == trace_topic
+            for r in decode(m.body.decode()) if r["type"] in ("SubBefore", "SubAfter")]  # fmt: skip
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the fake Proxy: asyncio
+async def test_an_async_for_consumer_writes_sub_before_and_sub_after() -> None:
+    """``async for msg in consumer`` with trace=True: a SubBefore when a message is
+    handed to the loop, a SubAfter when it is settled (the next one asked for: success;
+    ``nack``: failed), with the time between; a message the loop left (``break``) is
+    released, not settled: no SubAfter. Before: no consume-side record at all."""
+    from aiorocket.consumer import Consumer
+    from aiorocket.testing.fake_grpc import FakeProxy
+
+    async with FakeProxy() as proxy:
+        consumer = Consumer("g", proxy=proxy.endpoint, long_poll_timeout=1, trace=True,
+                            trace_topic="app-trace")  # fmt: skip
+        consumer.subscribe("t")
+        async with consumer:
+            proxy.messages = [_pb_message(1), _pb_message(2), _pb_message(3)]
+            with anyio.fail_after(10):
+                async for msg in consumer:
+                    if msg.body == b"m1":
+                        await anyio.sleep(0.05)  # a body that takes its time: the cost
+                    elif msg.body == b"m2":
+                        await msg.nack()
+                    else:
+                        break
+        # the trace is flushed at the close
+        records = _consumer_records(proxy, "app-trace")
+    by = {(r["type"], r["msg_id"]): r for r in records}
+    assert sorted(by) == [("SubAfter", "id1"), ("SubAfter", "id2"), ("SubBefore", "id1"),
+                          ("SubBefore", "id2"), ("SubBefore", "id3")]  # fmt: skip
+    ok, failed = by["SubAfter", "id1"], by["SubAfter", "id2"]
+    assert (ok["success"], ok["context_code"]) == ("true", "0")
+    assert (failed["success"], failed["context_code"]) == ("false", "4")  # FAILED
+    assert int(ok["cost_ms"]) >= 50
+    for msg_id in ("id1", "id2"):
+        before, after = by["SubBefore", msg_id], by["SubAfter", msg_id]
+        assert before["request_id"] == after["request_id"]
+        assert before["group"] == after["group"] == "g" and before["retry_times"] == "0"
+    assert consumer.tracer is not None and consumer.tracer.dropped == 0
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the fake Proxy: asyncio
+async def test_an_ordered_async_for_traces_each_attempt() -> None:
+    """A FIFO group under ``async for``: a failure retried in place is a SubAfter
+    (failed), then a SubBefore of the next attempt (retry times 1) and its SubAfter;
+    ``async with msg`` settles by its block."""
+    from aiorocket.consumer import Consumer
+    from aiorocket.testing.fake_grpc import FakeProxy
+
+    async with FakeProxy() as proxy:
+        proxy.fifo = True
+        consumer = Consumer("g", proxy=proxy.endpoint, long_poll_timeout=1, trace=True,
+                            trace_topic="app-trace")  # fmt: skip
+        consumer.subscribe("t")
+        async with consumer:
+            proxy.messages = [_pb_message(1, "order-1")]
+            with anyio.fail_after(10):
+                async for msg in consumer:
+                    try:
+                        async with msg:
+                            if msg.reconsume_times == 0:
+                                raise RuntimeError("first attempt fails")
+                    except RuntimeError:
+                        continue
+                    break
+            with anyio.fail_after(5):
+                await proxy.wait_acks(1)
+        records = _consumer_records(proxy, "app-trace")
+    got = [(r["type"], r.get("retry_times") or r["success"]) for r in records]
+    assert got == [("SubBefore", "0"), ("SubAfter", "false"),
+                   ("SubBefore", "1"), ("SubAfter", "true")]  # fmt: skip
