@@ -38,6 +38,7 @@ __all__ = [
     "ProtocolError",
     "ProxyResponseError",
     "ProxyUnavailableError",
+    "ReplyTimeoutError",
     "RequestTimeoutError",
     "ResponseTooLargeError",
     "RocketMQError",
@@ -125,6 +126,12 @@ class RequestTimeoutError(RocketMQError, TimeoutError):
     """No answer arrived within the request's timeout."""
 
     retriable = True
+
+
+class ReplyTimeoutError(RequestTimeoutError):
+    """No reply arrived within ``Producer.request``'s timeout. The request was sent (or
+    may have been): the replier may still process it, so asking again may run it twice.
+    A reply that arrives later is dropped."""
 
 
 class BrokerStalledError(RequestTimeoutError):

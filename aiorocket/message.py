@@ -10,11 +10,15 @@ from aiorocket._message_id import offset_message_id
 __all__ = [
     "DLQ_TOPIC_PREFIX",
     "KEY_SEPARATOR",
+    "PROPERTY_CLUSTER",
+    "PROPERTY_CORRELATION_ID",
     "PROPERTY_DELAY_LEVEL",
     "PROPERTY_KEYS",
     "PROPERTY_LITE_TOPIC",
     "PROPERTY_MAX_OFFSET",
     "PROPERTY_MAX_RECONSUME_TIMES",
+    "PROPERTY_MESSAGE_TTL",
+    "PROPERTY_MESSAGE_TYPE",
     "PROPERTY_MIN_OFFSET",
     "PROPERTY_ORIGIN_MESSAGE_ID",
     "PROPERTY_PRIORITY",
@@ -22,6 +26,7 @@ __all__ = [
     "PROPERTY_REAL_QUEUE_ID",
     "PROPERTY_REAL_TOPIC",
     "PROPERTY_RECONSUME_TIME",
+    "PROPERTY_REPLY_TO_CLIENT",
     "PROPERTY_RETRY_TOPIC",
     "PROPERTY_SHARDING_KEY",
     "PROPERTY_TAGS",
@@ -31,6 +36,7 @@ __all__ = [
     "PROPERTY_TRANSACTION_PREPARED",
     "PROPERTY_UNIQ_KEY",
     "PROPERTY_WAIT_STORE_MSG_OK",
+    "REPLY_MESSAGE_TYPE",
     "RETRY_TOPIC_PREFIX",
     "SYSTEM_PROPERTIES",
     "Message",
@@ -65,6 +71,14 @@ PROPERTY_MAX_OFFSET = "MAX_OFFSET"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"
+# Request-reply (MessageConst's names; aiorocket.producer.reply): a request carries the
+# first three, the broker adds CLUSTER to every stored message, a reply is MSG_TYPE=reply.
+PROPERTY_CORRELATION_ID = "CORRELATION_ID"
+PROPERTY_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+PROPERTY_MESSAGE_TTL = "TTL"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_MESSAGE_TYPE = "MSG_TYPE"
+REPLY_MESSAGE_TYPE = "reply"
 
 #: Properties the clients and brokers set for themselves (MessageConst's names): what an
 #: operator's view shows apart from the application's own properties.

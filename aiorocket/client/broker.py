@@ -19,7 +19,12 @@ from aiorocket.errors import (
     UnsupportedBrokerFeatureError,
     error_for_response,
 )
-from aiorocket.message import MessageExt, MessageQueue
+from aiorocket.message import (
+    PROPERTY_MESSAGE_TYPE,
+    REPLY_MESSAGE_TYPE,
+    MessageExt,
+    MessageQueue,
+)
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.features import (
@@ -74,6 +79,20 @@ def unsupported(feature: BrokerFeature, addr: str, version: int) -> UnsupportedB
     return UnsupportedBrokerFeatureError(
         feature.name, feature.since, broker=addr or "?", broker_version=version_name(version)
     )
+
+
+#: a reply's properties as encoded (NAME \x01 value \x02): aiorocket.producer.reply
+_REPLY_MARK = f"{PROPERTY_MESSAGE_TYPE}\x01{REPLY_MESSAGE_TYPE}\x02"
+
+
+def _send_code(properties: str, batch: bool) -> RequestCode:
+    """The request a message goes in: a reply (MSG_TYPE=reply) goes as SEND_REPLY_MESSAGE_V2,
+    the same header, which the broker pushes to the requester besides storing it."""
+    if batch:
+        return RequestCode.SEND_BATCH_MESSAGE
+    if properties.startswith(_REPLY_MARK) or f"\x02{_REPLY_MARK}" in properties:
+        return RequestCode.SEND_REPLY_MESSAGE_V2
+    return RequestCode.SEND_MESSAGE_V2
 
 
 def check_response(resp: RemotingCommand, request_code: int, addr: str = "") -> RemotingCommand:
@@ -226,7 +245,7 @@ class BrokerClient:
             mq, properties, producer_group, flag, sys_flag, reconsume_times, max_reconsume_times,
             batch, default_topic, default_topic_queue_nums,
         )  # fmt: skip
-        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        code = _send_code(properties, batch)
         resp = await self._call(addr, code, ext, body, timeout, stall)
         status = _SEND_OK_CODES.get(resp.code)  # type: ignore[call-overload]
         if status is None:
@@ -266,7 +285,7 @@ class BrokerClient:
             default_topic, default_topic_queue_nums,
         )  # fmt: skip
         await self.pool.oneway(
-            addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body)
+            addr, RemotingCommand.request(_send_code(properties, False), ext, body)
         )
 
     async def end_transaction(

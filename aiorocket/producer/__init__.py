@@ -4,6 +4,7 @@ from aiorocket.client.results import SendResult, SendStatus
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.fault import LatencyFaultTolerance
 from aiorocket.producer.producer import Producer
+from aiorocket.producer.reply import create_reply
 from aiorocket.producer.selectors import QueueSelector, hash_selector, java_hash
 from aiorocket.producer.transaction import (
     LocalTransaction,
@@ -25,6 +26,7 @@ __all__ = [
     "TransactionChecker",
     "TransactionResult",
     "TransactionState",
+    "create_reply",
     "hash_selector",
     "java_hash",
 ]

@@ -27,7 +27,7 @@ from aiorocket.client.namesrv import namesrv_addrs
 from aiorocket.client.recall import RecallHandle
 from aiorocket.client.results import SendResult
 from aiorocket.errors import ClientClosedError, ConfigError
-from aiorocket.message import Message
+from aiorocket.message import Message, MessageExt
 from aiorocket.producer.accumulate import AutoBatcher
 from aiorocket.producer.backend import (
     ProducerBackend,
@@ -346,6 +346,40 @@ class Producer:
             self._trace.sent_batch(list(messages), results, began)
         return results
 
+    # -- request-reply -------------------------------------------------------------
+
+    async def request(self, msg: Message, *, timeout: float | None = None) -> MessageExt:
+        """Send ``msg`` as a request and return its reply (Java's
+        ``DefaultMQProducer.request``; interoperable with Java requesters and repliers).
+
+        A consumer of ``msg.topic`` answers it with ``Producer.reply`` (or Java's
+        ``MessageUtil.createReplyMessage`` and a send); the broker pushes the reply to
+        this producer. ``timeout`` (default ``send_timeout``) bounds the send and the
+        wait together: past it, [`ReplyTimeoutError`][aiorocket.producer.reply.ReplyTimeoutError]
+        (the request may still be processed; its reply is then dropped). Cancelling the
+        call drops its reply likewise. Remoting only: the 5.x gRPC API has no request-reply.
+        """
+        engine = self._only_remoting(_REQUEST_REPLY)
+        self._open()
+        return await engine.request(msg, timeout=timeout)
+
+    async def reply(
+        self,
+        request: MessageExt,
+        body: bytes,
+        *,
+        properties: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send ``body`` as the reply to ``request``, a received message sent with
+        ``request`` (by this client or Java's). The broker pushes it to the requester and
+        stores it in the topic ``<cluster>_REPLY_TOPIC``. Raises ``ConfigError`` for a
+        message that is not a request, ``BrokerResponseError`` when the broker cannot
+        reach the requester (gone, or not registered there). Remoting only."""
+        engine = self._only_remoting(_REQUEST_REPLY)
+        self._open()
+        return await engine.reply(request, body, properties=properties, timeout=timeout)
+
     # -- transactions --------------------------------------------------------------
 
     async def send_in_transaction(
@@ -416,6 +450,9 @@ class Producer:
         engine = self._only_remoting("accept_checks")
         self._open()
         await engine.accept_checks(*topics)
+
+
+_REQUEST_REPLY = "request-reply (the 5.x gRPC API has none)"
 
 
 def _traced(trace: SendTrace, msg: Message, on_result: ResultCallback | None) -> ResultCallback:

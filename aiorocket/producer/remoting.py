@@ -35,6 +35,7 @@ from aiorocket.message import (
     PROPERTY_SHARDING_KEY,
     PROPERTY_TRANSACTION_PREPARED,
     Message,
+    MessageExt,
 )
 from aiorocket.namespace import wrap, wrap_queue
 from aiorocket.producer.accumulate import AutoBatcher
@@ -44,6 +45,7 @@ from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.fault import LatencyFaultTolerance
 from aiorocket.producer.membership import Membership
 from aiorocket.producer.prepare import SYSFLAG_TRANSACTION_PREPARED, Outgoing, prepare_message
+from aiorocket.producer.reply import Replies, create_reply, request_properties
 from aiorocket.producer.routes import PublishRoutes
 from aiorocket.producer.selectors import QueueSelector
 from aiorocket.producer.sender import Plan, Sender
@@ -97,6 +99,7 @@ class RemotingProducer:
         self._batcher: AutoBatcher | None = None
         self._membership: Membership | None = None
         self._checks: CheckBacks | None = None
+        self._replies: Replies | None = None
         self._started = False
         self._closed = False
 
@@ -184,6 +187,10 @@ class RemotingProducer:
                 code = RequestCode.CHECK_TRANSACTION_STATE
                 client.dispatcher.register(code, checks.on_request)
                 stack.callback(client.dispatcher.unregister, code, checks.on_request)
+                self._replies = replies = Replies(self.log)
+                code = RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT
+                client.dispatcher.register(code, replies.on_push)
+                stack.callback(client.dispatcher.unregister, code, replies.on_push)
                 tg.start_soon(membership.run, cfg.heartbeat_interval)
                 tg.start_soon(checks.run)
                 for topic in self._topics:  # the first sends need not ask the NameServer
@@ -322,6 +329,52 @@ class RemotingProducer:
         finally:
             sender.release()
         return split_batch_result(result, ids)
+
+    # -- request-reply (aiorocket.producer.reply) ------------------------------------
+
+    @property
+    def replies(self) -> Replies | None:
+        return self._replies
+
+    async def _send_unbatched(
+        self, msg: Message, extra: dict[str, str], deadline: float
+    ) -> SendResult:
+        """One message in a request of its own (a request or a reply: not in a batch,
+        whose request code is neither)."""
+        sender = self._open_sender()
+        plan = sender.plan(msg, None, None, None)
+        out = prepare_message(msg, self.config, extra_properties=extra)
+        await sender.acquire(deadline)
+        try:
+            return await sender.send(out, plan, deadline)
+        finally:
+            sender.release()
+
+    async def request(self, msg: Message, *, timeout: float | None) -> MessageExt:
+        sender = self._open_sender()
+        replies, membership = self._replies, self._membership
+        assert replies is not None and membership is not None
+        deadline = sender.deadline(timeout)
+        budget = deadline - sender.now()
+        # The broker pushes the reply on the connection our client id heartbeats on: be
+        # registered on the brokers the request (and so its reply) can go to first.
+        info = await sender.routes.get(wrap(self.config.namespace, msg.topic))
+        async with anyio.create_task_group() as tg:
+            for addr in sorted(set(info.route.all_master_addrs().values())):
+                tg.start_soon(membership.ensure, addr)
+        correlation_id = replies.new_id()
+        extra = request_properties(correlation_id, self.client.client_id, budget)
+        with replies.expect(correlation_id) as waiter:
+            await self._send_unbatched(msg, extra, deadline)
+            return await replies.wait(waiter, correlation_id, max(0.0, deadline - sender.now()))
+
+    async def reply(
+        self, request: MessageExt, body: bytes, *, properties: dict[str, str] | None,
+        timeout: float | None,
+    ) -> SendResult:  # fmt: skip
+        out = create_reply(request, body, properties=properties)
+        sender = self._open_sender()
+        return await self._send_unbatched(out, {}, sender.deadline(timeout))
 
     # -- transactions --------------------------------------------------------------
 

@@ -1,0 +1,87 @@
+"""Request-reply over remoting on the real cluster (issue 44): ``Producer.request`` and
+``Producer.reply``, the broker's reply push to the requester, timeouts, late replies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import pytest
+
+from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
+from aiorocket.errors import ReplyTimeoutError
+from aiorocket.message import Message
+from aiorocket.producer import Producer
+from aiorocket.testing.broker import LocalRocketMQ
+from tests.integration.helpers import eventually
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+
+async def test_requests_get_their_own_replies(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """Concurrent requests over both brokers' queues, each answered by a replier
+    consuming the topic: every caller gets the reply to its own request."""
+    topic, group = unique_name("rr"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=2)
+    async with Producer(unique_name("rp"), rocketmq.namesrv_addr) as replier:
+
+        async def handle(msg: ConsumerMessage) -> None:
+            await replier.reply(msg, b"re:" + msg.body, properties={"k": "v"})
+
+        consumer = Consumer(group, rocketmq.namesrv_addr, handler=handle,
+                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
+        consumer.subscribe(topic)
+        async with consumer, Producer(unique_name("q"), rocketmq.namesrv_addr) as requester:
+            got: dict[int, bytes] = {}
+
+            async def ask(i: int) -> None:
+                reply = await requester.request(Message(topic, b"%d" % i), timeout=30)
+                got[i] = reply.body
+                assert reply.properties["k"] == "v"
+                assert reply.topic == "DefaultCluster_REPLY_TOPIC"
+
+            async with anyio.create_task_group() as tg:
+                for i in range(6):
+                    tg.start_soon(ask, i)
+            assert got == {i: b"re:%d" % i for i in range(6)}
+            replies = requester._remoting.replies  # type: ignore[union-attr]
+            assert replies is not None and replies.waiting == 0 and replies.dropped == 0
+
+
+async def test_a_late_reply_times_out_and_is_dropped(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A replier slower than the timeout: the caller gets ``ReplyTimeoutError``, and the
+    reply that comes later is answered and dropped, nothing left waiting."""
+    topic, group = unique_name("rr"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[next(iter(rocketmq.broker_addrs))])
+    warm, release, replied = anyio.Event(), anyio.Event(), anyio.Event()
+    async with Producer(unique_name("rp"), rocketmq.namesrv_addr) as replier:
+
+        async def handle(msg: ConsumerMessage) -> None:
+            if msg.body == b"warm":  # the consumer is up: the request is not slowed by that
+                warm.set()
+                return
+            await release.wait()
+            await replier.reply(msg, b"late")
+            replied.set()
+
+        consumer = Consumer(group, rocketmq.namesrv_addr, handler=handle,
+                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
+        consumer.subscribe(topic)
+        async with consumer, Producer(unique_name("q"), rocketmq.namesrv_addr) as requester:
+            replies = requester._remoting.replies  # type: ignore[union-attr]
+            assert replies is not None
+            await requester.send(Message(topic, b"warm"))
+            with anyio.fail_after(30):
+                await warm.wait()
+            with pytest.raises(ReplyTimeoutError, match="no reply"):
+                await requester.request(Message(topic, b"slow"), timeout=1.5)
+            assert replies.waiting == 0
+            release.set()
+            with anyio.fail_after(30):
+                await replied.wait()
+            await eventually(lambda: replies.dropped == 1)
+            assert replies.waiting == 0
