@@ -39,6 +39,7 @@ from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.fault import LatencyFaultTolerance
 from aiorocket.producer.membership import Membership
 from aiorocket.producer.remoting import RemotingProducer
+from aiorocket.producer.reply import Replies
 from aiorocket.producer.selectors import QueueSelector
 from aiorocket.producer.trace import SendTrace
 from aiorocket.producer.transaction import (
@@ -209,6 +210,12 @@ class Producer:
         """The broker's transaction check-backs (remoting only)."""
         return self._only_remoting("broker check-backs (checks)").checks
 
+    @property
+    def replies(self) -> Replies | None:
+        """The requests waiting for replies, and ``dropped``: replies that came after
+        their request gave up (remoting only; once started)."""
+        return self._only_remoting("request-reply (replies)").replies
+
     async def __aenter__(self) -> Producer:
         if self._started or self._closed:
             raise ClientClosedError("a producer can be started once")
@@ -355,7 +362,7 @@ class Producer:
         A consumer of ``msg.topic`` answers it with ``Producer.reply`` (or Java's
         ``MessageUtil.createReplyMessage`` and a send); the broker pushes the reply to
         this producer. ``timeout`` (default ``send_timeout``) bounds the send and the
-        wait together: past it, [`ReplyTimeoutError`][aiorocket.producer.reply.ReplyTimeoutError]
+        wait together: past it, [`ReplyTimeoutError`][aiorocket.errors.ReplyTimeoutError]
         (the request may still be processed; its reply is then dropped). Cancelling the
         call drops its reply likewise. Remoting only: the 5.x gRPC API has no request-reply.
         """

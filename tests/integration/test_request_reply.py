@@ -46,7 +46,7 @@ async def test_requests_get_their_own_replies(
                 for i in range(6):
                     tg.start_soon(ask, i)
             assert got == {i: b"re:%d" % i for i in range(6)}
-            replies = requester._remoting.replies  # type: ignore[union-attr]
+            replies = requester.replies
             assert replies is not None and replies.waiting == 0 and replies.dropped == 0
 
 
@@ -72,7 +72,7 @@ async def test_a_late_reply_times_out_and_is_dropped(
                             consume_from_where=ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
         consumer.subscribe(topic)
         async with consumer, Producer(unique_name("q"), rocketmq.namesrv_addr) as requester:
-            replies = requester._remoting.replies  # type: ignore[union-attr]
+            replies = requester.replies
             assert replies is not None
             await requester.send(Message(topic, b"warm"))
             with anyio.fail_after(30):
