@@ -7,8 +7,6 @@ compiled against the cluster's own jars (rocketmq-client 4.9.7 is among them).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -22,11 +20,9 @@ from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
+from tests.integration.java_client import compile_java, run_java
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.broker49]
-
-JAVA_SOURCE = Path(__file__).with_name("java") / "Interop49.java"
-
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -48,23 +44,12 @@ def specs(topic: str) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def interop_classes(rocketmq49: LocalRocketMQ, tmp_path_factory: pytest.TempPathFactory) -> str:
     """Interop49.java compiled once for the module (javac), against the cluster's jars."""
-    javac = shutil.which("javac")
-    if javac is None or shutil.which("java") is None:
-        pytest.skip("a JDK (java, javac) is needed for the Java 4.9.7 client")
     out = tmp_path_factory.mktemp("interop49")
-    cp = f"{rocketmq49.state['lib_dir']}/*"
-    subprocess.run([javac, "-nowarn", "-cp", cp, "-d", str(out), str(JAVA_SOURCE)], check=True,
-                   capture_output=True)  # fmt: skip
-    return f"{out}:{cp}"
+    return compile_java("Interop49.java", rocketmq49.state["lib_dir"], out)
 
 
 def java(classpath: str, tmp: Path, *args: str) -> subprocess.Popen[str]:
-    exe = shutil.which("java")
-    assert exe is not None
-    argv = [exe, f"-Duser.home={tmp}", "-Xmx256m", "-cp", classpath, "Interop49", *args]
-    env = {k: v for k, v in os.environ.items() if k not in ("JAVA_TOOL_OPTIONS", "NAMESRV_ADDR")}
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)  # fmt: skip
+    return run_java(classpath, tmp, "Interop49", *args)
 
 
 def lines(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
