@@ -13,7 +13,9 @@ from aiorocket.testing.sim import INVARIANTS, Bounds, History, check, draw, run
 #: Past the range, seeds that found a defect: 66 (an orderly ack answered busy for ~11 s
 #: outlived the invisible time: issue 38 (c)), 211 and 212 (an undecodable record's
 #: refused ack was dropped: the record stayed invisible past the close)
-POP_SEEDS = [*range(0, 24), 66, 211, 212]
+#: 27 and 28 (max_rate=1) find a consumer whose rate limit does not hold (a planted
+#: one: rate_within_limit)
+POP_SEEDS = [*range(0, 24), 27, 28, 66, 211, 212]
 #: grpc_receive 0 and 5 (and 27, 31, 32, 34) found a message delivered again while its
 #: handler ran (one_handler_at_a_time: aiorocket.consumer.pop.in_hand)
 GRPC_SEEDS = [*range(0, 12), 27, 31, 32, 34]
@@ -28,7 +30,9 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126]
 #: 18: under load, its async for body's 25 s sleep let trio's autojump run a pull's
 #: timeout while the answer was on a loopback socket (connections are in memory now);
 #: 68: a queue taken back while its hung handler ran handled that message twice at once
-PULL_SEEDS = [*range(0, 16), 18, 68]
+#: 21: max_rate=5, and retry delays of 7, 12 and 31 s that come back after a level's
+#: 10, 30 and 60 s (a planted rounding down is caught: retry_after_delay)
+PULL_SEEDS = [*range(0, 16), 18, 21, 68]
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
@@ -183,6 +187,25 @@ def test_checker_passes_a_clean_history() -> None:
             (1, "committed", "", {"broker": "a", "queue": 0, "offset": 1}),
             (9, "pulled", "m-0", {"broker": "a", "queue": 0, "offset": 0}),
         ]),
+        ("retry_after_delay", [  # back before its delay
+            (0, "handler_start", "m-0", {}),
+            (0, "handler_failed", "m-0", {"retry": 7.0, "due": 10.0}),
+            (0, "handler_end", "m-0", {}), (5, "handler_start", "m-0", {}),
+        ]),
+        ("retry_after_delay", [  # never back
+            (0, "handler_start", "m-0", {}),
+            (0, "handler_failed", "m-0", {"retry": 3.0, "due": 3.0}),
+            (0, "handler_end", "m-0", {}), (0.5, "acked", "m-0", {}), (60, "end", "", {}),
+        ]),
+        ("not_received_while_paused", [
+            (0, "paused", "", {"consumer": "first", "what": "all"}),
+            (1, "delivered", "m-0", {}), (1, "handler_start", "m-0", {}),
+            (2, "resumed", "", {"consumer": "first"}),
+        ]),
+        ("rate_within_limit", [
+            (0, "rate_limit", "", {"consumer": "first", "rate": 2.0, "burst": 4.0}),
+            *((0.1 * i, "delivered", f"m-{i}", {}) for i in range(6)),
+        ]),
     ],
 )
 def test_checker_catches_a_planted_violation(
@@ -190,6 +213,37 @@ def test_checker_catches_a_planted_violation(
 ) -> None:
     assert invariant in INVARIANTS
     assert invariant in _caught(_history(*steps))
+
+
+def test_the_features_as_documented_pass() -> None:
+    """A message received before pause() is still handled (the cache); a topic's pause
+    leaves the retry queue running; a retry back at its due time; receives at the rate,
+    with the burst at once."""
+    history = _history(
+        (0, "rate_limit", "", {"consumer": "first", "rate": 1.0, "burst": 3.0}),
+        (0, "delivered", "m-0", {}), (0, "delivered", "m-1", {}), (0, "delivered", "m-2", {}),
+        (0.5, "paused", "", {"consumer": "first", "what": "topic"}),
+        (1, "handler_start", "m-0", {}),
+        (1, "handler_failed", "m-0", {"retry": 7.0, "due": 10.0}),
+        (1, "handler_end", "m-0", {}),
+        (2, "pulled", "m-1", {"queue": "%RETRY%g:0"}), (2, "handler_start", "m-1", {}),
+        (3, "resumed", "", {"consumer": "first"}),
+        (11, "delivered", "m-0", {}), (11, "handler_start", "m-0", {}),
+    )  # fmt: skip
+    caught = _caught(history) & {"retry_after_delay", "not_received_while_paused",
+                                 "rate_within_limit"}  # fmt: skip
+    assert caught == set()
+
+
+def test_the_feature_seeds_exercise_the_features() -> None:
+    """The fixed seeds draw issue 44's features and the runs use them (the invariants
+    are not judged on nothing)."""
+    kinds = set()
+    for seed, workload in ((21, "pull_remoting"), (27, "pop_remoting"), (12, "grpc_receive")):
+        report = run(seed, workload)
+        kinds |= {e.kind for e in report.history.events}
+        kinds |= {"retry" for e in report.history.of("handler_failed") if "due" in e.info}
+    assert {"rate_limit", "paused", "resumed", "retry"} <= kinds
 
 
 # -- the producer's workloads (aiorocket.testing.sim.producer_sends / producer_txn) ----

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from aiorocket.errors import RocketMQError
+from aiorocket.testing.sim.feature_draws import settle_delay
+from aiorocket.testing.sim.features import retry_result, supports_retry_delay
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
@@ -31,7 +33,7 @@ class SimHandler:
     def __init__(self, schedule: Schedule, history: History,
                  inner: Callable[[Any], Awaitable[None]] | None = None, *,
                  group_of: Callable[[str], tuple[str, int] | None] | None = None,
-                 extra: dict[str, Any] | None = None) -> None:  # fmt: skip
+                 extra: dict[str, Any] | None = None, levels: bool = False) -> None:  # fmt: skip
         self.history = history
         self.inner = inner
         #: added to every event (``member``: whose handler; ``by_offset``: a pull
@@ -43,8 +45,12 @@ class SimHandler:
         for f in schedule.faults:
             if f.kind.startswith("handler_"):
                 self.faults[f.args["message"]] = (f.kind[len("handler_"):], f.args)
+        #: a retry delay is rounded up to the broker's delay levels (remoting pull)
+        self.levels = levels
+        if not supports_retry_delay():  # an old client under the simulator
+            self.faults = {i: f for i, f in self.faults.items() if f[0] != "retry"}
 
-    async def __call__(self, msg: Any) -> None:
+    async def __call__(self, msg: Any) -> Any:
         key = bytes(msg.body).decode(errors="replace")
         attempt = _attempt(msg)
         tags: dict[str, Any] = dict(self.extra)
@@ -60,6 +66,12 @@ class SimHandler:
                 await anyio.sleep(args["seconds"])
             if kind == "hang" and attempt == 1:
                 await anyio.sleep_forever()
+            if kind == "retry" and attempt <= args["attempts"]:
+                # Reconsume(delay=): not back before the delay (a level's, on pull)
+                delay = args["delay"]
+                self.history.add("handler_failed", key, attempt=attempt, retry=delay,
+                                 due=settle_delay(delay, levels=self.levels), **tags)
+                return retry_result(delay)
             if self.inner is not None:
                 await self.inner(msg)
         except BaseException:

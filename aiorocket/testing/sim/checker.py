@@ -12,6 +12,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aiorocket.testing.sim.checker_features import (
+    not_received_while_paused,
+    rate_within_limit,
+    retry_after_delay,
+)
 from aiorocket.testing.sim.checker_more import (
     app_not_interrupted,
     duplicates_within_window,
@@ -362,7 +367,8 @@ INVARIANTS: dict[str, Callable[[History, Bounds], list[Violation]]] = {
               order_per_group, no_request_storm, typed_errors, released_at_close,
               memory_within_cache, send_reported_truly, lite_subscription_agrees,
               app_not_interrupted, duplicates_within_window, stored_as_sent, order_per_key,
-              deadline_kept, txn_outcome, checks_answered_truly, resumes_after_restart)
+              deadline_kept, txn_outcome, checks_answered_truly, resumes_after_restart,
+              retry_after_delay, not_received_while_paused, rate_within_limit)
 }  # fmt: skip
 
 

@@ -164,4 +164,9 @@ def draw(seed: int, workload: str) -> Schedule:
     rng = random.Random(f"{workload}:{seed}")
     params, faults = _draws()[workload](rng)
     params["server_seed"] = rng.randrange(2**32)
+    from aiorocket.testing.sim.feature_draws import draw_features
+
+    extra, more = draw_features(seed, workload, params, faults)
+    params.update(extra)
+    faults += more
     return Schedule(seed, workload, params, faults)

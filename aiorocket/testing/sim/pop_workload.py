@@ -21,6 +21,7 @@ from aiorocket.testing.sim._client import (
     record_after_close,
     record_error,
 )
+from aiorocket.testing.sim.features import pauser, rate_kwargs
 from aiorocket.testing.sim.remoting import GROUP, TOPIC, SimCluster
 
 if TYPE_CHECKING:
@@ -51,18 +52,23 @@ def _store(cluster: SimCluster, schedule: Schedule) -> None:
 async def _phase(cluster: SimCluster, history: History, handler: Callable[[Any], Awaitable[None]],
                  close_at: float | None, name: str) -> None:  # fmt: skip
     orderly = bool(cluster.schedule.params.get("orderly"))
+    # receive loops: one per (topic, broker), the retry topic's included, at least two
+    rate = rate_kwargs(cluster.schedule, history, name, loops=max(2, 2 * len(cluster.brokers)))
     consumer = Consumer(GROUP, cluster.namesrv.address, handler=handler, orderly=orderly,
-                        **SETTINGS)  # fmt: skip
+                        **SETTINGS, **rate)  # fmt: skip
     consumer.subscribe(TOPIC)
     probed = False
     try:
-        async with consumer:
+        async with consumer, anyio.create_task_group() as tg:
+            if name == "first":
+                tg.start_soon(pauser, consumer, cluster.schedule, history, TOPIC, name)
             with anyio.move_on_after(close_at if close_at is not None else PHASE):
                 while not cluster.all_settled():  # noqa: ASYNC110  (settling is the brokers' truth)
                     await anyio.sleep(0.25)
                 await anyio.sleep(1.0)  # room to let go of what was settled
                 history.add("held", "", count=held_by_renewer(consumer), where=name)
                 probed = True
+            tg.cancel_scope.cancel()
             history.add("close_start", "", consumer=name)
     except Exception as exc:
         record_error(history, exc, f"{name}: async with")

@@ -39,6 +39,7 @@ from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.frame import encode_command
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
+from aiorocket.testing.sim.feature_draws import BROKER_DELAY_LEVELS
 from aiorocket.testing.sim.servers import SimServers, send_route
 
 if TYPE_CHECKING:
@@ -277,7 +278,12 @@ class SimPullBroker:
         if int(ext["delayLevel"]) < 0 or reconsume + 1 > int(ext["maxReconsumeTimes"]):
             self.history.add("dead_lettered", key, by="client")
             return
-        at = anyio.current_time() + RETRY_DELAY
+        # a level the client names waits that level's time (a default broker's levels);
+        # 0, the broker's choice, waits RETRY_DELAY here
+        level = int(ext["delayLevel"])
+        levels = BROKER_DELAY_LEVELS
+        wait = levels[min(level, len(levels)) - 1] if level else RETRY_DELAY
+        at = anyio.current_time() + wait
         copy = Stored(key, index, reconsume + 1, at)
         self.cluster.latest[key] = copy
         self.queues.of(RETRY, 0).append(copy)

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from aiorocket.consumer import ConsumeFromWhere, Consumer, MessageModel, PullConsumer
+from aiorocket.results import Reconsume
 from aiorocket.testing.sim._client import SimHandler, client_tasks, record_error
+from aiorocket.testing.sim.features import pauser, rate_kwargs
 from aiorocket.testing.sim.pull import PULL_GROUP, PULL_TOPIC, SimPullCluster
 
 if TYPE_CHECKING:
@@ -46,6 +48,8 @@ Handlers = Callable[[str], SimHandler]
 def _consumer(cluster: SimPullCluster, shape: str, handler: SimHandler, name: str,
               offsets_dir: str) -> Consumer:  # fmt: skip
     kw: dict[str, Any] = dict(SETTINGS)
+    kw.update(rate_kwargs(cluster.schedule, handler.history, name,
+                          loops=len(cluster.brokers) * (cluster.queues + 1)))  # fmt: skip
     if shape == "batch":
         async def batch(msgs: list[Any]) -> None:
             for m in msgs:
@@ -66,9 +70,12 @@ def _consumer(cluster: SimPullCluster, shape: str, handler: SimHandler, name: st
 async def _iterate(consumer: Consumer, handler: SimHandler) -> None:
     async for msg in consumer:
         try:
-            await handler(msg)
+            result = await handler(msg)
         except Exception:
             await msg.nack()
+        else:
+            if isinstance(result, Reconsume):  # the handler asked for a retry delay
+                await msg.nack(delay=result.delay)
 
 
 async def _get(consumer: PullConsumer, handler: SimHandler, history: History) -> None:
@@ -121,6 +128,8 @@ async def _run_member(cluster: SimPullCluster, history: History, shape: str,
                     tg.start_soon(_get, consumer, handler, history)
                 elif shape == "async_for":
                     tg.start_soon(_iterate, consumer, handler)
+                if name == "first" and not isinstance(consumer, PullConsumer):
+                    tg.start_soon(pauser, consumer, cluster.schedule, history, PULL_TOPIC, name)
                 await until()
                 tg.cancel_scope.cancel()
             finished = True
@@ -185,7 +194,8 @@ async def pull_remoting(
         def handlers(member: str) -> SimHandler:
             """The application's handler in one member (its events say whose)."""
             return SimHandler(schedule, history, handler, group_of=group_of,
-                              extra={"member": member, "by_offset": True})  # fmt: skip
+                              extra={"member": member, "by_offset": True},
+                              levels=shape != "orderly")  # fmt: skip
 
         with anyio.move_on_after(RUN):
             async with anyio.create_task_group() as tg:

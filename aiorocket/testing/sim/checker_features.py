@@ -1,0 +1,127 @@
+"""Invariants of issue 44's consumer features (``checker.INVARIANTS`` holds them with
+the others): retry delays, pause / resume, the consume rate limit."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aiorocket.testing.sim.checker import Bounds, Violation
+    from aiorocket.testing.sim.history import Event, History
+
+__all__ = ["not_received_while_paused", "rate_within_limit", "retry_after_delay"]
+
+#: what a server's handing a message to the client is called in each workload
+_DELIVERIES = ("delivered", "pulled")
+
+
+def _violation(invariant: str, key: str, detail: str) -> Violation:
+    from aiorocket.testing.sim.checker import Violation
+
+    return Violation(invariant, key, detail)
+
+
+def retry_after_delay(history: History, bounds: Bounds) -> list[Violation]:
+    """A message whose handler asked for it back after a delay (``Reconsume(delay=)``,
+    ``nack(delay=)``) is not handed to the application again before that delay (rounded
+    up to a delay level on remoting pull: the ``due`` the workload recorded), and does
+    come back (or is dead-lettered at its last attempt) unless a close came first. Not
+    judged: a close, a broker crash or another member in between (the queue's offset
+    may not have moved yet: docs/reliability.md's in-flight window)."""
+    out = []
+    events = history.events
+    for i, ask in enumerate(events):
+        if ask.kind != "handler_failed" or "due" not in ask.info:
+            continue
+        later = events[i + 1:]
+        between = later[: _next_start(later, ask.key)]
+        if any(e.kind in ("close_start", "broker_crashed") for e in between):
+            continue
+        nxt = next((e for e in later if e.kind == "handler_start" and e.key == ask.key), None)
+        if nxt is None:
+            closed = any(e.kind == "close_start" for e in later)
+            dead = any(e.kind == "dead_lettered" and e.key == ask.key for e in later)
+            if not closed and not dead:
+                out.append(_violation("retry_after_delay", ask.key,
+                                      f"asked back after {ask.info['retry']}s at {ask.at:.2f}: "
+                                      "never came back"))  # fmt: skip
+            continue
+        if nxt.info.get("member") != ask.info.get("member"):
+            continue
+        if nxt.at < ask.at + ask.info["due"] - 0.001:
+            out.append(_violation("retry_after_delay", ask.key,
+                                  f"asked back after {ask.info['retry']}s (due "
+                                  f"{ask.info['due']}s) at {ask.at:.2f}, handled again at "
+                                  f"{nxt.at:.2f}"))  # fmt: skip
+    return out
+
+
+def _next_start(events: list[Event], key: str) -> int:
+    return next((n for n, e in enumerate(events) if e.kind == "handler_start" and e.key == key),
+                len(events))  # fmt: skip
+
+
+def not_received_while_paused(history: History, bounds: Bounds) -> list[Violation]:
+    """Between ``pause()`` returning and ``resume()``, no message the server handed to
+    the client after the pause is handed to the paused consumer's handler (one received
+    before it may be: docs/consumer.md, the cache is still handled). A topic's pause
+    leaves the group's retry queue running (remoting pull)."""
+    out = []
+    events = history.events
+    latest: dict[str, tuple[int, Event]] = {}
+    span: tuple[int, Event] | None = None
+    for i, e in enumerate(events):
+        if e.kind in _DELIVERIES:
+            latest[e.key] = (i, e)
+        elif e.kind == "paused":
+            span = (i, e)
+        elif e.kind in ("resumed", "close_start") and span is not None and \
+                e.info.get("consumer") == span[1].info["consumer"]:  # fmt: skip
+            span = None
+        elif e.kind == "handler_start" and span is not None:
+            start, pause = span
+            if e.info.get("member", pause.info["consumer"]) != pause.info["consumer"]:
+                continue
+            got = latest.get(e.key)
+            if got is None or got[0] < start:
+                continue
+            queue = str(got[1].info.get("queue", ""))
+            if pause.info["what"] == "topic" and queue.startswith("%RETRY%"):
+                continue
+            out.append(_violation("not_received_while_paused", e.key,
+                                  f"received at {got[1].at:.2f} and handled at {e.at:.2f} "
+                                  f"while paused ({pause.info['what']}) since "
+                                  f"{pause.at:.2f}"))  # fmt: skip
+    return out
+
+
+def rate_within_limit(history: History, bounds: Bounds) -> list[Violation]:
+    """With ``max_rate``, the messages a consumer receives over any window of ``w``
+    seconds are at most ``rate * w + burst`` (docs/consumer.md: a second's worth at once,
+    plus a batch per receive loop)."""
+    out: list[Violation] = []
+    limits = history.of("rate_limit")
+    if not limits:
+        return out
+    spans: dict[str, list[float]] = defaultdict(list)
+    for e in history.events:
+        if e.kind in ("rate_limit", "close_end") and "consumer" in e.info:
+            spans[e.info["consumer"]].append(e.at)
+    for limit in limits:
+        rate, burst = limit.info["rate"], limit.info["burst"]
+        begin = limit.at
+        ends = [at for at in spans[limit.info["consumer"]] if at > begin]
+        stop = ends[0] if ends else float("inf")
+        times = sorted(e.at for e in history.events if e.kind in _DELIVERIES
+                       and begin <= e.at <= stop)  # fmt: skip
+        for a in range(len(times)):
+            for b in range(a, len(times)):
+                count, window = b - a + 1, times[b] - times[a]
+                if count > rate * window + burst:
+                    out.append(_violation("rate_within_limit", "",
+                                          f"{limit.info['consumer']}: {count} messages received "
+                                          f"in {window:.2f}s from {times[a]:.2f}, over "
+                                          f"max_rate={rate} (burst {burst})"))  # fmt: skip
+                    return out
+    return out
