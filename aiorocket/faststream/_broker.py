@@ -285,7 +285,10 @@ class RocketBroker(
         self, message: Any = None, topic: str = "", *, timeout: float = 0.5,
         headers: dict[str, Any] | None = None, correlation_id: str | None = None,
     ) -> Any:  # fmt: skip
-        """Request-reply, in memory only (``TestRocketBroker``)."""
+        """Send ``message`` to ``topic`` as a RocketMQ request and return the reply (a
+        subscriber's return value, or a Java replier's), parsed (FastStream's RPC).
+        ``timeout`` (seconds) covers the send and the wait (``ReplyTimeoutError``).
+        Remoting only (``Producer.request``); ``TestRocketBroker`` does it in memory."""
         cmd = RocketPublishCommand(
             message, _publish_type=PublishType.REQUEST, topic=topic, headers=headers,
             correlation_id=correlation_id or self.config.id_generator(), timeout=timeout,

@@ -12,7 +12,7 @@ from faststream.response.response import BatchPublishCommand
 
 from aiorocket.errors import ConfigError
 from aiorocket.faststream._message import CONTENT_TYPE, CORRELATION_ID, REPLY_TO
-from aiorocket.message import Message
+from aiorocket.message import Message, MessageExt
 
 __all__ = ["RocketPublishCommand", "RocketResponse", "to_message"]
 
@@ -109,6 +109,9 @@ class RocketPublishCommand(BatchPublishCommand):
         self.delay_level = delay_level
         self.priority = priority
         self.timeout = timeout
+        #: the RocketMQ request (``Producer.request``, Java's) this command answers: it
+        #: goes as its reply (``Producer.reply``), not to a topic
+        self.reply_request: MessageExt | None = None
 
     @classmethod
     def from_cmd(

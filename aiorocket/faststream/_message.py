@@ -15,7 +15,14 @@ from typing import Any
 
 from faststream.message import StreamMessage, decode_message
 
-from aiorocket.message import is_system_property
+from aiorocket.message import (
+    PROPERTY_CLUSTER,
+    PROPERTY_CORRELATION_ID,
+    PROPERTY_REPLY_TO_CLIENT,
+    MessageExt,
+    is_system_property,
+)
+from aiorocket.producer.reply import reply_topic
 from aiorocket.received import ConsumerMessage
 from aiorocket.results import HandlerResult, Reconsume
 
@@ -114,13 +121,24 @@ async def parse(raw: ConsumerMessage) -> RocketMessage:
     return parse_for(raw, None, broadcasting=False)
 
 
+def rocketmq_request(raw: MessageExt) -> bool:
+    """``raw`` was sent by ``Producer.request`` (or Java's): its answer is a reply."""
+    props = raw.properties
+    return all(props.get(name) for name in (
+        PROPERTY_CLUSTER, PROPERTY_CORRELATION_ID, PROPERTY_REPLY_TO_CLIENT
+    ))  # fmt: skip
+
+
 def parse_for(raw: ConsumerMessage, group: str | None, *, broadcasting: bool) -> RocketMessage:
     headers = headers_of(raw)
+    reply_to = headers.get(REPLY_TO, "")
+    if not reply_to and rocketmq_request(raw):  # the handler's result is its reply
+        reply_to = reply_topic(raw.properties[PROPERTY_CLUSTER])
     return RocketMessage(
         raw_message=raw,
         body=raw.body,
         headers=headers,
-        reply_to=headers.get(REPLY_TO, ""),
+        reply_to=reply_to,
         content_type=headers.get(CONTENT_TYPE),
         correlation_id=headers.get(CORRELATION_ID),
         message_id=raw.msg_id,

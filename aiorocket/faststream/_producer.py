@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import fields
+from typing import TYPE_CHECKING
 
 from faststream._internal.endpoint.utils import ParserComposition
 from faststream._internal.parser import DefaultCodec
 from faststream._internal.producer import ProducerProto
-from faststream.exceptions import FeatureNotSupportedException, IncorrectState
+from faststream.exceptions import IncorrectState
 
 from aiorocket._send_result import SendResult
 from aiorocket.faststream._command import RocketPublishCommand, to_message
 from aiorocket.faststream._message import decode, parse
-from aiorocket.message import Message
+from aiorocket.message import Message, MessageExt
+from aiorocket.received import ConsumerMessage
 
 if TYPE_CHECKING:
     from fast_depends.library.serializer import SerializerProto
@@ -64,6 +66,10 @@ class RocketProducer(ProducerProto[RocketPublishCommand]):
     async def publish(self, cmd: RocketPublishCommand) -> SendResult:
         producer = self._client()
         (msg,) = await encode_all(cmd, self.codec, self.serializer)
+        if cmd.reply_request is not None:  # a handler's answer to a RocketMQ request
+            return await producer.reply(
+                cmd.reply_request, msg.body, properties=msg.properties, timeout=cmd.timeout
+            )
         return await producer.send(msg, timeout=cmd.timeout, sharding_key=cmd.sharding_key)
 
     async def publish_batch(self, cmd: RocketPublishCommand) -> list[SendResult]:
@@ -73,8 +79,10 @@ class RocketProducer(ProducerProto[RocketPublishCommand]):
             messages, timeout=cmd.timeout, sharding_key=cmd.sharding_key
         )
 
-    async def request(self, cmd: RocketPublishCommand) -> Any:
-        raise FeatureNotSupportedException(
-            "RocketBroker does not do request-reply (TestRocketBroker does, in memory): "
-            "publish with reply_to='<topic>' and subscribe to that topic"
-        )
+    async def request(self, cmd: RocketPublishCommand) -> ConsumerMessage:
+        """RocketMQ's request-reply (``Producer.request``); remoting only."""
+        producer = self._client()
+        (msg,) = await encode_all(cmd, self.codec, self.serializer)
+        reply = await producer.request(msg, timeout=cmd.timeout)
+        # the parser's type; a reply is not settled (it was pushed, not consumed)
+        return ConsumerMessage(**{f.name: getattr(reply, f.name) for f in fields(MessageExt)})

@@ -156,7 +156,8 @@ class RocketPublisher(PublisherUsecase):
         return result
 
     async def request(self, message: Any, *, timeout: float = 0.5, **kwargs: Any) -> Any:
-        """In-memory only (``TestRocketBroker``): RocketBroker does not do request-reply."""
+        """Send ``message`` as a RocketMQ request and return the parsed reply (see
+        ``RocketBroker.request``)."""
         cmd = RocketPublishCommand(
             message, _publish_type=PublishType.REQUEST, topic=self.topic, timeout=timeout,
             correlation_id=self._outer_config.id_generator(),

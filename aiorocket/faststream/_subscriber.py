@@ -22,7 +22,14 @@ from aiorocket.faststream._config import (
     RocketSubscriberConfig,
     RocketSubscriberSpecificationConfig,
 )
-from aiorocket.faststream._message import CURRENT_OUTCOME, GroupParser, Outcome, decode
+from aiorocket.faststream._message import (
+    CURRENT_OUTCOME,
+    REPLY_TO,
+    GroupParser,
+    Outcome,
+    decode,
+    rocketmq_request,
+)
 from aiorocket.faststream._resident import Resident
 from aiorocket.received import ConsumerMessage
 from aiorocket.results import HandlerResult
@@ -81,14 +88,18 @@ class RocketSubscriberSpecification(
 class _ReplyPublisher(FakePublisher):
     """Publishes a handler's result to the topic a message's ``reply_to`` names."""
 
-    def __init__(self, producer: ProducerProto[Any], topic: str) -> None:
+    def __init__(
+        self, producer: ProducerProto[Any], topic: str, request: ConsumerMessage | None
+    ) -> None:
         super().__init__(producer=producer)
         self.topic = topic
+        self.rocketmq_request = request
 
     def patch_command(self, cmd: PublishCommand) -> RocketPublishCommand:
         cmd = super().patch_command(cmd)
         real = RocketPublishCommand.from_cmd(cmd)
         real.destination = self.topic
+        real.reply_request = self.rocketmq_request
         return real
 
 
@@ -211,7 +222,10 @@ class RocketSubscriber(SubscriberUsecase[ConsumerMessage]):
     def _make_response_publisher(
         self, message: StreamMessage[ConsumerMessage]
     ) -> Sequence[FakePublisher]:
-        return (_ReplyPublisher(self._outer_config.producer, message.reply_to),)
+        raw = message.raw_message
+        # FastStream's own reply_to header names a topic; a RocketMQ request is replied to
+        request = raw if REPLY_TO not in message.headers and rocketmq_request(raw) else None
+        return (_ReplyPublisher(self._outer_config.producer, message.reply_to, request),)
 
     def get_log_context(self, message: StreamMessage[ConsumerMessage] | None) -> dict[str, str]:
         return {

@@ -16,9 +16,11 @@ from pydantic import BaseModel
 
 from aiorocket.admin import Admin
 from aiorocket.consumer import ConsumerConfig
-from aiorocket.errors import ConfigError
+from aiorocket.errors import ConfigError, ReplyTimeoutError
 from aiorocket.faststream import RocketBroker, RocketMessage
 from aiorocket.faststream._subscriber import RocketSubscriber
+from aiorocket.message import Message
+from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
 from tests.integration.faststream_helpers import FAST, FIRST, started
 from tests.integration.helpers import eventually
@@ -470,3 +472,28 @@ def test_bad_arguments_are_typed_errors_where_written() -> None:
         broker.subscriber("t", group="g", consume_mode="push")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="either namesrv"):
         RocketBroker("127.0.0.1:9876", proxy="127.0.0.1:8081")
+
+
+async def test_broker_request_gets_the_subscribers_return_value(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """FastStream's RPC is RocketMQ's request-reply (issue 44): ``broker.request`` is
+    answered by a subscriber's return value, and so is a plain aiorocket requester."""
+    topic, group = unique_name("fsrr"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=2)
+    broker = remoting(rocketmq)
+
+    @broker.subscriber(topic, group=group, consume_from_where=FIRST)
+    async def price(order: Order) -> dict[str, float]:
+        return {"price": order.amount * 1.5}
+
+    async with started(broker):
+        reply = await broker.request({"id": 1, "amount": 2}, topic, timeout=30)
+        assert await reply.decode() == {"price": 3.0}
+        async with Producer(unique_name("q"), rocketmq.namesrv_addr) as producer:
+            raw = await producer.request(Message(topic, b'{"id": 2, "amount": 4}'), timeout=30)
+        assert raw.body == b'{"price":6.0}'
+        other = unique_name("fsrr")  # no subscriber answers it: a typed timeout
+        await rocketmq.create_topic(other, queues=1)
+        with pytest.raises(ReplyTimeoutError):
+            await broker.request({"id": 3, "amount": 1}, other, timeout=1)
