@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 ./scripts/bootstrap.sh
 # A real Prometheus for the monitoring test (the Debian package, installed where missing).
 ./scripts/ensure_prometheus.sh
+# A real redis-server for the Redis store of idempotent consumption (the same way).
+./scripts/ensure_redis.sh
 .venv/bin/ruff check aiorocket tests benchmarks examples
 .venv/bin/mypy --strict aiorocket
 # The layers of the package (docs/architecture.md; the contracts are in pyproject.toml).

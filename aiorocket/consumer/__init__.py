@@ -12,6 +12,7 @@ from aiorocket.consumer.allocation import (
 )
 from aiorocket.consumer.config import ConsumeFromWhere, ConsumerConfig, MessageModel
 from aiorocket.consumer.consumer import BatchHandler, Consumer, MessageHandler
+from aiorocket.consumer.dedup import Dedup, DedupStore, MemoryDedupStore
 from aiorocket.consumer.engine import RebalanceListener
 from aiorocket.consumer.pop.lite import LiteOffset
 from aiorocket.consumer.pull_consumer import PullConsumer
@@ -37,7 +38,10 @@ __all__ = [
     "Consumer",
     "ConsumerConfig",
     "ConsumerMessage",
+    "Dedup",
+    "DedupStore",
     "LiteOffset",
+    "MemoryDedupStore",
     "MessageHandler",
     "MessageModel",
     "PullConsumer",

@@ -11,6 +11,7 @@ from aiorocket._settings import (
     check_positive_numbers,
 )
 from aiorocket._trace import TRACE_TOPIC, check_trace_settings
+from aiorocket.consumer.dedup import Dedup
 from aiorocket.errors import ConfigError
 from aiorocket.namespace import check_namespace
 from aiorocket.security import Credentials, TlsSetting, check_security
@@ -109,6 +110,9 @@ class ConsumerConfig:
     #: messages per second this consumer receives at most, all its topics together
     #: (``aiorocket.consumer.rate``); None: no limit.
     max_rate: float | None = None
+    #: idempotent consumption: claim each message's key in a store before its handler
+    #: runs, and skip keys handled already (``aiorocket.consumer.dedup``); handlers only.
+    dedup: Dedup | None = None
     #: when a send-back fails, retry the message locally after this many seconds (Java: 5).
     local_retry_delay: float = 5.0
     #: timeout of other requests (routes, heartbeats, offsets, send-backs).
@@ -188,6 +192,10 @@ class ConsumerConfig:
             positive_floats["max_rate"] = self.max_rate
         check_positive_numbers(positive_floats)
         check_invisible_duration(self.invisible_duration)
+        if self.dedup is not None:
+            if not isinstance(self.dedup, Dedup):
+                raise ConfigError("dedup must be a Dedup (aiorocket.consumer.dedup)")
+            self.dedup.validate()
         # The broker sweeps held pulls every 5 s, so a long poll can last that much longer.
         if self.pull_request_timeout < self.long_poll_timeout + 5:
             raise ConfigError("pull_request_timeout must exceed long_poll_timeout by 5 s or more")

@@ -67,6 +67,10 @@ _ORDERLY_NEEDS_HANDLER = (
     "orderly=True needs a handler (handler= or batch_handler=): orderly consumption runs "
     "one handler call at a time per locked queue; async for cannot consume orderly"
 )
+_DEDUP_NEEDS_HANDLER = (
+    "dedup= needs a handler (handler= or batch_handler=): the claim is made around the "
+    "handler call, whose outcome decides done or released; async for has no such call"
+)
 
 
 class Consumer:
@@ -333,6 +337,10 @@ class Consumer:
         cfg = state.config
         if cfg.orderly and self._handler_fn is None:
             raise ConfigError(_ORDERLY_NEEDS_HANDLER)
+        if cfg.dedup is not None:
+            if self._handler_fn is None:
+                raise ConfigError(_DEDUP_NEEDS_HANDLER)
+            cfg.dedup.check_loop()
         handler = None
         if self._handler_fn is not None:
             self._threads = HandlerThreads(

@@ -173,8 +173,9 @@ class WorkerPool:
         # batches and thread-run handlers take _consume_batch. The inline path saves the
         # list, two coroutine frames and the settle coroutine per message.
         handler = self._handler
-        # A traced call takes the general path (Handler.call records it).
-        inline = handler.is_async and not handler.batch and self._state.trace is None
+        # A traced or deduplicated call takes the general path (Handler.call does both).
+        inline = (handler.is_async and not handler.batch and self._state.trace is None
+                  and handler.dedup is None)  # fmt: skip
         fn = handler.fn
         cfg = self._state.config
         timeout = cfg.consume_timeout

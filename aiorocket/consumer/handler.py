@@ -17,6 +17,7 @@ import anyio
 
 from aiorocket._failure_log import handler_failed, message_dead_lettered, msg_id_of
 from aiorocket._trace import CONSUME_EXCEPTION, CONSUME_FAILED, CONSUME_SUCCESS, CONSUME_TIME_OUT
+from aiorocket.consumer.dedup import Deduplicator
 from aiorocket.results import HandlerResult, Reconsume, failure_delay_level, retry_delay_of
 
 if TYPE_CHECKING:
@@ -62,6 +63,11 @@ class Handler:
         self.is_async = is_async_callable(fn)
         self.threads = threads
         self._state = state
+        dedup = state.config.dedup
+        #: idempotent consumption (``dedup=``): claims keys around each call
+        self.dedup = None if dedup is None else Deduplicator(
+            dedup, group=state.group, consume_timeout=state.config.consume_timeout,
+            log=state.log)  # fmt: skip
 
     async def invoke(self, live: list[ConsumerMessage]) -> HandlerResult:
         """Call the handler once with ``live`` (or its first message) and return its result."""
@@ -76,7 +82,44 @@ class Handler:
     async def call(
         self, pq: QueueView, live: list[ConsumerMessage]
     ) -> tuple[int | None, float | None]:
-        """One handler call: (failure delay level or None on success, orderly suspend)."""
+        """One handler call: (failure delay level or None on success, orderly suspend).
+
+        With ``dedup=`` the keys of ``live`` are claimed first: the handler gets the
+        messages not handled yet (none: a success without a call); a key another call
+        holds fails the whole call to the transport's retry. The outcome settles every
+        message of ``live`` (a copy already done and failed with the others is done the
+        next time). Cancelled (consume timeout, close), the claims are released."""
+        dedup = self.dedup
+        if dedup is None:
+            return await self._call(pq, live)
+        claims = await dedup.claim(live)
+        if claims.busy:
+            await dedup.release(claims)
+            first = live[0]
+            self._state.log.info("dedup_in_progress", topic=first.topic, msg_id=msg_id_of(first),
+                                 attempt=first.reconsume_times + 1)  # fmt: skip
+            for m in live:
+                m._retry_delay = None  # the transport's backoff
+            return self._state.config.retry_delay_level, None
+        if not claims.todo:
+            return None, None  # every key handled already
+        try:
+            level, suspend = await self._call(pq, claims.todo)
+        except BaseException:
+            await dedup.release(claims)
+            raise
+        if level is None:
+            await dedup.done(claims)
+        else:
+            await dedup.release(claims)
+        delay = claims.todo[0]._retry_delay
+        for m in live:
+            m._retry_delay = delay
+        return level, suspend
+
+    async def _call(
+        self, pq: QueueView, live: list[ConsumerMessage]
+    ) -> tuple[int | None, float | None]:
         retry_level = self._state.config.retry_delay_level
         trace = self._state.trace
         call = None if trace is None else trace.before(live)

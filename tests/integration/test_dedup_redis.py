@@ -1,0 +1,143 @@
+"""RedisDedupStore against a real redis-server (each module starts its own on a free
+loopback port; scripts/ensure_redis.sh installs the Debian package), and idempotent
+consumption against the real cluster: a message sent twice is handled once."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from aiorocket.consumer import ConsumerMessage, Dedup
+from aiorocket.consumer.dedup import Claim
+from aiorocket.errors import UnsupportedTransportError
+from aiorocket.message import Message
+from aiorocket.producer import Producer
+from aiorocket.testing.broker import LocalRocketMQ
+from tests.unit.test_dedup import store_contract
+
+from .helpers import eventually
+from .test_pause_resume import _consumer
+
+redis = pytest.importorskip("redis")
+from aiorocket.consumer.dedup_redis import RedisDedupStore  # noqa: E402
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = shutil.which("redis-server")
+    assert server, "no redis-server: apt-get install redis-server (scripts/test.sh does)"
+    port = _free_port()
+    workdir: Path = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        client = redis.Redis(port=port)
+        deadline = time.monotonic() + 20
+        while True:  # until it answers (it starts in milliseconds; the machine is loaded)
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                assert proc.poll() is None, "redis-server exited"
+                assert time.monotonic() < deadline, "redis-server did not answer"
+                time.sleep(0.05)
+        client.close()
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # redis.asyncio (and grpclib) are asyncio-only
+
+
+async def test_redis_store_claims_done_releases_and_expires(redis_url: str) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        store = RedisDedupStore(client, prefix="t1:")
+        await store_contract(store)
+        assert 0 < await client.pttl("t1:k") <= 10_000
+        # A crashed handler's claim expires (PX), and the message is handled again.
+        assert await store.claim("crashed", "a", 0.05) is Claim.NEW
+        assert await client.pttl("t1:crashed") <= 50
+
+        async def expired() -> bool:
+            return await client.exists("t1:crashed") == 0
+
+        await eventually(expired, timeout=5, every=0.01)
+        assert await store.claim("crashed", "b", 10) is Claim.NEW
+    finally:
+        await client.aclose()
+
+
+def test_redis_store_is_refused_on_trio(redis_url: str) -> None:
+    pytest.importorskip("trio")
+    store = RedisDedupStore(redis.asyncio.Redis.from_url(redis_url))
+
+    async def check() -> None:
+        store.check_loop()
+
+    anyio.run(check, backend="asyncio")
+    with pytest.raises(UnsupportedTransportError, match="asyncio"):
+        anyio.run(check, backend="trio")
+
+
+@pytest.mark.parametrize("mode", ["pull", "grpc"])
+async def test_a_message_sent_twice_is_handled_once(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str], redis_url: str, mode: str
+) -> None:
+    """Two sends of one order (two message ids, one business key) and a redelivery
+    (a failed first call): the handler's work is done once per order."""
+    pytest.importorskip("grpclib")
+    topic, group = unique_name(f"dedup{mode}"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group)
+    done: list[str] = []
+    calls: list[str] = []
+
+    async def handle(msg: ConsumerMessage) -> None:
+        order = msg.properties["order"]
+        calls.append(order)
+        if order == "o2" and calls.count("o2") == 1:
+            raise RuntimeError("first attempt fails: the claim is released, the retry runs")
+        done.append(order)
+
+    client = redis.asyncio.Redis.from_url(redis_url)
+    dedup = Dedup(RedisDedupStore(client), key=lambda m: m.properties["order"])
+    consumer = _consumer(rocketmq, mode, group, handler=handle, dedup=dedup,
+                         consume_concurrency=1, retry_delay_level=1)  # fmt: skip
+    consumer.subscribe(topic)
+    try:
+        async with Producer("dedup-producer", rocketmq.namesrv_addr) as producer:
+            for order in ["o1", "o1", "o2", "o3"]:
+                await producer.send(Message(topic, b"x", properties={"order": order}))
+            async with consumer:
+                await eventually(lambda: len(done) == 3, timeout=30)
+                # o1's second copy was settled before o3 (one queue, one worker).
+                await producer.send(Message(topic, b"x", properties={"order": "o1"}))
+                await producer.send(Message(topic, b"x", properties={"order": "end"}))
+                await eventually(lambda: "end" in done, timeout=30)
+    finally:
+        await client.aclose()
+    assert sorted(done) == ["end", "o1", "o2", "o3"]
+    assert calls.count("o1") == 1 and calls.count("o2") == 2
