@@ -100,6 +100,7 @@ class RemotingProducer:
         self._membership: Membership | None = None
         self._checks: CheckBacks | None = None
         self._replies: Replies | None = None
+        self._reply_config: ProducerConfig | None = None
         self._started = False
         self._closed = False
 
@@ -337,13 +338,13 @@ class RemotingProducer:
         return self._replies
 
     async def _send_unbatched(
-        self, msg: Message, extra: dict[str, str], deadline: float
+        self, msg: Message, extra: dict[str, str], deadline: float, *, config: ProducerConfig
     ) -> SendResult:
         """One message in a request of its own (a request or a reply: not in a batch,
         whose request code is neither)."""
         sender = self._open_sender()
         plan = sender.plan(msg, None, None, None)
-        out = prepare_message(msg, self.config, extra_properties=extra)
+        out = prepare_message(msg, config, extra_properties=extra)
         await sender.acquire(deadline)
         try:
             return await sender.send(out, plan, deadline)
@@ -365,7 +366,7 @@ class RemotingProducer:
         correlation_id = replies.new_id()
         extra = request_properties(correlation_id, self.client.client_id, budget)
         with replies.expect(correlation_id) as waiter:
-            await self._send_unbatched(msg, extra, deadline)
+            await self._send_unbatched(msg, extra, deadline, config=self.config)
             return await replies.wait(waiter, correlation_id, max(0.0, deadline - sender.now()))
 
     async def reply(
@@ -374,7 +375,11 @@ class RemotingProducer:
     ) -> SendResult:  # fmt: skip
         out = create_reply(request, body, properties=properties)
         sender = self._open_sender()
-        return await self._send_unbatched(out, {}, sender.deadline(timeout))
+        if self._reply_config is None:
+            # The cluster's reply topic is the broker's own, in no namespace: not wrapped.
+            self._reply_config = dataclasses.replace(self.config, namespace="")
+        deadline = sender.deadline(timeout)
+        return await self._send_unbatched(out, {}, deadline, config=self._reply_config)
 
     # -- transactions --------------------------------------------------------------
 

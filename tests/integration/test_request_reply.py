@@ -85,3 +85,27 @@ async def test_a_late_reply_times_out_and_is_dropped(
                 await replied.wait()
             await eventually(lambda: replies.dropped == 1)
             assert replies.waiting == 0
+
+
+async def test_request_reply_within_a_namespace(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """Clients of a namespace: the request's topic is the namespace's, the reply topic
+    (the cluster's, which the broker created) is not wrapped."""
+    topic, group = unique_name("rr"), unique_name("g")
+    await rocketmq.create_topic(f"rrns%{topic}", queues=1,
+                                brokers=[next(iter(rocketmq.broker_addrs))])  # fmt: skip
+    async with Producer(unique_name("rp"), rocketmq.namesrv_addr, namespace="rrns") as replier:
+
+        async def handle(msg: ConsumerMessage) -> None:
+            await replier.reply(msg, b"re:" + msg.body)
+
+        consumer = Consumer(group, rocketmq.namesrv_addr, handler=handle, namespace="rrns",
+                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
+        consumer.subscribe(topic)
+        async with (
+            consumer,
+            Producer(unique_name("q"), rocketmq.namesrv_addr, namespace="rrns") as requester,
+        ):
+            reply = await requester.request(Message(topic, b"ns"), timeout=30)
+    assert reply.body == b"re:ns"
