@@ -29,7 +29,13 @@ from aiorocket.client.instance import ClientInstance
 from aiorocket.client.recall import RecallHandle, recall_message
 from aiorocket.client.results import SendResult, SendStatus
 from aiorocket.client.trace import RemotingTraceSender
-from aiorocket.errors import ClientClosedError, ConfigError, NoRouteError, RocketMQError
+from aiorocket.errors import (
+    ClientClosedError,
+    ConfigError,
+    NoRouteError,
+    RequestTimeoutError,
+    RocketMQError,
+)
 from aiorocket.message import (
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_SHARDING_KEY,
@@ -45,7 +51,7 @@ from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.fault import LatencyFaultTolerance
 from aiorocket.producer.membership import Membership
 from aiorocket.producer.prepare import SYSFLAG_TRANSACTION_PREPARED, Outgoing, prepare_message
-from aiorocket.producer.reply import Replies, create_reply, request_properties
+from aiorocket.producer.reply import Replies, create_reply, reply_topic, request_properties
 from aiorocket.producer.routes import PublishRoutes
 from aiorocket.producer.selectors import QueueSelector
 from aiorocket.producer.sender import Plan, Sender
@@ -353,21 +359,40 @@ class RemotingProducer:
 
     async def request(self, msg: Message, *, timeout: float | None) -> MessageExt:
         sender = self._open_sender()
-        replies, membership = self._replies, self._membership
-        assert replies is not None and membership is not None
+        replies = self._replies
+        assert replies is not None
         deadline = sender.deadline(timeout)
         budget = deadline - sender.now()
-        # The broker pushes the reply on the connection our client id heartbeats on: be
-        # registered on the brokers the request (and so its reply) can go to first.
-        info = await sender.routes.get(wrap(self.config.namespace, msg.topic))
-        async with anyio.create_task_group() as tg:
-            for addr in sorted(set(info.route.all_master_addrs().values())):
-                tg.start_soon(membership.ensure, addr)
+        topic = wrap(self.config.namespace, msg.topic)
+        with anyio.move_on_after(budget) as scope:
+            await self._register_for_replies(sender, topic)
+        if scope.cancelled_caught:
+            raise RequestTimeoutError(f"request to {msg.topic!r}: registering took its timeout")
         correlation_id = replies.new_id()
         extra = request_properties(correlation_id, self.client.client_id, budget)
         with replies.expect(correlation_id) as waiter:
             await self._send_unbatched(msg, extra, deadline, config=self.config)
             return await replies.wait(waiter, correlation_id, max(0.0, deadline - sender.now()))
+
+    async def _register_for_replies(self, sender: Sender, topic: str) -> None:
+        """Be registered, before the request leaves, on every broker its reply can reach:
+        a broker pushes a reply only on the connection our client id heartbeats on, and
+        the replier may send it to any broker of the reply topic of the request broker's
+        cluster. Those topics' routes join the producer's, so the heartbeats keep them."""
+        membership = self._membership
+        assert membership is not None
+        route = (await sender.routes.get(topic)).route
+        addrs = set(route.all_master_addrs().values())
+        for cluster in sorted({b.cluster for b in route.broker_datas if b.cluster}):
+            try:
+                replies_route = (await sender.routes.get(reply_topic(cluster))).route
+            except RocketMQError as exc:  # the request's brokers are registered anyway
+                self.log.warning("reply_topic_unknown", cluster=cluster, error=str(exc))
+                continue
+            addrs.update(replies_route.all_master_addrs().values())
+        async with anyio.create_task_group() as tg:
+            for addr in sorted(addrs):
+                tg.start_soon(membership.ensure, addr)
 
     async def reply(
         self, request: MessageExt, body: bytes, *, properties: dict[str, str] | None,

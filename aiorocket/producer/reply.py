@@ -8,7 +8,8 @@ with ``MSG_TYPE=reply`` and the request's three properties, as SEND_REPLY_MESSAG
 (``aiorocket.client.broker`` picks that request code from ``MSG_TYPE``). The broker
 receiving it pushes it (PUSH_REPLY_MESSAGE_TO_CLIENT) on the connection the requester's
 client id heartbeats on, so the requester must be a registered producer on that broker
-(``RemotingProducer.request`` heartbeats the request topic's brokers first). ``Replies``
+(``RemotingProducer.request`` first heartbeats the brokers of the request topic and
+of its cluster's reply topic). ``Replies``
 hands each push to the request waiting for its correlation id; a push nobody waits for
 (a reply after its request timed out, or to another process) is answered and dropped.
 """

@@ -109,3 +109,19 @@ async def test_request_reply_within_a_namespace(
         ):
             reply = await requester.request(Message(topic, b"ns"), timeout=30)
     assert reply.body == b"re:ns"
+
+
+async def test_the_requester_is_registered_where_its_reply_can_arrive(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A request topic on one broker: the reply may still go to any broker of the
+    cluster's reply topic, which pushes it only to a producer registered there, so the
+    requester heartbeats those brokers too (and keeps doing so)."""
+    topic = unique_name("rr")
+    await rocketmq.create_topic(topic, queues=1, brokers=[next(iter(rocketmq.broker_addrs))])
+    async with Producer(unique_name("q"), rocketmq.namesrv_addr) as requester:
+        with pytest.raises(ReplyTimeoutError):  # nobody answers: only the registration counts
+            await requester.request(Message(topic, b"x"), timeout=0.5)
+        membership = requester.membership
+        assert membership is not None
+        assert membership.registered == set(rocketmq.broker_addrs.values())
