@@ -23,7 +23,7 @@ versions="${AIOROCKET_PYTHONS:-3.10 3.12 3.13}"
 parts="imports unit smoke"
 case "${1:-}" in imports*|unit*|again*|smoke*) parts=$(echo "$1" | tr , ' '); shift ;; esac
 # Each extra's modules (pyproject.toml's [project.optional-dependencies]).
-extras="fast spark grpc cli fastapi aiohttp otel faststream"
+extras="fast spark grpc cli fastapi aiohttp otel faststream redis"
 modules_of() {
     case "$1" in
         fast) echo "orjson uvloop" ;;
@@ -34,6 +34,7 @@ modules_of() {
         aiohttp) echo "aiorocket.integrations.aiohttp" ;;
         otel) echo "aiorocket.integrations.telemetry" ;;
         faststream) echo "aiorocket.faststream" ;;
+        redis) echo "redis.asyncio aiorocket.consumer.dedup_redis" ;;
     esac
 }
 

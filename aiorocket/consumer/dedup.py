@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from aiorocket._log import Logger
     from aiorocket.received import ConsumerMessage
 
-__all__ = ["Claim", "Claims", "Dedup", "DedupStore", "Deduplicator", "MemoryDedupStore"]
+__all__ = ["Claim", "Dedup", "DedupStore", "MemoryDedupStore", "default_key"]
 
 
 class Claim(enum.Enum):

@@ -56,6 +56,7 @@ def _tree(tmp: Path) -> Path:
     shutil.copy(REPO / "scripts" / "test.sh", root / "scripts" / "test.sh")
     stubs = {
         "scripts/bootstrap.sh": _OK, "scripts/ensure_prometheus.sh": _OK,
+        "scripts/ensure_redis.sh": _OK,
         "scripts/spark_compat.sh": _OK, "scripts/pyversions.sh": _PYVERSIONS,
         ".venv/bin/python": _PYTHON, ".venv/bin/ruff": _OK, ".venv/bin/mypy": _OK,
         ".venv/bin/lint-imports": _OK, ".venv/bin/mkdocs": _OK,
