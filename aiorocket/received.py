@@ -229,6 +229,9 @@ class PopMessage(ConsumerMessage):
     #: copies of it the server delivered again while it was in hand, settled by its
     #: outcome (``aiorocket.consumer.pop.in_hand``); None: none
     _copies: list[PopMessage] | None = None
+    #: set while its retry's nack is in flight (settled, still in hand): a copy delivered
+    #: meanwhile waits its retry with it instead of being handled at once
+    _nacking: bool = False
 
     @property
     def message_id(self) -> str:

@@ -10,7 +10,8 @@ It answers Telemetry settings (echoing the client's, as the Proxy merges them),
 Heartbeat, QueryRoute, QueryAssignment and NotifyClientTermination with OK;
 AckMessage with an OK entry per message (recorded in ``acked``; held while ``ack_gate``
 is set and not yet open); ChangeInvisibleDuration with a new receipt handle (recorded
-in ``invisible_changes``); ForwardMessageToDeadLetterQueue with OK (the handles in
+in ``invisible_changes``; held while ``change_gate`` is set and not yet
+open); ForwardMessageToDeadLetterQueue with OK (the handles in
 ``dead_lettered``; held while ``dead_letter_gate`` is set and not yet open); and
 ReceiveMessage according to ``receive_mode`` (an auto-renewed receive is refused with
 ILLEGAL_INVISIBLE_TIME unless ``auto_renew``, as a Proxy with
@@ -104,6 +105,8 @@ class FakeProxy:
         self.ack_started = asyncio.Event()
         #: (receipt handle, seconds) of each ChangeInvisibleDuration
         self.invisible_changes: list[tuple[str, float]] = []
+        #: ChangeInvisibleDuration waits for this event when set (before it answers)
+        self.change_gate: asyncio.Event | None = None
         #: receipt handles of each ForwardMessageToDeadLetterQueue
         self.dead_lettered: list[str] = []
         #: ForwardMessageToDeadLetterQueue fails with this gRPC error when set
@@ -274,6 +277,8 @@ class FakeProxy:
                 status=pb.Status(code=refusal[0], message="fake proxy: change refused")
             ))  # fmt: skip
             return
+        if self.change_gate is not None:
+            await self.change_gate.wait()
         seconds = req.invisible_duration.total_seconds() if req.invisible_duration else 0.0
         self.invisible_changes.append((req.receipt_handle, seconds))
         await stream.send_message(pb.ChangeInvisibleDurationResponse(

@@ -28,6 +28,7 @@ from aiorocket.consumer.pop.runtime import PopRuntime
 from aiorocket.grpc import SimpleConsumer
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._push_message import PopMessage
+from aiorocket.results import Reconsume
 from aiorocket.testing.fake_grpc import FakeProxy
 
 pytestmark = pytest.mark.anyio
@@ -357,6 +358,12 @@ async def _copy_arrives(proxy: FakeProxy, runtime: PopRuntime) -> None:
             await anyio.sleep(0.005)
 
 
+async def _all_settled(runtime: PopRuntime) -> None:
+    with anyio.fail_after(10):
+        while runtime.budget.count:  # noqa: ASYNC110 - all settled: no event
+            await anyio.sleep(0.005)
+
+
 async def _ok(msg: ConsumerMessage) -> None:
     pass
 
@@ -397,14 +404,44 @@ async def test_a_copy_delivered_while_its_handler_runs_takes_the_retry_path_when
             runtime = _runtime(consumer)
             await _copy_arrives(proxy, runtime)
             go.set()
-            with anyio.fail_after(10):
-                while runtime.budget.count:  # noqa: ASYNC110 - both settled: no event
-                    await anyio.sleep(0.005)
+            await _all_settled(runtime)
             assert calls == [0]
         finally:
             await consumer.__aexit__(None, None, None)
     changes = dict(proxy.invisible_changes)
     assert set(changes) == {"rh0", "rh0b"} and changes["rh0b"] > 0
+    assert proxy.acked == []
+
+
+async def test_a_copy_delivered_while_the_retry_is_asked_waits_the_retry_delay() -> None:
+    """The handler asks for its message back in 30 s (``Reconsume(delay=30)``); while
+    that nack (ChangeInvisibleDuration) is in flight the Proxy hands the message out
+    again (it released it: NotifyClientTermination; simulator grpc_receive seed 94,
+    ``retry_after_delay``). The copy is not handled at once: it gets the retry's 30 s
+    too. Before, it was dispatched (the message counted as settled once its nack began)
+    and handled again 30 s early."""
+    calls: list[int] = []
+
+    async def handle(msg: ConsumerMessage) -> Reconsume:
+        calls.append(msg.reconsume_times)
+        return Reconsume(delay=30)
+
+    async with FakeProxy() as proxy:
+        proxy.change_gate = asyncio.Event()
+        consumer = _one_message_consumer(proxy, handle)
+        await consumer.__aenter__()
+        try:
+            runtime = _runtime(consumer)
+            with anyio.fail_after(10):
+                while "ChangeInvisibleDuration" not in proxy.calls:  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+            await _copy_arrives(proxy, runtime)
+            proxy.change_gate.set()
+            await _all_settled(runtime)
+            assert calls == [0]
+        finally:
+            await consumer.__aexit__(None, None, None)
+    assert sorted(proxy.invisible_changes) == [("rh0", 30.0), ("rh0b", 30.0)]
     assert proxy.acked == []
 
 

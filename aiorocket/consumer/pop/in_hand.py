@@ -55,7 +55,9 @@ class InHand:
         if not key:
             return True
         held = self._by_id.get(key)
-        if held is None or held._settled or held is msg:
+        # a message whose retry is being asked for is still in hand: a copy handled now
+        # would come back before the retry's delay (NotifyClientTermination released it)
+        if held is None or (held._settled and not held._nacking) or held is msg:
             self._by_id[key] = msg
             return True
         if held._copies is None:

@@ -127,12 +127,14 @@ class PopSettler:
         await self._fail(msg, delay_level, delay)
 
     async def _fail(self, msg: PopMessage, delay_level: int, delay: float | None) -> None:
-        msg._settled = True
-        copies, msg._copies = msg._copies, None
+        msg._settled = msg._nacking = True
         try:
             await self._settle_failed(msg, delay_level, delay)
         finally:
-            for copy in copies or ():  # delivered again while in hand: each its own retry
+            # delivered again while in hand (its nack included): each its own retry
+            msg._nacking = False
+            copies, msg._copies = msg._copies, None
+            for copy in copies or ():
                 if not copy._settled:
                     await self._fail(copy, delay_level, delay)
 

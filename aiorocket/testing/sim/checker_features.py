@@ -3,7 +3,6 @@ the others): retry delays, pause / resume, the consume rate limit."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -101,20 +100,17 @@ def rate_within_limit(history: History, bounds: Bounds) -> list[Violation]:
     seconds are at most ``rate * w + burst`` (docs/consumer.md: a second's worth at once,
     plus a batch per receive loop)."""
     out: list[Violation] = []
-    limits = history.of("rate_limit")
-    if not limits:
-        return out
-    spans: dict[str, list[float]] = defaultdict(list)
-    for e in history.events:
-        if e.kind in ("rate_limit", "close_end") and "consumer" in e.info:
-            spans[e.info["consumer"]].append(e.at)
-    for limit in limits:
+    # a consumer's receives: from its rate_limit event to its close_end, by position
+    # (the next consumer may start at the same instant)
+    events = history.events
+    for n, limit in enumerate(events):
+        if limit.kind != "rate_limit":
+            continue
         rate, burst = limit.info["rate"], limit.info["burst"]
-        begin = limit.at
-        ends = [at for at in spans[limit.info["consumer"]] if at > begin]
-        stop = ends[0] if ends else float("inf")
-        times = sorted(e.at for e in history.events if e.kind in _DELIVERIES
-                       and begin <= e.at <= stop)  # fmt: skip
+        stop = next((m for m in range(n + 1, len(events)) if events[m].kind == "close_end"
+                     and events[m].info.get("consumer") == limit.info["consumer"]),
+                    len(events))  # fmt: skip
+        times = [e.at for e in events[n:stop] if e.kind in _DELIVERIES]
         for a in range(len(times)):
             for b in range(a, len(times)):
                 count, window = b - a + 1, times[b] - times[a]
