@@ -26,6 +26,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -54,7 +55,9 @@ class DedupStore(Protocol):
     call by ``Dedup.store_timeout`` and then carries on without the store.
 
     A store may also define ``check_loop(self) -> None``, called when the consumer
-    starts, raising ``ConfigError`` where it cannot serve the running event loop.
+    starts, raising ``ConfigError`` where it cannot serve the running event loop, and
+    ``in_process = True`` when its calls never await anything (they are then made
+    without a timeout and shield).
     """
 
     async def claim(self, key: str, token: str, ttl: float) -> Claim:
@@ -76,12 +79,18 @@ _DONE = ""  # the token of a done key in MemoryDedupStore
 class MemoryDedupStore:
     """A process's own store: deduplicates redeliveries to this process only.
 
+    Its calls never wait (``in_process``): the consumer calls it without the timeout
+    and shield it puts around a remote store's, which would cost it most of its time.
+
     Parameters
     ----------
     max_keys:
         Keys kept at most; past it the least recently claimed are forgotten first
         (a forgotten key is handled again if its message comes back).
     """
+
+    #: its calls neither wait nor fail: no timeout or shield around them
+    in_process = True
 
     def __init__(self, max_keys: int = 100_000) -> None:
         if max_keys < 1:
@@ -189,6 +198,16 @@ class Deduplicator:
         self._token_prefix = os.urandom(6).hex()
         self._count = 0
         self._log = log
+        # A store that never waits needs no timer-backed scope (most of its cost).
+        self._local = bool(getattr(dedup.store, "in_process", False))
+
+    def _scope(self, *, shield: bool = False) -> AbstractContextManager[object]:
+        """The bound of one store call (and its shield from a cancellation)."""
+        if self._local:
+            return nullcontext()
+        if shield:
+            return anyio.CancelScope(shield=True)
+        return anyio.fail_after(self.timeout)
 
     def _token(self) -> str:
         self._count += 1
@@ -222,7 +241,7 @@ class Deduplicator:
     async def _claim_one(self, key: str, token: str, msg: ConsumerMessage) -> Claim | None:
         """The store's answer, or None (treated as NEW, unclaimed) when it failed."""
         try:
-            with anyio.fail_after(self.timeout):
+            with self._scope():
                 return await self.store.claim(key, token, self.claim_ttl)
         except Exception as exc:
             self._log.warning("dedup_store_failed", op="claim", key=key,
@@ -231,10 +250,10 @@ class Deduplicator:
 
     async def done(self, claims: Claims) -> None:
         """The handler succeeded: remember every key it handled (claimed or not)."""
-        with anyio.CancelScope(shield=True):  # the outcome is known: record it
+        with self._scope(shield=True):  # the outcome is known: record it
             for key in claims.held:
                 try:
-                    with anyio.fail_after(self.timeout):
+                    with self._scope():
                         await self.store.mark_done(key, self.done_ttl)
                 except Exception as exc:  # the claim expires: a copy may run again
                     self._log.warning("dedup_store_failed", op="mark_done", key=key,
@@ -245,10 +264,10 @@ class Deduplicator:
 
     async def _release(self, held: dict[str, str]) -> None:
         """Give up claims (shielded, bounded): a failed release expires after claim_ttl."""
-        with anyio.CancelScope(shield=True):
+        with self._scope(shield=True):
             for key, token in held.items():
                 try:
-                    with anyio.fail_after(self.timeout):
+                    with self._scope():
                         await self.store.release(key, token)
                 except Exception as exc:
                     self._log.warning("dedup_store_failed", op="release", key=key,

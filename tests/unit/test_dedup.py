@@ -150,6 +150,8 @@ async def test_a_key_claimed_elsewhere_is_failed_back_not_dropped_nor_handled() 
 class BrokenStore(MemoryDedupStore):
     """A store that is down (raises) or hangs on every call."""
 
+    in_process = False  # a remote store: bounded by store_timeout
+
     def __init__(self, how: str) -> None:
         super().__init__()
         self.how = how
