@@ -16,7 +16,7 @@ from aiorocket.testing.sim.nemesis import Fault
 
 __all__ = ["FEATURE_WORKLOADS", "draw_features", "settle_delay"]
 
-FEATURE_WORKLOADS = ("pull_remoting", "pop_remoting", "grpc_receive")
+FEATURE_WORKLOADS = ("pull_remoting", "pop_remoting", "grpc_receive", "fifo_async_for")
 
 #: a default broker's ``messageDelayLevel`` (the simulated pull broker's own truth):
 #: level n (from 1) waits this many seconds
@@ -35,14 +35,36 @@ def settle_delay(delay: float, *, levels: bool) -> float:
     return float(BROKER_DELAY_LEVELS[-1])
 
 
+def _pauses(rng: random.Random, span: float) -> list[Fault]:
+    """One or two pauses (of everything, or of the topic) within the run's first span."""
+    out: list[Fault] = []
+    if rng.random() < 0.35:
+        at = 0.0
+        for _ in range(rng.randint(1, 2)):
+            at = round(at + rng.uniform(0.0, span / 2), 2)
+            seconds = round(rng.uniform(0.2, span / 3), 2)
+            out.append(Fault("pause", {"at": at, "seconds": seconds,
+                                       "what": rng.choice(["all", "topic"])}))  # fmt: skip
+            at += seconds
+    return out
+
+
 def draw_features(seed: int, workload: str, params: dict[str, Any],
                   faults: list[Fault]) -> tuple[dict[str, Any], list[Fault]]:  # fmt: skip
     """The feature draws of run ``seed`` (params to add, faults to append)."""
     if workload not in FEATURE_WORKLOADS:
         return {}, []
     rng = random.Random(f"{workload}:{seed}:features")
-    grpc = workload == "grpc_receive"
+    grpc = workload in ("grpc_receive", "fifo_async_for")
     span = 3.0 if grpc else 30.0  # how long the run's messages keep coming (seconds)
+    if workload == "fifo_async_for":
+        # FIFO groups: a pause only (order is its invariant), early: a run without
+        # failures lasts milliseconds
+        if rng.random() < 0.6:
+            return {}, [Fault("pause", {"at": round(rng.uniform(0.0, 0.02), 3),
+                                        "seconds": round(rng.uniform(0.05, 0.5), 2),
+                                        "what": rng.choice(["all", "topic"])})]  # fmt: skip
+        return {}, []
     messages = params["messages"]
     taken = {f.args["message"] for f in faults if f.kind.startswith("handler_")}
     out: list[Fault] = []
@@ -54,14 +76,9 @@ def draw_features(seed: int, workload: str, params: dict[str, Any],
         for index in rng.sample(free, k=min(len(free), rng.randint(1, 3))):
             out.append(Fault("handler_retry", {"message": index, "delay": rng.choice(delays),
                                                "attempts": rng.randint(1, 2)}))  # fmt: skip
-    if rng.random() < 0.35 and shape != "pull_consumer":
-        at = 0.0
-        for _ in range(rng.randint(1, 2)):
-            at = round(at + rng.uniform(0.0, span / 2), 2)
-            seconds = round(rng.uniform(0.2, span / 3), 2)
-            out.append(Fault("pause", {"at": at, "seconds": seconds,
-                                       "what": rng.choice(["all", "topic"])}))  # fmt: skip
-            at += seconds
+    pauses = _pauses(rng, span)  # drawn in any case: the draws after it stay the same
+    if shape != "pull_consumer":
+        out += pauses
     joins = any(f.kind == "member_join" for f in faults)
     if rng.random() < 0.35 and not joins and shape not in ("broadcast", "pull_consumer"):
         extra["max_rate"] = rng.choice([1.0, 2.0, 5.0] if not grpc else [5.0, 10.0, 20.0])

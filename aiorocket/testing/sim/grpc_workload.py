@@ -91,7 +91,8 @@ async def fifo_async_for(schedule: Schedule, history: History, handler: Handler 
         consumer = Consumer(GROUP, proxy=proxy.endpoint, **SETTINGS)
         consumer.subscribe(TOPIC)
         try:
-            async with consumer:
+            async with consumer, anyio.create_task_group() as tg:
+                tg.start_soon(pauser, consumer, schedule, history, TOPIC, "first")
                 with anyio.move_on_after(PHASE):
                     async for msg in consumer:
                         key = bytes(msg.body).decode()
@@ -110,6 +111,7 @@ async def fifo_async_for(schedule: Schedule, history: History, handler: Handler 
                         history.add("handler_end", key, **at)
                         if history.keys("handler_ok") >= history.keys("stored"):
                             break
+                tg.cancel_scope.cancel()
                 history.add("close_start", "", consumer="first")
         except Exception as exc:
             record_error(history, exc, "async for")
