@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import anyio
+import anyio.lowlevel
 
 from aiorocket._failure_log import msg_id_of
 from aiorocket.errors import ConfigError
@@ -247,6 +248,14 @@ class Deduplicator:
             self._log.warning("dedup_store_failed", op="claim", key=key,
                               msg_id=msg_id_of(msg), error=repr(exc))  # fmt: skip
             return Claim.NEW
+
+    async def checkpoint(self) -> None:
+        """After a shielded done mark or release: a cancellation that came meanwhile (the
+        consume timeout's watchdog, a close) is raised here, while the caller still
+        counts the call as running, so the message is settled as a cut call; raised at
+        the caller's next await (its settle), it would leave the message unsettled."""
+        if not self._local:
+            await anyio.lowlevel.checkpoint_if_cancelled()
 
     async def done(self, claims: Claims) -> None:
         """The handler succeeded: remember every key it handled (claimed or not)."""

@@ -95,6 +95,7 @@ class Handler:
         claims = await dedup.claim(live)
         if claims.busy:
             await dedup.release(claims)
+            await dedup.checkpoint()
             first = live[0]
             self._state.log.info("dedup_in_progress", topic=first.topic, msg_id=msg_id_of(first),
                                  attempt=first.reconsume_times + 1)  # fmt: skip
@@ -112,6 +113,7 @@ class Handler:
             await dedup.done(claims)
         else:
             await dedup.release(claims)
+        await dedup.checkpoint()
         delay = claims.todo[0]._retry_delay
         for m in live:
             m._retry_delay = delay

@@ -219,3 +219,40 @@ async def test_dedup_needs_a_handler_and_valid_settings() -> None:
         Consumer("g", handler=Recorder(), dedup=Dedup(MemoryDedupStore(), claim_ttl=0))
     with pytest.raises(ConfigError, match="must be a Dedup"):
         Consumer("g", handler=Recorder(), dedup=MemoryDedupStore())
+
+
+class SlowStore(MemoryDedupStore):
+    """A remote store whose done marks and releases of m1 outlast the consume timeout."""
+
+    in_process = False
+
+    async def mark_done(self, key: str, ttl: float) -> None:
+        if key == "g:m1":
+            await anyio.sleep(0.5)
+        await super().mark_done(key, ttl)
+
+    async def release(self, key: str, token: str) -> None:
+        if key == "g:m1":
+            await anyio.sleep(0.5)
+        await super().release(key, token)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+async def test_a_consume_timeout_during_the_done_mark_or_release_settles_the_message(
+    fail: bool,
+) -> None:
+    """The watchdog may cut the call while the store records its outcome: the message
+    is then settled as a timed-out call (retried), never left unsettled."""
+    store = SlowStore()
+    handle = Recorder(fail={"m1"} if fail else set())
+    async with workers(handle, dedup=Dedup(store), consume_timeout=0.2,
+                       consume_concurrency=1) as h:  # fmt: skip
+        feed(h, "m1")
+        with anyio.fail_after(10):
+            await h.sent.wait()  # settled as a failure: comes back
+        feed(h, "m2")  # and the worker goes on
+        await h.consumed(2)
+    assert h.sent_back == [(0, 0)]
+    assert handle.calls == ["m1", "m2"]
+    # The outcome was recorded all the same (shielded): the retry is acked if it succeeded.
+    assert await store.claim("g:m1", "x", 10) is (Claim.NEW if fail else Claim.DONE)
