@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from aiorocket.consumer import ConsumerMessage, Dedup
+from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage, Dedup
 from aiorocket.consumer.dedup import Claim
 from aiorocket.errors import UnsupportedTransportError
 from aiorocket.message import Message
@@ -141,3 +142,72 @@ async def test_a_message_sent_twice_is_handled_once(
         await client.aclose()
     assert sorted(done) == ["end", "o1", "o2", "o3"]
     assert calls.count("o1") == 1 and calls.count("o2") == 2
+
+
+_CRASHING_MEMBER = """
+import sys
+import anyio
+import redis.asyncio
+from aiorocket.consumer import ConsumeFromWhere, Consumer, Dedup
+from aiorocket.consumer.dedup_redis import RedisDedupStore
+
+namesrv, group, topic, url = sys.argv[1:5]
+
+
+async def handle(msg):
+    print("handling", flush=True)
+    await anyio.sleep_forever()  # SIGKILLed here, its claim held
+
+
+async def main():
+    dedup = Dedup(RedisDedupStore(redis.asyncio.Redis.from_url(url)), claim_ttl=3)
+    consumer = Consumer(group, namesrv, handler=handle, dedup=dedup,
+                        consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    consumer.subscribe(topic)
+    async with consumer:
+        await anyio.sleep_forever()
+
+
+anyio.run(main)
+"""
+
+
+async def test_a_member_killed_mid_handler_leaves_its_message_to_be_handled_after_the_claim(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str], redis_url: str, tmp_path: Path
+) -> None:
+    """The claim of a handler that never finished expires (claim_ttl): the message is
+    handled by another member then, not dropped as a duplicate."""
+    topic, group = unique_name("dedupkill"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1)
+    await rocketmq.create_group(group)
+    async with Producer("dedup-producer", rocketmq.namesrv_addr) as producer:
+        await producer.send(Message(topic, b"work"))
+    child = await anyio.open_process(
+        [sys.executable, "-c", _CRASHING_MEMBER, rocketmq.namesrv_addr, group, topic, redis_url],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None
+        with anyio.fail_after(60):
+            assert b"handling" in await child.stdout.receive()
+    finally:
+        child.kill()  # SIGKILL: no close, no release
+        await child.wait()
+    handled: list[tuple[bytes, int]] = []
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.append((msg.body, msg.reconsume_times))
+
+    client = redis.asyncio.Redis.from_url(redis_url)
+    consumer = Consumer(group, rocketmq.namesrv_addr, handler=handle, retry_delay_level=1,
+                        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                        dedup=Dedup(RedisDedupStore(client), claim_ttl=3))  # fmt: skip
+    consumer.subscribe(topic)
+    try:
+        async with consumer:
+            await eventually(lambda: bool(handled), timeout=60)
+    finally:
+        await client.aclose()
+    # Failed back (retried) while the dead member's claim lasted, then handled once.
+    assert [body for body, _ in handled] == [b"work"]
+    assert handled[0][1] >= 1
