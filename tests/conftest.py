@@ -15,7 +15,10 @@ import json
 import os
 import re
 import shutil
+import socket
+import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -197,3 +200,41 @@ def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
         return f"{prefix}_{stem}_{uuid.uuid4().hex[:8]}"
 
     return make
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A redis-server of the session's own on a free loopback port (RedisDedupStore's
+    tests; scripts/ensure_redis.sh installs the Debian package)."""
+    redis = pytest.importorskip("redis")
+    server = shutil.which("redis-server")
+    assert server, "no redis-server: apt-get install redis-server (scripts/test.sh does)"
+    port = _free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        client = redis.Redis(port=port)
+        deadline = time.monotonic() + 20
+        while True:  # until it answers (it starts in milliseconds; the machine is loaded)
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                assert proc.poll() is None, "redis-server exited"
+                assert time.monotonic() < deadline, "redis-server did not answer"
+                time.sleep(0.05)
+        client.close()
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -4,12 +4,9 @@ consumption against the real cluster: a message sent twice is handled once."""
 
 from __future__ import annotations
 
-import shutil
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -30,41 +27,6 @@ redis = pytest.importorskip("redis")
 from aiorocket.consumer.dedup_redis import RedisDedupStore  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = shutil.which("redis-server")
-    assert server, "no redis-server: apt-get install redis-server (scripts/test.sh does)"
-    port = _free_port()
-    workdir: Path = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(workdir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        client = redis.Redis(port=port)
-        deadline = time.monotonic() + 20
-        while True:  # until it answers (it starts in milliseconds; the machine is loaded)
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                assert proc.poll() is None, "redis-server exited"
-                assert time.monotonic() < deadline, "redis-server did not answer"
-                time.sleep(0.05)
-        client.close()
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture
