@@ -72,29 +72,14 @@ def cached_on(consumers: list[Consumer], broker: str) -> int:
                if s.queue.broker_name == broker)  # fmt: skip
 
 
-async def test_broker_sigkill_and_restart_loses_nothing_and_consumes_again_only_the_in_flight(
-    cluster: LocalRocketMQ, unique_name: Callable[[str], str]
-) -> None:
-    """broker-b is SIGKILLed mid-stream and restarted on the same store and ports: the
-    producer routes around it and comes back to it; the two consumers give broker-b's
-    queues up and take them back: every acknowledged message is consumed.
-
-    The restarted broker has lost every offset committed since it last wrote them to
-    disk (here: all of them). Its queues resume at what their consumer had committed,
-    not at the broker's record, so broker-b's messages consumed twice are at most those
-    the consumers held at the kill (cached and running). Before, every broker-b message
-    consumed until the kill was consumed again (the hidden 36,000-message run: 8,023).
-    Messages of broker-a's queues may be consumed twice as well: with broker-b gone the
-    group's allocation moves one of them to the other member, and the two members see
-    the change up to a rebalance interval apart (reported, not bounded here)."""
-    topic, group = unique_name("kill"), unique_name("g")
-    await cluster.create_topic(topic, queues=2)
-    tally, stop = Tally(), anyio.Event()
-    consumers = [Consumer(group, cluster.namesrv_addr, handler=tally.handler, **CONSUMER)
-                 for _ in range(2)]  # fmt: skip
-    for consumer in consumers:
-        consumer.subscribe(topic)
-    producer = Producer(unique_name("p"), cluster.namesrv_addr, **PRODUCER)
+async def kill_and_restart_b(
+    cluster: LocalRocketMQ, consumers: list[Consumer], producer: Producer, topic: str,
+    tally: Tally,
+) -> tuple[int, float, float, float]:
+    """Produce steadily to ``topic`` while broker-b is SIGKILLed and restarted, until
+    everything acknowledged is consumed: (broker-b's messages in flight at the kill,
+    killed at, back at, the producer back on it at)."""
+    stop = anyio.Event()
     async with consumers[0], consumers[1], producer:
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: produce_steadily(producer, topic, tally, rate=100, stop=stop))
@@ -115,6 +100,35 @@ async def test_broker_sigkill_and_restart_loses_nothing_and_consumes_again_only_
             stop.set()
         with anyio.fail_after(90):
             await tally.wait_all_consumed()
+    return in_flight, killed_at, back_at, returned_at
+
+
+async def test_broker_sigkill_and_restart_loses_nothing_and_consumes_again_only_the_in_flight(
+    cluster: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """broker-b is SIGKILLed mid-stream and restarted on the same store and ports: the
+    producer routes around it and comes back to it; the two consumers give broker-b's
+    queues up and take them back: every acknowledged message is consumed.
+
+    The restarted broker has lost every offset committed since it last wrote them to
+    disk (here: all of them). Its queues resume at what their consumer had committed,
+    not at the broker's record, so broker-b's messages consumed twice are at most those
+    the consumers held at the kill (cached and running). Before, every broker-b message
+    consumed until the kill was consumed again (the hidden 36,000-message run: 8,023).
+    Messages of broker-a's queues may be consumed twice as well: with broker-b gone the
+    group's allocation moves one of them to the other member, and the two members see
+    the change up to a rebalance interval apart (reported, not bounded here)."""
+    topic, group = unique_name("kill"), unique_name("g")
+    await cluster.create_topic(topic, queues=2)
+    tally = Tally()
+    consumers = [Consumer(group, cluster.namesrv_addr, handler=tally.handler, **CONSUMER)
+                 for _ in range(2)]  # fmt: skip
+    for consumer in consumers:
+        consumer.subscribe(topic)
+    producer = Producer(unique_name("p"), cluster.namesrv_addr, **PRODUCER)
+    in_flight, killed_at, back_at, returned_at = await kill_and_restart_b(
+        cluster, consumers, producer, topic, tally
+    )
     again = {b: sum(n for mq, n in tally.redelivered.items() if mq.broker_name == b)
              for b in ("broker-a", "broker-b")}  # fmt: skip
     print(
@@ -141,7 +155,7 @@ async def test_broker_sigkill_and_restart_with_dedup_handles_each_message_once(
 
     topic, group = unique_name("killdedup"), unique_name("g")
     await cluster.create_topic(topic, queues=2)
-    tally, stop = Tally(), anyio.Event()
+    tally = Tally()
     client = redis.asyncio.Redis.from_url(redis_url)
     dedup = Dedup(RedisDedupStore(client, prefix=f"{topic}:"), key=lambda m: m.body.hex())
     consumers = [Consumer(group, cluster.namesrv_addr, handler=tally.handler, dedup=dedup,
@@ -150,21 +164,7 @@ async def test_broker_sigkill_and_restart_with_dedup_handles_each_message_once(
         consumer.subscribe(topic)
     producer = Producer(unique_name("p"), cluster.namesrv_addr, **PRODUCER)
     try:
-        async with consumers[0], consumers[1], producer:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(lambda: produce_steadily(producer, topic, tally, rate=100, stop=stop))
-                with anyio.fail_after(60):
-                    await tally.wait_acked_on("broker-b", 50)
-                in_flight = cached_on(consumers, "broker-b")
-                await anyio.to_thread.run_sync(cluster.kill, "broker-b")
-                with anyio.fail_after(60):
-                    await tally.wait_acked_on("broker-a", 100)
-                await cluster.restart("broker-b")
-                with anyio.fail_after(90):
-                    await tally.wait_acked_on("broker-b", 20)
-                stop.set()
-            with anyio.fail_after(90):
-                await tally.wait_all_consumed()
+        in_flight, *_ = await kill_and_restart_b(cluster, consumers, producer, topic, tally)
     finally:
         await client.aclose()
     print(f"broker SIGKILL + restart with dedup (in flight at the kill: {in_flight});",
