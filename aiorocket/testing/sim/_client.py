@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
     from aiorocket.testing.sim.nemesis import Schedule
 
-__all__ = ["SimHandler", "client_tasks", "held_by_renewer", "record_after_close", "record_error"]
+__all__ = ["SimHandler", "cancelled_from_outside", "client_tasks", "held_by_renewer",
+           "record_after_close", "record_error"]
 
 
 def _attempt(msg: Any) -> int:
@@ -146,3 +147,27 @@ def client_tasks() -> list[str]:
     if root is not None:
         walk(root)
     return out
+
+
+async def cancelled_from_outside(body: Callable[[], Awaitable[None]], at: float | None,
+                                 history: History, name: str) -> bool:  # fmt: skip
+    """Run ``body`` (the application's ``async with consumer``), cancelled from outside
+    ``at`` seconds from now if drawn (issue 40: the application cancelled at a random
+    point): ``app_cancelled`` and ``close_start`` when it is. True if it was."""
+    if at is None:
+        await body()
+        return False
+    scope = anyio.CancelScope()
+
+    async def canceller() -> None:
+        await anyio.sleep(at)
+        history.add("app_cancelled", "", consumer=name)
+        history.add("close_start", "", consumer=name)
+        scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(canceller)
+        with scope:
+            await body()
+        tg.cancel_scope.cancel()
+    return scope.cancelled_caught

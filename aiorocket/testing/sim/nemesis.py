@@ -169,4 +169,7 @@ def draw(seed: int, workload: str) -> Schedule:
     extra, more = draw_features(seed, workload, params, faults)
     params.update(extra)
     faults += more
+    from aiorocket.testing.sim.client_draws import draw_client
+
+    faults += draw_client(seed, workload, params)
     return Schedule(seed, workload, params, faults)

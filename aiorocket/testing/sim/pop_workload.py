@@ -17,6 +17,7 @@ import anyio
 from aiorocket.consumer import Consumer
 from aiorocket.testing.sim._client import (
     SimHandler,
+    cancelled_from_outside,
     held_by_renewer,
     record_after_close,
     record_error,
@@ -58,20 +59,26 @@ async def _phase(cluster: SimCluster, history: History, handler: Callable[[Any],
                         **SETTINGS, **rate)  # fmt: skip
     consumer.subscribe(TOPIC)
     probed = False
-    try:
-        async with consumer, anyio.create_task_group() as tg:
-            if name == "first":
-                tg.start_soon(pauser, consumer, cluster.schedule, history, TOPIC, name)
-            with anyio.move_on_after(close_at if close_at is not None else PHASE):
-                while not cluster.all_settled():  # noqa: ASYNC110  (settling is the brokers' truth)
-                    await anyio.sleep(0.25)
-                await anyio.sleep(1.0)  # room to let go of what was settled
-                history.add("held", "", count=held_by_renewer(consumer), where=name)
-                probed = True
-            tg.cancel_scope.cancel()
-            history.add("close_start", "", consumer=name)
-    except Exception as exc:
-        record_error(history, exc, f"{name}: async with")
+
+    async def application() -> None:
+        nonlocal probed
+        try:
+            async with consumer, anyio.create_task_group() as tg:
+                if name == "first":
+                    tg.start_soon(pauser, consumer, cluster.schedule, history, TOPIC, name)
+                with anyio.move_on_after(close_at if close_at is not None else PHASE):
+                    while not cluster.all_settled():  # noqa: ASYNC110  (the brokers' truth)
+                        await anyio.sleep(0.25)
+                    await anyio.sleep(1.0)  # room to let go of what was settled
+                    history.add("held", "", count=held_by_renewer(consumer), where=name)
+                    probed = True
+                tg.cancel_scope.cancel()
+                history.add("close_start", "", consumer=name)
+        except Exception as exc:
+            record_error(history, exc, f"{name}: async with")
+
+    cancels = [f.args["at"] for f in cluster.schedule.of("app_cancel")] if name == "first" else []
+    await cancelled_from_outside(application, cancels[0] if cancels else None, history, name)
     history.add("close_end", "", consumer=name, probed=probed)
     for b in cluster.brokers:
         b.revive()
