@@ -43,7 +43,9 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126]
 #: 68: a queue taken back while its hung handler ran handled that message twice at once
 #: 21: max_rate=5, and retry delays of 7, 12 and 31 s that come back after a level's
 #: 10, 30 and 60 s (a planted rounding down is caught: retry_after_delay)
-PULL_SEEDS = [*range(0, 16), 18, 21, 68]
+#: 19, 25 (and 8): the async for application breaks out at a drawn message, that one
+#: in hand (iter_break), and iterates again
+PULL_SEEDS = [*range(0, 16), 18, 19, 21, 25, 68]
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
@@ -101,6 +103,28 @@ def test_the_application_cancelled_from_outside_is_drawn_and_run() -> None:
     cancelled = report.history.of("app_cancelled")
     assert [round(e.at, 2) for e in cancelled] == [6.07]
     assert report.history.of("close_end")[0].at >= cancelled[0].at
+
+
+@pytest.mark.parametrize(("workload", "seed"), [("fifo_async_for", 4), ("pull_remoting", 8)])
+def test_a_break_out_of_async_for_hands_the_message_in_hand_on(workload: str, seed: int) -> None:
+    """issue 40's "break out of async for": the message in hand when the application
+    broke out (unsettled) is handed to it again within the hand-on bound, none lost."""
+    report = run(seed, workload)
+    assert report.ok, str(report)
+    (broke,) = report.history.of("iter_break")
+    again = [e.at for e in report.history.of("handler_start")
+             if e.key == broke.key and e.at >= broke.at]  # fmt: skip
+    assert again and again[0] - broke.at <= Bounds().hand_on
+
+
+def test_a_message_broken_out_of_and_held_is_caught() -> None:
+    """A break that kept its message in hand (not released): received_handed_on."""
+    history = _history((0, "stored", "m-0", {}), (0, "delivered", "m-0", {}),
+                       (0, "iter_break", "m-0", {}), (30, "delivered", "m-0", {}),
+                       (30, "handler_start", "m-0", {}), (30, "handler_ok", "m-0", {}),
+                       (30, "handler_end", "m-0", {}), (30, "acked", "m-0", {}),
+                       (40, "end", "", {}))  # fmt: skip
+    assert {v.invariant for v in check(history)} == {"received_handed_on"}
 
 
 def test_a_seed_replays_its_schedule() -> None:

@@ -15,8 +15,9 @@ from aiorocket.testing.sim.nemesis import Fault
 
 __all__ = ["CLIENT_WORKLOADS", "draw_client"]
 
-#: workload -> the span (virtual seconds) a cancellation is drawn in
-CLIENT_WORKLOADS = {"pop_remoting": 20.0}
+#: workload -> the span (virtual seconds) a cancellation is drawn in (None: not drawn)
+CLIENT_WORKLOADS: dict[str, float | None] = {"pop_remoting": 20.0, "pull_remoting": None,
+                                             "fifo_async_for": None}  # fmt: skip
 
 
 def draw_client(seed: int, workload: str, params: dict[str, Any]) -> list[Fault]:
@@ -25,9 +26,13 @@ def draw_client(seed: int, workload: str, params: dict[str, Any]) -> list[Fault]
         return []
     rng = random.Random(f"{workload}:{seed}:client")
     out: list[Fault] = []
-    if rng.random() < 0.3:
-        out.append(Fault("app_cancel", {"at": round(rng.uniform(0.0, CLIENT_WORKLOADS[workload]),
-                                                      2)}))  # fmt: skip
-    if params.get("shape") == "async_for" and rng.random() < 0.5:
-        out.append(Fault("iter_break", {"after": rng.randrange(params["messages"])}))
+    span = CLIENT_WORKLOADS[workload]
+    if span is not None and rng.random() < 0.3:
+        out.append(Fault("app_cancel", {"at": round(rng.uniform(0.0, span), 2)}))
+    iterated = workload == "fifo_async_for" or params.get("shape") == "async_for"
+    if iterated and rng.random() < 0.5:
+        # the application breaks out of its async for at its n-th message received (0
+        # first), that message in hand, unsettled, then iterates again
+        messages = params.get("messages") or params["groups"] * params["per_group"]
+        out.append(Fault("iter_break", {"at": rng.randrange(messages)}))
     return out

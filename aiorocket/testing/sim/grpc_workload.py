@@ -93,22 +93,32 @@ async def fifo_async_for(schedule: Schedule, history: History, handler: Handler 
         try:
             async with consumer, anyio.create_task_group() as tg:
                 tg.start_soon(pauser, consumer, schedule, history, TOPIC, "first")
+                breaks = [f.args["at"] for f in schedule.of("iter_break")]
+                break_at, received = (breaks[0] if breaks else None), 0
                 with anyio.move_on_after(PHASE):
-                    async for msg in consumer:
-                        key = bytes(msg.body).decode()
-                        i = int(key.split("-")[1])
-                        attempt = int(getattr(msg, "delivery_attempt", 1))
-                        at = {"group": f"g{i // per_group}", "seq": i % per_group,
-                              "attempt": attempt}  # fmt: skip
-                        history.add("handler_start", key, **at)
-                        if attempt <= fails.get(i, 0):
-                            history.add("handler_failed", key, **at)
+                    while True:  # again after a drawn break
+                        async for msg in consumer:
+                            key = bytes(msg.body).decode()
+                            if received == break_at:  # out, this one in hand, unsettled
+                                received += 1
+                                history.add("iter_break", key)
+                                break
+                            received += 1
+                            i = int(key.split("-")[1])
+                            attempt = int(getattr(msg, "delivery_attempt", 1))
+                            at = {"group": f"g{i // per_group}", "seq": i % per_group,
+                                  "attempt": attempt}  # fmt: skip
+                            history.add("handler_start", key, **at)
+                            if attempt <= fails.get(i, 0):
+                                history.add("handler_failed", key, **at)
+                                history.add("handler_end", key, **at)
+                                await msg.nack()
+                                continue
+                            await msg.ack()
+                            history.add("handler_ok", key, **at)
                             history.add("handler_end", key, **at)
-                            await msg.nack()
-                            continue
-                        await msg.ack()
-                        history.add("handler_ok", key, **at)
-                        history.add("handler_end", key, **at)
+                            if history.keys("handler_ok") >= history.keys("stored"):
+                                break
                         if history.keys("handler_ok") >= history.keys("stored"):
                             break
                 tg.cancel_scope.cancel()

@@ -67,15 +67,28 @@ def _consumer(cluster: SimPullCluster, shape: str, handler: SimHandler, name: st
     return consumer
 
 
-async def _iterate(consumer: Consumer, handler: SimHandler) -> None:
-    async for msg in consumer:
-        try:
-            result = await handler(msg)
-        except Exception:
-            await msg.nack()
+async def _iterate(consumer: Consumer, handler: SimHandler, history: History,
+                   break_at: int | None) -> None:  # fmt: skip
+    """``async for``; if drawn, ``break`` at the ``break_at``-th message received (that
+    one in hand, unsettled: the iterator must release it and what it prefetched), then
+    iterate again."""
+    received = 0
+    while True:
+        async for msg in consumer:
+            if received == break_at:
+                received += 1
+                history.add("iter_break", bytes(msg.body).decode(errors="replace"))
+                break
+            received += 1
+            try:
+                result = await handler(msg)
+            except Exception:
+                await msg.nack()
+            else:
+                if isinstance(result, Reconsume):  # the handler asked for a retry delay
+                    await msg.nack(delay=result.delay)
         else:
-            if isinstance(result, Reconsume):  # the handler asked for a retry delay
-                await msg.nack(delay=result.delay)
+            return
 
 
 async def _get(consumer: PullConsumer, handler: SimHandler, history: History) -> None:
@@ -127,7 +140,9 @@ async def _run_member(cluster: SimPullCluster, history: History, shape: str,
                 if isinstance(consumer, PullConsumer):
                     tg.start_soon(_get, consumer, handler, history)
                 elif shape == "async_for":
-                    tg.start_soon(_iterate, consumer, handler)
+                    breaks = [f.args["at"] for f in cluster.schedule.of("iter_break")]
+                    tg.start_soon(_iterate, consumer, handler, history,
+                                  breaks[0] if breaks and name == "first" else None)  # fmt: skip
                 if name == "first" and not isinstance(consumer, PullConsumer):
                     tg.start_soon(pauser, consumer, cluster.schedule, history, PULL_TOPIC, name)
                 await until()
