@@ -87,6 +87,8 @@ class PullConsumer:
     ) -> None:
         check_group(group, "consumer")
         cfg = apply_settings(config or ConsumerConfig(), settings, "consumer")
+        if cfg.dedup is not None:  # poll() hands messages over with no handler call to wrap
+            raise ConfigError("dedup= is a Consumer's (around its handler); not a PullConsumer's")
         self._group = group
         self._namespace = namespace = cfg.namespace
         # The engine works with the broker's names: the group and topics in the namespace.

@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from aiorocket.consumer import Consumer
+from aiorocket.consumer import Consumer, PullConsumer
 from aiorocket.consumer.dedup import Claim, Dedup, DedupStore, MemoryDedupStore
 from aiorocket.errors import ConfigError
 from aiorocket.received import ConsumerMessage
@@ -219,6 +219,8 @@ async def test_dedup_needs_a_handler_and_valid_settings() -> None:
         Consumer("g", handler=Recorder(), dedup=Dedup(MemoryDedupStore(), claim_ttl=0))
     with pytest.raises(ConfigError, match="must be a Dedup"):
         Consumer("g", handler=Recorder(), dedup=MemoryDedupStore())
+    with pytest.raises(ConfigError, match="not a PullConsumer"):
+        PullConsumer("g", "127.0.0.1:1", dedup=Dedup(MemoryDedupStore()))
 
 
 class SlowStore(MemoryDedupStore):
