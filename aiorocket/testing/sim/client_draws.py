@@ -16,18 +16,22 @@ from aiorocket.testing.sim.nemesis import Fault
 __all__ = ["CLIENT_WORKLOADS", "draw_client"]
 
 #: workload -> the span (virtual seconds) a cancellation is drawn in (None: not drawn)
-CLIENT_WORKLOADS: dict[str, float | None] = {"pop_remoting": 20.0, "pull_remoting": None,
+CLIENT_WORKLOADS: dict[str, float | None] = {"pop_remoting": 20.0, "pull_remoting": 40.0,
                                              "fifo_async_for": None}  # fmt: skip
 
 
-def draw_client(seed: int, workload: str, params: dict[str, Any]) -> list[Fault]:
-    """The application-side faults of run ``seed``."""
+def draw_client(seed: int, workload: str, params: dict[str, Any],
+                faults: list[Fault]) -> list[Fault]:  # fmt: skip
+    """The application-side faults of run ``seed`` (``faults``: the run's others)."""
     if workload not in CLIENT_WORKLOADS:
         return []
     rng = random.Random(f"{workload}:{seed}:client")
     out: list[Fault] = []
     span = CLIENT_WORKLOADS[workload]
-    if span is not None and rng.random() < 0.3:
+    # not with a broker crash on pull: the crash bound is the queue owner's, and the
+    # member cancelled is gone (as members joining are drawn apart from crashes)
+    crash = any(f.kind == "broker_restart" for f in faults)
+    if span is not None and rng.random() < 0.3 and not crash:
         out.append(Fault("app_cancel", {"at": round(rng.uniform(0.0, span), 2)}))
     iterated = workload == "fifo_async_for" or params.get("shape") == "async_for"
     if iterated and rng.random() < 0.5:

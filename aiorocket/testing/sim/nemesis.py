@@ -171,5 +171,5 @@ def draw(seed: int, workload: str) -> Schedule:
     faults += more
     from aiorocket.testing.sim.client_draws import draw_client
 
-    faults += draw_client(seed, workload, params)
+    faults += draw_client(seed, workload, params, faults)
     return Schedule(seed, workload, params, faults)

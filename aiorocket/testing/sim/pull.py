@@ -177,6 +177,10 @@ class SimPullBroker:
             if self.members.pop(ext["clientID"], None) is not None:
                 await self.cluster.ids_changed(self)
         elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
+            # a member whose connection closed is gone (5.5.0's doChannelCloseEvent),
+            # whether it said goodbye or not (its next heartbeat brings it back)
+            for client in [c for c, s in self.members.items() if s.closed]:
+                del self.members[client]
             resp.body = json.dumps({"consumerIdList": sorted(self.members)}).encode()
         elif code == RequestCode.QUERY_CONSUMER_OFFSET:
             key = (ext["topic"], int(ext["queueId"]))

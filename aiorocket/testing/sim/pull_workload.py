@@ -20,7 +20,12 @@ import anyio
 
 from aiorocket.consumer import ConsumeFromWhere, Consumer, MessageModel, PullConsumer
 from aiorocket.results import Reconsume
-from aiorocket.testing.sim._client import SimHandler, client_tasks, record_error
+from aiorocket.testing.sim._client import (
+    SimHandler,
+    cancelled_from_outside,
+    client_tasks,
+    record_error,
+)
 from aiorocket.testing.sim.features import pauser, rate_kwargs
 from aiorocket.testing.sim.pull import PULL_GROUP, PULL_TOPIC, SimPullCluster
 
@@ -133,25 +138,33 @@ async def _run_member(cluster: SimPullCluster, history: History, shape: str,
     else:
         consumer = _consumer(cluster, shape, handler, name, offsets_dir)
     started = finished = False
-    try:
-        async with consumer:
-            started = True
-            async with anyio.create_task_group() as tg:
-                if isinstance(consumer, PullConsumer):
-                    tg.start_soon(_get, consumer, handler, history)
-                elif shape == "async_for":
-                    breaks = [f.args["at"] for f in cluster.schedule.of("iter_break")]
-                    tg.start_soon(_iterate, consumer, handler, history,
-                                  breaks[0] if breaks and name == "first" else None)  # fmt: skip
-                if name == "first" and not isinstance(consumer, PullConsumer):
-                    tg.start_soon(pauser, consumer, cluster.schedule, history, PULL_TOPIC, name)
-                await until()
-                tg.cancel_scope.cancel()
-            finished = True
-            history.add("close_start", "", consumer=name)
-    except Exception as exc:
-        record_error(history, exc, f"{name}: {'async with' if started else 'start'}")
-    if started and not finished:
+
+    async def application() -> None:
+        nonlocal started, finished
+        try:
+            async with consumer:
+                started = True
+                async with anyio.create_task_group() as tg:
+                    if isinstance(consumer, PullConsumer):
+                        tg.start_soon(_get, consumer, handler, history)
+                    elif shape == "async_for":
+                        breaks = [f.args["at"] for f in cluster.schedule.of("iter_break")]
+                        at = breaks[0] if breaks and name == "first" else None
+                        tg.start_soon(_iterate, consumer, handler, history, at)
+                    if name == "first" and not isinstance(consumer, PullConsumer):
+                        tg.start_soon(pauser, consumer, cluster.schedule, history, PULL_TOPIC,
+                                      name)  # fmt: skip
+                    await until()
+                    tg.cancel_scope.cancel()
+                finished = True
+                history.add("close_start", "", consumer=name)
+        except Exception as exc:
+            record_error(history, exc, f"{name}: {'async with' if started else 'start'}")
+
+    cancels = [f.args["at"] for f in cluster.schedule.of("app_cancel")] if name == "first" else []
+    cancelled = await cancelled_from_outside(application, cancels[0] if cancels else None,
+                                             history, name)  # fmt: skip
+    if started and not finished and not cancelled:
         history.add("app_interrupted", "", consumer=name)
     history.add("close_end", "", consumer=name)
 
@@ -223,6 +236,8 @@ async def pull_remoting(
                     await _all_consumed(cluster, history, schedule)
 
                 await _member(cluster, history, shape, handlers, "first", until)
+                if history.of("app_cancelled"):  # the rest is another member's
+                    await _member(cluster, history, shape, handlers, "second", until)
                 tg.cancel_scope.cancel()
         await anyio.sleep(0.5)
         left = client_tasks()
