@@ -48,7 +48,11 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126]
 #: 5 and 20 cancel the first member from outside (app_cancel): 20, orderly, left its
 #: queues to a member that had not said goodbye (its unregister and unlocks fail under
 #: the cancellation) until the simulated broker dropped members whose connection closed
-PULL_SEEDS = [*range(0, 16), 18, 19, 20, 21, 25, 68]
+#: 5, 16, 18, 19, 20: a broker's connections go silent, open (half_open): the client
+#: reconnects within 10 s (reconnects_after_half_open); 16 lost queue 2 to a member
+#: whose unregister went to the silent connection until the simulated broker expired
+#: silent members (channelExpiredTimeout, 120 s)
+PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68]
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
@@ -218,6 +222,10 @@ def test_checker_passes_a_clean_history() -> None:
         ("no_request_storm", [(0, "storm", "", {"requests": 41})]),
         ("typed_errors", [(0, "app_error", "", {"error": "RuntimeError()", "typed": False})]),
         ("released_at_close", [(0, "held_after_close", "", {"keys": ["m-0"]})]),
+        ("reconnects_after_half_open", [  # silent at 1, no new connection by 11
+            (1, "half_open", "", {"broker": "a", "connections": 1}),
+            (12, "reconnected", "", {"broker": "a"}), (30, "end", "", {}),
+        ]),
         ("memory_within_cache", [(0, "held", "", {"count": 16})]),
         ("send_reported_truly", [
             (0, "send_stored", "s-0", {"broker": "a"}),

@@ -22,6 +22,7 @@ from aiorocket.testing.sim.checker_more import (
     duplicates_within_window,
     lite_subscription_agrees,
 )
+from aiorocket.testing.sim.checker_net import reconnects_after_half_open
 from aiorocket.testing.sim.history import Event, History
 
 __all__ = ["INVARIANTS", "Bounds", "Violation", "check"]
@@ -42,6 +43,9 @@ class Bounds:
     #: a queue handed from one member to another may be read by both this long (one
     #: rebalance): a commit newer than this does not bound duplicates yet
     handover: float = 2.0
+    #: a client whose connection went silent (half-open) sends a request on a new one
+    #: within this: the pull runs' heartbeat interval (5 s) + request timeout (3 s) + 2
+    reconnect: float = 10.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -368,7 +372,8 @@ INVARIANTS: dict[str, Callable[[History, Bounds], list[Violation]]] = {
               memory_within_cache, send_reported_truly, lite_subscription_agrees,
               app_not_interrupted, duplicates_within_window, stored_as_sent, order_per_key,
               deadline_kept, txn_outcome, checks_answered_truly, resumes_after_restart,
-              retry_after_delay, not_received_while_paused, rate_within_limit)
+              retry_after_delay, not_received_while_paused, rate_within_limit,
+              reconnects_after_half_open)
 }  # fmt: skip
 
 

@@ -39,4 +39,8 @@ def draw_client(seed: int, workload: str, params: dict[str, Any],
         # first), that message in hand, unsettled, then iterates again
         messages = params.get("messages") or params["groups"] * params["per_group"]
         out.append(Fault("iter_break", {"at": rng.randrange(messages)}))
+    if workload == "pull_remoting" and rng.random() < 0.3 and not crash:
+        # a half-open connection: every connection to a broker silent, open
+        broker = rng.choice(["sim-broker-a", "sim-broker-b"][: params["brokers"]])
+        out.append(Fault("half_open", {"broker": broker, "at": round(rng.uniform(1.0, 30.0), 2)}))
     return out

@@ -76,6 +76,10 @@ class Queues:
         return self.by_queue.setdefault((topic, queue_id), [])
 
 
+#: 5.5.0's channelExpiredTimeout: a member silent this long is dropped (seconds)
+CHANNEL_EXPIRY = 120.0
+
+
 class SimPullBroker:
     """One broker (see the module docstring)."""
 
@@ -87,6 +91,10 @@ class SimPullBroker:
         self.offsets: dict[tuple[str, int], int] = {}
         self.flushed: dict[tuple[str, int], int] = {}
         self.members: dict[str, ServerSession] = {}
+        #: each member's last heartbeat (5.5.0 expires a channel silent for 120 s)
+        self.beats: dict[str, float] = {}
+        #: the connections a half-open fault silenced (until a request on a new one)
+        self._silent: set[int] | None = None
         self.locks: dict[tuple[str, int], tuple[str, float]] = {}
         self.down_until = 0.0
         self.pulls = 0
@@ -141,6 +149,16 @@ class SimPullBroker:
             with anyio.CancelScope(shield=True):
                 await session.close()
 
+    def half_open(self) -> None:
+        """Every connection to the broker goes silent, open (a NAT entry evicted, a
+        partition without a reset): the broker neither reads nor answers on them; a new
+        connection works. ``reconnected`` once a request comes on a new one."""
+        stalled = list(self.server.sessions)
+        for session in stalled:
+            session.stall()
+        self._silent = {id(s) for s in stalled}
+        self.history.add("half_open", "", broker=self.name, connections=len(stalled))
+
     async def flush(self) -> None:
         while True:
             await anyio.sleep(FLUSH_INTERVAL)
@@ -156,6 +174,9 @@ class SimPullBroker:
             with anyio.CancelScope(shield=True):
                 await session.close()  # refused: the process is not there
             return
+        if self._silent is not None and id(session) not in self._silent:
+            self._silent = None
+            self.history.add("reconnected", "", broker=self.name)
         try:
             resp = await self._handle(session, cmd)
         except Exception:  # the simulator's own bug: the run reports it as a crash
@@ -173,13 +194,17 @@ class SimPullBroker:
                 self.members[client] = session
                 await self.cluster.ids_changed(self)
             self.members[client] = session
+            self.beats[client] = anyio.current_time()
         elif code == RequestCode.UNREGISTER_CLIENT:
             if self.members.pop(ext["clientID"], None) is not None:
                 await self.cluster.ids_changed(self)
         elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
             # a member whose connection closed is gone (5.5.0's doChannelCloseEvent),
-            # whether it said goodbye or not (its next heartbeat brings it back)
-            for client in [c for c, s in self.members.items() if s.closed]:
+            # whether it said goodbye or not (its next heartbeat brings it back), and one
+            # silent past channelExpiredTimeout (a half-open connection's)
+            now = anyio.current_time()
+            for client in [c for c, s in self.members.items()
+                           if s.closed or now - self.beats.get(c, now) > CHANNEL_EXPIRY]:
                 del self.members[client]
             resp.body = json.dumps({"consumerIdList": sorted(self.members)}).encode()
         elif code == RequestCode.QUERY_CONSUMER_OFFSET:
@@ -354,12 +379,15 @@ class SimPullCluster(SimServers[SimPullBroker]):
             for b in self.brokers:
                 tg.start_soon(b.flush)
             by_name = {b.name: b for b in self.brokers}
-            faults = self.schedule.of("broker_restart") + self.schedule.of("connection_reset")
+            faults = [f for f in self.schedule.faults
+                      if f.kind in ("broker_restart", "connection_reset", "half_open")]
             for f in sorted(faults, key=lambda f: f.args["at"]):
                 await anyio.sleep(max(0.0, f.args["at"] - anyio.current_time()))
                 broker = by_name[f.args["broker"]]
                 if f.kind == "broker_restart":
                     await broker.crash(f.args["down"])
+                elif f.kind == "half_open":
+                    broker.half_open()
                 else:
                     await broker.reset()
 
