@@ -28,6 +28,7 @@ POP_SEEDS = [*range(0, 4), pytest.param(4, marks=pytest.mark.xfail(strict=True,
 #: handler ran (one_handler_at_a_time: aiorocket.consumer.pop.in_hand); 94, a message
 #: whose retry delay was asked handed again at once: released by the termination notice
 #: while its nack was in flight (retry_after_delay)
+#: 5, 7 and 11 cancel the consumer's application from outside mid-run (app_cancel)
 GRPC_SEEDS = [*range(0, 12), 27, 31, 32, 34, 94]
 #: 0, 7 and 12 pause the FIFO consumer (all or its topic) while its groups are consumed
 FIFO_SEEDS = [*range(0, 10), 12]

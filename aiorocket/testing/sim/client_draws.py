@@ -17,6 +17,7 @@ __all__ = ["CLIENT_WORKLOADS", "draw_client"]
 
 #: workload -> the span (virtual seconds) a cancellation is drawn in (None: not drawn)
 CLIENT_WORKLOADS: dict[str, float | None] = {"pop_remoting": 20.0, "pull_remoting": 40.0,
+                                             "grpc_receive": 3.0,
                                              "fifo_async_for": None}  # fmt: skip
 
 

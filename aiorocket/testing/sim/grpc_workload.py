@@ -11,7 +11,12 @@ import anyio
 from aiorocket._extras import needs_extra
 from aiorocket.consumer import Consumer
 from aiorocket.consumer.pop.grpc_source import RECEIVERS
-from aiorocket.testing.sim._client import SimHandler, held_by_renewer, record_error
+from aiorocket.testing.sim._client import (
+    SimHandler,
+    cancelled_from_outside,
+    held_by_renewer,
+    record_error,
+)
 from aiorocket.testing.sim.features import pauser, rate_kwargs
 
 with needs_extra("grpc", "aiorocket.testing.sim.grpc_workload (the gRPC workloads)"):
@@ -51,19 +56,24 @@ async def _phase(proxy: SimProxy, history: History, handler: Handler, close_at: 
     rate = rate_kwargs(proxy.schedule, history, name, loops=RECEIVERS)
     consumer = Consumer(GROUP, proxy=proxy.endpoint, handler=handler, **SETTINGS, **rate)
     consumer.subscribe(TOPIC)
-    try:
-        async with consumer, anyio.create_task_group() as tg:
-            if name == "first":
-                tg.start_soon(pauser, consumer, proxy.schedule, history, TOPIC, name)
-            with anyio.move_on_after(close_at if close_at is not None else PHASE):
-                while not proxy.settled():  # noqa: ASYNC110  (the Proxy's truth)
-                    await anyio.sleep(0.05)
-                await anyio.sleep(0.5)
-                history.add("held", "", count=held_by_renewer(consumer), where=name)
-            tg.cancel_scope.cancel()
-            history.add("close_start", "", consumer=name)
-    except Exception as exc:
-        record_error(history, exc, f"{name}: async with")
+
+    async def application() -> None:
+        try:
+            async with consumer, anyio.create_task_group() as tg:
+                if name == "first":
+                    tg.start_soon(pauser, consumer, proxy.schedule, history, TOPIC, name)
+                with anyio.move_on_after(close_at if close_at is not None else PHASE):
+                    while not proxy.settled():  # noqa: ASYNC110  (the Proxy's truth)
+                        await anyio.sleep(0.05)
+                    await anyio.sleep(0.5)
+                    history.add("held", "", count=held_by_renewer(consumer), where=name)
+                tg.cancel_scope.cancel()
+                history.add("close_start", "", consumer=name)
+        except Exception as exc:
+            record_error(history, exc, f"{name}: async with")
+
+    cancels = [f.args["at"] for f in proxy.schedule.of("app_cancel")] if name == "first" else []
+    await cancelled_from_outside(application, cancels[0] if cancels else None, history, name)
     history.add("close_end", "", consumer=name)
     _held_at_close(proxy, history, name)
     proxy.terminate()
