@@ -149,11 +149,14 @@ def client_tasks() -> list[str]:
     return out
 
 
-async def cancelled_from_outside(body: Callable[[], Awaitable[None]], at: float | None,
+async def cancelled_from_outside(body: Callable[[], Awaitable[None]], schedule: Schedule,
                                  history: History, name: str) -> bool:  # fmt: skip
-    """Run ``body`` (the application's ``async with consumer``), cancelled from outside
-    ``at`` seconds from now if drawn (issue 40: the application cancelled at a random
-    point): ``app_cancelled`` and ``close_start`` when it is. True if it was."""
+    """Run ``body`` (member ``name``'s ``async with consumer``); the first member's is
+    cancelled from outside at its drawn time (``app_cancel``'s ``at`` seconds from now;
+    issue 40: the application cancelled at a random point): ``app_cancelled`` and
+    ``close_start`` when it is. True if it was."""
+    cancels = [f.args["at"] for f in schedule.of("app_cancel")] if name == "first" else []
+    at = cancels[0] if cancels else None
     if at is None:
         await body()
         return False

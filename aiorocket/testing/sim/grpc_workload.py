@@ -72,8 +72,7 @@ async def _phase(proxy: SimProxy, history: History, handler: Handler, close_at: 
         except Exception as exc:
             record_error(history, exc, f"{name}: async with")
 
-    cancels = [f.args["at"] for f in proxy.schedule.of("app_cancel")] if name == "first" else []
-    await cancelled_from_outside(application, cancels[0] if cancels else None, history, name)
+    await cancelled_from_outside(application, proxy.schedule, history, name)
     history.add("close_end", "", consumer=name)
     _held_at_close(proxy, history, name)
     proxy.terminate()

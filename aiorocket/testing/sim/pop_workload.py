@@ -77,8 +77,7 @@ async def _phase(cluster: SimCluster, history: History, handler: Callable[[Any],
         except Exception as exc:
             record_error(history, exc, f"{name}: async with")
 
-    cancels = [f.args["at"] for f in cluster.schedule.of("app_cancel")] if name == "first" else []
-    await cancelled_from_outside(application, cancels[0] if cancels else None, history, name)
+    await cancelled_from_outside(application, cluster.schedule, history, name)
     history.add("close_end", "", consumer=name, probed=probed)
     for b in cluster.brokers:
         b.revive()

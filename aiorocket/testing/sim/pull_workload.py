@@ -161,9 +161,7 @@ async def _run_member(cluster: SimPullCluster, history: History, shape: str,
         except Exception as exc:
             record_error(history, exc, f"{name}: {'async with' if started else 'start'}")
 
-    cancels = [f.args["at"] for f in cluster.schedule.of("app_cancel")] if name == "first" else []
-    cancelled = await cancelled_from_outside(application, cancels[0] if cancels else None,
-                                             history, name)  # fmt: skip
+    cancelled = await cancelled_from_outside(application, cluster.schedule, history, name)
     if started and not finished and not cancelled:
         history.add("app_interrupted", "", consumer=name)
     history.add("close_end", "", consumer=name)
