@@ -135,6 +135,18 @@ def test_a_message_broken_out_of_and_held_is_caught() -> None:
     assert {v.invariant for v in check(history)} == {"received_handed_on"}
 
 
+def test_sends_cancelled_from_outside_are_drawn_and_run() -> None:
+    """issue 40's "producer calls with ... cancellations": producer_sends seed 63 cancels
+    two sends (their scopes' deadline: at once); neither is reported, the other sends'
+    reports stay true (the checker), no task is left."""
+    report = run(63, "producer_sends")
+    assert report.ok, str(report)
+    cancelled = {e.key for e in report.history.of("send_cancelled")}
+    assert cancelled == {"p0-1", "p1-3"}
+    reported = report.history.keys("send_ok") | report.history.keys("send_failed")
+    assert not reported & cancelled
+
+
 def test_a_seed_replays_its_schedule() -> None:
     assert str(draw(11, "pop_remoting")) == str(draw(11, "pop_remoting"))
     assert str(draw(11, "pop_remoting")) != str(draw(12, "pop_remoting"))

@@ -17,7 +17,7 @@ __all__ = ["CLIENT_WORKLOADS", "draw_client"]
 
 #: workload -> the span (virtual seconds) a cancellation is drawn in (None: not drawn)
 CLIENT_WORKLOADS: dict[str, float | None] = {"pop_remoting": 20.0, "pull_remoting": 40.0,
-                                             "grpc_receive": 3.0,
+                                             "grpc_receive": 3.0, "producer_sends": None,
                                              "fifo_async_for": None}  # fmt: skip
 
 
@@ -44,4 +44,12 @@ def draw_client(seed: int, workload: str, params: dict[str, Any],
         # a half-open connection: every connection to a broker silent, open
         broker = rng.choice(["sim-broker-a", "sim-broker-b"][: params["brokers"]])
         out.append(Fault("half_open", {"broker": broker, "at": round(rng.uniform(1.0, 30.0), 2)}))
+    if workload == "producer_sends" and rng.random() < 0.5:
+        # sends cancelled from outside (a cancel scope around ``send``)
+        names = [f"o{k}-{n}" for k in range(params["keys"]) for n in range(params["per_key"])]
+        names += [f"p{s}-{n}" for s in range(params["senders"]) if not params["start_send"][s]
+                  for n in range(params["per_sender"])]  # fmt: skip
+        for key in rng.sample(names, k=min(len(names), rng.randint(1, 2))):
+            after = rng.choice([0.0, 0.0, 0.2, 0.5, 1.5])  # at once, or while it waits
+            out.append(Fault("send_cancel", {"key": key, "after": after}))
     return out

@@ -11,6 +11,7 @@ reported failed early, in order per key, within its own deadline.
 from __future__ import annotations
 
 import functools
+import math
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,13 @@ class SendLog:
                          crc=zlib.crc32(body), elapsed=self.history.now() - started,
                          timeout=timeout, **info)  # fmt: skip
 
+    def cancelled(self, key: str, scope: anyio.CancelScope, started: float) -> bool:
+        """A send the application cancelled (its scope's deadline): no report, it may
+        be stored (docs/producer.md); ``send_cancelled`` for the history."""
+        if scope.cancelled_caught:
+            self.history.add("send_cancelled", key, elapsed=self.history.now() - started)
+        return scope.cancelled_caught
+
     def failed(self, key: str, exc: BaseException, started: float, timeout: float,
                **info: Any) -> None:  # fmt: skip
         # "May be stored": a closed connection, or a send abandoned at a stall whose
@@ -77,6 +85,12 @@ async def producer_sends(
     p = schedule.params
     log = SendLog(history)
     async with SimSendCluster(schedule, history, brokers=2, queues=p["queues"]) as cluster:
+        cancels = {f.args["key"]: f.args["after"] for f in schedule.of("send_cancel")}
+
+        def cancel_after(key: str) -> anyio.CancelScope:
+            """The application's own scope around a send: cancelled after the drawn time."""
+            return anyio.move_on_after(cancels.get(key, math.inf))
+
         producer = Producer("sim-producers", cluster.namesrv.address, retries=p["retries"],
                             send_timeout=TIMEOUT, auto_batch=p["auto_batch"])  # fmt: skip
 
@@ -87,11 +101,14 @@ async def producer_sends(
                 kw: dict[str, Any] = ({"selector": _pick, "selector_arg": k} if p["selector"]
                                       else {"sharding_key": f"key-{k}"})  # fmt: skip
                 try:
-                    result = await producer.send(Message(TOPIC, body, keys=[key]), **kw)
+                    with cancel_after(key) as scope:
+                        result = await producer.send(Message(TOPIC, body, keys=[key]), **kw)
                 except Exception as exc:
                     log.failed(key, exc, started, TIMEOUT, okey=k, seq=seq)
                 else:
-                    log.ok(key, body, result, started=started, timeout=TIMEOUT, okey=k, seq=seq)
+                    if not log.cancelled(key, scope, started):
+                        log.ok(key, body, result, started=started, timeout=TIMEOUT, okey=k,
+                               seq=seq)  # fmt: skip
 
         async def plain(s: int) -> None:
             timeout = p["timeouts"][s]
@@ -101,11 +118,13 @@ async def producer_sends(
                 msg = Message(TOPIC, body, keys=[key])
                 if not p["start_send"][s]:
                     try:
-                        result = await producer.send(msg, timeout=timeout)
+                        with cancel_after(key) as scope:
+                            result = await producer.send(msg, timeout=timeout)
                     except Exception as exc:
                         log.failed(key, exc, started, timeout)
                     else:
-                        log.ok(key, body, result, started=started, timeout=timeout)
+                        if not log.cancelled(key, scope, started):
+                            log.ok(key, body, result, started=started, timeout=timeout)
                     continue
                 on_result = functools.partial(log.ok, key, body, started=started,
                                               timeout=timeout)  # fmt: skip
