@@ -6,11 +6,19 @@
 # 5.3.3 cluster of their own, ~6 min together; `-m 'not broker49 and not broker53'` skips them).
 set -eu
 cd "$(dirname "$0")/.."
+# Each phase's start, in seconds since this script began, on stderr: where a slow run's
+# time went (CI's limit is 90 minutes for the whole command).
+started=$(date +%s)
+phase() { echo "== test.sh +$(( $(date +%s) - started ))s: $1" >&2; }
+phase bootstrap
 ./scripts/bootstrap.sh
+phase prometheus
 # A real Prometheus for the monitoring test (the Debian package, installed where missing).
 ./scripts/ensure_prometheus.sh
 # A real redis-server for the Redis store of idempotent consumption (the same way).
+phase redis
 ./scripts/ensure_redis.sh
+phase "lint, types, docs"
 .venv/bin/ruff check aiorocket tests benchmarks examples
 .venv/bin/mypy --strict aiorocket
 # The layers of the package (docs/architecture.md; the contracts are in pyproject.toml).
@@ -57,6 +65,7 @@ if [ "$#" -eq 0 ] && [ "${AIOROCKET_PYVERSIONS:-1}" != 0 ]; then
     pyversions=1
     if ! .venv/bin/python -c "import sys; from aiorocket.testing.broker import LocalRocketMQ as L
 sys.exit(L.attach() is None)"; then
+        phase "session cluster"
         session_dir=$(mktemp -d "${TMPDIR:-/tmp}/aiorocket-session-XXXXXX")
         AIOROCKET_BROKER_DIR=$session_dir
         export AIOROCKET_BROKER_DIR
@@ -67,12 +76,15 @@ sys.exit(L.attach() is None)"; then
     pyversions_pid=$!
 fi
 set +e
+phase pytest
 .venv/bin/python -m pytest "$@"
 status=$?
 if [ "$pyversions" = 1 ]; then
+    phase "waiting for the other Pythons' unit tests"
     wait "$pyversions_pid"  # its failures are decided by `again`
     pyversions_pid=""
     cat "$pyversions_log"
+    phase "other Pythons: imports, again, smoke"
     ./scripts/pyversions.sh imports,again,smoke || status=1
 fi
 set -e
@@ -83,6 +95,8 @@ fi
 # The whole suite also runs the Spark connector on the oldest supported pyspark (~1 min,
 # and ~2 min once to make its venv); AIOROCKET_SPARK_COMPAT=0 skips that.
 if [ "$status" -eq 0 ] && [ "$#" -eq 0 ] && [ "${AIOROCKET_SPARK_COMPAT:-1}" != 0 ]; then
+    phase "spark compat"
     ./scripts/spark_compat.sh || status=$?
 fi
+phase "done (status $status)"
 exit "$status"
