@@ -382,7 +382,9 @@ class Producer:
         ``request`` (by this client or Java's). The broker pushes it to the requester and
         stores it in the topic ``<cluster>_REPLY_TOPIC``. Raises ``ConfigError`` for a
         message that is not a request, ``BrokerResponseError`` when the broker cannot
-        reach the requester (gone, or not registered there). Remoting only."""
+        reach the requester (gone, or not registered there). Remoting only, and only for
+        requests received over remoting: the Proxy passes a gRPC consumer none of the
+        properties a reply needs (``UnsupportedTransportError``)."""
         engine = self._only_remoting(_REQUEST_REPLY)
         self._open()
         return await engine.reply(request, body, properties=properties, timeout=timeout)

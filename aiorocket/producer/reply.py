@@ -23,7 +23,12 @@ from typing import Any
 
 import anyio
 
-from aiorocket.errors import ConfigError, MessageDecodeError, ReplyTimeoutError
+from aiorocket.errors import (
+    ConfigError,
+    MessageDecodeError,
+    ReplyTimeoutError,
+    UnsupportedTransportError,
+)
 from aiorocket.message import (
     PROPERTY_CLUSTER,
     PROPERTY_CORRELATION_ID,
@@ -68,6 +73,20 @@ def request_properties(correlation_id: str, client_id: str, timeout: float) -> d
     }
 
 
+#: why a request a gRPC consumer received cannot be answered (seen on 5.5.0's Proxy)
+_NO_REPLY_OVER_GRPC = (
+    "a message received over gRPC (through the Proxy) cannot be replied to: the Proxy "
+    "hands on none of the request's CLUSTER, CORRELATION_ID and REPLY_TO_CLIENT "
+    "properties (system properties are not passed to gRPC clients), so the reply has no "
+    "address; consume request topics over remoting (Consumer(..., namesrv=...))"
+)
+
+
+def _through_proxy(msg: MessageExt) -> bool:
+    """``msg`` was received over gRPC: only the Proxy gives a message its own id."""
+    return bool(getattr(msg, "_message_id", ""))
+
+
 def create_reply(
     request: MessageExt,
     body: bytes,
@@ -78,7 +97,8 @@ def create_reply(
     """The reply to ``request`` (a received request message) carrying ``body``
     (MessageUtil.createReplyMessage). ``ConfigError`` if ``request`` is not a request:
     no ``CLUSTER`` (not received from a broker) or no ``CORRELATION_ID`` /
-    ``REPLY_TO_CLIENT`` (not sent by ``request``)."""
+    ``REPLY_TO_CLIENT`` (not sent by ``request``); ``UnsupportedTransportError`` if it was
+    received over gRPC (the Proxy does not hand those properties on)."""
     props = request.properties
     cluster = props.get(PROPERTY_CLUSTER)
     missing = [
@@ -86,6 +106,8 @@ def create_reply(
         if not props.get(name)
     ]  # fmt: skip
     if missing or cluster is None:
+        if _through_proxy(request):
+            raise UnsupportedTransportError(_NO_REPLY_OVER_GRPC)
         raise ConfigError(
             f"message {props.get('UNIQ_KEY', '?')} of {request.topic!r} is not a request "
             f"(no {', '.join(missing)} property): only a message sent with "

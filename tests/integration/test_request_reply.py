@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import anyio
 import pytest
 
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
-from aiorocket.errors import ReplyTimeoutError
+from aiorocket.errors import ReplyTimeoutError, UnsupportedTransportError
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.broker import LocalRocketMQ
@@ -127,3 +128,39 @@ async def test_the_requester_is_registered_where_its_reply_can_arrive(
         membership = requester.membership
         assert membership is not None
         assert membership.registered == set(rocketmq.broker_addrs.values())
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the gRPC transport is asyncio only
+async def test_a_request_received_over_grpc_cannot_be_replied_to(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """A consumer attached through the Proxy gets the request without the properties a
+    reply needs (the 5.5.0 Proxy passes no system property to gRPC clients): ``reply``
+    raises ``UnsupportedTransportError`` saying so, not a ``ConfigError`` blaming the
+    sender."""
+    topic, group = unique_name("rr"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[next(iter(rocketmq.broker_addrs))])
+    await rocketmq.create_group(group)
+    raised: list[BaseException] = []
+    seen = anyio.Event()
+    async with Producer(unique_name("rp"), rocketmq.namesrv_addr) as replier:
+
+        async def handle(msg: ConsumerMessage) -> None:
+            try:
+                await replier.reply(msg, b"re")
+            except Exception as exc:
+                raised.append(exc)
+            seen.set()
+
+        consumer = Consumer(group, rocketmq.proxy_grpc, transport="grpc", handler=handle,
+                            long_poll_timeout=5)  # fmt: skip
+        consumer.subscribe(topic)
+        requester = Producer(unique_name("q"), rocketmq.namesrv_addr)
+        ask = functools.partial(requester.request, Message(topic, b"x"), timeout=30)
+        async with consumer, requester, anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            with anyio.fail_after(30):
+                await seen.wait()
+            tg.cancel_scope.cancel()  # the request's wait is dropped
+    assert len(raised) == 1 and isinstance(raised[0], UnsupportedTransportError), raised
+    assert "CORRELATION_ID" in str(raised[0]) and "remoting" in str(raised[0])

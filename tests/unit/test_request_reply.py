@@ -14,6 +14,7 @@ from aiorocket.producer.reply import Replies
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.message_codec import encode_properties
+from aiorocket.received import PopMessage
 
 pytestmark = pytest.mark.anyio
 
@@ -35,6 +36,15 @@ def test_a_reply_carries_the_request_properties_to_the_cluster_reply_topic() -> 
 def test_only_a_request_can_be_replied_to() -> None:
     with pytest.raises(ConfigError, match=r"not a request .*CORRELATION_ID, REPLY_TO_CLIENT"):
         create_reply(_received(CLUSTER="C1"), b"r")
+
+
+def test_a_request_received_over_grpc_says_the_proxy_cannot_reply() -> None:
+    """The Proxy hands a gRPC consumer no CLUSTER, CORRELATION_ID or REPLY_TO_CLIENT:
+    its messages are refused as a transport's limit, not as a message not a request."""
+    msg = PopMessage("t", b"q", {"UNIQ_KEY": "u"}, queue_id=0, queue_offset=0, commit_log_offset=0)
+    msg.message_id = "proxy-id"
+    with pytest.raises(UnsupportedTransportError, match="received over gRPC"):
+        create_reply(msg, b"r")
 
 
 def test_a_reply_goes_as_send_reply_message() -> None:
