@@ -11,6 +11,11 @@ call first *claims* its messages' keys in a store:
   failed back to the transport's retry, so it comes back after the holder finished
   (then it is ``DONE``) or its claim expired (``claim_ttl``: the holder crashed).
 
+A claim shorter than a handler call may last (``claim_ttl`` below the consume timeout,
+chosen so a crashed member's messages come back sooner) is *renewed* every third of
+``claim_ttl`` while the call runs, so it never expires under a live handler (another
+member would then handle the same message at the same time).
+
 A claim is never the only copy of a message's fate: the message itself is settled by
 the broker's rules, so a store that fails or hangs (bounded by ``store_timeout``) only
 costs deduplication, never a message: the handler then runs unclaimed (logged
@@ -56,9 +61,12 @@ class DedupStore(Protocol):
     call by ``Dedup.store_timeout`` and then carries on without the store.
 
     A store may also define ``check_loop(self) -> None``, called when the consumer
-    starts, raising ``ConfigError`` where it cannot serve the running event loop, and
+    starts, raising ``ConfigError`` where it cannot serve the running event loop;
     ``in_process = True`` when its calls never await anything (they are then made
-    without a timeout and shield).
+    without a timeout and shield); and ``renew(self, key, token, ttl) -> bool``, which
+    extends the claim of ``key`` to ``ttl`` seconds from now if ``token`` still holds it
+    (False if it does not): needed for a ``claim_ttl`` shorter than a handler call may
+    last (see ``Dedup.claim_ttl``).
     """
 
     async def claim(self, key: str, token: str, ttl: float) -> Claim:
@@ -75,6 +83,8 @@ class DedupStore(Protocol):
 
 
 _DONE = ""  # the token of a done key in MemoryDedupStore
+#: the default claim_ttl's margin over consume_timeout: shorter claims are renewed
+_CALL_MARGIN = 30.0
 
 
 class MemoryDedupStore:
@@ -125,6 +135,13 @@ class MemoryDedupStore:
         if held is not None and held[0] == token:
             del self._keys[key]
 
+    async def renew(self, key: str, token: str, ttl: float) -> bool:
+        held = self._keys.get(key)
+        if held is None or held[0] != token:
+            return False
+        self._keys[key] = (token, time.monotonic() + ttl)
+        return True
+
 
 def default_key(msg: ConsumerMessage) -> str:
     """The message's id: its ``UNIQ_KEY`` (the same in every copy the broker delivers,
@@ -146,7 +163,9 @@ class Dedup:
     claim_ttl:
         Seconds a claim lasts: a message whose handler crashed with the process is
         handled again once it expired. None: ``consume_timeout`` plus 30 s (a handler
-        call never outlives it, so no live call loses its claim).
+        call never outlives it). Shorter (a crashed member's messages come back
+        sooner), the claims of a running call are renewed every ``claim_ttl / 3``
+        seconds (the store needs ``renew``), so no live call loses its claim.
     done_ttl:
         Seconds a handled key is remembered (default a day).
     store_timeout:
@@ -192,7 +211,9 @@ class Deduplicator:
     def __init__(self, dedup: Dedup, *, group: str, consume_timeout: float, log: Logger) -> None:
         self.store = dedup.store
         self.key = dedup.key
-        self.claim_ttl = dedup.claim_ttl if dedup.claim_ttl is not None else consume_timeout + 30
+        self.claim_ttl = (
+            dedup.claim_ttl if dedup.claim_ttl is not None else consume_timeout + _CALL_MARGIN
+        )
         self.done_ttl = dedup.done_ttl
         self.timeout = dedup.store_timeout
         self._prefix = f"{group}:"  # a key is deduplicated per consumer group
@@ -201,6 +222,16 @@ class Deduplicator:
         self._log = log
         # A store that never waits needs no timer-backed scope (most of its cost).
         self._local = bool(getattr(dedup.store, "in_process", False))
+        #: a handler call may outlast a claim (the consume timeout cuts it later than
+        #: the claim expires): the call's claims are renewed while it runs
+        self.renews = self.claim_ttl < consume_timeout + _CALL_MARGIN
+        if self.renews and getattr(dedup.store, "renew", None) is None:
+            raise ConfigError(
+                f"Dedup.claim_ttl {self.claim_ttl:g} s is shorter than a handler call may "
+                f"last (consume_timeout {consume_timeout:g} s): the claims of a running "
+                f"call must be renewed, and {type(dedup.store).__name__} has no renew(); "
+                "add one or make claim_ttl at least consume_timeout + 30"
+            )
 
     def _scope(self, *, shield: bool = False) -> AbstractContextManager[object]:
         """The bound of one store call (and its shield from a cancellation)."""
@@ -248,6 +279,27 @@ class Deduplicator:
             self._log.warning("dedup_store_failed", op="claim", key=key,
                               msg_id=msg_id_of(msg), error=repr(exc))  # fmt: skip
             return Claim.NEW
+
+    async def keep(self, claims: Claims) -> None:
+        """Renew ``claims`` every third of ``claim_ttl`` until cancelled (run beside a
+        handler call that may outlast them). A claim another token took meanwhile (ours
+        expired: the store was unreachable too long) is logged and no longer renewed; a
+        store that fails is tried again at the next round."""
+        held = dict(claims.held)
+        renew = self.store.renew  # type: ignore[attr-defined]  # checked in __init__
+        while held:
+            await anyio.sleep(self.claim_ttl / 3)  # a period, not an event
+            for key, token in list(held.items()):
+                try:
+                    with self._scope():
+                        kept = await renew(key, token, self.claim_ttl)
+                except Exception as exc:
+                    self._log.warning("dedup_store_failed", op="renew", key=key,
+                                      error=repr(exc))  # fmt: skip
+                    continue
+                if not kept:
+                    del held[key]
+                    self._log.warning("dedup_claim_lost", key=key, claim_ttl=self.claim_ttl)
 
     async def checkpoint(self) -> None:
         """After a shielded done mark or release: a cancellation that came meanwhile (the

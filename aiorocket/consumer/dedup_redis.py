@@ -5,7 +5,8 @@ a broker crash's redelivery) is recognised too. One key per message key:
 ``<prefix><group>:<key>`` holds the claiming token (``SET NX PX``, expiring after the
 claim's TTL) or ``"done"`` (expiring after ``done_ttl``). A release deletes the key
 only while it still holds the caller's token (a script, so it is one step), so a late
-release never frees another member's claim.
+release never frees another member's claim; a renewal (``PEXPIRE``) is guarded the same
+way.
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+# Extend KEYS[1] to ARGV[2] ms only while it holds ARGV[1] (our token): 1, else 0.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
 
 
 class RedisDedupStore:
@@ -51,6 +59,7 @@ class RedisDedupStore:
         self._client = client
         self._prefix = prefix
         self._release: Any = client.register_script(_RELEASE)
+        self._renew: Any = client.register_script(_RENEW)
 
     def check_loop(self) -> None:
         """``redis.asyncio`` runs on asyncio only: a trio consumer is refused at start."""
@@ -77,3 +86,7 @@ class RedisDedupStore:
 
     async def release(self, key: str, token: str) -> None:
         await self._release(keys=[self._prefix + key], args=[token])
+
+    async def renew(self, key: str, token: str, ttl: float) -> bool:
+        ms = max(1, int(ttl * 1000))
+        return bool(await self._renew(keys=[self._prefix + key], args=[token, ms]))

@@ -105,7 +105,13 @@ class Handler:
         if not claims.todo:
             return None, None  # every key handled already
         try:
-            level, suspend = await self._call(pq, claims.todo)
+            if dedup.renews:
+                async with anyio.create_task_group() as keeping:
+                    keeping.start_soon(dedup.keep, claims)  # the call may outlast them
+                    level, suspend = await self._call(pq, claims.todo)
+                    keeping.cancel_scope.cancel()
+            else:
+                level, suspend = await self._call(pq, claims.todo)
         except BaseException:
             await dedup.release(claims)
             raise

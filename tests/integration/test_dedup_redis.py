@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -173,3 +174,52 @@ async def test_a_member_killed_mid_handler_leaves_its_message_to_be_handled_afte
     # Failed back (retried) while the dead member's claim lasted, then handled once.
     assert [body for body, _ in handled] == [b"work"]
     assert handled[0][1] >= 1
+
+
+def _calls(stats: dict[str, Any], command: str) -> int:
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+async def test_a_long_handler_keeps_its_claim_renewed(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str], redis_url: str
+) -> None:
+    """A handler that runs for several claim_ttl: its claim is renewed (the same token
+    holds the key throughout), and the message costs two Redis commands besides the
+    renewals (SET NX to claim, SET to mark done; counted by INFO commandstats)."""
+    topic, group = unique_name("dedupkeep"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=1, brokers=[next(iter(rocketmq.broker_addrs))])
+    started, finish = anyio.Event(), anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        started.set()
+        await finish.wait()
+
+    client = redis.asyncio.Redis.from_url(redis_url)
+    prefix = f"{group}:"
+    dedup = Dedup(RedisDedupStore(client, prefix=prefix), claim_ttl=0.6)
+    consumer = Consumer(group, rocketmq.namesrv_addr, handler=handle, dedup=dedup,
+                        consume_timeout=30,
+                        consume_from_where=ConsumeFromWhere.FIRST_OFFSET)  # fmt: skip
+    consumer.subscribe(topic)
+    try:
+        async with Producer(unique_name("p"), rocketmq.namesrv_addr) as producer, consumer:
+            before = await client.info("commandstats")
+            await producer.send(Message(topic, b"slow"))
+            with anyio.fail_after(30):
+                await started.wait()
+            [key] = await client.keys(prefix + "*")
+            token = await client.get(key)
+            await anyio.sleep(2.0)  # the time is what is tested: over three claim_ttl
+            assert await client.get(key) == token and await client.pttl(key) > 0
+            finish.set()
+
+            async def done() -> bool:
+                return await client.get(key) == b"done"
+
+            await eventually(done, timeout=10, every=0.05)
+            after = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    renewals = _calls(after, "evalsha") - _calls(before, "evalsha")
+    assert renewals >= 6, renewals  # every claim_ttl / 3 (0.2 s) for 2 s
+    assert _calls(after, "set") - _calls(before, "set") == 2  # the claim and the done mark

@@ -45,6 +45,14 @@ async def store_contract(store: DedupStore) -> None:
     assert await store.claim("k", "c", 10) is Claim.DONE
     await store.release("k", "b")  # a late release does not forget a done key
     assert await store.claim("k", "c", 10) is Claim.DONE
+    # A renewal extends the holder's claim only.
+    renew = store.renew  # type: ignore[attr-defined]  # optional in the protocol
+    assert await store.claim("r", "a", 10) is Claim.NEW
+    assert await renew("r", "a", 20) is True
+    assert await renew("r", "b", 20) is False
+    assert await renew("gone", "a", 20) is False
+    await store.mark_done("r", 10)
+    assert await renew("r", "a", 20) is False
 
 
 async def test_memory_store_claims_done_and_releases() -> None:
@@ -103,6 +111,49 @@ async def test_a_message_handled_already_is_settled_without_the_handler() -> Non
     assert h.sent_back == []
     assert h.pq.tracker.committable() == 5  # the copies are settled (committed) too
     assert await store.claim("g:m1", "x", 10) is Claim.DONE  # keys are per group
+
+
+async def test_a_handler_outlasting_its_claim_keeps_it_renewed() -> None:
+    """claim_ttl shorter than the call: the claim is renewed while the handler runs, so
+    a copy delivered meanwhile (another member, a redelivery) finds it held, not expired
+    and free to run beside it; once the call ends the key is done."""
+    store = MemoryDedupStore()
+    started, finish = anyio.Event(), anyio.Event()
+
+    async def slow(msg: ConsumerMessage) -> None:
+        started.set()
+        await finish.wait()
+
+    async with workers(slow, dedup=Dedup(store, claim_ttl=0.15), consume_timeout=30,
+                       consume_concurrency=1) as h:  # fmt: skip
+        feed(h, "m1")
+        with anyio.fail_after(10):
+            await started.wait()
+        await anyio.sleep(0.6)  # the time itself is what is tested: four claim_ttl
+        assert await store.claim("g:m1", "other", 10) is Claim.IN_PROGRESS
+        finish.set()
+        await h.consumed(1)
+    assert await store.claim("g:m1", "other", 10) is Claim.DONE
+
+
+class NoRenewStore:
+    """A store of the three required methods only."""
+
+    async def claim(self, key: str, token: str, ttl: float) -> Claim:
+        return Claim.NEW
+
+    async def mark_done(self, key: str, ttl: float) -> None: ...
+
+    async def release(self, key: str, token: str) -> None: ...
+
+
+async def test_a_short_claim_needs_a_store_that_renews() -> None:
+    consumer = Consumer("g", "127.0.0.1:1", handler=Recorder(), consume_timeout=60,
+                        dedup=Dedup(NoRenewStore(), claim_ttl=5))  # fmt: skip
+    consumer.subscribe("t")
+    with pytest.raises(ConfigError, match="no renew"):
+        async with consumer:
+            pass
 
 
 async def test_a_failed_handler_releases_its_claim_so_the_retry_runs_it() -> None:
