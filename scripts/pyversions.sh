@@ -2,7 +2,8 @@
 # The other supported Pythons (the main .venv's 3.11 runs the whole suite): for each, a
 # venv .venv-<X.Y> with the package, every extra and the `test` dependency group, then
 #   imports  each extra's modules (an extra that cannot install is named in README.md);
-#   unit     tests/unit (but the docs site, built once by 3.11's mkdocs);
+#   unit     tests/unit (but the docs site, built once by 3.11's mkdocs, and but the first
+#            3 seeds of each simulator workload);
 #   again    the unit tests that failed in the last `unit` run, once more (all of them if
 #            it did not finish): scripts/test.sh runs `unit` niced beside the main suite,
 #            where a test's real-time window may pass while it is starved of the CPU;
@@ -51,9 +52,14 @@ required() {
 }
 
 # The unit tests in one venv; pytest's cache there keeps which failed (for `again`).
+# The simulator's seeds are whole simulated runs of the same code on every Python: here
+# only the first 3 of each workload (AIOROCKET_SIM_SEEDS, tests/unit/conftest.py; 3.11
+# runs them all). No unit test needs minutes: one that hangs fails after 5 (not the
+# suite's 15), so that a hang costs the run little.
 unit() {
     venv=$1; shift
-    "$venv/bin/python" -m pytest -q -o "cache_dir=$venv/.pytest_cache" "$@" tests/unit \
+    AIOROCKET_SIM_SEEDS="${AIOROCKET_SIM_SEEDS:-3}" "$venv/bin/python" -m pytest -q \
+        -o "cache_dir=$venv/.pytest_cache" -o timeout=300 "$@" tests/unit \
         --ignore=tests/unit/test_docs_site.py
 }
 
@@ -99,7 +105,7 @@ for v in $versions; do
                 # Only the files that hold the set: collecting all of tests/integration
                 # costs more than the set runs.
                 # shellcheck disable=SC2046
-                "$venv/bin/python" -m pytest -q -p no:cacheprovider -m smoke "$@" \
+                "$venv/bin/python" -m pytest -q -p no:cacheprovider -o timeout=300 -m smoke "$@" \
                     $(grep -l "mark.smoke" tests/integration/test_*.py) || status=1 ;;
         esac
     done

@@ -77,7 +77,8 @@ sys.exit(L.attach() is None)"; then
 fi
 set +e
 phase pytest
-.venv/bin/python -m pytest "$@"
+# The slowest tests are listed at the end: what to shorten when the whole grows too long.
+.venv/bin/python -m pytest --durations=40 "$@"
 status=$?
 if [ "$pyversions" = 1 ]; then
     phase "waiting for the other Pythons' unit tests"
