@@ -108,8 +108,8 @@ class Renewer:
         self._batch_of: dict[PopMessage, dict[PopMessage, None]] = {}
         #: batches in the heap left empty by settled messages
         self._empty = 0
-        #: the messages of the sweep in flight (out of the heap until it ends)
-        self._renewing: list[PopMessage] = []
+        #: the messages whose renewal is in flight (out of the heap until it ends)
+        self._renewing: dict[PopMessage, None] = {}
         #: renew from the client; False while the Proxy renews (auto_renew): messages are
         #: still held, so that the close knows what is unsettled, but not renewed here
         self.renews = True
@@ -156,10 +156,13 @@ class Renewer:
         return len(self._batch_of)
 
     async def run(self) -> None:
-        """Sweep until cancelled (owned by the consumer's task group)."""
-        while True:
-            await anyio.sleep(self.tick)
-            await self.sweep()
+        """Sweep every tick until cancelled (owned by the consumer's task group). A
+        sweep does not wait for the one before: a renewal hanging on a broker whose
+        connection went silent (until its request timeout) holds back no other."""
+        async with anyio.create_task_group() as tg:
+            while True:
+                await anyio.sleep(self.tick)
+                tg.start_soon(self.sweep)
 
     async def sweep(self) -> None:
         """Renew every unsettled message whose invisible time ends within the margin."""
@@ -188,43 +191,43 @@ class Renewer:
         if not self.renews:
             self.hold(due, started)  # kept track of only: the Proxy renews them
             return
-        renewed: list[PopMessage] = []
-        lost: list[PopMessage] = []
         limiter = anyio.Semaphore(_CONCURRENCY)
-        self._renewing = due  # out of the heap meanwhile: the close must still see them
+        self._renewing.update(dict.fromkeys(due))  # out of the heap: the close must see them
 
         async def renew(msg: PopMessage) -> None:
-            async with limiter:
-                if not _renewable(msg):
-                    return  # settled meanwhile (due again at once if its ack is pending)
-                event = msg._renewal = anyio.Event()
-                try:
-                    await self._change(msg, self.invisible)
-                except RocketMQError as err:
-                    if self._is_lost(err):
-                        lost.append(msg)
-                        self._lose(msg, err)
-                        return
-                    self._log.warning("renew_failed", topic=msg.topic,
-                                      msg_id=msg.message_id, error=str(err))  # fmt: skip
-                else:
-                    renewed.append(msg)
-                finally:
-                    msg._renewal = None
-                    event.set()
+            # Its outcome is booked when its own renewal ends, not at the sweep's end: a
+            # transient failure is due again at the next sweep, whatever else hangs.
+            booked = False
+            try:
+                async with limiter:
+                    if not _renewable(msg):
+                        return  # settled meanwhile (due again at once if its ack is pending)
+                    event = msg._renewal = anyio.Event()
+                    try:
+                        await self._change(msg, self.invisible)
+                    except RocketMQError as err:
+                        if self._is_lost(err):
+                            booked = True  # no longer ours, though its ack may be pending
+                            self._lose(msg, err)
+                            return
+                        self._log.warning("renew_failed", topic=msg.topic,
+                                          msg_id=msg.message_id, error=str(err))  # fmt: skip
+                    else:
+                        booked = True
+                        self.renewed += 1
+                        self.hold([msg], started)  # invisible from the sweep's start on
+                    finally:
+                        msg._renewal = None
+                        event.set()
+            finally:
+                del self._renewing[msg]
+                if not booked:
+                    # a transient failure, or cancelled: due again at once
+                    self._push(started, [msg])
 
-        try:
-            async with anyio.create_task_group() as tg:
-                for msg in due:
-                    tg.start_soon(renew, msg)
-        finally:
-            # Renewed: invisible from the sweep's start on. Not renewed (a transient
-            # failure, or cancelled): due again at once, so the next sweep tries again.
-            self._renewing = []
-            self.renewed += len(renewed)
-            self.hold(renewed, started)
-            done = {*renewed, *lost}  # lost: no longer ours, though its ack may be pending
-            self._push(started, [m for m in due if m not in done])
+        async with anyio.create_task_group() as tg:
+            for msg in due:
+                tg.start_soon(renew, msg)
 
     def _lose(self, msg: PopMessage, err: RocketMQError) -> None:
         self.lost += 1
