@@ -147,6 +147,25 @@ def test_sends_cancelled_from_outside_are_drawn_and_run() -> None:
     assert not reported & cancelled
 
 
+@pytest.mark.parametrize(("workload", "seed"), [
+    ("pop_remoting", 22), ("lite_remoting", 6), ("grpc_receive", 3), ("fifo_async_for", 80),
+])  # fmt: skip
+def test_a_half_open_connection_is_left_within_its_bound(workload: str, seed: int) -> None:
+    """issue 40's half-open connections beyond the pull consumer: every connection to
+    a broker (to the Proxy) goes silent, open. The client sends a request on a new
+    connection within the workload's bound (reconnects_after_half_open; POP and lite:
+    a pop's timeout plus the receive backoff; gRPC: the keepalive), nothing lost; what
+    the broker answered into the silence never reached the client (pop_remoting 22:
+    ``lost_on_wire``, back after its invisible time, not held against the close)."""
+    report = run(seed, workload)
+    assert report.ok, str(report)
+    (silent,) = report.history.of("half_open")
+    back = [e.at for e in report.history.of("reconnected") if e.at >= silent.at]
+    assert back and back[0] - silent.at <= silent.info["within"]
+    if workload == "pop_remoting":
+        assert [e.key for e in report.history.of("lost_on_wire")] == ["m-4"]
+
+
 def test_a_seed_replays_its_schedule() -> None:
     assert str(draw(11, "pop_remoting")) == str(draw(11, "pop_remoting"))
     assert str(draw(11, "pop_remoting")) != str(draw(12, "pop_remoting"))
@@ -238,6 +257,23 @@ def test_checker_passes_a_clean_history() -> None:
         ("reconnects_after_half_open", [  # silent at 1, no new connection by 11
             (1, "half_open", "", {"broker": "a", "connections": 1}),
             (12, "reconnected", "", {"broker": "a"}), (30, "end", "", {}),
+        ]),
+        ("reconnects_after_half_open", [  # the Proxy's bound (its own): 1 + 14 < 16
+            (1, "half_open", "", {"broker": "proxy", "connections": 1, "within": 14.0}),
+            (16, "reconnected", "", {"broker": "proxy"}), (30, "end", "", {}),
+        ]),
+        ("cancelled_txn_resolved", [  # cancelled, yet reported
+            (0, "txn_cancelled", "t-0", {"db": "commit"}),
+            (0, "txn_reported", "t-0", {"state": "commit"}),
+            (1, "txn_visible", "t-0", {}), (9, "app_txn", "t-0", {"state": "commit"}),
+        ]),
+        ("cancelled_txn_resolved", [  # cancelled mid-transaction, committed all the same
+            (0, "txn_cancelled", "t-0", {"db": "rollback"}),
+            (5, "txn_visible", "t-0", {}), (9, "app_txn", "t-0", {"state": "rollback"}),
+        ]),
+        ("cancelled_txn_resolved", [  # cancelled, its half never resolved
+            (0, "txn_cancelled", "t-0", {"db": "rollback"}),
+            (9, "txn_unresolved", "t-0", {}), (9, "app_txn", "t-0", {"state": "rollback"}),
         ]),
         ("memory_within_cache", [(0, "held", "", {"count": 16})]),
         ("send_reported_truly", [
@@ -353,6 +389,26 @@ def test_grpc_restart_seed(seed: int) -> None:
 def test_grpc_producer_seed(seed: int) -> None:
     report = run(seed, "grpc_producer")
     assert report.ok, str(report)
+
+
+@pytest.mark.parametrize(("workload", "seed", "cut"), [
+    ("producer_txn", 13, {"t-0": "intent", "t-1": "pending"}),
+    ("grpc_producer", 34, {"t-0": "pending"}),
+])  # fmt: skip
+def test_a_transaction_cancelled_from_outside_is_resolved_by_the_check_back(
+    workload: str, seed: int, cut: dict[str, str]
+) -> None:
+    """issue 40's producer calls cancelled from outside, for transactions (own stream):
+    cut during the half send (intent) or the local transaction (pending), the caller
+    gets no report, the application's database rolls back, and the check-back (the
+    Proxy's recovery) resolves the half message the same way: never visible
+    (cancelled_txn_resolved, txn_outcome)."""
+    report = run(seed, workload)
+    assert report.ok, str(report)
+    cancelled = {e.key: e.info["during"] for e in report.history.of("txn_cancelled")}
+    assert cancelled == cut
+    assert not set(cut) & report.history.keys("txn_reported")
+    assert not set(cut) & report.history.keys("txn_visible")
 
 
 def test_a_grpc_seed_replays_exactly_on_the_virtual_clock() -> None:

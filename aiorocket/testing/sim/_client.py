@@ -99,10 +99,11 @@ async def record_after_close(history: History, name: str,
     now = anyio.current_time()
     last: dict[str, str] = {}
     for e in history.events:
-        if e.kind in ("delivered", "handler_ok", "handler_failed"):
+        if e.kind in ("delivered", "handler_ok", "handler_failed", "lost_on_wire"):
             last[e.key] = e.kind
-    held = [key for key, visible_at in inflight
-            if visible_at > now + 0.001 and last.get(key) != "handler_failed"]  # fmt: skip
+    # (a message whose last answer went to a silenced connection never reached the client)
+    held = [key for key, visible_at in inflight if visible_at > now + 0.001
+            and last.get(key) not in ("handler_failed", "lost_on_wire")]  # fmt: skip
     if held:
         history.add("held_after_close", "", keys=held, consumer=name)
     await anyio.sleep(0.5)

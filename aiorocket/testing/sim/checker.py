@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aiorocket.testing.sim.checker_cancel import cancelled_txn_resolved
 from aiorocket.testing.sim.checker_features import (
     not_received_while_paused,
     rate_within_limit,
@@ -125,9 +126,15 @@ def acked_after_success(history: History, bounds: Bounds) -> list[Violation]:
 def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
     """Every delivery the client received is handed to the application, released,
     dead-lettered or settled within ``bounds.hand_on`` (or by a close), or kept
-    invisible by the client's own renewals, or joins a call of it already running."""
+    invisible by the client's own renewals, or joins a call of it already running. (Not
+    judged: a delivery whose broker went silent, half-open, before it was handed on or
+    came back: a renewal on the silent connection costs a request timeout, which with
+    refused renewals can outlast the renewal margin; ``none_lost`` still judges it.)"""
     out = []
     closes, end = _closes(history), _end(history)
+    silenced: dict[object, list[float]] = defaultdict(list)
+    for e in history.of("half_open"):
+        silenced[e.info["broker"]].append(e.at)
     for key, events in _by_key(history).items():
         for d in (e for e in events if e.kind == "delivered"):
             limit = min([end, *(c for c in closes if c >= d.at)])
@@ -138,8 +145,10 @@ def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
             # a message the client renews is kept, not dropped (it waits behind an
             # earlier one of its queue, say): renewed before the server gave up on it
             revived = [e.at for e in events if e.kind == "revived" and e.at > d.at]
-            kept = [e for e in events if e.kind == "renewed"
-                    and d.at <= e.at <= min([limit, *revived])]  # fmt: skip
+            until = min([limit, *revived])
+            if any(d.at <= at <= until for at in silenced.get(d.info.get("broker"), [])):
+                continue  # its broker went silent (half-open): its renewals may be lost
+            kept = [e for e in events if e.kind == "renewed" and d.at <= e.at <= until]
             # a copy delivered while a call of the message runs joins that call (it is
             # settled by its outcome: aiorocket.consumer.pop.in_hand)
             before = events[: next(i for i, e in enumerate(events) if e is d)]
@@ -373,7 +382,7 @@ INVARIANTS: dict[str, Callable[[History, Bounds], list[Violation]]] = {
               app_not_interrupted, duplicates_within_window, stored_as_sent, order_per_key,
               deadline_kept, txn_outcome, checks_answered_truly, resumes_after_restart,
               retry_after_delay, not_received_while_paused, rate_within_limit,
-              reconnects_after_half_open)
+              reconnects_after_half_open, cancelled_txn_resolved)
 }  # fmt: skip
 
 

@@ -24,8 +24,10 @@ CLIENT_WORKLOADS: dict[str, float | None] = {"pop_remoting": 20.0, "pull_remotin
 def draw_client(seed: int, workload: str, params: dict[str, Any],
                 faults: list[Fault]) -> list[Fault]:  # fmt: skip
     """The application-side faults of run ``seed`` (``faults``: the run's others)."""
+    if workload in ("producer_txn", "grpc_producer"):
+        return _txn_cancel(seed, workload, params)
     if workload not in CLIENT_WORKLOADS:
-        return []
+        return _half_open(seed, workload, params, faults)
     rng = random.Random(f"{workload}:{seed}:client")
     out: list[Fault] = []
     span = CLIENT_WORKLOADS[workload]
@@ -52,4 +54,49 @@ def draw_client(seed: int, workload: str, params: dict[str, Any],
         for key in rng.sample(names, k=min(len(names), rng.randint(1, 2))):
             after = rng.choice([0.0, 0.0, 0.2, 0.5, 1.5])  # at once, or while it waits
             out.append(Fault("send_cancel", {"key": key, "after": after}))
-    return out
+    return out + _half_open(seed, workload, params, faults)
+
+
+def _txn_cancel(seed: int, workload: str, params: dict[str, Any]) -> list[Fault]:
+    """Transactions (and, through the Proxy, plain and FIFO sends) cancelled from
+    outside: a cancel scope around ``send_in_transaction`` (``send``) whose deadline
+    comes at once, during the half send, the local transaction or the end (own
+    stream)."""
+    rng = random.Random(f"{workload}:{seed}:cancel")
+    if rng.random() >= 0.5:
+        return []
+    count = params["messages"] if workload == "producer_txn" else params["txns"]
+    names = [f"t-{i}" for i in range(count)]
+    if workload == "grpc_producer":
+        names += [f"p{s}-{n}" for s in range(params["senders"])
+                  for n in range(params["per_sender"])]  # fmt: skip
+        names += [f"o{g}-{n}" for g in range(params["groups"])
+                  for n in range(params["per_group"])]  # fmt: skip
+    return [Fault("send_cancel", {"key": key, "after": rng.choice([0.0, 0.0, 0.2, 0.5, 1.5, 3.0])})
+            for key in rng.sample(names, k=min(len(names), rng.randint(1, 2)))]  # fmt: skip
+
+
+#: workload -> the span (virtual seconds) a half-open connection is drawn in, from a
+#: stream of its own (``pull_remoting`` draws its own from the client stream, above);
+#: 0: the Proxy's, drawn as the delivery it strikes before
+HALF_OPEN_SPANS = {"pop_remoting": 20.0, "lite_remoting": 40.0, "grpc_receive": 0.0,
+                   "fifo_async_for": 0.0}  # fmt: skip
+
+
+def _half_open(seed: int, workload: str, params: dict[str, Any],
+               faults: list[Fault]) -> list[Fault]:  # fmt: skip
+    """Every connection to one broker (gRPC: to the Proxy) silent, open, at a drawn
+    time. Not with a paused broker (its requests time out already), nor with a consumer
+    paused (``pause()``: it sends no pop, only its heartbeat every 30 s, so its bound
+    to notice is the heartbeat's)."""
+    span = HALF_OPEN_SPANS.get(workload)
+    rng = random.Random(f"{workload}:{seed}:half_open")
+    if span is None or rng.random() >= 0.3 or \
+            any(f.kind in ("broker_pause", "pause") for f in faults):  # fmt: skip
+        return []
+    if span == 0:  # the gRPC runs last a fraction of a second: before a delivery
+        messages = params.get("messages") or params["groups"] * params["per_group"]
+        return [Fault("half_open", {"broker": "proxy", "delivered": rng.randrange(messages)})]
+    brokers = ["sim-broker-a", "sim-broker-b"][: params["brokers"]]
+    at = round(rng.uniform(1.0, span), 2)
+    return [Fault("half_open", {"broker": rng.choice(brokers), "at": at})]

@@ -23,7 +23,7 @@ from aiorocket._extras import needs_extra
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.sim._client import record_error
-from aiorocket.testing.sim.producer_sends import SendLog
+from aiorocket.testing.sim.producer_sends import SendLog, app_scope
 from aiorocket.testing.sim.producer_txn import GROUP, TxnApp
 from aiorocket.testing.sim.remoting import TOPIC
 
@@ -60,30 +60,38 @@ async def grpc_producer(
                             topics=[TOPIC], request_timeout=2.0,
                             batch_in_flight=p["batch_in_flight"])  # fmt: skip
 
+        def cancel_after(key: str) -> anyio.CancelScope:
+            return app_scope(app.cancels, key)
+
         async def plain(s: int) -> None:
             timeout = p["timeouts"][s]
             for n in range(p["per_sender"]):
                 key = f"p{s}-{n}"
                 body, started = key.encode(), history.now()
                 try:
-                    result = await producer.send(Message(TOPIC, body, keys=[key]),
-                                                 timeout=timeout)  # fmt: skip
+                    with cancel_after(key) as scope:
+                        result = await producer.send(Message(TOPIC, body, keys=[key]),
+                                                     timeout=timeout)  # fmt: skip
                 except Exception as exc:
                     log.failed(key, exc, started, timeout)
                 else:
-                    log.ok(key, body, result, started=started, timeout=timeout)
+                    if not log.cancelled(key, scope, started):
+                        log.ok(key, body, result, started=started, timeout=timeout)
 
         async def fifo(g: int) -> None:
             for seq in range(p["per_group"]):
                 key = f"o{g}-{seq}"
                 body, started = key.encode(), history.now()
                 try:
-                    result = await producer.send(Message(TOPIC, body, keys=[key]),
-                                                 sharding_key=f"group-{g}")  # fmt: skip
+                    with cancel_after(key) as scope:
+                        result = await producer.send(Message(TOPIC, body, keys=[key]),
+                                                     sharding_key=f"group-{g}")  # fmt: skip
                 except Exception as exc:
                     log.failed(key, exc, started, TIMEOUT, okey=g, seq=seq)
                 else:
-                    log.ok(key, body, result, started=started, timeout=TIMEOUT, okey=g, seq=seq)
+                    if not log.cancelled(key, scope, started):
+                        log.ok(key, body, result, started=started, timeout=TIMEOUT, okey=g,
+                               seq=seq)  # fmt: skip
 
         async def txns() -> None:
             for i in range(p["txns"]):

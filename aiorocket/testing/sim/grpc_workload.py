@@ -11,6 +11,7 @@ import anyio
 from aiorocket._extras import needs_extra
 from aiorocket.consumer import Consumer
 from aiorocket.consumer.pop.grpc_source import RECEIVERS
+from aiorocket.grpc._keepalive import DEFAULT_KEEPALIVE
 from aiorocket.testing.sim._client import (
     SimHandler,
     cancelled_from_outside,
@@ -31,6 +32,10 @@ __all__ = ["fifo_async_for", "grpc_receive"]
 GROUP, TOPIC = "sim-group", "t"
 SETTINGS: dict[str, Any] = {"long_poll_timeout": 2.0, "request_timeout": 2.0,
                             "shutdown_timeout": 2.0, "consume_timeout": 10.0}  # fmt: skip
+#: a silent connection to the Proxy is noticed by the keepalive when a call waits on it:
+#: a receive that times out, or at the latest the next heartbeat (every 10 s), then a
+#: PING unanswered (docs/grpc.md): the bound to a call on a new connection, 2 s to spare
+RECONNECT = 10.0 + DEFAULT_KEEPALIVE.interval + DEFAULT_KEEPALIVE.timeout + 2
 #: how long (seconds) each phase may run
 PHASE = 20.0
 
@@ -82,6 +87,7 @@ async def grpc_receive(schedule: Schedule, history: History, handler: Handler | 
     codecs = {f.args["message"]: f.args["codec"] for f in schedule.of("compressed_as_gzip")}
     closes = [f.args["seconds"] for f in schedule.of("close_at")]
     async with SimProxy(schedule, history) as proxy:
+        proxy.half_open_info["within"] = RECONNECT
         for i in range(schedule.params["messages"]):
             proxy.add(f"m-{i}", codec=codecs.get(i))
         sim_handler = SimHandler(schedule, history, handler)
@@ -95,6 +101,7 @@ async def fifo_async_for(schedule: Schedule, history: History, handler: Handler 
     groups, per_group = schedule.params["groups"], schedule.params["per_group"]
     fails = {f.args["message"]: f.args["attempts"] for f in schedule.of("iter_fail")}
     async with SimProxy(schedule, history, fifo=True) as proxy:
+        proxy.half_open_info["within"] = RECONNECT
         for i in range(groups * per_group):
             proxy.add(f"m-{i}", group=f"g{i // per_group}")
         consumer = Consumer(GROUP, proxy=proxy.endpoint, **SETTINGS)

@@ -53,6 +53,7 @@ from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 from aiorocket.testing.sim.history import Event
 from aiorocket.testing.sim.servers import SimServers, send_route
+from aiorocket.testing.sim.silence import Silence, on_wire
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
@@ -98,6 +99,7 @@ class SimLiteBroker:
         self._pop_time = 0
         self.changed = anyio.Event()
         self.server = FakeRemotingServer(self.handle)
+        self.silence = Silence(name, self.server, self.history)
 
     @property
     def addr(self) -> str:
@@ -176,6 +178,7 @@ class SimLiteBroker:
             self.cluster.errors.append(traceback.format_exc(limit=6))
 
     async def _handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        self.silence.seen(session)
         await self.cluster.paused(self.name)
         self.revive()
         ext = cmd.ext_fields
@@ -304,7 +307,7 @@ class SimLiteBroker:
             for m in [m for m in self.lite[t] if m.state == "ready"][: min(left, 2)]:
                 m.state, m.pop_time = "inflight", self._pop_time
                 m.visible_at = anyio.current_time() + invisible / 1000
-                self.history.add("delivered", m.key, broker=self.name, attempt=m.count + 1,
+                self.history.add(on_wire(session), m.key, broker=self.name, attempt=m.count + 1,
                                  until=m.visible_at, client=client)  # fmt: skip
                 props = {PROPERTY_LITE_TOPIC: t, "INNER_MULTI_QUEUE_OFFSET": str(m.offset),
                          "UNIQ_KEY": f"SIML{self.name}{m.index:08d}", "KEYS": m.key}  # fmt: skip

@@ -16,6 +16,7 @@ random point. Phase two (a second member, no faults of its own) takes what is le
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -24,6 +25,7 @@ from aiorocket.consumer import Consumer
 from aiorocket.errors import RocketMQError
 from aiorocket.testing.sim._client import SimHandler, held_by_renewer, record_after_close
 from aiorocket.testing.sim.lite import LITE_GROUP, LITE_PARENT, SimLiteCluster
+from aiorocket.testing.sim.silence import pop_reconnect_bound, run_half_open
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
@@ -35,6 +37,8 @@ SETTINGS: dict[str, Any] = {
     "long_poll_timeout": 5.0, "request_timeout": 3.0, "invisible_duration": 10.0,
     "consume_timeout": 20.0, "shutdown_timeout": 5.0, "max_reconsume_times": 3,
 }  # fmt: skip
+#: the bound (virtual seconds) to a request on a new connection after a silence
+RECONNECT = pop_reconnect_bound(SETTINGS)
 #: how long (virtual seconds) each phase may run
 PHASE = 150.0
 
@@ -190,6 +194,8 @@ async def lite_remoting(
             # the producers and the other member do not stop with a consumer
             tg.start_soon(_store, cluster, schedule)
             tg.start_soon(cluster.run_nemesis)
+            silences = {b.name: b.silence for b in cluster.brokers}
+            tg.start_soon(partial(run_half_open, schedule, silences, within=RECONNECT))
             topics = await _phase(cluster, schedule, history, sim_handler,
                                   closes[0] if closes else None, "first", set())  # fmt: skip
             if cluster.unsettled() or not _all_stored(history, schedule):

@@ -10,6 +10,7 @@ brokers' truth, not the first consumer's view.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -24,6 +25,7 @@ from aiorocket.testing.sim._client import (
 )
 from aiorocket.testing.sim.features import pauser, rate_kwargs
 from aiorocket.testing.sim.remoting import GROUP, TOPIC, SimCluster
+from aiorocket.testing.sim.silence import pop_reconnect_bound, run_half_open
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
@@ -37,6 +39,8 @@ SETTINGS: dict[str, Any] = {
     "invisible_duration": 10.0, "consume_timeout": 20.0, "shutdown_timeout": 5.0,
     "max_reconsume_times": 3,
 }  # fmt: skip
+#: the bound (virtual seconds) to a request on a new connection after a silence
+RECONNECT = pop_reconnect_bound(SETTINGS)
 #: how long (virtual seconds) each phase may run
 PHASE = 150.0
 
@@ -95,10 +99,14 @@ async def pop_remoting(
                           queues=params["queues"]) as cluster:  # fmt: skip
         _store(cluster, schedule)
         sim_handler = SimHandler(schedule, history, handler)
-        await _phase(cluster, history, sim_handler, closes[0] if closes else None, "first")
-        if not cluster.all_settled():
-            # the second member must not inherit phase one's spent close
-            await _phase(cluster, history, sim_handler, None, "second")
+        async with anyio.create_task_group() as tg:
+            silences = {b.name: b.silence for b in cluster.brokers}
+            tg.start_soon(partial(run_half_open, schedule, silences, within=RECONNECT))
+            await _phase(cluster, history, sim_handler, closes[0] if closes else None, "first")
+            if not cluster.all_settled():
+                # the second member must not inherit phase one's spent close
+                await _phase(cluster, history, sim_handler, None, "second")
+            tg.cancel_scope.cancel()
         for b in cluster.brokers:
             b.revive()
         history.add("end")

@@ -29,10 +29,16 @@ if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
     from aiorocket.testing.sim.nemesis import Schedule
 
-__all__ = ["SendLog", "producer_sends"]
+__all__ = ["SendLog", "app_scope", "producer_sends"]
 
 #: the producer's default send timeout (virtual seconds)
 TIMEOUT = 5.0
+
+
+def app_scope(cancels: dict[str, float], key: str) -> anyio.CancelScope:
+    """The application's own scope around a send: cancelled after the drawn time
+    (``cancels``: key -> seconds, from ``send_cancel``)."""
+    return anyio.move_on_after(cancels.get(key, math.inf))
 
 
 class SendLog:
@@ -88,8 +94,7 @@ async def producer_sends(
         cancels = {f.args["key"]: f.args["after"] for f in schedule.of("send_cancel")}
 
         def cancel_after(key: str) -> anyio.CancelScope:
-            """The application's own scope around a send: cancelled after the drawn time."""
-            return anyio.move_on_after(cancels.get(key, math.inf))
+            return app_scope(cancels, key)
 
         producer = Producer("sim-producers", cluster.namesrv.address, retries=p["retries"],
                             send_timeout=TIMEOUT, auto_batch=p["auto_batch"])  # fmt: skip

@@ -30,6 +30,7 @@ from aiorocket.testing.sim.producer_broker import (
     TXN_TIMEOUT,
     SimSendCluster,
 )
+from aiorocket.testing.sim.producer_sends import app_scope
 from aiorocket.testing.sim.remoting import TOPIC
 
 if TYPE_CHECKING:
@@ -64,6 +65,10 @@ class TxnApp:
         self.db: dict[str, str] = {}
         self.plan = {f.args["key"]: f.args for f in schedule.of("local_txn")}
         self.checker_fails = {f.args["key"] for f in schedule.of("checker_raises")}
+        #: transactions the application cancels from outside, after how long
+        self.cancels = {f.args["key"]: f.args["after"] for f in schedule.of("send_cancel")}
+        #: the database's state of each transaction when a cancellation cut it
+        self.cut: dict[str, str] = {}
 
     async def local(self, msg: Any, result: Any) -> TransactionState:
         key = _key(msg)
@@ -72,6 +77,7 @@ class TxnApp:
         try:
             await anyio.sleep(args["seconds"])
         except BaseException:
+            self.cut[key] = "pending"
             self.db[key] = "rollback"  # the crash: the database rolls it back
             raise
         outcome = args["outcome"]
@@ -94,7 +100,19 @@ class TxnApp:
         return _STATES[answer]
 
     async def send(self, producer: Producer, key: str) -> None:
+        """One transaction, in a cancel scope of the application's own (``send_cancel``:
+        its deadline comes at a drawn time; then nothing is reported, the database
+        rolls back what had not committed, and the check-back resolves the half)."""
         self.db[key] = "intent"
+        with app_scope(self.cancels, key) as scope:
+            await self._send(producer, key)
+        if scope.cancelled_caught:
+            # where it was cut: the half send (intent), the local transaction (pending),
+            # the end (commit, rollback, unknown)
+            self.history.add("txn_cancelled", key, db=self.db[key],
+                             during=self.cut.get(key, self.db[key]))  # fmt: skip
+
+    async def _send(self, producer: Producer, key: str) -> None:
         started = self.history.now()
         try:
             result = await producer.send_in_transaction(
@@ -109,6 +127,7 @@ class TxnApp:
                              elapsed=self.history.now() - started, timeout=5.0)  # fmt: skip
             record_error(self.history, exc, f"send_in_transaction {key}")
         except BaseException:
+            self.cut.setdefault(key, self.db[key])
             if self.db[key] in ("intent", "pending"):
                 self.db[key] = "rollback"
             raise

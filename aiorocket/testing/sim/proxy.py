@@ -54,6 +54,10 @@ _COMPRESS = {"zlib": zlib.compress, "lz4": lz4.frame.compress,
              "zstd": lambda b: zstandard.ZstdCompressor().compress(b)}  # fmt: skip
 
 
+def _lost(data: object) -> None:
+    """A silenced connection's write: the bytes go nowhere."""
+
+
 @dataclass(slots=True)
 class ProxyMessage:
     key: str
@@ -81,6 +85,14 @@ class SimProxy(FakeProxy):
         self._refused_until = 0.0
         #: counts connection resets (a receive started before one writes no more)
         self.generation = 0
+        #: ids of the connections a half-open fault silenced (until a call on a new one)
+        self._silent: set[int] | None = None
+        self._ever_silent: set[int] = set()
+        #: the half-open faults still to come, by the delivery they strike before
+        self._silence_at = {f.args["delivered"] for f in schedule.of("half_open")}
+        self.deliveries = 0
+        #: what the workload adds to each ``half_open`` event (its bound)
+        self.half_open_info: dict[str, Any] = {}
 
     def add(self, key: str, *, group: str | None = None, codec: str | None = None) -> None:
         self.store.append(ProxyMessage(key, group, codec))
@@ -144,10 +156,16 @@ class SimProxy(FakeProxy):
         for n, m in enumerate(batch):
             if brk is not None and n == brk["after"]:
                 break
-            if self.generation != generation:
+            if self.deliveries in self._silence_at:  # the connections go silent here
+                self._silence_at.discard(self.deliveries)
+                self.half_open(**self.half_open_info)
+            if self.generation != generation or self._silenced(stream):
                 # the connection was reset under this receive: the Proxy cannot write
-                # the rest, and releases what it could not write
+                # the rest, and releases what it could not write (on a silenced one,
+                # 5.5.0 would write into it and keep renewing what it wrote while the
+                # client lives: no client can act on that, so it is left out)
                 return
+            self.deliveries += 1
             m.attempt += 1
             m.state, m.handle = "inflight", f"{m.key}#{m.attempt}"
             m.auto_renew, m.visible_at = bool(req.auto_renew), self.now() + invisible
@@ -159,14 +177,45 @@ class SimProxy(FakeProxy):
                 await asyncio.Event().wait()
             raise GRPCError(GrpcStatus.UNAVAILABLE, "sim: stream broken")
 
-    async def _take(self, stream: Stream[Any, Any]) -> None:
-        """The fake Proxy's bookkeeping of a call's connection: ``_admit`` (``_track``
-        before 3ce7fa0: the simulator also runs against older trees)."""
-        admit = getattr(self, "_admit", None)
-        if admit is not None:
-            await admit(stream)
-        else:
+    def half_open(self, **info: Any) -> None:
+        """Every client connection open now goes silent, open (a NAT entry evicted, a
+        frozen host): the Proxy reads nothing more from them (PINGs unanswered too) and
+        what it writes is lost; a new connection works. A receive writing at that
+        moment writes no more (what it has not written stays visible, as on a reset);
+        ``reconnected`` once a call comes on a new connection."""
+        self.generation += 1
+        silenced = list(getattr(self, "_transports", ()))
+        for transport in silenced:
+            transport.pause_reading()
+            transport.write = transport.writelines = _lost
+        self._silent = {id(t) for t in silenced}
+        self._ever_silent |= self._silent
+        self.history.add("half_open", "", broker="proxy", connections=len(silenced), **info)
+
+    def _silenced(self, stream: Stream[Any, Any]) -> bool:
+        transport = getattr(getattr(stream, "_stream", None), "_transport", None)
+        return id(transport) in self._ever_silent
+
+    def _saw_call(self, stream: Stream[Any, Any]) -> None:
+        silent = getattr(self, "_silent", None)
+        transport = getattr(getattr(stream, "_stream", None), "_transport", None)
+        if silent is not None and transport is not None and id(transport) not in silent:
+            self._silent = None
+            self.history.add("reconnected", "", broker="proxy")
+
+    async def _admit(self, stream: Stream[Any, Any]) -> None:
+        """Every call's connection (the fake's own handlers, heartbeats and Telemetry
+        included, come here): ``reconnected`` on a new one after a silence."""
+        self._saw_call(stream)
+        base = getattr(super(), "_admit", None)
+        if base is not None:
+            await base(stream)
+        else:  # ``_track`` before 3ce7fa0: the simulator also runs against older trees
             getattr(self, "_track")(stream)  # noqa: B009  (absent on newer fakes)
+
+    async def _take(self, stream: Stream[Any, Any]) -> None:
+        """The fake Proxy's bookkeeping of a call's connection."""
+        await self._admit(stream)
 
     def _by_handle(self, handle: str) -> ProxyMessage | None:
         return next((m for m in self.store if m.handle == handle and m.state == "inflight"),

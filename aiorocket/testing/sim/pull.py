@@ -41,6 +41,7 @@ from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 from aiorocket.testing.sim.feature_draws import BROKER_DELAY_LEVELS
 from aiorocket.testing.sim.servers import SimServers, send_route
+from aiorocket.testing.sim.silence import Silence
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
@@ -93,8 +94,6 @@ class SimPullBroker:
         self.members: dict[str, ServerSession] = {}
         #: each member's last heartbeat (5.5.0 expires a channel silent for 120 s)
         self.beats: dict[str, float] = {}
-        #: the connections a half-open fault silenced (until a request on a new one)
-        self._silent: set[int] | None = None
         self.locks: dict[tuple[str, int], tuple[str, float]] = {}
         self.down_until = 0.0
         self.pulls = 0
@@ -102,6 +101,7 @@ class SimPullBroker:
         self.acked_upto: dict[tuple[str, int], int] = {}
         self.arrived = anyio.Event()
         self.server = FakeRemotingServer(self.handle)
+        self.silence = Silence(name, self.server, self.history)
 
     @property
     def addr(self) -> str:
@@ -149,16 +149,6 @@ class SimPullBroker:
             with anyio.CancelScope(shield=True):
                 await session.close()
 
-    def half_open(self) -> None:
-        """Every connection to the broker goes silent, open (a NAT entry evicted, a
-        partition without a reset): the broker neither reads nor answers on them; a new
-        connection works. ``reconnected`` once a request comes on a new one."""
-        stalled = list(self.server.sessions)
-        for session in stalled:
-            session.stall()
-        self._silent = {id(s) for s in stalled}
-        self.history.add("half_open", "", broker=self.name, connections=len(stalled))
-
     async def flush(self) -> None:
         while True:
             await anyio.sleep(FLUSH_INTERVAL)
@@ -174,9 +164,7 @@ class SimPullBroker:
             with anyio.CancelScope(shield=True):
                 await session.close()  # refused: the process is not there
             return
-        if self._silent is not None and id(session) not in self._silent:
-            self._silent = None
-            self.history.add("reconnected", "", broker=self.name)
+        self.silence.seen(session)
         try:
             resp = await self._handle(session, cmd)
         except Exception:  # the simulator's own bug: the run reports it as a crash
@@ -387,7 +375,7 @@ class SimPullCluster(SimServers[SimPullBroker]):
                 if f.kind == "broker_restart":
                     await broker.crash(f.args["down"])
                 elif f.kind == "half_open":
-                    broker.half_open()
+                    broker.silence.start()
                 else:
                     await broker.reset()
 

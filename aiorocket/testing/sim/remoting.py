@@ -52,6 +52,7 @@ from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 from aiorocket.testing.sim.history import Event
 from aiorocket.testing.sim.servers import SimServers, send_route
+from aiorocket.testing.sim.silence import Silence, on_wire
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
@@ -101,6 +102,7 @@ class SimPopBroker:
         self._recent: list[float] = []
         self.stormed = False
         self.server = FakeRemotingServer(self.handle)
+        self.silence = Silence(name, self.server, self.history)
 
     @property
     def addr(self) -> str:
@@ -162,6 +164,7 @@ class SimPopBroker:
     # -- requests --------------------------------------------------------------------
 
     async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        self.silence.seen(session)
         self.revive()
         resp = RemotingCommand.response_to(cmd)
         code, ext = cmd.code, cmd.ext_fields
@@ -235,7 +238,7 @@ class SimPopBroker:
             assert offset is not None
             m.state, m.ck, m.ck_offset, m.orderly = "inflight", ck, offset, order
             m.visible_at = anyio.current_time() + invisible / 1000
-            self.history.add("delivered", m.key, broker=self.name, attempt=m.reconsume + 1,
+            self.history.add(on_wire(session), m.key, broker=self.name, attempt=m.reconsume + 1,
                              until=m.visible_at)  # fmt: skip
             records.append(self._record(m, mark, offset, pop_time, invisible, start))
         revive_qid = ORDER_REVIVE_QUEUE if order else 0

@@ -1,0 +1,75 @@
+"""Half-open connections (issue 40's nemesis), for every simulated remoting broker
+(``pull``, ``remoting``, ``lite``): at a drawn time every connection open to one broker
+goes silent without closing, as after a NAT entry evicted or a partition without a
+reset. The broker neither reads nor answers on them; a new connection works.
+
+The history gets ``half_open`` (the broker, the connections silenced, ``within``: the
+bound the client has to notice, when the workload's differs from ``Bounds.reconnect``)
+and ``reconnected`` once a request comes on a new connection: the checker's
+``reconnects_after_half_open`` judges the gap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
+
+if TYPE_CHECKING:
+    from aiorocket.testing.sim.history import History
+    from aiorocket.testing.sim.nemesis import Schedule
+
+__all__ = ["Silence", "on_wire", "pop_reconnect_bound", "run_half_open"]
+
+
+class Silence:
+    """The half-open state of one broker's connections."""
+
+    def __init__(self, name: str, server: FakeRemotingServer, history: History) -> None:
+        self.name = name
+        self.server = server
+        self.history = history
+        #: ids of the connections silenced (None: no silence waits for a new connection)
+        self._silent: set[int] | None = None
+
+    def start(self, **info: Any) -> None:
+        """Every connection open now goes silent, open."""
+        stalled = list(self.server.sessions)
+        for session in stalled:
+            session.stall()
+        self._silent = {id(s) for s in stalled}
+        self.history.add("half_open", "", broker=self.name, connections=len(stalled), **info)
+
+    def seen(self, session: ServerSession) -> None:
+        """A request came on ``session``: on a new one, the client reconnected."""
+        if self._silent is not None and id(session) not in self._silent:
+            self._silent = None
+            self.history.add("reconnected", "", broker=self.name)
+
+
+def pop_reconnect_bound(settings: dict[str, Any]) -> float:
+    """A POP (or lite) client's bound to a request on a new connection after a silence:
+    it notices when a pop on the silent one times out (the long poll plus the request
+    timeout), then pops again after its receive backoff (10 s at most); 2 s to spare."""
+    from aiorocket.consumer.pop.receiver import receive_backoff
+
+    return float(settings["long_poll_timeout"] + settings["request_timeout"]
+                 + receive_backoff(99) + 2)  # fmt: skip
+
+
+def on_wire(session: ServerSession) -> str:
+    """The history's name of a message a broker hands out on ``session``: ``delivered``,
+    or ``lost_on_wire`` on a silenced connection (a pop parked before the silence and
+    answered after it: the broker holds the message invisible as it would, the client
+    never sees it; it comes back when its invisible time ends)."""
+    return "lost_on_wire" if session.stalled else "delivered"
+
+
+async def run_half_open(schedule: Schedule, silences: dict[str, Silence], **info: Any) -> None:
+    """Silence the brokers at the schedule's ``half_open`` times (``info`` goes into
+    each ``half_open`` event)."""
+    for f in sorted(schedule.of("half_open"), key=lambda f: f.args["at"]):
+        await anyio.sleep(max(0.0, f.args["at"] - anyio.current_time()))
+        silences[f.args["broker"]].start(**info)
