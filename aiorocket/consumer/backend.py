@@ -197,8 +197,11 @@ def grpc_source(
             state.undecodable_messages += 1
 
         session.on_undecodable = undecodable
-        pauses = state.pauses
-        session.receivable = lambda topic: not pauses.topic_paused(topic)
+        pauses, rates = state.pauses, state.topic_rates
+        if rates is None:
+            session.receivable = lambda topic: not pauses.topic_paused(topic)
+        else:  # topic_max_rate: a limited topic has a receive loop of its own
+            session.receivable = lambda t: rates.receivable(t) and not pauses.topic_paused(t)
         return GrpcSource(session, state.log, lite)
 
     return make

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aiorocket._settings import (
@@ -110,6 +111,9 @@ class ConsumerConfig:
     #: messages per second this consumer receives at most, all its topics together
     #: (``aiorocket.consumer.rate``); None: no limit.
     max_rate: float | None = None
+    #: messages per second received at most per topic, by the application's topic name
+    #: (``{"orders": 50.0}``), beside ``max_rate``; topics not named have no own limit.
+    topic_max_rate: Mapping[str, float] | None = None
     #: idempotent consumption: claim each message's key in a store before its handler
     #: runs, and skip keys handled already (``aiorocket.consumer.dedup``); handlers only.
     dedup: Dedup | None = None
@@ -190,6 +194,11 @@ class ConsumerConfig:
         }
         if self.max_rate is not None:
             positive_floats["max_rate"] = self.max_rate
+        if self.topic_max_rate is not None:
+            if not isinstance(self.topic_max_rate, Mapping):
+                raise ConfigError("topic_max_rate must map topic names to messages per second")
+            for topic, rate in self.topic_max_rate.items():
+                positive_floats[f"topic_max_rate[{topic!r}]"] = rate
         check_positive_numbers(positive_floats)
         check_invisible_duration(self.invisible_duration)
         if self.dedup is not None:

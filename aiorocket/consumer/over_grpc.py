@@ -34,7 +34,8 @@ CARRIED_SETTINGS = frozenset({
     "consume_concurrency", "consume_batch_size", "consume_timeout", "max_abandoned_threads",
     "max_reconsume_times", "retry_delay_level", "request_timeout", "shutdown_timeout",
     "long_poll_timeout", "pull_batch_size", "pull_threshold_for_all", "credentials", "tls",
-    "namespace", "invisible_duration", "trace", "trace_topic", "max_rate", "dedup",
+    "namespace", "invisible_duration", "trace", "trace_topic", "max_rate", "topic_max_rate",
+    "dedup",
 })  # fmt: skip
 #: ConsumerConfig fields that mean something for pop consumption only.
 GRPC_ONLY_SETTINGS = frozenset({"invisible_duration"})

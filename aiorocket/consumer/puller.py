@@ -130,6 +130,7 @@ class Puller:
         observers = state.pull_observers  # the list itself: observers added later count
         pauses = state.pauses
         rate = state.rate
+        topic_rate = None if state.topic_rates is None else state.topic_rates.of(pq.mq.topic)
         while not pq.dropped:
             if pq.paused or pauses.queue_paused(pq.mq):
                 # Paused (PullConsumer.pause, Consumer.pause): a change of either wakes
@@ -146,8 +147,12 @@ class Puller:
             if needs_lock and not pq.locked:
                 await pq.wait_changed()
                 continue
-            if rate is not None:
-                await rate.ready()  # max_rate: wait for the bucket, then ask again
+            if rate is not None or topic_rate is not None:
+                # max_rate, topic_max_rate: wait for the buckets, then ask again
+                if rate is not None:
+                    await rate.ready()
+                if topic_rate is not None:
+                    await topic_rate.ready()
                 if pq.dropped or pq.paused or pauses.queue_paused(pq.mq):
                     continue  # dropped or paused meanwhile
             if pq.offset_unverified and not await self._verify_offset(pq, log):
@@ -296,6 +301,8 @@ class Puller:
                 if accepted:
                     if rate is not None:
                         rate.take(len(accepted))
+                    if topic_rate is not None:
+                        topic_rate.take(len(accepted))
                     deliver(pq, accepted)
             elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
                 pq.tracker.add((), max(result.next_begin_offset, offset))

@@ -16,7 +16,7 @@ from aiorocket._signal import Signal
 from aiorocket.consumer.offsets import ResumeFloors
 from aiorocket.consumer.pauses import Pauses
 from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
-from aiorocket.consumer.rate import RateLimit
+from aiorocket.consumer.rate import RateLimit, TopicRates
 from aiorocket.message import MessageQueue
 from aiorocket.namespace import unwrap
 from aiorocket.protocol.subscription import Subscription
@@ -109,6 +109,11 @@ class ConsumerState:
         self.pauses.on_change.append(self._wake_queues)
         #: the consume rate limit (``max_rate``), shared by every receive loop
         self.rate = None if config.max_rate is None else RateLimit(config.max_rate)
+        #: the per-topic limits (``topic_max_rate``), None without any
+        self.topic_rates = (
+            TopicRates(config.topic_max_rate, lambda topic: unwrap(namespace, topic))
+            if config.topic_max_rate else None
+        )  # fmt: skip
 
     def _wake_queues(self) -> None:
         """A pause or resume: each pull task asks again. A pull in flight for a queue

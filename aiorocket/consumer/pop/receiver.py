@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from aiorocket.consumer.pop.renewer import Renewer
     from aiorocket.consumer.pop.source import PopSource
     from aiorocket.consumer.process_queue import CacheBudget
-    from aiorocket.consumer.rate import RateLimit
+    from aiorocket.consumer.rate import RateLimit, TopicRates
     from aiorocket.received import Settler
 
 __all__ = ["Receiver", "receive_backoff"]
@@ -85,6 +85,8 @@ class Receiver:
         Makes messages visible again at once (received for a topic paused meanwhile).
     rate:
         The consume rate limit (``max_rate``), None without one.
+    topic_rates:
+        The per-topic limits (``topic_max_rate``), None without any.
     """
 
     def __init__(
@@ -104,6 +106,7 @@ class Receiver:
         topics: Collection[str] = (),
         release: Callable[[list[PopMessage]], Awaitable[object]] | None = None,
         rate: RateLimit | None = None,
+        topic_rates: TopicRates | None = None,
     ) -> None:
         self._source = source
         self._queues = queues
@@ -121,12 +124,19 @@ class Receiver:
         self._topics = topics
         self._release = release or _unreleased
         self._rate = rate
+        self._topic_rates = topic_rates
         #: receives that failed in a row (any loop), for the backoff
         self.failures = 0
 
-    async def run(self) -> None:
-        """One receive loop, until cancelled."""
+    async def run(self, only: str | None = None) -> None:
+        """One receive loop, until cancelled; ``only``: a topic of ``topic_max_rate``,
+        the only one this loop asks (the others leave it alone)."""
         pauses, topics = self._pauses, self._topics
+        bucket = None
+        if only is not None and self._topic_rates is not None:
+            topics = (only,)
+            bucket = self._topic_rates.of(only)
+            self._topic_rates.enter_loop(only)  # the sources' topic filter reads it
         while True:
             if pauses.any and pauses.idle(topics):
                 await pauses.wait_changed()  # all paused (Consumer.pause): until a change
@@ -134,6 +144,8 @@ class Receiver:
             await self._budget.wait_room()
             if self._rate is not None:
                 await self._rate.ready()  # max_rate
+            if bucket is not None:
+                await bucket.ready()  # topic_max_rate
             connection = self._source.connection
             try:
                 received = await self._source.receive(self._batch_size, self._invisible)
@@ -143,6 +155,8 @@ class Receiver:
             self.failures = 0
             if received and self._rate is not None:
                 self._rate.take(len(received))
+            if received and self._topic_rates is not None:
+                self._topic_rates.take(received)
             if received and pauses.any:
                 # Paused while the receive was in flight: its messages of paused topics
                 # are made visible again at once, not handed on (one whose release

@@ -241,13 +241,15 @@ class RemotingSource:
                 count += sum(1 for mq in route.read_queues() if route.master_addr(mq.broker_name))
         return count
 
-    def _targets(self) -> list[tuple[str, str, str]]:
+    def _targets(self, *, receiving: bool = False) -> list[tuple[str, str, str]]:
         """(topic, broker name, master address) of every readable subscribed topic that
-        is not paused (``Consumer.pause``)."""
+        is not paused (``Consumer.pause``); ``receiving``: and that the running receive
+        loop asks (``topic_max_rate``: a limited topic has a loop of its own)."""
         out: list[tuple[str, str, str]] = []
         paused = self.state.pauses.topic_paused
+        rates = self.state.topic_rates if receiving else None
         for topic in self.state.subscriptions:
-            if paused(topic):
+            if paused(topic) or (rates is not None and not rates.receivable(topic)):
                 continue
             route = self.client.namesrv.cached_route(topic)
             if route is None:
@@ -260,7 +262,7 @@ class RemotingSource:
         return out
 
     async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
-        targets = self._targets()
+        targets = self._targets(receiving=True)
         if not targets:
             if self.state.pauses.any and self.state.pauses.idle(self.state.subscriptions):
                 return []  # paused meanwhile: the receiver waits for a resume

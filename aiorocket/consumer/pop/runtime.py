@@ -208,6 +208,7 @@ class PopRuntime:
             batch_size=cfg.pull_batch_size, invisible=cfg.invisible_duration,
             pauses=state.pauses, topics=state.subscriptions.keys(),
             release=lambda msgs: self.settler.release(msgs, bound), rate=state.rate,
+            topic_rates=state.topic_rates,
         )  # fmt: skip
 
     async def _attach_lite(self) -> None:
@@ -252,8 +253,14 @@ class PopRuntime:
     async def _receive(self) -> None:
         with self._receiving:
             async with anyio.create_task_group() as tg:
-                for _ in range(self.source.receivers):
-                    tg.start_soon(self.receiver.run)
+                topics = list(self.state.subscriptions)
+                rates = self.state.topic_rates
+                own = [] if rates is None else rates.limited(topics)
+                if len(own) < len(topics):  # some topic is not limited: the shared loops
+                    for _ in range(self.source.receivers):
+                        tg.start_soon(self.receiver.run)
+                for topic in own:  # topic_max_rate: a loop each (aiorocket.consumer.rate)
+                    tg.start_soon(self.receiver.run, topic)
 
     async def close(self, *, graceful: bool) -> None:
         """Stop as the module docstring says; idempotent."""
