@@ -106,6 +106,11 @@ class ProducerConfig:
     #: where they go (Java ``customizedTraceTopic``); over gRPC a topic of your own (the
     #: Proxy refuses system topics, ``RMQ_SYS_TRACE_TOPIC`` among them).
     trace_topic: str = TRACE_TOPIC
+    #: messages per second this producer sends at most (``aiorocket.producer.pace``: a
+    #: second's worth may go at once; a send waits for its turn before its ``timeout``
+    #: starts); None: no limit. Every send counts: batches by their messages, requests,
+    #: replies, oneway and transactional sends.
+    max_rate: float | None = None
 
     def validate(self) -> None:
         check_security(self.credentials, self.tls)
@@ -134,6 +139,8 @@ class ProducerConfig:
             "route_refresh_interval": self.route_refresh_interval,
             "request_timeout": self.request_timeout,
         }
+        if self.max_rate is not None:
+            positive_floats["max_rate"] = self.max_rate
         check_positive_numbers(positive_floats)
         if self.shutdown_timeout < 0:
             raise ConfigError("shutdown_timeout must be >= 0")

@@ -38,6 +38,7 @@ from aiorocket.producer.backend import (
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.fault import LatencyFaultTolerance
 from aiorocket.producer.membership import Membership
+from aiorocket.producer.pace import SendRate
 from aiorocket.producer.remoting import RemotingProducer
 from aiorocket.producer.reply import Replies
 from aiorocket.producer.selectors import QueueSelector
@@ -136,6 +137,8 @@ class Producer:
         #: the message trace (``trace=True``; aiorocket._trace): its counters, e.g. ``dropped``
         self.tracer: Tracer | None = Tracer(group, cfg.trace_topic) if cfg.trace else None
         self._trace = None if self.tracer is None else SendTrace(self.tracer, group)
+        #: the send rate limit (``max_rate``), None without one
+        self._rate = None if cfg.max_rate is None else SendRate(cfg.max_rate)
         # One engine, chosen here; the methods below forward to it, whatever it is. The
         # gRPC one is built at start: constructing a producer imports no grpclib.
         self._engine: ProducerBackend | None = None
@@ -250,6 +253,12 @@ class Producer:
             raise ClientClosedError("producer is not started (use 'async with')")
         return self._engine
 
+    async def _paced(self, n: int = 1) -> None:
+        """``max_rate``: wait for the turn of ``n`` messages (checked open first, so a
+        closed producer raises at once rather than after the wait)."""
+        if self._rate is not None:
+            await self._rate.acquire(n)
+
     # -- sending -------------------------------------------------------------------
 
     async def send(
@@ -276,6 +285,7 @@ class Producer:
         that wait at the same time (see ``aiorocket.producer.accumulate``).
         """
         engine = self._open()
+        await self._paced()
         trace = self._trace
         if trace is None:
             return await engine.send(
@@ -307,6 +317,7 @@ class Producer:
         result. A failed send raises in ``task_group`` (cancelling it, as any failed task).
         """
         engine = self._open()
+        await self._paced()
         trace = self._trace
         if trace is not None:
             on_result = _traced(trace, msg, on_result)
@@ -325,7 +336,9 @@ class Producer:
         selector_arg: object = None,
     ) -> None:
         """Write ``msg`` to a broker without waiting for an answer (one attempt)."""
-        await self._open().send_oneway(
+        engine = self._open()
+        await self._paced()
+        await engine.send_oneway(
             msg, timeout=timeout, sharding_key=sharding_key, selector=selector,
             selector_arg=selector_arg,
         )  # fmt: skip
@@ -344,6 +357,7 @@ class Producer:
         Returns one result per message, in order (own ids; offsets first .. first+n-1).
         """
         engine = self._open()
+        await self._paced(len(messages))
         began = SendTrace.clock()
         results = await engine.send_batch(
             messages, timeout=timeout, sharding_key=sharding_key, selector=selector,
@@ -368,6 +382,7 @@ class Producer:
         """
         engine = self._only_remoting(_REQUEST_REPLY)
         self._open()
+        await self._paced()
         return await engine.request(msg, timeout=timeout)
 
     async def reply(
@@ -387,6 +402,7 @@ class Producer:
         properties a reply needs (``UnsupportedTransportError``)."""
         engine = self._only_remoting(_REQUEST_REPLY)
         self._open()
+        await self._paced()
         return await engine.reply(request, body, properties=properties, timeout=timeout)
 
     # -- transactions --------------------------------------------------------------
@@ -410,6 +426,7 @@ class Producer:
         request: the Proxy's orphaned-transaction recovery asks ``transaction_checker``.
         """
         engine = self._open()
+        await self._paced()
         began = SendTrace.clock()
         result = await engine.send_in_transaction(msg, local_transaction, timeout=timeout)
         if self._trace is not None:
@@ -437,6 +454,7 @@ class Producer:
         """
         engine = self._only_remoting("leaving a transaction open (send_prepared)")
         self._open()
+        await self._paced()
         return await engine.send_prepared(
             msg, producer_group=producer_group, check_immunity=check_immunity, timeout=timeout
         )
