@@ -149,6 +149,7 @@ def test_sends_cancelled_from_outside_are_drawn_and_run() -> None:
 
 @pytest.mark.parametrize(("workload", "seed"), [
     ("pop_remoting", 22), ("lite_remoting", 6), ("grpc_receive", 3), ("fifo_async_for", 80),
+    ("grpc_producer", 3),
 ])  # fmt: skip
 def test_a_half_open_connection_is_left_within_its_bound(workload: str, seed: int) -> None:
     """issue 40's half-open connections beyond the pull consumer: every connection to
@@ -156,7 +157,9 @@ def test_a_half_open_connection_is_left_within_its_bound(workload: str, seed: in
     connection within the workload's bound (reconnects_after_half_open; POP and lite:
     a pop's timeout plus the receive backoff; gRPC: the keepalive), nothing lost; what
     the broker answered into the silence never reached the client (pop_remoting 22:
-    ``lost_on_wire``, back after its invisible time, not held against the close)."""
+    ``lost_on_wire``, back after its invisible time, not held against the close;
+    grpc_producer 3: a half stored whose answer was lost, resolved by the recovery on
+    the new connection's Telemetry stream)."""
     report = run(seed, workload)
     assert report.ok, str(report)
     (silent,) = report.history.of("half_open")

@@ -25,7 +25,7 @@ def draw_client(seed: int, workload: str, params: dict[str, Any],
                 faults: list[Fault]) -> list[Fault]:  # fmt: skip
     """The application-side faults of run ``seed`` (``faults``: the run's others)."""
     if workload in ("producer_txn", "grpc_producer"):
-        return _txn_cancel(seed, workload, params)
+        return _txn_cancel(seed, workload, params) + _half_open(seed, workload, params, faults)
     if workload not in CLIENT_WORKLOADS:
         return _half_open(seed, workload, params, faults)
     rng = random.Random(f"{workload}:{seed}:client")
@@ -80,7 +80,7 @@ def _txn_cancel(seed: int, workload: str, params: dict[str, Any]) -> list[Fault]
 #: stream of its own (``pull_remoting`` draws its own from the client stream, above);
 #: 0: the Proxy's, drawn as the delivery it strikes before
 HALF_OPEN_SPANS = {"pop_remoting": 20.0, "lite_remoting": 40.0, "grpc_receive": 0.0,
-                   "fifo_async_for": 0.0}  # fmt: skip
+                   "fifo_async_for": 0.0, "grpc_producer": 0.0}  # fmt: skip
 
 
 def _half_open(seed: int, workload: str, params: dict[str, Any],
@@ -94,6 +94,10 @@ def _half_open(seed: int, workload: str, params: dict[str, Any],
     if span is None or rng.random() >= 0.3 or \
             any(f.kind in ("broker_pause", "pause") for f in faults):  # fmt: skip
         return []
+    if workload == "grpc_producer":  # before the Proxy stores the n-th send request
+        sends = params["senders"] * params["per_sender"] + \
+            params["groups"] * params["per_group"] + params["txns"]  # fmt: skip
+        return [Fault("half_open", {"broker": "proxy", "sent": rng.randrange(sends)})]
     if span == 0:  # the gRPC runs last a fraction of a second: before a delivery
         messages = params.get("messages") or params["groups"] * params["per_group"]
         return [Fault("half_open", {"broker": "proxy", "delivered": rng.randrange(messages)})]

@@ -28,6 +28,7 @@ from aiorocket.testing.sim.producer_txn import GROUP, TxnApp
 from aiorocket.testing.sim.remoting import TOPIC
 
 with needs_extra("grpc", "aiorocket.testing.sim.grpc_producer (the gRPC producer workload)"):
+    from aiorocket.testing.sim.grpc_workload import RECONNECT
     from aiorocket.testing.sim.producer_proxy import (
         CHECK_INTERVAL,
         CHECK_MAX,
@@ -54,6 +55,7 @@ async def grpc_producer(
     restart = next((f.args for f in schedule.of("proxy_restart")), None)
     crash = next((f.args["seconds"] for f in schedule.of("crash_at")), None)
     proxy = SimProducerProxy(schedule, history)
+    proxy.half_open_info["within"] = RECONNECT
     async with proxy:
         producer = Producer(GROUP, proxy=proxy.endpoint, auto_batch=p["auto_batch"],
                             send_timeout=TIMEOUT, transaction_checker=app.check,

@@ -80,6 +80,11 @@ class SimProducerProxy(SimProxy):
         self.attempts: dict[str, int] = defaultdict(int)
         self.ends_lost: set[str] = set()
         self.clients = _Clients()
+        #: send requests stored so far, and the half-open faults still to come by the
+        #: request they strike before (its answer is lost, the message stored)
+        self.send_calls = 0
+        self._silence_at_send = {f.args["sent"] for f in schedule.of("half_open")
+                                 if "sent" in f.args}  # fmt: skip
 
     def __mapping__(self) -> dict[str, Handler]:
         out = super().__mapping__()
@@ -109,6 +114,10 @@ class SimProducerProxy(SimProxy):
         for k in keys:
             for args in self._faults("proxy_slow", k):
                 await asyncio.sleep(args["seconds"])
+        if self.send_calls in self._silence_at_send:  # silent: stored, answer lost
+            self._silence_at_send.discard(self.send_calls)
+            self.half_open(**self.half_open_info)
+        self.send_calls += 1
         entries = []
         for m, key in zip(req.messages, keys, strict=True):
             half = m.system_properties.message_type == pb.MessageType.TRANSACTION
@@ -178,7 +187,9 @@ class SimProducerProxy(SimProxy):
                     half.state = "rolled_back"
                     self.history.add("txn_rolled_back", half.key, by="broker")
                     continue
-                streams = list(self.clients.streams)
+                # not on a silenced connection's stream: 5.5.0 keeps one Telemetry
+                # observer per client id, the newest (a reconnected client's)
+                streams = [st for st in self.clients.streams if not self._silenced(st)]
                 if not streams:
                     continue
                 self.history.add("txn_check", half.key, n=half.checks)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from aiorocket.errors import ConnectionClosedError, RequestTimeoutError
 from aiorocket.message import Message
 from aiorocket.producer import Producer, TransactionState
 from aiorocket.testing.sim._client import client_tasks, record_error
@@ -123,8 +124,13 @@ class TxnApp:
         except Exception as exc:
             if self.db[key] == "intent":  # the half send failed: the transaction never runs
                 self.db[key] = "rollback"
+            # the half send is one attempt (never resent): a closed connection or a
+            # timeout (its request timeout's, which may come before the send's) may have
+            # stored it (docs/producer.md); the check-back then resolves it
+            uncertain = isinstance(exc, (ConnectionClosedError, RequestTimeoutError))
             self.history.add("send_failed", key, error=repr(exc)[:200], half=True,
-                             elapsed=self.history.now() - started, timeout=5.0)  # fmt: skip
+                             elapsed=self.history.now() - started, timeout=5.0,
+                             uncertain=uncertain)  # fmt: skip
             record_error(self.history, exc, f"send_in_transaction {key}")
         except BaseException:
             self.cut.setdefault(key, self.db[key])

@@ -89,7 +89,8 @@ class SimProxy(FakeProxy):
         self._silent: set[int] | None = None
         self._ever_silent: set[int] = set()
         #: the half-open faults still to come, by the delivery they strike before
-        self._silence_at = {f.args["delivered"] for f in schedule.of("half_open")}
+        self._silence_at = {f.args["delivered"] for f in schedule.of("half_open")
+                            if "delivered" in f.args}  # fmt: skip
         self.deliveries = 0
         #: what the workload adds to each ``half_open`` event (its bound)
         self.half_open_info: dict[str, Any] = {}
