@@ -98,22 +98,28 @@ class MemoryDedupStore:
     max_keys:
         Keys kept at most; past it the least recently claimed are forgotten first
         (a forgotten key is handled again if its message comes back).
+    clock:
+        Seconds, for expiries (default ``time.monotonic``; the simulator passes its
+        virtual clock).
     """
 
     #: its calls neither wait nor fail: no timeout or shield around them
     in_process = True
 
-    def __init__(self, max_keys: int = 100_000) -> None:
+    def __init__(
+        self, max_keys: int = 100_000, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if max_keys < 1:
             raise ConfigError("max_keys must be >= 1")
         self.max_keys = max_keys
+        self._clock = clock
         self._keys: OrderedDict[str, tuple[str, float]] = OrderedDict()  # token, expiry
 
     def __len__(self) -> int:
         return len(self._keys)
 
     async def claim(self, key: str, token: str, ttl: float) -> Claim:
-        now = time.monotonic()
+        now = self._clock()
         keys = self._keys
         held = keys.get(key)
         if held is not None and held[1] > now:
@@ -125,7 +131,7 @@ class MemoryDedupStore:
         return Claim.NEW
 
     async def mark_done(self, key: str, ttl: float) -> None:
-        self._keys[key] = (_DONE, time.monotonic() + ttl)
+        self._keys[key] = (_DONE, self._clock() + ttl)
         self._keys.move_to_end(key)
         while len(self._keys) > self.max_keys:
             self._keys.popitem(last=False)
@@ -139,7 +145,7 @@ class MemoryDedupStore:
         held = self._keys.get(key)
         if held is None or held[0] != token:
             return False
-        self._keys[key] = (token, time.monotonic() + ttl)
+        self._keys[key] = (token, self._clock() + ttl)
         return True
 
 

@@ -3,7 +3,6 @@ WorkerPool and settler (tests/unit/test_dispatch.py's harness), without a broker
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import anyio
@@ -59,10 +58,9 @@ async def test_memory_store_claims_done_and_releases() -> None:
     await store_contract(MemoryDedupStore())
 
 
-async def test_memory_store_claims_and_done_keys_expire(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_memory_store_claims_and_done_keys_expire() -> None:
     now = [1000.0]
-    monkeypatch.setattr(time, "monotonic", lambda: now[0])
-    store = MemoryDedupStore()
+    store = MemoryDedupStore(clock=lambda: now[0])
     assert await store.claim("crashed", "a", 5) is Claim.NEW  # its handler never ends
     now[0] += 4.9
     assert await store.claim("crashed", "b", 5) is Claim.IN_PROGRESS

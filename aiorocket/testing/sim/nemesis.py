@@ -172,4 +172,7 @@ def draw(seed: int, workload: str) -> Schedule:
     from aiorocket.testing.sim.client_draws import draw_client
 
     faults += draw_client(seed, workload, params, faults)
+    from aiorocket.testing.sim.dedup_sim import draw_dedup
+
+    params.update(draw_dedup(seed, workload, params))
     return Schedule(seed, workload, params, faults)

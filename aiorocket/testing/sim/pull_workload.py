@@ -26,6 +26,7 @@ from aiorocket.testing.sim._client import (
     client_tasks,
     record_error,
 )
+from aiorocket.testing.sim.dedup_sim import dedup_kwargs
 from aiorocket.testing.sim.features import pauser, rate_kwargs
 from aiorocket.testing.sim.pull import PULL_GROUP, PULL_TOPIC, SimPullCluster
 
@@ -67,6 +68,7 @@ def _consumer(cluster: SimPullCluster, shape: str, handler: SimHandler, name: st
                   offset_store_dir=offsets_dir)  # fmt: skip
     elif shape != "async_for":
         kw.update(handler=handler, orderly=shape == "orderly")
+        kw.update(dedup_kwargs(cluster, cluster.schedule, handler.history))
     consumer = Consumer(PULL_GROUP, cluster.namesrv.address, client_id=f"sim-{name}", **kw)
     consumer.subscribe(PULL_TOPIC)
     return consumer
