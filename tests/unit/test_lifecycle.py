@@ -10,11 +10,14 @@ cancel scope") when the component left a scope of its own open.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 
+from aiorocket._tasks import BackgroundTasks
 from aiorocket.client.instance import ClientInstance
 from aiorocket.consumer import Consumer
 from aiorocket.consumer.committer import AutoCommit
@@ -72,6 +75,95 @@ async def fails_to_close(component: Any, fail: Callable[[], None]) -> None:
         fail()
         with pytest.raises(Boom):
             await component.__aexit__(None, None, None)
+
+
+# -- BackgroundTasks (the shared mechanism) -------------------------------------------
+
+BOTH = pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+
+
+class Worker:
+    """A background task standing for a connection's reader: it answers each request
+    sent to it until stopped, and says whether it was stopped."""
+
+    def __init__(self) -> None:
+        self.requests, self._inbox = anyio.create_memory_object_stream[anyio.Event](8)
+        self.stopped = False
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+                  ) -> None:  # fmt: skip
+        task_status.started()  # then waits for requests
+        try:
+            async for answered in self._inbox:
+                answered.set()
+        finally:
+            self.stopped = True
+
+    async def request(self) -> bool:
+        """Whether the request was answered (at once, or never: the bound is not a wait)."""
+        answered = anyio.Event()
+        await self.requests.send(answered)
+        with anyio.move_on_after(2):
+            await answered.wait()
+        return answered.is_set()
+
+
+@BOTH
+async def test_background_tasks_outlive_the_callers_cancellation() -> None:
+    """The task that entered the group is cancelled from outside: its own code is
+    cancelled, not the background tasks; the close (shielded) still gets its requests
+    answered through them, then stops them (issue 40: a cancelled consumer could not
+    release what it held, its connections' readers cancelled with it)."""
+    worker, tasks = Worker(), BackgroundTasks()
+    answered = stopped_before = None
+    with anyio.CancelScope() as outside:
+        tg = await tasks.__aenter__()
+        try:
+            await tg.start(worker.run)
+            outside.cancel()
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):  # the close's step that releases
+                answered = await worker.request()
+            stopped_before = worker.stopped
+            await tasks.__aexit__(None, None, None)
+    assert outside.cancelled_caught
+    assert (answered, stopped_before) == (True, False)
+    assert worker.stopped
+
+
+@BOTH
+async def test_a_failed_background_task_still_cancels_the_owner() -> None:
+    """A background task that fails cancels the code inside the group and its failure
+    is raised on leaving, as a plain task group's (not wrapped twice)."""
+    worker, tasks = Worker(), BackgroundTasks()
+    raised: Exception | None = None
+    try:
+        tg = await tasks.__aenter__()
+        try:
+            tg.start_soon(worker.run)
+            tg.start_soon(boom)
+            await anyio.sleep_forever()
+        finally:
+            await tasks.__aexit__(None, None, None)
+    except Exception as exc:  # an ExceptionGroup (a builtin from 3.11 only)
+        raised = exc
+    assert [type(e) for e in getattr(raised, "exceptions", ())] == [Boom]
+    assert worker.stopped
+
+
+@BOTH
+async def test_a_failed_start_stops_the_background_tasks() -> None:
+    """A start that fails after its tasks started unwinds its stack: they are stopped,
+    though nothing cancelled them from outside."""
+    worker = Worker()
+    with anyio.CancelScope(), pytest.raises(Boom):
+        async with AsyncExitStack() as stack:
+            tg = await stack.enter_async_context(BackgroundTasks())
+            tg.start_soon(worker.run)
+            assert await worker.request()
+            raise Boom("a later step of the start")
+    assert worker.stopped
 
 
 # -- ClientInstance ----------------------------------------------------------------

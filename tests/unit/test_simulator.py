@@ -16,14 +16,9 @@ from aiorocket.testing.sim import INVARIANTS, Bounds, History, check, draw, run
 #: 27 and 28 (max_rate=1) find a consumer whose rate limit does not hold (a planted
 #: one: rate_within_limit)
 #: 4 and 11 cancel an (orderly) POP consumer's application from outside (app_cancel):
-#: on main its close then leaves received messages invisible (released_at_close;
-#: docs/simulator.md, "The application cancelled"): expected to fail until fixed
-CANCEL_DEFECT = "a POP consumer cancelled from outside leaves received messages held"
-POP_SEEDS = [*range(0, 4), pytest.param(4, marks=pytest.mark.xfail(strict=True,
-                                                               reason=CANCEL_DEFECT)),
-             *range(5, 11), pytest.param(11, marks=pytest.mark.xfail(strict=True,
-                                                                 reason=CANCEL_DEFECT)),
-             *range(12, 24), 27, 28, 66, 211, 212]  # fmt: skip
+#: its close left received messages invisible (released_at_close) while the
+#: cancellation stopped the connections' readers with the caller (aiorocket._tasks)
+POP_SEEDS = [*range(0, 24), 27, 28, 66, 211, 212]
 #: grpc_receive 0 and 5 (and 27, 31, 32, 34) found a message delivered again while its
 #: handler ran (one_handler_at_a_time: aiorocket.consumer.pop.in_hand); 94, a message
 #: whose retry delay was asked handed again at once: released by the termination notice
@@ -46,14 +41,15 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126]
 #: 10, 30 and 60 s (a planted rounding down is caught: retry_after_delay)
 #: 19, 25 (and 8): the async for application breaks out at a drawn message, that one
 #: in hand (iter_break), and iterates again
-#: 5 and 20 cancel the first member from outside (app_cancel): 20, orderly, left its
-#: queues to a member that had not said goodbye (its unregister and unlocks fail under
-#: the cancellation) until the simulated broker dropped members whose connection closed
+#: 5, 20 and 146 cancel the first member from outside (app_cancel): 20 and 146
+#: (orderly) left the broker listing it and its queues locked (released_at_close): its
+#: unregister and unlocks failed while the cancellation stopped the connections' readers
+#: with the caller (aiorocket._tasks)
 #: 5, 16, 18, 19, 20: a broker's connections go silent, open (half_open): the client
 #: reconnects within 10 s (reconnects_after_half_open); 16 lost queue 2 to a member
 #: whose unregister went to the silent connection until the simulated broker expired
 #: silent members (channelExpiredTimeout, 120 s)
-PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68]
+PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 146]
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
@@ -257,6 +253,8 @@ def test_checker_passes_a_clean_history() -> None:
         ("no_request_storm", [(0, "storm", "", {"requests": 41})]),
         ("typed_errors", [(0, "app_error", "", {"error": "RuntimeError()", "typed": False})]),
         ("released_at_close", [(0, "held_after_close", "", {"keys": ["m-0"]})]),
+        ("released_at_close", [(0, "left_behind", "", {
+            "broker": "a", "consumer": "first", "kept": ["listed as a member"]})]),
         ("reconnects_after_half_open", [  # silent at 1, no new connection by 11
             (1, "half_open", "", {"broker": "a", "connections": 1}),
             (12, "reconnected", "", {"broker": "a"}), (30, "end", "", {}),

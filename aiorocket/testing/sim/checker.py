@@ -217,10 +217,13 @@ def typed_errors(history: History, bounds: Bounds) -> list[Violation]:
 
 
 def released_at_close(history: History, bounds: Bounds) -> list[Violation]:
-    """After close() every received message is settled or released, and no task of the
-    client is left."""
+    """After close() every received message is settled or released, no task of the
+    client is left, and (pull) the member unregistered and unlocked its queues."""
     out = [Violation("released_at_close", k, "still invisible to the group after close")
            for e in history.of("held_after_close") for k in e.info["keys"]]
+    out += [Violation("released_at_close", "", f"{e.info['broker']} still keeps "
+                      f"{e.info['consumer']} after its close: {'; '.join(e.info['kept'])}")
+            for e in history.of("left_behind")]  # fmt: skip
     out += [Violation("released_at_close", "", f"{e.info['count']} tasks left: "
                       f"{e.info.get('names')}") for e in history.of("tasks_left")]  # fmt: skip
     return out

@@ -149,6 +149,30 @@ class SimPullBroker:
             with anyio.CancelScope(shield=True):
                 await session.close()
 
+    def remembers(self, client: str, since: float) -> list[str]:
+        """What the broker still keeps of ``client`` after its close (begun at
+        ``since``): its membership (it did not unregister) and queue locks in force (it
+        did not unlock). Not judged (empty) when the broker was down, reset or silent
+        during the close: the client's goodbye could not reach it then."""
+        mine = [e for e in self.history.events if e.info.get("broker") == self.name]
+        faults = ("broker_crashed", "connections_reset", "half_open")
+        silent = [e.at for e in mine if e.kind == "half_open" and e.at < since]
+        # silent when the close began: no request on a new connection since the fault
+        still_silent = bool(silent) and not any(
+            e.kind == "reconnected" and silent[-1] <= e.at < since for e in mine
+        )
+        if self.down_until > since or still_silent or any(
+            e.kind in faults and e.at >= since for e in mine
+        ):
+            return []
+        now = anyio.current_time()
+        kept = ["listed as a member"] if client in self.members else []
+        locked = sorted(f"{t}:{q}" for (t, q), (owner, until) in self.locks.items()
+                        if owner == client and until > now)  # fmt: skip
+        if locked:
+            kept.append(f"locks {', '.join(locked)}")
+        return kept
+
     async def flush(self) -> None:
         while True:
             await anyio.sleep(FLUSH_INTERVAL)

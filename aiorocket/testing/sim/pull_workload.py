@@ -167,6 +167,22 @@ async def _run_member(cluster: SimPullCluster, history: History, shape: str,
     if started and not finished and not cancelled:
         history.add("app_interrupted", "", consumer=name)
     history.add("close_end", "", consumer=name)
+    if started:
+        _record_left_behind(cluster, history, name)
+
+
+def _record_left_behind(cluster: SimPullCluster, history: History, name: str) -> None:
+    """After member ``name``'s close (cancelled from outside or not): what a broker
+    still keeps of it (``left_behind``): a member that did not unregister is still
+    handed queues by the others' rebalances, a lock it did not release keeps its queues
+    from the next owner until the lock expires."""
+    client = f"sim-{name}"
+    since = max((e.at for e in history.of("close_start") if e.info.get("consumer") == name),
+                default=anyio.current_time())  # fmt: skip
+    for broker in cluster.brokers:
+        kept = broker.remembers(client, since)
+        if kept:
+            history.add("left_behind", "", broker=broker.name, consumer=name, kept=kept)
 
 
 async def _all_consumed(cluster: SimPullCluster, history: History, schedule: Schedule) -> None:
