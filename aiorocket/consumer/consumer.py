@@ -375,7 +375,9 @@ class Consumer:
         return None
 
     async def run(self) -> None:
-        """Start, consume until cancelled, then close (draining what was in flight)."""
+        """Start, consume until cancelled, then close: running handlers are cancelled,
+        and what the consumer holds is handed back or released over its still running
+        connections (docs/reliability.md, "A consumer cancelled from outside")."""
         async with self:
             await anyio.sleep_forever()
 
