@@ -133,6 +133,19 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(text + extra)
 
 
+def _split_note(split: dict[str, float] | None) -> str:
+    """A gRPC consumer's stored -> handler split (benchmarks/_receive_split.py)."""
+    if not split:
+        return ""
+    parts = ("wait", "server", "stream", "dispatch")
+    each = ", ".join(f"{p} {split[f'{p}_p50_ms']:.1f}/{split[f'{p}_p99_ms']:.1f}" for p in parts)
+    tail = ", ".join(f"{p} {split[f'tail_{p}_ms']:.1f}" for p in parts)
+    return (
+        f"; stored->user by part, p50/p99 ms: {each}; its slowest 1% "
+        f"({split['tail_stored_to_user_ms']:.1f} ms on average): {tail}"
+    )
+
+
 def notes(results: dict[str, Any]) -> list[str]:
     """Invalid runs, spreads and caveats that the medians hide."""
     out = []
@@ -166,6 +179,7 @@ def notes(results: dict[str, Any]) -> list[str]:
                             if "store_to_user_p99_ms" in r
                             else ""
                         )
+                        + _split_note(r.get("receive_split"))
                     )
     return out
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import _common as c
 import anyio
+from _receive_split import ReceiveSplit
 
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.config import ConsumeFromWhere
@@ -55,6 +56,10 @@ async def consume(
     slow: collections.Counter[int] = collections.Counter()  # 100 ms send window -> count
     steady_us = 0  # latency counts only messages sent 1 s after the first one arrived
     done = anyio.Event()
+    # over gRPC: stored -> user split at the receive (benchmarks/_receive_split.py)
+    split = ReceiveSplit() if latency and mode == "grpc" else None
+    if split is not None:
+        split.install()
 
     def seen(msg: ConsumerMessage) -> None:
         nonlocal count, first, last, steady_us
@@ -64,6 +69,9 @@ async def consume(
             steady_us = c.now_us() + 1_000_000
         if latency:
             sent_us = c.sent_us(msg.body)
+            if split is not None:
+                split.sample(msg.message_id, msg.store_timestamp * 1000, c.now_us(),
+                             steady=sent_us >= steady_us)  # fmt: skip
             if sent_us >= steady_us:
                 now_us = c.now_us()
                 lat_us = now_us - sent_us
@@ -135,6 +143,8 @@ async def consume(
         # When the tail happened (send time, wall clock): lines it up with GC logs and
         # other processes' activity.
         out["slow_windows"] = {f"{w / 10:.1f}": n for w, n in sorted(slow.items())}
+        if split is not None:
+            out["receive_split"] = split.summary()
     return out
 
 

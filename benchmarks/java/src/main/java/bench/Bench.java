@@ -68,6 +68,9 @@ public final class Bench {
     AtomicLong firstNs = new AtomicLong();
     AtomicLong lastNs = new AtomicLong();
     long[] lat = new long[latency ? expected : 0];
+    // e2e split at the broker's store time (ms), as consume.py's: send -> stored, stored -> user
+    long[] toStore = new long[lat.length];
+    long[] fromStore = new long[lat.length];
     AtomicInteger samples = new AtomicInteger();
     AtomicLong steadyUs = new AtomicLong(Long.MAX_VALUE); // count messages sent 1 s after
     // the first one arrived
@@ -95,7 +98,11 @@ public final class Bench {
             if (stamp >= steadyUs.get()) {
               int i = samples.getAndIncrement();
               if (i < lat.length) {
-                lat[i] = nowMicros() - stamp;
+                long now = nowMicros();
+                long stored = m.getStoreTimestamp() * 1000;
+                lat[i] = now - stamp;
+                toStore[i] = stored - stamp;
+                fromStore[i] = now - stored;
               }
             }
           }
@@ -172,6 +179,12 @@ public final class Bench {
       sb.append(",\"lat_p50_ms\":").append(pct(s, 50) / 1000.0)
           .append(",\"lat_p99_ms\":").append(pct(s, 99) / 1000.0)
           .append(",\"lat_samples\":").append(s.length);
+      long[] to = Arrays.copyOf(toStore, s.length);
+      long[] from = Arrays.copyOf(fromStore, s.length);
+      Arrays.sort(to);
+      Arrays.sort(from);
+      sb.append(",\"send_to_store_p99_ms\":").append(pct(to, 99) / 1000.0)
+          .append(",\"store_to_user_p99_ms\":").append(pct(from, 99) / 1000.0);
     }
     sb.append('}');
     System.out.println("RESULT " + sb);

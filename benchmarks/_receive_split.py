@@ -1,0 +1,100 @@
+"""Where a gRPC consumer's stored -> handler time goes (issue 43, goal 5).
+
+``consume.py --latency`` over gRPC splits each steady message's stored -> handler time
+at the receive that brought it:
+
+* ``wait``: stored -> that receive left the client (0 when a receive was already out,
+  parked at the broker or on its way: the broker's arrival notice woke it);
+* ``server``: max(stored, receive left) -> its first message reached the client: the
+  Proxy and the broker (the pop, the long-polling wake-up, the answer) and the network;
+* ``stream``: first message -> the end of the receive's stream (the rest of the batch
+  and the trailers, read and decoded by the client);
+* ``dispatch``: the end of the receive -> the handler (hand-on, the delivery strategy,
+  the handler workers).
+
+It times ``SimpleConsumer.receive`` and ``SimpleConsumer._read`` from the outside
+(private names of aiorocket.grpc, a benchmark's business only): a few clock reads per
+receive, nothing per message but one dict entry. Clocks: the broker's store time (ms)
+and this host's wall clock, as the e2e figure.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+PARTS = ("wait", "server", "stream", "dispatch")
+
+
+class ReceiveSplit:
+    """Times receives; ``sample`` splits a handled message's stored -> handler time."""
+
+    def __init__(self) -> None:
+        #: message id -> (receive left, first message, stream end), wall µs
+        self._at: dict[str, tuple[int, int, int]] = {}
+        self._parts: dict[str, list[int]] = {p: [] for p in PARTS}
+        self._total: list[int] = []
+
+    def install(self) -> None:
+        from aiorocket.grpc import _simple
+
+        cls: Any = _simple.SimpleConsumer
+        read, receive, at = cls._read, cls.receive, self._at
+
+        async def timed_read(consumer: Any, req: Any, timeout: float, broker: str,
+                             out: list[Any], bad: list[Any]) -> None:  # fmt: skip
+            firsts = consumer.__dict__.setdefault("_bench_first", {})
+
+            class Firsts(list[Any]):
+                def append(self, msg: Any) -> None:
+                    if not self:
+                        firsts[id(out)] = time.time_ns() // 1000
+                    super().append(msg)
+
+            got = Firsts()
+            try:
+                await read(consumer, req, timeout, broker, got, bad)
+            finally:
+                out.extend(got)
+
+        async def timed_receive(consumer: Any, *args: Any, **kw: Any) -> Any:
+            left = time.time_ns() // 1000
+            msgs = await receive(consumer, *args, **kw)
+            end = time.time_ns() // 1000
+            first = consumer.__dict__.get("_bench_first", {}).pop(id(msgs), end)
+            for m in msgs:
+                at[m.message_id] = (left, first, end)
+            return msgs
+
+        cls._read, cls.receive = timed_read, timed_receive
+
+    def sample(self, message_id: str, stored_us: int, now_us: int, steady: bool) -> None:
+        """The handler got ``message_id`` at ``now_us``; counted when ``steady``."""
+        times = self._at.pop(message_id, None)
+        if times is None or not steady:
+            return
+        left, first, end = times
+        self._parts["wait"].append(max(0, left - stored_us))
+        self._parts["server"].append(first - max(stored_us, left))
+        self._parts["stream"].append(end - first)
+        self._parts["dispatch"].append(now_us - end)
+        self._total.append(now_us - stored_us)
+
+    def summary(self) -> dict[str, float]:
+        """p50/p99 of each part (ms), and each part's mean over the slowest 1% of the
+        messages by stored -> handler time (``tail_<part>_ms``): the tail's make-up,
+        which the parts' own p99s (of different messages) do not show."""
+        out: dict[str, float] = {}
+        total = self._total
+        if not total:
+            return out
+        slowest = sorted(range(len(total)), key=total.__getitem__, reverse=True)
+        tail = slowest[: max(1, len(total) // 100)]
+        for part, xs in self._parts.items():
+            s = sorted(xs)
+            out[f"{part}_p50_ms"] = s[len(s) // 2] / 1000
+            out[f"{part}_p99_ms"] = s[min(len(s) - 1, round(0.99 * len(s)) - 1)] / 1000
+            out[f"tail_{part}_ms"] = sum(xs[i] for i in tail) / len(tail) / 1000
+        out["tail_stored_to_user_ms"] = sum(total[i] for i in tail) / len(tail) / 1000
+        out["samples"] = float(len(total))
+        return out

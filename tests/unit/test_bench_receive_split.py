@@ -1,0 +1,59 @@
+"""benchmarks/_receive_split.py: a gRPC consumer's stored -> handler time split at the
+receive, and the make-up of its p99 tail (compare.py's gRPC e2e note)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+split_mod = _load("_receive_split")
+report = _load("_report")
+
+
+def test_each_message_is_split_at_its_receive_and_the_tail_shows_its_parts() -> None:
+    split = split_mod.ReceiveSplit()
+    # 99 messages stored while a receive was parked (left at 0 µs): the broker's answer
+    # reached the client 2 ms after each was stored, the stream ended 1 ms later, the
+    # handler ran 1 ms after that.
+    for i in range(99):
+        stored = 1_000 + i
+        split._at[f"m{i}"] = (0, stored + 2_000, stored + 3_000)
+        split.sample(f"m{i}", stored, stored + 4_000, steady=True)
+    # One stored with no receive out: it waited 50 ms for the next one to leave.
+    split._at["late"] = (60_000, 70_000, 71_000)
+    split.sample("late", 10_000, 72_000, steady=True)
+    # Not steady (warm-up): dropped, but its entry is gone all the same.
+    split._at["warm"] = (0, 1, 2)
+    split.sample("warm", 0, 3, steady=False)
+    assert split._at == {}
+    s = split.summary()
+    assert s["samples"] == 100
+    assert s["wait_p50_ms"] == 0 and s["wait_p99_ms"] == 0  # one in 100: above the p99
+    assert s["server_p50_ms"] == 2.0 and s["stream_p50_ms"] == 1.0
+    assert s["dispatch_p50_ms"] == 1.0
+    # The slowest 1% (stored -> handler) is the late message: 62 ms, of
+    # which 50 waiting for a receive and 10 on the server side.
+    assert s["tail_stored_to_user_ms"] == pytest.approx(62.0)
+    assert s["tail_wait_ms"] == pytest.approx(50.0)
+    assert s["tail_server_ms"] == pytest.approx(10.0)
+    note = report._split_note(s)
+    assert "wait 0.0/0.0" in note and "server 10.0" in note and "62.0 ms" in note
+
+
+def test_no_split_no_note() -> None:
+    assert split_mod.ReceiveSplit().summary() == {}
+    assert report._split_note(None) == "" and report._split_note({}) == ""
