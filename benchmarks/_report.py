@@ -86,6 +86,13 @@ def rows(results: dict[str, Any]) -> list[Row]:
     for key, name in (("lat_p50_ms", "e2e latency p50"), ("lat_p99_ms", "e2e latency p99")):
         target = "<5 ms at 5k/s, <10 ms at 20k/s" if key == "lat_p99_ms" else ""
         out.append((name, "ms", {cl: median(steady[cl], key) for cl in CLIENTS}, target))
+    # The tail split at the broker's store time, every consumer that reports it (Java's
+    # remoting one too): the producer's and broker's side, and the consumer's.
+    for key, name, target in (
+        ("send_to_store_p99_ms", "p99 send -> stored", ""),
+        ("store_to_user_p99_ms", "p99 stored -> user", "consumer's share <3 ms at 20k/s"),
+    ):
+        out.append((name, "ms", {cl: median(steady[cl], key) for cl in CLIENTS}, target))
     return out
 
 

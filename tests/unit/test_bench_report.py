@@ -66,3 +66,15 @@ def test_table_and_notes_name_the_invalid_client() -> None:
     assert "INVALID" in p99 and "3.00" in p99
     assert "6,700" not in p99
     assert "latency java run 1: INVALID (48,408 failed sends)" in text
+
+
+def test_the_tail_split_has_a_row_per_side_with_java_beside_aiorocket() -> None:
+    split = {"send_to_store_p99_ms": 15.0, "store_to_user_p99_ms": 4.0}
+    java = {**_lat(30.0), "send_to_store_p99_ms": 20.0, "store_to_user_p99_ms": 9.0}
+    lat = {"aiorocket": [{**_lat(21.6), **split}], "java": [java]}
+    res: dict[str, Any] = {"consume": {}, "produce": {}, "send": {}, "latency": lat}
+    by_name = {name: v for name, _unit, v, _target in report.rows(res)}
+    assert by_name["p99 send -> stored"]["aiorocket"] == 15.0
+    assert by_name["p99 send -> stored"]["java"] == 20.0
+    assert by_name["p99 stored -> user"]["aiorocket"] == 4.0
+    assert by_name["p99 stored -> user"]["java"] == 9.0
