@@ -28,16 +28,25 @@ still waits takes it back; once the message is in a request it may be stored
 any more. A failed batch is retried as one request, on another broker, as a plain send
 would be; when all attempts fail, every caller still waiting gets the error.
 
-``start_send`` hands a message to the batcher too, from a task of the caller's task
-group, once fewer than ``max_in_flight`` messages so started are unanswered: a loop
-feeding a task group (the Spark sink) is held back as by a plain send's slot, and its
-messages share requests as concurrent ``send`` calls do.
+``start_send`` hands a message to the batcher too, once fewer than ``max_in_flight``
+messages so started are unanswered: a loop feeding a task group (the Spark sink) is held
+back as by a plain send's slot, and its messages share requests as concurrent ``send``
+calls do. It spawns no task per message (a task's creation, scheduling and wake-up cost
+more than the rest of a batched message's CPU: benchmarks/README.md, "produce"): each
+task group that has such messages unanswered runs one ``_Reporter`` task, which the
+answers wake (once per request, not per message), which calls ``on_result`` and raises
+the first failure in the group, and which is what ``async with`` of the group waits for.
+Cancelled (its group failed or was cancelled), it withdraws its unanswered messages as
+cancelled ``send`` callers do: those still waiting are taken back, those in a request
+are gone (no retry carries them).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections import deque
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +60,7 @@ from aiorocket._unique_id import create_unique_id
 from aiorocket.client.results import SendResult
 from aiorocket.errors import ClientClosedError, RequestTimeoutError
 from aiorocket.message import RETRY_TOPIC_PREFIX, Message
-from aiorocket.producer.backend import ResultCallback, report
+from aiorocket.producer.backend import ResultCallback
 from aiorocket.producer.batch import RECORD_OVERHEAD, encode_record, split_batch_result
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.prepare import (
@@ -80,22 +89,34 @@ class _Waiting:
     properties: str  # encoded, with the message's UNIQ_KEY
     msg_id: str
     deadline: float
-    done: OneShotEvent
+    #: the awaiting caller's (``send``); None for ``start_send``, whose reporter is told
+    done: OneShotEvent | None
     result: SendResult | None = None
     error: BaseException | None = None
     #: out of the queue: in a request, or answered
     taken: bool = False
     #: its caller stopped waiting while it was in a request: no retry carries it
     gone: bool = False
+    #: answered, or its caller left: no later answer counts
+    answered: bool = False
+    #: ``start_send``: the task group's reporter, and the caller's callback
+    reporter: _Reporter | None = None
+    on_result: ResultCallback | None = None
 
     @property
     def size(self) -> int:
         return RECORD_OVERHEAD + len(self.body) + len(self.properties)
 
     def finish(self, result: SendResult | None, error: BaseException | None) -> None:
-        if not self.done.is_set():  # the sweeper may have answered it (its timeout)
-            self.result, self.error = result, error
+        if self.answered:  # the sweeper may have answered it (its timeout)
+            return
+        self.answered = True
+        self.result, self.error = result, error
+        if self.done is not None:
             self.done.set()
+        else:
+            assert self.reporter is not None
+            self.reporter.answer(self)
 
 
 def _expire(pool: deque[_Waiting] | set[_Waiting], now: float, what: str) -> float:
@@ -117,6 +138,57 @@ class _TopicLane:
     wake: Signal = field(default_factory=Signal)  # a message arrived for idle workers
 
 
+async def _settle(callback_result: Awaitable[None]) -> None:
+    await callback_result
+
+
+class _Reporter:
+    """The one task of a task group that reports its ``start_send`` messages (module
+    docstring): it ends when none is unanswered, and the group's next one starts another."""
+
+    __slots__ = ("_answered", "_batcher", "_tg", "_unanswered", "_wake")
+
+    def __init__(self, batcher: AutoBatcher, tg: anyio.abc.TaskGroup) -> None:
+        self._batcher = batcher
+        self._tg = tg
+        self._unanswered: set[_Waiting] = set()
+        self._answered: deque[_Waiting] = deque()
+        self._wake = Signal()
+
+    def add(self, waiting: _Waiting, on_result: ResultCallback | None) -> None:
+        waiting.reporter, waiting.on_result = self, on_result
+        self._unanswered.add(waiting)
+
+    def answer(self, waiting: _Waiting) -> None:
+        """``waiting`` got its answer (from a request, the sweeper or ``close``)."""
+        self._unanswered.discard(waiting)
+        self._batcher.started_slots.release()
+        self._answered.append(waiting)
+        self._wake.notify()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                while self._answered:
+                    w = self._answered.popleft()
+                    if w.error is not None:
+                        raise w.error
+                    assert w.result is not None
+                    if w.on_result is not None:
+                        ret = w.on_result(w.result)
+                        if inspect.isawaitable(ret):  # runs on as the callers' tasks did
+                            self._tg.start_soon(_settle, ret)
+                if not self._unanswered:
+                    return
+                await self._wake.wait()
+        finally:
+            self._batcher.reporter_ended(self._tg, self)
+            for w in self._unanswered:  # cancelled, or another message failed
+                self._batcher.withdraw(w)
+                self._batcher.started_slots.release()
+            self._unanswered.clear()
+
+
 class AutoBatcher:
     """Groups the plain sends of each topic into batch requests while requests are busy."""
 
@@ -134,7 +206,9 @@ class AutoBatcher:
         #: later): the sweeper answers them at theirs
         self._riding: set[_Waiting] = set()
         #: messages handed over by ``start_send`` and not answered yet
-        self._started = anyio.Semaphore(config.max_in_flight)
+        self.started_slots = anyio.Semaphore(config.max_in_flight)
+        #: per task group with ``start_send`` messages unanswered, its reporter task
+        self._reporters: dict[anyio.abc.TaskGroup, _Reporter] = {}
         #: batches sent and messages in them (the mean batch size is their ratio).
         self.batches = 0
         self.batched_messages = 0
@@ -166,31 +240,50 @@ class AutoBatcher:
         caller, is answered by the sweeper; one in a request that ends by its deadline
         by that request.
         """
-        return await self._wait(self._prepare(msg, deadline))
+        return await self._wait(self._prepare(msg, deadline, awaited=True))
 
     async def start_send(
         self, task_group: anyio.abc.TaskGroup, msg: Message, deadline: float,
         on_result: ResultCallback | None,
     ) -> None:  # fmt: skip
-        """Send ``msg`` (``accepts`` is true) in ``task_group`` once fewer than
-        ``max_in_flight`` messages handed over so are unanswered (module docstring)."""
-        waiting = self._prepare(msg, deadline)  # a bad message fails here, not in the task
+        """Send ``msg`` (``accepts`` is true) once fewer than ``max_in_flight`` messages
+        handed over so are unanswered; ``task_group``'s reporter calls ``on_result``
+        (module docstring)."""
+        waiting = self._prepare(msg, deadline, awaited=False)  # a bad one fails here
         started = f"{self._config.max_in_flight} messages started"
-        await take_slot(self._started, deadline, self._sender.now, started)
-        try:
-            task_group.start_soon(self._send_started, waiting, on_result)
-        except BaseException:
-            self._started.release()
-            raise
+        await take_slot(self.started_slots, deadline, self._sender.now, started)
+        if self._tg is None:
+            self.started_slots.release()
+            raise ClientClosedError("producer is closed")
+        reporter = self._reporters.get(task_group)
+        if reporter is None:
+            reporter = _Reporter(self, task_group)
+            try:
+                task_group.start_soon(reporter.run)
+            except BaseException:
+                self.started_slots.release()
+                raise
+            self._reporters[task_group] = reporter
+        reporter.add(waiting, on_result)
+        self._enqueue(waiting)
 
-    async def _send_started(self, waiting: _Waiting, on_result: ResultCallback | None) -> None:
-        try:
-            result = await self._wait(waiting)
-        finally:
-            self._started.release()
-        await report(on_result, result)
+    def reporter_ended(self, task_group: anyio.abc.TaskGroup, reporter: _Reporter) -> None:
+        if self._reporters.get(task_group) is reporter:
+            del self._reporters[task_group]
 
-    def _prepare(self, msg: Message, deadline: float) -> _Waiting:
+    def withdraw(self, waiting: _Waiting) -> None:
+        """Its caller left (cancelled): take it back if it still waits, else no retry
+        carries it; no answer reaches the caller after this."""
+        waiting.answered = True
+        if not waiting.taken:
+            waiting.taken = True
+            self._lanes[waiting.msg.topic].waiting.remove(waiting)
+        else:
+            waiting.gone = True
+            self._riding.discard(waiting)
+
+    def _prepare(self, msg: Message, deadline: float, *, awaited: bool) -> _Waiting:
+        """``awaited``: by a ``send`` caller (with an event to wake it)."""
         loop = self._loop
         if self._tg is None or loop is None:
             raise ClientClosedError("producer is not started or closed")
@@ -199,12 +292,11 @@ class AutoBatcher:
         check_body(msg, cfg.max_message_size)
         check_schedule(msg)
         props, msg_id = wire_properties(msg)
-        return _Waiting(msg, bytes(msg.body), encode_props(props), msg_id, deadline,
-                        loop.new_event())  # fmt: skip
+        done = loop.new_event() if awaited else None
+        return _Waiting(msg, bytes(msg.body), encode_props(props), msg_id, deadline, done)
 
-    async def _wait(self, waiting: _Waiting) -> SendResult:
-        if self._tg is None:
-            raise ClientClosedError("producer is closed")
+    def _enqueue(self, waiting: _Waiting) -> _TopicLane:
+        """Queue ``waiting`` on its topic's lane and see that a request takes it."""
         msg, deadline = waiting.msg, waiting.deadline
         lane = self._lanes.get(msg.topic)
         if lane is None:
@@ -216,13 +308,21 @@ class AutoBatcher:
             self._start_worker(msg.topic, lane)  # a request slot to spare: it leaves now
         elif deadline < self._next_expiry:
             self._expiry.notify()  # it waits for a busy request: the sweeper watches it
+        return lane
+
+    async def _wait(self, waiting: _Waiting) -> SendResult:
+        if self._tg is None:
+            raise ClientClosedError("producer is closed")
+        done = waiting.done
+        assert done is not None
+        lane = self._enqueue(waiting)
         try:
-            await waiting.done.wait()
+            await done.wait()
         finally:
             if not waiting.taken:  # cancelled while waiting: take it back
                 waiting.taken = True
                 lane.waiting.remove(waiting)
-            elif not waiting.done.is_set():  # cancelled in a request: leave its retries
+            elif not waiting.answered:  # cancelled in a request: leave its retries
                 waiting.gone = True
         if waiting.error is not None:
             raise waiting.error

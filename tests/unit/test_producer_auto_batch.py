@@ -10,6 +10,7 @@ import anyio
 import anyio.abc
 import pytest
 
+from aiorocket._loop import first_error
 from aiorocket.client.results import SendResult
 from aiorocket.errors import (
     BrokerResponseError,
@@ -307,3 +308,95 @@ async def test_start_send_shares_requests_as_concurrent_sends_do() -> None:
         assert sorted(bodies_of_batch(broker)) == sorted(b"m%d" % i for i in range(20))
         assert sorted(r.msg_id for r in results) == sorted(set(r.msg_id for r in results))
         assert len(results) == 20
+
+
+async def test_start_send_runs_no_task_per_message() -> None:
+    # Issue 43: a task per start_send message (spawn, schedule, wake) cost the
+    # auto-batched sink more CPU than the rest of a message's send; the task group's
+    # one reporter task now answers them all.
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, batch_in_flight=1) as p:
+        broker = fake.brokers[0]
+        results: list[SendResult] = []
+        async with anyio.create_task_group() as tg:
+            await occupy_the_lane(tg, p, broker)
+            tasks_before = len(anyio.get_running_tasks())
+            for i in range(50):
+                await p.start_send(tg, Message(TOPIC, b"m%d" % i), on_result=results.append)
+            await anyio.wait_all_tasks_blocked()
+            assert len(anyio.get_running_tasks()) - tasks_before <= 1  # the reporter
+            assert broker.hold is not None
+            broker.hold.set()
+        assert len(results) == 50  # the group waited for every answer
+        assert sorted(bodies_of_batch(broker)) == sorted(b"m%d" % i for i in range(50))
+
+
+async def test_start_send_failure_raises_in_the_group_and_async_callbacks_run() -> None:
+    async with (
+        cluster(brokers=1) as fake,
+        producer(fake, auto_batch=True, batch_in_flight=1, retries=0) as p,
+    ):
+        broker = fake.brokers[0]
+        seen: list[str] = []
+
+        async def slow_callback(result: SendResult) -> None:
+            await anyio.sleep(0)
+            seen.append(result.msg_id)
+
+        async with anyio.create_task_group() as tg:
+            await p.start_send(tg, Message(TOPIC, b"ok"), on_result=slow_callback)
+        assert len(seen) == 1  # the group waited for the async callback too
+        with pytest.raises(Exception) as failed:  # with the held send's, in a group
+            async with anyio.create_task_group() as tg:
+                await occupy_the_lane(tg, p, broker)
+                for i in range(3):
+                    await p.start_send(tg, Message(TOPIC, b"w%d" % i), on_result=slow_callback)
+                await anyio.wait_all_tasks_blocked()
+                broker.mode = ResponseCode.MESSAGE_ILLEGAL  # the batch is refused
+                assert broker.hold is not None
+                broker.hold.set()
+        assert isinstance(first_error(failed.value), BrokerResponseError)
+        assert len(seen) == 1
+        broker.mode = "ok"
+        async with anyio.create_task_group() as tg:  # the producer and the group go on
+            await p.start_send(tg, Message(TOPIC, b"again"), on_result=slow_callback)
+        assert len(seen) == 2
+
+
+async def test_a_cancelled_start_send_group_takes_waiting_messages_back() -> None:
+    # As cancelled send() callers: what still waits is never sent, what is in a
+    # request is in no retry of it, and the slots come back.
+    async with cluster() as fake, producer(fake, auto_batch=True, batch_in_flight=1) as p:
+        for b in fake.brokers:
+            b.hold = anyio.Event()
+        results: list[SendResult] = []
+        async with anyio.create_task_group() as outer:
+            outer.start_soon(p.send, Message(TOPIC, b"first"))
+            await wait_for(lambda: sum(b.holding for b in fake.brokers) == 1)
+            holder = next(b for b in fake.brokers if b.holding)
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    await p.start_send(tg, Message(TOPIC, b"rides"), on_result=results.append)
+                    first, holder.hold = holder.hold, anyio.Event()
+                    assert first is not None
+                    first.set()  # "rides" leaves alone and is held
+                    await wait_for(lambda: sum(len(b.received(V2)) for b in fake.brokers) == 2)
+                    await p.start_send(tg, Message(TOPIC, b"waits"), on_result=results.append)
+                    await anyio.wait_all_tasks_blocked()
+                    scope.cancel()
+            assert scope.cancelled_caught
+            batcher = p.batcher
+            assert batcher is not None
+            assert not batcher._reporters
+            assert batcher.started_slots.value == p.config.max_in_flight
+            assert all(not lane.waiting for lane in batcher._lanes.values())
+            held = next(b for b in fake.brokers if b.holding)
+            assert held.session is not None
+            await held.session.close()  # lost: no retry carries "rides" (its caller left)
+            for b in fake.brokers:
+                if b.hold is not None:
+                    b.hold.set()
+            await anyio.wait_all_tasks_blocked()
+        assert results == []
+        sent = [c.body for b in fake.brokers for c in b.received(V2)]
+        assert not any(b.received(BATCH) for b in fake.brokers)
+        assert sorted(sent) == [b"first", b"rides"]
