@@ -1,13 +1,16 @@
 """aiorocket child processes of compare.py (the consumer child lives in consume.py).
 
-    aio_children.py produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT auto|plain|grpc|grpc-auto
+    aio_children.py produce NAMESRV TOPIC COUNT SIZE IN_FLIGHT auto|auto-await|plain|grpc|grpc-auto
     aio_children.py paced   NAMESRV TOPIC COUNT SIZE RATE auto|plain       # fixed rate
     aio_children.py idle    NAMESRV GROUP SECONDS TOPIC...     # scale case: no traffic
     aio_children.py backlog NAMESRV TOPIC GROUP SECONDS DELAY  # slow handler on a backlog
 
 ``auto`` turns the producer's ``auto_batch`` on, ``plain`` leaves it off; ``grpc`` sends
 one message per request through the Proxy at NAMESRV (a gRPC endpoint), ``grpc-auto``
-with ``auto_batch`` (requests shared by concurrent sends).
+with ``auto_batch`` (requests shared by concurrent sends). ``produce ... auto`` sends as
+the Java children do (one loop, IN_FLIGHT messages in flight, a callback per result:
+``start_send`` with ``on_result``); ``auto-await`` and the others run IN_FLIGHT tasks
+each awaiting ``send`` in a loop.
 
 Same line protocol as every child: READY, PROGRESS n, RESULT {json}.
 """
@@ -23,7 +26,7 @@ from functools import partial
 
 import _common as c
 import anyio
-from produce import run_workers
+from produce import run_start_send, run_workers
 
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.config import ConsumeFromWhere
@@ -34,18 +37,26 @@ from aiorocket.producer import Producer
 
 async def produce(
     namesrv: str, topic: str, count: int, size: int, in_flight: int, auto_batch: bool,
-    grpc: bool = False,
+    grpc: bool = False, callbacks: bool = False,
 ) -> None:  # fmt: skip
-    """``in_flight`` tasks each awaiting ``send`` in a loop: that many messages in flight."""
+    """``in_flight`` tasks each awaiting ``send`` in a loop: that many messages in flight;
+    ``callbacks``: one loop of ``start_send`` with ``in_flight`` slots instead (Java's
+    ``send(msg, callback)`` with a semaphore of as many permits)."""
     body = os.urandom(size)
     settings = {"max_in_flight": in_flight, "auto_batch": auto_batch}
     if grpc:
         settings["transport"] = "grpc"
+
+    async def run(producer: Producer, n: int) -> tuple[float, list[float]]:
+        if callbacks:
+            return await run_start_send(producer, topic, body, n)
+        return await run_workers(producer, topic, body, n, in_flight)
+
     async with Producer("bench_aio_producer", namesrv, **settings) as producer:
-        await run_workers(producer, topic, body, min(2000, count), in_flight)  # warm-up
+        await run(producer, min(2000, count))  # warm-up
         c.emit("READY")
         cpu0 = time.process_time()
-        elapsed, lat = await run_workers(producer, topic, body, count, in_flight)
+        elapsed, lat = await run(producer, count)
         cpu = time.process_time() - cpu0
     lat.sort()
     c.emit_result(
@@ -236,8 +247,10 @@ def main(argv: list[str]) -> None:
     run: Callable[[], Awaitable[None]]
     if cmd in ("produce", "paced"):
         fn = produce if cmd == "produce" else paced
-        auto = len(r) < 5 or r[4] == "auto"
+        auto = len(r) < 5 or r[4] in ("auto", "auto-await")
         run = partial(fn, namesrv, r[0], int(r[1]), int(r[2]), int(r[3]), auto)
+        if cmd == "produce" and auto and (len(r) < 5 or r[4] == "auto"):
+            run = partial(run, callbacks=True)
         if cmd == "produce" and len(r) > 4 and r[4] in ("grpc", "grpc-auto"):
             batched = r[4] == "grpc-auto"
             run = partial(produce, namesrv, r[0], int(r[1]), int(r[2]), int(r[3]), batched, True)

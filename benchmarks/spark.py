@@ -1,7 +1,8 @@
 """Spark connector throughput (issue 18): batch read, sink, and a plain PullConsumer.
 
     python benchmarks/spark.py [--count 1000000] [--size 1024] [--cores 2]
-                               [--per-core 1,2,4] [--sink-count N] [--skip pull,read,sink]
+                               [--per-core 1,2,4] [--sink-count N]
+                               [--skip pull,read,sink,produce]
                                [--send-timeout-ms MS]
 
 Pre-fills a fresh topic with 8 queues on each of the two brokers (16 queues) with
@@ -15,7 +16,10 @@ Pre-fills a fresh topic with 8 queues on each of the two brokers (16 queues) wit
   ``coalesce``, each task reads several queues in turn; more: ``minPartitions`` splits
   the queue ranges), plus the natural one-partition-per-queue plan;
 * ``sink``: ``df.write.format("rocketmq")`` of ``--sink-count`` generated rows of the
-  same size into a fresh topic.
+  same size into a fresh topic;
+* ``produce``: as many messages of the same size from one auto-batched ``Producer``
+  process, compare.py's ``aiorocket`` produce child (64 in flight), into a fresh topic:
+  issue 43 asks for the sink at >= 0.5x of it, measured in the same run.
 
 Rows/s are rows over the wall time of the Spark action (or of the consumer's drain),
 session start-up excluded. Prints a table, writes ``benchmarks/results/spark-<time>.json``.
@@ -133,6 +137,13 @@ def run_sink(spark: Any, namesrv: str, topic: str, count: int, size: int,
             "rows_per_s": count / seconds}  # fmt: skip
 
 
+def run_produce(namesrv: str, topic: str, count: int, size: int) -> dict[str, Any]:
+    script = os.path.join(c.HERE, "aio_children.py")
+    argv = [sys.executable, script, "produce", namesrv, topic, str(count), str(size), "64", "auto"]
+    r = c.Child("auto-batched producer", argv).start().wait(timeout=3600)
+    return {**r, "rows": r["count"], "rows_per_s": r["count"] / r["elapsed"]}
+
+
 def table(res: dict[str, Any]) -> str:
     meta = res["meta"]
     lines = [
@@ -152,6 +163,12 @@ def table(res: dict[str, Any]) -> str:
         s = res["sink"]
         lines.append(f"{'df.write (sink)':<34} {s['partitions']:>10} {s['seconds']:>9.1f} "
                      f"{s['rows_per_s']:>10,.0f}")  # fmt: skip
+    if "produce" in res:
+        p = res["produce"]
+        lines.append(f"{'Producer, auto-batched (1 process)':<34} {'-':>10} "
+                     f"{p['elapsed']:>9.1f} {p['rows_per_s']:>10,.0f}")  # fmt: skip
+        if "sink" in res:
+            lines.append(f"sink / producer: {res['sink']['rows_per_s'] / p['rows_per_s']:.2f}x")
     return "\n".join(lines)
 
 
@@ -166,7 +183,7 @@ def main() -> int:
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--per-core", default="1,2,4")
     p.add_argument("--sink-count", type=int, default=None, help="default: --count / 4")
-    p.add_argument("--skip", default="", help="comma list of pull, read, sink")
+    p.add_argument("--skip", default="", help="comma list of pull, read, sink, produce")
     p.add_argument("--send-timeout-ms", type=int, default=None,
                    help="the sink's sendTimeoutMs (default: the sink's, 3000)")  # fmt: skip
     args = p.parse_args()
@@ -209,6 +226,12 @@ def main() -> int:
                 res["sink"] = run_sink(spark, cl.namesrv_addr, out, n, args.size, timeout_ms)
         finally:
             spark.stop()
+    if "produce" not in skip:
+        out = f"bench_spark_produce_{uuid.uuid4().hex[:8]}"
+        anyio.run(lambda: cl.create_topic(out, queues=8))
+        n = args.sink_count or max(1, args.count // 4)
+        c.log(f"auto-batched producer, {n:,} messages")
+        res["produce"] = run_produce(cl.namesrv_addr, out, n, args.size)
     print(table(res))
     os.makedirs(RESULTS, exist_ok=True)
     path = os.path.join(RESULTS, f"spark-{time.strftime('%Y%m%d-%H%M%S')}.json")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
+from aiorocket._send_result import results_of_batch
 from aiorocket._unique_id import create_unique_id
 from aiorocket.client.results import SendResult
 from aiorocket.errors import ConfigError, MessageTooLargeError
@@ -107,9 +108,7 @@ def prepare_batch(
         ids.append(msg_id)
     # The broker appends the batch's own properties to every message's, so they carry
     # nothing that must differ per message (no UNIQ_KEY).
-    batch = Outgoing(
-        wrap(config.namespace, topic), b"".join(records), "", 0, create_unique_id()
-    )
+    batch = Outgoing(wrap(config.namespace, topic), b"".join(records), "", 0, create_unique_id())
     return batch, ids
 
 
@@ -118,14 +117,4 @@ def split_batch_result(result: SendResult, ids: Sequence[str]) -> list[SendResul
     offset_ids = result.offset_msg_id.split(",") if result.offset_msg_id else []
     if len(offset_ids) != len(ids):
         offset_ids = [""] * len(ids)
-    return [
-        SendResult(
-            status=result.status,
-            msg_id=msg_id,
-            queue=result.queue,
-            queue_offset=result.queue_offset + i if result.queue_offset >= 0 else -1,
-            offset_msg_id=offset_ids[i],
-            transaction_id=result.transaction_id,
-        )
-        for i, msg_id in enumerate(ids)
-    ]
+    return results_of_batch(result, ids, offset_ids)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import pytest
 
 from aiorocket._loop import first_error
@@ -339,7 +340,7 @@ async def test_start_send_failure_raises_in_the_group_and_async_callbacks_run() 
         seen: list[str] = []
 
         async def slow_callback(result: SendResult) -> None:
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
             seen.append(result.msg_id)
 
         async with anyio.create_task_group() as tg:

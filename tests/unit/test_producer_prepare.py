@@ -142,3 +142,30 @@ def test_invalid_batches() -> None:
         prepare_batch([Message("%RETRY%g", b"1")], cfg)
     with pytest.raises(ConfigError, match="empty"):
         prepare_batch([Message("a", b"1"), Message("a", b"")], cfg)
+
+
+def test_a_batch_result_splits_into_ordinary_send_results() -> None:
+    # Built by setting the slots (issue 43: the frozen dataclass's __init__ cost 4x as
+    # much per message); they must be the same values, equal, hashable, frozen.
+    from aiorocket.client.results import SendResult, SendStatus
+    from aiorocket.message import MessageQueue
+    from aiorocket.producer.batch import split_batch_result
+
+    q = MessageQueue("t", "broker-a", 3)
+    stored = SendResult(SendStatus.SEND_OK, "batch-id", q, 10, "O1,O2", "txn")
+    split = split_batch_result(stored, ["A", "B"])
+    assert split == [
+        SendResult(SendStatus.SEND_OK, "A", q, 10, "O1", "txn"),
+        SendResult(SendStatus.SEND_OK, "B", q, 11, "O2", "txn"),
+    ]
+    assert len({hash(r) for r in split}) == 2
+    with pytest.raises(AttributeError):
+        split[0].msg_id = "changed"  # type: ignore[misc]
+    no_offsets = SendResult(SendStatus.FLUSH_DISK_TIMEOUT, "batch-id", q, -1)
+    assert [
+        (r.queue_offset, r.offset_msg_id, r.status)
+        for r in split_batch_result(no_offsets, ["A", "B"])
+    ] == [
+        (-1, "", SendStatus.FLUSH_DISK_TIMEOUT),
+        (-1, "", SendStatus.FLUSH_DISK_TIMEOUT),
+    ]
