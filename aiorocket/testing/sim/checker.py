@@ -24,6 +24,12 @@ from aiorocket.testing.sim.checker_more import (
     lite_subscription_agrees,
 )
 from aiorocket.testing.sim.checker_net import reconnects_after_half_open
+from aiorocket.testing.sim.checker_reply import (
+    no_waiter_left,
+    reply_is_its_own,
+    reply_not_missed,
+    request_within_bound,
+)
 from aiorocket.testing.sim.dedup_sim import handled_once_with_dedup
 from aiorocket.testing.sim.history import Event, History
 
@@ -386,7 +392,8 @@ INVARIANTS: dict[str, Callable[[History, Bounds], list[Violation]]] = {
               app_not_interrupted, duplicates_within_window, stored_as_sent, order_per_key,
               deadline_kept, txn_outcome, checks_answered_truly, resumes_after_restart,
               retry_after_delay, not_received_while_paused, rate_within_limit,
-              reconnects_after_half_open, cancelled_txn_resolved, handled_once_with_dedup)
+              reconnects_after_half_open, cancelled_txn_resolved, handled_once_with_dedup,
+              reply_is_its_own, request_within_bound, reply_not_missed, no_waiter_left)
 }  # fmt: skip
 
 

@@ -155,8 +155,9 @@ def _draws() -> dict[str, Any]:
     # the consumer workloads' draws live with them (they import this module's helpers)
     from aiorocket.testing.sim.consumer_draws import DRAWS
     from aiorocket.testing.sim.producer_draws import PRODUCER_DRAWS
+    from aiorocket.testing.sim.reply_workload import draw_request_reply
 
-    return {**_DRAWS, **DRAWS, **PRODUCER_DRAWS}
+    return {**_DRAWS, **DRAWS, **PRODUCER_DRAWS, "request_reply": draw_request_reply}
 
 
 def draw(seed: int, workload: str) -> Schedule:

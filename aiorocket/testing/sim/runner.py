@@ -161,8 +161,10 @@ def _consumer_workloads() -> dict[str, Callable[..., History]]:
 def _producer_workloads() -> dict[str, Callable[..., History]]:
     from aiorocket.testing.sim.producer_sends import producer_sends
     from aiorocket.testing.sim.producer_txn import producer_txn
+    from aiorocket.testing.sim.reply_workload import request_reply
 
-    out = {"producer_sends": _on_trio(producer_sends), "producer_txn": _on_trio(producer_txn)}
+    out = {"producer_sends": _on_trio(producer_sends), "producer_txn": _on_trio(producer_txn),
+           "request_reply": _on_trio(request_reply)}  # fmt: skip
     try:
         from aiorocket.testing.sim.grpc_producer import grpc_producer
     except ImportError:  # the grpc extra is not installed
@@ -176,7 +178,7 @@ def _producer_workloads() -> dict[str, Callable[..., History]]:
 
 WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for", "producer_stall",
              "lite_remoting", "pull_remoting", "producer_sends", "producer_txn",
-             "grpc_producer", "grpc_restart")  # fmt: skip
+             "grpc_producer", "grpc_restart", "request_reply")  # fmt: skip
 
 
 def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = None,
