@@ -133,9 +133,12 @@ async def fifo_async_for(schedule: Schedule, history: History, handler: Handler 
                             await msg.ack()
                             history.add("handler_ok", key, **at)
                             history.add("handler_end", key, **at)
-                            if history.keys("handler_ok") >= history.keys("stored"):
+                            # done by the Proxy's truth, not once each key was handled:
+                            # a copy released meanwhile (a broken receive's termination
+                            # notice frees what the client held) comes again
+                            if proxy.settled():
                                 break
-                        if history.keys("handler_ok") >= history.keys("stored"):
+                        if proxy.settled():
                             break
                 tg.cancel_scope.cancel()
                 history.add("close_start", "", consumer="first")
