@@ -87,7 +87,7 @@ class OffsetTracker:
     mark a re-pulled message with the same offset as finished.
     """
 
-    __slots__ = ("_committed", "_generation", "_next", "_order", "_pending", "floor", "high_commit")
+    __slots__ = ("_committed", "_next", "_order", "_pending", "floor", "generation", "high_commit")
 
     def __init__(self, start_offset: int) -> None:
         _check_offset("start_offset", start_offset)
@@ -97,7 +97,9 @@ class OffsetTracker:
         # The start offset normally came from the broker (QUERY_CONSUMER_OFFSET), so it
         # is already committed; call mark_dirty() if it was computed locally instead.
         self._committed: int | None = start_offset
-        self._generation = 0
+        #: Incremented by every ``reset``. A plain attribute, not a property: every
+        #: delivered message compares it (benchmarks/ceiling.py); only ``reset`` writes it.
+        self.generation = 0
         #: The highest offset committed for this queue in this generation: the start
         #: offset (read from the store, or computed and committed), then every commit
         #: marked. The resume floor of an application that commits (see the module).
@@ -150,7 +152,7 @@ class OffsetTracker:
         self._order.clear()
         self._pending.clear()
         self._next = offset
-        self._generation += 1
+        self.generation += 1
         self.floor = None
         self.high_commit = None  # the reset's own commit sets it again
 
@@ -163,7 +165,7 @@ class OffsetTracker:
         ``generation`` is ignored and returns ``False`` (so accounting such as the
         cached-bytes total should only be adjusted on ``True``).
         """
-        if generation is not None and generation != self._generation:
+        if generation is not None and generation != self.generation:
             return False
         pending = self._pending
         if offset not in pending:
@@ -228,11 +230,6 @@ class OffsetTracker:
         """Where the next pull of this queue starts."""
         return self._next
 
-    @property
-    def generation(self) -> int:
-        """Incremented by every ``reset``."""
-        return self._generation
-
     # ---------------------------------------------------------------- commit side
 
     @property
@@ -258,7 +255,7 @@ class OffsetTracker:
     def __repr__(self) -> str:
         return (
             f"OffsetTracker(committable={self.committable()}, in_flight={self.in_flight}, "
-            f"span={self.span()}, next_offset={self._next}, generation={self._generation})"
+            f"span={self.span()}, next_offset={self._next}, generation={self.generation})"
         )
 
 

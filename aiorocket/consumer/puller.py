@@ -101,9 +101,22 @@ class Puller:
         with anyio.CancelScope() as scope:
             pq.pull_scope = scope
             task_status.started()
-            await self._pull(pq, sub)
+            while not pq.dropped:
+                # One cancel scope for many pulls, not one a pull (its cost was a few
+                # per cent of the client's CPU a message at batch 32: benchmarks/
+                # ceiling.py). It is ``pq.request_scope`` only while a pull is in
+                # flight, so only that pull is cut (a reset, a seek, a pause); a
+                # cancelled scope cancels every later await in it, so the pulls go on
+                # under a new one.
+                with anyio.CancelScope() as request_scope:
+                    await self._pull(pq, sub, request_scope)
+                pq.last_pull_completed = time.monotonic()
 
-    async def _pull(self, pq: ProcessQueue, sub: Subscription) -> None:
+    async def _pull(
+        self, pq: ProcessQueue, sub: Subscription, request_scope: anyio.CancelScope
+    ) -> None:
+        """Pull until ``pq`` is dropped, or a reset, seek or pause cancels
+        ``request_scope`` during a pull (the answer was for the old position)."""
         state = self._state
         cfg = state.config
         group = state.group
@@ -180,24 +193,23 @@ class Puller:
             sent_at = time.monotonic()
             sent_wall_ms = time.time() * 1000 if observers else 0.0
             try:
-                with anyio.CancelScope() as request_scope:
-                    pq.request_scope = request_scope
-                    result = await broker.pull(
-                        addr,
-                        group,
-                        pq.mq,
-                        offset,
-                        max_nums=batch,
-                        sys_flag=sys_flag,
-                        commit_offset=commit,
-                        suspend_timeout_ms=int(cfg.long_poll_timeout * 1000),
-                        sub_version=sub.sub_version,
-                        subscription=sub.expression if with_sub else None,
-                        expression_type=sub.expression_type if with_sub else None,
-                        timeout=cfg.pull_request_timeout,
-                        message_class=ConsumerMessage,
-                        keep_undecodable=True,
-                    )
+                pq.request_scope = request_scope
+                result = await broker.pull(
+                    addr,
+                    group,
+                    pq.mq,
+                    offset,
+                    max_nums=batch,
+                    sys_flag=sys_flag,
+                    commit_offset=commit,
+                    suspend_timeout_ms=int(cfg.long_poll_timeout * 1000),
+                    sub_version=sub.sub_version,
+                    subscription=sub.expression if with_sub else None,
+                    expression_type=sub.expression_type if with_sub else None,
+                    timeout=cfg.pull_request_timeout,
+                    message_class=ConsumerMessage,
+                    keep_undecodable=True,
+                )
             except ResponseTooLargeError as exc:
                 # Large messages x batch size: the connection is fine (the answer was
                 # skipped); ask for fewer messages, never the same answer again.
@@ -236,7 +248,7 @@ class Puller:
             pq.last_pull_completed = time.monotonic()
             if pq.dropped:
                 break
-            if request_scope.cancelled_caught or generation != pq.tracker.generation:
+            if generation != pq.tracker.generation:
                 continue  # seeked or reset while the pull was in flight
             if disconnects != pq.disconnects:
                 continue  # the position is unverified now: check it before using the answer
@@ -277,13 +289,15 @@ class Puller:
                     accepted = [m for m in accepted if m.queue_offset >= offset]
                 if filter_tags:
                     accepted = [m for m in accepted if sub.accepts_tag(m.tags)]
-                for m in accepted:
-                    if is_retry_topic:
-                        original = m.properties.get(PROPERTY_RETRY_TOPIC)
-                        if original:
-                            m.topic = original
-                    if namespace:  # the application's name (settling wraps it again)
-                        m.topic = unwrap(namespace, m.topic)
+                if is_retry_topic or namespace:
+                    for m in accepted:
+                        if is_retry_topic:
+                            original = m.properties.get(PROPERTY_RETRY_TOPIC)
+                            if original:
+                                m.topic = original
+                        if namespace:  # the application's name (settling wraps it again)
+                            m.topic = unwrap(namespace, m.topic)
+                for m in accepted:  # once per message (benchmarks/ceiling.py): no tests
                     m._pq = pq
                     m._generation = generation
                     m._settler = settler

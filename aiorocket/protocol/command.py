@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aiorocket.errors import ProtocolError
 from aiorocket.protocol.codes import CLIENT_VERSION, LANGUAGE, RemotingFlag, ResponseCode
 
 __all__ = [
@@ -79,8 +80,6 @@ class RemotingCommand:
 
     def ext_int(self, name: str, default: int | None = None) -> int:
         """An ext field as an int; missing (without default) or malformed: ProtocolError."""
-        from aiorocket.errors import ProtocolError
-
         raw = self.ext_fields.get(name)
         if raw is None:
             if default is None:

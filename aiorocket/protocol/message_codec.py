@@ -194,7 +194,9 @@ def _decode_into(
     ntoa = _inet_ntoa
     # Consecutive records mostly share hosts: reuse the last rendered strings.
     last_born = last_store = (b"", -1)
-    born = store = ""
+    born = store = topic = ""
+    last_topic = b""  # the raw bytes of ``topic`` (an empty topic decodes to "")
+    last_topic_len = 0
     try:
         while pos < end:
             if end - pos < MIN_RECORD_SIZE:
@@ -246,7 +248,12 @@ def _decode_into(
                 p += 2
             if p + topic_len + 2 > rec_end:
                 raise _fail(pos, f"topic length {topic_len} runs past the record")
-            topic = data[p : p + topic_len].decode()
+            # Consecutive records mostly share the topic too: compare in place, decode
+            # only a new one (a slice and a decode less per message: ceiling.py).
+            if topic_len != last_topic_len or not data.startswith(last_topic, p):
+                last_topic = data[p : p + topic_len]
+                last_topic_len = topic_len
+                topic = last_topic.decode()
             p += topic_len
             props_len = (data[p] << 8) | data[p + 1]
             p += 2

@@ -621,3 +621,16 @@ def test_message_ext_ids() -> None:
     [without] = decode_messages(raw_record(props=b""))
     assert with_uniq.msg_id == "ABC"
     assert without.msg_id == without.offset_msg_id == "7F00000100002A9F0000000000001234"
+
+
+def test_topics_of_consecutive_records_are_each_their_own() -> None:
+    """The decoder reuses the previous record's topic when the bytes are the same
+    (ceiling.py): a change of topic, of its length or back again is still seen, and an
+    invalid one after a valid one of the same length still fails."""
+    topics = [b"aa", b"ab", b"aa", b"aaa", b"aa", b"", b"aa"]
+    msgs = decode_messages(b"".join(raw_record(topic=t) for t in topics))
+    assert [m.topic for m in msgs] == [t.decode() for t in topics]
+    with pytest.raises(MessageDecodeError, match="UTF-8"):
+        decode_messages(raw_record(topic=b"a\xff") + raw_record(topic=b"a\xff"))
+    with pytest.raises(MessageDecodeError, match="UTF-8"):
+        decode_messages(raw_record(topic=b"ab") + raw_record(topic=b"a\xff"))

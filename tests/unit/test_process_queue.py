@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiorocket.consumer.config import ConsumerConfig
 from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
@@ -114,3 +116,25 @@ async def test_a_pull_waiting_on_the_global_budget_wakes_when_any_queue_frees_ro
         assert a.on_done(msgs[0], 0)
         with anyio.fail_after(5):
             await woke.wait()
+
+
+@given(st.data())
+@settings(max_examples=100, deadline=None)
+def test_on_done_in_any_order_keeps_the_commit_point_and_counts(data: st.DataObject) -> None:
+    """``on_done`` does the oldest offset's completion itself (ceiling.py) and leaves the
+    rest to ``OffsetTracker.done``: in any completion order, with resets and repeats, the
+    commit point is the oldest unfinished offset and the cached count what is pending."""
+    pq = ProcessQueue(MessageQueue("t", "b", 0), 0)
+    msgs = pulled(pq, data.draw(st.integers(1, 12), "first pull"))
+    if data.draw(st.booleans(), "second pull"):
+        msgs += pulled(pq, data.draw(st.integers(1, 12), "second pull size"))
+    unfinished = {m.queue_offset for m in msgs}
+    for m in data.draw(st.permutations(msgs), "order"):
+        if data.draw(st.booleans(), "repeat one first"):
+            assert not pq.on_done(m, 1)  # another generation: stale
+        assert pq.on_done(m, 0)
+        assert not pq.on_done(m, 0)  # twice: ignored
+        unfinished.discard(m.queue_offset)
+        assert pq.tracker.committable() == min(unfinished, default=pq.tracker.next_offset)
+        assert pq.cached_count == len(unfinished) == pq.tracker.in_flight
+        assert pq.cached_bytes == len(unfinished)
