@@ -192,6 +192,7 @@ def _decode_into(
     append = out.append
     unpack_v4 = _FIXED_V4.unpack_from
     ntoa = _inet_ntoa
+    new_props = object.__new__
     # Consecutive records mostly share hosts: reuse the last rendered strings.
     last_born = last_store = (b"", -1)
     born = store = topic = ""
@@ -264,7 +265,10 @@ def _decode_into(
             raw_props = data[p:rec_end]
             # ASCII (the usual case) cannot fail to decode later; anything else is
             # decoded now so that invalid UTF-8 still fails the whole body here.
-            props = StoredProperties(raw_props if raw_props.isascii() else raw_props.decode())
+            # StoredProperties(raw) without its __init__ frame, once per message (ceiling.py)
+            props = new_props(StoredProperties)
+            props._raw = raw_props if raw_props.isascii() else raw_props.decode()
+            props._parsed = None
             if body_len:
                 if check_crc and (zlib.crc32(msg_body) & 0x7FFFFFFF) != crc:
                     raise _fail(pos, f"body CRC mismatch (stored {crc})")
