@@ -12,7 +12,12 @@ from typing import Any
 import anyio
 import pytest
 
-from aiorocket.client.pop import ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME
+from aiorocket.client.pop import (
+    ACK_MESSAGE,
+    BATCH_ACK_MESSAGE,
+    CHANGE_MESSAGE_INVISIBLETIME,
+    POP_MESSAGE,
+)
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
 from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.command import RemotingCommand
@@ -294,3 +299,56 @@ async def test_a_pop_consumer_starts_while_a_broker_of_its_topic_is_down() -> No
     async with running(up), cluster.namesrv, pop_consumer(cluster, handle):
         with anyio.fail_after(10):
             await handled.wait()
+
+
+class HeldAckBroker(PopBroker):
+    """Holds its first BATCH_ACK unanswered (and not applied): an ack in flight when
+    the consumer closes; counts the pops parked (long polls held)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ack_held = anyio.Event()
+        self.parked = 0
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.code == BATCH_ACK_MESSAGE and not self.ack_held.is_set():
+            self.ack_held.set()
+            await anyio.sleep_forever()  # ends with its connection (or the fake cluster)
+        if cmd.code == POP_MESSAGE:
+            self.parked += 1
+            try:
+                await super().handle(session, cmd)
+            finally:
+                self.parked -= 1
+            return
+        await super().handle(session, cmd)
+
+
+async def test_an_ack_in_flight_when_the_close_cuts_its_long_poll_is_sent_again_at_once() -> None:
+    # The close hangs up the connection of the long poll it cuts (so the broker does not
+    # answer it); an ack in flight on that connection failed "closed locally". Before: a
+    # WARNING ack_retried on every clean close, and the ack re-sent only after
+    # FIRST_BACKOFF (0.1 s). Now: re-sent at once on a new connection, logged at INFO.
+    broker = HeldAckBroker()
+    broker.add(0, b"m0")
+
+    async def handle(msg: ConsumerMessage) -> None:
+        pass
+
+    async with running(FakeCluster({"broker-a": [broker]})) as cluster:
+        consumer = pop_consumer(cluster, handle, long_poll_timeout=5.0)
+        with capture_logs() as logs:
+            async with consumer:
+                with anyio.fail_after(10):
+                    await broker.ack_held.wait()
+                    while not broker.parked:  # noqa: ASYNC110  (the fake broker's state)
+                        await anyio.sleep(0.01)
+                closing = time.monotonic()
+            closed = time.monotonic() - closing
+    assert broker.acked == {0}  # sent again on a new connection, within the close
+    events = [e["event"] for e in logs]
+    assert "ack_retried" not in events
+    assert "acks_not_delivered" not in events
+    assert "ack_resent" in events
+    assert [e for e in logs if e["log_level"] == "warning"] == []
+    assert closed < 2.0  # the cut poll is not waited for (long_poll_timeout 5 s)

@@ -51,6 +51,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import TypeVar
 
 import anyio
@@ -71,7 +72,12 @@ from aiorocket.consumer.membership import Membership
 from aiorocket.consumer.pop.source import AckRefusals
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.consumer.undecodable import dead_letter_record, report_undecodable
-from aiorocket.errors import BrokerResponseError, NoRouteError, RocketMQError
+from aiorocket.errors import (
+    BrokerResponseError,
+    ConnectionClosedError,
+    NoRouteError,
+    RocketMQError,
+)
 from aiorocket.message import PROPERTY_LITE_TOPIC
 from aiorocket.namespace import unwrap, wrap
 from aiorocket.protocol.features import POP
@@ -141,6 +147,8 @@ class RemotingSource:
         self._polling: Counter[object] = Counter()
         #: pops answered at once with nothing in a row, by what they poll
         self._idle: Counter[object] = Counter()
+        #: connections the close hung up (``_hang_up``), by address
+        self._hang_ups: Counter[str] = Counter()
         #: popped records that could not be decoded, to settle: (address, topic, record)
         self._undecodable: list[tuple[str, str, PoppedUndecodable]] = []
         self._undecodable_added: anyio.Event | None = None
@@ -327,7 +335,9 @@ class RemotingSource:
         open while the close acks, releases and unsubscribes (seconds, if a broker is
         slow), the poll could be answered there, and its messages, never read, would
         stay invisible until their invisible time ended. The close's next requests to
-        that broker open a new connection."""
+        that broker open a new connection; an ack that was in flight on it is sent again
+        on that one (``_ack_request``)."""
+        self._hang_ups[addr] += 1  # before the drop: a request failing from now sees it
         with anyio.CancelScope(shield=True):
             await self.client.pool.drop(addr)
 
@@ -374,19 +384,40 @@ class RemotingSource:
                 batch, checks, alone = self._batchable(msgs, refused)
                 try:
                     if batch:
-                        await self.requests.batch_ack(addr, self.group, topic, checks)
+                        await self._ack_request(addr, partial(
+                            self.requests.batch_ack, addr, self.group, topic, checks))  # fmt: skip
                 except RocketMQError as err:
                     refused.extend((m, err) for m in batch)
             # Orderly pops are acked one by one: the broker's order lock moves on with each;
             # so is a message a batch ack cannot name.
             for m in alone:
                 try:
-                    await self.requests.ack(
-                        addr, self.group, topic, m.receipt_handle, lite_topic=self._lite_topic(m)
-                    )
+                    await self._ack_request(addr, partial(
+                        self.requests.ack, addr, self.group, topic, m.receipt_handle,
+                        lite_topic=self._lite_topic(m),
+                    ))  # fmt: skip
                 except RocketMQError as err:
                     refused.append((m, err))
         return refused
+
+    async def _ack_request(self, addr: str, request: Callable[[], Awaitable[object]]) -> None:
+        """``request()`` (an ack to ``addr``), sent again at once on a new connection
+        when it failed because the close hung up the one it was on (``_hang_up``): the
+        broker is fine, so it is no failed ack (no warning, no retry delay). Harmless if
+        the broker took the first: an ack of an acked message is answered again. Bounded:
+        each new try needs another hang-up of ``addr`` while it is in flight, and the
+        close hangs up once per long poll it cuts."""
+        while True:
+            hang_ups = self._hang_ups[addr]
+            try:
+                await request()
+                return
+            except ConnectionClosedError:
+                if self._hang_ups[addr] == hang_ups:
+                    raise
+            self.state.log.info(
+                "ack_resent", broker=addr, reason="the close hung up its connection"
+            )
 
     def _batchable(
         self, msgs: list[PopMessage], refused: AckRefusals

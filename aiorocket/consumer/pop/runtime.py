@@ -14,7 +14,8 @@ still leaves nothing behind):
 
 1. stop receiving (a receive in flight is cancelled: what it popped comes back after
    the invisible time; over remoting the connection of a cut long poll is closed, so
-   the broker does not answer it while the close goes on);
+   the broker does not answer it while the close goes on; an ack in flight on that
+   connection is sent again at once on a new one, no failed ack);
 2. hand back what was queued but never started: made visible again at once; and
    meanwhile
 3. let running handlers finish within ``shutdown_timeout`` (graceful), then cancel
