@@ -24,6 +24,7 @@ from aiorocket.testing.sim.checker_more import (
     lite_subscription_agrees,
 )
 from aiorocket.testing.sim.checker_net import reconnects_after_half_open
+from aiorocket.testing.sim.checker_rates import send_rate_within_limit, topic_rate_within_limit
 from aiorocket.testing.sim.checker_reply import (
     no_waiter_left,
     reply_is_its_own,
@@ -393,7 +394,8 @@ INVARIANTS: dict[str, Callable[[History, Bounds], list[Violation]]] = {
               deadline_kept, txn_outcome, checks_answered_truly, resumes_after_restart,
               retry_after_delay, not_received_while_paused, rate_within_limit,
               reconnects_after_half_open, cancelled_txn_resolved, handled_once_with_dedup,
-              reply_is_its_own, request_within_bound, reply_not_missed, no_waiter_left)
+              reply_is_its_own, request_within_bound, reply_not_missed, no_waiter_left,
+              topic_rate_within_limit, send_rate_within_limit)
 }  # fmt: skip
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from aiorocket.testing.sim.checker_rates import over_limit
+
 if TYPE_CHECKING:
     from aiorocket.testing.sim.checker import Bounds, Violation
     from aiorocket.testing.sim.history import Event, History
@@ -111,13 +113,10 @@ def rate_within_limit(history: History, bounds: Bounds) -> list[Violation]:
                      and events[m].info.get("consumer") == limit.info["consumer"]),
                     len(events))  # fmt: skip
         times = [e.at for e in events[n:stop] if e.kind in _DELIVERIES]
-        for a in range(len(times)):
-            for b in range(a, len(times)):
-                count, window = b - a + 1, times[b] - times[a]
-                if count > rate * window + burst:
-                    out.append(_violation("rate_within_limit", "",
-                                          f"{limit.info['consumer']}: {count} messages received "
-                                          f"in {window:.2f}s from {times[a]:.2f}, over "
-                                          f"max_rate={rate} (burst {burst})"))  # fmt: skip
-                    return out
+        over = over_limit(times, rate, burst)
+        if over is not None:
+            out.append(_violation("rate_within_limit", "",
+                                  f"{limit.info['consumer']}: {over} received, over "
+                                  f"max_rate={rate} (burst {burst})"))  # fmt: skip
+            return out
     return out

@@ -1,7 +1,7 @@
 """The nemesis's client-side draws of issue 44's consumer features, for the consumer
 workloads (pull_remoting, pop_remoting, grpc_receive): handlers that ask for their
 message back after a delay (``Reconsume(delay=)`` / ``nack(delay=)``), ``pause`` /
-``resume`` at drawn times, and a ``max_rate``.
+``resume`` at drawn times, a ``max_rate`` and a ``topic_max_rate``.
 
 They come from a stream of their own (``random.Random(f"{workload}:{seed}:features")``),
 drawn after the workload's, so a seed's other faults are the ones it drew before these
@@ -84,4 +84,13 @@ def draw_features(seed: int, workload: str, params: dict[str, Any],
         extra["max_rate"] = rng.choice([1.0, 2.0, 5.0] if not grpc else [5.0, 10.0, 20.0])
         if "store_at" in params and rng.random() < 0.5:  # all waiting at once: the cap shows
             extra["store_at"] = [0.0] * messages
+    # topic_max_rate, drawn last (the draws above stay each seed's). These workloads
+    # subscribe one topic: its own bucket limits it (and, over POP and gRPC, its own
+    # receive loop receives it, the shared ones not started), with max_rate or without.
+    # Not with a long run of failed pops: one loop retries them at the receive backoff's
+    # 10 s cap, so 60 of them (drawn by count, not time) outlast the run's phase.
+    stalls = any(f.kind == "pop_error" and f.args["count"] > 10 for f in faults)
+    if rng.random() < 0.35 and not joins and not stalls and \
+            shape not in ("broadcast", "pull_consumer"):  # fmt: skip
+        extra["topic_max_rate"] = rng.choice([0.5, 1.0, 2.0] if not grpc else [2.0, 5.0, 10.0])
     return extra, out

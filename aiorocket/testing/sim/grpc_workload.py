@@ -18,7 +18,7 @@ from aiorocket.testing.sim._client import (
     held_by_renewer,
     record_error,
 )
-from aiorocket.testing.sim.features import pauser, rate_kwargs
+from aiorocket.testing.sim.features import pauser, rate_kwargs, topic_rate_kwargs
 
 with needs_extra("grpc", "aiorocket.testing.sim.grpc_workload (the gRPC workloads)"):
     from aiorocket.testing.sim.proxy import SimProxy
@@ -59,6 +59,7 @@ def _held_at_close(proxy: SimProxy, history: History, name: str) -> None:
 async def _phase(proxy: SimProxy, history: History, handler: Handler, close_at: float | None,
                  name: str) -> None:  # fmt: skip
     rate = rate_kwargs(proxy.schedule, history, name, loops=RECEIVERS)
+    rate.update(topic_rate_kwargs(proxy.schedule, history, name, TOPIC, loops=1))
     consumer = Consumer(GROUP, proxy=proxy.endpoint, handler=handler, **SETTINGS, **rate)
     consumer.subscribe(TOPIC)
 

@@ -176,4 +176,7 @@ def draw(seed: int, workload: str) -> Schedule:
     from aiorocket.testing.sim.dedup_sim import draw_dedup
 
     params.update(draw_dedup(seed, workload, params))
+    from aiorocket.testing.sim.producer_draws import draw_send_rate
+
+    params.update(draw_send_rate(seed, workload))
     return Schedule(seed, workload, params, faults)

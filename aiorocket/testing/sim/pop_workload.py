@@ -23,7 +23,7 @@ from aiorocket.testing.sim._client import (
     record_after_close,
     record_error,
 )
-from aiorocket.testing.sim.features import pauser, rate_kwargs
+from aiorocket.testing.sim.features import pauser, rate_kwargs, topic_rate_kwargs
 from aiorocket.testing.sim.remoting import GROUP, TOPIC, SimCluster
 from aiorocket.testing.sim.silence import pop_reconnect_bound, run_half_open
 
@@ -59,6 +59,7 @@ async def _phase(cluster: SimCluster, history: History, handler: Callable[[Any],
     orderly = bool(cluster.schedule.params.get("orderly"))
     # receive loops: one per (topic, broker), the retry topic's included, at least two
     rate = rate_kwargs(cluster.schedule, history, name, loops=max(2, 2 * len(cluster.brokers)))
+    rate.update(topic_rate_kwargs(cluster.schedule, history, name, TOPIC, loops=1))
     consumer = Consumer(GROUP, cluster.namesrv.address, handler=handler, orderly=orderly,
                         **SETTINGS, **rate)  # fmt: skip
     consumer.subscribe(TOPIC)

@@ -129,6 +129,8 @@ class SimSendBroker(SimPopBroker):
         keys = [_key(body, p) for body, p in records]
         for k in keys:
             self.attempts[k] += 1
+            if "max_rate" in self.cluster.schedule.params:  # send_rate_within_limit
+                self.history.add("send_arrived", k, broker=self.name)
         for args in self._faults("send_error", keys):
             return RemotingCommand.response_to(cmd, int(args["code"]), "sim: send refused")
         for args in self._faults("broker_slow", keys):

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiorocket.testing.sim.nemesis import SYSTEM_BUSY, SYSTEM_ERROR, Fault, _grpc_receive
 
-__all__ = ["PRODUCER_DRAWS"]
+__all__ = ["PRODUCER_DRAWS", "draw_send_rate"]
 
 _BROKERS = ("sim-broker-a", "sim-broker-b")
 
@@ -47,6 +47,15 @@ def _producer_sends(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
     names = [f"o{k}-{n}" for k in range(keys) for n in range(per_key)]
     names += [f"p{s}-{n}" for s in range(senders) for n in range(per_sender)]
     return params, _send_faults(rng, names)
+
+
+def draw_send_rate(seed: int, workload: str) -> dict[str, Any]:
+    """``producer_sends``'s ``max_rate`` (issue 44), from a stream of its own drawn after
+    every other draw, so a seed's other parameters and faults stay those it drew before."""
+    if workload != "producer_sends":
+        return {}
+    rng = random.Random(f"{workload}:{seed}:send_rate")
+    return {"max_rate": rng.choice([2.0, 5.0, 20.0])} if rng.random() < 0.4 else {}
 
 
 def _producer_txn(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:

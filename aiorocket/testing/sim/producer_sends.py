@@ -5,7 +5,9 @@
 Each send's report (``send_ok`` with where the result says it landed, or
 ``send_failed`` with its error and time) is held by the checker against the brokers'
 truth (``send_stored``): stored exactly as sent where reported, not stored when
-reported failed early, in order per key, within its own deadline.
+reported failed early, in order per key, within its own deadline (from its turn, with
+a drawn ``max_rate``: ``send_rate.Turns``; each arrival at a broker is then recorded,
+``send_arrived``, for ``send_rate_within_limit``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from aiorocket.producer import Producer
 from aiorocket.testing.sim._client import client_tasks, record_error
 from aiorocket.testing.sim.producer_broker import SimSendCluster
 from aiorocket.testing.sim.remoting import TOPIC
+from aiorocket.testing.sim.send_rate import send_turns
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
@@ -96,8 +99,19 @@ async def producer_sends(
         def cancel_after(key: str) -> anyio.CancelScope:
             return app_scope(cancels, key)
 
+        turns = send_turns(schedule, history)
+        rate: dict[str, Any] = {} if turns is None else {"max_rate": turns.rate}
         producer = Producer("sim-producers", cluster.namesrv.address, retries=p["retries"],
-                            send_timeout=TIMEOUT, auto_batch=p["auto_batch"])  # fmt: skip
+                            send_timeout=TIMEOUT, auto_batch=p["auto_batch"], **rate)  # fmt: skip
+
+        def called(key: str) -> float:
+            """A send is called now: when its own time starts (its turn, with max_rate)."""
+            return history.now() if turns is None else turns.call(key)
+
+        def cancelled(key: str, scope: anyio.CancelScope, started: float) -> bool:
+            if scope.cancelled_caught and turns is not None:
+                turns.cancelled(key)
+            return log.cancelled(key, scope, started)
 
         async def ordered(k: int) -> None:
             for seq in range(p["per_key"]):
@@ -107,11 +121,12 @@ async def producer_sends(
                                       else {"sharding_key": f"key-{k}"})  # fmt: skip
                 try:
                     with cancel_after(key) as scope:
+                        started = called(key)
                         result = await producer.send(Message(TOPIC, body, keys=[key]), **kw)
                 except Exception as exc:
                     log.failed(key, exc, started, TIMEOUT, okey=k, seq=seq)
                 else:
-                    if not log.cancelled(key, scope, started):
+                    if not cancelled(key, scope, started):
                         log.ok(key, body, result, started=started, timeout=TIMEOUT, okey=k,
                                seq=seq)  # fmt: skip
 
@@ -124,17 +139,19 @@ async def producer_sends(
                 if not p["start_send"][s]:
                     try:
                         with cancel_after(key) as scope:
+                            started = called(key)
                             result = await producer.send(msg, timeout=timeout)
                     except Exception as exc:
                         log.failed(key, exc, started, timeout)
                     else:
-                        if not log.cancelled(key, scope, started):
+                        if not cancelled(key, scope, started):
                             log.ok(key, body, result, started=started, timeout=timeout)
                     continue
-                on_result = functools.partial(log.ok, key, body, started=started,
-                                              timeout=timeout)  # fmt: skip
                 try:
                     async with anyio.create_task_group() as tg:
+                        started = called(key)
+                        on_result = functools.partial(log.ok, key, body, started=started,
+                                                      timeout=timeout)  # fmt: skip
                         await producer.start_send(tg, msg, timeout=timeout, on_result=on_result)
                 except Exception as exc:  # the failed send's task raised in tg
                     errors = getattr(exc, "exceptions", None)
@@ -143,6 +160,7 @@ async def producer_sends(
         try:
             async with producer:
                 for i in range(4):  # latencies known on both brokers
+                    called(f"warm-{i}")
                     await producer.send(Message(TOPIC, f"warm-{i}".encode()))
                 async with anyio.create_task_group() as tg:
                     for k in range(p["keys"]):

@@ -27,7 +27,7 @@ from aiorocket.testing.sim._client import (
     record_error,
 )
 from aiorocket.testing.sim.dedup_sim import dedup_kwargs
-from aiorocket.testing.sim.features import pauser, rate_kwargs
+from aiorocket.testing.sim.features import pauser, rate_kwargs, topic_rate_kwargs
 from aiorocket.testing.sim.pull import PULL_GROUP, PULL_TOPIC, SimPullCluster
 
 if TYPE_CHECKING:
@@ -56,6 +56,8 @@ def _consumer(cluster: SimPullCluster, shape: str, handler: SimHandler, name: st
     kw: dict[str, Any] = dict(SETTINGS)
     kw.update(rate_kwargs(cluster.schedule, handler.history, name,
                           loops=len(cluster.brokers) * (cluster.queues + 1)))  # fmt: skip
+    kw.update(topic_rate_kwargs(cluster.schedule, handler.history, name, PULL_TOPIC,
+                                loops=len(cluster.brokers) * cluster.queues))  # fmt: skip
     if shape == "batch":
         async def batch(msgs: list[Any]) -> None:
             for m in msgs:
