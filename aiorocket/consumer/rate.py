@@ -19,7 +19,6 @@ topic choice asks ``TopicRates.receivable``, as it asks the pauses).
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
@@ -28,26 +27,16 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.lowlevel
 
+from aiorocket._bucket import TokenBucket
+
 if TYPE_CHECKING:
     from aiorocket.received import ConsumerMessage
 
 __all__ = ["RateLimit", "TopicRates"]
 
 
-class RateLimit:
+class RateLimit(TokenBucket):
     """At most ``rate`` messages a second, on average, for all the loops sharing it."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-        self._burst = max(rate, 1.0)
-        self._tokens = self._burst
-        self._at = time.monotonic()
-
-    def _refill(self) -> float:
-        now = time.monotonic()
-        self._tokens = min(self._burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        return self._tokens
 
     async def ready(self) -> None:
         """Wait until a receive may go out (the bucket holds a token)."""

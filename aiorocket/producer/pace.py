@@ -11,28 +11,20 @@ its ``timeout`` bounds the send only.
 
 from __future__ import annotations
 
-import time
-
 import anyio
 import anyio.lowlevel
+
+from aiorocket._bucket import TokenBucket
 
 __all__ = ["SendRate"]
 
 
-class SendRate:
+class SendRate(TokenBucket):
     """At most ``rate`` messages a second, on average, for the producer's sends."""
-
-    def __init__(self, rate: float) -> None:
-        self.rate = rate
-        self._burst = max(rate, 1.0)
-        self._tokens = self._burst
-        self._at = time.monotonic()
 
     async def acquire(self, n: int = 1) -> None:
         """Reserve ``n`` messages' tokens; wait until the bucket is out of debt."""
-        now = time.monotonic()
-        self._tokens = min(self._burst, self._tokens + (now - self._at) * self.rate) - n
-        self._at = now
+        self._tokens = self._refill() - n
         if self._tokens >= 0:
             await anyio.lowlevel.checkpoint()
             return
