@@ -2,8 +2,8 @@
 # The other supported Pythons (the main .venv's 3.11 runs the whole suite): for each, a
 # venv .venv-<X.Y> with the package, every extra and the `test` dependency group, then
 #   imports  each extra's modules (an extra that cannot install is named in README.md);
-#   unit     tests/unit (but the docs site, built once by 3.11's mkdocs, and but the first
-#            3 seeds of each simulator workload);
+#   unit     tests/unit (but the docs site, built once by 3.11's mkdocs; of the simulator's
+#            fixed seeds, the first 3 of each workload);
 #   again    the unit tests that failed in the last `unit` run, once more (all of them if
 #            it did not finish): scripts/test.sh runs `unit` niced beside the main suite,
 #            where a test's real-time window may pass while it is starved of the CPU;

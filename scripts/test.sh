@@ -15,8 +15,8 @@ phase bootstrap
 phase prometheus
 # A real Prometheus for the monitoring test (the Debian package, installed where missing).
 ./scripts/ensure_prometheus.sh
-# A real redis-server for the Redis store of idempotent consumption (the same way).
 phase redis
+# A real redis-server for the Redis store of idempotent consumption (the same way).
 ./scripts/ensure_redis.sh
 phase "lint, types, docs"
 .venv/bin/ruff check aiorocket tests benchmarks examples
