@@ -8,7 +8,6 @@ answer). Users of aiorocket can use it in their own tests too.
 
 from __future__ import annotations
 
-import contextlib
 import struct
 import weakref
 from collections.abc import Callable, Coroutine, Iterator
@@ -56,25 +55,29 @@ class ServerSession:
         client sees of a peer behind a NAT entry that expired, or across a partition."""
         self.stalled = True
 
-    async def send(self, cmd: RemotingCommand) -> None:
+    async def send(self, cmd: RemotingCommand) -> bool:
         """Send ``cmd``; unlike a client, this peer may exceed the frame limit (as a broker
-        configured for larger messages does)."""
+        configured for larger messages does). Whether it was written (``send_raw``)."""
         if cmd.is_response:
             cmd.version = self.version
         if len(cmd.body) < MAX_FRAME_LENGTH // 2:
-            await self.send_raw(encode_command(cmd))
-            return
+            return await self.send_raw(encode_command(cmd))
         header = encode_header(cmd)
         prefix = struct.pack(">ii", 4 + len(header) + len(cmd.body), len(header))
-        await self.send_raw(prefix + header + cmd.body)
+        return await self.send_raw(prefix + header + cmd.body)
 
-    async def send_raw(self, data: bytes) -> None:
-        """Send bytes; a session that is already closed (by either side) or stalled drops them."""
+    async def send_raw(self, data: bytes) -> bool:
+        """Send bytes; a session that is already closed (by either side) or stalled drops
+        them. False if dropped (over a socket a write to a peer that hung up may still
+        look written; over ``aiorocket.testing.sim.memnet`` it is exact)."""
         if self.stalled:
-            return
+            return False
         async with self._lock:
-            with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            try:
                 await self.stream.send(data)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return False
+        return True
 
     async def close(self) -> None:
         await self.stream.aclose()

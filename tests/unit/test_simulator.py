@@ -34,7 +34,9 @@ PRODUCER_SEEDS = range(0, 16)
 #: lite topics over remoting (virtual time, about half a second each): on cce0824 seeds
 #: 0, 5, 11 and 21 among them find issue 38 item 10, 22 item 9; on main before the
 #: close hung up its cut long polls, 114 and 126 left a late lite pop's messages invisible
-LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126]
+#: 1001: a pop answered into the connection the close had just hung up (lost_on_wire:
+#: the broker popped for a client that could no longer read; failed the checker before)
+LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001]
 #: the pull consumer's shapes over remoting (virtual time, about a second each): on
 #: cce0824 seed 7 finds issue 38 item 11 (duplicates past the window after a crash)
 #: 18: under load, its async for body's 25 s sleep let trio's autojump run a pull's

@@ -53,7 +53,7 @@ from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 from aiorocket.testing.sim.history import Event
 from aiorocket.testing.sim.servers import SimServers, send_route
-from aiorocket.testing.sim.silence import Silence, on_wire
+from aiorocket.testing.sim.silence import Deliveries, Silence, answer_pop
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
@@ -65,6 +65,24 @@ LITE_PARENT, LITE_GROUP = "sim-lite", "sim-lite-group"
 #: the member of an exclusive group the nemesis plays
 OTHER = "other-member"
 _POLLING_TIMEOUT = 210
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A NOTIFY_UNSUBSCRIBE_LITE of ``broker`` for ``client``'s ``lite_topic``, encoded."""
+
+    broker: str
+    client: str
+    lite_topic: str
+    data: bytes
+
+    def lost(self, history: History) -> None:
+        """Its write did not reach the client (a silenced connection, or one the client
+        closed): ``lite_notice_lost``. A 5.5.0 broker sends it once and keeps no trace
+        of the eviction (``LiteSubscriptionRegistryImpl.excludeClientByLmqName``), so
+        nothing tells the client later."""
+        history.add("lite_notice_lost", "", broker=self.broker, client=self.client,
+                    lite_topic=self.lite_topic)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -142,7 +160,7 @@ class SimLiteBroker:
                 m.state = "acked"
                 self.history.add("acked", m.key, broker=self.name, by=OTHER)
 
-    def take(self, lite_topic: str, *, session: ServerSession | None = None) -> list[bytes]:
+    def take(self, lite_topic: str, *, session: ServerSession | None = None) -> list[Notice]:
         """The other member subscribes ``lite_topic`` (exclusive): every client that had
         it loses it; returns the notices to send (to ``session``'s client first)."""
         self.owner[lite_topic] = OTHER
@@ -156,11 +174,12 @@ class SimLiteBroker:
                 notice = RemotingCommand(code=NOTIFY_UNSUBSCRIBE_LITE, ext_fields={
                     "consumerGroup": LITE_GROUP, "clientId": client, "liteTopic": lite_topic,
                 })  # fmt: skip
+                sent = Notice(self.name, client, lite_topic, encode_command(notice))
                 target = self.sessions.get(client)
                 if target is not None and target is not session:
-                    self.cluster.notify_later(target, encode_command(notice))
+                    self.cluster.notify_later(target, sent)
                 else:
-                    notices.append(encode_command(notice))
+                    notices.append(sent)
         self._by_other(lite_topic)
         return notices
 
@@ -203,7 +222,10 @@ class SimLiteBroker:
             await self._ctl(session, cmd)
             return
         elif code == POP_LITE_MESSAGE:
-            resp = await self._pop(session, cmd)
+            deliveries: Deliveries = []
+            resp = await self._pop(session, cmd, deliveries)
+            await answer_pop(session, resp, self.history, deliveries)
+            return
         elif code == ACK_MESSAGE:
             resp = self._fault("ack_error", cmd) or self._ack(cmd)
         elif code == CHANGE_MESSAGE_INVISIBLETIME:
@@ -236,7 +258,7 @@ class SimLiteBroker:
         if resp is not None:
             await session.send(resp)
             return
-        notices: list[bytes] = []
+        notices: list[Notice] = []
         for entry in json.loads(cmd.body)["subscriptionSet"]:
             client, action = entry["clientId"], entry["action"]
             topics = set(entry["liteTopicSet"])
@@ -266,7 +288,10 @@ class SimLiteBroker:
         # the answer and the notices of a lite topic taken right after it, in one write
         answer = RemotingCommand.response_to(cmd)
         answer.version = session.version  # as ServerSession.send sets it
-        await session.send_raw(encode_command(answer) + b"".join(notices))
+        written = await session.send_raw(encode_command(answer) + b"".join(n.data for n in notices))
+        if not written:
+            for n in notices:
+                n.lost(self.history)
 
     def _own(self, client: str, lite_topic: str) -> None:
         previous = self.owner.get(lite_topic)
@@ -287,7 +312,9 @@ class SimLiteBroker:
                 out.append(t)
         return out
 
-    async def _pop(self, session: ServerSession, cmd: RemotingCommand) -> RemotingCommand:
+    async def _pop(self, session: ServerSession, cmd: RemotingCommand,
+                   deliveries: Deliveries) -> RemotingCommand:  # fmt: skip
+        """The answer to a pop; its messages' history entries go to ``deliveries``."""
         ext = cmd.ext_fields
         client = ext["clientId"]
         with anyio.move_on_after(int(ext["pollTime"]) / 1000):
@@ -307,8 +334,8 @@ class SimLiteBroker:
             for m in [m for m in self.lite[t] if m.state == "ready"][: min(left, 2)]:
                 m.state, m.pop_time = "inflight", self._pop_time
                 m.visible_at = anyio.current_time() + invisible / 1000
-                self.history.add(on_wire(session), m.key, broker=self.name, attempt=m.count + 1,
-                                 until=m.visible_at, client=client)  # fmt: skip
+                deliveries.append((m.key, {"broker": self.name, "attempt": m.count + 1,
+                                           "until": m.visible_at, "client": client}))
                 props = {PROPERTY_LITE_TOPIC: t, "INNER_MULTI_QUEUE_OFFSET": str(m.offset),
                          "UNIQ_KEY": f"SIML{self.name}{m.index:08d}", "KEYS": m.key}  # fmt: skip
                 records.append(encode_stored_message(
@@ -369,7 +396,7 @@ class SimLiteCluster(SimServers[SimLiteBroker]):
         self._counts: dict[tuple[str, str], int] = {}
         self._contested = {f.args["lite_topic"] for f in schedule.of("contested")
                            if f.args.get("at_add")}  # fmt: skip
-        self._notices: list[tuple[ServerSession, bytes]] = []
+        self._notices: list[tuple[ServerSession, Notice]] = []
         #: the simulated servers' own failures (a bug of the simulator, not the client's)
         self.errors: list[str] = []
 
@@ -385,8 +412,8 @@ class SimLiteCluster(SimServers[SimLiteBroker]):
             return True
         return False
 
-    def notify_later(self, session: ServerSession, data: bytes) -> None:
-        self._notices.append((session, data))
+    def notify_later(self, session: ServerSession, notice: Notice) -> None:
+        self._notices.append((session, notice))
 
     def revive_due(self, name: str, visible_at: float) -> float:
         """When a message invisible until ``visible_at`` is revived: a paused broker
@@ -425,8 +452,9 @@ class SimLiteCluster(SimServers[SimLiteBroker]):
 
     async def _flush_notices(self) -> None:
         notices, self._notices = self._notices, []
-        for session, data in notices:
-            await session.send_raw(data)
+        for session, notice in notices:
+            if not await session.send_raw(notice.data):
+                notice.lost(self.history)
 
     async def _route(self, session: ServerSession, cmd: RemotingCommand) -> None:
         if cmd.is_response:

@@ -52,7 +52,7 @@ from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 from aiorocket.testing.sim.history import Event
 from aiorocket.testing.sim.servers import SimServers, send_route
-from aiorocket.testing.sim.silence import Silence, on_wire
+from aiorocket.testing.sim.silence import Deliveries, Silence, answer_pop
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
@@ -169,7 +169,10 @@ class SimPopBroker:
         resp = RemotingCommand.response_to(cmd)
         code, ext = cmd.code, cmd.ext_fields
         if code == POP_MESSAGE:
-            resp = await self._pop(session, cmd)
+            deliveries: Deliveries = []
+            resp = await self._pop(session, cmd, deliveries)
+            await answer_pop(session, resp, self.history, deliveries)
+            return
         elif code == BATCH_ACK_MESSAGE:
             resp = self._fault("ack", cmd) or self._batch_ack(cmd)
         elif code == ACK_MESSAGE:
@@ -205,7 +208,9 @@ class SimPopBroker:
                 return RemotingCommand.response_to(cmd, f.args["code"], f"sim {kind} error")
         return None
 
-    async def _pop(self, session: ServerSession, cmd: RemotingCommand) -> RemotingCommand:
+    async def _pop(self, session: ServerSession, cmd: RemotingCommand,
+                   deliveries: Deliveries) -> RemotingCommand:  # fmt: skip
+        """The answer to a pop; its messages' history entries go to ``deliveries``."""
         index = self.cluster.pops
         self.cluster.pops += 1
         await self._storm_check()
@@ -238,8 +243,8 @@ class SimPopBroker:
             assert offset is not None
             m.state, m.ck, m.ck_offset, m.orderly = "inflight", ck, offset, order
             m.visible_at = anyio.current_time() + invisible / 1000
-            self.history.add(on_wire(session), m.key, broker=self.name, attempt=m.reconsume + 1,
-                             until=m.visible_at)  # fmt: skip
+            deliveries.append((m.key, {"broker": self.name, "attempt": m.reconsume + 1,
+                                       "until": m.visible_at}))
             records.append(self._record(m, mark, offset, pop_time, invisible, start))
         revive_qid = ORDER_REVIVE_QUEUE if order else 0
         fields = {

@@ -18,10 +18,11 @@ import anyio
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 
 if TYPE_CHECKING:
+    from aiorocket.protocol.command import RemotingCommand
     from aiorocket.testing.sim.history import History
     from aiorocket.testing.sim.nemesis import Schedule
 
-__all__ = ["Silence", "on_wire", "pop_reconnect_bound", "run_half_open"]
+__all__ = ["Deliveries", "Silence", "answer_pop", "pop_reconnect_bound", "run_half_open"]
 
 
 class Silence:
@@ -59,12 +60,25 @@ def pop_reconnect_bound(settings: dict[str, Any]) -> float:
                  + receive_backoff(99) + 2)  # fmt: skip
 
 
-def on_wire(session: ServerSession) -> str:
-    """The history's name of a message a broker hands out on ``session``: ``delivered``,
-    or ``lost_on_wire`` on a silenced connection (a pop parked before the silence and
-    answered after it: the broker holds the message invisible as it would, the client
-    never sees it; it comes back when its invisible time ends)."""
-    return "lost_on_wire" if session.stalled else "delivered"
+#: the history's entries of a pop's messages, added once its answer is written
+Deliveries = list[tuple[str, dict[str, Any]]]
+
+
+async def answer_pop(session: ServerSession, answer: RemotingCommand, history: History,
+                     deliveries: Deliveries) -> None:  # fmt: skip
+    """Write a pop's ``answer``, then name its messages in the history: ``delivered``, or
+    ``lost_on_wire`` when the answer never reached the client: its connection was
+    silenced (a pop parked before the silence and answered after it), or the client had
+    hung up (a long poll the close cut, woken by a message before the broker saw the
+    connection close: 5.5.0's PopLiteLongPollingService.wakeUp checks that the channel
+    is active, then pops and writes on another thread, and a failed write is only
+    logged). Either way the broker holds the messages invisible, the client never sees
+    them, and they come back when their invisible time ends (``none_lost`` judges that).
+    Named after the write: nothing runs between the two, so the client cannot have
+    handled them yet."""
+    kind = "delivered" if await session.send(answer) else "lost_on_wire"
+    for key, info in deliveries:
+        history.add(kind, key, **info)
 
 
 async def run_half_open(schedule: Schedule, silences: dict[str, Silence], **info: Any) -> None:
