@@ -120,6 +120,30 @@ async def test_an_ack_the_proxy_could_not_take_is_sent_again() -> None:
     assert (acks.acked, acks.failed, acks.retried) == (3, 0, 3)
 
 
+async def test_an_ack_whose_answer_a_restart_lost_is_sent_again_and_then_let_go_of() -> None:
+    """The Proxy restarts while the ack of a handled message is in a request (it takes
+    the ack, the answer is lost with the connection): the message stays with the renewer
+    while its ack is owed, the ack is sent again over a new connection, and once that is
+    answered nothing of the message is held (simulator grpc_restart seed 1041 suspected
+    this path; memory_within_cache)."""
+    async with FakeProxy() as proxy:
+        proxy.ack_gate = asyncio.Event()
+        consumer = _one_message_consumer(proxy, _ok)
+        async with consumer:
+            runtime = _runtime(consumer)
+            with anyio.fail_after(10):
+                await proxy.ack_started.wait()
+                assert (runtime.renewer.holding, runtime.acks.pending) == (1, 1)  # owed
+                await proxy.restart()  # the request's connection goes: no answer
+                proxy.ack_gate.set()  # the first request's ack is taken all the same
+                while runtime.acks.acked < 1:  # noqa: ASYNC110  (answered: no event)
+                    await anyio.sleep(0.005)
+            assert proxy.calls.count("AckMessage") == 2
+            assert runtime.acks.retried == 1
+            assert (runtime.renewer.holding, runtime.acks.pending, runtime.budget.count) == (
+                0, 0, 0)  # fmt: skip
+
+
 def _message(i: int) -> pb.Message:
     return pb.Message(
         topic=pb.Resource(name="t"),

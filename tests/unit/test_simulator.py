@@ -4,6 +4,8 @@ planted in a history (so it cannot pass vacuously)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from aiorocket.testing.sim import INVARIANTS, Bounds, History, check, draw, run
@@ -282,6 +284,7 @@ def test_checker_passes_a_clean_history() -> None:
             (9, "txn_unresolved", "t-0", {}), (9, "app_txn", "t-0", {"state": "rollback"}),
         ]),
         ("memory_within_cache", [(0, "held", "", {"count": 16})]),
+        ("memory_within_cache", [(0, "held", "", {"count": 0, "stranded": 2, "owed": 3})]),
         ("send_reported_truly", [
             (0, "send_stored", "s-0", {"broker": "a"}),
             (0.5, "send_failed", "s-0", {"elapsed": 0.5, "timeout": 5.0, "error": "stalled"}),
@@ -381,8 +384,11 @@ def test_producer_txn_seed(seed: int) -> None:
 
 
 GRPC_PRODUCER_SEEDS = range(0, 12)
-#: grpc_restart 5, 8 and 11 found what grpc_receive 0 and 5 did
-RESTART_SEEDS = range(0, 13)
+#: grpc_restart 5, 8 and 11 found what grpc_receive 0 and 5 did; 1041 was judged a
+#: leak of 2 settled messages by a checker that counted everything the renewer held
+#: 0.5 s after the Proxy had every message acked: messages published during the restart
+#: were in a handler then (memory_within_cache now judges each held message's state)
+RESTART_SEEDS = [*range(0, 13), 1041]
 
 
 @pytest.mark.parametrize("seed", RESTART_SEEDS)
@@ -395,6 +401,40 @@ def test_grpc_restart_seed(seed: int) -> None:
 def test_grpc_producer_seed(seed: int) -> None:
     report = run(seed, "grpc_producer")
     assert report.ok, str(report)
+
+
+def test_memory_within_cache_is_judged_by_each_held_messages_state() -> None:
+    """grpc_restart 1041: 0.5 s after the Proxy had m-0..9 acked, the renewer held 2
+    messages; both were late-0 (published while the Proxy was down) in its slow handler
+    and its copy, unsettled: in hand, not a leak (the old count called them settled)."""
+    report = run(1041, "grpc_restart")
+    assert report.ok, str(report)
+    last = report.history.of("held")[-1].info
+    assert (last["in_hand"], last["count"], last["stranded"]) == (2, 0, 0)
+
+
+@pytest.mark.parametrize("defect", ["forget", "strand"])
+def test_a_renewer_leak_in_the_client_is_caught(
+    defect: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not vacuous on a client: a renewer that never lets go of a settled message (issue
+    38 item 12), and an ack batcher that keeps a retriable ack owed but never sends it
+    again (the message held for good), fail memory_within_cache on grpc_receive 0."""
+    from aiorocket.consumer.pop.acks import ACK_QUEUED, AckBatcher
+    from aiorocket.consumer.pop.renewer import Renewer
+
+    if defect == "forget":
+        monkeypatch.setattr(Renewer, "forget", lambda self, msg: None)
+    else:
+
+        def stranded(self: AckBatcher, topic: str, refusals: list[Any]) -> list[object]:
+            for m, _ in refusals:
+                m._ack_state = ACK_QUEUED
+            return []
+
+        monkeypatch.setattr(AckBatcher, "_failed", stranded)
+    report = run(0, "grpc_receive")
+    assert "memory_within_cache" in {v.invariant for v in report.violations}, str(report)
 
 
 @pytest.mark.parametrize(("workload", "seed", "cut"), [

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
     from aiorocket.testing.sim.nemesis import Schedule
 
-__all__ = ["SimHandler", "cancelled_from_outside", "client_tasks", "held_by_renewer",
-           "record_after_close", "record_error"]
+__all__ = ["RenewerProbe", "SimHandler", "cancelled_from_outside", "client_tasks",
+           "held_by_renewer", "record_after_close", "record_error"]
 
 
 def _attempt(msg: Any) -> int:
@@ -120,12 +120,62 @@ def record_error(history: History, exc: BaseException, where: str) -> None:
     history.add("app_error", "", where=where, error=repr(exc)[:300], typed=typed)
 
 
-def held_by_renewer(consumer: Any) -> int:
-    """Messages the consumer's pop renewer still holds (settled or not)."""
+def held_by_renewer(consumer: Any) -> dict[str, int]:
+    """What the consumer's pop renewer holds, by why (``memory_within_cache``):
+
+    * ``in_hand``: unsettled (in the cache: queued or in a handler);
+    * ``owed``: settled on the client's side with a request still owed to the server
+      for it: its ack queued, waiting for its retry or in a request (the renewer keeps
+      it until the ack is answered, 309b192), its nack in a request or in the settler's
+      backlog;
+    * ``count``: settled with nothing owed (its ack answered, refused for good or left
+      to the close): a leak, it must have left at once;
+    * ``stranded``: its ack owed, yet in none of the ack batcher's lists (never sent
+      again): a leak too.
+
+    Read between two steps of the client's tasks, so each message is in one state. An
+    old client without these states (no ``_ack_state``) counts every settled message
+    held as a leak, as issue 38 item 12 was."""
     runtime = getattr(getattr(consumer, "_backend", None), "runtime", None)
     renewer = getattr(runtime, "renewer", None)
     batches = getattr(renewer, "_held", None) or []
-    return sum(len(batch) for _, _, batch in batches)
+    acks = getattr(runtime, "acks", None)
+    queued = {id(m) for msgs in getattr(acks, "_pending", {}).values() for m in msgs}
+    queued |= {id(m) for _, _, msgs in getattr(acks, "_retrying", ()) for m in msgs}
+    backlog = getattr(getattr(runtime, "settler", None), "_backlog", {})
+    nacks = {id(n.msg) for n in backlog.values()}
+    out = {"in_hand": 0, "owed": 0, "count": 0, "stranded": 0}
+    for _, _, batch in batches:
+        for m in batch:
+            state = getattr(m, "_ack_state", 0)
+            if not m._settled:
+                out["in_hand"] += 1
+            elif getattr(m, "_nacking", False) or id(m) in nacks:
+                out["owed"] += 1
+            elif state:
+                # queued (1) must be in a list of the batcher; sending (2) is in a request
+                out["owed" if state != 1 or id(m) in queued else "stranded"] += 1
+            else:
+                out["count"] += 1
+    return out
+
+
+class RenewerProbe:
+    """Samples what a consumer's renewer holds (``held_by_renewer``) while the run goes
+    on: the first sample with a leak, and the last one, go into the history as ``held``
+    events (``memory_within_cache``); the states are exact at any instant, so a sample
+    needs no quiet moment."""
+
+    def __init__(self, history: History, consumer: Any, name: str) -> None:
+        self.history, self.consumer, self.name = history, consumer, name
+        self._caught = False
+
+    def sample(self, *, last: bool = False) -> None:
+        held = held_by_renewer(self.consumer)
+        leak = bool(held["count"] or held["stranded"])
+        if last or (leak and not self._caught):
+            self._caught = self._caught or leak
+            self.history.add("held", "", where=self.name, **held)
 
 
 def client_tasks() -> list[str]:

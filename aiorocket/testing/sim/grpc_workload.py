@@ -13,9 +13,9 @@ from aiorocket.consumer import Consumer
 from aiorocket.consumer.pop.grpc_source import RECEIVERS
 from aiorocket.grpc._keepalive import DEFAULT_KEEPALIVE
 from aiorocket.testing.sim._client import (
+    RenewerProbe,
     SimHandler,
     cancelled_from_outside,
-    held_by_renewer,
     record_error,
 )
 from aiorocket.testing.sim.features import pauser, rate_kwargs, topic_rate_kwargs
@@ -62,6 +62,7 @@ async def _phase(proxy: SimProxy, history: History, handler: Handler, close_at: 
     rate.update(topic_rate_kwargs(proxy.schedule, history, name, TOPIC, loops=1))
     consumer = Consumer(GROUP, proxy=proxy.endpoint, handler=handler, **SETTINGS, **rate)
     consumer.subscribe(TOPIC)
+    probe = RenewerProbe(history, consumer, name)
 
     async def application() -> None:
         try:
@@ -69,10 +70,11 @@ async def _phase(proxy: SimProxy, history: History, handler: Handler, close_at: 
                 if name == "first":
                     tg.start_soon(pauser, consumer, proxy.schedule, history, TOPIC, name)
                 with anyio.move_on_after(close_at if close_at is not None else PHASE):
-                    while not proxy.settled():  # noqa: ASYNC110  (the Proxy's truth)
+                    while not proxy.settled():  # the Proxy's truth (sampling meanwhile)
+                        probe.sample()
                         await anyio.sleep(0.05)
                     await anyio.sleep(0.5)
-                    history.add("held", "", count=held_by_renewer(consumer), where=name)
+                    probe.sample(last=True)
                 tg.cancel_scope.cancel()
                 history.add("close_start", "", consumer=name)
         except Exception as exc:
@@ -107,6 +109,7 @@ async def fifo_async_for(schedule: Schedule, history: History, handler: Handler 
             proxy.add(f"m-{i}", group=f"g{i // per_group}")
         consumer = Consumer(GROUP, proxy=proxy.endpoint, **SETTINGS)
         consumer.subscribe(TOPIC)
+        probe = RenewerProbe(history, consumer, "first")
         try:
             async with consumer, anyio.create_task_group() as tg:
                 tg.start_soon(pauser, consumer, schedule, history, TOPIC, "first")
@@ -115,6 +118,7 @@ async def fifo_async_for(schedule: Schedule, history: History, handler: Handler 
                 with anyio.move_on_after(PHASE):
                     while True:  # again after a drawn break
                         async for msg in consumer:
+                            probe.sample()
                             key = bytes(msg.body).decode()
                             if received == break_at:  # out, this one in hand, unsettled
                                 received += 1
@@ -141,6 +145,8 @@ async def fifo_async_for(schedule: Schedule, history: History, handler: Handler 
                                 break
                         if proxy.settled():
                             break
+                if proxy.settled():  # (the phase's end, as a rule: the loop waits on)
+                    probe.sample(last=True)
                 tg.cancel_scope.cancel()
                 history.add("close_start", "", consumer="first")
         except Exception as exc:

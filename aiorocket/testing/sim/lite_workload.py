@@ -154,7 +154,7 @@ async def _member(cluster: SimLiteCluster, schedule: Schedule, history: History,
                     await anyio.sleep(0.25)
                 await anyio.sleep(1.0)
                 _view(cluster, consumer, history, name)
-                history.add("held", "", count=held_by_renewer(consumer), where=name)
+                history.add("held", "", where=name, **held_by_renewer(consumer))
                 probed = True
             finished = True
             history.add("close_start", "", consumer=name)

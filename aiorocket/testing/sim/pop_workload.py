@@ -75,7 +75,7 @@ async def _phase(cluster: SimCluster, history: History, handler: Callable[[Any],
                     while not cluster.all_settled():  # noqa: ASYNC110  (the brokers' truth)
                         await anyio.sleep(0.25)
                     await anyio.sleep(1.0)  # room to let go of what was settled
-                    history.add("held", "", count=held_by_renewer(consumer), where=name)
+                    history.add("held", "", where=name, **held_by_renewer(consumer))
                     probed = True
                 tg.cancel_scope.cancel()
                 history.add("close_start", "", consumer=name)
