@@ -49,6 +49,7 @@ from aiorocket.message import PROPERTY_LITE_TOPIC
 from aiorocket.received import PopMessage
 
 __all__ = [
+    "GET_LITE_CLIENT_INFO",
     "LITE_BIND_TOPIC",
     "LITE_QUOTA",
     "LITE_SUBSCRIPTION_CTL",
@@ -64,6 +65,10 @@ __all__ = [
 POP_LITE_MESSAGE = 200070
 LITE_SUBSCRIPTION_CTL = 200071
 NOTIFY_UNSUBSCRIBE_LITE = 200073
+#: one client's lite subscriptions on one broker (5.5.0 LiteManagerProcessor)
+GET_LITE_CLIENT_INFO = 200077
+#: the most lite topics GET_LITE_CLIENT_INFO lists (the 5.5.0 broker's own cap)
+LITE_CLIENT_INFO_MAX = 10_000
 TRIGGER_LITE_DISPATCH = 200079
 #: the broker's refusal of a subscription over the group's per-client quota
 LITE_SUBSCRIPTION_QUOTA_EXCEEDED = 2018
@@ -125,6 +130,28 @@ class LiteRequests(PopRequests):
             )
         if resp.code != 0:
             raise response_error(resp, LITE_SUBSCRIPTION_CTL, addr)
+
+    async def client_lite_topics(
+        self, addr: str, *, group: str, topic: str, client_id: str
+    ) -> frozenset[str] | None:
+        """GET_LITE_CLIENT_INFO: the lite topics of ``topic`` the broker at ``addr`` holds
+        subscribed for ``client_id``, or None if it knows no subscription of that client
+        (it restarted, dropped the client as idle, or never heard of it) or lists only
+        part of them. A 5.5.0 broker lists only the lite topics it keeps (those hashed to
+        it, or whose queue it already has): the client's set is the union over the
+        brokers of the parent topic (checked against 5.5.0)."""
+        ext = {"parentTopic": topic, "group": group, "clientId": client_id,
+               "maxCount": str(LITE_CLIENT_INFO_MAX)}  # fmt: skip
+        resp = await self.broker.call(addr, GET_LITE_CLIENT_INFO, ext)
+        if resp.code != 0:
+            raise response_error(resp, GET_LITE_CLIENT_INFO, addr)
+        info = json.loads(resp.body or b"{}")
+        count = int(info.get("liteTopicCount", -1))
+        names = info.get("liteTopicSet") or []
+        if count < 0 or count > len(names):
+            return None
+        prefix = lmq_name(topic, "")
+        return frozenset(n[len(prefix):] for n in names if n.startswith(prefix))
 
     async def trigger_dispatch(self, addr: str, *, group: str, client_id: str) -> None:
         """TRIGGER_LITE_DISPATCH: the broker re-offers this client's lite topics that have

@@ -24,7 +24,7 @@ import pytest
 
 from aiorocket.admin import Admin
 from aiorocket.client.instance import ClientInstance
-from aiorocket.client.lite import lmq_name
+from aiorocket.client.lite import NOTIFY_UNSUBSCRIBE_LITE, lmq_name
 from aiorocket.consumer import Consumer, ConsumerMessage, LiteOffset
 from aiorocket.errors import ConfigError, LiteQuotaExceededError, RocketMQError
 from aiorocket.message import Message, MessageQueue
@@ -404,6 +404,36 @@ async def test_an_exclusive_group_moves_a_lite_topic_to_its_last_subscriber(
         await second.wait_body("a", b"a-1")
         await first.wait_body("b", b"b-1")
     assert first.by_lite == {"b": [b"b-1"]} and second.by_lite == {"a": [b"a-1"]}
+
+
+async def test_an_exclusive_member_that_missed_the_notice_learns_it_after_a_reconnect(
+    lite_brokers: LocalRocketMQ, unique_name: Callable[[str], str]
+) -> None:
+    """Remoting, 5.5.0: the notice that another member took "a" is lost (the first
+    member ignores it here; in the field it goes into a connection that then dies).
+    Once its connections to the brokers end, the member asks them what they hold for it
+    (GET_LITE_CLIENT_INFO, each broker listing only its own lite topics) and forgets "a"
+    instead of subscribing it again at its next resync (issue 40, simulator seed 1007)."""
+    topic, group = unique_name("lite"), unique_name("g")
+    async with Admin(lite_brokers.namesrv_addr) as admin:
+        await admin.create_topic(topic, queues=2, message_type="LITE")
+        _parents.append(topic)
+        await admin.create_group(group, lite_bind_topic=topic, lite_exclusive=True)
+    lite = Lite(lite_brokers, None)
+    async with lite_consumer(lite, group, topic, Seen().handle) as one, \
+            lite_consumer(lite, group, topic, Seen().handle) as two:  # fmt: skip
+        for name in "abcd":  # over both brokers (each keeps the lite topics hashed to it)
+            await one.subscribe_lite(name)
+        source = one._backend.runtime.source  # type: ignore[attr-defined]
+        source.client.dispatcher.unregister(NOTIFY_UNSUBSCRIBE_LITE)  # notices unheard
+        await two.subscribe_lite("a")
+        assert one.lite_topics == set("abcd")
+        for addr in lite_brokers.broker_addrs.values():
+            await source.client.pool.drop(addr)
+        with anyio.fail_after(10):
+            while "a" in one.lite_topics:  # noqa: ASYNC110
+                await anyio.sleep(0.05)  # learnt inside the resync: nothing to wait on
+        assert one.lite_topics == set("bcd") and two.lite_topics == {"a"}
 
 
 async def test_async_for_over_a_lite_consumer(

@@ -12,10 +12,17 @@ import json
 import anyio
 import pytest
 
-from aiorocket.client.lite import LITE_SUBSCRIPTION_CTL, NOTIFY_UNSUBSCRIBE_LITE, POP_LITE_MESSAGE
+from aiorocket.client.lite import (
+    GET_LITE_CLIENT_INFO,
+    LITE_SUBSCRIPTION_CTL,
+    NOTIFY_UNSUBSCRIBE_LITE,
+    POP_LITE_MESSAGE,
+    lmq_name,
+)
 from aiorocket.consumer import Consumer
 from aiorocket.consumer.pop import lite as lite_mod
 from aiorocket.errors import BrokerResponseError, LiteQuotaExceededError, RocketMQError
+from aiorocket.protocol.codes import RequestCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.frame import encode_command
 from aiorocket.testing.fake_remoting import ServerSession
@@ -228,3 +235,68 @@ async def test_a_long_poll_cut_by_the_close_is_not_answered_while_the_close_unsu
                 await broker.parked.wait()
             tg.start_soon(message_during_the_unsubscribe)
         assert broker.in_flight == set()  # not popped: it stays visible to the group
+
+
+class EvictingBroker(RefusingLiteBroker):
+    """An exclusive group's broker (5.5.0's answers): it lists what it holds for the
+    client (GET_LITE_CLIENT_INFO, as LMQ names), and ``evict_unheard`` drops a lite
+    topic for another member with the notice lost: the connection it went into ends.
+    ``restarted``: it knows no subscription of the client (a count of -1)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.restarted = False
+        self.complete_adds: list[set[str]] = []
+        self.asked = 0
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.code == RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG:
+            attributes = {"lite.bind.topic": TOPIC, "lite.sub.model": "Exclusive"}
+            config = {"groupName": "g", "retryMaxTimes": 16, "attributes": attributes}
+            await session.send(RemotingCommand.response_to(cmd, body=json.dumps(config).encode()))
+            return
+        if cmd.code == GET_LITE_CLIENT_INFO:
+            self.asked += 1
+            info: dict[str, object] = {"liteTopicCount": -1}
+            if not self.restarted:
+                info = {"liteTopicCount": len(self.subscribed),
+                        "liteTopicSet": [lmq_name(TOPIC, t) for t in self.subscribed]}  # fmt: skip
+            await session.send(RemotingCommand.response_to(cmd, body=json.dumps(info).encode()))
+            return
+        if cmd.code == LITE_SUBSCRIPTION_CTL:
+            entry = json.loads(cmd.body)["subscriptionSet"][0]
+            if entry["action"] == "COMPLETE_ADD":
+                self.complete_adds.append(set(entry["liteTopicSet"]))
+        await super().handle(session, cmd)
+
+    async def evict_unheard(self, lite_topic: str) -> None:
+        self.subscribed.discard(lite_topic)
+        for session in list(self.server.sessions):
+            await session.close()
+
+
+@pytest.mark.parametrize(("restarted", "kept"), [(False, {"b"}), (True, {"a", "b"})])
+async def test_a_lite_topic_dropped_while_the_connection_died_is_learned_not_taken_back(
+    monkeypatch: pytest.MonkeyPatch, restarted: bool, kept: set[str]
+) -> None:
+    """Issue 40, lite_remoting seed 1007: another member of an exclusive group took "a"
+    and the broker's notice went into a connection that then died. After it ended the
+    client asks the brokers what they hold for it before its next resync (asked for at
+    once), forgets "a" and does not subscribe it again (5.5.0's COMPLETE_ADD would put it
+    back beside the other member). A broker that knows no subscription of the client
+    (restarted) teaches nothing: the resync restores the whole set."""
+    monkeypatch.setattr(lite_mod, "RESYNC_INTERVAL", 0.5)
+    broker = EvictingBroker("broker-a")
+    async with running(FakeCluster({"broker-a": [broker]})) as cluster:
+        consumer = lite_consumer(cluster)
+        await consumer.subscribe_lite("a")
+        await consumer.subscribe_lite("b")
+        async with consumer:
+            broker.restarted = restarted
+            adds = len(broker.complete_adds)
+            await broker.evict_unheard("a")
+            with anyio.fail_after(5):
+                while len(broker.complete_adds) == adds:
+                    await broker.synced.wait()
+            assert consumer.lite_topics == kept
+        assert broker.complete_adds[adds] == kept and broker.asked == 1

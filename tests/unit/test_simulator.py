@@ -38,7 +38,10 @@ PRODUCER_SEEDS = range(0, 16)
 #: close hung up its cut long polls, 114 and 126 left a late lite pop's messages invisible
 #: 1001: a pop answered into the connection the close had just hung up (lost_on_wire:
 #: the broker popped for a client that could no longer read; failed the checker before)
-LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001]
+#: 1007: exclusive, the broker's notice that the other member took r1 went into a
+#: half-open connection; the client kept r1 and its resync took it back (the client now
+#: asks the brokers what they hold for it after a connection ended)
+LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007]
 #: the pull consumer's shapes over remoting (virtual time, about a second each): on
 #: cce0824 seed 7 finds issue 38 item 11 (duplicates past the window after a crash)
 #: 18: under load, its async for body's 25 s sleep let trio's autojump run a pull's

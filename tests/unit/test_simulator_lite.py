@@ -13,6 +13,8 @@ says so (``lost_on_wire``, ``lite_notice_lost``) and the checker does not blame 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 import pytest
@@ -20,9 +22,11 @@ import pytest
 from aiorocket.client.lite import LITE_SUBSCRIPTION_CTL, POP_LITE_MESSAGE
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.frame import encode_command
+from aiorocket.testing.sim.checker import Bounds, check
+from aiorocket.testing.sim.checker_more import LITE_LEARN
 from aiorocket.testing.sim.history import History
 from aiorocket.testing.sim.lite import LITE_GROUP, LITE_PARENT, SimLiteCluster
-from aiorocket.testing.sim.memnet import in_memory_network, memory_stream_pair
+from aiorocket.testing.sim.memnet import MemoryByteStream, in_memory_network, memory_stream_pair
 from aiorocket.testing.sim.nemesis import Schedule
 
 pytestmark = pytest.mark.anyio
@@ -57,9 +61,18 @@ def anyio_backend() -> str:
     return "trio"
 
 
-async def _cluster(history: History, *, exclusive: bool) -> SimLiteCluster:
+@asynccontextmanager
+async def _connected(history: History, *, exclusive: bool) -> AsyncIterator[
+    tuple[SimLiteCluster, MemoryByteStream]
+]:
+    """One simulated lite broker, and a client's end of a connection to it."""
     schedule = Schedule(0, "lite_remoting", {"server_seed": 1}, [])
-    return SimLiteCluster(schedule, history, brokers=1, exclusive=exclusive)
+    with in_memory_network():
+        async with SimLiteCluster(schedule, history, brokers=1, exclusive=exclusive) as cluster:
+            client, served = memory_stream_pair()
+            cluster.brokers[0].server.serve_stream(served)
+            yield cluster, client
+            await client.aclose()
 
 
 @pytest.mark.parametrize(("hung_up", "named"), [(True, "lost_on_wire"), (False, "delivered")])
@@ -72,18 +85,74 @@ async def test_a_pop_answered_after_the_client_hung_up_is_lost_on_wire(
     never saw it (``lost_on_wire``, not ``delivered``: not the client's to release).
     On a connection still read, the same answer is ``delivered``."""
     history = History(anyio.current_time)
-    with in_memory_network():
-        async with await _cluster(history, exclusive=False) as cluster:
-            broker = cluster.brokers[0]
-            client, served = memory_stream_pair()
-            broker.server.serve_stream(served)
-            await client.send(_ctl("PARTIAL_ADD", ["r0"]))
-            await client.send(_pop())
-            await _quiet()
-            if hung_up:
-                client._receive.close()  # the close hung up: nothing reads the answers now
-            broker.store("r0.0-0", "r0", 0)
-            await _quiet()
-            await client.aclose()
+    async with _connected(history, exclusive=False) as (cluster, client):
+        await client.send(_ctl("PARTIAL_ADD", ["r0"]))
+        await client.send(_pop())
+        await _quiet()
+        if hung_up:
+            client._receive.close()  # the close hung up: nothing reads the answers now
+        cluster.brokers[0].store("r0.0-0", "r0", 0)
+        await _quiet()
     kinds = [e.kind for e in history.events if e.key == "r0.0-0"]
     assert kinds == ["stored", named]
+
+
+async def test_an_unsubscribe_notice_into_a_silent_connection_is_noted_lost() -> None:
+    """Seed 1007: the other member of an exclusive group takes a lite topic while the
+    client's connection is half-open: the broker's notice goes nowhere."""
+    history = History(anyio.current_time)
+    async with _connected(history, exclusive=True) as (cluster, client):
+        broker = cluster.brokers[0]
+        await client.send(_ctl("PARTIAL_ADD", ["r0", "r1"]))
+        await _quiet()
+        broker.take("r0")  # heard: its notice is written
+        await cluster._flush_notices()
+        broker.silence.start()
+        broker.take("r1")
+        await cluster._flush_notices()
+    lost = [e.info["lite_topic"] for e in history.of("lite_notice_lost")]
+    assert lost == ["r1"]
+
+
+def _history(*steps: tuple[float, str, dict[str, object]]) -> History:
+    now = [0.0]
+    history = History(lambda: now[0])
+    for at, kind, info in steps:
+        now[0] = at
+        history.add(kind, "", **info)
+    return history
+
+
+_EVICTED = (10.0, "lite_evicted", {"broker": "a", "client": "c", "lite_topic": "r0"})
+_LOST = (10.0, "lite_notice_lost", {"broker": "a", "client": "c", "lite_topic": "r0"})
+_TAKEN_BACK = (30.0, "lite_taken_back", {"broker": "a", "client": "c", "lite_topic": "r0"})
+_KEPT = (40.0, "lite_view", {"consumer": "first", "client": "c", "kept": ["r0"]})
+
+
+def _agrees(history: History) -> list[str]:
+    return [v.detail for v in check(history, Bounds())
+            if v.invariant == "lite_subscription_agrees"]  # fmt: skip
+
+
+_BACK_ON = (38.0, "reconnected", {"broker": "a"})
+
+
+def test_a_lite_topic_whose_notice_was_lost_is_kept_until_the_client_can_learn() -> None:
+    """Seed 1007: the only notice went into a silent connection. Kept while the client
+    has no new connection to that broker (and ``LITE_LEARN`` after) is not judged;
+    kept longer, or taken back by a resync, is."""
+    assert _agrees(_history(_EVICTED, _LOST, _KEPT)) == []
+    late = (38.0 + LITE_LEARN + 0.1, "lite_view", _KEPT[2])
+    assert len(_agrees(_history(_EVICTED, _LOST, _BACK_ON, _KEPT))) == 0  # 2 s: learning
+    assert len(_agrees(_history(_EVICTED, _LOST, _BACK_ON, late))) == 1
+    assert len(_agrees(_history(_EVICTED, _LOST, _TAKEN_BACK))) == 1
+
+
+def test_a_lite_topic_whose_notice_was_heard_is_judged() -> None:
+    assert len(_agrees(_history(_EVICTED, _TAKEN_BACK, _KEPT))) == 2
+    # a later eviction whose notice arrived: judged again
+    again = (35.0, "lite_evicted", {"broker": "a", "client": "c", "lite_topic": "r0"})
+    assert len(_agrees(_history(_EVICTED, _LOST, again, _KEPT))) == 1
+    # another client's lost notice excuses nobody else
+    other = (10.0, "lite_notice_lost", {"broker": "a", "client": "d", "lite_topic": "r0"})
+    assert len(_agrees(_history(_EVICTED, other, _KEPT))) == 1

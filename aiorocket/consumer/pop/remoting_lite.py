@@ -11,6 +11,23 @@ in order, as a message group; a failed message is retried in place.
 A broker that drops a subscription (NOTIFY_UNSUBSCRIBE_LITE, e.g. after an
 administrator's change) tells the client, which forgets the lite topic.
 
+In an exclusive group (``lite.sub.model`` Exclusive) that notice is how a member learns
+that another one took a lite topic; a 5.5.0 broker sends it once, on the connection of
+the moment, and keeps nothing of it. Written into a connection that then proved dead
+(half-open, reset), it is lost, and the client would go on holding the lite topic; its
+next resync (COMPLETE_ADD), which 5.5.0 takes without evicting anyone, would subscribe
+it again beside the member that took it: two members on one lite topic of an
+exclusive group, for good. So after any connection to a broker of the parent topic
+ended, the next subscription update first asks every broker which lite topics they hold
+for this client (GET_LITE_CLIENT_INFO; each lists those it keeps, the union is the
+client's set) and forgets, as the notice would have made it, those none holds; the
+resync is asked for at once. It learns nothing if a broker does not answer, has no
+master, or knows no subscription of this client (it restarted or dropped the client as
+idle: then nothing of an eviction survives there either, and the resync restores the
+set). Asked before any update reaches a broker on its new connection, so what a broker
+lacks was dropped by the broker, not lost to a restart the client's own update then
+half repaired.
+
 The 5.5.0 broker can lose a lite topic's event while this client pops and acks at once
 (apache/rocketmq#11191; ``aiorocket.client.lite``): the lite topic's messages stay
 stored but are never handed out until it gets another message. Every
@@ -31,6 +48,7 @@ import anyio
 from aiorocket.client.lite import (
     LITE_BIND_TOPIC,
     LITE_QUOTA,
+    LITE_SUB_MODEL,
     NOTIFY_UNSUBSCRIBE_LITE,
     LiteRequests,
 )
@@ -76,6 +94,11 @@ class LiteRemotingSource(RemotingSource):
         self.requests = self.lite_requests = LiteRequests(self.client.broker)
         #: brokers to ask for a full dispatch: the asks left (see the module docstring)
         self._active: dict[str, int] = {}
+        #: the group is exclusive (``lite.sub.model``): another member may take a topic
+        self.exclusive = False
+        #: addresses whose connection ended since the brokers were last asked what they
+        #: hold for this client (an exclusive group's notices may be lost with it)
+        self._unheard: set[str] = set()
 
     feature = LITE  # RocketMQ 5.5
 
@@ -87,6 +110,7 @@ class LiteRemotingSource(RemotingSource):
             await self.close()
             raise
         self.client.dispatcher.register(NOTIFY_UNSUBSCRIBE_LITE, self._on_unsubscribe)
+        self.client.pool.add_disconnect_listener(self._on_disconnected)
 
     async def _check_group(self) -> None:
         """The group must be bound to the bind topic (else every pop is refused); its
@@ -107,6 +131,7 @@ class LiteRemotingSource(RemotingSource):
                     f"{LITE_BIND_TOPIC} is {bound!r}): create it with Admin.create_group("
                     f"..., lite_bind_topic={self.lite.bind_topic!r})"
                 )
+            self.exclusive = attributes.get(LITE_SUB_MODEL) == "Exclusive"
             quota = str(attributes.get(LITE_QUOTA, DEFAULT_LITE_QUOTA))
             self.lite.quota = int(quota) if quota.lstrip("-").isdigit() else None
             return
@@ -144,8 +169,52 @@ class LiteRemotingSource(RemotingSource):
         return await super().ack(topic, messages)
 
     async def close(self) -> None:
+        self.client.pool.remove_disconnect_listener(self._on_disconnected)
         self.client.dispatcher.unregister(NOTIFY_UNSUBSCRIBE_LITE, self._on_unsubscribe)
         await super().close()
+
+    def _on_disconnected(self, addr: str) -> None:
+        """A connection ended: in an exclusive group, a notice may have been lost with it
+        (see the module docstring); the brokers are asked at the next update, which is
+        asked for now. Not while closing (the close hangs up its cut long polls)."""
+        if self.exclusive and not self.state.closing:
+            self._unheard.add(addr)
+            self.lite.resync_soon()
+
+    async def _learn_dropped(self, brokers: Sequence[tuple[str, str]], action: LiteAction,
+                             adding: Collection[str]) -> set[str]:  # fmt: skip
+        """After a connection ended (``_unheard``), the lite topics no broker holds for
+        this client any more: forgotten, as their notices would have made them; returned.
+        ``adding``: the update's own lite topics (not judged). A broker that cannot be
+        asked fails a resync (sent again soon, nothing sent yet) and lets an application's
+        update go on without learning (it may reach a broker on its new connection)."""
+        unheard, self._unheard = self._unheard, set()
+        route = self.client.namesrv.cached_route(self.lite.bind_topic)
+        names = {mq.broker_name for mq in route.read_queues()} if route is not None else set()
+        if not unheard & {addr for _name, addr in brokers} or len(brokers) < len(names):
+            return set()  # not a broker's connection, or a broker without a master
+        held: set[str] = set()
+        try:
+            for _name, addr in brokers:
+                topics = await self.lite_requests.client_lite_topics(
+                    addr, group=self.group, topic=self.lite.bind_topic, client_id=self.client_id
+                )
+                if topics is None:
+                    return set()  # it knows none of ours: nothing of an eviction survives
+                held |= topics
+        except RocketMQError as err:
+            self.state.log.warning("lite_subscriptions_not_learned", error=str(err),
+                                   action=action.value)  # fmt: skip
+            if action is LiteAction.COMPLETE_ADD:
+                self._unheard |= unheard
+                raise
+            return set()
+        dropped = set(self.lite.topics) - held - set(adding)
+        for lite_topic in sorted(dropped):
+            self.state.log.info("lite_drop_learned", lite_topic=lite_topic,
+                                topic=self.lite.bind_topic)  # fmt: skip
+            self.lite.on_unsubscribed(lite_topic)
+        return dropped
 
     async def _on_unsubscribe(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         ext = cmd.ext_fields
@@ -174,6 +243,11 @@ class LiteRemotingSource(RemotingSource):
             raise NoRouteError(  # a failover: the master comes back
                 f"no broker of {self.lite.bind_topic!r} has a master", retriable=True
             )
+        if self._unheard and action is not LiteAction.COMPLETE_REMOVE:
+            adding = lite_topics if action is LiteAction.PARTIAL_ADD else ()
+            dropped = await self._learn_dropped(brokers, action, adding)
+            if dropped and action is LiteAction.COMPLETE_ADD:
+                lite_topics = set(lite_topics) - dropped
 
         failed: list[RocketMQError] = []
 

@@ -37,12 +37,14 @@ from typing import TYPE_CHECKING
 import anyio
 
 from aiorocket.client.lite import (
+    GET_LITE_CLIENT_INFO,
     LITE_BIND_TOPIC,
     LITE_SUB_MODEL,
     LITE_SUBSCRIPTION_CTL,
     NOTIFY_UNSUBSCRIBE_LITE,
     POP_LITE_MESSAGE,
     TRIGGER_LITE_DISPATCH,
+    lmq_name,
 )
 from aiorocket.client.pop import ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME
 from aiorocket.message import PROPERTY_LITE_TOPIC
@@ -108,6 +110,8 @@ class SimLiteBroker:
         self.lite: dict[str, list[LiteMsg]] = {}
         #: client id -> its lite subscriptions here
         self.subs: dict[str, set[str]] = {}
+        #: clients with a subscription record here (5.5.0: until COMPLETE_REMOVE)
+        self.known: set[str] = set()
         #: lite topic -> its owner in an exclusive group
         self.owner: dict[str, str] = {}
         #: (client id, lite topic) the broker took from that client for the other member
@@ -238,6 +242,8 @@ class SimLiteBroker:
                         self.history.add("dead_lettered", m.key, by="client")
         elif code == TRIGGER_LITE_DISPATCH:
             self._wake()
+        elif code == GET_LITE_CLIENT_INFO:
+            resp.body = self._client_info(ext["clientId"])
         if not cmd.is_oneway:
             await session.send(resp)
 
@@ -268,6 +274,7 @@ class SimLiteBroker:
                              topics=sorted(topics))  # fmt: skip
             if action in ("COMPLETE_ADD", "COMPLETE_REMOVE"):
                 mine.clear()
+            (self.known.discard if action == "COMPLETE_REMOVE" else self.known.add)(client)
             if action.endswith("ADD"):
                 for t in sorted(topics):
                     if action == "COMPLETE_ADD" and (client, t) in self.evicted:
@@ -292,6 +299,17 @@ class SimLiteBroker:
         if not written:
             for n in notices:
                 n.lost(self.history)
+
+    def _client_info(self, client: str) -> bytes:
+        """GET_LITE_CLIENT_INFO's body: the client's lite topics here as LMQ names, a count
+        of -1 for a client without a subscription record (5.5.0's answer)."""
+        info: dict[str, object] = {"clientId": client, "group": LITE_GROUP,
+                                   "parentTopic": LITE_PARENT, "liteTopicCount": -1}  # fmt: skip
+        if client in self.known:
+            topics = sorted(self.subs.get(client, set()))
+            info["liteTopicCount"] = len(topics)
+            info["liteTopicSet"] = [lmq_name(LITE_PARENT, t) for t in topics]
+        return json.dumps(info).encode()
 
     def _own(self, client: str, lite_topic: str) -> None:
         previous = self.owner.get(lite_topic)

@@ -112,7 +112,7 @@ def _view(cluster: SimLiteCluster, consumer: Consumer, history: History, name: s
     kept = sorted({t for b in cluster.brokers for c, t in b.evicted
                    if c == client and t in consumer.lite_topics})  # fmt: skip
     if kept:
-        history.add("lite_view", "", consumer=name, kept=kept)
+        history.add("lite_view", "", consumer=name, client=client, kept=kept)
 
 
 async def _phase(cluster: SimLiteCluster, schedule: Schedule, history: History,
