@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import subprocess
 import sys
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -41,6 +42,15 @@ def test_metadata_on_every_call() -> None:
     assert first["x-mq-namespace"] == "ns1"
     assert first["x-mq-request-id"] != second["x-mq-request-id"]
     assert "authorization" not in first
+
+
+def test_request_ids_are_uuids_unique_across_calls_and_transports() -> None:
+    # Made from a random prefix per transport and a count (no uuid4() per call): still
+    # UUID-shaped, never repeated within a transport nor shared by two.
+    a, b = (GrpcTransport("h:1", client_id="c") for _ in range(2))
+    ids = [dict(t.metadata())["x-mq-request-id"] for t in (a, b) for _ in range(1000)]
+    assert len(set(ids)) == len(ids)
+    assert all(str(uuid.UUID(i)) == i for i in ids)
 
 
 def test_acl_signature() -> None:
