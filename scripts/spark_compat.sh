@@ -9,6 +9,8 @@
 # rest of tests/spark exercises our own code and runs on the newest pyspark only.
 #   ./scripts/spark_compat.sh               # pyspark 4.2.1
 #   PYSPARK_VERSION=4.2.0 ./scripts/spark_compat.sh -x
+#   ./scripts/spark_compat.sh --prepare     # only make the venv (scripts/test.sh runs this
+#                                           # in the background while pytest runs)
 set -eu
 cd "$(dirname "$0")/.."
 version="${PYSPARK_VERSION:-4.2.1}"
@@ -25,6 +27,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$(cat "$stamp")" !
 fi
 "$venv/bin/python" -c "import pyspark, sys; sys.exit(pyspark.__version__ != '$version')" || {
     echo "$venv does not have pyspark $version" >&2; exit 1; }
+[ "${1:-}" != --prepare ] || exit 0
 exec "$venv/bin/python" -m pytest -q "$@" \
     tests/spark/test_batch_read.py \
     tests/spark/test_sink.py::test_dataframe_round_trips_through_the_consumer \

@@ -42,6 +42,12 @@ export AIOROCKET_TEST_THROWAWAY=1
 pyversions=0
 pyversions_pid=""
 pyversions_log=""
+compat_pid=""
+compat_log=""
+# The Spark connector also runs on the oldest supported pyspark (scripts/spark_compat.sh,
+# ~1 min, and ~1 min of pip to make its venv); AIOROCKET_SPARK_COMPAT=0 skips that.
+compat=0
+if [ "$#" -eq 0 ] && [ "${AIOROCKET_SPARK_COMPAT:-1}" != 0 ]; then compat=1; fi
 session_dir=""
 # What this script starts goes with it, however it ends: on an interrupt or a SIGTERM (a
 # CI job cancelled or timed out) too, which dash does not run the EXIT trap for unless
@@ -52,7 +58,11 @@ cleanup() {
     if [ -n "$pyversions_pid" ]; then
         kill -TERM "-$pyversions_pid" 2>/dev/null || true
     fi
+    if [ -n "$compat_pid" ]; then
+        kill -TERM "-$compat_pid" 2>/dev/null || true
+    fi
     if [ -n "$pyversions_log" ]; then rm -f "$pyversions_log"; fi
+    if [ -n "$compat_log" ]; then rm -f "$compat_log"; fi
     if [ -n "$session_dir" ]; then
         .venv/bin/python -m aiorocket.testing.broker stop --timeout 5 >/dev/null 2>&1 || true
         rm -rf "$session_dir"
@@ -72,7 +82,16 @@ sys.exit(L.attach() is None)"; then
         .venv/bin/python -m aiorocket.testing.broker start --brokers 2 >/dev/null
     fi
     pyversions_log=$(mktemp)
-    setsid nice -n 19 ./scripts/pyversions.sh unit >"$pyversions_log" 2>&1 &
+    # The Spark compat phase's venv is made first in the same job (~1 min of pip, a fresh
+    # clone's every run; one job: two editable installs of this tree must not overlap).
+    # Its failure shows again in that phase, which makes the venv if it is missing.
+    if [ "$compat" = 1 ]; then
+        prepare="./scripts/spark_compat.sh --prepare || echo '!!! spark compat venv failed'"
+    else
+        prepare=:
+    fi
+    setsid nice -n 19 sh -c "$prepare; exec ./scripts/pyversions.sh unit" \
+        >"$pyversions_log" 2>&1 &
     pyversions_pid=$!
 fi
 set +e
@@ -80,6 +99,17 @@ phase pytest
 # The slowest tests are listed at the end: what to shorten when the whole grows too long.
 .venv/bin/python -m pytest --durations=40 "$@"
 status=$?
+# After pytest, the Spark compat tests and the other Pythons' last parts run side by side
+# (each ~1 min; one after the other they added ~2 min to the run). They share only the
+# session cluster, in topics and groups of their own. The compat set is niced below the
+# other Pythons' `again` (unit tests with real-time windows: it reruns them unstarved)
+# and smoke sets; its own waits are for Spark queries, with minutes to spare.
+if [ "$status" -eq 0 ] && [ "$compat" = 1 ]; then
+    phase "spark compat (in the background)"
+    compat_log=$(mktemp)
+    setsid nice -n 10 ./scripts/spark_compat.sh >"$compat_log" 2>&1 &
+    compat_pid=$!
+fi
 if [ "$pyversions" = 1 ]; then
     phase "waiting for the other Pythons' unit tests"
     wait "$pyversions_pid"  # its failures are decided by `again`
@@ -88,16 +118,21 @@ if [ "$pyversions" = 1 ]; then
     phase "other Pythons: imports, again, smoke"
     ./scripts/pyversions.sh imports,again,smoke || status=1
 fi
+if [ -n "$compat_pid" ]; then
+    phase "waiting for spark compat"
+    compat_status=0
+    wait "$compat_pid" || compat_status=$?
+    compat_pid=""
+    cat "$compat_log"
+    if [ "$compat_status" -ne 0 ]; then
+        echo "!!! spark compat failed (status $compat_status)" >&2
+        status=$compat_status
+    fi
+fi
 set -e
 if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: treating as a failure" >&2
     exit 1
-fi
-# The whole suite also runs the Spark connector on the oldest supported pyspark (~1 min,
-# and ~2 min once to make its venv); AIOROCKET_SPARK_COMPAT=0 skips that.
-if [ "$status" -eq 0 ] && [ "$#" -eq 0 ] && [ "${AIOROCKET_SPARK_COMPAT:-1}" != 0 ]; then
-    phase "spark compat"
-    ./scripts/spark_compat.sh || status=$?
 fi
 phase "done (status $status)"
 exit "$status"
