@@ -12,9 +12,12 @@ import anyio
 
 from aiorocket.errors import RocketMQError
 
-__all__ = ["release_all"]
+__all__ = ["TRIES", "release_all", "retried"]
 
 M = TypeVar("M")
+
+#: tries of a settling request (``retried``)
+TRIES = 3
 
 #: releases under way at once: a close with thousands in hand must not open thousands of
 #: requests at the same moment
@@ -53,3 +56,16 @@ async def release_all(
             for i, msg in enumerate(messages):
                 tg.start_soon(one, i, msg)
     return [m for i, m in enumerate(messages) if i not in released]
+
+
+async def retried(call: Callable[[], Awaitable[None]], tries: int = TRIES) -> None:
+    """``call()``, again after a retriable error (``tries`` in all, backing off 0.4 s,
+    0.8 s ...): a settling request whose connection was lost under it (a silent
+    connection the keepalive abandoned) goes again on a new one."""
+    for attempt in range(1, tries + 1):
+        try:
+            return await call()
+        except RocketMQError as err:
+            if not err.retriable or attempt == tries:
+                raise
+            await anyio.sleep(0.2 * 2**attempt)

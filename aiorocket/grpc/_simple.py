@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from aiorocket._release import release_all
+from aiorocket._release import release_all, retried
 from aiorocket._settings import check_group, check_invisible_duration
 from aiorocket.errors import (
     ClientClosedError,
@@ -407,8 +407,11 @@ class SimpleConsumer:
 
     async def _release(self, messages: list[ReceivedMessage]) -> None:
         """Make received ``messages`` visible again at once (within one request timeout,
-        shielded: it runs when the receive is cancelled); what fails comes back after
-        its invisible time."""
+        shielded: it runs when the receive is cancelled); a release whose connection was
+        lost under it (a silent one the keepalive abandoned while the close cut the
+        receive) goes again on a new one, as the pop settler's do (``retried``); what
+        fails comes back after its invisible time (a lite consumer's: 5.5.0 does not
+        release them at the client's termination)."""
         if not messages:
             return
 
@@ -417,7 +420,7 @@ class SimpleConsumer:
                                      msg_id=msg.message_id, error=str(err))  # fmt: skip
 
         left = await release_all(
-            messages, lambda m: self.change_invisible_duration(m, 0.0),
+            messages, lambda m: retried(lambda: self.change_invisible_duration(m, 0.0)),
             self.transport.request_timeout, on_error=failed,
         )  # fmt: skip
         self.session.log.info("received_messages_released", n=len(messages) - len(left),

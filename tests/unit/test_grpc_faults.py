@@ -117,6 +117,20 @@ async def test_a_cancelled_receive_releases_what_it_had_received() -> None:
         assert proxy.invisible_changes == [("rh-m1", 0.0)]
 
 
+async def test_a_cancelled_receive_sends_a_release_whose_connection_was_lost_again() -> None:
+    """grpc_lite seed 50: the close cut a receive whose connection had gone silent; the
+    keepalive abandoned it under the release, which failed, and the lite message (not
+    auto-renewed: no termination notice frees it) stayed invisible for its invisible
+    time. A release that fails retriably goes again (on a new connection)."""
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
+        proxy.messages = [message(b"m1"), message(b"m2")]
+        proxy.receive_mode = "stall"  # m1 written, then nothing
+        proxy.fail_next("ChangeInvisibleDuration", GRPCError(GrpcStatus.UNAVAILABLE, "lost"))
+        with anyio.move_on_after(1.0):
+            await c.receive(16, invisible_duration=20)
+        assert proxy.invisible_changes == [("rh-m1", 0.0)]
+
+
 def undecodable(body: bytes) -> pb.Message:
     """A message whose body is labelled compressed but is no codec's output."""
     msg = message(body)

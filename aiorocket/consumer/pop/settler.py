@@ -32,13 +32,14 @@ invisible time. Each step waits for a renewal of the same message in flight.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
 
-from aiorocket._release import release_all
+from aiorocket._release import TRIES, release_all
+from aiorocket._release import retried as _retried
 from aiorocket.consumer.pop.acks import ack_backoff, until_due
 from aiorocket.errors import RocketMQError
 from aiorocket.received import ConsumerMessage, PopMessage
@@ -51,8 +52,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "TRIES", "PopSettler", "max_attempts"]
 
 #: requests a nack, release or dead-lettering may take on retriable errors
-TRIES = 3
-
 #: the server's max delivery attempts when its settings name none
 DEFAULT_MAX_ATTEMPTS = 17
 
@@ -306,14 +305,3 @@ def _done(msg: PopMessage) -> None:
     """Settled on our side: out of its queue (and the cache, the renewer)."""
     if msg._pq is not None:
         msg._pq.on_done(msg, 0)
-
-
-async def _retried(call: Callable[[], Awaitable[None]], tries: int = TRIES) -> None:
-    """``call()``, again after a retriable error (``tries`` in all, backing off)."""
-    for attempt in range(1, tries + 1):
-        try:
-            return await call()
-        except RocketMQError as err:
-            if not err.retriable or attempt == tries:
-                raise
-            await anyio.sleep(0.2 * 2**attempt)
