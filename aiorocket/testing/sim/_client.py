@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import sniffio
 
 from aiorocket.errors import RocketMQError
 from aiorocket.testing.sim.feature_draws import settle_delay
@@ -179,8 +180,9 @@ class RenewerProbe:
 
 
 def client_tasks() -> list[str]:
-    """Names of the running tasks of the client (not of the simulated servers), on trio."""
-    if "trio" not in sys.modules:
+    """Names of the running tasks of the client (not of the simulated servers), on trio
+    (an asyncio run's tasks are not walked: none)."""
+    if "trio" not in sys.modules or sniffio.current_async_library() != "trio":
         return []
     import trio
 

@@ -21,6 +21,7 @@ from aiorocket.testing.sim.checker_features import (
 from aiorocket.testing.sim.checker_more import (
     app_not_interrupted,
     duplicates_within_window,
+    lite_resubscribed,
     lite_subscription_agrees,
 )
 from aiorocket.testing.sim.checker_net import reconnects_after_half_open
@@ -55,6 +56,9 @@ class Bounds:
     #: a client whose connection went silent (half-open) sends a request on a new one
     #: within this: the pull runs' heartbeat interval (5 s) + request timeout (3 s) + 2
     reconnect: float = 10.0
+    #: a lite consumer whose subscriptions the Proxy dropped with its Telemetry stream
+    #: sends them again within this of its settings on the new stream
+    resubscribe: float = 2.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -135,7 +139,8 @@ def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
     """Every delivery the client received is handed to the application, released,
     dead-lettered or settled within ``bounds.hand_on`` (or by a close), or kept
     invisible by the client's own renewals, or joins a call of it already running. (Not
-    judged: a delivery whose broker went silent, half-open, before it was handed on or
+    judged: a delivery whose connection closed under its receive, ``lost_on_wire``
+    after it; nor one whose broker went silent, half-open, before it was handed on or
     came back: a renewal on the silent connection costs a request timeout, which with
     refused renewals can outlast the renewal margin; ``none_lost`` still judges it.)"""
     out = []
@@ -148,6 +153,10 @@ def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
             limit = min([end, *(c for c in closes if c >= d.at)])
             if limit - d.at <= bounds.hand_on:
                 continue
+            after = [e for e in events if e.at >= d.at and e is not d]
+            if next((e.kind for e in after if e.kind in ("delivered", "lost_on_wire")),
+                    None) == "lost_on_wire":  # fmt: skip
+                continue  # its connection closed before the client read it (lite_proxy)
             window = [e for e in events if d.at <= e.at <= d.at + bounds.hand_on
                       and e is not d]  # fmt: skip
             # a message the client renews is kept, not dropped (it waits behind an
@@ -405,7 +414,7 @@ INVARIANTS: dict[str, Callable[[History, Bounds], list[Violation]]] = {
               retry_after_delay, not_received_while_paused, rate_within_limit,
               reconnects_after_half_open, cancelled_txn_resolved, handled_once_with_dedup,
               reply_is_its_own, request_within_bound, reply_not_missed, no_waiter_left,
-              topic_rate_within_limit, send_rate_within_limit)
+              topic_rate_within_limit, send_rate_within_limit, lite_resubscribed)
 }  # fmt: skip
 
 

@@ -12,7 +12,8 @@ from aiorocket.testing.sim.history import Event, History
 if TYPE_CHECKING:
     from aiorocket.testing.sim.checker import Bounds, Violation
 
-__all__ = ["app_not_interrupted", "duplicates_within_window", "lite_subscription_agrees"]
+__all__ = ["app_not_interrupted", "duplicates_within_window", "lite_resubscribed",
+           "lite_subscription_agrees"]
 
 
 def _violation(invariant: str, key: str, detail: str) -> Violation:
@@ -61,6 +62,37 @@ def _reconnected(history: History, since: float, broker: str, before: float) -> 
     """A request came on a new connection to ``broker`` between ``since`` and ``before``."""
     return any(since <= e.at <= before and e.info.get("broker") == broker
                for e in history.of("reconnected"))  # fmt: skip
+
+
+def lite_resubscribed(history: History, bounds: Bounds) -> list[Violation]:
+    """The Proxy dropped a lite consumer's lite subscriptions with its Telemetry stream
+    (5.5.0: a connection dropped, a Proxy restart): once the client's settings come on a
+    new stream it sends its whole set again (a COMPLETE_ADD, taken or refused) within
+    ``bounds.resubscribe``, unless a close comes first (else it is served nothing until
+    its next periodic resync, 30 s)."""
+    out = []
+    events = history.events
+    ends = [e.at for e in history.of("end")]
+    for i, drop in enumerate(events):
+        if drop.kind != "lite_dropped":
+            continue
+        client = drop.info["client"]
+        later = events[i + 1:]
+        back = next((e for e in later if e.kind == "client_settings"
+                     and e.info["client"] == client), None)  # fmt: skip
+        if back is None:
+            continue  # it did not come back (closed)
+        due = back.at + bounds.resubscribe
+        if any(e.kind == "close_start" and e.at <= due for e in later) or \
+                (ends and ends[-1] <= due):  # fmt: skip
+            continue
+        if not any(e.kind == "lite_ctl" and e.info["client"] == client and
+                   e.info["action"] == "COMPLETE_ADD" and e.at <= due for e in later):  # fmt: skip
+            out.append(_violation("lite_resubscribed", "", f"{client}'s lite subscriptions "
+                                  f"dropped at {drop.at:.2f}, its settings back at "
+                                  f"{back.at:.2f}, not sent again within "
+                                  f"{bounds.resubscribe}s"))  # fmt: skip
+    return out
 
 
 def app_not_interrupted(history: History, bounds: Bounds) -> list[Violation]:

@@ -18,7 +18,8 @@ __all__ = ["CLIENT_WORKLOADS", "draw_client"]
 #: workload -> the span (virtual seconds) a cancellation is drawn in (None: not drawn)
 CLIENT_WORKLOADS: dict[str, float | None] = {"pop_remoting": 20.0, "pull_remoting": 40.0,
                                              "grpc_receive": 3.0, "producer_sends": None,
-                                             "fifo_async_for": None}  # fmt: skip
+                                             "fifo_async_for": None,
+                                             "grpc_lite": 30.0}  # fmt: skip
 
 
 def draw_client(seed: int, workload: str, params: dict[str, Any],
@@ -80,7 +81,7 @@ def _txn_cancel(seed: int, workload: str, params: dict[str, Any]) -> list[Fault]
 #: stream of its own (``pull_remoting`` draws its own from the client stream, above);
 #: 0: the Proxy's, drawn as the delivery it strikes before
 HALF_OPEN_SPANS = {"pop_remoting": 20.0, "lite_remoting": 40.0, "grpc_receive": 0.0,
-                   "fifo_async_for": 0.0, "grpc_producer": 0.0}  # fmt: skip
+                   "fifo_async_for": 0.0, "grpc_producer": 0.0, "grpc_lite": 0.0}  # fmt: skip
 
 
 def _half_open(seed: int, workload: str, params: dict[str, Any],
@@ -99,7 +100,10 @@ def _half_open(seed: int, workload: str, params: dict[str, Any],
             params["groups"] * params["per_group"] + params["txns"]  # fmt: skip
         return [Fault("half_open", {"broker": "proxy", "sent": rng.randrange(sends)})]
     if span == 0:  # the gRPC runs last a fraction of a second: before a delivery
-        messages = params.get("messages") or params["groups"] * params["per_group"]
+        if "lite_messages" in params:
+            messages = len(params["lite_messages"])
+        else:
+            messages = params.get("messages") or params["groups"] * params["per_group"]
         return [Fault("half_open", {"broker": "proxy", "delivered": rng.randrange(messages)})]
     brokers = ["sim-broker-a", "sim-broker-b"][: params["brokers"]]
     at = round(rng.uniform(1.0, span), 2)

@@ -17,19 +17,40 @@ Draw = Callable[[random.Random], tuple[dict[str, Any], list[Fault]]]
 _BROKERS = ("sim-broker-a", "sim-broker-b")
 
 
+def _lite_app(rng: random.Random, topics: int, span: float) -> tuple[list[Any], list[Any]]:
+    """A lite application's script: when each lite topic is subscribed (0: before the
+    start), unsubscribed and subscribed again (within ``span`` seconds each), and when
+    each message is stored on which lite topic (within twice ``span``)."""
+    plan = []
+    for _ in range(topics):
+        sub = 0.0 if rng.random() < 0.5 else round(rng.uniform(0.5, span), 2)
+        step: dict[str, float] = {"sub": sub}
+        if rng.random() < 0.3:
+            step["unsub"] = round(step["sub"] + rng.uniform(2, span), 2)
+            step["resub"] = round(step["unsub"] + rng.uniform(1, span), 2)
+        plan.append(step)
+    messages = sorted((round(rng.uniform(0, 2 * span), 2), rng.randrange(topics))
+                      for _ in range(rng.randint(6, 24)))  # fmt: skip
+    return plan, messages
+
+
+def _contested(rng: random.Random, topics: int, span: float) -> list[Fault]:
+    """The other member of an exclusive group takes 0-2 lite topics: right after our
+    add of it, or at a time within ``span``."""
+    out = []
+    for k in rng.sample(range(topics), k=rng.randint(0, 2)):
+        at_add = rng.random() < 0.5
+        args: dict[str, Any] = {"lite_topic": f"r{k}", "at_add": at_add}
+        if not at_add:
+            args["at"] = round(rng.uniform(1, span), 2)
+        out.append(Fault("contested", args))
+    return out
+
+
 def _lite_remoting(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
     brokers = rng.randint(1, 2)
     topics = rng.randint(2, 4)
-    plan = []
-    for _ in range(topics):
-        sub = 0.0 if rng.random() < 0.5 else round(rng.uniform(0.5, 20), 2)
-        step: dict[str, float] = {"sub": sub}
-        if rng.random() < 0.3:
-            step["unsub"] = round(step["sub"] + rng.uniform(2, 20), 2)
-            step["resub"] = round(step["unsub"] + rng.uniform(1, 20), 2)
-        plan.append(step)
-    messages = sorted((round(rng.uniform(0, 40), 2), rng.randrange(topics))
-                      for _ in range(rng.randint(6, 24)))  # fmt: skip
+    plan, messages = _lite_app(rng, topics, 20.0)
     exclusive = rng.random() < 0.5
     params: dict[str, Any] = {"brokers": brokers, "exclusive": exclusive, "lite_plan": plan,
                               "lite_messages": messages}  # fmt: skip
@@ -50,19 +71,54 @@ def _lite_remoting(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
         faults.append(Fault("ack_error", {"from": rng.randint(0, 6), "count": rng.choice([1, 2]),
                                           "code": SYSTEM_BUSY}))
     if exclusive:  # the other member of the group takes lite topics
-        for k in rng.sample(range(topics), k=rng.randint(0, 2)):
-            at_add = rng.random() < 0.5
-            args: dict[str, Any] = {"lite_topic": f"r{k}", "at_add": at_add}
-            if not at_add:
-                args["at"] = round(rng.uniform(1, 60), 2)
-            faults.append(Fault("contested", args))
+        faults += _contested(rng, topics, 60.0)
     faults += _handler_faults(rng, len(messages), hang=True)
     if rng.random() < 0.3:
         faults.append(Fault("close_at", {"seconds": round(rng.uniform(0.1, 40.0), 2)}))
     return params, faults
 
 
-DRAWS: dict[str, Draw] = {"lite_remoting": _lite_remoting}
+#: the Proxy's status codes the nemesis answers SyncLiteSubscription with
+#: (pb.Code: INTERNAL_SERVER_ERROR, TOO_MANY_REQUESTS)
+_PROXY_ERRORS = (50001, 42900)
+
+
+def _grpc_lite(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
+    topics = rng.randint(2, 4)
+    plan, messages = _lite_app(rng, topics, 10.0)
+    exclusive = rng.random() < 0.5
+    params: dict[str, Any] = {"exclusive": exclusive, "lite_plan": plan,
+                              "lite_messages": messages}  # fmt: skip
+    faults: list[Fault] = []
+    for _ in range(rng.randint(0, 2)):  # subscription updates refused (resyncs included)
+        faults.append(Fault("sync_error", {"from": rng.randint(0, 6),
+                                           "count": rng.choice([1, 2, 3]),
+                                           "code": rng.choice(_PROXY_ERRORS)}))  # fmt: skip
+    if rng.random() < 0.5:
+        faults.append(Fault("stream_break", {"receive": rng.randint(0, 6),
+                                             "after": rng.randint(0, 3),
+                                             "how": rng.choice(["unavailable", "reset"])}))
+    if rng.random() < 0.35:  # the Telemetry stream cut with them: lite subscriptions dropped
+        faults.append(Fault("connection_drop", {"at": round(rng.uniform(0.5, 30.0), 2)}))
+    if rng.random() < 0.2:
+        faults.append(Fault("proxy_restart", {"seconds": round(rng.uniform(0.5, 30.0), 2),
+                                              "down": rng.choice([0.1, 1.0, 3.0])}))
+    if rng.random() < 0.4:  # (the ack batcher's retries, 0.1 s doubling, end one
+        # within acked_after_success's 3 s: longer refusals are grpc_receive's to judge)
+        faults.append(Fault("ack_refused", {"from_ack": rng.randint(0, 4),
+                                            "seconds": rng.choice([0.3, 1.0, 1.4])}))
+    for index in rng.sample(range(len(messages)), k=rng.randint(0, 1)):
+        faults.append(Fault("compressed_as_gzip", {"message": index,
+                                                   "codec": rng.choice(["lz4", "zstd", "zlib"])}))
+    if exclusive:
+        faults += _contested(rng, topics, 30.0)
+    faults += _handler_faults(rng, len(messages), hang=True, slow=(5, 25))
+    if rng.random() < 0.3:
+        faults.append(Fault("close_at", {"seconds": round(rng.uniform(0.1, 30.0), 2)}))
+    return params, faults
+
+
+DRAWS: dict[str, Draw] = {"lite_remoting": _lite_remoting, "grpc_lite": _grpc_lite}
 
 
 def _pull_remoting(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:

@@ -50,8 +50,12 @@ class RestartingProxy(SimProxy):
             kind, settings = pb.oneof(cmd, "command")
             if kind == "settings":
                 self.known.add(_client(stream))
+                self.on_settings(_client(stream))
                 await stream.send_message(pb.TelemetryCommand(status=pb.Status(
                     code=pb.Code.OK, message="OK"), settings=settings))  # fmt: skip
+
+    def on_settings(self, client: str) -> None:
+        """``client``'s settings came on a Telemetry stream."""
 
     async def _receive(self, stream: Stream[Any, Any]) -> None:
         if _client(stream) not in self.known:
@@ -62,13 +66,17 @@ class RestartingProxy(SimProxy):
             return
         await super()._receive(stream)
 
-    async def restart_after(self, down: float) -> None:
+    async def bounce(self, down: float) -> None:
+        """Go down for ``down`` seconds and come back knowing no client."""
         self.known.clear()
         for m in self.store:  # its renewals stop; the broker's invisible time runs out
             m.auto_renew = False
         await self.stop()
         await asyncio.sleep(down)
         await self.start()
+
+    async def restart_after(self, down: float) -> None:
+        await self.bounce(down)
         for i in range(3):  # published while it was away: the consumer must get them soon
             self.add(f"late-{i}")
         waiting = len([m for m in self.store if m.state == "ready"

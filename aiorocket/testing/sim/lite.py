@@ -32,7 +32,7 @@ import json
 import random
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -47,6 +47,7 @@ from aiorocket.client.lite import (
     lmq_name,
 )
 from aiorocket.client.pop import ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME
+from aiorocket.consumer import Consumer
 from aiorocket.message import PROPERTY_LITE_TOPIC
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
@@ -454,6 +455,28 @@ class SimLiteCluster(SimServers[SimLiteBroker]):
         for b in self.brokers:
             b.revive()
         return [k for b in self.brokers for k in b.unsettled()]
+
+    # -- what ``lite_workload`` asks of its servers (``SimLiteProxy`` answers the same)
+
+    def consumer(self, handler: Any, client_id: str, settings: dict[str, Any]) -> Consumer:
+        """A lite consumer of ``LITE_PARENT`` in ``LITE_GROUP`` on these brokers."""
+        return Consumer(LITE_GROUP, self.namesrv.address, handler=handler,
+                        bind_topic=LITE_PARENT, client_id=client_id, **settings)  # fmt: skip
+
+    def store_lite(self, key: str, k: int, index: int) -> None:
+        """Store message ``key`` (index ``index`` of the run) on lite topic ``r{k}``."""
+        self.brokers[k % len(self.brokers)].store(key, f"r{k}", index)
+
+    def evicted_from(self, client: str) -> set[str]:
+        """The lite topics a broker took from ``client`` (and told it)."""
+        return {t for b in self.brokers for c, t in b.evicted if c == client}
+
+    def inflight(self) -> list[tuple[str, float]]:
+        """(key, visible at) of every message out to a client now."""
+        for b in self.brokers:
+            b.revive()
+        return [(m.key, m.visible_at) for b in self.brokers for q in b.lite.values()
+                for m in q if m.state == "inflight"]  # fmt: skip
 
     async def run_nemesis(self) -> None:
         """Contested lite topics taken at a time of the run (not at an add); a paused

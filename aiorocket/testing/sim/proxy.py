@@ -69,6 +69,8 @@ class ProxyMessage:
     auto_renew: bool = False
     visible_at: float = 0.0
     attempt: int = 0
+    #: a lite message's lite topic (``lite_proxy``)
+    lite_topic: str | None = None
 
 
 class SimProxy(FakeProxy):
@@ -92,11 +94,17 @@ class SimProxy(FakeProxy):
         self._silence_at = {f.args["delivered"] for f in schedule.of("half_open")
                             if "delivered" in f.args}  # fmt: skip
         self.deliveries = 0
+        #: per receive whose stream is open, the keys it wrote (``lite_proxy``)
+        self.writing: list[list[str]] = []
         #: what the workload adds to each ``half_open`` event (its bound)
         self.half_open_info: dict[str, Any] = {}
 
-    def add(self, key: str, *, group: str | None = None, codec: str | None = None) -> None:
-        self.store.append(ProxyMessage(key, group, codec))
+    #: the topic every message is of
+    topic = "t"
+
+    def add(self, key: str, *, group: str | None = None, codec: str | None = None,
+            lite_topic: str | None = None) -> None:  # fmt: skip
+        self.store.append(ProxyMessage(key, group, codec, lite_topic=lite_topic))
         self.history.add("stored", key)
 
     def now(self) -> float:
@@ -114,8 +122,24 @@ class SimProxy(FakeProxy):
         # FIFO: a group whose messages are out (inflight) gets none; else its unsettled
         # messages in order, in one receive (the broker pops an orderly queue's batch
         # and holds the queue until the batch is settled)
-        busy = {m.group for m in self.store if self.fifo and m.state == "inflight"}
-        return [m for m in self.store if m.state == "ready" and m.group not in busy]
+        # (a lite topic is its messages' FIFO group: ``lite_proxy``)
+        busy = {m.lite_topic or m.group for m in self.store
+                if self.fifo and m.state == "inflight"}  # fmt: skip
+        return [m for m in self.store if m.state == "ready"
+                and (m.lite_topic or m.group) not in busy]  # fmt: skip
+
+    def _ready_for(self, stream: Stream[Any, Any]) -> list[ProxyMessage]:
+        """What a receive on ``stream`` may hand out now (``lite_proxy``: only the
+        client's lite subscriptions)."""
+        return self._visible()
+
+    def _renews(self, m: ProxyMessage) -> bool:
+        """Whether the Proxy's own renewal of an auto-renewed receive keeps ``m``."""
+        return True
+
+    def _settling(self, handle: str, lite_topic: str | None) -> ProxyMessage | None:
+        """The message an ack or change names (``lite_proxy``: with its lite topic)."""
+        return self._by_handle(handle)
 
     def _wire(self, m: ProxyMessage) -> pb.Message:
         body, encoding = m.key.encode(), pb.Encoding.IDENTITY
@@ -123,16 +147,25 @@ class SimProxy(FakeProxy):
             # 5.5.0 labels every compressed body GZIP, whatever the producer's codec
             body, encoding = _COMPRESS[m.codec](body), pb.Encoding.GZIP
         return pb.Message(
-            topic=pb.Resource(name="t"),
+            topic=pb.Resource(name=self.topic),
             system_properties=pb.SystemProperties(
                 message_id=f"id-{m.key}", receipt_handle=m.handle,
                 delivery_attempt=m.attempt, message_group=m.group,
                 born_timestamp=datetime.now(timezone.utc), body_encoding=encoding,
+                lite_topic=m.lite_topic,
             ),
             body=body,
         )  # fmt: skip
 
     async def _receive(self, stream: Stream[Any, Any]) -> None:
+        written: list[str] = []  # the keys this receive wrote, while its stream is open
+        self.writing.append(written)
+        try:
+            await self._serve_receive(stream, written)
+        finally:
+            self.writing.remove(written)
+
+    async def _serve_receive(self, stream: Stream[Any, Any], written: list[str]) -> None:
         await self._take(stream)
         generation = self.generation
         req = await stream.recv_message()
@@ -141,9 +174,9 @@ class SimProxy(FakeProxy):
         self.receives += 1
         timeout = req.long_polling_timeout.total_seconds() if req.long_polling_timeout else 5.0
         deadline = self.now() + min(timeout, 5.0)
-        while not self._visible() and self.now() < deadline:  # noqa: ASYNC110  (time-driven)
-            await asyncio.sleep(0.02)
-        ready = self._visible()
+        while not self._ready_for(stream) and self.now() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)  # (time-driven)
+        ready = self._ready_for(stream)
         batch = ready[: max(1, req.batch_size or 32)]
         if not batch:
             await stream.send_message(
@@ -160,7 +193,7 @@ class SimProxy(FakeProxy):
             if self.deliveries in self._silence_at:  # the connections go silent here
                 self._silence_at.discard(self.deliveries)
                 self.half_open(**self.half_open_info)
-            if self.generation != generation or self._silenced(stream):
+            if self.generation != generation or self._silenced(stream) or self._closed(stream):
                 # the connection was reset under this receive: the Proxy cannot write
                 # the rest, and releases what it could not write (on a silenced one,
                 # 5.5.0 would write into it and keep renewing what it wrote while the
@@ -169,9 +202,11 @@ class SimProxy(FakeProxy):
             self.deliveries += 1
             m.attempt += 1
             m.state, m.handle = "inflight", f"{m.key}#{m.attempt}"
-            m.auto_renew, m.visible_at = bool(req.auto_renew), self.now() + invisible
+            m.auto_renew = bool(req.auto_renew) and self._renews(m)
+            m.visible_at = self.now() + invisible
             self.history.add("delivered", m.key, attempt=m.attempt, auto_renew=m.auto_renew)
             await stream.send_message(pb.ReceiveMessageResponse(message=self._wire(m)))
+            written.append(m.key)
         if brk is not None:
             if brk["how"] == "reset":
                 self.drop_connections()
@@ -196,6 +231,11 @@ class SimProxy(FakeProxy):
     def _silenced(self, stream: Stream[Any, Any]) -> bool:
         transport = getattr(getattr(stream, "_stream", None), "_transport", None)
         return id(transport) in self._ever_silent
+
+    def _closed(self, stream: Stream[Any, Any]) -> bool:
+        """The call's connection is closed (a request read just before a reset)."""
+        transport = getattr(getattr(stream, "_stream", None), "_transport", None)
+        return transport is not None and bool(transport.is_closing())
 
     def _saw_call(self, stream: Stream[Any, Any]) -> None:
         silent = getattr(self, "_silent", None)
@@ -235,7 +275,7 @@ class SimProxy(FakeProxy):
             raise GRPCError(GrpcStatus.UNAVAILABLE, "sim: ack refused")
         entries = []
         for entry in req.entries:
-            m = self._by_handle(entry.receipt_handle)
+            m = self._settling(entry.receipt_handle, entry.lite_topic)
             if m is not None:
                 m.state = "acked"
                 self.history.add("acked", m.key)
@@ -249,7 +289,7 @@ class SimProxy(FakeProxy):
         req = await stream.recv_message()
         assert req is not None
         seconds = req.invisible_duration.total_seconds() if req.invisible_duration else 0.0
-        m = self._by_handle(req.receipt_handle)
+        m = self._settling(req.receipt_handle, req.lite_topic)
         new = f"{req.receipt_handle}+"
         if m is not None:
             m.handle, m.auto_renew, m.visible_at = new, False, self.now() + seconds

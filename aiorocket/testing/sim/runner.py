@@ -169,16 +169,18 @@ def _producer_workloads() -> dict[str, Callable[..., History]]:
         from aiorocket.testing.sim.grpc_producer import grpc_producer
     except ImportError:  # the grpc extra is not installed
         return out
+    from aiorocket.testing.sim.grpc_lite import grpc_lite
     from aiorocket.testing.sim.grpc_restart import grpc_restart
 
     out["grpc_producer"] = _on_virtual_asyncio(grpc_producer)
     out["grpc_restart"] = _on_virtual_asyncio(grpc_restart)
+    out["grpc_lite"] = _on_virtual_asyncio(grpc_lite)
     return out
 
 
 WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for", "producer_stall",
              "lite_remoting", "pull_remoting", "producer_sends", "producer_txn",
-             "grpc_producer", "grpc_restart", "request_reply")  # fmt: skip
+             "grpc_producer", "grpc_restart", "request_reply", "grpc_lite")  # fmt: skip
 
 
 def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = None,
