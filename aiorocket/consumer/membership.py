@@ -7,7 +7,13 @@ from typing import Any
 from aiorocket.client.broker import BrokerClient
 from aiorocket.client.namesrv import NameServerClient
 from aiorocket.consumer.state import ConsumerState
-from aiorocket.errors import AccessDeniedError, RocketMQError, TopicNotExistError
+from aiorocket.errors import (
+    AccessDeniedError,
+    ConnectionClosedError,
+    RequestTimeoutError,
+    RocketMQError,
+    TopicNotExistError,
+)
 
 __all__ = ["Membership"]
 
@@ -130,9 +136,20 @@ class Membership:
         if not self._member:
             return
         for addr in sorted(await self.broker_addrs()):
-            try:
-                await self._broker.unregister_client(
-                    addr, self._client_id, consumer_group=self._state.group
-                )
-            except RocketMQError as exc:
-                self._state.log.warning("unregister_failed", broker=addr, error=str(exc))
+            # An unregister lost with its connection (silent, half-open: it timed out and
+            # the connection was closed; or reset) is sent once more, on a new one: left
+            # listed, this member holds its queues from the others until the broker
+            # expires its channel (2 min). The caller's bound covers both tries.
+            for last in (False, True):
+                try:
+                    await self._broker.unregister_client(
+                        addr, self._client_id, consumer_group=self._state.group
+                    )
+                except (ConnectionClosedError, RequestTimeoutError) as exc:
+                    if not last:
+                        self._state.log.info("unregister_retried", broker=addr, error=str(exc))
+                        continue
+                    self._state.log.warning("unregister_failed", broker=addr, error=str(exc))
+                except RocketMQError as exc:
+                    self._state.log.warning("unregister_failed", broker=addr, error=str(exc))
+                break

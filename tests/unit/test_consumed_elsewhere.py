@@ -291,3 +291,36 @@ async def test_an_apps_commit_behind_the_groups_offset_after_a_disconnect_is_ref
             assert broker.offsets == {(TOPIC, 0): 10}
             await consumer.commit()
             assert broker.offsets == {(TOPIC, 0): 12}
+
+
+class SilentOnUnregister(FakeBroker):
+    """The connection goes silent (half-open) just as the client unregisters: that
+    request is never answered; a new connection works."""
+
+    def __init__(self, name: str, role_id: int) -> None:
+        super().__init__(name, role_id)
+        self.silenced = False
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.code == RequestCode.UNREGISTER_CLIENT and not self.silenced:
+            self.silenced = True
+            session.stall()
+            return
+        await super().handle(session, cmd)
+
+
+async def test_an_unregister_lost_on_a_silent_connection_is_sent_again_on_a_new_one() -> None:
+    """Issue 40 (simulator pull_remoting seed 1111): a member closing while its broker
+    connection is half-open. Its unregister times out there (the connection is closed);
+    sent once more on a new connection, it reaches the broker, which no longer lists the
+    member (else it keeps the member's queues from the others until it expires the
+    channel, 2 min on 5.5.0)."""
+    broker = SilentOnUnregister("broker-a", 0)
+    cluster = FakeCluster({"broker-a": [broker]})
+    async with running(cluster):
+        consumer = consumer_of(cluster, Collector(1), request_timeout=0.5)
+        async with consumer:
+            with anyio.fail_after(10):
+                while consumer.client_id not in broker.members:
+                    await broker.heartbeat_seen.wait()
+        assert broker.silenced and consumer.client_id not in broker.members
