@@ -20,7 +20,9 @@ from aiorocket.testing.sim import INVARIANTS, Bounds, History, check, draw, run
 #: 4 and 11 cancel an (orderly) POP consumer's application from outside (app_cancel):
 #: its close left received messages invisible (released_at_close) while the
 #: cancellation stopped the connections' readers with the caller (aiorocket._tasks)
-POP_SEEDS = [*range(0, 24), 27, 28, 66, 211, 212]
+#: 1181: six acks refused in a row, sent at 6.3 s by the close that began at 5.27 s
+#: (acked_after_success counted the close's start as the limit)
+POP_SEEDS = [*range(0, 24), 27, 28, 66, 211, 212, 1181]
 #: grpc_receive 0 and 5 (and 27, 31, 32, 34) found a message delivered again while its
 #: handler ran (one_handler_at_a_time: aiorocket.consumer.pop.in_hand); 94, a message
 #: whose retry delay was asked handed again at once: released by the termination notice
@@ -230,6 +232,32 @@ def test_checker_passes_a_clean_history() -> None:
         (1, "handler_end", "m-0", {}), (1.1, "acked", "m-0", {}), (20, "end", "", {}),
     )  # fmt: skip
     assert _caught(history) == set()
+
+
+def _acked_during_the_close(*, refused: bool, acked_at: float) -> History:
+    """Handled OK at 0; a close from 5.27 to 10; the ack lands at ``acked_at``."""
+    steps: list[tuple[float, str, str, dict[str, object]]] = [
+        (0, "stored", "m-0", {}), (0, "delivered", "m-0", {"broker": "a", "attempt": 1}),
+        (0, "handler_start", "m-0", {"attempt": 1}), (0, "handler_ok", "m-0", {"attempt": 1}),
+        (0, "handler_end", "m-0", {}), (5.27, "close_start", "", {"consumer": "first"}),
+        (acked_at, "acked", "m-0", {}), (10, "close_end", "", {"consumer": "first"}),
+        (20, "end", "", {}),
+    ]  # fmt: skip
+    if refused:
+        steps.insert(5, (0.01, "ack_refused", "", {"broker": "a"}))
+    return _history(*sorted(steps, key=lambda step: step[0]))
+
+
+def test_an_ack_refused_then_sent_by_the_close_is_in_time() -> None:
+    """pop_remoting seed 1181: six acks refused in a row are retried after 0.1 ... 3.2 s
+    and land during the close (its step 5 sends the acks owed): in time. Without a
+    refusal, or not acked by the close's end, it is not."""
+    assert "acked_after_success" not in _caught(_acked_during_the_close(refused=True,
+                                                                        acked_at=6.3))
+    assert "acked_after_success" in _caught(_acked_during_the_close(refused=False,
+                                                                    acked_at=6.3))
+    assert "acked_after_success" in _caught(_acked_during_the_close(refused=True,
+                                                                    acked_at=12))
 
 
 @pytest.mark.parametrize(

@@ -105,11 +105,18 @@ def none_lost(history: History, bounds: Bounds) -> list[Violation]:
 
 def acked_after_success(history: History, bounds: Bounds) -> list[Violation]:
     """A message whose handler returned is acked before the server gives up on that
-    delivery (revives it, or the run ends), unless a close came within ``bounds.ack``."""
+    delivery (revives it, or the run ends), unless a close came within ``bounds.ack``.
+    If its broker refused acks after the handler returned (``ack_refused``), an ack that
+    lands while the next close runs is in time: the client retries a refused ack after
+    a growing pause (0.1 s doubling, for issue 38 item 7), renewing the message, and the
+    close sends the acks still owed (docs: the close's step 5)."""
     out = []
     closes, end = _closes(history), _end(history)
     # a close under way when the handler returned: its ack may be cut (then released)
     spans = list(zip(closes, [e.at for e in history.of("close_end")], strict=False))
+    refused: dict[object, list[float]] = defaultdict(list)
+    for e in history.of("ack_refused"):
+        refused[e.info.get("broker")].append(e.at)
     for key, events in _by_key(history).items():
         for ok in (e for e in events if e.kind == "handler_ok"):
             if any(start <= ok.at <= stop for start, stop in spans):
@@ -123,7 +130,13 @@ def acked_after_success(history: History, bounds: Bounds) -> list[Violation]:
             later = [e for e in events if e.at >= ok.at]
             revived = [e for e in later if e.kind == "revived"
                        and e.info.get("attempt") in (None, attempt)]  # fmt: skip
-            limit = min([end, *(e.at for e in revived[:1]), *(c for c in closes if c >= ok.at)])
+            broker = next((e.info.get("broker") for e in reversed(events)
+                           if e.kind == "delivered" and e.at <= ok.at), None)  # fmt: skip
+            cut = [c for c in closes if c >= ok.at]
+            close = next(((start, stop) for start, stop in spans if start >= ok.at), None)
+            if close is not None and any(ok.at <= t <= close[0] for t in refused[broker]):
+                cut = [close[1]]  # its acks were refused: the close sends those still owed
+            limit = min([end, *(e.at for e in revived[:1]), *cut])
             if any(e.kind in ("acked", "dead_lettered") and e.at <= limit for e in later):
                 continue
             if limit - ok.at > bounds.ack:

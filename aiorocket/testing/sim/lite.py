@@ -253,6 +253,8 @@ class SimLiteBroker:
         for f in self.cluster.schedule.of(kind):
             if f.args.get("broker", self.name) == self.name and \
                     f.args["from"] <= index < f.args["from"] + f.args["count"]:  # fmt: skip
+                if kind == "ack_error":  # the checker gives refused acks the close's time
+                    self.history.add("ack_refused", "", broker=self.name)
                 return RemotingCommand.response_to(cmd, f.args["code"], f"sim {kind}")
         return None
 

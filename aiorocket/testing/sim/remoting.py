@@ -205,6 +205,8 @@ class SimPopBroker:
         for f in self.cluster.schedule.of(kind + "_error"):
             start = f.args["from_" + kind]
             if start <= count < start + f.args["count"]:
+                if kind == "ack":  # the checker gives refused acks the close's time
+                    self.history.add("ack_refused", "", broker=self.name)
                 return RemotingCommand.response_to(cmd, f.args["code"], f"sim {kind} error")
         return None
 
