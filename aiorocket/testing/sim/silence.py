@@ -52,12 +52,13 @@ class Silence:
 
 def pop_reconnect_bound(settings: dict[str, Any]) -> float:
     """A POP (or lite) client's bound to a request on a new connection after a silence:
-    it notices when a pop on the silent one times out (the long poll plus the request
-    timeout), then pops again after its receive backoff (10 s at most); 2 s to spare."""
+    it notices when a pop on the silent one times out (its timeout: the long poll, the
+    request timeout and 5 s, as ``RemotingSource.receive`` sets it), and one receive
+    backoff (10 s at most) comes before or after that pop; 2 s to spare."""
     from aiorocket.consumer.pop.receiver import receive_backoff
 
-    return float(settings["long_poll_timeout"] + settings["request_timeout"]
-                 + receive_backoff(99) + 2)  # fmt: skip
+    pop_timeout = settings["long_poll_timeout"] + settings["request_timeout"] + 5
+    return float(pop_timeout + receive_backoff(99) + 2)
 
 
 #: the history's entries of a pop's messages, added once its answer is written
