@@ -79,7 +79,11 @@ sys.exit(L.attach() is None)"; then
         session_dir=$(mktemp -d "${TMPDIR:-/tmp}/aiorocket-session-XXXXXX")
         AIOROCKET_BROKER_DIR=$session_dir
         export AIOROCKET_BROKER_DIR
-        .venv/bin/python -m aiorocket.testing.broker start --brokers 2 >/dev/null
+        # With the test session's broker settings (tests/conftest.py).
+        .venv/bin/python -c "import os
+from aiorocket.testing.broker import LocalRocketMQ
+from tests.conftest import SESSION_BROKER_PROPS
+LocalRocketMQ(os.environ['AIOROCKET_BROKER_DIR']).start(2, broker_props=SESSION_BROKER_PROPS)"
     fi
     pyversions_log=$(mktemp)
     # The Spark compat phase's venv is made first in the same job (~1 min of pip, a fresh

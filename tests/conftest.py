@@ -80,6 +80,16 @@ def _reap_stale_private_instances() -> None:
         shutil.rmtree(base, ignore_errors=True)
 
 
+#: The broker settings of a cluster started for a test session (scripts/test.sh's, or the
+#: private one of ``rocketmq``): half messages nobody ended are checked back every 10 s
+#: (default 30 s), so each check-back test, and each batch of the Spark sink's
+#: exactly-once through a Proxy, waits seconds less; 45 checks before one is discarded
+#: (default 15) keep the broker's patience with a dead producer at 7.5 minutes. A
+#: cluster started otherwise (``python -m aiorocket.testing.broker start``: development,
+#: benchmarks) keeps the defaults; the tests pass on both.
+SESSION_BROKER_PROPS = {"transactionCheckInterval": 10_000, "transactionCheckMax": 45}
+
+
 @pytest.fixture(scope="session")
 def rocketmq() -> Iterator[LocalRocketMQ]:
     """A running 2-broker local RocketMQ (sync fixture: independent of anyio_backend)."""
@@ -87,7 +97,7 @@ def rocketmq() -> Iterator[LocalRocketMQ]:
     if existing is not None and len(existing.broker_addrs) >= 2:
         yield existing  # somebody else's cluster: do not stop it
         return
-    yield from _private_cluster(None, brokers=2)
+    yield from _private_cluster(None, brokers=2, broker_props=SESSION_BROKER_PROPS)
 
 
 def _private_cluster(version: str | None, **start: Any) -> Iterator[LocalRocketMQ]:

@@ -23,9 +23,10 @@ Without any end of its own, only one copy of a half message is alive at a time (
 pass supersedes the one before), and the answer to its check-back resolves it: a COMMIT
 answer commits each row once. A second check-back of a row comes only if the broker did
 not apply the first answer before its next pass (``transactionCheckInterval``, 30 s by
-default): the answer was lost, and COMMIT again is right; the driver leaves unanswered a
-check-back it could not answer within ``STALE_CHECK`` seconds, so that its answer cannot
-arrive after that pass. So:
+default; option ``transactionCheckIntervalSeconds`` names the broker's): the answer was
+lost, and COMMIT again is right; the driver leaves unanswered a check-back it could not
+answer within ``STALE_CHECK`` of an interval, so that its answer cannot arrive after that
+pass. So:
 
 * Executors send each row as a half message through the Proxy, once (no resend), with
   ``orphaned_transaction_recovery_duration = transactionTimeoutSeconds`` (default 6 s
@@ -35,9 +36,9 @@ arrive after that pass. So:
   in its settings, and waits until the Proxy took its COMMIT answer for every row of the
   batch. ``<batch>.answered`` lists the rows answered COMMIT, synced to disk before the
   answer leaves: a replayed commit after a crash waits for the rows an earlier run did
-  not answer (the broker asks about them), and at most ``UNCERTAIN_WAIT`` for those it
-  noted (if their answer left, the broker does not ask again; if not, it asks within a
-  check interval, and is answered COMMIT again).
+  not answer (the broker asks about them), and at most ``UNCERTAIN_WAIT`` intervals for
+  those it noted (if their answer left, the broker does not ask again; if not, it asks
+  within a check interval, and is answered COMMIT again).
 * A check-back is answered from the records alone (``_txn.judge``): COMMIT for a row of
   a committed transaction, ROLLBACK for any other of a recorded or older batch, UNKNOWN
   for the newest batch without a record (it may still commit; the broker asks again)
@@ -86,12 +87,15 @@ __all__ = ["Answers", "answer", "checker", "commit", "rollback", "send_halves", 
 
 log = get_logger("spark")
 #: how long a replayed commit waits for the broker to ask about a row a dead run noted as
-#: answered (if its answer left, the broker never asks): two check passes (30 s apart by
-#: default, ``transactionCheckInterval``) and some.
-UNCERTAIN_WAIT = 75.0
-#: a check-back not answered within this many seconds of its arrival is left unanswered
-#: (the broker asks again at its next pass): a COMMIT answer must land before that pass.
-STALE_CHECK = 20.0
+#: answered (if its answer left, the broker never asks), in check intervals
+#: (``transactionCheckInterval``, option ``transactionCheckIntervalSeconds``, 30 s by
+#: default): two check passes and some (75 s by default).
+UNCERTAIN_WAIT = 2.5
+#: a check-back not answered within this share of a check interval of its arrival is
+#: left unanswered (the broker asks again at its next pass, which starts a check
+#: interval after the last one ended): a COMMIT answer must land before that pass
+#: (20 s by default).
+STALE_CHECK = 2 / 3
 
 
 async def topic_types(opts: WriteOptions, topic: str) -> set[int] | None:
@@ -152,7 +156,7 @@ def checker(opts: WriteOptions, answers: Answers) -> AbstractAsyncContextManager
     producer = GrpcProducer(
         opts.producer_group, opts.proxy, config=_config(opts, opts.retries),
         on_orphan=on_orphan, topics=[opts.topic] if opts.topic else (),
-        on_answered=answers.sent_one, stale_after=STALE_CHECK,
+        on_answered=answers.sent_one, stale_after=STALE_CHECK * opts.check_interval,
     )  # fmt: skip
     return _started(producer)
 
@@ -266,18 +270,18 @@ async def rollback(producer: GrpcProducer, halves: Iterable[HalfMessage]) -> int
 
 async def _wait_answered(
     answers: Answers, batch: int, rows: Sequence[Row], timeout: float,
-    earlier: AbstractSet[str] = frozenset(),
+    earlier: AbstractSet[str] = frozenset(), uncertain: float = 0.0,
 ) -> None:
     """Wait until this process has sent a COMMIT answer for every row of ``batch``; for
     the rows in ``earlier`` (noted by a run that died: their answer may have left, and
-    then the broker does not ask again) at most ``UNCERTAIN_WAIT`` seconds."""
+    then the broker does not ask again) at most ``uncertain`` seconds."""
     wanted = {r[2] for r in rows}
     start = anyio.current_time()
     delay = 0.1
     with anyio.fail_after(timeout):
         while True:
             missing = wanted - answers.sent.get(batch, set())
-            if anyio.current_time() - start > UNCERTAIN_WAIT:
+            if anyio.current_time() - start > uncertain:
                 missing -= earlier
             if not missing:
                 return
@@ -289,10 +293,11 @@ async def _wait_answered(
 async def commit(
     producer: GrpcProducer, answers: Answers, batch: int,
     halves: dict[str, list[HalfMessage]], wait: float, query: str | None = None,
+    check_interval: float = 30.0,
 ) -> None:  # fmt: skip
-    """The driver's commit of ``batch`` over gRPC (see the module docstring). Once the
-    record is written, nothing this raises makes its rows roll back
-    (``_txn.unrecorded``)."""
+    """The driver's commit of ``batch`` over gRPC (see the module docstring); the
+    broker checks back every ``check_interval`` seconds. Once the record is written,
+    nothing this raises makes its rows roll back (``_txn.unrecorded``)."""
     txn_log = answers.log
     query = txn_log.claim(query, batch)
     record = {txn: rows_of(hs) for txn, hs in halves.items()}
@@ -313,7 +318,8 @@ async def commit(
         rows = [r for rs in (recorded.txns if recorded else {}).values() for r in rs]
         earlier = txn_log.answered(batch) - answers.sent.get(batch, set())
         await _broker._retrying(lambda: producer.declare(*sorted({r[0] for r in rows})))
-        await _wait_answered(answers, batch, rows, wait, earlier)
+        await _wait_answered(answers, batch, rows, wait, earlier,
+                             UNCERTAIN_WAIT * check_interval)  # fmt: skip
         txn_log.mark_done(batch)
     answers.forget_through(batch)
     log.info("spark_batch_replayed_exactly_once", batch=batch, rolled_back=len(surplus),

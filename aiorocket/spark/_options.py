@@ -167,6 +167,9 @@ class WriteOptions:
     #: seconds a micro-batch has, from its first row sent to its commit, before only the
     #: broker's check-back may end its half messages (exactly-once only).
     txn_timeout: int = 300
+    #: the broker's ``transactionCheckInterval`` in seconds (exactly-once through a
+    #: Proxy: how long an answer may take, and a replay waits, are shares of it).
+    check_interval: int = 30
 
 
 _CLIENT_OPTIONS = {
@@ -190,6 +193,7 @@ SPARK_OPTIONS = frozenset({"path", "queryname", "checkpointlocation"})
 _WRITE_OPTIONS = _CLIENT_OPTIONS | {
     "topic", "producergroup", "sendtimeoutms", "retrytimes", "dedupkeyproperty", "autobatch",
     "deliveryguarantee", "transactionlog", "transactiontimeoutseconds", "proxy",
+    "transactioncheckintervalseconds",
 }  # fmt: skip
 
 
@@ -517,4 +521,5 @@ def parse_write(options: Mapping[str, str], *, stream: bool = True) -> WriteOpti
         # Over gRPC it is how soon the broker asks, and every row waits for its answer.
         txn_timeout=_int(opts, "transactionTimeoutSeconds", 6 if proxy else 300, minimum=6)
         or 300,
+        check_interval=_int(opts, "transactionCheckIntervalSeconds", 30, minimum=3) or 30,
     )

@@ -315,7 +315,8 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
             from aiorocket.spark import _grpc
 
             producer, answers = rt.grpc_checker(opts)
-            rt.run(_grpc.commit(producer, answers, batch, halves, wait, query))
+            rt.run(_grpc.commit(producer, answers, batch, halves, wait, query,
+                                opts.check_interval))  # fmt: skip
             return
         client, checker = rt.client(opts.client), rt.checker(opts)
         rt.run(_txn.commit(client, checker, txn_log, batch, halves, wait, query))

@@ -504,7 +504,8 @@ async def test_transactions_commit_rollback_and_recovery(
             await producer.send_in_transaction(Message(topic, body), local(state))  # type: ignore[arg-type]
         first = await receive_all(consumer, 1)
         assert [m.body for m in first] == [b"commit"]
-        # The broker asks about half messages older than 6 s every 30 s (its defaults);
+        # The broker asks about half messages older than 6 s every 10 s (30 s by default:
+        # tests/conftest.py, SESSION_BROKER_PROPS);
         # the Proxy relays that as RecoverOrphanedTransactionCommand on Telemetry.
         with anyio.fail_after(150):
             await all_checked.wait()

@@ -337,7 +337,8 @@ async def test_transactions_commit_rollback_and_check_back(
         reader = Reader(client, topic)
         found = await poll(reader, {}, {sent[b"commit"].msg_id}, timeout=30)
         assert found[sent[b"commit"].msg_id].body == b"commit"
-        # The broker asks about half messages older than 6 s every 30 s (its defaults).
+        # The broker asks about half messages older than 6 s every 10 s (30 s by default:
+        # tests/conftest.py, SESSION_BROKER_PROPS).
         found = await poll(reader, {}, {sent[b"unknown-commit"].msg_id}, timeout=150)
         assert found[sent[b"unknown-commit"].msg_id].body == b"unknown-commit"
         with anyio.fail_after(150):

@@ -64,12 +64,13 @@ def test_through_the_proxy_each_row_once_and_a_replay_rolls_back(
     runs the broker's end itself) and a cluster-mode one (ends go to both brokers one
     way, check-backs come through the Proxy's remoting client)."""
     proxy = rocketmq.proxy_grpc if mode == "local" else request.getfixturevalue("lite_proxy")
-    filled = make_topic(20)  # one batch: each waits for a check pass (every 30 s)
+    filled = make_topic(20)  # one batch: each waits for a check pass (10 s apart in a test session)
     target = unique_name("eosgrpc")
     anyio.run(lambda: rocketmq.create_topic(target, queues=2, message_type="TRANSACTION"))
     ckpt = tmp_path / "ckpt"
     df = stream(filled, spark).select("body", "properties")
-    sink = {"proxy": proxy, "topic": target, "deliveryGuarantee": "exactly-once"}
+    sink = {"proxy": proxy, "topic": target, "deliveryGuarantee": "exactly-once",
+            "transactionCheckIntervalSeconds": eos_driver.check_interval(filled.namesrv)}
     assert run_available_now(df, "rocketmq", ckpt, **sink) == [20]
     expected = Counter(m.body for m in filled.messages)
     # A commit returns once each row of its batch was answered COMMIT (noted on disk
@@ -196,7 +197,8 @@ def test_a_commit_failing_after_its_record_loses_no_row(
     abort rolled back every row, the recorded ones too, and the restarted query waited
     for rows that could never come (5 of 5 lost on the real broker). Now it rolls back
     none of them, the query fails with the typed error, and the restart's replay gets
-    them committed by the broker's check-backs (one check pass: up to 30 s here).
+    them committed by the broker's check-backs (one check pass: up to 10 s in a test
+    session, 30 s by default).
     ``transactionTimeoutSeconds`` 20: the abort's ROLLBACK must come within it to take
     effect (later the broker refuses a client's end), also on a loaded machine (with 6,
     the old abort's came too late there and the test passed before the fix)."""

@@ -250,6 +250,39 @@ def test_a_transient_failure_in_a_commit_is_retried_and_answers_are_not_kept(
     assert producer.fail == 0
 
 
+def test_the_waits_of_a_commit_through_a_proxy_follow_the_check_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Option transactionCheckIntervalSeconds: a replay waits 2.5 check intervals for
+    rows a dead run noted as answered (if their answer left, the broker never asks
+    again), and the driver drops a check-back it could not answer within two thirds of
+    one (its answer could land after the next pass and commit a copy)."""
+    from aiorocket.producer.transaction import HalfMessage
+    from aiorocket.spark import _grpc
+    from aiorocket.spark._options import parse_write
+
+    log = TxnLog(str(tmp_path))
+    halves = [HalfMessage("out", "", -1, -1, f"ID{i}", "T") for i in range(3)]
+    assert log.write(0, {"t": _grpc.rows_of(halves)}, "q1")
+    log.note_answered({0: ["ID0", "ID1", "ID2"]})  # noted, then the driver died
+    run = _grpc.commit(_StandIn(), _grpc.Answers(log), 0, {"t": halves}, 5, "q1",  # type: ignore[arg-type]
+                       check_interval=0.4)  # fmt: skip
+    anyio.run(lambda: run)  # 1 s, within the commit's 5 s
+    assert log.is_done(0)
+
+    eos = {"deliveryGuarantee": "exactly-once", "checkpointLocation": str(tmp_path),
+           "topic": "out", "proxy": "h:1"}  # fmt: skip
+    assert parse_write(eos).check_interval == 30
+    opts = parse_write({**eos, "transactionCheckIntervalSeconds": "9"})
+    assert opts.check_interval == 9
+    with pytest.raises(ConfigError, match="IntervalSeconds must be an integer >= 3"):
+        parse_write({**eos, "transactionCheckIntervalSeconds": "2"})
+    made: dict[str, Any] = {}
+    monkeypatch.setattr(_grpc, "GrpcProducer", lambda *a, **kw: made.update(kw))
+    _grpc.checker(opts, _grpc.Answers(log))
+    assert made["stale_after"] == 6.0
+
+
 def test_a_visibility_query_that_fails_transiently_is_asked_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
