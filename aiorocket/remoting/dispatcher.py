@@ -29,7 +29,10 @@ class RequestDispatcher:
         self._handlers[code] = handler
 
     def unregister(self, code: int, handler: CodeHandler | None = None) -> None:
-        if handler is None or self._handlers.get(code) is handler:
+        """Remove ``code``'s handler (only if it is ``handler``, when given). Compared by
+        equality: a bound method (``obj.on_request``) is a new object at each access, so
+        the one passed here is never the one registered, only equal to it."""
+        if handler is None or self._handlers.get(code) == handler:
             self._handlers.pop(code, None)
 
     async def __call__(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:

@@ -370,3 +370,21 @@ async def test_disconnect_listeners_hear_of_a_lost_connection_once_before_its_re
         await pool.request(server.address, RemotingCommand.request(1), 5)
         assert events == ["connected", "lost", "connected", "lost", "connected"]
     assert events[-1] == "connected"  # closing the pool is not a lost connection
+
+
+def test_a_bound_method_handler_is_unregistered_by_another_reference_to_it() -> None:
+    """A component registers ``self.on_x`` and unregisters ``self.on_x`` at its close:
+    two bound-method objects, equal but not the same (the remoting lite source's notice
+    handler, the producer's check-back and reply handlers stayed registered)."""
+
+    class Component:
+        async def on_x(self, conn: Connection, cmd: RemotingCommand) -> None:
+            return None
+
+    dispatcher = RequestDispatcher()
+    mine, other = Component(), Component()
+    dispatcher.register(41, mine.on_x)
+    dispatcher.unregister(41, other.on_x)  # another component's: kept
+    assert dispatcher._handlers.get(41) == mine.on_x
+    dispatcher.unregister(41, mine.on_x)
+    assert 41 not in dispatcher._handlers
