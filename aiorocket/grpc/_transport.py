@@ -377,18 +377,22 @@ class GrpcTransport:
     ) -> Rep:
         """One request, one reply; the whole call (connecting included) within ``timeout``."""
         limit = self.request_timeout if timeout is None else timeout
-        # What _open_call(prompt=True) and boundary() do, inline: a send is one of these
-        # calls, and their two generator context managers were a measurable share of it.
+        # What _open_call(prompt=True), boundary() and anyio.fail_after do, inline: a
+        # send is one of these calls, and their generator context managers (fail_after's
+        # two nested ones with a backend lookup) were a measurable share of it.
         self._calls += 1
         key = next(self._prompt_ids)
-        self._prompt[key] = asyncio.get_running_loop().time()
+        started = self._prompt[key] = asyncio.get_running_loop().time()
         baseline = _cancelling()
         try:
-            with anyio.fail_after(limit):
+            # anyio's clock on asyncio is the loop's
+            with anyio.CancelScope(deadline=started + limit) as scope:
                 call = self._call(rpc, Cardinality.UNARY_UNARY, type(request), reply_type, limit)
                 async with call as stream:
                     await stream.send_message(request, end=True)
                     reply = await stream.recv_message()
+            if scope.cancelled_caught:  # only its deadline cancels it
+                raise TimeoutError
         except _MAPPED as exc:
             raise self._mapped(exc, rpc, limit, baseline) from exc
         finally:
