@@ -155,11 +155,42 @@ def _versioned_cluster(name: str, version: str, brokers: int) -> Iterator[LocalR
             _versioned_started.pop(name, None)
 
 
+#: the first collected test of a directory -> the PRESTART modules in it (helpers.py,
+#: EarlyCluster): their clusters start as that test sets up.
+_prestart_at: dict[str, list[Any]] = {}
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
+    first_in: dict[Path, str] = {}
+    seen: set[str] = set()
     for item in session.items:
         for name in VERSIONED_FIXTURES:
             if name in getattr(item, "fixturenames", ()):
                 _versioned_last_user[name] = item.nodeid
+        first = first_in.setdefault(item.path.parent, item.nodeid)
+        module = getattr(item, "module", None)
+        if hasattr(module, "PRESTART") and module.__name__ not in seen:
+            seen.add(module.__name__)
+            _prestart_at.setdefault(first, []).append(module)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    from tests.integration.helpers import EARLY, EarlyCluster
+
+    for module in _prestart_at.pop(item.nodeid, ()):
+        prefix, start = module.PRESTART
+        EARLY[module.__name__] = EarlyCluster(prefix, **start)
+        # One its module never used (a run stopped before it) goes with the session.
+        item.config.add_cleanup(lambda m=module.__name__: _close_unused(m))
+
+
+def _close_unused(module: str) -> None:
+    from tests.integration.helpers import EARLY
+
+    early = EARLY.pop(module, None)
+    if early is not None:
+        early.close()
 
 
 @pytest.hookimpl(trylast=True)

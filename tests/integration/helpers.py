@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -106,20 +107,64 @@ async def one_queue_topic(
     await rocketmq.create_group(group, orderly=orderly)
 
 
+class EarlyCluster:
+    """A throw-away cluster in a fresh directory, started with
+    ``LocalRocketMQ.start(**start)`` in a thread of its own from the moment this is made:
+    a module whose test waits on a broker's clock (its first file cleaner and disk check
+    run 60 s after it started, fixed in RocketMQ 5.5) declares ``PRESTART = (prefix,
+    start)`` and gets its cluster started as the first test of its directory sets up
+    (tests/conftest.py), its clock running while the tests before it do."""
+
+    def __init__(self, prefix: str, **start: Any) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix=f"aiorocket-{prefix}-"))
+        self.inst = LocalRocketMQ(self.base)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, args=(start,), daemon=True,
+                                        name=f"start-{prefix}")  # fmt: skip
+        self._thread.start()
+
+    def _start(self, start: dict[str, Any]) -> None:
+        try:
+            self.inst.start(**start)
+        except BaseException as exc:  # re-raised where the cluster is used
+            self._error = exc
+
+    def close(self) -> None:
+        self._thread.join()
+        self.inst.stop(timeout=10)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def use(self) -> Iterator[LocalRocketMQ]:
+        """For a module fixture (``yield from``): the cluster once it is ready, stopped
+        and removed afterwards. One that does not start fails the test with the reason,
+        not a traceback."""
+        self._thread.join()
+        try:
+            if isinstance(self._error, BrokerStartError):
+                pytest.fail(f"throw-away cluster failed to start: {self._error}", pytrace=False)
+            if self._error is not None:
+                raise self._error
+            yield self.inst
+        finally:
+            self.close()
+
+
+#: module name -> its PRESTART cluster, started ahead (tests/conftest.py).
+EARLY: dict[str, EarlyCluster] = {}
+
+
+def prestarted(module: Any) -> Iterator[LocalRocketMQ]:
+    """For the module fixture of a module that declares ``PRESTART``: its cluster,
+    started ahead if the session did, else now."""
+    early = EARLY.pop(module.__name__, None)
+    if early is None:
+        prefix, start = module.PRESTART
+        early = EarlyCluster(prefix, **start)
+    yield from early.use()
+
+
 def throwaway_cluster(prefix: str, **start: Any) -> Iterator[LocalRocketMQ]:
     """For a module fixture (``yield from``): a cluster of its own in a fresh directory,
     started with ``LocalRocketMQ.start(**start)``, stopped and removed afterwards. A
     cluster that does not start fails the test with the reason, not a traceback."""
-    base = Path(tempfile.mkdtemp(prefix=f"aiorocket-{prefix}-"))
-    inst = LocalRocketMQ(base)
-    try:
-        inst.start(**start)
-    except BrokerStartError as exc:
-        inst.stop(timeout=5)
-        shutil.rmtree(base, ignore_errors=True)
-        pytest.fail(f"throw-away cluster failed to start: {exc}", pytrace=False)
-    try:
-        yield inst
-    finally:
-        inst.stop(timeout=10)
-        shutil.rmtree(base, ignore_errors=True)
+    yield from EarlyCluster(prefix, **start).use()
