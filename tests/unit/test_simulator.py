@@ -570,9 +570,11 @@ def test_checker_catches_a_planted_producer_violation(
 #: restarts the Proxy and has the other member of an exclusive group take lite topics;
 #: 50: the close cut a receive on a silent connection, whose release the keepalive then
 #: failed (released_at_close: aiorocket._release.retried); 78: a receive request read
-#: just before a reset wrote into the closed connection (the simulated Proxy's own gap)
+#: just before a reset wrote into the closed connection (the simulated Proxy's own gap);
+#: 222: the application cancelled as a receive's messages were written: unread, they
+#: come back after their invisible time (lost_on_wire, not held against the close)
 #: (3 and 12 run under planted client defects below)
-GRPC_LITE_SEEDS = [0, 50, 78]
+GRPC_LITE_SEEDS = [0, 50, 78, 222]
 
 
 @pytest.mark.parametrize("seed", GRPC_LITE_SEEDS)

@@ -149,12 +149,17 @@ class SimLiteProxy(RestartingProxy):
             self.subs.get(previous, set()).discard(lite_topic)
 
     def drop_connections(self) -> None:
-        """Every connection closed at once: what a receive still open wrote, or any
-        receive wrote in the same instant, may not have been read by the client (grpclib
-        fails a stream whose connection is lost before it read it), and 5.5.0 holds it
-        for its invisible time (not renewed, not freed by the client's termination):
-        ``lost_on_wire`` (the client cannot hand on what it never read), unless the
-        client showed it had it."""
+        """Every connection closed at once: what was written as it closed is unread."""
+        self._unread("connection closed as it was written")
+        super().drop_connections()
+
+    def _unread(self, why: str) -> None:
+        """What a receive still open wrote, or any receive wrote in this instant, may
+        not have been read by the client (grpclib fails a stream whose connection is
+        lost before it read it; a receive the client cuts reads no more), and 5.5.0
+        holds it for its invisible time (not renewed, not freed by the client's
+        termination): ``lost_on_wire`` (the client cannot hand on or release what it
+        never read), unless the client showed it had it."""
         last: dict[str, Any] = {}
         for e in self.history.events:
             last[e.key] = e
@@ -162,9 +167,7 @@ class SimLiteProxy(RestartingProxy):
         open_ = {key for written in self.writing for key in written}
         for key, e in last.items():
             if e.kind == "delivered" and (key in open_ or now - e.at < 0.01):
-                self.history.add("lost_on_wire", key, broker="proxy",
-                                 why="connection closed as it was written")  # fmt: skip
-        super().drop_connections()
+                self.history.add("lost_on_wire", key, broker="proxy", why=why)
 
     async def take(self, lite_topic: str) -> None:
         """The other member subscribes ``lite_topic`` (exclusive): every client that had
@@ -210,6 +213,7 @@ class SimLiteProxy(RestartingProxy):
             if self._telemetry_of.get(client) is stream:
                 del self._telemetry_of[client]
             self._offline(client, "telemetry stream ended")
+            self._unread("the client went away as it was written")
 
     async def _sync(self, stream: Stream[Any, Any]) -> None:
         try:
