@@ -87,11 +87,40 @@ class ClusterProxy:
                 raise BrokerStartError(f"the cluster-mode Proxy exited; see {self._dir}")
             try:
                 if await _admin.get_route(self.remoting_addr, HEALTH_TOPIC) is not None:
-                    return
+                    break
             except (RocketMQError, OSError):  # not listening yet / no route yet
                 pass
             await anyio.sleep(0.3)
-        raise BrokerStartError(f"the cluster-mode Proxy was not ready within {timeout}s")
+        else:
+            raise BrokerStartError(f"the cluster-mode Proxy was not ready within {timeout}s")
+        # Routing over remoting is not yet serving gRPC clients: a fresh Proxy on a busy
+        # machine took more than a client's 3 s to answer its first settings, and the
+        # first test after each start failed ("no settings from the Proxy within 3.0s").
+        # Ready means a gRPC client's session got its settings.
+        while time.monotonic() < deadline:
+            if self._proc is None or not alive(self._proc):
+                raise BrokerStartError(f"the cluster-mode Proxy exited; see {self._dir}")
+            if await self._answers_settings(max(1.0, min(10.0, deadline - time.monotonic()))):
+                return
+            await anyio.sleep(0.3)
+        raise BrokerStartError(
+            f"the cluster-mode Proxy answered no gRPC client's settings within {timeout}s"
+        )
+
+    async def _answers_settings(self, wait: float) -> bool:
+        """Whether a producer session on the gRPC port gets the Proxy's settings within
+        ``wait`` seconds (the session then ends: the Proxy forgets it)."""
+        from aiorocket.grpc import _pb as pb
+        from aiorocket.grpc._session import Session
+        from aiorocket.grpc._transport import GrpcTransport
+
+        transport = GrpcTransport(self.grpc_addr, client_id="aiorocket-harness-ready",
+                                  request_timeout=wait)  # fmt: skip
+        try:
+            async with Session(transport, pb.ClientType.PRODUCER, pb.Publishing()):
+                return True
+        except (RocketMQError, OSError):
+            return False
 
     def stop(self) -> None:
         if self._proc is not None:

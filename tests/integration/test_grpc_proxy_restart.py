@@ -55,14 +55,14 @@ async def test_a_consumer_receives_soon_after_a_restarted_proxy_answers(
             await arrived[b"before"].wait()
         with capture_logs() as logs:
             # the session's Proxy (the lite tests'): one JVM start less than a Proxy of
-            # its own; returns once it routes
+            # its own; returns once it routes and answers a gRPC client's settings
             await anyio.to_thread.run_sync(cluster_proxy.restart)
             back = time.monotonic()
             await producer.send(Message(topic, b"after"))
             with anyio.fail_after(30):
                 await arrived[b"after"].wait()
         took = got[b"after"] - back
-        print(f"handled {took:.2f} s after the restarted Proxy routed")
+        print(f"handled {took:.2f} s after the restarted Proxy answered")
         failed = [e["error"] for e in logs if e["event"] == "receive_failed"]
         # none went out before the settings
         assert not [e for e in failed if "settings" in e.lower()]
