@@ -2,7 +2,7 @@
 
     python benchmarks/spark.py [--count 1000000] [--size 1024] [--cores 2]
                                [--per-core 1,2,4] [--sink-count N]
-                               [--skip pull,read,sink,produce]
+                               [--skip pull,read,sink,stream,produce]
                                [--send-timeout-ms MS]
 
 Pre-fills a fresh topic with 8 queues on each of the two brokers (16 queues) with
@@ -17,12 +17,20 @@ Pre-fills a fresh topic with 8 queues on each of the two brokers (16 queues) wit
   the queue ranges), plus the natural one-partition-per-queue plan;
 * ``sink``: ``df.write.format("rocketmq")`` of ``--sink-count`` generated rows of the
   same size into a fresh topic;
+* ``stream``: the same rows through ``writeStream.format("rocketmq")``, once with
+  ``deliveryGuarantee`` at-least-once and once exactly-once (half messages the driver's
+  commit ends), each a one-micro-batch query (``availableNow``) reading them from a
+  Parquet copy written before the timing (exactly-once exists only for streaming
+  writes);
 * ``produce``: as many messages of the same size from one auto-batched ``Producer``
   process, compare.py's ``aiorocket`` produce child (64 in flight), into a fresh topic:
   issue 43 asks for the sink at >= 0.5x of it, measured in the same run.
 
-Rows/s are rows over the wall time of the Spark action (or of the consumer's drain),
-session start-up excluded. Prints a table, writes ``benchmarks/results/spark-<time>.json``.
+Rows/s are rows over the wall time of the Spark action or query (or of the consumer's
+drain), session start-up excluded. For the sink cases it also gives the CPU per row of
+Spark's Python workers (where the sink runs) and of its JVM (rows into Arrow batches,
+the driver), read from ``/proc`` for the processes under this one, and the load
+average (the machine is shared). Prints a table, writes ``benchmarks/results/spark-<time>.json``.
 The child alone: ``python benchmarks/spark.py child-pull NAMESRV TOPIC N``.
 """
 
@@ -33,8 +41,10 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from functools import partial
 from typing import Any
 
 import _common as c
@@ -78,6 +88,55 @@ def run_pull(namesrv: str, topic: str, count: int) -> dict[str, Any]:
     return result
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_under(root: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) of every process under ``root``: pid -> (name, s)."""
+    children: dict[int, list[tuple[int, str, list[str]]]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        fields = rest.split()
+        children.setdefault(int(fields[1]), []).append((int(pid), name, fields))
+    out: dict[int, tuple[str, float]] = {}
+    todo = [root]
+    while todo:
+        for pid, name, fields in children.get(todo.pop(), []):
+            out[pid] = (name, (int(fields[11]) + int(fields[12])) / _TICK)
+            todo.append(pid)
+    return out
+
+
+class SparkCpu:
+    """CPU per row of Spark's Python workers and of its JVM during one case. A worker
+    that exits within the case loses its share (Spark reuses them: none did here)."""
+
+    def __enter__(self) -> SparkCpu:
+        self.before = _cpu_under(os.getpid())
+        self.load = os.getloadavg()[0]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        after = _cpu_under(os.getpid())
+        self.python = self.jvm = 0.0
+        for pid, (name, cpu) in after.items():
+            spent = cpu - self.before.get(pid, (name, 0.0))[1]
+            if name == "java":
+                self.jvm += spent
+            elif name.startswith("python"):
+                self.python += spent
+        self.load = max(self.load, os.getloadavg()[0])
+
+    def per_row(self, rows: int) -> dict[str, float]:
+        return {"python_cpu_us_per_row": self.python / rows * 1e6,
+                "jvm_cpu_us_per_row": self.jvm / rows * 1e6, "load": self.load}  # fmt: skip
+
+
 def spark_session(cores: int) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -119,22 +178,50 @@ def run_read(spark: Any, namesrv: str, topic: str, count: int, partitions: int |
             "rows_per_s": row.n / seconds}  # fmt: skip
 
 
-def run_sink(spark: Any, namesrv: str, topic: str, count: int, size: int,
-             timeout_ms: int | None = None) -> dict[str, Any]:  # fmt: skip
+def _rows(spark: Any, count: int, size: int) -> Any:
     from pyspark.sql import functions as F
 
     df = spark.range(count).select(
         F.expr(f"cast(concat(cast(id as string), repeat('x', {size})) as binary)").alias("body")
     )
-    df = df.select(F.expr(f"substring(body, 1, {size})").alias("body"))
-    started = time.perf_counter()
-    writer = df.write.format("rocketmq").option("nameServer", namesrv).option("topic", topic)
-    if timeout_ms is not None:
-        writer = writer.option("sendTimeoutMs", str(timeout_ms))
-    writer.mode("append").save()
-    seconds = time.perf_counter() - started
+    return df.select(F.expr(f"substring(body, 1, {size})").alias("body"))
+
+
+def run_sink(spark: Any, namesrv: str, topic: str, count: int, size: int,
+             timeout_ms: int | None = None) -> dict[str, Any]:  # fmt: skip
+    df = _rows(spark, count, size)
+    with SparkCpu() as cpu:
+        started = time.perf_counter()
+        writer = df.write.format("rocketmq").option("nameServer", namesrv).option("topic", topic)
+        if timeout_ms is not None:
+            writer = writer.option("sendTimeoutMs", str(timeout_ms))
+        writer.mode("append").save()
+        seconds = time.perf_counter() - started
     return {"partitions": df.rdd.getNumPartitions(), "rows": count, "seconds": seconds,
-            "rows_per_s": count / seconds}  # fmt: skip
+            "rows_per_s": count / seconds, **cpu.per_row(count)}  # fmt: skip
+
+
+def run_stream(spark: Any, namesrv: str, topic: str, files: str, count: int, mode: str,
+               workdir: str, timeout_ms: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """One ``availableNow`` query over the Parquet copy of the rows into ``topic``."""
+    df = spark.readStream.schema("body binary").parquet(files)
+    checkpoint = os.path.join(workdir, f"{topic}-{uuid.uuid4().hex[:6]}")
+    with SparkCpu() as cpu:
+        started = time.perf_counter()
+        writer = (
+            df.writeStream.format("rocketmq").option("nameServer", namesrv)
+            .option("topic", topic).option("deliveryGuarantee", mode)
+            .option("checkpointLocation", checkpoint).trigger(availableNow=True)
+        )  # fmt: skip
+        if timeout_ms is not None:
+            writer = writer.option("sendTimeoutMs", str(timeout_ms))
+        query = writer.start()
+        query.awaitTermination()
+        seconds = time.perf_counter() - started
+    if query.exception() is not None:
+        raise RuntimeError(f"{mode} query failed: {query.exception()}")
+    return {"mode": mode, "rows": count, "seconds": seconds, "rows_per_s": count / seconds,
+            **cpu.per_row(count)}  # fmt: skip
 
 
 def run_produce(namesrv: str, topic: str, count: int, size: int) -> dict[str, Any]:
@@ -159,16 +246,20 @@ def table(res: dict[str, Any]) -> str:
         label = f"spark.read ({r['label']})"
         lines.append(f"{label:<34} {r['partitions']:>10} {r['seconds']:>9.1f} "
                      f"{r['rows_per_s']:>10,.0f}")  # fmt: skip
-    if "sink" in res:
-        s = res["sink"]
-        lines.append(f"{'df.write (sink)':<34} {s['partitions']:>10} {s['seconds']:>9.1f} "
-                     f"{s['rows_per_s']:>10,.0f}")  # fmt: skip
+    sinks = [("df.write (sink)", res["sink"])] if "sink" in res else []
+    sinks += [(f"writeStream ({r['mode']})", r) for r in res.get("stream", [])]
+    for label, s in sinks:
+        lines.append(f"{label:<34} {s.get('partitions', '-'):>10} {s['seconds']:>9.1f} "
+                     f"{s['rows_per_s']:>10,.0f}   CPU/row: Python "
+                     f"{s['python_cpu_us_per_row']:.1f} us, JVM {s['jvm_cpu_us_per_row']:.1f} us "
+                     f"(load {s['load']:.1f})")  # fmt: skip
     if "produce" in res:
         p = res["produce"]
         lines.append(f"{'Producer, auto-batched (1 process)':<34} {'-':>10} "
-                     f"{p['elapsed']:>9.1f} {p['rows_per_s']:>10,.0f}")  # fmt: skip
-        if "sink" in res:
-            lines.append(f"sink / producer: {res['sink']['rows_per_s'] / p['rows_per_s']:.2f}x")
+                     f"{p['elapsed']:>9.1f} {p['rows_per_s']:>10,.0f}   CPU/msg: "
+                     f"{p['cpu'] / p['rows'] * 1e6:.1f} us")  # fmt: skip
+        for label, s in sinks:
+            lines.append(f"{label} / producer: {s['rows_per_s'] / p['rows_per_s']:.2f}x")
     return "\n".join(lines)
 
 
@@ -183,7 +274,7 @@ def main() -> int:
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--per-core", default="1,2,4")
     p.add_argument("--sink-count", type=int, default=None, help="default: --count / 4")
-    p.add_argument("--skip", default="", help="comma list of pull, read, sink, produce")
+    p.add_argument("--skip", default="", help="comma list of pull, read, sink, stream, produce")
     p.add_argument("--send-timeout-ms", type=int, default=None,
                    help="the sink's sendTimeoutMs (default: the sink's, 3000)")  # fmt: skip
     args = p.parse_args()
@@ -201,7 +292,7 @@ def main() -> int:
     if "pull" not in skip:
         c.log("PullConsumer drain")
         res["pull"] = run_pull(cl.namesrv_addr, topic, args.count)
-    if not {"read", "sink"} <= skip:
+    if not {"read", "sink", "stream"} <= skip:
         started = time.perf_counter()
         spark = spark_session(args.cores)
         res["meta"]["spark_start_seconds"] = time.perf_counter() - started
@@ -224,6 +315,22 @@ def main() -> int:
                 run_sink(spark, cl.namesrv_addr, out, 1000, args.size, timeout_ms)  # warm-up
                 c.log(f"df.write of {n:,} rows")
                 res["sink"] = run_sink(spark, cl.namesrv_addr, out, n, args.size, timeout_ms)
+            if "stream" not in skip:
+                n = args.sink_count or max(1, args.count // 4)
+                timeout_ms = args.send_timeout_ms
+                workdir = tempfile.mkdtemp(prefix="bench-spark-stream-")
+                files = os.path.join(workdir, "rows")
+                _rows(spark, n, args.size).write.parquet(files)
+                warm = os.path.join(workdir, "warm")
+                _rows(spark, 1000, args.size).write.parquet(warm)
+                res["stream"] = []
+                for mode in ("at-least-once", "exactly-once"):
+                    out = f"bench_spark_stream_{uuid.uuid4().hex[:8]}"
+                    anyio.run(partial(cl.create_topic, out, queues=8))
+                    run_stream(spark, cl.namesrv_addr, out, warm, 1000, mode, workdir, timeout_ms)
+                    c.log(f"writeStream ({mode}) of {n:,} rows")
+                    res["stream"].append(run_stream(spark, cl.namesrv_addr, out, files, n, mode,
+                                                    workdir, timeout_ms))  # fmt: skip
         finally:
             spark.stop()
     if "produce" not in skip:

@@ -54,7 +54,7 @@ commit record and ``transactionTimeoutSeconds`` past each row's birth: up to one
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
@@ -68,6 +68,7 @@ from aiorocket.message import Message, MessageExt
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.transaction import HalfMessage, TransactionState
 from aiorocket.spark import _broker, _txn
+from aiorocket.spark._flow import each
 from aiorocket.spark._options import WriteOptions
 from aiorocket.spark._txn import (
     KEEP,
@@ -162,14 +163,14 @@ def checker(opts: WriteOptions, answers: Answers) -> AbstractAsyncContextManager
 
 
 async def send_halves(
-    producer: GrpcProducer, messages: list[Message], opts: WriteOptions
+    producer: GrpcProducer, lists: AsyncIterable[list[Message]], opts: WriteOptions
 ) -> list[HalfMessage]:
     async def send(msg: Message) -> HalfMessage:
         result = await producer.send_half(msg, recovery_s=opts.txn_timeout)
         # The Proxy ends it by (topic, transaction id); no broker or offsets over gRPC.
         return HalfMessage(msg.topic, "", -1, -1, result.msg_id, result.transaction_id)
 
-    return await _txn.send_halves(messages, producer.config.max_in_flight, send)
+    return await _txn.send_halves(lists, producer.config.max_in_flight, send)
 
 
 class Answers:
@@ -254,17 +255,13 @@ async def rollback(producer: GrpcProducer, halves: Iterable[HalfMessage]) -> int
     """End ``halves`` ROLLBACK through the Proxy; how many it took (the others are the
     check-backs' to roll back)."""
     taken = 0
-    limiter = anyio.CapacityLimiter(PARALLEL)
 
     async def one(h: HalfMessage) -> None:
         nonlocal taken
-        async with limiter:
-            if await producer.end(h.topic, h.msg_id, h.transaction_id or "", commit=False):
-                taken += 1
+        if await producer.end(h.topic, h.msg_id, h.transaction_id or "", commit=False):
+            taken += 1
 
-    async with anyio.create_task_group() as tg:
-        for h in halves:
-            tg.start_soon(one, h)
+    await each(list(halves), PARALLEL, one)
     return taken
 
 

@@ -55,8 +55,12 @@ class _Runtime:
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and wait for it; what it raised from inside a task
         group comes out as itself (Spark shows the typed error, not the group)."""
+        return self.result(self.submit(coro))
+
+    def result(self, future: concurrent.futures.Future[T]) -> T:
+        """Wait for ``future`` of :meth:`submit`, raising as :meth:`run` does."""
         try:
-            return self.submit(coro).result()
+            return future.result()
         except BaseException as exc:
             first = first_error(exc)
             if first is exc:

@@ -48,7 +48,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -62,6 +62,7 @@ from aiorocket.message import Message, MessageExt, MessageQueue
 from aiorocket.producer.producer import Producer
 from aiorocket.producer.transaction import HalfMessage, TransactionState, end_half
 from aiorocket.spark import _broker
+from aiorocket.spark._flow import each, each_of
 
 __all__ = [
     "TXN_PROPERTY",
@@ -325,21 +326,17 @@ async def end_all(
 ) -> list[HalfMessage]:
     """End every half message with ``state``; those the broker did not confirm."""
     failed: list[HalfMessage] = []
-    limiter = anyio.CapacityLimiter(PARALLEL)
 
     async def one(half: HalfMessage) -> None:
-        async with limiter:
-            try:
-                addr = await _addr(client, half.topic, half.broker_name)
-                await end_half(client.broker, addr, group, half, state)
-            except RocketMQError as exc:
-                failed.append(half)
-                log.warning("spark_end_transaction_failed", state=state.value,
-                            msg_id=half.msg_id, error=str(exc))  # fmt: skip
+        try:
+            addr = await _addr(client, half.topic, half.broker_name)
+            await end_half(client.broker, addr, group, half, state)
+        except RocketMQError as exc:
+            failed.append(half)
+            log.warning("spark_end_transaction_failed", state=state.value,
+                        msg_id=half.msg_id, error=str(exc))  # fmt: skip
 
-    async with anyio.create_task_group() as tg:
-        for half in halves:
-            tg.start_soon(one, half)
+    await each(list(halves), PARALLEL, one)
     return failed
 
 
@@ -348,30 +345,26 @@ async def wait_visible(client: ClientInstance, rows: Sequence[Row], timeout: flo
     whose end failed); TimeoutError after ``timeout`` seconds. A retriable failure of a
     row's query (a busy broker) is asked again with the rows not seen yet."""
     missing = list(rows)
-    limiter = anyio.CapacityLimiter(PARALLEL)
     delay = 0.5
     with anyio.fail_after(timeout):
         while missing:
             still: list[Row] = []
 
-            async def one(row: Row, still: list[Row]) -> None:
-                async with limiter:
-                    topic, broker_name, msg_id = row
-                    try:
-                        addr = await _addr(client, topic, broker_name)
-                        seen = await _visible_at(client, addr, topic, msg_id)
-                    except RocketMQError as exc:
-                        if not exc.retriable:
-                            raise
-                        # A busy broker, a query that timed out: ask again next round.
-                        log.info("spark_visibility_query_failed", msg_id=msg_id, error=str(exc))
-                        seen = False
-                    if not seen:
-                        still.append(row)
+            async def one(row: Row, still: list[Row] = still) -> None:
+                topic, broker_name, msg_id = row
+                try:
+                    addr = await _addr(client, topic, broker_name)
+                    seen = await _visible_at(client, addr, topic, msg_id)
+                except RocketMQError as exc:
+                    if not exc.retriable:
+                        raise
+                    # A busy broker, a query that timed out: ask again next round.
+                    log.info("spark_visibility_query_failed", msg_id=msg_id, error=str(exc))
+                    seen = False
+                if not seen:
+                    still.append(row)
 
-            async with anyio.create_task_group() as tg:
-                for row in missing:
-                    tg.start_soon(one, row, still)
+            await each(missing, PARALLEL, one)
             if still:
                 log.info("spark_waiting_for_check_backs", rows=len(still))
                 await anyio.sleep(delay)
@@ -427,19 +420,25 @@ async def commit(
 
 
 async def send_halves(
-    messages: Sequence[Message], in_flight: int, send: Callable[[Message], Awaitable[HalfMessage]]
+    lists: AsyncIterable[list[Message]],
+    in_flight: int,
+    send: Callable[[Message], Awaitable[HalfMessage]],
 ) -> list[HalfMessage]:
     """Send every row of a task as a half message with ``send`` (the transport's: over
-    remoting or through a Proxy), at most ``in_flight`` at once; the handles come back in
-    the rows' order, and one failed send fails the task (no resend: see above)."""
-    out: list[HalfMessage | None] = [None] * len(messages)
-    limiter = anyio.CapacityLimiter(in_flight)
+    remoting or through a Proxy) as its lists arrive, at most ``in_flight`` at once (one
+    request each, from a fixed set of workers: ``_flow.each_of``); the handles come back
+    in the rows' order, and one failed send fails the task (no resend: see above)."""
+    out: list[HalfMessage | None] = []
 
-    async def one(i: int, msg: Message) -> None:
-        async with limiter:
-            out[i] = await send(msg)
+    async def numbered() -> AsyncIterator[list[tuple[int, Message]]]:
+        async for messages in lists:
+            first = len(out)
+            out.extend([None] * len(messages))
+            yield list(enumerate(messages, first))
 
-    async with anyio.create_task_group() as tg:
-        for i, msg in enumerate(messages):
-            tg.start_soon(one, i, msg)
+    async def one(row: tuple[int, Message]) -> None:
+        i, msg = row
+        out[i] = await send(msg)
+
+    await each_of(numbered(), in_flight, one)
     return [h for h in out if h is not None]

@@ -10,8 +10,9 @@ checkpoint, produces the same ids for the same rows.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
@@ -40,6 +41,7 @@ from aiorocket.message import Message
 from aiorocket.producer.producer import Producer
 from aiorocket.producer.transaction import HalfMessage, TransactionState
 from aiorocket.spark import _txn
+from aiorocket.spark._flow import hand_over
 from aiorocket.spark._options import WriteOptions
 from aiorocket.spark._runtime import call, runtime
 from aiorocket.spark._txn import TXN_PROPERTY
@@ -183,14 +185,17 @@ def _messages(batch: pa.RecordBatch, opts: WriteOptions, prefix: str, first: int
     return out
 
 
-async def _send_all(producer: Producer, messages: list[Message]) -> None:
+async def _send_all(producer: Producer, lists: AsyncIterable[list[Message]]) -> None:
+    """Every row of a task through the producer's auto-batcher as its lists arrive: the
+    batcher's requests stay full across Spark's Arrow batches."""
     async with anyio.create_task_group() as tg:
-        for msg in messages:
-            await producer.start_send(tg, msg)
+        async for messages in lists:
+            for msg in messages:
+                await producer.start_send(tg, msg)
 
 
 async def _send_halves(
-    producer: Producer, messages: list[Message], opts: WriteOptions
+    producer: Producer, lists: AsyncIterable[list[Message]], opts: WriteOptions
 ) -> list[HalfMessage]:
     async def send(msg: Message) -> HalfMessage:
         result = await producer.send_prepared(
@@ -198,7 +203,7 @@ async def _send_halves(
         )
         return HalfMessage.of(result)
 
-    return await _txn.send_halves(messages, producer.config.max_in_flight, send)
+    return await _txn.send_halves(lists, producer.config.max_in_flight, send)
 
 
 @dataclass(frozen=True)
@@ -233,10 +238,15 @@ class _Sender:
             return self._send_exactly_once(rt, batches, prefix, txn)
         producer = rt.producer(self.opts)
         count = 0
-        for batch in batches:
-            messages = _messages(batch, self.opts, prefix, count)
-            rt.submit(_send_all(producer, messages)).result()
-            count += len(messages)
+
+        def lists() -> Iterator[list[Message]]:
+            nonlocal count
+            for batch in batches:
+                messages = _messages(batch, self.opts, prefix, count)
+                count += len(messages)
+                yield messages
+
+        hand_over(rt, lists(), partial(_send_all, producer))
         return SinkCommit(partition, count)
 
     def _send_exactly_once(
@@ -245,18 +255,25 @@ class _Sender:
         # Unique per task attempt: a retried task is another transaction.
         txn = f"{self.write_id}.{task.partition}.{task.attempt}"
         tag = _txn.tag(task.batch, task.query, txn)
-        halves: list[HalfMessage] = []
-        for batch in batches:
-            messages = _messages(batch, self.opts, prefix, len(halves))
-            for msg in messages:
-                msg.properties[TXN_PROPERTY] = tag
-            if self.opts.proxy is not None:
-                from aiorocket.spark import _grpc
+        count = 0
 
-                sent = _grpc.send_halves(rt.grpc_sender(self.opts), messages, self.opts)
-            else:
-                sent = _send_halves(rt.sender(self.opts), messages, self.opts)
-            halves.extend(rt.run(sent))
+        def lists() -> Iterator[list[Message]]:
+            nonlocal count
+            for batch in batches:
+                messages = _messages(batch, self.opts, prefix, count)
+                for msg in messages:
+                    msg.properties[TXN_PROPERTY] = tag
+                count += len(messages)
+                yield messages
+
+        send: Callable[[AsyncIterable[list[Message]]], Awaitable[list[HalfMessage]]]
+        if self.opts.proxy is not None:
+            from aiorocket.spark import _grpc
+
+            send = partial(_grpc.send_halves, rt.grpc_sender(self.opts), opts=self.opts)
+        else:
+            send = partial(_send_halves, rt.sender(self.opts), opts=self.opts)
+        halves = hand_over(rt, lists(), send)
         return SinkCommit(task.partition, len(halves), txn, tuple(halves), task.query)
 
 
