@@ -2,17 +2,57 @@
 
     python scripts/simulate.py --runs 200 --workload pop_remoting
     python scripts/simulate.py --seed 4 --workload pop_remoting     # replay one seed
+    python scripts/simulate.py --against cce0824 --seed 0 --workload grpc_receive
+
+``--against COMMIT`` runs today's simulator on an old client: a scratch checkout of
+COMMIT (``git worktree add --detach`` in a temporary directory, removed afterwards)
+with today's ``aiorocket/testing/sim/`` and the fakes it builds on laid over it, this
+script re-run there with the other options.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 
 from aiorocket.testing.sim import INVARIANTS, WORKLOADS, run, shrink
+
+#: today's files laid over an old checkout: the simulator and the fakes it builds on
+OVERLAY = ("aiorocket/testing/sim", "aiorocket/testing/fake_remoting.py",
+           "aiorocket/testing/fake_grpc.py", "scripts/simulate.py")  # fmt: skip
+
+
+def against(commit: str, argv: list[str]) -> int:
+    """Run this script with ``argv`` on a scratch checkout of ``commit`` overlaid with
+    today's simulator (``OVERLAY``), its ``aiorocket`` first on the path."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="aiorocket-sim-") as scratch:
+        tree = Path(scratch) / "tree"
+        git = ["git", "-C", str(root), "worktree"]
+        subprocess.run([*git, "add", "--detach", "--quiet", str(tree), commit], check=True)
+        try:
+            for path in OVERLAY:
+                src, dst = root / path, tree / path
+                if src.is_dir():
+                    shutil.rmtree(dst, ignore_errors=True)
+                    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, dst)
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            print(f"today's simulator against {commit} (scratch checkout {tree})", flush=True)
+            cmd = [sys.executable, str(tree / "scripts/simulate.py"), *argv]
+            return subprocess.run(cmd, cwd=tree, env=env, check=False).returncode
+        finally:
+            subprocess.run([*git, "remove", "--force", str(tree)], check=False)
 
 
 def main() -> int:
@@ -24,7 +64,14 @@ def main() -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="every run's schedule")
     parser.add_argument("--shrink", action="store_true",
                         help="rerun each failure without the faults it does not need")
+    parser.add_argument("--against", metavar="COMMIT",
+                        help="run on a scratch checkout of COMMIT (an old client)")
     args = parser.parse_args()
+    if args.against:  # the same options, less --against, in the scratch checkout
+        argv = sys.argv[1:]
+        rest = [a for i, a in enumerate(argv) if not a.startswith("--against")
+                and (i == 0 or argv[i - 1] != "--against")]  # fmt: skip
+        return against(args.against, rest)
     logging.disable(logging.CRITICAL)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.runs)
     started = time.monotonic()

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from aiorocket.client.lite import (
-    GET_LITE_CLIENT_INFO,
     LITE_BIND_TOPIC,
     LITE_SUB_MODEL,
     LITE_SUBSCRIPTION_CTL,
@@ -54,6 +53,7 @@ from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.frame import encode_command
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
+from aiorocket.testing.sim.compat import GET_LITE_CLIENT_INFO
 from aiorocket.testing.sim.history import Event
 from aiorocket.testing.sim.servers import SimServers, send_route
 from aiorocket.testing.sim.silence import Deliveries, Silence, answer_pop

@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from aiorocket.message import (
-    PROPERTY_CLUSTER,
-    PROPERTY_CORRELATION_ID,
-    PROPERTY_REPLY_TO_CLIENT,
-)
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.message_codec import decode_messages, encode_properties
 from aiorocket.protocol.store_record import encode_stored_message
+from aiorocket.testing.sim.compat import (
+    PROPERTY_CLUSTER,
+    PROPERTY_CORRELATION_ID,
+    PROPERTY_REPLY_TO_CLIENT,
+)
 from aiorocket.testing.sim.producer_broker import SimSendBroker, SimSendCluster
 from aiorocket.testing.sim.remoting import TOPIC
 from aiorocket.testing.sim.servers import send_route

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from aiorocket.errors import RequestTimeoutError, RocketMQError
-from aiorocket.message import PROPERTY_CORRELATION_ID, Message
+from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.sim._client import client_tasks, record_error
+from aiorocket.testing.sim.compat import PROPERTY_CORRELATION_ID
 from aiorocket.testing.sim.nemesis import SYSTEM_BUSY, SYSTEM_ERROR, Fault
 from aiorocket.testing.sim.remoting import TOPIC
 from aiorocket.testing.sim.reply_broker import SimReplyCluster

@@ -55,10 +55,10 @@ def pop_reconnect_bound(settings: dict[str, Any]) -> float:
     it notices when a pop on the silent one times out (its timeout: the long poll, the
     request timeout and 5 s, as ``RemotingSource.receive`` sets it), and one receive
     backoff (10 s at most) comes before or after that pop; 2 s to spare."""
-    from aiorocket.consumer.pop.receiver import receive_backoff
+    from aiorocket.testing.sim.compat import receive_backoff_cap
 
     pop_timeout = settings["long_poll_timeout"] + settings["request_timeout"] + 5
-    return float(pop_timeout + receive_backoff(99) + 2)
+    return float(pop_timeout + receive_backoff_cap() + 2)
 
 
 #: the history's entries of a pop's messages, added once its answer is written
