@@ -37,7 +37,10 @@ from aiorocket._send_result import SendResult
 from aiorocket.errors import ClientClosedError, RequestTimeoutError, RocketMQError
 from aiorocket.grpc._convert import Outgoing
 
-__all__ = ["GrpcBatcher", "SendBatch", "Wanted"]
+__all__ = ["GRPC_BATCH_IN_FLIGHT", "GrpcBatcher", "SendBatch", "Wanted"]
+
+#: requests per topic under way at once when ``batch_in_flight`` is None (ProducerConfig)
+GRPC_BATCH_IN_FLIGHT = 2
 
 #: A request's messages whose callers still wait, and the latest of their deadlines
 #: (``time.monotonic()``): read before each attempt.

@@ -49,7 +49,7 @@ from aiorocket.errors import (
     RocketMQError,
 )
 from aiorocket.grpc import _pb as pb
-from aiorocket.grpc._batcher import GrpcBatcher, Wanted
+from aiorocket.grpc._batcher import GRPC_BATCH_IN_FLIGHT, GrpcBatcher, Wanted
 from aiorocket.grpc._convert import Outgoing, prepare
 from aiorocket.grpc._encode import FastSendResponse, SendEntry, encode_message, send_request
 from aiorocket.grpc._received import message_ext
@@ -77,7 +77,7 @@ class SendSettings(Protocol):
     max_in_flight: int
     auto_batch: bool | None
     batch_max_bytes: int
-    batch_in_flight: int
+    batch_in_flight: int | None
     shutdown_timeout: float
     credentials: Credentials | None
     tls: TlsSetting
@@ -195,8 +195,8 @@ class GrpcProducer:
                 await batches.__aenter__()
                 stack.push_async_callback(self._end_batches, batches)
                 self._batcher = GrpcBatcher(
-                    self._send_batched, batches,
-                    max_bytes=self.config.batch_max_bytes, in_flight=self.config.batch_in_flight,
+                    self._send_batched, batches, max_bytes=self.config.batch_max_bytes,
+                    in_flight=self.config.batch_in_flight or GRPC_BATCH_IN_FLIGHT,
                 )  # fmt: skip
             self._stack = stack.pop_all()
 

@@ -61,25 +61,27 @@ from aiorocket.client.results import SendResult
 from aiorocket.errors import ClientClosedError, RequestTimeoutError
 from aiorocket.message import RETRY_TOPIC_PREFIX, Message
 from aiorocket.producer.backend import ResultCallback
-from aiorocket.producer.batch import RECORD_OVERHEAD, encode_record, split_batch_result
+from aiorocket.producer.batch import pack_record, split_batch_result
 from aiorocket.producer.config import ProducerConfig
 from aiorocket.producer.prepare import (
     Outgoing,
     check_body,
-    check_schedule,
     check_topic,
-    encode_props,
+    encoded_props,
     wire_properties,
 )
 from aiorocket.producer.sender import Plan, Sender, take_slot
 
 __all__ = [
+    "BATCH_IN_FLIGHT",
     "WORKER_IDLE_EXIT",
     "AutoBatcher",
 ]
 
 #: seconds a topic's idle request worker lives on, waiting for the topic's next message.
 WORKER_IDLE_EXIT = 60.0
+#: requests per topic under way at once when ``batch_in_flight`` is None (ProducerConfig)
+BATCH_IN_FLIGHT = 4
 
 
 @dataclass(eq=False, slots=True)
@@ -87,6 +89,8 @@ class _Waiting:
     msg: Message
     body: bytes
     properties: str  # encoded, with the message's UNIQ_KEY
+    #: its record in a batch body (encoded once, at hand-over: retries reuse it)
+    record: bytes
     msg_id: str
     deadline: float
     #: the awaiting caller's (``send``); None for ``start_send``, whose reporter is told
@@ -102,10 +106,6 @@ class _Waiting:
     #: ``start_send``: the task group's reporter, and the caller's callback
     reporter: _Reporter | None = None
     on_result: ResultCallback | None = None
-
-    @property
-    def size(self) -> int:
-        return RECORD_OVERHEAD + len(self.body) + len(self.properties)
 
     def finish(self, result: SendResult | None, error: BaseException | None) -> None:
         if self.answered:  # the sweeper may have answered it (its timeout)
@@ -136,6 +136,25 @@ class _TopicLane:
     workers: int = 0  # worker tasks alive (at most batch_in_flight)
     idle: int = 0  # workers waiting for messages
     wake: Signal = field(default_factory=Signal)  # a message arrived for idle workers
+    #: when its last worker went idle (the loop's clock)
+    idle_since: float = 0.0
+    #: set by the sweeper after ``WORKER_IDLE_EXIT`` without a request: idle workers end
+    retire: bool = False
+
+
+def _retire_if_idle(lane: _TopicLane, now: float) -> float:
+    """Retire ``lane``'s workers if all have been idle for ``WORKER_IDLE_EXIT``; else
+    when to look again."""
+    if not lane.workers or lane.retire:
+        return math.inf
+    if lane.idle < lane.workers or lane.waiting:  # busy: it goes idle later, if ever
+        return now + WORKER_IDLE_EXIT
+    at = lane.idle_since + WORKER_IDLE_EXIT
+    if at > now:
+        return at
+    lane.retire = True
+    lane.wake.notify()
+    return math.inf
 
 
 async def _settle(callback_result: Awaitable[None]) -> None:
@@ -176,7 +195,8 @@ class _Reporter:
                     assert w.result is not None
                     if w.on_result is not None:
                         ret = w.on_result(w.result)
-                        if inspect.isawaitable(ret):  # runs on as the callers' tasks did
+                        # an awaitable runs on, as in the callers' tasks of ``send``
+                        if ret is not None and inspect.isawaitable(ret):
                             self._tg.start_soon(_settle, ret)
                 if not self._unanswered:
                     return
@@ -196,6 +216,7 @@ class AutoBatcher:
         self._sender = sender
         self._config = config
         self._log = log
+        self._requests = config.batch_in_flight or BATCH_IN_FLIGHT  # per topic
         self._lanes: dict[str, _TopicLane] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._loop: LoopShortcuts | None = None
@@ -250,8 +271,11 @@ class AutoBatcher:
         handed over so are unanswered; ``task_group``'s reporter calls ``on_result``
         (module docstring)."""
         waiting = self._prepare(msg, deadline, awaited=False)  # a bad one fails here
-        started = f"{self._config.max_in_flight} messages started"
-        await take_slot(self.started_slots, deadline, self._sender.now, started)
+        try:  # take_slot's fast path, without a coroutine per message
+            self.started_slots.acquire_nowait()
+        except anyio.WouldBlock:
+            started = f"{self._config.max_in_flight} messages started"
+            await take_slot(self.started_slots, deadline, self._sender.now, started)
         if self._tg is None:
             self.started_slots.release()
             raise ClientClosedError("producer is closed")
@@ -283,17 +307,24 @@ class AutoBatcher:
             self._riding.discard(waiting)
 
     def _prepare(self, msg: Message, deadline: float, *, awaited: bool) -> _Waiting:
-        """``awaited``: by a ``send`` caller (with an event to wake it)."""
+        """``awaited``: by a ``send`` caller (with an event to wake it).
+
+        ``accepts(msg)`` held: its body is bytes, no delay, priority or lite topic (what
+        ``check_schedule`` looks at). A topic with a lane was checked when it got one.
+        """
         loop = self._loop
         if self._tg is None or loop is None:
             raise ClientClosedError("producer is not started or closed")
-        cfg = self._config
-        check_topic(msg.topic)
-        check_body(msg, cfg.max_message_size)
-        check_schedule(msg)
+        if msg.topic not in self._lanes:
+            check_topic(msg.topic)
+        body = bytes(msg.body)
+        if not 0 < len(body) <= self._config.max_message_size:
+            check_body(msg, self._config.max_message_size)
         props, msg_id = wire_properties(msg)
+        text, data = encoded_props(props)
+        record = pack_record(body, data, msg.flag)
         done = loop.new_event() if awaited else None
-        return _Waiting(msg, bytes(msg.body), encode_props(props), msg_id, deadline, done)
+        return _Waiting(msg, body, text, record, msg_id, deadline, done)
 
     def _enqueue(self, waiting: _Waiting) -> _TopicLane:
         """Queue ``waiting`` on its topic's lane and see that a request takes it."""
@@ -304,7 +335,7 @@ class AutoBatcher:
         lane.waiting.append(waiting)
         if lane.idle:
             lane.wake.notify()  # a worker takes it (and whatever else came) at once
-        elif lane.workers < self._config.batch_in_flight:
+        elif lane.workers < self._requests:
             self._start_worker(msg.topic, lane)  # a request slot to spare: it leaves now
         elif deadline < self._next_expiry:
             self._expiry.notify()  # it waits for a busy request: the sweeper watches it
@@ -331,14 +362,16 @@ class AutoBatcher:
 
     async def _expire_loop(self) -> None:
         """Fail messages still waiting at their deadline (they were never sent), and
-        answer those whose request runs on for a later caller (they may be stored)."""
+        answer those whose request runs on for a later caller (they may be stored); end
+        the workers of a topic idle for ``WORKER_IDLE_EXIT`` (their own timer, a cancel
+        scope per idle wait, cost more than a batch's request took)."""
         assert self._loop is not None
         now_of = self._loop.now
         while True:
             now, earliest = now_of(), math.inf
             for lane in self._lanes.values():
                 late = _expire(lane.waiting, now, "waited for a batch past its timeout")
-                earliest = min(earliest, late)
+                earliest = min(earliest, late, _retire_if_idle(lane, now))
             late = _expire(self._riding, now, "got no answer within its timeout")
             earliest = min(earliest, late)
             self._next_expiry = earliest
@@ -348,6 +381,10 @@ class AutoBatcher:
     def _start_worker(self, topic: str, lane: _TopicLane) -> None:
         if self._tg is None:  # closing: close() fails whatever still waits
             return
+        if not lane.workers:  # the sweeper must look at it when it may have gone idle
+            assert self._loop is not None
+            if self._loop.now() + WORKER_IDLE_EXIT < self._next_expiry:
+                self._expiry.notify()
         lane.workers += 1
         self._tg.start_soon(self._lane_worker, topic, lane)
 
@@ -359,7 +396,8 @@ class AutoBatcher:
         size = 0
         while lane.waiting:
             nxt = lane.waiting[0]
-            if batch and size + nxt.size > max_bytes:
+            n = len(nxt.record)
+            if batch and size + n > max_bytes:
                 break
             lane.waiting.popleft()
             nxt.taken = True
@@ -367,28 +405,32 @@ class AutoBatcher:
                 nxt.finish(None, RequestTimeoutError(f"send to {topic!r} timed out waiting"))
                 continue
             batch.append(nxt)
-            size += nxt.size
+            size += n
         return batch
 
     async def _lane_worker(self, topic: str, lane: _TopicLane) -> None:
         """One of the topic's request slots: sends what waits, one request at a time.
 
-        A worker idle for ``WORKER_IDLE_EXIT`` seconds ends (the next message of the topic
-        starts another), so a producer that wrote to many topics keeps no tasks for them.
+        The workers of a topic idle for ``WORKER_IDLE_EXIT`` seconds end (the sweeper
+        retires them; the next message of the topic starts another), so a producer that
+        wrote to many topics keeps no tasks for them.
         """
+        assert self._loop is not None
+        now_of = self._loop.now
         try:
             while True:
                 batch = self._take(topic, lane) if self._tg is not None else []
                 if not batch:
                     lane.idle += 1
+                    lane.idle_since = now_of()
                     try:
-                        with anyio.move_on_after(WORKER_IDLE_EXIT) as idle_scope:
-                            await lane.wake.wait()
+                        await lane.wake.wait()
                     finally:
                         lane.idle -= 1
-                    if idle_scope.cancelled_caught and not lane.waiting:
+                    if lane.retire and not lane.waiting:
                         return
                     continue
+                lane.retire = False
                 lane.in_flight += 1
                 try:
                     await self._run(topic, batch)
@@ -428,7 +470,8 @@ class AutoBatcher:
             for w, result in zip(sent, results, strict=True):
                 w.finish(result, None)
             for w in batch:  # left before the last attempt, which did not carry it
-                w.finish(None, RequestTimeoutError(f"send to {topic!r} timed out"))
+                if not w.answered:
+                    w.finish(None, RequestTimeoutError(f"send to {topic!r} timed out"))
         finally:
             self._riding.difference_update(early)
 
@@ -465,7 +508,7 @@ class AutoBatcher:
             w = batch[0]
             return Outgoing(topic, w.body, w.properties, 0, w.msg_id, w.msg.flag)
         # A batch request (one that lost callers stays one: its request code is set).
-        body = b"".join(encode_record(w.body, w.properties, w.msg.flag) for w in batch)
+        body = b"".join([w.record for w in batch])
         # The batch's own properties are appended to every message's: keep them empty.
         return Outgoing(topic, body, "", 0, create_unique_id())
 

@@ -36,6 +36,7 @@ __all__ = [
     "RECORD_OVERHEAD",
     "decode_records",
     "encode_record",
+    "pack_record",
     "prepare_batch",
     "split_batch_result",
 ]
@@ -47,7 +48,11 @@ RECORD_OVERHEAD = _HEAD.size + _PROPS_LEN.size
 
 def encode_record(body: bytes, properties: str, flag: int = 0) -> bytes:
     """One message of a batch body."""
-    props = properties.encode()
+    return pack_record(body, properties.encode(), flag)
+
+
+def pack_record(body: bytes, props: bytes, flag: int = 0) -> bytes:
+    """One message of a batch body, its properties encoded already."""
     total = RECORD_OVERHEAD + len(body) + len(props)
     return b"".join(
         (_HEAD.pack(total, 0, 0, flag, len(body)), body, _PROPS_LEN.pack(len(props)), props)

@@ -35,6 +35,7 @@ __all__ = [
     "check_schedule",
     "check_topic",
     "encode_props",
+    "encoded_props",
     "prepare_message",
     "wire_properties",
 ]
@@ -60,13 +61,20 @@ class Outgoing:
 
 
 def encode_props(props: dict[str, str]) -> str:
+    return encoded_props(props)[0]
+
+
+def encoded_props(props: dict[str, str]) -> tuple[str, bytes]:
+    """The properties as the request header's text and as a batch record's bytes (one
+    encoding for both: the auto-batcher needs each), within the size the wire allows."""
     text = encode_properties(props)
-    size = len(text.encode())
-    if size > MAX_PROPERTIES_BYTES:
+    data = text.encode()
+    if len(data) > MAX_PROPERTIES_BYTES:
         raise MessageTooLargeError(
-            f"message properties take {size} bytes, more than the maximum {MAX_PROPERTIES_BYTES}"
+            f"message properties take {len(data)} bytes, more than the maximum "
+            f"{MAX_PROPERTIES_BYTES}"
         )
-    return text
+    return text, data
 
 
 def wire_properties(

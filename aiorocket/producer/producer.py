@@ -285,7 +285,8 @@ class Producer:
         that wait at the same time (see ``aiorocket.producer.accumulate``).
         """
         engine = self._open()
-        await self._paced()
+        if self._rate is not None:  # no coroutine per message without a limit
+            await self._rate.acquire(1)
         trace = self._trace
         if trace is None:
             return await engine.send(
@@ -317,7 +318,8 @@ class Producer:
         result. A failed send raises in ``task_group`` (cancelling it, as any failed task).
         """
         engine = self._open()
-        await self._paced()
+        if self._rate is not None:  # no coroutine per message without a limit
+            await self._rate.acquire(1)
         trace = self._trace
         if trace is not None:
             on_result = _traced(trace, msg, on_result)

@@ -52,6 +52,26 @@ async def test_idle_producer_sends_each_message_alone_and_at_once() -> None:
         assert [r.queue_offset for r in results] == [0, 0, 0]  # round-robin over queues
 
 
+async def test_a_topic_keeps_four_requests_under_way_by_default() -> None:
+    # With two, a third of 64 sends in flight waited for a request (benchmarks/README.md,
+    # "The auto-batched producer"); over gRPC the default stays two.
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True) as p:
+        assert p.config.batch_in_flight is None
+        broker = fake.brokers[0]
+        broker.hold = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            for i in range(4):  # each leaves alone, at once, while a request is free
+                tg.start_soon(p.send, Message(TOPIC, b"m%d" % i))
+                await wait_for(lambda n=i + 1: broker.holding == n)
+            for i in range(4, 7):
+                tg.start_soon(p.send, Message(TOPIC, b"m%d" % i))
+            await anyio.wait_all_tasks_blocked()
+            assert broker.holding == 4  # the other three wait for one of the four
+            broker.hold.set()
+        assert len(broker.received(V2)) == 4
+        assert sorted(bodies_of_batch(broker)) == [b"m4", b"m5", b"m6"]
+
+
 async def test_messages_waiting_behind_a_busy_request_leave_in_one_batch() -> None:
     async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, batch_in_flight=1) as p:
         broker = fake.brokers[0]

@@ -26,6 +26,7 @@ def test_overrides_never_change_the_callers_config() -> None:
     [
         (Consumer, "consume_concurrency", True, "positive integer"),
         (Producer, "max_in_flight", True, "positive integer"),
+        (Producer, "batch_in_flight", 0, "positive integer"),  # None: the transport's
         (Consumer, "pull_threshold_for_all", False, "positive integer"),
         (Consumer, "request_timeout", "5", "positive number"),
         (Producer, "send_timeout", "5", "positive number"),
