@@ -2,6 +2,7 @@
 
     python benchmarks/produce.py [--namesrv HOST:PORT] [--topic T] [--messages N]
                                  [--size BYTES] [--in-flight K] [--backend asyncio|trio]
+                                 [--auto-batch]
 
 Without ``--namesrv`` it uses the local cluster of ``python -m aiorocket.testing.broker``
 (started with ``start --brokers 2``) and creates a fresh 8-queue topic on every broker.
@@ -113,7 +114,8 @@ async def main(args: argparse.Namespace, cluster: LocalRocketMQ | None) -> None:
         f"namesrv {namesrv} topic {topic}: {args.messages} x {args.size} B, "
         f"{args.in_flight} in flight, backend {args.backend}"
     )
-    async with Producer("bench_producer", namesrv, max_in_flight=args.in_flight) as producer:
+    settings = {"max_in_flight": args.in_flight, "auto_batch": args.auto_batch or None}
+    async with Producer("bench_producer", namesrv, **settings) as producer:
         await run_workers(producer, topic, body, args.warmup, args.in_flight)  # warm-up
         cpu = time.process_time()
         elapsed, lat = await run_workers(producer, topic, body, args.messages, args.in_flight)
@@ -122,6 +124,9 @@ async def main(args: argparse.Namespace, cluster: LocalRocketMQ | None) -> None:
         cpu = time.process_time()
         elapsed, lat = await run_start_send(producer, topic, body, args.messages)
         report("start_send", len(lat), args.size, elapsed, time.process_time() - cpu, lat)
+        if producer.batcher is not None:
+            b = producer.batcher
+            print(f"batches {b.batches}, mean {b.batched_messages / max(b.batches, 1):.1f} msgs")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -133,6 +138,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--in-flight", type=int, default=64)
     p.add_argument("--warmup", type=int, default=1000)
     p.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+    p.add_argument("--auto-batch", action="store_true", help="auto_batch=True (compare.py's)")
     return p.parse_args(argv)
 
 
