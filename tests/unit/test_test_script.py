@@ -23,11 +23,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 _OK = "#!/bin/sh\nexit 0\n"
-#: .venv/bin/python: the cluster check says none runs; the broker's start and stop are
-#: recorded; pytest waits (``pytest.pid`` says it started) or exits with $PYTEST_RC
+#: .venv/bin/python: the cluster check says none runs; the broker's start (with the test
+#: session's broker settings, ``-c``) and stop are recorded; pytest waits (``pytest.pid``
+#: says it started) or exits with $PYTEST_RC
 _PYTHON = """#!/bin/sh
 here=$(dirname "$0")/../..
 case "$1 $2" in
+    "-c "*SESSION_BROKER_PROPS*) echo "broker start" >>"$here/calls"; exit 0 ;;
     "-c "*) exit 1 ;;
     "-m aiorocket.testing.broker") echo "broker $3" >>"$here/calls"; exit 0 ;;
     "-m pytest")
