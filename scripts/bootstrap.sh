@@ -2,7 +2,8 @@
 # Create (or refresh) the project's virtual environment in .venv: the package (editable)
 # plus the development dependency groups of pyproject.toml (PEP 735), by default `dev`.
 #   ./scripts/bootstrap.sh             # dev (tests, lint, types, docs)
-#   ./scripts/bootstrap.sh dev bench   # and the benchmarks' extras (matplotlib, pyinstrument)
+#   ./scripts/bootstrap.sh dev bench   # and the benchmarks' extras (matplotlib, pyinstrument,
+#                                      # FastStream's Kafka broker)
 set -eu
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
