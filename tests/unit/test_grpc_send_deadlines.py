@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
@@ -31,6 +32,23 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def record_send_attempts(producer: Producer) -> list[float]:
+    """When each SendMessage attempt of ``producer`` starts (``time.monotonic()``), on
+    the client's side: the fake Proxy's own record is when the request *arrived*, which
+    on a loaded machine trails the start by tens of milliseconds (up to 80 ms measured),
+    so an attempt started with 22 ms left arrived after its caller's deadline."""
+    transport = producer._engine._grpc.transport  # type: ignore[union-attr]
+    unary, starts = transport.unary, []
+
+    async def recorded(rpc: str, *args: Any, **kwargs: Any) -> Any:
+        if rpc == "SendMessage":
+            starts.append(time.monotonic())
+        return await unary(rpc, *args, **kwargs)
+
+    transport.unary = recorded
+    return starts
+
+
 @pytest.mark.parametrize("auto_batch", [True, False])
 async def test_no_attempt_of_a_send_starts_after_its_caller_timed_out(auto_batch: bool) -> None:
     async with FakeProxy() as proxy:
@@ -39,16 +57,18 @@ async def test_no_attempt_of_a_send_starts_after_its_caller_timed_out(auto_batch
             shutdown_timeout=5, auto_batch=auto_batch,
         ) as producer:  # fmt: skip
             await producer.send(Message("t", b"warm-up"))  # the topic is declared
+            attempts = record_send_attempts(producer)
             proxy.send_hangs = True
             with pytest.raises(RequestTimeoutError):
                 await producer.send(Message("t", b"late"), timeout=1.0)
             gave_up = time.monotonic()
             proxy.send_hangs = False  # a later attempt would now be stored
             # Leaving the block waits for the requests still under way (up to 5 s).
-        attempts = [at for at, ids in proxy.send_requests[1:]]
         assert len(attempts) >= 2  # it was retried while its caller waited
         assert max(attempts) <= gave_up
-        assert [m.body for m in proxy.sent] == [b"warm-up"]
+        # Whatever the Proxy got (and stored, if it came after the flip above) is from
+        # those attempts: an attempt already under way may store its message.
+        assert len(proxy.send_requests) - 1 <= len(attempts)
 
 
 async def test_a_retry_of_a_shared_request_leaves_out_a_cancelled_callers_message() -> None:
