@@ -20,6 +20,7 @@ and this host's wall clock, as the e2e figure.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -31,15 +32,21 @@ class ReceiveSplit:
 
     def __init__(self) -> None:
         #: message id -> (receive left, first message, stream end), wall µs
-        self._at: dict[str, tuple[int, int, int]] = {}
+        self._at: dict[object, tuple[int, int, int]] = {}
         self._parts: dict[str, list[int]] = {p: [] for p in PARTS}
         self._total: list[int] = []
+        #: per receive: messages it brought; per loop (task): its last receive's end,
+        #: and the gaps from one receive's end to the loop's next receive leaving
+        self._sizes: list[int] = []
+        self._ends: dict[int, int] = {}
+        self._gaps: list[int] = []
 
     def install(self) -> None:
         from aiorocket.grpc import _simple
 
         cls: Any = _simple.SimpleConsumer
         read, receive, at = cls._read, cls.receive, self._at
+        sizes, ends, gaps = self._sizes, self._ends, self._gaps
 
         async def timed_read(consumer: Any, req: Any, timeout: float, broker: str,
                              out: list[Any], bad: list[Any]) -> None:  # fmt: skip
@@ -59,8 +66,12 @@ class ReceiveSplit:
 
         async def timed_receive(consumer: Any, *args: Any, **kw: Any) -> Any:
             left = time.time_ns() // 1000
+            loop = id(asyncio.current_task())
+            if loop in ends:
+                gaps.append(left - ends[loop])
             msgs = await receive(consumer, *args, **kw)
-            end = time.time_ns() // 1000
+            end = ends[loop] = time.time_ns() // 1000
+            sizes.append(len(msgs))
             first = consumer.__dict__.get("_bench_first", {}).pop(id(msgs), end)
             for m in msgs:
                 at[m.message_id] = (left, first, end)
@@ -68,7 +79,7 @@ class ReceiveSplit:
 
         cls._read, cls.receive = timed_read, timed_receive
 
-    def sample(self, message_id: str, stored_us: int, now_us: int, steady: bool) -> None:
+    def sample(self, message_id: object, stored_us: int, now_us: int, steady: bool) -> None:
         """The handler got ``message_id`` at ``now_us``; counted when ``steady``."""
         times = self._at.pop(message_id, None)
         if times is None or not steady:
@@ -97,4 +108,13 @@ class ReceiveSplit:
             out[f"tail_{part}_ms"] = sum(xs[i] for i in tail) / len(tail) / 1000
         out["tail_stored_to_user_ms"] = sum(total[i] for i in tail) / len(tail) / 1000
         out["samples"] = float(len(total))
+        # the receives: how many, how full (32 a receive at most: a backlog), and each
+        # loop's turnaround from an answer to its next receive (hand-on, cache room)
+        sizes, gaps = self._sizes, sorted(self._gaps)
+        out["receives"] = float(len(sizes))
+        out["mean_batch"] = sum(sizes) / max(1, len(sizes))
+        out["full_pct"] = 100 * sum(n >= 32 for n in sizes) / max(1, len(sizes))
+        if gaps:
+            out["gap_p50_ms"] = gaps[len(gaps) // 2] / 1000
+            out["gap_p99_ms"] = gaps[min(len(gaps) - 1, round(0.99 * len(gaps)) - 1)] / 1000
         return out

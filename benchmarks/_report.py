@@ -141,7 +141,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def _split_note(split: dict[str, float] | None) -> str:
-    """A gRPC consumer's stored -> handler split (benchmarks/_receive_split.py)."""
+    """A consumer's stored -> handler split (benchmarks/_receive_split.py, _pull_split.py)."""
     if not split:
         return ""
     parts = ("wait", "server", "stream", "dispatch")

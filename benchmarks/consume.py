@@ -26,6 +26,7 @@ from typing import Any
 
 import _common as c
 import anyio
+from _pull_split import PullSplit
 from _receive_split import ReceiveSplit
 
 from aiorocket.consumer import Consumer, ConsumerMessage
@@ -57,7 +58,11 @@ async def consume(
     steady_us = 0  # latency counts only messages sent 1 s after the first one arrived
     done = anyio.Event()
     # over gRPC: stored -> user split at the receive (benchmarks/_receive_split.py)
-    split = ReceiveSplit() if latency and mode == "grpc" else None
+    # over remoting: the same at the pull (benchmarks/_pull_split.py)
+    split: ReceiveSplit | None = None
+    if latency:
+        split = ReceiveSplit() if mode == "grpc" else PullSplit() if mode != "pop" else None
+    by_id = mode != "grpc"  # a pulled message is keyed by the object (no id decoded)
     if split is not None:
         split.install()
 
@@ -70,7 +75,8 @@ async def consume(
         if latency:
             sent_us = c.sent_us(msg.body)
             if split is not None:
-                split.sample(msg.message_id, msg.store_timestamp * 1000, c.now_us(),
+                key = id(msg) if by_id else msg.message_id
+                split.sample(key, msg.store_timestamp * 1000, c.now_us(),
                              steady=sent_us >= steady_us)  # fmt: skip
             if sent_us >= steady_us:
                 now_us = c.now_us()

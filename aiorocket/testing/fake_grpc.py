@@ -119,6 +119,11 @@ class FakeProxy:
         #: when configured so)
         self.auto_renew = True
         self.receive_started = asyncio.Event()
+        #: seconds each ReceiveMessage waits before it answers (a Proxy's round trip),
+        #: and the receives in flight now and at most so far
+        self.receive_delay = 0.0
+        self.receives_in_flight = 0
+        self.max_receives_in_flight = 0
         #: while set, every ReceiveMessage is answered with this status code
         self.receive_refusal: pb.Code | None = None
         #: a consumer's group is FIFO (the settings it is answered with say so)
@@ -371,7 +376,17 @@ class FakeProxy:
         mode = self.receive_mode
         if mode == "hang":
             await asyncio.Event().wait()
-        batch, self.messages = self.messages, []
+        if self.receive_delay:
+            self.receives_in_flight += 1
+            self.max_receives_in_flight = max(self.max_receives_in_flight,
+                                              self.receives_in_flight)  # fmt: skip
+            try:
+                await asyncio.sleep(self.receive_delay)
+            finally:
+                self.receives_in_flight -= 1
+        # at most the batch asked for, as the real one (which answers 32 at most)
+        n = req.batch_size or len(self.messages)
+        batch, self.messages = self.messages[:n], self.messages[n:]
         if not batch:
             await stream.send_message(
                 pb.ReceiveMessageResponse(status=pb.Status(code=pb.Code.MESSAGE_NOT_FOUND))

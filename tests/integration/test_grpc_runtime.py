@@ -30,6 +30,7 @@ from aiorocket.testing.broker import LocalRocketMQ
 
 pytest.importorskip("grpclib")
 
+from aiorocket.consumer.pop.grpc_source import RECEIVERS, GrpcSource
 from aiorocket.grpc import PopMessage
 from aiorocket.grpc._push_message import handle_invisible_time
 from tests.integration.test_grpc_push import _dead_letters, grpc_consumer, runtime_of
@@ -300,3 +301,47 @@ async def test_a_handler_cut_off_by_the_close_hands_its_message_back_at_once(
             await got.wait()
     assert again[0][0] == b"cut"
     assert again[0][1] < INVISIBLE  # one receive long poll (5 s) at most
+
+
+async def test_a_backlog_is_received_by_more_receives_each_handled_once(
+    rocketmq: LocalRocketMQ, unique_name: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 43, goal 5: receives that come back full (a backlog) put the extra receive
+    loops out beside the two, through the real Proxy; every message is handled once
+    and every ack is sent."""
+    bodies = [f"m{i}".encode() for i in range(400)]
+    topic, group = unique_name("grt"), unique_name("g")
+    await rocketmq.create_topic(topic, queues=8, brokers=[rocketmq.state["proxy_broker"]])
+    await rocketmq.create_group(group)
+    async with Producer(unique_name("p"), rocketmq.namesrv_addr) as producer:
+        for i in range(0, len(bodies), 50):
+            await producer.send_batch([Message(topic, b) for b in bodies[i : i + 50]])
+    out, most = 0, 0
+    receive = GrpcSource.receive
+
+    async def counted(source: GrpcSource, *args: Any) -> list[Any]:
+        nonlocal out, most
+        out += 1
+        most = max(most, out)
+        try:
+            return await receive(source, *args)
+        finally:
+            out -= 1
+
+    monkeypatch.setattr(GrpcSource, "receive", counted)
+    seen: Counter[bytes] = Counter()
+    done = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        seen[msg.body] += 1
+        if len(seen) == len(bodies):
+            done.set()
+
+    consumer = grpc_consumer(rocketmq, group, topic, handle, pull_batch_size=4)
+    async with consumer:
+        with anyio.fail_after(60):
+            await done.wait()
+        runtime = runtime_of(consumer)
+    assert seen == Counter(dict.fromkeys(bodies, 1))
+    assert most > RECEIVERS
+    assert runtime.unsent_acks == 0

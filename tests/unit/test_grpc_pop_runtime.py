@@ -480,3 +480,43 @@ async def test_the_close_releases_a_copy_with_the_message_whose_handler_it_cut()
             await consumer.__aexit__(None, None, None)
     assert calls == [0] and proxy.acked == []
     assert sorted(proxy.invisible_changes) == [("rh0", 0.0), ("rh0b", 0.0)]
+
+
+async def test_more_receives_go_out_while_the_consumer_is_behind_and_park_after() -> None:
+    """Issue 43, goal 5: receives that come back full mean messages wait beyond them;
+    the extra receive loops then receive beside the two, up to 8 out in all, and park
+    again once a receive comes back short. Before, two receives of a batch each bounded
+    the rate (two of 32 through a Proxy answering in ~10 ms: 6,400/s), so the backlog of
+    a stall at 5,000/s drained at the spare fifth while every message behind it waited."""
+    handled: list[str] = []
+    done = anyio.Event()
+    count = 120
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.append(msg.msg_id)
+        if len(handled) == count:
+            done.set()
+
+    async with FakeProxy() as proxy:
+        proxy.receive_delay = 0.05
+        proxy.messages = [_message(i) for i in range(count)]
+        consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5,
+                            pull_batch_size=8)  # fmt: skip
+        consumer.subscribe("t")
+        async with consumer:
+            with anyio.fail_after(10):
+                await done.wait()
+            receiver = _runtime(consumer).receiver
+            assert proxy.max_receives_in_flight == 8  # 2 + 6 while behind
+            # Caught up: the extra loops park (one may still send the receive it had
+            # begun while behind), so six receives in a row go out two at a time.
+            with anyio.fail_after(10):
+                while True:
+                    proxy.max_receives_in_flight = 0
+                    seen = len(proxy.receive_attempts)
+                    while len(proxy.receive_attempts) < seen + 6:  # noqa: ASYNC110
+                        await anyio.sleep(0.01)  # no event to wait on
+                    if proxy.max_receives_in_flight <= 2:
+                        break
+            assert not receiver.behind
+        assert sorted(handled) == sorted(f"id{i}" for i in range(count))

@@ -43,10 +43,14 @@ if TYPE_CHECKING:
     from aiorocket.consumer.handler import Handler
     from aiorocket.consumer.pop.lite import LiteAction, LiteOffset, LiteSubscriptions
 
-__all__ = ["RECEIVERS", "GrpcSource"]
+__all__ = ["BEHIND_RECEIVERS", "RECEIVERS", "GrpcSource"]
 
 #: receive loops at once
 RECEIVERS = 2
+#: receive loops added while behind (receives come back full): 8 out in all, one per
+#: queue of a topic's default 8 on a broker (the broker pops a queue for one request at
+#: a time); parked, holding nothing, while the consumer keeps up
+BEHIND_RECEIVERS = 6
 #: the Proxy's answer to an auto-renewed receive when it does not renew by itself
 _ILLEGAL_INVISIBLE_TIME = 40011
 #: the Proxy's code for a receipt handle that is no longer valid
@@ -118,6 +122,10 @@ class GrpcSource:
     @property
     def receivers(self) -> int:
         return RECEIVERS
+
+    @property
+    def behind_receivers(self) -> int:
+        return BEHIND_RECEIVERS
 
     def receivable_queues(self) -> int:
         return self.session.receivable_queues()

@@ -169,6 +169,12 @@ class RemotingSource:
         holds up a busy one's messages."""
         return max(2, len(self._targets()))
 
+    @property
+    def behind_receivers(self) -> int:
+        """None: each loop is its (topic, broker)'s own (not measured: issue 43 measured
+        the Proxy's path)."""
+        return 0
+
     # -- lifecycle -----------------------------------------------------------------
 
     async def open(self) -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
+from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
@@ -260,6 +261,8 @@ class PopRuntime:
                 if len(own) < len(topics):  # some topic is not limited: the shared loops
                     for _ in range(self.source.receivers):
                         tg.start_soon(self.receiver.run)
+                    for _ in range(self.source.behind_receivers):
+                        tg.start_soon(partial(self.receiver.run, extra=True))
                 for topic in own:  # topic_max_rate: a loop each (aiorocket.consumer.rate)
                     tg.start_soon(self.receiver.run, topic)
 

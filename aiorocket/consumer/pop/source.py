@@ -104,6 +104,11 @@ class PopSource(Protocol):
     def receivers(self) -> int:
         """Receive loops to run at once."""
 
+    @property
+    def behind_receivers(self) -> int:
+        """Receive loops added while the consumer is behind (its receives come back
+        full): ``aiorocket.consumer.pop.receiver``."""
+
     def receivable_queues(self) -> int:
         """Queues of the subscribed topics this member receives from now (over remoting
         the readable queues of the cached routes, over gRPC the Proxy's current
