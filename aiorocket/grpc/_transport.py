@@ -44,6 +44,7 @@ from grpclib.client import Stream
 from grpclib.const import Cardinality
 from grpclib.const import Status as GrpcStatus
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+from grpclib.metadata import USER_AGENT, encode_timeout
 
 from aiorocket._host import make_client_id
 from aiorocket._version import __version__
@@ -57,6 +58,7 @@ from aiorocket.errors import (
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._channel import CoalescingChannel
 from aiorocket.grpc._keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
+from aiorocket.grpc._unary import reply_of
 from aiorocket.security import Credentials
 
 __all__ = ["GrpcOptions", "GrpcTransport", "check_status", "parse_endpoint", "with_security"]
@@ -375,24 +377,31 @@ class GrpcTransport:
         *,
         timeout: float | None = None,
     ) -> Rep:
-        """One request, one reply; the whole call (connecting included) within ``timeout``."""
+        """One request, one reply; the whole call (connecting included) within ``timeout``.
+
+        On the connection's own unary path (``aiorocket.grpc._unary``), not grpclib's
+        ``Stream``: a single-message send is one of these calls."""
         limit = self.request_timeout if timeout is None else timeout
         # What _open_call(prompt=True), boundary() and anyio.fail_after do, inline: a
         # send is one of these calls, and their generator context managers (fail_after's
         # two nested ones with a backend lookup) were a measurable share of it.
         self._calls += 1
         key = next(self._prompt_ids)
-        started = self._prompt[key] = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        started = self._prompt[key] = loop.time()
         baseline = _cancelling()
         try:
             # anyio's clock on asyncio is the loop's
             with anyio.CancelScope(deadline=started + limit) as scope:
-                call = self._call(rpc, Cardinality.UNARY_UNARY, type(request), reply_type, limit)
-                async with call as stream:
-                    await stream.send_message(request, end=True)
-                    reply = await stream.recv_message()
+                protocol = await self.channel.__connect__()
+                # the Proxy's deadline: what is left of ours, and the grace (see _GRACE)
+                left = started + limit - loop.time() + _GRACE
+                call = await protocol.unary.call(  # type: ignore[attr-defined]
+                    self._unary_headers(rpc, left), request.SerializeToString()
+                )
             if scope.cancelled_caught:  # only its deadline cancels it
                 raise TimeoutError
+            reply = reply_of(call, reply_type)
         except _MAPPED as exc:
             raise self._mapped(exc, rpc, limit, baseline) from exc
         finally:
@@ -403,6 +412,16 @@ class GrpcTransport:
         if reply is None:
             raise ProxyUnavailableError(f"{rpc}: the Proxy closed the call without reply")
         return reply
+
+    def _unary_headers(self, rpc: str, timeout: float) -> list[tuple[str, str]]:
+        """A unary call's request headers, as grpclib's ``client.Stream`` sends them."""
+        channel = self.channel
+        return [
+            (":method", "POST"), (":scheme", channel._scheme), (":path", _SERVICE + rpc),
+            (":authority", channel._authority), ("grpc-timeout", encode_timeout(timeout)),
+            ("te", "trailers"), ("content-type", "application/grpc"),
+            ("user-agent", USER_AGENT), *self.metadata(),
+        ]  # fmt: skip
 
     @contextmanager
     def _open_call(self, *, prompt: bool = False) -> Iterator[None]:

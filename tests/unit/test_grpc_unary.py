@@ -1,0 +1,313 @@
+"""The connection's own unary call path (``aiorocket.grpc._unary``, issue 43 goal 5a)
+against a scripted HTTP/2 server (h2, server side), for what a real Proxy cannot be made
+to do on demand: reset a stream, answer trailers-only or with HTTP 503, send GOAWAY, hold
+a small flow-control window, allow one stream at a time, never answer. Each test says
+what ``GrpcTransport.unary`` promises on that path."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("grpclib")
+
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.events import DataReceived, RequestReceived, StreamEnded, StreamReset
+from h2.settings import SettingCodes
+
+from aiorocket.errors import (
+    GrpcStatusError,
+    ProxyResponseError,
+    ProxyUnavailableError,
+    RequestTimeoutError,
+)
+from aiorocket.grpc import _pb as pb
+from aiorocket.grpc import _unary
+from aiorocket.grpc._encode import RawRequest
+from aiorocket.grpc._transport import GrpcTransport
+
+pytestmark = pytest.mark.anyio
+
+_OK_REPLY = bytes(pb.HeartbeatResponse(status=pb.Status(code=pb.Code.OK, message="OK")))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def framed(message: bytes) -> bytes:
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+class _Conn(asyncio.Protocol):
+    """One server connection: records requests, answers as ``server.answer`` says."""
+
+    def __init__(self, server: ScriptedServer) -> None:
+        self.server = server
+        self.h2 = H2Connection(H2Configuration(client_side=False, header_encoding="utf-8"))
+        self.bodies: dict[int, bytearray] = {}
+        self.transport: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        self.server.connections.append(self)
+        self.h2.initiate_connection()
+        if self.server.settings:
+            self.h2.update_settings(self.server.settings)
+        self.flush()
+
+    def flush(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(self.h2.data_to_send())
+
+    def data_received(self, data: bytes) -> None:
+        for event in self.h2.receive_data(data):
+            if isinstance(event, RequestReceived):
+                self.bodies[event.stream_id] = bytearray()
+                self.server.opened(self)
+            elif isinstance(event, DataReceived):
+                self.bodies[event.stream_id] += event.data
+                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, StreamEnded):
+                self.server.requests.append(bytes(self.bodies[event.stream_id])[5:])
+                self.server.answer(self, event.stream_id)
+            elif isinstance(event, StreamReset):
+                self.server.resets.append(event.error_code)
+                self.server.reset.set()
+        self.flush()
+
+    def reply(self, sid: int, message: bytes = _OK_REPLY, status: int = 0) -> None:
+        self.h2.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc")])
+        data = framed(message)
+        step = self.h2.max_outbound_frame_size
+        for start in range(0, len(data), step):
+            self.h2.send_data(sid, data[start : start + step])
+        self.h2.send_headers(sid, [("grpc-status", str(status))], end_stream=True)
+
+    def open_streams(self) -> int:
+        return self.h2.open_inbound_streams
+
+
+class ScriptedServer:
+    """An HTTP/2 server on 127.0.0.1 whose answer to each unary request is ``answer``."""
+
+    def __init__(
+        self, answer: Callable[[_Conn, int], None], settings: dict[int, int] | None = None
+    ):
+        self.answer = answer
+        self.settings = settings or {}
+        self.connections: list[_Conn] = []
+        self.requests: list[bytes] = []
+        self.resets: list[int] = []
+        self.reset = asyncio.Event()
+        self.most_open = 0
+        self.endpoint = ""
+
+    def opened(self, conn: _Conn) -> None:
+        self.most_open = max(self.most_open, conn.open_streams())
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[..., Any]]:
+    servers: list[asyncio.Server] = []
+    transports: list[GrpcTransport] = []
+
+    async def start(
+        answer: Callable[[_Conn, int], None], **kw: Any
+    ) -> tuple[ScriptedServer, GrpcTransport]:
+        scripted = ScriptedServer(answer, **kw)
+        server = await asyncio.get_running_loop().create_server(
+            lambda: _Conn(scripted), "127.0.0.1", 0
+        )
+        servers.append(server)
+        port = server.sockets[0].getsockname()[1]
+        transport = GrpcTransport(f"127.0.0.1:{port}", client_id="c", keepalive=None)
+        transports.append(transport)
+        return scripted, transport
+
+    yield start
+    for t in transports:
+        t.close()
+    for s in servers:
+        s.close()
+
+
+def _h2(transport: GrpcTransport) -> Any:
+    protocol = transport.channel.protocol
+    assert protocol is not None
+    return protocol.connection._connection
+
+
+async def heartbeat(transport: GrpcTransport, timeout: float = 2.0) -> Any:
+    return await transport.unary(
+        "Heartbeat", pb.HeartbeatRequest(), pb.HeartbeatResponse, timeout=timeout
+    )
+
+
+async def test_a_call_gets_its_reply_and_leaves_no_stream_or_call(serve: Any) -> None:
+    server, transport = await serve(lambda c, sid: c.reply(sid))
+    for _ in range(3):
+        resp = await heartbeat(transport)
+        assert resp.status.code == pb.Code.OK
+    assert _h2(transport).open_outbound_streams == 0
+    assert len(transport.channel.protocol.unary) == 0  # type: ignore[union-attr]
+    assert transport._calls == 0 and not transport._prompt
+    assert len(server.connections) == 1
+
+
+async def test_a_cancelled_call_resets_its_stream_and_frees_its_slot(serve: Any) -> None:
+    server, transport = await serve(lambda c, sid: None)  # never answers
+    with anyio.move_on_after(0.3):
+        await heartbeat(transport, timeout=10)
+    h2 = _h2(transport)
+    assert h2.open_outbound_streams == 0
+    assert len(transport.channel.protocol.unary) == 0  # type: ignore[union-attr]
+    assert transport._calls == 0 and not transport._prompt
+    with anyio.fail_after(5):
+        await server.reset.wait()
+    assert server.resets == [ErrorCodes.CANCEL]
+
+
+async def test_a_call_past_its_deadline_is_a_timeout_and_resets_its_stream(serve: Any) -> None:
+    server, transport = await serve(lambda c, sid: None)
+    with pytest.raises(RequestTimeoutError):
+        await heartbeat(transport, timeout=0.3)
+    assert _h2(transport).open_outbound_streams == 0
+    with anyio.fail_after(5):
+        await server.reset.wait()
+
+
+async def test_a_stream_reset_by_the_proxy_is_a_retriable_unavailable(serve: Any) -> None:
+    def reset(c: _Conn, sid: int) -> None:
+        c.h2.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+
+    _, transport = await serve(reset)
+    with pytest.raises(ProxyUnavailableError) as info:
+        await heartbeat(transport)
+    assert info.value.retriable
+    assert _h2(transport).open_outbound_streams == 0
+
+
+async def test_a_trailers_only_error_answer_raises_its_grpc_status(serve: Any) -> None:
+    def refuse(c: _Conn, sid: int) -> None:
+        c.h2.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc"),
+                                ("grpc-status", "7"), ("grpc-message", "no%20way")],
+                          end_stream=True)  # fmt: skip
+
+    _, transport = await serve(refuse)
+    with pytest.raises(GrpcStatusError) as info:
+        await heartbeat(transport)
+    assert (info.value.status, info.value.message) == (7, "no way")
+
+
+async def test_resource_exhausted_in_the_trailers_is_retriable_throttling(serve: Any) -> None:
+    _, transport = await serve(lambda c, sid: c.reply(sid, b"", status=8))
+    with pytest.raises(ProxyResponseError) as info:
+        await heartbeat(transport)
+    assert info.value.retriable and info.value.name == "TOO_MANY_REQUESTS"
+
+
+async def test_an_http_status_other_than_200_is_unavailable(serve: Any) -> None:
+    def busy(c: _Conn, sid: int) -> None:
+        c.h2.send_headers(sid, [(":status", "503")], end_stream=True)
+
+    _, transport = await serve(busy)
+    with pytest.raises(ProxyUnavailableError):
+        await heartbeat(transport)
+
+
+async def test_an_ok_answer_without_a_reply_says_so(serve: Any) -> None:
+    def empty(c: _Conn, sid: int) -> None:
+        c.h2.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc")])
+        c.h2.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+
+    _, transport = await serve(empty)
+    with pytest.raises(ProxyUnavailableError, match="without reply"):
+        await heartbeat(transport)
+
+
+async def test_a_reply_over_the_limit_fails_the_call(serve: Any, monkeypatch: Any) -> None:
+    monkeypatch.setattr(_unary, "MAX_REPLY", 100)
+    _, transport = await serve(lambda c, sid: c.reply(sid, b"\x0a" + b"x" * 1000))
+    with pytest.raises(GrpcStatusError, match="reply over 100 bytes"):
+        await heartbeat(transport)
+    assert _h2(transport).open_outbound_streams == 0
+
+
+async def test_a_request_bigger_than_the_window_waits_for_window_updates(serve: Any) -> None:
+    """4 MiB against the default 64 KiB windows: sent in frames as WINDOW_UPDATEs come."""
+    server, transport = await serve(lambda c, sid: c.reply(sid))
+    body = bytes(range(256)) * (4 * 1024 * 4)
+    resp = await transport.unary("Heartbeat", RawRequest(body), pb.HeartbeatResponse, timeout=10)
+    assert resp.status.code == pb.Code.OK
+    assert server.requests == [body]
+    assert _h2(transport).open_outbound_streams == 0
+
+
+async def test_goaway_fails_the_open_calls_and_the_next_call_reconnects(serve: Any) -> None:
+    def goaway(c: _Conn, sid: int) -> None:
+        if len(c.server.connections) == 1:
+            c.h2.close_connection(ErrorCodes.NO_ERROR)
+        else:
+            c.reply(sid)
+
+    server, transport = await serve(goaway)
+    with pytest.raises(ProxyUnavailableError, match="GOAWAY"):
+        await heartbeat(transport)
+    assert (await heartbeat(transport)).status.code == pb.Code.OK
+    assert len(server.connections) == 2
+
+
+async def test_a_lost_connection_fails_the_call_and_the_next_call_reconnects(serve: Any) -> None:
+    def drop(c: _Conn, sid: int) -> None:
+        if len(c.server.connections) == 1:
+            c.transport.abort()
+        else:
+            c.reply(sid)
+
+    server, transport = await serve(drop)
+    with pytest.raises(ProxyUnavailableError):
+        await heartbeat(transport)
+    assert (await heartbeat(transport)).status.code == pb.Code.OK
+    assert len(server.connections) == 2
+
+
+async def test_calls_wait_for_the_proxys_max_concurrent_streams(serve: Any) -> None:
+    held: list[tuple[_Conn, int]] = []
+
+    def one_at_a_time(c: _Conn, sid: int) -> None:
+        held.append((c, sid))
+        asyncio.get_running_loop().call_later(0.02, answer_held)
+
+    def answer_held() -> None:
+        c, sid = held.pop(0)
+        c.reply(sid)
+        c.flush()
+
+    server, transport = await serve(
+        one_at_a_time, settings={SettingCodes.MAX_CONCURRENT_STREAMS: 1}
+    )
+    await heartbeat(transport)  # the server's settings are known from here on
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(heartbeat, transport)
+    assert server.most_open == 1
+    assert len(server.requests) == 6
+
+
+async def test_the_replies_bytes_are_handed_back_to_the_connections_window(serve: Any) -> None:
+    """Six replies of 1 MiB are past the client's 4 MiB connection window (grpclib's
+    default): the server can send them only if each reply's bytes were handed back."""
+    big = bytes(pb.HeartbeatResponse(status=pb.Status(code=pb.Code.OK, message="x" * 2**20)))
+    server, transport = await serve(lambda c, sid: c.reply(sid, big))
+    for _ in range(6):
+        resp = await heartbeat(transport)
+        assert len(resp.status.message) == 2**20
+    assert len(server.connections) == 1
