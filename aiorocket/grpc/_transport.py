@@ -247,6 +247,8 @@ class GrpcTransport:
             ("x-mq-client-version", self._version),
             ("x-mq-client-id", client_id),
         )
+        #: a unary call's constant request headers, per RPC (``_unary_headers``)
+        self._unary_head: dict[str, list[tuple[bytes, bytes]]] = {}
         self._id_prefix = str(uuid.uuid4())[:24]
         self._id_count = itertools.count()
 
@@ -335,7 +337,11 @@ class GrpcTransport:
         return f"{self._id_prefix}{next(self._id_count) & 0xFFFFFFFFFFFF:012x}"
 
     def metadata(self) -> list[tuple[str, str]]:
-        md = [*self._constant_md, ("x-mq-request-id", self.request_id())]
+        return [*self._constant_md, ("x-mq-request-id", self.request_id()), *self._scoped_md()]
+
+    def _scoped_md(self) -> list[tuple[str, str]]:
+        """The namespace and the signature headers (none without them)."""
+        md: list[tuple[str, str]] = []
         if self.namespace:
             md.append(("x-mq-namespace", self.namespace))
         cred = self.credentials
@@ -413,15 +419,26 @@ class GrpcTransport:
             raise ProxyUnavailableError(f"{rpc}: the Proxy closed the call without reply")
         return reply
 
-    def _unary_headers(self, rpc: str, timeout: float) -> list[tuple[str, str]]:
-        """A unary call's request headers, as grpclib's ``client.Stream`` sends them."""
-        channel = self.channel
-        return [
-            (":method", "POST"), (":scheme", channel._scheme), (":path", _SERVICE + rpc),
-            (":authority", channel._authority), ("grpc-timeout", encode_timeout(timeout)),
-            ("te", "trailers"), ("content-type", "application/grpc"),
-            ("user-agent", USER_AGENT), *self.metadata(),
+    def _unary_headers(self, rpc: str, timeout: float) -> list[tuple[bytes, bytes]]:
+        """A unary call's request headers, as grpclib's ``client.Stream`` sends them
+        (in bytes: what h2 and the header encoder take)."""
+        head = self._unary_head.get(rpc)
+        if head is None:
+            channel = self.channel
+            head = self._unary_head[rpc] = [
+                (b":method", b"POST"), (b":scheme", channel._scheme.encode()),
+                (b":path", (_SERVICE + rpc).encode()),
+                (b":authority", channel._authority.encode()), (b"te", b"trailers"),
+                (b"content-type", b"application/grpc"), (b"user-agent", USER_AGENT.encode()),
+                *((k.encode(), v.encode()) for k, v in self._constant_md),
+            ]  # fmt: skip
+        headers = [
+            *head, (b"grpc-timeout", encode_timeout(timeout).encode()),
+            (b"x-mq-request-id", self.request_id().encode()),
         ]  # fmt: skip
+        if self.namespace or self.credentials is not None:
+            headers.extend((k.encode(), v.encode()) for k, v in self._scoped_md())
+        return headers
 
     @contextmanager
     def _open_call(self, *, prompt: bool = False) -> Iterator[None]:

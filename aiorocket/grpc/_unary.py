@@ -6,7 +6,8 @@ per-call machinery a unary call does not need (benchmarks/README.md, goal 5a): a
 ``protocol.Stream`` (a read buffer and four asyncio Events), a second timer for
 grpclib's own deadline, and a task wake-up for each of the answer's headers, data and
 trailers. ``UnaryCalls`` keeps one plain record and one future per call: it opens the
-stream with one HEADERS (``h2.send_headers``, our ``StableHeaderEncoder`` behind it), puts
+stream with one HEADERS (``h2.send_headers`` given the block ``StableHeaderEncoder``
+encodes: ``_hpack.LazyBlock``), puts
 the whole request in the DATA that ends the stream, and routes the stream's events from
 the connection's event dispatch (``_CoalescingProtocol.data_received``) into the record;
 the future is settled once, when the stream ends or breaks, and the caller reads the
@@ -46,6 +47,8 @@ from h2.events import (
     WindowUpdated,
 )
 from h2.exceptions import TooManyStreamsError
+
+from aiorocket.grpc._hpack import BLOCK, LazyBlock
 
 __all__ = ["MAX_REPLY", "UnaryCall", "UnaryCalls", "reply_of"]
 
@@ -150,11 +153,13 @@ class UnaryCalls:
         for call in self._calls.values():
             _fail(call, StreamTerminatedError(reason))
 
-    async def call(self, headers: list[tuple[str, str]], request: bytes) -> UnaryCall:
+    async def call(self, headers: list[tuple[bytes, bytes]], request: bytes) -> UnaryCall:
         """Send ``request`` (one gRPC message) on a new stream; the answer when it ended."""
         conn = self._connection
         h2 = self._h2
         call = UnaryCall(self._loop.create_future())
+        # h2's encoder is a StableHeaderEncoder (_CoalescingProtocol.connection_made)
+        block: Any = [(BLOCK, LazyBlock(h2.encoder, headers))]  # type: ignore[arg-type]
         while True:
             if not conn.write_ready.is_set():
                 await conn.write_ready.wait()
@@ -163,7 +168,7 @@ class UnaryCalls:
             # No await between picking the id and sending the headers (h2's rule).
             stream_id = h2.get_next_available_stream_id()
             try:
-                h2.send_headers(stream_id, headers)
+                h2.send_headers(stream_id, block)
             except TooManyStreamsError:
                 # The Proxy's max_concurrent_streams are all open: wait for one to end
                 # (any call's, ours or grpclib's, sets it), as grpclib's streams do.

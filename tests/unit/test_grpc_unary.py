@@ -31,6 +31,7 @@ from aiorocket.grpc import _pb as pb
 from aiorocket.grpc import _unary
 from aiorocket.grpc._encode import RawRequest
 from aiorocket.grpc._transport import GrpcTransport
+from aiorocket.security import Credentials
 
 pytestmark = pytest.mark.anyio
 
@@ -71,6 +72,7 @@ class _Conn(asyncio.Protocol):
         for event in self.h2.receive_data(data):
             if isinstance(event, RequestReceived):
                 self.bodies[event.stream_id] = bytearray()
+                self.server.headers.append(dict(event.headers))
                 self.server.opened(self)
             elif isinstance(event, DataReceived):
                 self.bodies[event.stream_id] += event.data
@@ -105,6 +107,7 @@ class ScriptedServer:
         self.settings = settings or {}
         self.connections: list[_Conn] = []
         self.requests: list[bytes] = []
+        self.headers: list[dict[str, str]] = []
         self.resets: list[int] = []
         self.reset = asyncio.Event()
         self.most_open = 0
@@ -120,7 +123,7 @@ async def serve() -> AsyncIterator[Callable[..., Any]]:
     transports: list[GrpcTransport] = []
 
     async def start(
-        answer: Callable[[_Conn, int], None], **kw: Any
+        answer: Callable[[_Conn, int], None], client: dict[str, Any] | None = None, **kw: Any
     ) -> tuple[ScriptedServer, GrpcTransport]:
         scripted = ScriptedServer(answer, **kw)
         server = await asyncio.get_running_loop().create_server(
@@ -128,7 +131,9 @@ async def serve() -> AsyncIterator[Callable[..., Any]]:
         )
         servers.append(server)
         port = server.sockets[0].getsockname()[1]
-        transport = GrpcTransport(f"127.0.0.1:{port}", client_id="c", keepalive=None)
+        transport = GrpcTransport(
+            f"127.0.0.1:{port}", client_id="c", keepalive=None, **(client or {})
+        )
         transports.append(transport)
         return scripted, transport
 
@@ -160,6 +165,28 @@ async def test_a_call_gets_its_reply_and_leaves_no_stream_or_call(serve: Any) ->
     assert len(transport.channel.protocol.unary) == 0  # type: ignore[union-attr]
     assert transport._calls == 0 and not transport._prompt
     assert len(server.connections) == 1
+
+
+async def test_every_call_carries_the_headers_the_proxy_reads(serve: Any) -> None:
+    """Decoded by h2's own HPACK decoder, call after call (the table fills, then holds)."""
+    creds = Credentials("ak", "sk", "token")
+    server, transport = await serve(
+        lambda c, sid: c.reply(sid), client={"namespace": "ns", "credentials": creds}
+    )
+    for _ in range(4):
+        await heartbeat(transport, timeout=5)
+    ids = set()
+    for got in server.headers:
+        assert got[":method"] == "POST" and got[":scheme"] == "http"
+        assert got[":path"] == "/apache.rocketmq.v2.MessagingService/Heartbeat"
+        assert got["te"] == "trailers" and got["content-type"] == "application/grpc"
+        assert got["grpc-timeout"].endswith("m") and 5000 < int(got["grpc-timeout"][:-1]) <= 6000
+        assert got["x-mq-client-id"] == "c" and got["x-mq-language"] == "PYTHON"
+        assert got["x-mq-protocol"] == "v2" and got["x-mq-namespace"] == "ns"
+        assert got["x-mq-session-token"] == "token" and "Credential=ak," in got["authorization"]
+        assert got["x-mq-date-time"]
+        ids.add(got["x-mq-request-id"])
+    assert len(ids) == 4
 
 
 async def test_a_cancelled_call_resets_its_stream_and_frees_its_slot(serve: Any) -> None:
