@@ -54,7 +54,9 @@ def count_handles(counts: dict[str, int]) -> Callable[[], None]:
     return undo
 
 
-async def run(rmq: LocalRocketMQ, count: int, size: int, in_flight: int, handles: bool) -> None:
+async def run(
+    rmq: LocalRocketMQ, count: int, size: int, in_flight: int, handles: bool, timeout: float
+) -> None:
     stamp = int(time.time())
     topic = f"bench_grpc_send_{stamp}"
     await rmq.create_topic(topic, queues=8, brokers=[rmq.state["proxy_broker"]])
@@ -62,6 +64,7 @@ async def run(rmq: LocalRocketMQ, count: int, size: int, in_flight: int, handles
     # send_timeout: the first sends to a new topic wait for its settings sync, seconds on
     # a loaded machine; the default 3 s failed some there (old and new code alike)
     settings: dict[str, Any] = {"auto_batch": False, "max_in_flight": in_flight, "send_timeout": 30}
+    settings["request_timeout"] = timeout
     async with Producer("bench-grpc-send", proxy=rmq.proxy_grpc, **settings) as producer:
 
         async def sends(n: int) -> None:
@@ -101,11 +104,17 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--in-flight", type=int, default=64)
     ap.add_argument("--handles", action="store_true", help="count loop callbacks per send")
+    ap.add_argument(
+        "--request-timeout", type=float, default=3.0,
+        help="the producer's request timeout (its start waits this long for the Proxy's "
+        "settings: raise it under valgrind)",
+    )  # fmt: skip
     args = ap.parse_args()
     rmq = LocalRocketMQ.attach()
     if rmq is None:
         raise SystemExit("no local cluster: python -m aiorocket.testing.broker start")
-    anyio.run(run, rmq, args.count, args.size, args.in_flight, args.handles)
+    anyio.run(run, rmq, args.count, args.size, args.in_flight, args.handles,
+              args.request_timeout)  # fmt: skip
 
 
 if __name__ == "__main__":
