@@ -9,6 +9,7 @@ async with FaultProxy("127.0.0.1:10911") as proxy:
     ...
     proxy.stall()            # half-open: no data, no FIN, both ways
     proxy.drop()             # reset every open connection
+    proxy.drop(server_after=2)  # the client's side now, the server's 2 s later
     proxy.latency = 0.2      # seconds added to each chunk, each way
     proxy.bandwidth = 2**20  # bytes/s per connection and direction
     proxy.refuse = True      # new connections are reset at once
@@ -50,6 +51,8 @@ class _Link:
         self.scope = anyio.CancelScope()
         self.stalled = stalled
         self.resumed = anyio.Event()
+        #: seconds the upstream side stays open after the client's side was reset
+        self.server_after = 0.0
 
 
 class FaultProxy:
@@ -123,9 +126,12 @@ class FaultProxy:
             link.stalled = True
             link.resumed = anyio.Event()
 
-    def drop(self) -> None:
-        """Reset (RST) every open connection, both sides."""
+    def drop(self, *, server_after: float = 0.0) -> None:
+        """Reset (RST) every open connection, both sides; with ``server_after``, the
+        server's side only that many seconds later, silent meanwhile (a server that
+        learns of the break late, after the client's new connection)."""
         for link in list(self._links):
+            link.server_after = server_after
             self._abort(link)
 
     def heal(self) -> None:
@@ -175,9 +181,14 @@ class FaultProxy:
         finally:
             self._links.discard(link)
             with anyio.CancelScope(shield=True):
-                for stream in (client, link.upstream):
-                    if stream is not None:
-                        await stream.aclose()
+                await client.aclose()
+            try:
+                if link.upstream is not None and link.server_after > 0:
+                    await anyio.sleep(link.server_after)  # (the proxy's close ends it)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    if link.upstream is not None:
+                        await link.upstream.aclose()
 
     async def _pump(
         self,

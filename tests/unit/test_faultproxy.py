@@ -115,3 +115,29 @@ async def test_refuse_resets_new_connections(proxy: FaultProxy) -> None:
         ):
             await s.send(b"x")
             await s.receive()
+
+
+async def test_drop_can_reset_the_servers_side_later() -> None:
+    """``drop(server_after=s)``: the client's side is reset at once, the server's side
+    only ``s`` seconds later (a server that learns of the break after the client)."""
+    ended = anyio.Event()
+
+    async def serve(stream: anyio.abc.SocketStream) -> None:
+        await _echo(stream)
+        ended.set()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, serve)
+        async with FaultProxy(f"127.0.0.1:{port}") as proxy, await _connect(proxy) as s:
+            await _roundtrip(s, b"x")
+            proxy.drop(server_after=0.5)
+            dropped = anyio.current_time()
+            with anyio.fail_after(5), pytest.raises((anyio.BrokenResourceError, anyio.EndOfStream)):
+                await s.receive()
+            assert not ended.is_set()
+            with anyio.fail_after(5):
+                await ended.wait()
+            assert anyio.current_time() - dropped >= 0.5
+        tg.cancel_scope.cancel()

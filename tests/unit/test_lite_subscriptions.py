@@ -200,3 +200,37 @@ async def test_start_offsets() -> None:
     for bad in (lambda: LiteOffset.tail(-1), lambda: LiteOffset("NEXT", 1)):
         with pytest.raises(ConfigError):
             bad()
+
+
+async def test_a_resync_asked_again_is_sent_at_once_and_at_each_time_asked() -> None:
+    """``resync_soon(again)``: the whole set at once, then again at each of those times
+    (a Proxy that drops the subscriptions after the reconnect's resync: the gRPC
+    source's RESYNC_AFTER_RECONNECT), then only at the interval; a later call replaces
+    the times."""
+    lite, server = subs(), Server()
+    await lite.subscribe("a")
+    sent: list[float] = []
+
+    async def sync(action: LiteAction, topics: Collection[str], *,
+                   offset: LiteOffset | None = None) -> None:  # fmt: skip
+        await server.sync(action, topics, offset=offset)
+        sent.append(anyio.current_time())
+
+    lite.attach(sync)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lite.run)
+        start = anyio.current_time()
+        lite.resync_soon((0.2, 0.5))
+        with anyio.fail_after(5):
+            while len(sent) < 3:  # noqa: ASYNC110 - the fake server has no event
+                await anyio.sleep(0.01)
+        assert sent[0] - start < 0.15
+        assert 0.2 <= sent[1] - start < sent[2] - start and sent[2] - start >= 0.5
+        await anyio.sleep(0.3)
+        assert len(sent) == 3  # then the interval (30 s)
+        lite.resync_soon((0.2,))
+        lite.resync_soon(())  # replaces the times: at once only
+        await anyio.sleep(0.4)
+        assert len(sent) == 4
+        tg.cancel_scope.cancel()
+    assert server.updates == [(LiteAction.COMPLETE_ADD, {"a"})] * 4

@@ -363,6 +363,12 @@ def test_an_ack_refused_then_sent_by_the_close_is_in_time() -> None:
             (1.5, "client_settings", "", {"client": "c"}),
             (30, "lite_ctl", "", {"client": "c", "action": "COMPLETE_ADD"}), (60, "end", "", {}),
         ]),
+        ("lite_resubscribed", [  # dropped after the new stream's settings and resync
+            (1, "client_settings", "", {"client": "c"}),
+            (1.1, "lite_ctl", "", {"client": "c", "action": "COMPLETE_ADD"}),
+            (3, "lite_dropped", "", {"client": "c", "topics": ["r0"], "live": True}),
+            (30, "lite_ctl", "", {"client": "c", "action": "COMPLETE_ADD"}), (60, "end", "", {}),
+        ]),
     ],
 )
 def test_checker_catches_a_planted_violation(
@@ -573,8 +579,12 @@ def test_checker_catches_a_planted_producer_violation(
 #: just before a reset wrote into the closed connection (the simulated Proxy's own gap);
 #: 222: the application cancelled as a receive's messages were written: unread, they
 #: come back after their invisible time (lost_on_wire, not held against the close)
-#: (3 and 12 run under planted client defects below)
-GRPC_LITE_SEEDS = [0, 50, 78, 222]
+#: 0 and 7: the Proxy handles the old Telemetry stream's end late (late_offline), after
+#: the client's new stream and resync (0: 3.8 s after a dropped connection; 7: 1.5 s):
+#: the client's lite subscriptions are dropped while it is connected (42b5dca: not sent
+#: again until the 30 s resync, lite_resubscribed)
+#: (3 and 7 run under planted client defects below)
+GRPC_LITE_SEEDS = [0, 7, 50, 78, 222]
 
 
 @pytest.mark.parametrize("seed", GRPC_LITE_SEEDS)
@@ -590,8 +600,30 @@ def test_grpc_lite_seed(seed: int) -> None:
                 and e.at >= dropped and "refused" not in e.info]  # fmt: skip
 
 
+def test_grpc_lite_served_again_soon_after_the_proxy_drops_its_subscriptions_late() -> None:
+    """The simulated Proxy drops the client's lite subscriptions 2 s after the old
+    Telemetry stream ended: after the new stream's settings and the client's resync (a
+    cold 5.5.0 Proxy: ClientActivity.handleGrpcCancel in no order with the new stream).
+    The client sends them again within seconds (RESYNC_AFTER_RECONNECT), so a message
+    stored after the drop is handled within seconds, not after the next periodic resync
+    (30 s)."""
+    from aiorocket.testing.sim import Fault, Schedule
+
+    params = {"exclusive": False, "lite_plan": [{"sub": 0.0}],
+              "lite_messages": [(1.0, 0), (5.5, 0)]}  # fmt: skip
+    faults = [Fault("connection_drop", {"at": 3.0}), Fault("late_offline", {"seconds": 2.0})]
+    report = run(0, "grpc_lite", schedule=Schedule(0, "grpc_lite", params, faults))
+    assert report.ok, str(report)
+    history = report.history
+    settings = [e.at for e in history.of("client_settings")]
+    dropped = [e.at for e in history.of("lite_dropped") if e.info["live"]]
+    assert len(settings) == 2 and dropped and dropped[0] > settings[1]  # after its resync
+    handled = next(e.at for e in history.of("handler_ok") if e.key == "r0.1-1")
+    assert handled - dropped[0] < 3.0, f"dropped at {dropped[0]:.2f}, handled at {handled:.2f}"
+
+
 @pytest.mark.parametrize(("defect", "seed", "caught"), [
-    ("no resync after a reconnect", 12, "lite_resubscribed"),
+    ("no resync after a reconnect", 7, "lite_resubscribed"),
     ("acks without the lite topic", 3, "acked_after_success"),
 ])  # fmt: skip
 def test_grpc_lite_catches_a_planted_client_defect(
@@ -601,7 +633,7 @@ def test_grpc_lite_catches_a_planted_client_defect(
     from aiorocket.consumer.pop.lite import LiteSubscriptions
 
     if defect == "no resync after a reconnect":
-        monkeypatch.setattr(LiteSubscriptions, "resync_soon", lambda self: None)
+        monkeypatch.setattr(LiteSubscriptions, "resync_soon", lambda self, again=(): None)
     else:
         real = grpc_source.ack_request
         monkeypatch.setattr(grpc_source, "ack_request", lambda ns, group, topic, handles: real(

@@ -22,9 +22,11 @@ client renews: the Proxy's renewal of a lite message fails (see ``__init__``).
 from __future__ import annotations
 
 from collections.abc import Collection
+from functools import partial
 from typing import TYPE_CHECKING
 
 from aiorocket._log import Logger
+from aiorocket.consumer.pop.lite import RESYNC_AFTER_RECONNECT
 from aiorocket.consumer.pop.source import AckRefusals
 from aiorocket.errors import ProxyResponseError, RocketMQError
 from aiorocket.grpc import _pb as pb
@@ -86,8 +88,10 @@ class GrpcSource:
         if lite is not None:
             session.session.on_lite_dropped = lite.on_unsubscribed
             # The 5.5.0 Proxy drops a client's lite subscriptions when its session
-            # stream is cut (ClientActivity.handleGrpcCancel): sent again at once.
-            session.session.on_reconnected = lite.resync_soon
+            # stream is cut (ClientActivity.handleGrpcCancel), in no order with the new
+            # stream's settings: sent again at once, and again shortly after in case
+            # the Proxy's removal came after them (RESYNC_AFTER_RECONNECT).
+            session.session.on_reconnected = partial(lite.resync_soon, RESYNC_AFTER_RECONNECT)
             # The Apache Proxy's renewal fails for lite messages (5.5.0: it renews the
             # parent topic's queue, the broker answers NO_EXIST, and a message handled
             # longer than its invisible time comes back): the client's renewer renews,

@@ -14,13 +14,15 @@ every ``RESYNC_INTERVAL`` (COMPLETE_ADD), as the Java client does: a server that
 restarted or dropped this client's subscriptions (its check of idle clients) gets them
 back. A source that knows when its server dropped them asks for the resync at once
 (``resync_soon``): the 5.5.0 Proxy drops a client's lite subscriptions when its session
-stream is cut (a broken connection, a Proxy restart, a reconnect).
+stream is cut (a broken connection, a Proxy restart, a reconnect), and may do so only
+after the client's resync on its new connection: the gRPC source then asks for the
+resync again a few times shortly after (``RESYNC_AFTER_RECONNECT``).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Collection
+from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -30,12 +32,23 @@ from aiorocket._log import Logger
 from aiorocket._validate import LITE_TOPIC_MAX_LENGTH, check_lite_topic
 from aiorocket.errors import ConfigError, LiteQuotaExceededError, RocketMQError
 
-__all__ = ["RESYNC_INTERVAL", "RESYNC_RETRY", "LiteAction", "LiteOffset", "LiteSubscriptions"]
+__all__ = ["RESYNC_AFTER_RECONNECT", "RESYNC_INTERVAL", "RESYNC_RETRY", "LiteAction",
+           "LiteOffset", "LiteSubscriptions"]  # fmt: skip
 
 #: seconds between two COMPLETE_ADD of the whole set (the Java client: 30 s)
 RESYNC_INTERVAL = 30.0
 #: seconds before the first retry of a failed resync (then doubling, up to the interval)
 RESYNC_RETRY = 1.0
+#: seconds after a reconnect at which the gRPC source's whole set is sent again (besides
+#: at once). The 5.5.0 Proxy drops a client's lite subscriptions when it handles the END
+#: of its old Telemetry stream (ClientActivity.handleGrpcCancel ->
+#: GrpcClientSettingsManager.offlineClientLiteSubscription: a COMPLETE_REMOVE by client
+#: id, sent to the brokers asynchronously with a 2 s timeout), and nothing orders that
+#: after the new stream's settings and our COMPLETE_ADD: on a cold or loaded Proxy the
+#: removal lands after our resync, and the consumer would be served nothing until the
+#: next periodic one (30 s). 1 s covers the usual lag of that handling, 3 s its request's
+#: 2 s timeout on top, 7 s a badly loaded Proxy; each is one COMPLETE_ADD per reconnect.
+RESYNC_AFTER_RECONNECT = (1.0, 3.0, 7.0)
 
 
 class LiteAction(enum.Enum):
@@ -137,6 +150,8 @@ class LiteSubscriptions:
         self._adding: dict[str, bool] = {}
         #: set by ``resync_soon``: ``run`` resyncs now instead of at its interval
         self._soon = anyio.Event()
+        #: the seconds after it at which ``resync_soon`` asked for the resync again
+        self._again: tuple[float, ...] = ()
 
     @property
     def topics(self) -> frozenset[str]:
@@ -229,21 +244,30 @@ class LiteSubscriptions:
             self.log.info("lite_unsubscribed_by_server", lite_topic=lite_topic,
                           topic=self.bind_topic)  # fmt: skip
 
-    def resync_soon(self) -> None:
-        """The server lost this client's subscriptions: ``run`` sends them now."""
+    def resync_soon(self, again: Sequence[float] = ()) -> None:
+        """The server lost this client's subscriptions: ``run`` sends them now, and again
+        at each of ``again`` seconds from now (a server that may drop them late:
+        ``RESYNC_AFTER_RECONNECT``); a later call replaces those times."""
+        self._again = tuple(sorted(again))
         self._soon.set()
 
     async def run(self) -> None:
-        """Re-send the whole set every RESYNC_INTERVAL (at once after ``resync_soon``),
-        until cancelled. A failed resync is logged and tried again sooner (RESYNC_RETRY,
-        doubling up to the interval); it never ends the loop, so it never takes the
-        consumer (and the application's code around it) down."""
+        """Re-send the whole set every RESYNC_INTERVAL (at once after ``resync_soon``,
+        and at the times it asked for again), until cancelled. A failed resync is logged
+        and tried again sooner (RESYNC_RETRY, doubling up to the interval); it never ends
+        the loop, so it never takes the consumer (and the application's code around it)
+        down."""
         delay = RESYNC_INTERVAL
         failures = 0
+        #: the event-loop times at which ``resync_soon`` asked for the resync again
+        due: list[float] = []
         while True:
             with anyio.move_on_after(delay):
                 await self._soon.wait()
-            self._soon = anyio.Event()
+            if self._soon.is_set():
+                self._soon = anyio.Event()
+                now = anyio.current_time()
+                due = [now + after for after in self._again]
             try:
                 await self.resync()
             except Exception as err:  # any failure: logged, tried again
@@ -258,3 +282,7 @@ class LiteSubscriptions:
                 if failures:
                     self.log.info("lite_resynced", topic=self.bind_topic, failures=failures)
                 failures, delay = 0, RESYNC_INTERVAL
+            now = anyio.current_time()
+            due = [at for at in due if at > now]  # those passed: this resync sent them
+            if due:
+                delay = min(delay, due[0] - now)

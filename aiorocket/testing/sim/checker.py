@@ -59,6 +59,9 @@ class Bounds:
     #: a lite consumer whose subscriptions the Proxy dropped with its Telemetry stream
     #: sends them again within this of its settings on the new stream
     resubscribe: float = 2.0
+    #: ... and within this of a drop the Proxy made only after those settings (it handled
+    #: the old stream's end late): RESYNC_AFTER_RECONNECT's widest gap (3 s to 7 s) + 1 s
+    resubscribe_late: float = 5.0
 
 
 @dataclass(slots=True, frozen=True)

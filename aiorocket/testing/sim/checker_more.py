@@ -66,10 +66,12 @@ def _reconnected(history: History, since: float, broker: str, before: float) -> 
 
 def lite_resubscribed(history: History, bounds: Bounds) -> list[Violation]:
     """The Proxy dropped a lite consumer's lite subscriptions with its Telemetry stream
-    (5.5.0: a connection dropped, a Proxy restart): once the client's settings come on a
-    new stream it sends its whole set again (a COMPLETE_ADD, taken or refused) within
-    ``bounds.resubscribe``, unless a close comes first (else it is served nothing until
-    its next periodic resync, 30 s)."""
+    (5.5.0: a connection dropped, a Proxy restart): the client sends its whole set again
+    (a COMPLETE_ADD, taken or refused) within ``bounds.resubscribe`` of its settings on a
+    new stream, or, when the Proxy dropped them only after that (``live``: it handled
+    the old stream's end late), within ``bounds.resubscribe_late`` of the drop; unless
+    a close comes first (else it is served nothing until its next periodic resync,
+    30 s)."""
     out = []
     events = history.events
     ends = [e.at for e in history.of("end")]
@@ -78,20 +80,24 @@ def lite_resubscribed(history: History, bounds: Bounds) -> list[Violation]:
             continue
         client = drop.info["client"]
         later = events[i + 1:]
-        back = next((e for e in later if e.kind == "client_settings"
-                     and e.info["client"] == client), None)  # fmt: skip
-        if back is None:
-            continue  # it did not come back (closed)
-        due = back.at + bounds.resubscribe
+        if drop.info.get("live"):
+            since, bound, what = drop.at, bounds.resubscribe_late, "while it was connected"
+        else:
+            back = next((e for e in later if e.kind == "client_settings"
+                         and e.info["client"] == client), None)  # fmt: skip
+            if back is None:
+                continue  # it did not come back (closed)
+            since, bound = back.at, bounds.resubscribe
+            what = f"its settings back at {back.at:.2f}"
+        due = since + bound
         if any(e.kind == "close_start" and e.at <= due for e in later) or \
                 (ends and ends[-1] <= due):  # fmt: skip
             continue
         if not any(e.kind == "lite_ctl" and e.info["client"] == client and
                    e.info["action"] == "COMPLETE_ADD" and e.at <= due for e in later):  # fmt: skip
             out.append(_violation("lite_resubscribed", "", f"{client}'s lite subscriptions "
-                                  f"dropped at {drop.at:.2f}, its settings back at "
-                                  f"{back.at:.2f}, not sent again within "
-                                  f"{bounds.resubscribe}s"))  # fmt: skip
+                                  f"dropped at {drop.at:.2f}, {what}, not sent again "
+                                  f"within {bound}s"))  # fmt: skip
     return out
 
 

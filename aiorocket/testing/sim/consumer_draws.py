@@ -117,6 +117,11 @@ def _grpc_lite(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
     faults += _handler_faults(rng, len(messages), hang=True, slow=(4, 25))
     if rng.random() < 0.3:
         faults.append(Fault("close_at", {"seconds": round(rng.uniform(0.1, 30.0), 2)}))
+    # The Proxy handles an old Telemetry stream's end (and drops the client's lite
+    # subscriptions) late, after the client's new stream and resync (a cold 5.5.0 Proxy).
+    # Drawn last: the draws above, and the seeds pinned on them, stay as they were.
+    if rng.random() < 0.5:
+        faults.append(Fault("late_offline", {"seconds": round(rng.uniform(0.3, 6.0), 2)}))
     return params, faults
 
 

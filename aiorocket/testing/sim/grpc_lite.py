@@ -6,7 +6,8 @@ again a second later; messages stored on the lite topics over the run; a second 
 for what is left), and the Proxy's faults: SyncLiteSubscription refused (the start's
 and the resyncs included), receive streams broken after k messages, every connection
 dropped at a time (the Proxy drops the client's lite subscriptions with its Telemetry
-stream), the Proxy restarted, acks refused, the other member of an exclusive group
+stream, at once or, ``late_offline``, seconds later: after the client's new stream and
+resync), the Proxy restarted, acks refused, the other member of an exclusive group
 taking lite topics, half-open connections, handler faults, the application cancelled
 from outside and ``close()`` at a random point.
 """

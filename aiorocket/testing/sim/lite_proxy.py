@@ -20,7 +20,12 @@ reference), and says so:
 * the client's lite subscriptions are dropped when its Telemetry stream ends
   (ClientActivity.handleGrpcCancel -> offlineClientLiteSubscription: a connection
   dropped, a Proxy restart): the client must send them again (it does once the new
-  stream has its settings: ``LiteSubscriptions.resync_soon``);
+  stream has its settings: ``LiteSubscriptions.resync_soon``). Nothing orders that
+  handling (a COMPLETE_REMOVE by client id to the brokers, asynchronous) after the new
+  stream's settings and the client's resync: the nemesis's ``late_offline`` has the
+  Proxy drop them ``seconds`` after the old stream ended, whatever the client sent
+  meanwhile (a cold or loaded 5.5.0 Proxy does: the CI run of
+  tests/integration/test_lite_grpc.py);
 * in an exclusive group a lite topic belongs to the member that subscribed it last: the
   nemesis plays the other member (``contested``), right after our PARTIAL_ADD (its
   NotifyUnsubscribeLiteCommand written on the Telemetry stream before the add's answer)
@@ -84,6 +89,13 @@ class SimLiteProxy(RestartingProxy):
                         for f in schedule.of("compressed_as_gzip")}  # fmt: skip
         #: the simulated Proxy's own failures (a bug of the simulator, not the client's)
         self.errors: list[str] = []
+        #: the old Telemetry streams' ends being handled late (``late_offline``)
+        self._late: set[asyncio.Task[None]] = set()
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in list(self._late):
+            task.cancel()
+        await super().__aexit__(*exc)
 
     # -- what ``lite_workload`` asks (``LiteTruth``) --------------------------------
 
@@ -138,9 +150,18 @@ class SimLiteProxy(RestartingProxy):
         self.history.add("client_settings", "", client=client)
 
     def _offline(self, client: str, why: str) -> None:
+        """Drops ``client``'s lite subscriptions (``live``: it has a Telemetry stream
+        with its settings now, a late drop: it must send them again on its own)."""
         topics = self.subs.pop(client, set())
         if topics:
-            self.history.add("lite_dropped", "", client=client, topics=sorted(topics), why=why)
+            stream = self._telemetry_of.get(client)
+            live = stream is not None and not self._silenced(stream)
+            self.history.add("lite_dropped", "", client=client, topics=sorted(topics), why=why,
+                             live=live)  # fmt: skip
+
+    async def _offline_late(self, client: str, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        self._offline(client, f"an old telemetry stream's end handled {seconds}s late")
 
     def _own(self, client: str, lite_topic: str) -> None:
         previous = self.owner.get(lite_topic)
@@ -212,7 +233,14 @@ class SimLiteProxy(RestartingProxy):
         finally:  # ended by the client, cut with its connection, or a restart
             if self._telemetry_of.get(client) is stream:
                 del self._telemetry_of[client]
-            self._offline(client, "telemetry stream ended")
+            late = self.schedule.of("late_offline")
+            if late:  # (a task of its own: this handler's stream is done)
+                task = asyncio.get_running_loop().create_task(
+                    self._offline_late(client, late[0].args["seconds"]))  # fmt: skip
+                self._late.add(task)
+                task.add_done_callback(self._late.discard)
+            else:
+                self._offline(client, "telemetry stream ended")
             self._unread("the client went away as it was written")
 
     async def _sync(self, stream: Stream[Any, Any]) -> None:
