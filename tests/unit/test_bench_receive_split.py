@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -57,3 +58,43 @@ def test_each_message_is_split_at_its_receive_and_the_tail_shows_its_parts() -> 
 def test_no_split_no_note() -> None:
     assert split_mod.ReceiveSplit().summary() == {}
     assert report._split_note(None) == "" and report._split_note({}) == ""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # the split keys a queue by its asyncio task
+
+
+@pytest.mark.anyio
+async def test_the_pull_split_times_each_pull_and_the_queues_turnaround(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """benchmarks/_pull_split.py: a remoting message is split at the pull that brought
+    it (keyed by the object), and a queue's next pull counts its turnaround (``gap``)."""
+    import time
+    from types import SimpleNamespace
+
+    from aiorocket.client import broker
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    pull_split = _load("_pull_split")
+    msgs = [object(), object()]
+
+    async def pull(client: object, *args: object, **kw: object) -> object:
+        return SimpleNamespace(messages=msgs)
+
+    monkeypatch.setattr(broker.BrokerClient, "pull", pull)
+    split = pull_split.PullSplit()
+    split.install()
+    cls: Any = broker.BrokerClient
+    client = object.__new__(cls)
+    await cls.pull(client)
+    await cls.pull(client)  # the same queue (task): its turnaround
+    now = time.time_ns() // 1000
+    for m in msgs:
+        split.sample(id(m), now - 5_000, now + 1_000, steady=True)
+    s = split.summary()
+    assert s["samples"] == 2 and s["receives"] == 2 and s["mean_batch"] == 2
+    assert s["stream_p50_ms"] == 0 and 0 <= s["gap_p50_ms"] < 1_000
+    assert s["wait_p50_ms"] == pytest.approx(5.0, abs=0.5)  # stored 5 ms before it left
+    assert split._at == {}
