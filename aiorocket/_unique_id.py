@@ -26,6 +26,9 @@ _uid_prefix = ""
 _uid_last_ms = -1
 _uid_seq = 0
 _uid_month = (0, -1)  # (start of this month, start of the next one), local time, in ms
+#: the id's first 28 characters for ``_uid_last_ms`` (prefix and time part): formatted
+#: once per millisecond, not per id (an auto-batched send makes one id per message)
+_uid_head = ""
 
 
 def _month_bounds(ms: int) -> tuple[int, int]:
@@ -47,22 +50,23 @@ def _local_ipv4() -> bytes:
 
 def create_unique_id() -> str:
     """A new ``UNIQ_KEY`` (client message id): 32 uppercase hex chars, unique per process."""
-    global _uid_prefix, _uid_last_ms, _uid_seq, _uid_month
+    global _uid_prefix, _uid_last_ms, _uid_seq, _uid_month, _uid_head
     now = time.time_ns() // 1_000_000
     with _uid_lock:
-        if now > _uid_last_ms:
-            _uid_last_ms = ms = now
-            _uid_seq = seq = 0
+        if now <= _uid_last_ms:
+            seq = _uid_seq + 1
+            if seq <= 0xFFFF:
+                _uid_seq = seq
+                return f"{_uid_head}{seq:04X}"
+            ms = _uid_last_ms + 1  # a full sequence borrows the next millisecond
         else:
-            ms, seq = _uid_last_ms, _uid_seq + 1
-            if seq > 0xFFFF:
-                _uid_last_ms = ms = ms + 1
-                seq = 0
-            _uid_seq = seq
+            ms = now
+        _uid_last_ms, _uid_seq = ms, 0
         if ms >= _uid_month[1]:
             if not _uid_prefix:
                 fixed = _local_ipv4() + (os.getpid() & 0xFFFF).to_bytes(2, "big") + os.urandom(4)
                 _uid_prefix = fixed.hex().upper()
             _uid_month = _month_bounds(ms)
         diff = (ms - _uid_month[0]) & 0xFFFFFFFF
-    return f"{_uid_prefix}{diff:08X}{seq:04X}"
+        _uid_head = f"{_uid_prefix}{diff:08X}"
+        return f"{_uid_head}0000"

@@ -9,8 +9,9 @@ There is no linger timer. A topic keeps at most ``batch_in_flight`` requests und
 way; a message that finds one of them free leaves at once (with whatever else was sent
 in the same event loop iteration), so an idle producer adds no latency. Messages that
 arrive while all of them are busy wait, and the next request to free up takes
-everything waiting (up to ``batch_max_bytes``): the batch size follows the load, as
-aiokafka's accumulator does.
+everything waiting (up to ``batch_max_bytes``), after letting the callers its own answer woke send
+again (so it carries their messages too): the batch size follows the load, as aiokafka's
+accumulator does.
 
 Batch requests run in the producer's task group (they carry several callers' messages,
 so no single caller owns them), in up to ``batch_in_flight`` worker tasks per topic,
@@ -32,7 +33,8 @@ would be; when all attempts fail, every caller still waiting gets the error.
 messages so started are unanswered: a loop feeding a task group (the Spark sink) is held
 back as by a plain send's slot, and its messages share requests as concurrent ``send``
 calls do. It spawns no task per message (a task's creation, scheduling and wake-up cost
-more than the rest of a batched message's CPU: benchmarks/README.md, "produce"): each
+more than the rest of a batched message's CPU: benchmarks/README.md, "produce"), and
+runs no coroutine of its own while a slot is free (``start_nowait``): each
 task group that has such messages unanswered runs one ``_Reporter`` task, which the
 answers wake (once per request, not per message), which calls ``on_result`` and raises
 the first failure in the group, and which is what ``async with`` of the group waits for.
@@ -52,6 +54,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from aiorocket._loop import LoopShortcuts, OneShotEvent, capture
 from aiorocket._riders import latest_deadline, still_waiting
@@ -67,8 +70,7 @@ from aiorocket.producer.prepare import (
     Outgoing,
     check_body,
     check_topic,
-    encoded_props,
-    wire_properties,
+    properties_with_id,
 )
 from aiorocket.producer.sender import Plan, Sender, take_slot
 
@@ -119,14 +121,34 @@ class _Waiting:
             self.reporter.answer(self)
 
 
-def _expire(pool: deque[_Waiting] | set[_Waiting], now: float, what: str) -> float:
-    """Take the messages whose deadline passed out of ``pool`` and answer them with
-    ``RequestTimeoutError`` (``what`` happened); the earliest deadline of the others."""
+def _expire(pool: deque[_Waiting], now: float) -> float:
+    """Take the messages whose deadline passed out of ``pool`` (they waited for a
+    request) and answer them with ``RequestTimeoutError``; the earliest deadline of the
+    others."""
     for w in [w for w in pool if w.deadline <= now]:
         pool.remove(w)
-        w.taken = w.gone = True  # no request, and no retry of one, carries it from now
-        w.finish(None, RequestTimeoutError(f"send to {w.msg.topic!r} {what}"))
+        w.taken = w.gone = True  # no request carries it from now
+        w.finish(None, RequestTimeoutError(f"send to {w.msg.topic!r} waited for a batch "
+                                           "past its timeout"))  # fmt: skip
     return min((w.deadline for w in pool), default=math.inf)
+
+
+def _expire_riders(batches: list[list[_Waiting]], now: float) -> float:
+    """Answer the unanswered messages of requests under way (``batches``) whose deadline
+    passed with ``RequestTimeoutError`` (they may be stored; no retry carries them); the
+    earliest deadline of the others."""
+    earliest = math.inf
+    for batch in batches:
+        for w in batch:
+            if w.answered:
+                continue
+            if w.deadline <= now:
+                w.gone = True
+                w.finish(None, RequestTimeoutError(f"send to {w.msg.topic!r} got no answer "
+                                                   "within its timeout"))  # fmt: skip
+            elif w.deadline < earliest:
+                earliest = w.deadline
+    return earliest
 
 
 @dataclass(eq=False, slots=True)
@@ -223,9 +245,11 @@ class AutoBatcher:
         self._finished = Signal()  # after every request: wakes drain()
         self._expiry = Signal()  # a message waits with an earlier deadline than any other
         self._next_expiry = math.inf
-        #: messages in requests that run past their own deadline (another caller's is
-        #: later): the sweeper answers them at theirs
-        self._riding: set[_Waiting] = set()
+        #: requests (their messages) that run past some of their callers' deadlines
+        #: (another caller's is later): the sweeper answers those at theirs. Whole
+        #: batches, not a set of their messages: a set's add and remove per message were
+        #: a measurable share of a batched message's CPU (benchmarks/README.md, goal 3)
+        self._riding: list[list[_Waiting]] = []
         #: messages handed over by ``start_send`` and not answered yet
         self.started_slots = anyio.Semaphore(config.max_in_flight)
         #: per task group with ``start_send`` messages unanswered, its reporter task
@@ -263,19 +287,35 @@ class AutoBatcher:
         """
         return await self._wait(self._prepare(msg, deadline, awaited=True))
 
-    async def start_send(
+    def start_nowait(
         self, task_group: anyio.abc.TaskGroup, msg: Message, deadline: float,
         on_result: ResultCallback | None,
-    ) -> None:  # fmt: skip
+    ) -> _Waiting | None:  # fmt: skip
         """Send ``msg`` (``accepts`` is true) once fewer than ``max_in_flight`` messages
         handed over so are unanswered; ``task_group``'s reporter calls ``on_result``
-        (module docstring)."""
-        waiting = self._prepare(msg, deadline, awaited=False)  # a bad one fails here
-        try:  # take_slot's fast path, without a coroutine per message
+        (module docstring). Synchronous while a slot is free (its common case: a
+        coroutine per message was a measurable share of its CPU): None once handed over;
+        else the prepared message, for ``start_when_free``. A bad message fails here."""
+        waiting = self._prepare(msg, deadline, awaited=False)
+        try:
             self.started_slots.acquire_nowait()
         except anyio.WouldBlock:
-            started = f"{self._config.max_in_flight} messages started"
-            await take_slot(self.started_slots, deadline, self._sender.now, started)
+            waiting.on_result = on_result
+            return waiting
+        self._hand_over(task_group, waiting, on_result)
+        return None
+
+    async def start_when_free(self, task_group: anyio.abc.TaskGroup, waiting: _Waiting) -> None:
+        """Hand ``waiting`` (from ``start_nowait``) over once a slot frees up, by its
+        deadline (else ``RequestTimeoutError``); cancelled, nothing was handed over."""
+        started = f"{self._config.max_in_flight} messages started"
+        await take_slot(self.started_slots, waiting.deadline, self._sender.now, started)
+        self._hand_over(task_group, waiting, waiting.on_result)
+
+    def _hand_over(
+        self, task_group: anyio.abc.TaskGroup, waiting: _Waiting, on_result: ResultCallback | None
+    ) -> None:
+        """``waiting`` holds a slot: queue it, reported by ``task_group``'s reporter."""
         if self._tg is None:
             self.started_slots.release()
             raise ClientClosedError("producer is closed")
@@ -302,9 +342,8 @@ class AutoBatcher:
         if not waiting.taken:
             waiting.taken = True
             self._lanes[waiting.msg.topic].waiting.remove(waiting)
-        else:
+        else:  # answered: the sweeper passes over it in ``_riding``
             waiting.gone = True
-            self._riding.discard(waiting)
 
     def _prepare(self, msg: Message, deadline: float, *, awaited: bool) -> _Waiting:
         """``awaited``: by a ``send`` caller (with an event to wake it).
@@ -320,8 +359,7 @@ class AutoBatcher:
         body = bytes(msg.body)
         if not 0 < len(body) <= self._config.max_message_size:
             check_body(msg, self._config.max_message_size)
-        props, msg_id = wire_properties(msg)
-        text, data = encoded_props(props)
+        text, data, msg_id = properties_with_id(msg)
         record = pack_record(body, data, msg.flag)
         done = loop.new_event() if awaited else None
         return _Waiting(msg, body, text, record, msg_id, deadline, done)
@@ -370,10 +408,9 @@ class AutoBatcher:
         while True:
             now, earliest = now_of(), math.inf
             for lane in self._lanes.values():
-                late = _expire(lane.waiting, now, "waited for a batch past its timeout")
+                late = _expire(lane.waiting, now)
                 earliest = min(earliest, late, _retire_if_idle(lane, now))
-            late = _expire(self._riding, now, "got no answer within its timeout")
-            earliest = min(earliest, late)
+            earliest = min(earliest, _expire_riders(self._riding, now))
             self._next_expiry = earliest
             with anyio.move_on_after(earliest - now):
                 await self._expiry.wait()
@@ -437,6 +474,12 @@ class AutoBatcher:
                 finally:
                     lane.in_flight -= 1
                     self._finished.notify()
+                # The answers freed their callers' slots and woke them: let them send
+                # again before the next take, so that request carries their messages too
+                # (without it, batches held what one answer freed). Two passes: trio
+                # runs the tasks woken together in a random order.
+                await anyio.lowlevel.checkpoint()
+                await anyio.lowlevel.checkpoint()
         finally:
             lane.workers -= 1
             if not (lane.workers or lane.waiting) and self._lanes.get(topic) is lane:
@@ -445,11 +488,12 @@ class AutoBatcher:
     async def _run(self, topic: str, batch: list[_Waiting]) -> None:
         sender = self._sender
         # The request runs while any caller waits; the sweeper answers the others.
-        deadline = latest_deadline(batch)
-        early = [w for w in batch if w.deadline < deadline]
-        if early:
-            self._riding.update(early)
-            if min(w.deadline for w in early) < self._next_expiry:
+        deadlines = [w.deadline for w in batch]
+        deadline, first = max(deadlines), min(deadlines)
+        riding = first < deadline
+        if riding:
+            self._riding.append(batch)
+            if first < self._next_expiry:
                 self._expiry.notify()
         try:
             plan = sender.plan(batch[0].msg, None, None, None)
@@ -473,7 +517,8 @@ class AutoBatcher:
                 if not w.answered:
                     w.finish(None, RequestTimeoutError(f"send to {topic!r} timed out"))
         finally:
-            self._riding.difference_update(early)
+            if riding:
+                self._riding[:] = [b for b in self._riding if b is not batch]
 
     async def _request(
         self, topic: str, batch: list[_Waiting], plan: Plan, deadline: float

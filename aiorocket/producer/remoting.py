@@ -288,7 +288,9 @@ class RemotingProducer:
         batcher = self._batcher_for(msg, sharding_key, selector)
         if batcher is not None:  # it shares requests, as concurrent send() calls do
             deadline = self._open_sender().deadline(timeout)
-            await batcher.start_send(task_group, msg, deadline, on_result)
+            waiting = batcher.start_nowait(task_group, msg, deadline, on_result)
+            if waiting is not None:  # no slot free: no coroutine unless one must wait
+                await batcher.start_when_free(task_group, waiting)
             return
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)

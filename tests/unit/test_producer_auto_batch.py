@@ -423,3 +423,69 @@ async def test_a_cancelled_start_send_group_takes_waiting_messages_back() -> Non
         sent = [c.body for b in fake.brokers for c in b.received(V2)]
         assert not any(b.received(BATCH) for b in fake.brokers)
         assert sorted(sent) == [b"first", b"rides"]
+
+
+async def test_start_send_waiting_for_a_slot_times_out_or_is_cancelled_unsent() -> None:
+    # Issue 43, goal 3: start_send hands a message over without a coroutine while a slot
+    # is free and awaits one only when none is (start_when_free). What waited for a slot
+    # past its timeout, or was cancelled there, was never handed over: never sent, its
+    # group not failed, the slots whole again afterwards.
+    async with (
+        cluster(brokers=1) as fake,
+        producer(fake, auto_batch=True, batch_in_flight=1, max_in_flight=1) as p,
+    ):
+        broker = fake.brokers[0]
+        results: list[SendResult] = []
+        async with anyio.create_task_group() as tg:
+            await occupy_the_lane(tg, p, broker)
+            await p.start_send(tg, Message(TOPIC, b"rides"), on_result=results.append)
+            with pytest.raises(RequestTimeoutError):  # the one slot is taken
+                await p.start_send(tg, Message(TOPIC, b"late"), timeout=0.2)
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as waiting:  # for a slot, for tg
+                    waiting.start_soon(p.start_send, tg, Message(TOPIC, b"cancelled"))
+                    await anyio.wait_all_tasks_blocked()
+                    scope.cancel()
+            assert scope.cancelled_caught
+            assert broker.hold is not None
+            broker.hold.set()
+        batcher = p.batcher
+        assert batcher is not None
+        assert batcher.started_slots.value == p.config.max_in_flight
+        sent = [c.body for c in broker.received(V2)]
+        sent += [b for c in broker.received(BATCH) for _, b, _ in decode_records(c.body)]
+        assert sorted(sent) == [b"first", b"rides"]
+        assert [r.msg_id for r in results] == [results[0].msg_id]
+
+
+async def test_a_request_carries_what_the_answer_before_it_freed() -> None:
+    # Issue 43, goal 3: a worker took what waited as soon as its request was answered,
+    # before the senders that answer woke could send again: with every request busy,
+    # batches alternated between what one answer freed and the rest (3, 5, 3, 5 ... of 8
+    # in flight). It now lets them send first: each request carries all it can.
+    async with (
+        cluster(brokers=1) as fake,
+        producer(fake, auto_batch=True, batch_in_flight=1, max_in_flight=8) as p,
+    ):
+        broker = fake.brokers[0]
+        results: list[SendResult] = []
+
+        async def start(i: int) -> None:
+            await p.start_send(tg, Message(TOPIC, b"m%d" % i), on_result=results.append)
+
+        async with anyio.create_task_group() as tg:
+            await occupy_the_lane(tg, p, broker)
+            for i in range(3):
+                await start(i)
+            first, broker.hold = broker.hold, anyio.Event()
+            assert first is not None
+            first.set()  # the 3 leave together, and are held
+            await wait_for(lambda: broker.holding == 1 and len(broker.received(BATCH)) == 1)
+            for i in range(3, 8):  # 5 more wait: the 8 slots are taken
+                await start(i)
+            broker.hold.set()  # the 3 are answered: 3 slots free, 5 wait
+            for i in range(8, 43):
+                await start(i)
+        assert len(results) == 43
+        sizes = [len(decode_records(c.body)) for c in broker.received(BATCH)]
+        assert sizes == [3, 8, 8, 8, 8, 8]

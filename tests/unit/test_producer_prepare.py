@@ -11,7 +11,13 @@ from aiorocket.errors import ConfigError, MessageTooLargeError
 from aiorocket.message import Message
 from aiorocket.producer.batch import decode_records, encode_record, prepare_batch
 from aiorocket.producer.config import ProducerConfig
-from aiorocket.producer.prepare import SYSFLAG_COMPRESSED, prepare_message
+from aiorocket.producer.prepare import (
+    SYSFLAG_COMPRESSED,
+    encoded_props,
+    prepare_message,
+    properties_with_id,
+    wire_properties,
+)
 from aiorocket.protocol.message_codec import CompressionType, decode_properties, decompress_body
 
 
@@ -29,6 +35,26 @@ def test_properties_carry_tags_keys_user_props_schedule_and_a_fresh_id() -> None
     assert (out.topic, out.body, out.sys_flag, out.flag) == ("orders", b"body", 0, 7)
     assert prepare_message(msg, ProducerConfig()).msg_id != out.msg_id
     assert msg.properties == {"region": "eu"}  # the caller's message is not modified
+
+
+def test_the_auto_batchers_properties_are_the_plain_sends() -> None:
+    # Issue 43, goal 3: the auto-batcher appends a generated id to the encoded rest
+    # instead of encoding a dict with it: the same properties, the same checks.
+    for msg in (
+        Message("t", b"b"),
+        Message("t", b"b", tags="a", keys=["k"], properties={"x": "1"}),
+        Message("t", b"b", properties={"UNIQ_KEY": ""}),  # empty: replaced
+    ):
+        text, data, msg_id = properties_with_id(msg)
+        assert data == text.encode() and len(msg_id) == 32
+        props, _ = wire_properties(msg)
+        assert decode_properties(text) == {**props, "UNIQ_KEY": msg_id}
+    own = Message("t", b"b", properties={"UNIQ_KEY": "MINE", "y": "2"})
+    assert properties_with_id(own) == (*encoded_props(wire_properties(own)[0]), "MINE")
+    with pytest.raises(ConfigError):
+        properties_with_id(Message("t", b"b", properties={"x": "a\x02b"}))
+    with pytest.raises(MessageTooLargeError):
+        properties_with_id(Message("t", b"b", properties={"x": "v" * 40_000}))
 
 
 def test_timer_message_and_caller_chosen_id() -> None:

@@ -31,6 +31,7 @@ def test_unique_ids_are_unique_and_well_formed() -> None:
 def test_unique_ids_survive_a_frozen_or_backward_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_unique_id, "_uid_last_ms", _unique_id._uid_last_ms)
     monkeypatch.setattr(_unique_id, "_uid_seq", _unique_id._uid_seq)
+    monkeypatch.setattr(_unique_id, "_uid_head", _unique_id._uid_head)
     frozen = time.time_ns() + 5_000_000_000
     monkeypatch.setattr(time, "time_ns", lambda: frozen)
     ids = [create_unique_id() for _ in range(70_000)]  # more than the 16-bit sequence
