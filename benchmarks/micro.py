@@ -214,7 +214,8 @@ class _FakeBroker:
         if chunk is None:
             await anyio.sleep_forever()
         messages = decode_messages(
-            chunk, broker_name=mq.broker_name, message_class=kw["message_class"]
+            chunk, broker_name=mq.broker_name, message_class=kw["message_class"],
+            stamp=kw.get("stamp"),
         )
         return PullResult(PullStatus.FOUND, messages[-1].queue_offset + 1, 0, self.end, messages)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiorocket.client.results import PullResult, PullStatus, SendResult, SendStatus
 from aiorocket.errors import (
@@ -37,6 +37,9 @@ from aiorocket.protocol.features import (
 from aiorocket.protocol.message_codec import UndecodableRecord, decode_messages
 from aiorocket.remoting.connection import StallCheck
 from aiorocket.remoting.pool import ConnectionPool
+
+if TYPE_CHECKING:
+    from aiorocket.protocol.message_codec import Stamp
 
 # PullSysFlag bits.
 PULL_COMMIT_OFFSET = 0x1
@@ -346,10 +349,11 @@ class BrokerClient:
         decode: bool = True,
         message_class: type[MessageExt] = MessageExt,
         keep_undecodable: bool = False,
+        stamp: Stamp | None = None,
     ) -> PullResult:
         """PULL_MESSAGE. A record that cannot be decoded fails the whole pull with
         ``MessageDecodeError``, unless ``keep_undecodable``: then it is left out of
-        ``messages`` and listed in ``undecodable``."""
+        ``messages`` and listed in ``undecodable``. ``stamp``: see ``decode_messages``."""
         ext = {
             "consumerGroup": group,
             "topic": mq.topic,
@@ -377,6 +381,7 @@ class BrokerClient:
                 broker_name=mq.broker_name,
                 message_class=message_class,
                 undecodable=undecodable if keep_undecodable else None,
+                stamp=stamp,
             )
         return PullResult(
             status=status,

@@ -15,6 +15,7 @@ import anyio.abc
 import anyio.lowlevel
 
 from aiorocket.consumer.handler import ConsumeTimeouts
+from aiorocket.consumer.settle import RemotingSettler
 from aiorocket.consumer.work_queue import WorkQueue
 from aiorocket.received import ConsumerMessage
 
@@ -183,6 +184,7 @@ class WorkerPool:
         monotonic = time.monotonic  # the watchdog's clock
         settler = self._settler
         finish = settler.finish
+        direct = type(settler) is RemotingSettler  # its finish is inlined below
         queue = self.queue
         pop_nowait = queue.pop_nowait
         countdown = _BURST
@@ -199,38 +201,50 @@ class WorkerPool:
                             item = await queue.get()
                         except anyio.EndOfStream:
                             return
-                    if isinstance(item, list):
-                        await self._consume_batch(item, slot)
-                    elif not inline:
-                        await self._consume_batch([item], slot)
+                    if not inline:  # an inline worker's queue holds single messages only
+                        await self._consume_batch(
+                            item if isinstance(item, list) else [item], slot
+                        )
                     else:
-                        # item.current(), without the call (once per message:
+                        # a single message (above), without the isinstance check
+                        msg: ConsumerMessage = item  # type: ignore[assignment]
+                        # msg.current(), without the call (once per message:
                         # benchmarks/ceiling.py)
-                        pq = item._pq
-                        if (pq is None or item._settled or pq.dropped
-                                or item._generation != pq.tracker.generation):  # fmt: skip
+                        pq = msg._pq
+                        if (pq is None or msg._settled or pq.dropped
+                                or msg._generation != pq.tracker.generation):  # fmt: skip
                             continue
                         pq.running += 1
                         slot.deadline = monotonic() + timeout
-                        slot.current = item
+                        slot.current = msg
                         try:
-                            result = await fn(item)
+                            result = await fn(msg)
                         except Exception as exc:
-                            handler.log_failure(pq, item, exc)
+                            handler.log_failure(pq, msg, exc)
                             level: int | None = retry_level
                         else:
-                            level = None if result is None else handler.level_of(pq, item, result)
+                            level = None if result is None else handler.level_of(pq, msg, result)
                         slot.current = None  # not reached when cancelled: the worker settles it
                         pq.running -= 1
                         if level is None:
                             # No await: a success needs no broker round trip. finish()
                             # wakes the queue's waiters unless the message was stale or
                             # settled already; they must still see running drop.
-                            if not finish(item):
+                            if not direct:
+                                if not finish(msg):
+                                    pq.notify()
+                            # RemotingSettler.finish without the call (once per
+                            # message: benchmarks/README.md, "Round 4 (issue 43,
+                            # goal 1)")
+                            elif msg._settled:
                                 pq.notify()
+                            else:
+                                msg._settled = True
+                                if not pq.on_done(msg, msg._generation):
+                                    pq.notify()
                         else:
                             pq.notify()
-                            await settler.settle(item, level)
+                            await settler.settle(msg, level)
                     countdown -= 1
                     if not countdown:
                         # queue.get() does not yield while work is queued: let pulls and

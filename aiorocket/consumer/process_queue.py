@@ -130,13 +130,13 @@ class ProcessQueue:
     __slots__ = (
         "_budget",
         "_changed",
+        "_discarded",
         "_room",
         "_room_at",
         "buffer",
         "cached_bytes",
         "cached_count",
         "consume_scope",
-        "consumed_total",
         "created_at",
         "disconnects",
         "dropped",
@@ -179,7 +179,7 @@ class ProcessQueue:
         #: orderly: the scope of the queue's consume loop (cancelled only by the close)
         self.consume_scope: anyio.CancelScope | None = None
         self.pulled_total = 0
-        self.consumed_total = 0
+        self._discarded = 0  # pulled, then forgotten unconsumed by a reset
         self.undecodable_total = 0  # records dead-lettered or skipped, never delivered
         # A pull answer over the frame limit: pull this queue this many messages at a
         # time (0: the configured batch) until the offset passes small_batch_until.
@@ -306,7 +306,6 @@ class ProcessQueue:
         size = len(msg.body)
         self.cached_count -= 1
         self.cached_bytes -= size
-        self.consumed_total += 1
         self.last_consumed = time.monotonic()
         if self._budget is not None:
             self._budget.release(1, size)
@@ -317,11 +316,19 @@ class ProcessQueue:
             self._room.notify()
         return True
 
+    @property
+    def consumed_total(self) -> int:
+        """Messages pulled and finished: counted from the others, so that finishing one
+        updates a counter less (once per message: benchmarks/README.md,
+        "Round 4 (issue 43, goal 1)")."""
+        return self.pulled_total - self.cached_count - self._discarded
+
     def reset(self, offset: int) -> None:
         """Forget everything cached (OFFSET_ILLEGAL or seek) and restart at ``offset``."""
         self.tracker.reset(offset)
         if self._budget is not None:
             self._budget.release(self.cached_count, self.cached_bytes)
+        self._discarded += self.cached_count
         self.cached_count = 0
         self.cached_bytes = 0
         self.buffer.clear()

@@ -209,6 +209,10 @@ class Puller:
                     timeout=cfg.pull_request_timeout,
                     message_class=ConsumerMessage,
                     keep_undecodable=True,
+                    # each message's queue, generation and settler, set as it is
+                    # decoded (a loop over the messages less: benchmarks/README.md,
+                    # "Round 4 (issue 43, goal 1)")
+                    stamp=(pq, generation, settler),
                 )
             except ResponseTooLargeError as exc:
                 # Large messages x batch size: the connection is fine (the answer was
@@ -297,10 +301,6 @@ class Puller:
                                 m.topic = original
                         if namespace:  # the application's name (settling wraps it again)
                             m.topic = unwrap(namespace, m.topic)
-                for m in accepted:  # once per message (benchmarks/ceiling.py): no tests
-                    m._pq = pq
-                    m._generation = generation
-                    m._settler = settler
                 try:
                     pq.on_pulled(accepted, next_offset)
                 except ValueError as exc:

@@ -299,9 +299,16 @@ class FrameDecoder:
         self._skip = 0  # body bytes of an oversized answer still to throw away
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
-        self._buf += data
+        # Nothing held back (the usual case): read the frames from ``data`` itself and
+        # keep only the partial frame at its end; appending every chunk to the buffer
+        # first copied each pull answer once more (benchmarks/README.md, "Round 4
+        # (issue 43, goal 1)").
+        if self._buf or type(data) is not bytes:
+            self._buf += data
+            buf: bytes | bytearray = self._buf
+        else:
+            buf = data
         out: list[RemotingCommand] = []
-        buf = self._buf
         pos = 0
         while True:
             if self._skip:
@@ -331,12 +338,15 @@ class FrameDecoder:
             out.append(decode_frame(memoryview(buf)[pos:end]))
             pos = end
             self._need = -1
-        if pos:
-            del buf[:pos]
+        if buf is self._buf:
+            if pos:
+                del self._buf[:pos]
+        elif pos < len(buf):
+            self._buf += memoryview(buf)[pos:]
         return out
 
     @staticmethod
-    def _oversized_header(buf: bytearray, pos: int, length: int) -> RemotingCommand | None:
+    def _oversized_header(buf: bytes | bytearray, pos: int, length: int) -> RemotingCommand | None:
         """The header of the over-limit frame at ``pos`` (None: not all here yet)."""
         if len(buf) - pos < 8:
             return None

@@ -30,7 +30,7 @@ import threading
 import zlib
 from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 import lz4.frame
 import zstandard
@@ -40,6 +40,7 @@ from aiorocket._message_id import decode_offset_message_id, offset_message_id, p
 from aiorocket._message_id import host_str as _host_str
 from aiorocket.errors import ConfigError, MessageDecodeError
 from aiorocket.message import MessageExt
+from aiorocket.received import ConsumerMessage
 
 __all__ = [
     "MAGIC_V1",
@@ -103,10 +104,20 @@ _TAILS = (
     struct.Struct(">16siq16siiqi"),
 )
 _FIXED_V4 = struct.Struct(">iIiiiqqiq4siq4siiqi")  # _HEAD + _TAILS[0]: IPv4 hosts
+# The same, each host's address and port as one 8-byte string (_decode_usual compares it
+# with the last record's in one step)
+_FIXED_V4_RAW_HOSTS = struct.Struct(">iIiiiqqiq8sq8siqi")
 _U16 = struct.Struct(">H")
 _HEAD_SIZE = _HEAD.size
 # Smallest legal record: V1 magic, IPv4 hosts, empty body, topic and properties.
 MIN_RECORD_SIZE = _HEAD_SIZE + _TAILS[0].size + 1 + 2  # 91, as in Java
+
+if TYPE_CHECKING:
+    from aiorocket.received import QueueView, Settler
+
+    #: what each ConsumerMessage of a pull is stamped with: its queue, the queue's
+    #: generation when the pull was sent, and the settler
+    Stamp = tuple[QueueView | None, int, Settler | None]
 
 _inet_ntoa = socket.inet_ntoa
 
@@ -149,6 +160,7 @@ def decode_messages(
     decompress: bool = True,
     message_class: type[MessageExt] = MessageExt,
     undecodable: list[UndecodableRecord] | None = None,
+    stamp: Stamp | None = None,
 ) -> list[MessageExt]:
     """Decode the concatenated store records of a PULL_MESSAGE (FOUND) response body.
 
@@ -158,7 +170,8 @@ def decode_messages(
     ``MessageDecodeError`` for any truncated or corrupt input, unless
     ``undecodable`` is given: then each bad record is appended there and decoding goes
     on with the next one (its framing, TOTALSIZE and magic code, is intact), or stops
-    (it is not), returning the records decoded.
+    (it is not), returning the records decoded. ``stamp``: with ``message_class``
+    ConsumerMessage or a subclass, the queue, generation and settler each message gets.
     """
     data = body if type(body) is bytes else bytes(body)
     out: list[MessageExt] = []
@@ -166,7 +179,9 @@ def decode_messages(
     bad = 0
     while True:
         try:
-            _decode_into(out, data, pos, broker_name, check_crc, decompress, message_class)
+            _decode_into(
+                out, data, pos, broker_name, check_crc, decompress, message_class, stamp
+            )
             return out
         except MessageDecodeError as exc:
             if undecodable is None or exc.position is None:
@@ -180,6 +195,154 @@ def decode_messages(
 
 
 def _decode_into(
+    out: list[MessageExt],
+    data: bytes,
+    pos: int,
+    broker_name: str,
+    check_crc: bool,
+    decompress: bool,
+    message_class: type[MessageExt],
+    stamp: Stamp | None,
+) -> None:
+    """Decode the records from ``pos`` into ``out``.
+
+    Once per message (benchmarks/ceiling.py; benchmarks/README.md, "Round 4 (issue 43,
+    goal 1)": ~80 fewer bytecodes a record): the usual record, V1 magic, IPv4 hosts,
+    uncompressed, ASCII properties, is decoded here with one consistency check, that
+    its fields add up to its TOTALSIZE; every length is unsigned or checked >= 0, so
+    that check also bounds each field within the record. At the first record that is
+    anything else (or inconsistent), ``_decode_checked`` takes over from it: it checks
+    each field on its own and raises the precise error, so a bad record fails exactly
+    as before, and nothing of it was kept here.
+    """
+    end = len(data)
+    if not check_crc:
+        pos = _decode_usual(out, data, pos, broker_name, message_class, stamp)
+    if pos < end:
+        start = len(out)
+        _decode_checked(out, data, pos, broker_name, check_crc, decompress, message_class)
+        if stamp is not None and issubclass(message_class, ConsumerMessage):
+            for m in cast("list[ConsumerMessage]", out[start:]):
+                m._pq, m._generation, m._settler = stamp
+
+
+def _decode_usual(
+    out: list[MessageExt],
+    data: bytes,
+    pos: int,
+    broker_name: str,
+    message_class: type[MessageExt],
+    stamp: Stamp | None = None,
+) -> int:
+    """The fast path of ``_decode_into``: decode usual records from ``pos``; return the
+    position of the first record it did not decode (``len(data)`` after the last).
+
+    A ConsumerMessage (the pull consumer's, exactly that class) is built here field by
+    field, stamped with ``stamp``: calling its ``__init__`` (a frame, 19 arguments) and
+    then stamping it cost ~1,500 instructions a message more (benchmarks/README.md,
+    "Round 4 (issue 43, goal 1)"). Its fields and defaults are the dataclass's: a unit
+    test compares every field with the ``__init__``-built message's.
+    """
+    end = len(data)
+    consumer = message_class is ConsumerMessage
+    queue, generation, settler = (None, 0, None) if stamp is None else stamp
+    # a subclass of ConsumerMessage: built by its __init__, then stamped
+    stamped = stamp is not None and not consumer and issubclass(message_class, ConsumerMessage)
+    append = out.append
+    unpack_v4 = _FIXED_V4_RAW_HOSTS.unpack_from
+    fixed = _FIXED_V4_RAW_HOSTS.size
+    new_props = new_msg = object.__new__
+    init_msg = message_class.__init__
+    # Consecutive records mostly share hosts and topic: reuse the last rendered strings.
+    last_born = last_store = last_topic = b""
+    last_topic_len = -1
+    born = store = topic = ""
+    try:
+        while pos < end:
+            (total, magic, crc, queue_id, flag, queue_offset, cl_offset, sys_flag, born_ts,
+             born_raw, store_ts, store_raw, reconsume, prepared,
+             body_len) = unpack_v4(data, pos)  # fmt: skip
+            rec_end = pos + total
+            # IPv6 hosts (0x30) and compressed bodies (0x1) take the checked path.
+            if magic != MAGIC_V1 or sys_flag & 0x31 or body_len < 0 or rec_end > end:
+                break
+            if born_raw != last_born:
+                born = _raw_host_str(born_raw)
+                last_born = born_raw
+            if store_raw != last_store:
+                store = _raw_host_str(store_raw)
+                last_store = store_raw
+            b = pos + fixed  # the body
+            p = b + body_len  # the topic's length byte
+            topic_len = data[p]
+            p += 1
+            if topic_len != last_topic_len or not data.startswith(last_topic, p):
+                last_topic = data[p : p + topic_len]
+                last_topic_len = topic_len
+                topic = last_topic.decode()
+            p += topic_len + 2  # the properties, after their 2-byte length
+            if p + ((data[p - 2] << 8) | data[p - 1]) != rec_end:
+                break  # the fields do not add up to TOTALSIZE
+            raw_props = data[p:rec_end]
+            if not raw_props.isascii():
+                break
+            props = new_props(StoredProperties)
+            props._raw = raw_props
+            props._parsed = None
+            if consumer:
+                cm = new_msg(ConsumerMessage)
+                cm.topic = topic
+                cm.body = data[b : b + body_len]
+                cm.properties = props
+                cm.queue_id = queue_id
+                cm.queue_offset = queue_offset
+                cm.commit_log_offset = cl_offset
+                cm.flag = flag
+                cm.sys_flag = sys_flag
+                cm.born_timestamp = born_ts
+                cm.born_host = born
+                cm.store_timestamp = store_ts
+                cm.store_host = store
+                cm.reconsume_times = reconsume
+                cm.prepared_transaction_offset = prepared
+                cm.body_crc = crc
+                cm.store_size = total
+                cm.broker_name = broker_name
+                cm._pq = queue
+                cm._generation = generation
+                cm._settler = settler
+                cm._settled = False
+                cm._held = False
+                cm._timed_out = False
+                cm._failure = None
+                cm._retry_delay = None
+                cm._trace = None
+                append(cm)
+            else:
+                msg = new_msg(message_class)
+                # fmt: off
+                init_msg(
+                    msg, topic, data[b : b + body_len], props, queue_id,
+                    queue_offset, cl_offset, flag, sys_flag, born_ts, born, store_ts, store,
+                    reconsume, prepared, crc, total, broker_name,
+                )
+                # fmt: on
+                if stamped:
+                    sub = cast("ConsumerMessage", msg)
+                    sub._pq, sub._generation, sub._settler = queue, generation, settler
+                append(msg)
+            pos = rec_end
+    except (struct.error, IndexError, UnicodeDecodeError):
+        pass  # short or corrupt: the checked path says how
+    return pos
+
+
+def _raw_host_str(raw: bytes) -> str:
+    """"ip:port" of an IPv4 address and its int32 port, as the 8 bytes stored."""
+    return f"{_inet_ntoa(raw[:4])}:{int.from_bytes(raw[4:], 'big', signed=True)}"
+
+
+def _decode_checked(
     out: list[MessageExt],
     data: bytes,
     pos: int,

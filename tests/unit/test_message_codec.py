@@ -32,6 +32,7 @@ from aiorocket.protocol.message_codec import (
     pack_host,
 )
 from aiorocket.protocol.store_record import encode_stored_message
+from aiorocket.received import ConsumerMessage
 
 
 def crc(data: bytes) -> int:
@@ -634,3 +635,109 @@ def test_topics_of_consecutive_records_are_each_their_own() -> None:
         decode_messages(raw_record(topic=b"a\xff") + raw_record(topic=b"a\xff"))
     with pytest.raises(MessageDecodeError, match="UTF-8"):
         decode_messages(raw_record(topic=b"ab") + raw_record(topic=b"a\xff"))
+
+
+# ------------------------------------------------- the usual records' path (ceiling.py)
+
+
+def _checked(data: bytes) -> list[MessageExt] | str:
+    """The records of ``data`` decoded by the field-by-field checked path alone (the
+    reference for the usual records' path), or its error."""
+    out: list[MessageExt] = []
+    try:
+        message_codec._decode_checked(out, data, 0, "b", False, True, MessageExt)
+    except MessageDecodeError as exc:
+        return str(exc)
+    return out
+
+
+def _decoded(data: bytes) -> list[MessageExt] | str:
+    try:
+        return decode_messages(data, broker_name="b")
+    except MessageDecodeError as exc:
+        return str(exc)
+
+
+def _fields(result: list[MessageExt] | str) -> object:
+    if isinstance(result, str):
+        return result
+    return [
+        [getattr(m, f.name) for f in dataclasses.fields(m) if f.name != "properties"]
+        + [dict(m.properties)]
+        for m in result
+    ]
+
+
+def _mixed_records() -> bytes:
+    """Usual records (V1, IPv4, uncompressed, ASCII properties) around each kind the
+    usual path leaves to the checked one, with hosts and topics that change."""
+    return b"".join(
+        [
+            encode_stored_message("T", b"a" * 10, {"TAGS": "x"}, born_host="10.0.0.1:1"),
+            encode_stored_message("T", b"", {}, born_host="10.0.0.1:1", queue_offset=1),
+            encode_stored_message("U", b"b", {"K": "v"}, born_host="10.0.0.2:65535"),
+            encode_stored_message("B" * 130, b"c", {}),  # V2 magic
+            encode_stored_message("U", b"d", {}, store_host="[::1]:10911"),  # IPv6
+            encode_stored_message("U", b"e" * 300, {}, compression=CompressionType.ZLIB),
+            encode_stored_message("U", b"f", {"K": "é"}),  # non-ASCII properties
+            encode_stored_message("é", b"g", {"TAGS": "y"}, store_host="1.2.3.4:0"),
+            encode_stored_message("é", b"h", {"TAGS": "y"}, store_host="1.2.3.4:0"),
+        ]
+    )
+
+
+def test_usual_and_checked_paths_decode_alike() -> None:
+    data = _mixed_records()
+    usual = decode_messages(data, broker_name="b")
+    assert len(usual) == 9
+    assert _fields(usual) == _fields(_checked(data))
+    assert [m.born_host for m in usual[:3]] == ["10.0.0.1:1", "10.0.0.1:1", "10.0.0.2:65535"]
+    assert usual[7].store_host == usual[8].store_host == "1.2.3.4:0"
+    assert message_codec._decode_usual([], data, 0, "b", MessageExt) > 0  # it took some
+
+
+@given(st.data())
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_mutated_records_decode_as_the_checked_path_says(data: st.DataObject) -> None:
+    """The usual path never accepts what the checked path rejects, and fails with the
+    same error: a mutated or cut body decodes to the same messages or the same error."""
+    mutable = bytearray(_mixed_records())
+    for _ in range(data.draw(st.integers(1, 3))):
+        mutable[data.draw(st.integers(0, len(mutable) - 1))] = data.draw(st.integers(0, 255))
+    candidate = bytes(mutable[: data.draw(st.integers(1, len(mutable)))])
+    assert _fields(_decoded(candidate)) == _fields(_checked(candidate))
+
+
+def _all_fields(m: MessageExt) -> list[object]:
+    """Every dataclass field (private ones too): an unset slot raises here."""
+    return [getattr(m, f.name) for f in dataclasses.fields(m) if f.name != "properties"] + [
+        dict(m.properties)
+    ]
+
+
+def test_consumer_messages_built_in_place_equal_init_built_ones() -> None:
+    """_decode_usual builds a ConsumerMessage field by field (ceiling.py): every field,
+    private ones included, as its dataclass __init__ sets it, then stamped; records
+    the checked path decodes are stamped too; a subclass still gets its __init__."""
+    data = _mixed_records()
+    queue, settler = object(), object()
+    stamp: Any = (queue, 7, settler)
+    got = decode_messages(data, broker_name="b", message_class=ConsumerMessage, stamp=stamp)
+    want = []
+    for m in decode_messages(data, broker_name="b"):
+        fields = _all_fields(m)[:-1]
+        cm = ConsumerMessage(*fields[:2], m.properties, *fields[2:])
+        cm._pq, cm._generation, cm._settler = stamp
+        want.append(cm)
+    assert [type(m) for m in got] == [ConsumerMessage] * len(want)
+    assert [_all_fields(m) for m in got] == [_all_fields(m) for m in want]
+    assert {m._generation for m in got} == {7}  # usual and checked records alike
+    [plain] = decode_messages(raw_record(), message_class=ConsumerMessage)
+    assert _all_fields(plain)[16:-1] == [None, 0, None, False, False, False, None, None, None]
+
+    @dataclasses.dataclass(slots=True, eq=False)
+    class Mine(ConsumerMessage):
+        extra: int = 5
+
+    [mine] = decode_messages(raw_record(), message_class=Mine, stamp=stamp)
+    assert type(mine) is Mine and mine.extra == 5 and mine._generation == 7
