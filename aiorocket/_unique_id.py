@@ -29,6 +29,8 @@ _uid_month = (0, -1)  # (start of this month, start of the next one), local time
 #: the id's first 28 characters for ``_uid_last_ms`` (prefix and time part): formatted
 #: once per millisecond, not per id (an auto-batched send makes one id per message)
 _uid_head = ""
+#: a byte as two uppercase hex digits: two look-ups cost half a format spec's parsing
+_HEX2 = [f"{i:02X}" for i in range(256)]
 
 
 def _month_bounds(ms: int) -> tuple[int, int]:
@@ -57,7 +59,7 @@ def create_unique_id() -> str:
             seq = _uid_seq + 1
             if seq <= 0xFFFF:
                 _uid_seq = seq
-                return f"{_uid_head}{seq:04X}"
+                return _uid_head + _HEX2[seq >> 8] + _HEX2[seq & 0xFF]
             ms = _uid_last_ms + 1  # a full sequence borrows the next millisecond
         else:
             ms = now
