@@ -261,7 +261,11 @@ class PopRuntime:
                 if len(own) < len(topics):  # some topic is not limited: the shared loops
                     for _ in range(self.source.receivers):
                         tg.start_soon(self.receiver.run)
-                    for _ in range(self.source.behind_receivers):
+                    # Not under max_rate: the limit, not a backlog, sets the pace there,
+                    # and its burst allows a batch per loop of the shared ones only
+                    # (aiorocket.consumer.rate; the simulator's grpc_receive seed 6).
+                    extra = 0 if self.state.rate is not None else self.source.behind_receivers
+                    for _ in range(extra):
                         tg.start_soon(partial(self.receiver.run, extra=True))
                 for topic in own:  # topic_max_rate: a loop each (aiorocket.consumer.rate)
                     tg.start_soon(self.receiver.run, topic)
