@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from aiorocket._signal import Signal
 from aiorocket.consumer.pauses import Pauses
 from aiorocket.errors import RocketMQError
 from aiorocket.received import ConsumerMessage, PopMessage
@@ -139,7 +140,7 @@ class Receiver:
         self.failures = 0
         #: the last receive came back full (the extra loops receive), and its change
         self.behind = False
-        self._behind_set = anyio.Event()
+        self._behind_set = Signal()
 
     async def run(self, only: str | None = None, *, extra: bool = False) -> None:
         """One receive loop, until cancelled; ``only``: a topic of ``topic_max_rate``,
@@ -202,8 +203,7 @@ class Receiver:
         if behind != self.behind:
             self.behind = behind
             if behind:  # wakes the parked extra loops
-                self._behind_set.set()
-                self._behind_set = anyio.Event()
+                self._behind_set.notify()
 
     async def _failed(self, err: RocketMQError, connection: int) -> None:
         """Back off after a receive that failed on the source's ``connection``; a new
