@@ -6,12 +6,17 @@ produce figures). So with ``auto_batch`` on, ``Producer.send`` hands eligible me
 ``AutoBatcher``, and each caller still awaits its own ``SendResult``.
 
 There is no linger timer. A topic keeps at most ``batch_in_flight`` requests under
-way; a message that finds one of them free leaves at once (with whatever else was sent
-in the same event loop iteration), so an idle producer adds no latency. Messages that
-arrive while all of them are busy wait, and the next request to free up takes
-everything waiting (up to ``batch_max_bytes``), after letting the callers its own answer woke send
-again (so it carries their messages too): the batch size follows the load, as aiokafka's
-accumulator does.
+way; a message that finds one of the first ``EAGER_REQUESTS`` (2) free leaves at once
+(with whatever else was sent in the same event loop iteration), so an idle producer adds
+no latency. Messages that arrive while those are busy wait, and the next request to free
+up takes everything waiting (up to ``batch_max_bytes``), after letting the callers its
+own answer woke send again (so it carries their messages too): the batch size follows
+the load, as aiokafka's accumulator does. The further requests (up to
+``batch_in_flight``) leave only with a full batch: with 64 sends in flight and 4 requests
+leaving at once, each answer's freed sends left in a request of their own (batches of
+21 messages); with 2, they fill the 32 KiB (30), which costs the broker a third fewer
+requests and the client fewer instructions a message (benchmarks/README.md, "Goal 3,
+round 4"), while a backlog of full batches still has every request.
 
 Batch requests run in the producer's task group (they carry several callers' messages,
 so no single caller owns them), in up to ``batch_in_flight`` worker tasks per topic,
@@ -76,6 +81,7 @@ from aiorocket.producer.sender import Plan, Sender, take_slot
 
 __all__ = [
     "BATCH_IN_FLIGHT",
+    "EAGER_REQUESTS",
     "WORKER_IDLE_EXIT",
     "AutoBatcher",
 ]
@@ -84,6 +90,8 @@ __all__ = [
 WORKER_IDLE_EXIT = 60.0
 #: requests per topic under way at once when ``batch_in_flight`` is None (ProducerConfig)
 BATCH_IN_FLIGHT = 4
+#: of those, how many leave with whatever waits; the others only with a full batch
+EAGER_REQUESTS = 2
 
 
 @dataclass(eq=False, slots=True)
@@ -121,12 +129,14 @@ class _Waiting:
             self.reporter.answer(self)
 
 
-def _expire(pool: deque[_Waiting], now: float) -> float:
-    """Take the messages whose deadline passed out of ``pool`` (they waited for a
+def _expire(lane: _TopicLane, now: float) -> float:
+    """Take the messages whose deadline passed out of ``lane`` (they waited for a
     request) and answer them with ``RequestTimeoutError``; the earliest deadline of the
     others."""
+    pool = lane.waiting
     for w in [w for w in pool if w.deadline <= now]:
         pool.remove(w)
+        lane.waiting_bytes -= len(w.record)
         w.taken = w.gone = True  # no request carries it from now
         w.finish(None, RequestTimeoutError(f"send to {w.msg.topic!r} waited for a batch "
                                            "past its timeout"))  # fmt: skip
@@ -151,9 +161,15 @@ def _expire_riders(batches: list[list[_Waiting]], now: float) -> float:
     return earliest
 
 
+def _earliest(lane: _TopicLane) -> float:
+    """The earliest deadline of the messages waiting in ``lane``."""
+    return min(w.deadline for w in lane.waiting)
+
+
 @dataclass(eq=False, slots=True)
 class _TopicLane:
     waiting: deque[_Waiting] = field(default_factory=deque)
+    waiting_bytes: int = 0  # of their records: whether a full batch waits
     in_flight: int = 0  # requests under way
     workers: int = 0  # worker tasks alive (at most batch_in_flight)
     idle: int = 0  # workers waiting for messages
@@ -239,6 +255,8 @@ class AutoBatcher:
         self._config = config
         self._log = log
         self._requests = config.batch_in_flight or BATCH_IN_FLIGHT  # per topic
+        self._eager = min(EAGER_REQUESTS, self._requests)
+        self._full = config.batch_max_bytes
         self._lanes: dict[str, _TopicLane] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._loop: LoopShortcuts | None = None
@@ -341,7 +359,9 @@ class AutoBatcher:
         waiting.answered = True
         if not waiting.taken:
             waiting.taken = True
-            self._lanes[waiting.msg.topic].waiting.remove(waiting)
+            lane = self._lanes[waiting.msg.topic]
+            lane.waiting.remove(waiting)
+            lane.waiting_bytes -= len(waiting.record)
         else:  # answered: the sweeper passes over it in ``_riding``
             waiting.gone = True
 
@@ -366,18 +386,34 @@ class AutoBatcher:
 
     def _enqueue(self, waiting: _Waiting) -> _TopicLane:
         """Queue ``waiting`` on its topic's lane and see that a request takes it."""
-        msg, deadline = waiting.msg, waiting.deadline
-        lane = self._lanes.get(msg.topic)
+        topic = waiting.msg.topic
+        lane = self._lanes.get(topic)
         if lane is None:
-            lane = self._lanes[msg.topic] = _TopicLane()
+            lane = self._lanes[topic] = _TopicLane()
         lane.waiting.append(waiting)
-        if lane.idle:
-            lane.wake.notify()  # a worker takes it (and whatever else came) at once
-        elif lane.workers < self._requests:
-            self._start_worker(msg.topic, lane)  # a request slot to spare: it leaves now
-        elif deadline < self._next_expiry:
-            self._expiry.notify()  # it waits for a busy request: the sweeper watches it
+        lane.waiting_bytes += len(waiting.record)
+        self._kick(topic, lane, waiting.deadline)
         return lane
+
+    def _kick(self, topic: str, lane: _TopicLane, deadline: float) -> None:
+        """See that a request takes what waits in ``lane`` (the newest with
+        ``deadline``) once one may leave (module docstring)."""
+        if lane.workers - lane.idle > lane.in_flight:
+            return  # a worker about to take (woken, or after its answer) takes it too
+        if lane.in_flight >= self._eager and lane.waiting_bytes < self._full:
+            pass  # it waits for a busy request, or for a full batch
+        elif lane.idle:
+            lane.wake.notify()  # a worker takes it (and whatever else came) at once
+            return
+        elif lane.workers < self._requests:
+            self._start_worker(topic, lane)  # a request slot to spare: it leaves now
+            return
+        self._watch(deadline)
+
+    def _watch(self, deadline: float) -> None:
+        """A message with ``deadline`` waits for a busy request: the sweeper watches it."""
+        if deadline < self._next_expiry:
+            self._expiry.notify()
 
     async def _wait(self, waiting: _Waiting) -> SendResult:
         if self._tg is None:
@@ -391,6 +427,7 @@ class AutoBatcher:
             if not waiting.taken:  # cancelled while waiting: take it back
                 waiting.taken = True
                 lane.waiting.remove(waiting)
+                lane.waiting_bytes -= len(waiting.record)
             elif not waiting.answered:  # cancelled in a request: leave its retries
                 waiting.gone = True
         if waiting.error is not None:
@@ -408,7 +445,7 @@ class AutoBatcher:
         while True:
             now, earliest = now_of(), math.inf
             for lane in self._lanes.values():
-                late = _expire(lane.waiting, now)
+                late = _expire(lane, now)
                 earliest = min(earliest, late, _retire_if_idle(lane, now))
             earliest = min(earliest, _expire_riders(self._riding, now))
             self._next_expiry = earliest
@@ -425,6 +462,12 @@ class AutoBatcher:
         lane.workers += 1
         self._tg.start_soon(self._lane_worker, topic, lane)
 
+    def _may_leave(self, lane: _TopicLane) -> bool:
+        """Whether a request of ``lane`` may leave now (module docstring)."""
+        if self._tg is None:
+            return False
+        return lane.in_flight < self._eager or lane.waiting_bytes >= self._full
+
     def _take(self, topic: str, lane: _TopicLane) -> list[_Waiting]:
         """The next request's messages: all that wait, up to ``batch_max_bytes``."""
         assert self._loop is not None
@@ -437,6 +480,7 @@ class AutoBatcher:
             if batch and size + n > max_bytes:
                 break
             lane.waiting.popleft()
+            lane.waiting_bytes -= n
             nxt.taken = True
             if nxt.deadline <= now:  # its caller is giving up: do not send it
                 nxt.finish(None, RequestTimeoutError(f"send to {topic!r} timed out waiting"))
@@ -456,8 +500,10 @@ class AutoBatcher:
         now_of = self._loop.now
         try:
             while True:
-                batch = self._take(topic, lane) if self._tg is not None else []
+                batch = self._take(topic, lane) if self._may_leave(lane) else []
                 if not batch:
+                    if lane.waiting and self._tg is not None:  # it waits for an answer
+                        self._watch(_earliest(lane))
                     lane.idle += 1
                     lane.idle_since = now_of()
                     try:
@@ -469,6 +515,8 @@ class AutoBatcher:
                     continue
                 lane.retire = False
                 lane.in_flight += 1
+                if lane.waiting:  # more than a batch waited: another request may take it
+                    self._kick(topic, lane, _earliest(lane))
                 try:
                     await self._run(topic, batch)
                 finally:
@@ -568,5 +616,6 @@ class AutoBatcher:
         for lane in self._lanes.values():
             while lane.waiting:
                 w = lane.waiting.popleft()
+                lane.waiting_bytes -= len(w.record)
                 w.taken = True
                 w.finish(None, ClientClosedError("the producer closed before the message left"))
