@@ -7,14 +7,15 @@ at the receive that brought it:
   parked at the broker or on its way: the broker's arrival notice woke it);
 * ``server``: max(stored, receive left) -> its first message reached the client: the
   Proxy and the broker (the pop, the long-polling wake-up, the answer) and the network;
-* ``stream``: first message -> the end of the receive's stream (the rest of the batch
-  and the trailers, read and decoded by the client);
-* ``dispatch``: the end of the receive -> the handler (hand-on, the delivery strategy,
-  the handler workers).
+* ``stream``: the receive's first message -> this message read off the stream (its
+  place in the batch: the Proxy writes a batch message by message);
+* ``dispatch``: this message read (decoded) -> the handler (what the client does
+  before the handler runs: until issue 43's round 5 the wait for the stream's end
+  too, then the hand-on, the delivery strategy, the handler workers).
 
 It times ``SimpleConsumer.receive`` and ``SimpleConsumer._read`` from the outside
 (private names of aiorocket.grpc, a benchmark's business only): a few clock reads per
-receive, nothing per message but one dict entry. Clocks: the broker's store time (ms)
+receive, a clock read and one dict entry per message. Clocks: the broker's store time (ms)
 and this host's wall clock, as the e2e figure.
 """
 
@@ -31,7 +32,7 @@ class ReceiveSplit:
     """Times receives; ``sample`` splits a handled message's stored -> handler time."""
 
     def __init__(self) -> None:
-        #: message id -> (receive left, first message, stream end), wall µs
+        #: message id -> (receive left, its first message read, this one read), wall µs
         self._at: dict[object, tuple[int, int, int]] = {}
         self._parts: dict[str, list[int]] = {p: [] for p in PARTS}
         self._total: list[int] = []
@@ -40,28 +41,41 @@ class ReceiveSplit:
         self._sizes: list[int] = []
         self._ends: dict[int, int] = {}
         self._gaps: list[int] = []
+        #: message id -> its receive's "stream ended" flag, and the messages handled
+        #: before their receive's stream ended (handed on as read: ``early_pct``)
+        self._ended: dict[object, list[bool]] = {}
+        self._early = 0
 
     def install(self) -> None:
         from aiorocket.grpc import _simple
 
         cls: Any = _simple.SimpleConsumer
-        read, receive, at = cls._read, cls.receive, self._at
+        read, receive, at, ended = cls._read, cls.receive, self._at, self._ended
         sizes, ends, gaps = self._sizes, self._ends, self._gaps
 
-        async def timed_read(consumer: Any, req: Any, timeout: float, broker: str,
-                             out: list[Any], bad: list[Any]) -> None:  # fmt: skip
-            firsts = consumer.__dict__.setdefault("_bench_first", {})
+        #: the asyncio task of a receive -> when it left (its ``_read`` runs in it)
+        lefts: dict[int, int] = {}
 
-            class Firsts(list[Any]):
+        async def timed_read(consumer: Any, req: Any, timeout: float, broker: str,
+                             out: list[Any], bad: list[Any], *rest: Any) -> None:  # fmt: skip
+            left = lefts.get(id(asyncio.current_task()), 0)
+            first = 0
+            done = [False]
+
+            class Arrivals(list[Any]):
                 def append(self, msg: Any) -> None:
-                    if not self:
-                        firsts[id(out)] = time.time_ns() // 1000
+                    nonlocal first
+                    now = time.time_ns() // 1000
+                    first = first or now
+                    at[msg.message_id] = (left, first, now)
+                    ended[msg.message_id] = done
                     super().append(msg)
 
-            got = Firsts()
+            got = Arrivals()
             try:
-                await read(consumer, req, timeout, broker, got, bad)
+                await read(consumer, req, timeout, broker, got, bad, *rest)
             finally:
+                done[0] = True
                 out.extend(got)
 
         async def timed_receive(consumer: Any, *args: Any, **kw: Any) -> Any:
@@ -69,12 +83,10 @@ class ReceiveSplit:
             loop = id(asyncio.current_task())
             if loop in ends:
                 gaps.append(left - ends[loop])
+            lefts[loop] = left
             msgs = await receive(consumer, *args, **kw)
-            end = ends[loop] = time.time_ns() // 1000
+            ends[loop] = time.time_ns() // 1000
             sizes.append(len(msgs))
-            first = consumer.__dict__.get("_bench_first", {}).pop(id(msgs), end)
-            for m in msgs:
-                at[m.message_id] = (left, first, end)
             return msgs
 
         cls._read, cls.receive = timed_read, timed_receive
@@ -82,13 +94,16 @@ class ReceiveSplit:
     def sample(self, message_id: object, stored_us: int, now_us: int, steady: bool) -> None:
         """The handler got ``message_id`` at ``now_us``; counted when ``steady``."""
         times = self._at.pop(message_id, None)
+        done = self._ended.pop(message_id, None)
         if times is None or not steady:
             return
-        left, first, end = times
+        if done is not None and not done[0]:
+            self._early += 1
+        left, first, read = times
         self._parts["wait"].append(max(0, left - stored_us))
         self._parts["server"].append(first - max(stored_us, left))
-        self._parts["stream"].append(end - first)
-        self._parts["dispatch"].append(now_us - end)
+        self._parts["stream"].append(read - first)
+        self._parts["dispatch"].append(now_us - read)
         self._total.append(now_us - stored_us)
 
     def summary(self) -> dict[str, float]:
@@ -108,6 +123,7 @@ class ReceiveSplit:
             out[f"tail_{part}_ms"] = sum(xs[i] for i in tail) / len(tail) / 1000
         out["tail_stored_to_user_ms"] = sum(total[i] for i in tail) / len(tail) / 1000
         out["samples"] = float(len(total))
+        out["early_pct"] = 100 * self._early / len(total)
         # the receives: how many, how full (32 a receive at most: a backlog), and each
         # loop's turnaround from an answer to its next receive (hand-on, cache room)
         sizes, gaps = self._sizes, sorted(self._gaps)

@@ -241,12 +241,19 @@ class SimpleConsumer:
         return queues
 
     async def receive(
-        self, max_messages: int = 16, invisible_duration: float = 30.0
-    ) -> list[ReceivedMessage]:
+        self, max_messages: int = 16, invisible_duration: float = 30.0,
+        *, each: Callable[[ReceivedMessage], None] | None = None,
+    ) -> list[ReceivedMessage]:  # fmt: skip
         """Up to ``max_messages`` (1-32) messages, invisible to the group for
         ``invisible_duration`` seconds (10 s to 12 h, the Proxy's bounds: else
         ConfigError); waits up to
-        ``await_duration`` for one to arrive, and returns ``[]`` when none did."""
+        ``await_duration`` for one to arrive, and returns ``[]`` when none did.
+
+        ``each``: called with every (decodable) message as soon as it is read off the
+        stream, before the stream's end (the Proxy writes a batch message by message):
+        each message given to it is the caller's from then on, even when the receive
+        then fails or is cancelled (it is not made visible again here); the returned
+        list still holds every message, in the order given."""
         self._check_open()
         if not 1 <= max_messages <= MAX_BATCH:
             raise ConfigError(f"max_messages must be 1..{MAX_BATCH}, got {max_messages!r}")
@@ -275,7 +282,7 @@ class SimpleConsumer:
         try:
             try:
                 try:
-                    await self._read(req, timeout, broker, out, bad)
+                    await self._read(req, timeout, broker, out, bad, each)
                 finally:
                     if not out and not bad:
                         self._attempts.setdefault(key, []).append(attempt)
@@ -298,8 +305,9 @@ class SimpleConsumer:
                 await self._settle_undecodable(bad)
         except BaseException:
             # Cancelled (the close, a caller's timeout) with messages in hand that nobody
-            # will get: visible to the group again at once.
-            await self._release(out + [m for m, _ in bad])
+            # will get: visible to the group again at once (those given to ``each`` are
+            # the caller's already).
+            await self._release(([] if each is not None else out) + [m for m, _ in bad])
             raise
         finally:
             self._receiving[key] -= 1
@@ -336,9 +344,11 @@ class SimpleConsumer:
     async def _read(
         self, req: RawRequest, timeout: float, broker: str,
         out: list[ReceivedMessage], bad: list[tuple[ReceivedMessage, str]],
+        each: Callable[[ReceivedMessage], None] | None = None,
     ) -> None:  # fmt: skip
         """Read one receive stream into ``out`` (and undecodable messages into ``bad``),
-        message by message: what came before an error is in the lists when it raises."""
+        message by message: what came before an error is in the lists when it raises;
+        ``each`` gets every message of ``out`` as it is appended."""
         async with self.transport.server_stream(
             "ReceiveMessage", req, FastReceiveResponse, timeout=timeout
         ) as stream:
@@ -353,6 +363,8 @@ class SimpleConsumer:
                     msg.broker_name = broker
                     if resp.error is None:
                         out.append(msg)
+                        if each is not None:
+                            each(msg)
                     else:
                         bad.append((msg, str(resp.error)))
                 elif resp.error is not None:

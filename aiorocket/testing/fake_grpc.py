@@ -122,6 +122,9 @@ class FakeProxy:
         #: seconds each ReceiveMessage waits before it answers (a Proxy's round trip),
         #: and the receives in flight now and at most so far
         self.receive_delay = 0.0
+        #: when set, a receive sends its batch's first message, then waits for this
+        #: event before the rest (a Proxy still writing a batch, message by message)
+        self.stream_gate: asyncio.Event | None = None
         self.receives_in_flight = 0
         self.max_receives_in_flight = 0
         #: while set, every ReceiveMessage is answered with this status code
@@ -393,7 +396,9 @@ class FakeProxy:
             )
             return
         await stream.send_message(pb.ReceiveMessageResponse(status=_OK))
-        for msg in batch if mode == "ok" else batch[:1]:
+        for i, msg in enumerate(batch if mode == "ok" else batch[:1]):
+            if i == 1 and self.stream_gate is not None:
+                await self.stream_gate.wait()
             await stream.send_message(pb.ReceiveMessageResponse(message=msg))
         if mode == "unavailable":
             raise GRPCError(GrpcStatus.UNAVAILABLE, "fake proxy going away")

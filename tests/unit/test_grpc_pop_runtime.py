@@ -520,3 +520,62 @@ async def test_more_receives_go_out_while_the_consumer_is_behind_and_park_after(
                         break
             assert not receiver.behind
         assert sorted(handled) == sorted(f"id{i}" for i in range(count))
+
+
+async def test_a_receives_first_messages_reach_the_handler_before_its_stream_ends() -> None:
+    """Issue 43, goal 5: the Proxy writes a receive's batch message by message; its
+    first message is handed on as soon as it is read, not after the stream's end (the
+    split's ``stream`` part, benchmarks/README.md). The fake holds the rest of the batch
+    until the first one's handler ran: before, the consumer waited for the stream's end,
+    so nothing was handled."""
+    handled: list[str] = []
+    done = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.append(msg.msg_id)
+        assert proxy.stream_gate is not None
+        proxy.stream_gate.set()  # the rest of the batch comes only now
+        if len(handled) == 4:
+            done.set()
+
+    async with FakeProxy() as proxy:
+        proxy.stream_gate = asyncio.Event()
+        proxy.messages = [_message(i) for i in range(4)]
+        consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5)
+        consumer.subscribe("t")
+        async with consumer:
+            with anyio.fail_after(5):
+                await done.wait()
+            with anyio.fail_after(5):
+                while len(proxy.acked) < 4:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)  # no event to wait on
+    assert handled == ["id0", "id1", "id2", "id3"]  # in order, each once
+    assert sorted(proxy.acked) == ["rh0", "rh1", "rh2", "rh3"]
+    assert proxy.invisible_changes == []  # nothing released
+
+
+async def test_a_message_handed_on_mid_stream_is_settled_once_when_the_close_cuts_the_stream() -> (
+    None
+):
+    """At-least-once with early hand-on: the consumer closes while a receive's stream
+    still waits for the rest of its batch; the message already handed on is handled and
+    acked (not released as a cut receive's messages are), the receive is cancelled, and
+    nothing the client got is left unsettled."""
+    handled: list[str] = []
+    first = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.append(msg.msg_id)
+        first.set()
+
+    async with FakeProxy() as proxy:
+        proxy.stream_gate = asyncio.Event()  # never set: the rest never comes
+        proxy.messages = [_message(i) for i in range(3)]
+        consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5)
+        consumer.subscribe("t")
+        with anyio.fail_after(10):
+            async with consumer:
+                await first.wait()
+    assert handled == ["id0"]
+    assert proxy.acked == ["rh0"]
+    assert proxy.invisible_changes == []

@@ -21,6 +21,7 @@ client renews: the Proxy's renewal of a lite message fails (see ``__init__``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection
 from functools import partial
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._encode import FastAckResponse, ack_request
 from aiorocket.grpc._lite import sync_lite_subscription
 from aiorocket.grpc._push_message import pop_message
-from aiorocket.grpc._received import message_ext
+from aiorocket.grpc._received import ReceivedMessage, message_ext
 from aiorocket.grpc._session import backoff_delays, ensure_asyncio
 from aiorocket.grpc._simple import SimpleConsumer
 from aiorocket.grpc._trace import GrpcTraceSender
@@ -44,6 +45,7 @@ from aiorocket.results import failure_delay_level
 if TYPE_CHECKING:
     from aiorocket.consumer.handler import Handler
     from aiorocket.consumer.pop.lite import LiteAction, LiteOffset, LiteSubscriptions
+    from aiorocket.consumer.pop.source import Early
 
 __all__ = ["BEHIND_RECEIVERS", "RECEIVERS", "GrpcSource"]
 
@@ -168,23 +170,50 @@ class GrpcSource:
     def retry_pause(self, attempt: int) -> float:
         return self._backoff(attempt)  # a FIFO group's retry: the server's policy
 
-    async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
+    async def receive(
+        self, max_messages: int, invisible: float, early: Early | None = None
+    ) -> list[PopMessage]:
+        """A receive whose messages go to ``early`` as the stream brings them: each
+        read's worth once the reader waits for the next (one loop callback a read),
+        and the last ones when the stream ends, fails or is cancelled."""
         # Not connected (a Proxy restart): wait for the session, however long, rather
         # than fail receives that would grow the receivers' backoff meanwhile; they go
         # out as soon as the Proxy has the settings again.
         await self.session.session.wait_ready()
+        out: list[PopMessage] = []
+        given = 0  # out[:given] went to ``early``
+
+        def hand_early() -> None:
+            nonlocal given
+            if given < len(out) and early is not None:
+                chunk, given = out[given:], len(out)
+                early(chunk)
+
+        def each(r: ReceivedMessage) -> None:
+            m = pop_message(r)
+            if lite:  # a lite topic is delivered in order: one FIFO queue each
+                m.message_group = m.lite_topic
+            if given == len(out) and early is not None:
+                # The first of a chunk: handed on once the reader waits for more (the
+                # next loop turn), with whatever else this read decoded: the batch's
+                # first messages reach the handler while the Proxy still writes the
+                # rest (benchmarks/README.md, issue 43, goal 5, round 5).
+                asyncio.get_running_loop().call_soon(hand_early)
+            out.append(m)
+
+        lite = self.lite is not None
         try:
-            received = await self.session.receive(max_messages, invisible)
+            await self.session.receive(max_messages, invisible, each=each)
         except ProxyResponseError as err:
             if err.code != _ILLEGAL_INVISIBLE_TIME or not self.session.auto_renew:
                 raise
             self.session.auto_renew = self.server_renews = False
             self._log.info("proxy_does_not_renew", renewer="client", invisible_duration=invisible)
             return []
-        out = [pop_message(r) for r in received]
-        if self.lite is not None:
-            for m in out:  # a lite topic is delivered in order: one FIFO queue each
-                m.message_group = m.lite_topic
+        finally:
+            # What the last read decoded, now (also when cancelled or failed: every
+            # message ``each`` took is ours, not released by the session).
+            hand_early()
         return out
 
     async def sync_lite(

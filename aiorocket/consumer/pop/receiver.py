@@ -165,10 +165,15 @@ class Receiver:
             if bucket is not None:
                 await bucket.ready()  # topic_max_rate
             connection = self._source.connection
+            arrivals = _Arrivals(self)
             try:
-                received = await self._source.receive(self._batch_size, self._invisible)
-            except RocketMQError as err:
-                await self._failed(err, connection)
+                received = await self._source.receive(self._batch_size, self._invisible, arrivals)
+            except BaseException as exc:
+                if arrivals.later:  # failed or cancelled mid-stream: nobody will get them
+                    await self._release(arrivals.later)
+                if not isinstance(exc, RocketMQError):
+                    raise
+                await self._failed(exc, connection)
                 continue
             self.failures = 0
             self._filled(len(received))
@@ -176,19 +181,20 @@ class Receiver:
                 self._rate.take(len(received))
             if received and self._topic_rates is not None:
                 self._topic_rates.take(received)
-            if received and pauses.any:
+            rest = arrivals.rest(received)
+            if rest and pauses.any:
                 # Paused while the receive was in flight: its messages of paused topics
                 # are made visible again at once, not handed on (one whose release
                 # fails comes back after its invisible time).
-                held = [m for m in received if pauses.topic_paused(m.topic)]
+                held = [m for m in rest if pauses.topic_paused(m.topic)]
                 if held:
-                    received = [m for m in received if not pauses.topic_paused(m.topic)]
-                    if received:
-                        self.hand_on(received, time.monotonic())
+                    rest = [m for m in rest if not pauses.topic_paused(m.topic)]
+                    if rest:
+                        self.hand_on(rest, time.monotonic())
                     await self._release(held)
                     continue
-            if received:
-                self.hand_on(received, time.monotonic())
+            if rest:
+                self.hand_on(rest, time.monotonic())
 
     def _filled(self, n: int) -> None:
         """A receive brought ``n`` messages: full means more were waiting (behind);
@@ -244,6 +250,35 @@ class Receiver:
                                msg_ids=[m.message_id for m in copies][:8])  # fmt: skip
             if msgs:
                 delivery.deliver(pq, list[ConsumerMessage](msgs))
+
+
+class _Arrivals:
+    """One receive's messages that its source handed on before the receive's end
+    (``PopSource.receive``'s ``early``: a gRPC stream's, as they are read): handed on
+    at once while nothing is paused; else kept for the receive's end (``later``),
+    with every message after them, so one queue's messages stay in order."""
+
+    __slots__ = ("_receiver", "given", "later")
+
+    def __init__(self, receiver: Receiver) -> None:
+        self._receiver = receiver
+        #: messages given so far (the first of the receive's answer)
+        self.given = 0
+        self.later: list[PopMessage] = []
+
+    def __call__(self, chunk: list[PopMessage]) -> None:
+        self.given += len(chunk)
+        receiver = self._receiver
+        if self.later or receiver._pauses.any:
+            self.later.extend(chunk)
+        else:
+            receiver.hand_on(chunk, time.monotonic())
+
+    def rest(self, received: list[PopMessage]) -> list[PopMessage]:
+        """What of the receive's answer is still to hand on."""
+        if not self.given:
+            return received
+        return self.later + received[self.given :]
 
 
 async def _unreleased(messages: list[PopMessage]) -> None:

@@ -55,7 +55,7 @@ from aiorocket.client.lite import (
 from aiorocket.client.pop import group_config
 from aiorocket.consumer.pop.lite import LiteAction, LiteOffset, LiteSubscriptions
 from aiorocket.consumer.pop.remoting_source import RemotingSource
-from aiorocket.consumer.pop.source import AckRefusals
+from aiorocket.consumer.pop.source import AckRefusals, Early
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.errors import ConfigError, LiteQuotaExceededError, NoRouteError, RocketMQError
 from aiorocket.namespace import unwrap
@@ -273,7 +273,9 @@ class LiteRemotingSource(RemotingSource):
         if failed:
             raise one_error(failed)
 
-    async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
+    async def receive(
+        self, max_messages: int, invisible: float, early: Early | None = None
+    ) -> list[PopMessage]:  # a pop's answer comes whole: ``early`` is not called
         brokers = self._brokers()
         if not brokers:
             raise NoRouteError(f"no readable queue of {self.lite.bind_topic!r} has a master")

@@ -69,7 +69,7 @@ from aiorocket.client.pop import (
 from aiorocket.client.trace import RemotingTraceSender
 from aiorocket.consumer.config import ConsumeFromWhere
 from aiorocket.consumer.membership import Membership
-from aiorocket.consumer.pop.source import AckRefusals
+from aiorocket.consumer.pop.source import AckRefusals, Early
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.consumer.undecodable import dead_letter_record, report_undecodable
 from aiorocket.errors import (
@@ -275,7 +275,9 @@ class RemotingSource:
                     out.append((topic, name, addr))
         return out
 
-    async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
+    async def receive(
+        self, max_messages: int, invisible: float, early: Early | None = None
+    ) -> list[PopMessage]:  # a pop's answer comes whole: ``early`` is not called
         targets = self._targets(receiving=True)
         if not targets:
             if self.state.pauses.any and self.state.pauses.idle(self.state.subscriptions):

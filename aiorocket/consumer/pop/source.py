@@ -62,7 +62,7 @@ A remoting pull consumer has no ``PopSource``: its requests go through
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Protocol
 
 from aiorocket._trace import TraceSender
@@ -72,10 +72,12 @@ from aiorocket.received import PopMessage
 if TYPE_CHECKING:
     from aiorocket.consumer.pop.lite import LiteAction, LiteOffset
 
-__all__ = ["AckRefusals", "LiteSource", "PopSource"]
+__all__ = ["AckRefusals", "Early", "LiteSource", "PopSource"]
 
 #: what ``PopSource.ack`` returns: each message the server refused, with its error
 AckRefusals = list[tuple[PopMessage, RocketMQError]]
+#: what a receive gives its first messages to before it ends (``PopSource.receive``)
+Early = Callable[[list[PopMessage]], None]
 
 
 class PopSource(Protocol):
@@ -139,9 +141,15 @@ class PopSource(Protocol):
     def retry_pause(self, attempt: int) -> float:
         """Orderly: seconds a queue pauses before failed ``attempt`` is retried in place."""
 
-    async def receive(self, max_messages: int, invisible: float) -> list[PopMessage]:
+    async def receive(
+        self, max_messages: int, invisible: float, early: Early | None = None
+    ) -> list[PopMessage]:
         """Up to ``max_messages``, invisible to the group for ``invisible`` seconds;
-        long-polls, and returns ``[]`` when none arrived."""
+        long-polls, and returns ``[]`` when none arrived. A source whose answer
+        arrives in pieces (a gRPC stream) may give its first messages to ``early``
+        while it still reads the rest: in order, each once, synchronously, a prefix of
+        what it returns; what it gave is the caller's even when the receive then
+        fails or is cancelled."""
 
     async def ack(self, topic: str, messages: list[PopMessage]) -> AckRefusals:
         """Ack ``messages`` of ``topic`` (in as few requests as the server allows);
