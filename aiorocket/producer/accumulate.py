@@ -75,6 +75,7 @@ from aiorocket.producer.prepare import (
     Outgoing,
     check_body,
     check_topic,
+    id_properties,
     properties_with_id,
 )
 from aiorocket.producer.sender import Plan, Sender, take_slot
@@ -379,7 +380,10 @@ class AutoBatcher:
         body = bytes(msg.body)
         if not 0 < len(body) <= self._config.max_message_size:
             check_body(msg, self._config.max_message_size)
-        text, data, msg_id = properties_with_id(msg)
+        if msg.properties or msg.tags or msg.keys:
+            text, data, msg_id = properties_with_id(msg)
+        else:  # and no delay, timer, priority or lite topic (accepts): the id alone
+            text, data, msg_id = id_properties()
         record = pack_record(body, data, msg.flag)
         done = loop.new_event() if awaited else None
         return _Waiting(msg, body, text, record, msg_id, deadline, done)

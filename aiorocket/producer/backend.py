@@ -64,11 +64,15 @@ class ProducerBackend(Protocol):
         selector: QueueSelector | None, selector_arg: object,
     ) -> SendResult: ...  # fmt: skip
 
-    async def start_send(
+    def start_send(
         self, task_group: anyio.abc.TaskGroup, msg: Message, *,
         on_result: ResultCallback | None, timeout: float | None, sharding_key: object,
         selector: QueueSelector | None, selector_arg: object,
-    ) -> None: ...  # fmt: skip
+    ) -> Awaitable[None] | None:  # fmt: skip
+        """None once ``msg`` is handed over without a coroutine (an auto-batched message
+        while a slot is free: the common case of a loop of ``start_send``); else what
+        to await to hand it over (a slot, the unbatched send's task)."""
+        ...
 
     async def send_oneway(
         self, msg: Message, *, timeout: float | None, sharding_key: object,

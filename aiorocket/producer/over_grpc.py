@@ -12,7 +12,7 @@ this module imports the ``grpc`` extra: the producer does it at start only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 
@@ -123,10 +123,16 @@ class GrpcEngine:
         _no_selector(selector)
         return await self._grpc.send(msg, timeout=timeout, sharding_key=sharding_key)
 
-    async def start_send(
+    def start_send(
         self, task_group: anyio.abc.TaskGroup, msg: Message, *,
         on_result: ResultCallback | None, timeout: float | None, sharding_key: object,
         selector: QueueSelector | None, selector_arg: object,
+    ) -> Awaitable[None] | None:  # fmt: skip
+        return self._start(task_group, msg, on_result, timeout, sharding_key, selector)
+
+    async def _start(
+        self, task_group: anyio.abc.TaskGroup, msg: Message, on_result: ResultCallback | None,
+        timeout: float | None, sharding_key: object, selector: QueueSelector | None,
     ) -> None:  # fmt: skip
         _no_selector(selector)
         await self._grpc.acquire()

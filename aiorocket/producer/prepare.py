@@ -36,6 +36,7 @@ __all__ = [
     "check_topic",
     "encode_props",
     "encoded_props",
+    "id_properties",
     "prepare_message",
     "properties_with_id",
     "wire_properties",
@@ -94,10 +95,19 @@ def properties_with_id(msg: Message) -> tuple[str, bytes, str]:
     if msg_id:  # the caller's own id
         return (*encoded_props(props), msg_id)
     props.pop(PROPERTY_UNIQ_KEY, None)  # an empty one is replaced, as wire_properties does
+    if not props:
+        return id_properties()
     msg_id = create_unique_id()
-    rest = encode_properties(props) if props else ""
-    text = f"{rest}{_UNIQ_ENTRY}{msg_id}\x02"
+    text = f"{encode_properties(props)}{_UNIQ_ENTRY}{msg_id}\x02"
     return text, _within_limit(text.encode()), msg_id
+
+
+def id_properties() -> tuple[str, bytes, str]:
+    """``properties_with_id`` of a message without wire properties: a generated id alone
+    (ASCII, far within the limit)."""
+    msg_id = create_unique_id()
+    text = f"{_UNIQ_ENTRY}{msg_id}\x02"
+    return text, text.encode(), msg_id
 
 
 def wire_properties(

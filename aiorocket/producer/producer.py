@@ -323,10 +323,12 @@ class Producer:
         trace = self._trace
         if trace is not None:
             on_result = _traced(trace, msg, on_result)
-        await engine.start_send(
+        pending = engine.start_send(
             task_group, msg, on_result=on_result, timeout=timeout, sharding_key=sharding_key,
             selector=selector, selector_arg=selector_arg,
         )  # fmt: skip
+        if pending is not None:
+            await pending
 
     async def send_oneway(
         self,

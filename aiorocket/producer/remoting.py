@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any
@@ -280,18 +280,27 @@ class RemotingProducer:
         finally:
             sender.release()
 
-    async def start_send(
+    def start_send(
         self, task_group: anyio.abc.TaskGroup, msg: Message, *,
         on_result: ResultCallback | None, timeout: float | None, sharding_key: object,
         selector: QueueSelector | None, selector_arg: object,
-    ) -> None:  # fmt: skip
+    ) -> Awaitable[None] | None:  # fmt: skip
         batcher = self._batcher_for(msg, sharding_key, selector)
-        if batcher is not None:  # it shares requests, as concurrent send() calls do
-            deadline = self._open_sender().deadline(timeout)
-            waiting = batcher.start_nowait(task_group, msg, deadline, on_result)
-            if waiting is not None:  # no slot free: no coroutine unless one must wait
-                await batcher.start_when_free(task_group, waiting)
-            return
+        if batcher is None:
+            return self._start_unbatched(
+                task_group, msg, on_result, timeout, sharding_key, selector, selector_arg
+            )
+        # It shares requests, as concurrent send() calls do; no coroutine while a slot
+        # is free (its creation and run were a measurable share of a batched message).
+        deadline = self._open_sender().deadline(timeout)
+        waiting = batcher.start_nowait(task_group, msg, deadline, on_result)
+        return None if waiting is None else batcher.start_when_free(task_group, waiting)
+
+    async def _start_unbatched(
+        self, task_group: anyio.abc.TaskGroup, msg: Message, on_result: ResultCallback | None,
+        timeout: float | None, sharding_key: object, selector: QueueSelector | None,
+        selector_arg: object,
+    ) -> None:  # fmt: skip
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
         await sender.acquire(deadline)

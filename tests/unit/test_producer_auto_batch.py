@@ -6,6 +6,9 @@ fill a topic's requests, queue more sends behind them, and look at the next requ
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import anyio
 import anyio.abc
 import anyio.lowlevel
@@ -21,6 +24,7 @@ from aiorocket.errors import (
 )
 from aiorocket.message import Message
 from aiorocket.producer import Producer
+from aiorocket.producer.accumulate import AutoBatcher
 from aiorocket.producer.batch import decode_records, pack_record
 from aiorocket.producer.prepare import properties_with_id
 from aiorocket.protocol.codes import RequestCode, ResponseCode
@@ -504,3 +508,29 @@ async def test_a_request_carries_what_the_answer_before_it_freed() -> None:
         assert len(results) == 43
         sizes = [len(decode_records(c.body)) for c in broker.received(BATCH)]
         assert sizes == [3, 8, 8, 8, 8, 8]
+
+
+async def test_a_batched_record_carries_the_wire_properties_of_whatever_field_is_set() -> None:
+    # The batcher encodes a message without properties, tags or keys as its id alone
+    # (issue 43, goal 3): every field a batched message may set must still reach the
+    # record as a plain send's properties would. A new field of Message fails here
+    # until it is listed.
+    values = {"tags": "a", "keys": ["k"], "properties": {"x": "1"}, "delay_level": 3,
+              "deliver_time_ms": 1, "flag": 7, "priority": 1, "lite_topic": "l"}  # fmt: skip
+    fields = {f.name for f in dataclasses.fields(Message)} - {"topic", "body"}
+    assert fields == values.keys()
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True) as p:
+        batcher = p.batcher
+        assert isinstance(batcher, AutoBatcher)
+        accepted = 0
+        for name, value in [(None, None), *values.items()]:
+            msg = Message(TOPIC, b"b", **({} if name is None else {name: value}))
+            if not batcher.accepts(msg):
+                continue
+            accepted += 1
+            w = batcher._prepare(msg, math.inf, awaited=False)
+            expected = {**msg.wire_properties(), "UNIQ_KEY": w.msg_id}
+            assert decode_properties(w.properties) == expected
+            ((flag, body, props),) = decode_records(w.record)
+            assert (flag, body, decode_properties(props)) == (msg.flag, b"b", expected)
+        assert accepted == 5  # none, tags, keys, properties, flag
