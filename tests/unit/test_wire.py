@@ -135,6 +135,54 @@ async def test_frames_of_one_iteration_leave_in_one_write() -> None:
 
 
 @asyncio_only
+async def test_what_the_tasks_a_read_woke_write_leaves_before_later_callbacks() -> None:
+    """A pull task woken by its answer writes its next pull; a handler worker queued
+    before the read re-queues itself (its next burst) while the pull task waits its
+    turn: the pull leaves before that burst, not after it (issue 43, goal 4)."""
+    loop = asyncio.get_running_loop()
+    wire, transport = connected()
+    answered = loop.create_future()
+    seen_by_worker: list[list[bytes]] = []
+    burst_ran = anyio.Event()
+
+    async def pull_task() -> None:
+        await answered
+        wire.write(frame(2))
+
+    def worker_burst() -> None:  # queued before the read; its next burst after it
+        def next_burst() -> None:
+            seen_by_worker.append(list(transport.writes))
+            burst_ran.set()
+
+        loop.call_soon(next_burst)
+
+    def on_command(cmd: RemotingCommand) -> None:
+        answered.set_result(None)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pull_task)
+        tg.start_soon(wire.run, on_command)
+        await anyio.wait_all_tasks_blocked()
+        loop.call_soon(worker_burst)
+        wire.data_received(encode_command(RemotingCommand.response_to(RemotingCommand.request(1))))
+        await burst_ran.wait()
+        tg.cancel_scope.cancel()
+    assert seen_by_worker == [[frame(2)]]
+
+
+@asyncio_only
+async def test_a_read_that_wakes_no_writer_writes_nothing() -> None:
+    wire, transport = connected()
+    wire._on_command = lambda cmd: None
+    wire.data_received(frame(1))
+    await asyncio.sleep(0)
+    assert transport.writes == []
+    wire.write(frame(2))  # the flush point has passed: a write of its own
+    await asyncio.sleep(0)
+    assert transport.writes == [frame(2)]
+
+
+@asyncio_only
 async def test_frames_queued_when_the_transport_closes_are_dropped_not_raised() -> None:
     wire, transport = connected()
     wire.write(frame(1))
