@@ -45,12 +45,18 @@ class ReceiveSplit:
         #: before their receive's stream ended (handed on as read: ``early_pct``)
         self._ended: dict[object, list[bool]] = {}
         self._early = 0
+        #: every receive that brought messages: (left, its first message), wall µs; and
+        #: each steady message's store time, to count the receives out when it was
+        #: stored (``out_p50``: left, first message not yet back)
+        self._spans: list[tuple[int, int]] = []
+        self._stored: list[int] = []
 
     def install(self) -> None:
         from aiorocket.grpc import _simple
 
         cls: Any = _simple.SimpleConsumer
         read, receive, at, ended = cls._read, cls.receive, self._at, self._ended
+        spans = self._spans
         sizes, ends, gaps = self._sizes, self._ends, self._gaps
 
         #: the asyncio task of a receive -> when it left (its ``_read`` runs in it)
@@ -76,6 +82,8 @@ class ReceiveSplit:
                 await read(consumer, req, timeout, broker, got, bad, *rest)
             finally:
                 done[0] = True
+                if first:
+                    spans.append((left, first))
                 out.extend(got)
 
         async def timed_receive(consumer: Any, *args: Any, **kw: Any) -> Any:
@@ -105,6 +113,7 @@ class ReceiveSplit:
         self._parts["stream"].append(read - first)
         self._parts["dispatch"].append(now_us - read)
         self._total.append(now_us - stored_us)
+        self._stored.append(stored_us)
 
     def summary(self) -> dict[str, float]:
         """p50/p99 of each part (ms), and each part's mean over the slowest 1% of the
@@ -124,6 +133,10 @@ class ReceiveSplit:
         out["tail_stored_to_user_ms"] = sum(total[i] for i in tail) / len(tail) / 1000
         out["samples"] = float(len(total))
         out["early_pct"] = 100 * self._early / len(total)
+        outs = _receives_out(self._spans, self._stored)
+        if outs:
+            out["out_p50"] = float(outs[len(outs) // 2])
+            out["out_zero_pct"] = 100 * sum(n == 0 for n in outs) / len(outs)
         # the receives: how many, how full (32 a receive at most: a backlog), and each
         # loop's turnaround from an answer to its next receive (hand-on, cache room)
         sizes, gaps = self._sizes, sorted(self._gaps)
@@ -134,3 +147,16 @@ class ReceiveSplit:
             out["gap_p50_ms"] = gaps[len(gaps) // 2] / 1000
             out["gap_p99_ms"] = gaps[min(len(gaps) - 1, round(0.99 * len(gaps)) - 1)] / 1000
         return out
+
+
+def _receives_out(spans: list[tuple[int, int]], stored: list[int]) -> list[int]:
+    """Sorted: for each store time, the receives out then (left, first message not yet
+    back: parked at the broker, or on their way back with an answer)."""
+    events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    out, level, i = [], 0, 0
+    for t in sorted(stored):
+        while i < len(events) and events[i][0] <= t:
+            level += events[i][1]
+            i += 1
+        out.append(level)
+    return sorted(out)

@@ -98,3 +98,17 @@ async def test_the_pull_split_times_each_pull_and_the_queues_turnaround(
     assert s["stream_p50_ms"] == 0 and 0 <= s["gap_p50_ms"] < 1_000
     assert s["wait_p50_ms"] == pytest.approx(5.0, abs=0.5)  # stored 5 ms before it left
     assert split._at == {}
+
+
+def test_the_receives_out_at_each_store_time_are_counted() -> None:
+    """``out_p50`` / ``out_zero_pct``: the receives out (left, first message not yet
+    back) when each message was stored."""
+    assert split_mod._receives_out([(0, 10), (5, 20)], [25, 1, 6, 15]) == [0, 1, 1, 2]
+    split = split_mod.ReceiveSplit()
+    split._spans = [(0, 10), (5, 20)]
+    for i, stored in enumerate([1, 6, 15, 25]):
+        split._at[i] = (0, 10, 11)
+        split.sample(i, stored, 30, steady=True)
+    s = split.summary()
+    assert s["out_p50"] == 1 and s["out_zero_pct"] == 25
+    assert s["early_pct"] == 0  # no stream flag: not counted as handed on early
