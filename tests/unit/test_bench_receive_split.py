@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -70,33 +71,45 @@ async def test_the_pull_split_times_each_pull_and_the_queues_turnaround(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """benchmarks/_pull_split.py: a remoting message is split at the pull that brought
-    it (keyed by the object), and a queue's next pull counts its turnaround (``gap``)."""
+    it (keyed by the object) and at the read of its answer (``stream``: the read -> the
+    pull task decoded it), and a queue's next pull counts its turnaround (``gap``)."""
     import time
     from types import SimpleNamespace
 
     from aiorocket.client import broker
+    from aiorocket.remoting.wire import ProtocolWire
 
     monkeypatch.syspath_prepend(str(BENCH))
     pull_split = _load("_pull_split")
     msgs = [object(), object()]
+    reads: list[bytes] = []
+
+    def data_received(wire: object, data: bytes) -> None:
+        reads.append(data)
 
     async def pull(client: object, *args: object, **kw: object) -> object:
+        await anyio.sleep(0.002)  # the broker and the network
+        ProtocolWire.data_received(object.__new__(ProtocolWire), b"answer")
+        await anyio.sleep(0.003)  # the loop's other callbacks, the decode
         return SimpleNamespace(messages=msgs)
 
     monkeypatch.setattr(broker.BrokerClient, "pull", pull)
+    monkeypatch.setattr(ProtocolWire, "data_received", data_received)
     split = pull_split.PullSplit()
     split.install()
     cls: Any = broker.BrokerClient
     client = object.__new__(cls)
     await cls.pull(client)
     await cls.pull(client)  # the same queue (task): its turnaround
+    assert reads == [b"answer", b"answer"]  # the read still goes to the wire
     now = time.time_ns() // 1000
     for m in msgs:
-        split.sample(id(m), now - 5_000, now + 1_000, steady=True)
+        split.sample(id(m), now - 20_000, now + 1_000, steady=True)
     s = split.summary()
     assert s["samples"] == 2 and s["receives"] == 2 and s["mean_batch"] == 2
-    assert s["stream_p50_ms"] == 0 and 0 <= s["gap_p50_ms"] < 1_000
-    assert s["wait_p50_ms"] == pytest.approx(5.0, abs=0.5)  # stored 5 ms before it left
+    assert 0 <= s["gap_p50_ms"] < 1_000
+    assert s["server_p50_ms"] >= 2.0 and s["stream_p50_ms"] >= 3.0  # at the read
+    assert s["wait_p50_ms"] >= 10.0  # stored 20 ms before now: before the pull left
     assert split._at == {}
 
 
