@@ -12,7 +12,13 @@ import socket
 import struct
 from functools import lru_cache
 
-__all__ = ["decode_offset_message_id", "host_str", "offset_message_id", "pack_host"]
+__all__ = [
+    "commit_log_offset_of",
+    "decode_offset_message_id",
+    "host_str",
+    "offset_message_id",
+    "pack_host",
+]
 
 _inet_ntoa = socket.inet_ntoa
 _inet_ntop = socket.inet_ntop
@@ -58,8 +64,7 @@ def offset_message_id(store_host: str, commit_log_offset: int) -> str:
     return f"{_host_hex(store_host)}{commit_log_offset & 0xFFFFFFFFFFFFFFFF:016X}"
 
 
-def decode_offset_message_id(msg_id: str) -> tuple[str, int]:
-    """Inverse of ``offset_message_id``: ``("ip:port", commit_log_offset)``."""
+def _raw(msg_id: str) -> bytes:
     if len(msg_id) not in (32, 56) or not msg_id.isascii():
         raise ValueError(f"not an offset message id: {msg_id!r}")
     try:
@@ -68,6 +73,23 @@ def decode_offset_message_id(msg_id: str) -> tuple[str, int]:
         raise ValueError(f"not an offset message id: {msg_id!r}") from None
     if len(raw) * 2 != len(msg_id):
         raise ValueError(f"not an offset message id: {msg_id!r}")
+    return raw
+
+
+def decode_offset_message_id(msg_id: str) -> tuple[str, int]:
+    """Inverse of ``offset_message_id``: ``("ip:port", commit_log_offset)``."""
+    raw = _raw(msg_id)
     ip_len = len(raw) - 12
     port, offset = struct.unpack_from(">iq", raw, ip_len)
     return host_str(raw[:ip_len], port), offset
+
+
+def commit_log_offset_of(msg_id: str) -> int:
+    """``decode_offset_message_id(msg_id)[1]`` (same checks) without formatting the host:
+    a half message's handle needs only the offset, once per message."""
+    raw = _raw(msg_id)
+    offset: int = _OFFSET.unpack_from(raw, len(raw) - 8)[0]
+    return offset
+
+
+_OFFSET = struct.Struct(">q")

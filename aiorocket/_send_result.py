@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from aiorocket.message import MessageQueue
 
-__all__ = ["SendResult", "SendStatus", "results_of_batch"]
+__all__ = ["SendResult", "SendStatus", "results_of_batch", "send_result"]
 
 
 class SendStatus(enum.Enum):
@@ -85,3 +85,20 @@ def results_of_batch(
         _set_recall_handle(r, None)
         out.append(r)
     return out
+
+
+def send_result(
+    status: SendStatus, msg_id: str, queue: MessageQueue, queue_offset: int,
+    offset_msg_id: str, transaction_id: str | None, recall_handle: str | None,
+) -> SendResult:  # fmt: skip
+    """``SendResult(...)`` by its slots' setters (the comment above): a broker's answer
+    to each single-message send builds one."""
+    r = _new(SendResult)
+    _set_status(r, status)
+    _set_msg_id(r, msg_id)
+    _set_queue(r, queue)
+    _set_queue_offset(r, queue_offset)
+    _set_offset_msg_id(r, offset_msg_id)
+    _set_transaction_id(r, transaction_id)
+    _set_recall_handle(r, recall_handle)
+    return r

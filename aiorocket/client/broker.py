@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from aiorocket._send_result import send_result
 from aiorocket.client.results import PullResult, PullStatus, SendResult, SendStatus
 from aiorocket.errors import (
     BrokerResponseError,
@@ -253,17 +254,19 @@ class BrokerClient:
         status = _SEND_OK_CODES.get(resp.code)  # type: ignore[call-overload]
         if status is None:
             raise error_for_response(resp.code, resp.remark, code)
-        return SendResult(
-            status=status,
-            msg_id=msg_id,
-            queue=MessageQueue(mq.topic, mq.broker_name, resp.ext_int("queueId", mq.queue_id)),
-            queue_offset=resp.ext_int("queueOffset", -1),
-            offset_msg_id=resp.ext_fields.get("msgId", ""),
+        ext_fields = resp.ext_fields
+        queue_id = resp.ext_int("queueId", mq.queue_id)
+        return send_result(
+            status,
+            msg_id,
+            mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id),
+            resp.ext_int("queueOffset", -1),
+            ext_fields.get("msgId", ""),
             # RocketMQ 4.x (4.9.7) answers a half message without a transactionId: the
             # id is then the message's own (UNIQ_KEY), which is what 5.x answers too.
-            transaction_id=resp.ext_fields.get("transactionId")
+            ext_fields.get("transactionId")
             or (msg_id if sys_flag & _TRANSACTION_PREPARED else None),
-            recall_handle=resp.ext_fields.get("recallHandle") or None,
+            ext_fields.get("recallHandle") or None,
         )
 
     async def send_message_oneway(

@@ -458,7 +458,8 @@ class Producer:
         """
         engine = self._only_remoting("leaving a transaction open (send_prepared)")
         self._open()
-        await self._paced()
+        if self._rate is not None:  # no coroutine per message without a limit
+            await self._rate.acquire(1)
         return await engine.send_prepared(
             msg, producer_group=producer_group, check_immunity=check_immunity, timeout=timeout
         )

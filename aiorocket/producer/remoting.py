@@ -422,7 +422,8 @@ class RemotingProducer:
     async def send_in_transaction(
         self, msg: Message, local_transaction: LocalTransaction, *, timeout: float | None
     ) -> TransactionResult:
-        result, addr = await self._send_half(msg, self.group, {}, timeout)
+        result = await self._send_half(msg, self.group, {}, timeout)
+        addr = await self._open_sender().addr_of(result.queue)
         if result.status is not SendStatus.SEND_OK:
             state = TransactionState.ROLLBACK
         else:
@@ -444,12 +445,11 @@ class RemotingProducer:
     ) -> SendResult:  # fmt: skip
         """A half message left open (``Producer.send_prepared``)."""
         extra = {} if check_immunity is None else {PROPERTY_CHECK_IMMUNITY: str(check_immunity)}
-        result, _ = await self._send_half(msg, producer_group or self.group, extra, timeout)
-        return result
+        return await self._send_half(msg, producer_group or self.group, extra, timeout)
 
     async def _send_half(
         self, msg: Message, group: str, extra: dict[str, str], timeout: float | None
-    ) -> tuple[SendResult, str]:
+    ) -> SendResult:
         if msg.delay_level or msg.deliver_time_ms is not None:
             raise ConfigError("transactional messages cannot be delayed")
         sender = self._open_sender()
@@ -464,14 +464,15 @@ class RemotingProducer:
         # One attempt (as over gRPC, and as Java's transactional send): a second half
         # message after one that may be stored would be a second transaction, of which
         # one would be ended and the other left to the check-back (which may commit it).
-        plan = dataclasses.replace(sender.plan(msg, None, None, None), attempts=1)
+        plan = sender.plan(msg, None, None, None)
+        if plan.attempts != 1:
+            plan = sender.round_robin_once if not plan.pinned else Plan(plan.choose, 1, True)
         deadline = sender.deadline(timeout)
         await sender.acquire(deadline)
         try:
-            result = await sender.send(out, plan, deadline)
+            return await sender.send(out, plan, deadline)
         finally:
             sender.release()
-        return result, await sender.addr_of(result.queue)
 
     async def accept_checks(self, *topics: str) -> None:
         """Heartbeat the brokers of ``topics`` now (``Producer.accept_checks``)."""

@@ -132,10 +132,17 @@ class RoundRobin:
         start = next(self._counter)
         if fault is None and avoid is None:
             return queues[start % n]
+        # One look at the fault table per broker, not per queue: with a broker avoided,
+        # each of its queues was a clock read and a look-up (issue 43, goal 6).
+        skip = {avoid}
         for i in range(n):
             q = queues[(start + i) % n]
-            if q.broker_name != avoid and (fault is None or fault.is_available(q.broker_name)):
+            name = q.broker_name
+            if name in skip:
+                continue
+            if fault is None or fault.is_available(name):
                 return q
+            skip.add(name)
         ordered = [queues[(start + i) % n] for i in range(n)]
         brokers = {q.broker_name for q in ordered}
         others = brokers - {avoid} if len(brokers) > 1 else brokers

@@ -146,6 +146,16 @@ class Sender:
         self.now = capture().now
         #: stalled-broker detection of unpinned sends (``stall_retry``)
         self.stall = StallWatch(self.now, config.send_timeout) if config.stall_retry else None
+        # The plan of an unpinned send depends on the configuration only: built once, not
+        # a closure per send (the single-message path's CPU, issue 43 goal 6).
+        consulted = fault if config.latency_fault_tolerance else None
+
+        def round_robin(info: PublishInfo, avoid: str | None) -> MessageQueue:
+            return info.round_robin.select(info.queues, avoid=avoid, fault=consulted)
+
+        self._round_robin = Plan(round_robin, 1 + config.retries)
+        #: the same with one attempt: a half message (``RemotingProducer._send_half``)
+        self.round_robin_once = Plan(round_robin, 1)
 
     # -- slots and deadlines ---------------------------------------------------------
 
@@ -197,12 +207,7 @@ class Sender:
                 return wrap_queue(namespace, chosen)
 
             return Plan(by_selector, attempts, pinned=True)
-        fault = self._fault if self._config.latency_fault_tolerance else None
-
-        def round_robin(info: PublishInfo, avoid: str | None) -> MessageQueue:
-            return info.round_robin.select(info.queues, avoid=avoid, fault=fault)
-
-        return Plan(round_robin, attempts)
+        return self._round_robin
 
     async def addr_of(self, queue: MessageQueue) -> str:
         info = await self.routes.get(wrap(self._config.namespace, queue.topic))

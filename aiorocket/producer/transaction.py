@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from aiorocket._message_id import commit_log_offset_of
 from aiorocket.client.broker import BrokerClient
 from aiorocket.client.results import SendResult
 from aiorocket.errors import MessageDecodeError, ProtocolError, RocketMQError
@@ -29,7 +30,7 @@ from aiorocket.producer.prepare import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from aiorocket.protocol.command import RemotingCommand
-from aiorocket.protocol.message_codec import decode_messages, decode_offset_message_id
+from aiorocket.protocol.message_codec import decode_messages
 from aiorocket.remoting.connection import Connection
 
 __all__ = [
@@ -146,7 +147,7 @@ class HalfMessage:
     def of(cls, result: SendResult) -> HalfMessage:
         if not result.offset_msg_id:
             raise ProtocolError("the broker did not return the half message's offset id")
-        _, commit_log_offset = decode_offset_message_id(result.offset_msg_id)
+        commit_log_offset = commit_log_offset_of(result.offset_msg_id)
         return cls(
             result.queue.topic, result.queue.broker_name, result.queue_offset,
             commit_log_offset, result.msg_id, result.transaction_id,

@@ -741,3 +741,31 @@ def test_consumer_messages_built_in_place_equal_init_built_ones() -> None:
 
     [mine] = decode_messages(raw_record(), message_class=Mine, stamp=stamp)
     assert type(mine) is Mine and mine.extra == 5 and mine._generation == 7
+
+
+@pytest.mark.parametrize(
+    "msg_id",
+    [
+        offset_message_id("127.0.0.1:10911", 0),
+        offset_message_id("10.1.2.3:1", 2**63 - 1),
+        offset_message_id("[::1]:10911", 123456789),
+        offset_message_id("192.168.0.1:10911", 5000),
+    ],
+)
+def test_commit_log_offset_of_is_the_decoded_offset(msg_id: str) -> None:
+    from aiorocket._message_id import commit_log_offset_of
+
+    assert commit_log_offset_of(msg_id) == decode_offset_message_id(msg_id)[1]
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "ab", "Z" * 32, "é" * 32, "0" * 31, "0" * 33, "0" * 55, " " * 32]
+)
+def test_commit_log_offset_of_refuses_what_the_decoder_refuses(bad: str) -> None:
+    from aiorocket._message_id import commit_log_offset_of
+
+    with pytest.raises(ValueError) as decoded:
+        decode_offset_message_id(bad)
+    with pytest.raises(ValueError) as fast:
+        commit_log_offset_of(bad)
+    assert str(fast.value) == str(decoded.value)

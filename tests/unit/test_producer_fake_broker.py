@@ -658,3 +658,50 @@ async def test_a_timer_message_to_a_4_9_broker_is_refused_before_it_is_sent() ->
             assert fake.brokers[0].received(*SEND_CODES) == []
             await p.send(Message(TOPIC, b"now"))
     assert len(fake.brokers[0].received(*SEND_CODES)) == 1
+
+
+# -- the single-message path's fast paths (issue 43, goal 6) ----------------------------
+
+
+async def test_half_message_gets_one_attempt_even_with_retries() -> None:
+    """The cached one-attempt plan: a refused half message is not sent again elsewhere
+    (a second half message would be a second transaction), whatever ``retries`` says."""
+    async with cluster() as fake, producer(fake, retries=2, latency_fault_tolerance=False) as p:
+        for b in fake.brokers:
+            b.busy_next = 1
+        with pytest.raises(BrokerResponseError):
+            await p.send_prepared(Message(TOPIC, b"half"), check_immunity=30)
+        assert sum(fake.sends().values()) == 1
+        for b in fake.brokers:
+            b.busy_next = 1
+        with pytest.raises(BrokerResponseError):
+            await p.send_in_transaction(Message(TOPIC, b"tx"), _never)
+        assert sum(fake.sends().values()) == 2
+        # Plain sends keep their retries: refused by both brokers, stored at the third.
+        for b in fake.brokers:
+            b.busy_next = 1
+        await p.send(Message(TOPIC, b"m"))
+        assert sum(fake.sends().values()) == 5
+
+
+async def _never(msg: Message, result: SendResult) -> TransactionState:
+    raise AssertionError("must not run")
+
+
+async def test_send_prepared_result_and_handle() -> None:
+    """A half message's result (built from its slots) and its handle (the commit-log
+    offset read without the host) are what the broker answered."""
+    from aiorocket.producer.transaction import HalfMessage
+
+    async with cluster() as fake, producer(fake) as p:
+        result = await p.send_prepared(Message(TOPIC, b"half"), check_immunity=30)
+        broker = fake.broker(result.queue.broker_name)
+        expected = SendResult(
+            status=SendStatus.SEND_OK, msg_id=result.msg_id, queue=result.queue,
+            queue_offset=0, offset_msg_id=offset_message_id(broker.addr, 5000),
+            transaction_id="TX" + offset_message_id(broker.addr, 5000),
+        )  # fmt: skip
+        assert result == expected
+        half = HalfMessage.of(result)
+        assert half.commit_log_offset == 5000 == decode_offset_message_id(result.offset_msg_id)[1]
+        assert (half.queue_offset, half.transaction_id) == (0, result.transaction_id)

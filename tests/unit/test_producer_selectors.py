@@ -108,3 +108,28 @@ def test_round_robin_uses_the_least_bad_broker_when_all_are_unavailable() -> Non
     assert {rr.select(QUEUES, fault=fault).broker_name for _ in range(8)} == {"broker-b"}
     # avoid wins over "least bad" while another broker exists
     assert rr.select(QUEUES, avoid="broker-b", fault=fault).broker_name == "broker-a"
+
+
+def _old_select(rr_start: int, queues: list[MessageQueue], avoid: str | None,
+                fault: LatencyFaultTolerance | None) -> MessageQueue:  # fmt: skip
+    """RoundRobin.select as it was before it looked at each broker once (the reference)."""
+    n = len(queues)
+    for i in range(n):
+        q = queues[(rr_start + i) % n]
+        if q.broker_name != avoid and (fault is None or fault.is_available(q.broker_name)):
+            return q
+    return RoundRobin(rr_start).select(queues, avoid=avoid, fault=fault)
+
+
+@pytest.mark.parametrize("down", [(), ("a",), ("b",), ("a", "b"), ("a", "b", "c")])
+@pytest.mark.parametrize("avoid", [None, "a", "b", "z"])
+def test_round_robin_picks_as_it_did_per_queue(down: tuple[str, ...], avoid: str | None) -> None:
+    """One fault-table look per broker chooses the queue a look per queue chose."""
+    queues = [MessageQueue("t", b, i) for b in ("a", "b", "c") for i in range(3)]
+    clock = [100.0]
+    fault = LatencyFaultTolerance(clock=lambda: clock[0])
+    for b in down:
+        fault.record(b, 600 + 100 * ord(b))  # unavailable for 2 s
+    for start in range(len(queues) + 2):
+        got = RoundRobin(start).select(queues, avoid=avoid, fault=fault)
+        assert got == _old_select(start, queues, avoid, fault)
