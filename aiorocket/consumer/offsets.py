@@ -12,10 +12,11 @@ gets the same effect from ``correctTagsOffset`` on NO_MATCHED_MSG).
 Offsets in a batch may have gaps (the broker filtered messages out by tag or SQL);
 those offsets were never ours and are simply skipped.
 
-Cost per message is amortised O(1): offsets are appended to a deque in pull order and
-completed offsets are removed from a set; the deque is trimmed from either end only
-past finished offsets, so each offset is appended and popped once, and both ends of
-the deque are always unfinished offsets (giving min, max and span in O(1)).
+Cost per message is amortised O(1): the offsets in flight are kept as runs of
+consecutive offsets (a pull's answer is one run unless the broker filtered some out)
+and the lowest unfinished one; finishing it, the common case, moves that offset on;
+an offset finished while a lower one is not is kept in a set until the lowest passes
+it, so each is added and removed once (min, span and the commit point in O(1)).
 
 Resume floors: never resume below our own commits after a broker crash
 ----------------------------------------------------------------------
@@ -54,6 +55,7 @@ record, as every client does.
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -87,12 +89,24 @@ class OffsetTracker:
     mark a re-pulled message with the same offset as finished.
     """
 
-    __slots__ = ("_committed", "_next", "_order", "_pending", "floor", "generation", "high_commit")
+    __slots__ = (
+        "_committed", "_early", "_low", "_next", "_runs", "_stop", "floor", "generation",
+        "high_commit",
+    )  # fmt: skip
 
     def __init__(self, start_offset: int) -> None:
         _check_offset("start_offset", start_offset)
-        self._order: deque[int] = deque()  # in-flight offsets in pull order, ends unfinished
-        self._pending: set[int] = set()  # offsets not yet done
+        # The offsets in flight are runs of consecutive offsets (a pull's answer is one
+        # run unless the broker filtered messages out), minus those finished early:
+        # [_low, _stop) is the first run, _low its lowest unfinished offset (both -1
+        # when nothing is in flight: no offset matches), _runs the later runs as
+        # (start, stop) in order, _early the offsets finished while a lower one was
+        # not. Finishing the lowest (nearly always: benchmarks/README.md, "Round 5")
+        # moves a counter, with no set or deque per offset.
+        self._low = -1
+        self._stop = -1
+        self._runs: deque[tuple[int, int]] = deque()
+        self._early: set[int] = set()
         self._next = start_offset  # highest next_offset seen: commit point when idle
         # The start offset normally came from the broker (QUERY_CONSUMER_OFFSET), so it
         # is already committed; call mark_dirty() if it was computed locally instead.
@@ -138,9 +152,34 @@ class OffsetTracker:
                 f"(the last offset added, and at least the previous next_offset)"
             )
         if batch:
-            self._order.extend(batch)
-            self._pending.update(batch)
+            first = batch[0]
+            if prev - first == len(batch) - 1:  # increasing, so consecutive: one run
+                self._add_run(first, prev + 1)
+            else:  # the broker filtered some out
+                start = last = first
+                for offset in batch[1:]:
+                    if offset != last + 1:
+                        self._add_run(start, last + 1)
+                        start = offset
+                    last = offset
+                self._add_run(start, last + 1)
         self._next = next_offset
+
+    def _add_run(self, start: int, stop: int) -> None:
+        """Append the offsets [start, stop), all above those in flight."""
+        runs = self._runs
+        if self._low < 0:
+            self._low, self._stop = start, stop
+        elif runs:
+            last_start, last_stop = runs[-1]
+            if last_stop == start:
+                runs[-1] = (last_start, stop)
+            else:
+                runs.append((start, stop))
+        elif self._stop == start:
+            self._stop = stop
+        else:
+            runs.append((start, stop))
 
     def reset(self, offset: int) -> None:
         """Forget everything in flight and restart at ``offset`` (may move backwards).
@@ -149,8 +188,9 @@ class OffsetTracker:
         Java client does after OFFSET_ILLEGAL.
         """
         _check_offset("offset", offset)
-        self._order.clear()
-        self._pending.clear()
+        self._low = self._stop = -1
+        self._runs.clear()
+        self._early.clear()
         self._next = offset
         self.generation += 1
         self.floor = None
@@ -167,42 +207,66 @@ class OffsetTracker:
         """
         if generation is not None and generation != self.generation:
             return False
-        pending = self._pending
-        if offset not in pending:
-            return False
-        pending.remove(offset)
-        order = self._order
-        if offset == order[0]:
-            order.popleft()
-            while order and order[0] not in pending:
-                order.popleft()
-        elif offset == order[-1]:
-            order.pop()
-            while order[-1] not in pending:  # order[0] is pending, so this stops
-                order.pop()
+        if offset == self._low:
+            self.advance(offset + 1)
+            return True
+        if offset < self._low or offset in self._early:
+            return False  # below the lowest in flight (or none is), or done already
+        if offset >= self._stop:  # not in the first run: in a later one?
+            runs = self._runs
+            i = bisect.bisect_right(runs, offset, key=_run_start) - 1
+            if i < 0 or offset >= runs[i][1]:
+                return False  # in a gap (filtered out) or above everything pulled
+        self._early.add(offset)
         return True
+
+    def advance(self, low: int) -> None:
+        """The lowest offset in flight finished: ``low`` is the one after it. For
+        ``done`` and ``ProcessQueue.on_done``'s inline common case only."""
+        early = self._early
+        while True:
+            if low == self._stop:  # the first run is done: the next one, if any
+                runs = self._runs
+                if not runs:
+                    self._low = self._stop = -1
+                    return
+                low, self._stop = runs.popleft()
+            if low not in early:
+                self._low = low
+                return
+            early.remove(low)
+            low += 1
 
     # --------------------------------------------------------------------- queries
 
     def committable(self) -> int:
         """The offset safe to commit now: lowest unfinished, else the last next_offset."""
-        order = self._order
-        return order[0] if order else self._next
+        low = self._low
+        return low if low >= 0 else self._next
 
     @property
     def in_flight(self) -> int:
         """Messages pulled and not yet done (the pullThresholdForQueue count)."""
-        return len(self._pending)
+        if self._low < 0:
+            return 0
+        runs = self._stop - self._low + sum(stop - start for start, stop in self._runs)
+        return runs - len(self._early)
 
     @property
     def min_in_flight(self) -> int | None:
-        order = self._order
-        return order[0] if order else None
+        low = self._low
+        return low if low >= 0 else None
 
     @property
     def max_in_flight(self) -> int | None:
-        order = self._order
-        return order[-1] if order else None
+        if self._low < 0:
+            return None
+        early = self._early
+        for start, stop in (*reversed(self._runs), (self._low, self._stop)):
+            for offset in range(stop - 1, start - 1, -1):
+                if offset not in early:
+                    return offset
+        raise AssertionError("unreachable: the lowest offset in flight is not early")
 
     def span(self) -> int:
         """How far pulling has run past the oldest unfinished offset (0 when none is),
@@ -215,14 +279,20 @@ class OffsetTracker:
         batch consumed, and runs on without bound. This span only drops when the oldest
         message finishes, so pulling pauses instead.)
         """
-        order = self._order
-        return self._next - order[0] if order else 0
+        low = self._low
+        return self._next - low if low >= 0 else 0
 
     def finished_after(self, offset: int) -> bool:
         """Whether an offset pulled after ``offset`` is no longer in flight: finished,
         or filtered out by the broker (the tracker cannot tell them apart). O(in flight):
         for the close, not the message path."""
-        above = sum(1 for pending in self._pending if pending > offset)
+        if self._low < 0:
+            above = 0
+        else:
+            above = sum(
+                max(0, stop - max(start, offset + 1))
+                for start, stop in ((self._low, self._stop), *self._runs)
+            ) - sum(1 for early in self._early if early > offset)
         return above < self._next - offset - 1
 
     @property
@@ -302,6 +372,10 @@ class ResumeFloors:
 
     def __len__(self) -> int:
         return len(self._floors)
+
+
+def _run_start(run: tuple[int, int]) -> int:
+    return run[0]
 
 
 def _check_offset(what: str, offset: int) -> None:

@@ -158,6 +158,16 @@ class OffsetTrackerMachine(RuleBasedStateMachine):
         assert t.generation == self.generation
         assert t.dirty == (t.committable() != self.committed)
 
+    @invariant()
+    def finished_after_matches_model(self) -> None:
+        # an offset pulled after o left the flight: fewer in flight above o than pulled
+        t = self.tracker
+        for o in {t.committable() - 1, t.committable(), *list(self.pending)[:3]}:
+            if o < 0:
+                continue
+            above = sum(1 for p in self.pending if p > o)
+            assert t.finished_after(o) == (above < self.next_offset - o - 1)
+
 
 TestOffsetTrackerStateful = OffsetTrackerMachine.TestCase
 TestOffsetTrackerStateful.settings = settings(
@@ -302,4 +312,24 @@ def test_long_run_keeps_memory_bounded() -> None:
     assert t.span() == 10_000  # everything after it is done, but 0 still holds the commit
     t.done(0)
     assert t.committable() == 10_000
-    assert len(t._order) == 0
+    assert not t._early and not t._runs and t.in_flight == 0
+
+
+def test_runs_split_by_filtering_finish_in_any_order() -> None:
+    # Filtered pulls leave gaps: the offsets in flight are several runs, and pulls that
+    # continue the last run join it (OffsetTracker keeps runs, not offsets).
+    t = OffsetTracker(0)
+    t.add([0, 1, 2, 5, 6, 9], 10)
+    t.add([10, 11], 12)
+    assert (t.in_flight, t.min_in_flight, t.max_in_flight) == (8, 0, 11)
+    assert t.done(3) is False and t.done(7) is False and t.done(12) is False  # gaps, above
+    assert t.done(6) is True and t.done(6) is False
+    assert t.done(11) is True
+    assert (t.in_flight, t.max_in_flight) == (6, 10)
+    for o in (0, 1, 2):
+        assert t.done(o) is True
+    assert t.committable() == 5
+    assert t.done(5) is True
+    assert t.committable() == 9  # 6 finished early, 7 and 8 filtered out
+    assert t.done(9) is True and t.done(10) is True
+    assert t.committable() == 12 and t.in_flight == 0 and t.max_in_flight is None
