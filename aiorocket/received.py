@@ -74,8 +74,9 @@ class QueueView(Protocol):
     async def wait_changed(self) -> None:
         """Wait until a message of this queue finishes, or it is dropped or notified."""
 
-    def on_done(self, msg: MessageExt, generation: int) -> bool:
-        """A message left the queue's cache settled; False if it was stale."""
+    def on_done(self, msg: MessageExt, generation: int, now: float = 0.0) -> bool:
+        """A message left the queue's cache settled; False if it was stale. ``now``:
+        ``time.monotonic()`` if the caller just read it, else 0.0."""
 
 
 class Settler(Protocol):

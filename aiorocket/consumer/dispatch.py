@@ -188,6 +188,10 @@ class WorkerPool:
         queue = self.queue
         pop_nowait = queue.pop_nowait
         countdown = _BURST
+        # The clock as read when the last message finished, while nothing was awaited
+        # since (else 0.0): the next call's deadline starts from it, so that a message
+        # costs one clock read, not two (benchmarks/README.md, "Round 5").
+        now = 0.0
         while True:
             # One long-lived cancel scope per worker; the watchdog cancels it only when the
             # running handler times out, and the worker then opens a new one.
@@ -197,6 +201,7 @@ class WorkerPool:
                     try:
                         item = pop_nowait()
                     except IndexError:
+                        now = 0.0
                         try:
                             item = await queue.get()
                         except anyio.EndOfStream:
@@ -215,7 +220,8 @@ class WorkerPool:
                                 or msg._generation != pq.tracker.generation):  # fmt: skip
                             continue
                         pq.running += 1
-                        slot.deadline = monotonic() + timeout
+                        slot.deadline = (now or monotonic()) + timeout
+                        now = 0.0  # the handler may wait
                         slot.current = msg
                         try:
                             result = await fn(msg)
@@ -240,7 +246,8 @@ class WorkerPool:
                                 pq.notify()
                             else:
                                 msg._settled = True
-                                if not pq.on_done(msg, msg._generation):
+                                now = monotonic()
+                                if not pq.on_done(msg, msg._generation, now):
                                     pq.notify()
                         else:
                             pq.notify()
@@ -250,6 +257,7 @@ class WorkerPool:
                         # queue.get() does not yield while work is queued: let pulls and
                         # reads run between bursts of handler calls.
                         countdown = _BURST
+                        now = 0.0
                         await anyio.lowlevel.checkpoint()
             if slot.current is not None:  # the handler overran consume_timeout
                 current, slot.current = slot.current, None

@@ -288,8 +288,9 @@ class ProcessQueue:
         self.cached_bytes += size
         self.pulled_total += n
 
-    def on_done(self, msg: MessageExt, generation: int) -> bool:
-        """Mark a message finished; False if it belonged to an older generation (reset)."""
+    def on_done(self, msg: MessageExt, generation: int, now: float = 0.0) -> bool:
+        """Mark a message finished; False if it belonged to an older generation (reset).
+        ``now``: ``time.monotonic()`` as the caller just read it (0.0: read it here)."""
         # Once per message (benchmarks/ceiling.py): OffsetTracker.done's common case, the
         # lowest offset in flight with none finished early and more in its run, is done
         # here without the call (benchmarks/README.md, "Round 5"); the rest goes to it.
@@ -306,7 +307,7 @@ class ProcessQueue:
         size = len(msg.body)
         self.cached_count -= 1
         self.cached_bytes -= size
-        self.last_consumed = time.monotonic()
+        self.last_consumed = now or time.monotonic()
         if self._budget is not None:
             self._budget.release(1, size)
         if self._changed._event is not None:  # Signal.notify without the call

@@ -281,6 +281,24 @@ async def test_consume_timeout_cancels_the_handler_and_sends_it_back() -> None:
     assert h.pq.running == 0
 
 
+async def test_each_call_gets_the_whole_consume_timeout_after_slow_ones() -> None:
+    # The worker reads the clock once a message: a call's deadline starts from the
+    # reading taken when the call before it finished, while nothing waited since
+    # (benchmarks/README.md, "Round 5"), never from an older one: message 1 fails
+    # (its send-back is not that reading's path), message 2 starts 0.6 s after message
+    # 0 finished and runs 0.3 s of its 0.5 s.
+    async def handle(msg: ConsumerMessage) -> None:
+        await anyio.sleep(0.3)
+        if msg.queue_offset == 1:
+            raise RuntimeError("fails")
+
+    async with workers(handle, consume_concurrency=1, consume_timeout=0.5) as h:
+        h.feed(3)  # all queued: each is taken without a wait
+        await h.consumed(3)
+    assert h.sent_back == [(1, h.state.config.retry_delay_level)]
+    assert h.pq.tracker.committable() == 3
+
+
 async def test_stale_and_dropped_messages_are_skipped() -> None:
     seen: list[int] = []
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import pytest
 from hypothesis import given, settings
@@ -138,3 +140,13 @@ def test_on_done_in_any_order_keeps_the_commit_point_and_counts(data: st.DataObj
         assert pq.tracker.committable() == min(unfinished, default=pq.tracker.next_offset)
         assert pq.cached_count == len(unfinished) == pq.tracker.in_flight
         assert pq.cached_bytes == len(unfinished)
+
+
+def test_on_done_keeps_the_callers_clock_reading_as_the_last_consumed_time() -> None:
+    pq = ProcessQueue(MessageQueue("t", "b", 0), 0)
+    a, b = pulled(pq, 2)
+    assert pq.on_done(a, 0, 12345.5)
+    assert pq.last_consumed == 12345.5  # the worker's reading: one clock read a message
+    before = time.monotonic()
+    assert pq.on_done(b, 0)
+    assert before <= pq.last_consumed <= time.monotonic()  # none given: read here

@@ -96,7 +96,7 @@ class PopQueue:
         self.cached += len(messages)
         self._budget.add(len(messages), sum([len(m.body) for m in messages]))
 
-    def on_done(self, msg: MessageExt, generation: int) -> bool:
+    def on_done(self, msg: MessageExt, generation: int, now: float = 0.0) -> bool:
         self.cached -= 1
         self._budget.release(1, len(msg.body))
         if self._on_settled is not None:
