@@ -579,3 +579,37 @@ async def test_a_message_handed_on_mid_stream_is_settled_once_when_the_close_cut
     assert handled == ["id0"]
     assert proxy.acked == ["rh0"]
     assert proxy.invisible_changes == []
+
+
+async def test_a_failure_handing_on_mid_stream_is_the_receives_error() -> None:
+    """The messages read before the stream's end are handed on from a loop callback;
+    what that hand-on raises fails the receive (as when the receive handed them on
+    itself), not only the loop's exception handler's log."""
+    chunks: list[list[str]] = []
+
+    def early(chunk: list[PopMessage]) -> None:
+        chunks.append([m.message_id for m in chunk])
+        if len(chunks) == 1:  # the first read's, from the loop callback
+            raise RuntimeError("hand-on failed")
+
+    async with FakeProxy() as proxy:
+        proxy.stream_gate = asyncio.Event()
+        proxy.messages = [_message(i) for i in range(3)]
+        source = GrpcSource(SimpleConsumer("g", proxy.endpoint, {"t": "*"}), LOG)
+        await source.open()
+        try:
+            with anyio.fail_after(5):
+                async with anyio.create_task_group() as tg:
+
+                    async def open_gate() -> None:
+                        while not chunks:  # noqa: ASYNC110
+                            await anyio.sleep(0.01)  # no event to wait on
+                        assert proxy.stream_gate is not None
+                        proxy.stream_gate.set()
+
+                    tg.start_soon(open_gate)
+                    with pytest.raises(RuntimeError, match="hand-on failed"):
+                        await source.receive(32, 30, early)
+        finally:
+            await source.close()
+    assert chunks[0] == ["id0"]  # handed on before the rest came

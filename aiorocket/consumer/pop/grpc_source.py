@@ -189,6 +189,16 @@ class GrpcSource:
                 chunk, given = out[given:], len(out)
                 early(chunk)
 
+        failed: list[Exception] = []
+
+        def hand_soon() -> None:
+            # A loop callback: what ``early`` raises is the receive's error (raised
+            # below), as it was when the receive handed its messages on itself.
+            try:
+                hand_early()
+            except Exception as exc:
+                failed.append(exc)
+
         def each(r: ReceivedMessage) -> None:
             m = pop_message(r)
             if lite:  # a lite topic is delivered in order: one FIFO queue each
@@ -198,7 +208,7 @@ class GrpcSource:
                 # next loop turn), with whatever else this read decoded: the batch's
                 # first messages reach the handler while the Proxy still writes the
                 # rest (benchmarks/README.md, issue 43, goal 5, round 5).
-                asyncio.get_running_loop().call_soon(hand_early)
+                asyncio.get_running_loop().call_soon(hand_soon)
             out.append(m)
 
         lite = self.lite is not None
@@ -214,6 +224,8 @@ class GrpcSource:
             # What the last read decoded, now (also when cancelled or failed: every
             # message ``each`` took is ours, not released by the session).
             hand_early()
+        if failed:
+            raise failed[0]
         return out
 
     async def sync_lite(
