@@ -147,9 +147,14 @@ def _split_note(split: dict[str, float] | None) -> str:
     parts = ("wait", "server", "stream", "dispatch")
     each = ", ".join(f"{p} {split[f'{p}_p50_ms']:.1f}/{split[f'{p}_p99_ms']:.1f}" for p in parts)
     tail = ", ".join(f"{p} {split[f'tail_{p}_ms']:.1f}" for p in parts)
+    receives = ""
+    if "early_pct" in split:  # the gRPC split: how the receives went
+        receives = (f"; {split.get('mean_batch', 0):.1f} a receive, "
+                    f"{split.get('full_pct', 0):.0f}% full, {split['early_pct']:.1f}% handled "
+                    f"before their stream's end")  # fmt: skip
     return (
         f"; stored->user by part, p50/p99 ms: {each}; its slowest 1% "
-        f"({split['tail_stored_to_user_ms']:.1f} ms on average): {tail}"
+        f"({split['tail_stored_to_user_ms']:.1f} ms on average): {tail}{receives}"
     )
 
 
