@@ -6,17 +6,19 @@ produce figures). So with ``auto_batch`` on, ``Producer.send`` hands eligible me
 ``AutoBatcher``, and each caller still awaits its own ``SendResult``.
 
 There is no linger timer. A topic keeps at most ``batch_in_flight`` requests under
-way; a message that finds one of the first ``EAGER_REQUESTS`` (2) free leaves at once
-(with whatever else was sent in the same event loop iteration), so an idle producer adds
-no latency. Messages that arrive while those are busy wait, and the next request to free
-up takes everything waiting (up to ``batch_max_bytes``), after letting the callers its
-own answer woke send again (so it carries their messages too): the batch size follows
-the load, as aiokafka's accumulator does. The further requests (up to
-``batch_in_flight``) leave only with a full batch: with 64 sends in flight and 4 requests
-leaving at once, each answer's freed sends left in a request of their own (batches of
-21 messages); with 2, they fill the 32 KiB (30), which costs the broker a third fewer
-requests and the client fewer instructions a message (benchmarks/README.md, "Goal 3,
-round 4"), while a backlog of full batches still has every request.
+way; a message that finds one of them free leaves at once (with whatever else was sent
+in the same event loop iteration), so an idle producer adds no latency. Messages that
+arrive while all of them are busy wait, and the next request to free up takes everything
+waiting (up to ``batch_max_bytes``), after letting the callers its own answer woke send
+again (so it carries their messages too): the batch size follows the load, as aiokafka's
+accumulator does. Two rules keep the batches full under load: a message that arrives
+while a worker is about to take (woken, or in those passes after its answer) starts no
+other request (that worker takes it), and what a request could not carry (past
+``batch_max_bytes``) starts another only as a full batch, else it waits for the next
+answer or arrival. Without them, with 64 sends in flight each answer's freed sends, or
+the few left over, left in a free request of their own: batches of 21 messages, where
+now two requests carry 30 each (the 32 KiB cap), a third fewer requests for the broker
+and fewer instructions a message in the client (benchmarks/README.md, "Goal 3, round 4").
 
 Batch requests run in the producer's task group (they carry several callers' messages,
 so no single caller owns them), in up to ``batch_in_flight`` worker tasks per topic,
@@ -82,7 +84,6 @@ from aiorocket.producer.sender import Plan, Sender, take_slot
 
 __all__ = [
     "BATCH_IN_FLIGHT",
-    "EAGER_REQUESTS",
     "WORKER_IDLE_EXIT",
     "AutoBatcher",
 ]
@@ -91,8 +92,6 @@ __all__ = [
 WORKER_IDLE_EXIT = 60.0
 #: requests per topic under way at once when ``batch_in_flight`` is None (ProducerConfig)
 BATCH_IN_FLIGHT = 4
-#: of those, how many leave with whatever waits; the others only with a full batch
-EAGER_REQUESTS = 2
 
 
 @dataclass(eq=False, slots=True)
@@ -256,7 +255,6 @@ class AutoBatcher:
         self._config = config
         self._log = log
         self._requests = config.batch_in_flight or BATCH_IN_FLIGHT  # per topic
-        self._eager = min(EAGER_REQUESTS, self._requests)
         self._full = config.batch_max_bytes
         self._lanes: dict[str, _TopicLane] = {}
         self._tg: anyio.abc.TaskGroup | None = None
@@ -404,15 +402,12 @@ class AutoBatcher:
         ``deadline``) once one may leave (module docstring)."""
         if lane.workers - lane.idle > lane.in_flight:
             return  # a worker about to take (woken, or after its answer) takes it too
-        if lane.in_flight >= self._eager and lane.waiting_bytes < self._full:
-            pass  # it waits for a busy request, or for a full batch
-        elif lane.idle:
+        if lane.idle:
             lane.wake.notify()  # a worker takes it (and whatever else came) at once
-            return
         elif lane.workers < self._requests:
             self._start_worker(topic, lane)  # a request slot to spare: it leaves now
-            return
-        self._watch(deadline)
+        else:
+            self._watch(deadline)
 
     def _watch(self, deadline: float) -> None:
         """A message with ``deadline`` waits for a busy request: the sweeper watches it."""
@@ -466,12 +461,6 @@ class AutoBatcher:
         lane.workers += 1
         self._tg.start_soon(self._lane_worker, topic, lane)
 
-    def _may_leave(self, lane: _TopicLane) -> bool:
-        """Whether a request of ``lane`` may leave now (module docstring)."""
-        if self._tg is None:
-            return False
-        return lane.in_flight < self._eager or lane.waiting_bytes >= self._full
-
     def _take(self, topic: str, lane: _TopicLane) -> list[_Waiting]:
         """The next request's messages: all that wait, up to ``batch_max_bytes``."""
         assert self._loop is not None
@@ -504,10 +493,8 @@ class AutoBatcher:
         now_of = self._loop.now
         try:
             while True:
-                batch = self._take(topic, lane) if self._may_leave(lane) else []
+                batch = self._take(topic, lane) if self._tg is not None else []
                 if not batch:
-                    if lane.waiting and self._tg is not None:  # it waits for an answer
-                        self._watch(_earliest(lane))
                     lane.idle += 1
                     lane.idle_since = now_of()
                     try:
@@ -519,8 +506,11 @@ class AutoBatcher:
                     continue
                 lane.retire = False
                 lane.in_flight += 1
-                if lane.waiting:  # more than a batch waited: another request may take it
-                    self._kick(topic, lane, _earliest(lane))
+                if lane.waiting:  # more than a request carries waited (module docstring)
+                    if lane.waiting_bytes >= self._full:  # a full batch: it leaves now
+                        self._kick(topic, lane, _earliest(lane))
+                    else:  # the next answer or arrival takes them
+                        self._watch(_earliest(lane))
                 try:
                     await self._run(topic, batch)
                 finally:
