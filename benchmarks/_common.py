@@ -86,6 +86,29 @@ def calibrate() -> float:
     return (time.process_time() - cpu) * 1000
 
 
+#: what a 5.x broker logs for an END_TRANSACTION whose op offset found its in-memory
+#: queue full: the end waited 100 ms (benchmarks/README.md, the Spark sink, round 3)
+FORCED_END = "Force add remove op data"
+
+
+def forced_ends(cluster: LocalRocketMQ) -> int:
+    """How many ends the cluster's brokers have written alone after that wait. An
+    exactly-once figure taken while this grows measures the brokers' stalled op queue
+    (~120 ends/s a broker), not the client: compare it before and after a run."""
+    total = 0
+    for path in cluster.base_dir.glob("broker-*/logs/rocketmqlogs/transaction*.log"):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            total += sum(FORCED_END in line for line in f)
+    return total
+
+
+def warn_forced(mode: str, forced: int) -> None:
+    if forced:
+        log(f"WARNING {mode}: the brokers wrote {forced:,} ends alone after a 100 ms wait "
+            f"(their transaction op queue is stalled: benchmarks/README.md, the Spark sink, "
+            f"round 3); restart the cluster's brokers before taking this figure")
+
+
 def cluster() -> LocalRocketMQ:
     """The running local cluster, started (2 brokers) when none runs."""
     found = LocalRocketMQ.attach()

@@ -329,8 +329,12 @@ def main() -> int:
                     anyio.run(partial(cl.create_topic, out, queues=8))
                     run_stream(spark, cl.namesrv_addr, out, warm, 1000, mode, workdir, timeout_ms)
                     c.log(f"writeStream ({mode}) of {n:,} rows")
-                    res["stream"].append(run_stream(spark, cl.namesrv_addr, out, files, n, mode,
-                                                    workdir, timeout_ms))  # fmt: skip
+                    forced = c.forced_ends(cl)
+                    r = run_stream(spark, cl.namesrv_addr, out, files, n, mode, workdir,
+                                   timeout_ms)  # fmt: skip
+                    r["forced_ends"] = c.forced_ends(cl) - forced
+                    c.warn_forced(mode, r["forced_ends"])
+                    res["stream"].append(r)
         finally:
             spark.stop()
     if "produce" not in skip:

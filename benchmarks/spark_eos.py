@@ -198,7 +198,10 @@ def main() -> int:
             for transport in transports:
                 for mode in ("at-least-once", "exactly-once"):
                     c.log(f"round {rnd + 1}: {mode} {transport}")
+                    forced = c.forced_ends(cl)
                     runs.append(run_mode(spark, cl, source, args, mode, workdir, transport))
+                    runs[-1]["forced_ends"] = c.forced_ends(cl) - forced
+                    c.warn_forced(f"{mode} {transport}", runs[-1]["forced_ends"])
                     c.log("  " + list(table(runs[-1:]))[-1])
     finally:
         spark.stop()
