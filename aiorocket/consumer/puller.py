@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
@@ -145,7 +144,6 @@ class Puller:
         pauses = state.pauses
         rate = state.rate
         topic_rate = None if state.topic_rates is None else state.topic_rates.of(pq.mq.topic)
-        hand_on = _after_this_step()
         while not pq.dropped:
             if pq.paused or pauses.queue_paused(pq.mq):
                 # Paused (PullConsumer.pause, Consumer.pause): a change of either wakes
@@ -319,13 +317,10 @@ class Puller:
                         rate.take(len(accepted))
                     if topic_rate is not None:
                         topic_rate.take(len(accepted))
-                    if hand_on is None:
-                        deliver(pq, accepted)
-                    else:
-                        # After the next pull is written (below, in this same step): the
-                        # handler workers this wakes then run after the pull has left
-                        # (see _after_this_step).
-                        hand_on(deliver, pq, accepted)
+                    # The workers this wakes run after the next pull, written below in
+                    # this step, has left: the read that brought this answer scheduled
+                    # its write (ProtocolWire.data_received; issue 43, goal 4).
+                    deliver(pq, accepted)
             elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
                 pq.tracker.add((), max(result.next_begin_offset, offset))
             else:  # OFFSET_ILLEGAL (PULL_OFFSET_MOVED)
@@ -368,26 +363,6 @@ _SUBSCRIPTION_UNKNOWN = frozenset(
 
 def _subscription_unknown(exc: RocketMQError) -> bool:
     return isinstance(exc, BrokerResponseError) and exc.code in _SUBSCRIPTION_UNKNOWN
-
-
-def _after_this_step() -> Callable[..., object] | None:
-    """asyncio: ``call_soon``, to hand an answer's messages on once this step of the pull
-    task has written the queue's next pull; else (trio) None: at once.
-
-    The wire sends the frames written in one loop iteration in one ``call_soon``'d write
-    (aiorocket.remoting.wire.ProtocolWire), and the handler workers that ``deliver``
-    wakes run before it if they were woken first: each runs a burst of up to 32 handler
-    calls, so the next pull of the queue left after the whole batch was handled (issue
-    43, goal 4: the wire's write came 0.28 ms after the pull at p50 and 3.6 ms at p99 at
-    20,000 msg/s, time in which messages stored for the queue wait for that pull).
-    Scheduled first, the hand-on wakes the workers behind the write. The order of the
-    hand-ons of one queue is kept (the loop runs callbacks in FIFO order); messages
-    handed on after a reset, a drop or the close are stale or refused, as any answer
-    arriving then (the delivery strategy and the workers check)."""
-    try:
-        return asyncio.get_running_loop().call_soon
-    except RuntimeError:
-        return None
 
 
 def _pull_time(took: float, sent_wall_ms: float, result: PullResult) -> float:

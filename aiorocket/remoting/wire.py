@@ -145,14 +145,16 @@ class ProtocolWire(asyncio.Protocol, Wire):
             return
         for cmd in commands:
             deliver(cmd)
-        if commands and self._outbox is None:
+        if commands:
             # The flush point of the tasks these answers woke (queued just behind
             # them): what they write at once (a pull task's next pull) leaves before
-            # the callbacks queued after them run, not behind handler workers that
-            # re-queued meanwhile with another burst of up to 32 handler calls (issue
-            # 43, goal 4). Nothing written: an empty outbox, no write.
-            self._outbox = []
-            self._loop.call_soon(self._flush)
+            # the callbacks queued after them run, such as the handler workers its
+            # answer woke, each with a burst of up to 32 handler calls (issue 43, goal
+            # 4). A flush already pending is ahead of these tasks: it sends what was
+            # written before, this one what they write. Nothing written: no write.
+            frames: list[bytes] = []
+            self._outbox = frames
+            self._loop.call_soon(self._flush, frames)
 
     def eof_received(self) -> bool:
         return False  # close the transport: connection_lost follows
@@ -189,13 +191,14 @@ class ProtocolWire(asyncio.Protocol, Wire):
         # iteration: a send() per frame would cost the broker a read per frame too.
         outbox = self._outbox
         if outbox is None:
-            self._outbox = [frame]
-            self._loop.call_soon(self._flush)
+            self._outbox = outbox = [frame]
+            self._loop.call_soon(self._flush, outbox)
         else:
             outbox.append(frame)
 
-    def _flush(self) -> None:
-        frames, self._outbox = self._outbox, None
+    def _flush(self, frames: list[bytes]) -> None:
+        if self._outbox is frames:
+            self._outbox = None
         transport = self._transport
         if frames and transport is not None and not transport.is_closing():
             transport.write(frames[0] if len(frames) == 1 else b"".join(frames))

@@ -1,10 +1,11 @@
 """A queue's next pull leaves before the handlers of the answer it follows run.
 
 The wire sends the frames of one loop iteration in one ``call_soon``'d write
-(aiorocket.remoting.wire.ProtocolWire). When the pull task woke the handler workers
-before writing its next pull, the workers' bursts (up to 32 handler calls each) ran
-before that write: the queue's next pull left after its previous batch was handled,
-and messages stored meanwhile waited for it (issue 43, goal 4).
+(aiorocket.remoting.wire.ProtocolWire). The pull task wakes the handler workers before
+it writes its next pull; when that write was scheduled after the pull task's step, the
+workers' bursts (up to 32 handler calls each) ran before it: the queue's next pull left
+after its previous batch was handled, and messages stored meanwhile waited for it
+(issue 43, goal 4). The read that brought the answer now schedules the write.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ async def test_the_next_pull_is_on_the_wire_before_the_answers_handlers_run(
     sent: set[tuple[int, int]] = set()
     flush = ProtocolWire._flush
 
-    def recording_flush(wire: ProtocolWire) -> None:
-        for cmd in FrameDecoder().feed(b"".join(wire._outbox or ())):
+    def recording_flush(wire: ProtocolWire, frames: list[bytes]) -> None:
+        for cmd in FrameDecoder().feed(b"".join(frames)):
             if cmd.code == RequestCode.PULL_MESSAGE:
                 ext = cmd.ext_fields
                 sent.add((int(ext["queueId"]), int(ext["queueOffset"])))
-        flush(wire)
+        flush(wire, frames)
 
     monkeypatch.setattr(ProtocolWire, "_flush", recording_flush)
     broker = FakeBroker("broker-a", 0)

@@ -134,11 +134,11 @@ async def test_frames_of_one_iteration_leave_in_one_write() -> None:
     assert transport.writes[1:] == [frame(4)]
 
 
-@asyncio_only
-async def test_what_the_tasks_a_read_woke_write_leaves_before_later_callbacks() -> None:
-    """A pull task woken by its answer writes its next pull; a handler worker queued
-    before the read re-queues itself (its next burst) while the pull task waits its
-    turn: the pull leaves before that burst, not after it (issue 43, goal 4)."""
+async def _burst_after_a_read(write_first: bool) -> list[list[bytes]]:
+    """A pull task parked on its answer writes frame 2 when woken; a handler worker
+    queued before the read re-queues itself (its next burst) while the pull task waits
+    its turn. What the transport had been given when that burst ran (``write_first``:
+    frame 1 written before the read, its write queued ahead of the pull task)."""
     loop = asyncio.get_running_loop()
     wire, transport = connected()
     answered = loop.create_future()
@@ -149,25 +149,37 @@ async def test_what_the_tasks_a_read_woke_write_leaves_before_later_callbacks() 
         await answered
         wire.write(frame(2))
 
-    def worker_burst() -> None:  # queued before the read; its next burst after it
+    def worker_burst() -> None:
         def next_burst() -> None:
             seen_by_worker.append(list(transport.writes))
             burst_ran.set()
 
         loop.call_soon(next_burst)
 
-    def on_command(cmd: RemotingCommand) -> None:
-        answered.set_result(None)
-
     async with anyio.create_task_group() as tg:
         tg.start_soon(pull_task)
-        tg.start_soon(wire.run, on_command)
+        tg.start_soon(wire.run, lambda cmd: answered.set_result(None))
         await anyio.wait_all_tasks_blocked()
+        if write_first:
+            wire.write(frame(1))
         loop.call_soon(worker_burst)
         wire.data_received(encode_command(RemotingCommand.response_to(RemotingCommand.request(1))))
         await burst_ran.wait()
         tg.cancel_scope.cancel()
-    assert seen_by_worker == [[frame(2)]]
+    return seen_by_worker
+
+
+@asyncio_only
+async def test_what_the_tasks_a_read_woke_write_leaves_before_later_callbacks() -> None:
+    """The pull leaves before the worker's next burst, not after it (issue 43, goal 4)."""
+    assert await _burst_after_a_read(write_first=False) == [[frame(2)]]
+
+
+@asyncio_only
+async def test_a_flush_pending_before_the_read_does_not_take_its_flush_point() -> None:
+    """A frame written before the read is sent by its own write, queued ahead of the
+    woken task; what that task writes still leaves before the callbacks behind it."""
+    assert await _burst_after_a_read(write_first=True) == [[frame(1), frame(2)]]
 
 
 @asyncio_only
