@@ -22,11 +22,9 @@ from typing import Any, cast
 from grpclib.client import Channel, Handler
 from grpclib.protocol import H2Protocol
 from h2.events import DataReceived, Event, ResponseReceived, TrailersReceived
-from h2.exceptions import ProtocolError
 
 from aiorocket.grpc._hpack import RepeatingBlockDecoder, StableHeaderEncoder
 from aiorocket.grpc._keepalive import Keepalive, KeepaliveSettings
-from aiorocket.grpc._unary import UnaryCalls
 
 __all__ = ["CoalescingChannel", "CoalescingTransport"]
 
@@ -66,8 +64,6 @@ class CoalescingTransport:
 
 class _CoalescingProtocol(H2Protocol):
     keepalive: Keepalive | None = None
-    #: the connection's unary calls, driven beside grpclib's streams (``_unary``)
-    unary: UnaryCalls
     #: the connection's socket transport (``GrpcTransport.abandon`` aborts it)
     raw: asyncio.Transport | None = None
 
@@ -95,7 +91,6 @@ class _CoalescingProtocol(H2Protocol):
         decoder.max_header_list_size = h2_conn.decoder.max_header_list_size
         decoder.max_allowed_table_size = h2_conn.decoder.max_allowed_table_size
         h2_conn.decoder = decoder
-        self.unary = UnaryCalls(self.connection)
         if self._keepalive_settings is not None:
             self._watch(transport, self._keepalive_settings)
 
@@ -121,24 +116,9 @@ class _CoalescingProtocol(H2Protocol):
 
         conn.feed = watched_feed  # type: ignore[method-assign]
 
-    def data_received(self, data: bytes) -> None:
-        # grpclib's, with the unary calls' events taken out before its dispatch.
-        try:
-            events = self.connection.feed(data)
-        except ProtocolError:
-            self.unary.close("Protocol error")
-            self.processor.close("Protocol error")
-            return
-        self.connection.flush()
-        process = self.processor.process
-        for event in self.unary.route(events):
-            process(event)
-        self.connection.flush()
-
     def connection_lost(self, exc: BaseException | None) -> None:
         if self.keepalive is not None:
             self.keepalive.stop()
-        self.unary.close("Connection lost")
         super().connection_lost(exc)
 
 
@@ -182,12 +162,6 @@ class CoalescingChannel(Channel):
             return False
         protocol.raw.abort()
         return True
-
-    def close(self) -> None:
-        protocol = self.protocol
-        if protocol is not None:
-            protocol.unary.close("Channel closed")
-        super().close()
 
     def _protocol_factory(self) -> H2Protocol:
         return _CoalescingProtocol(

@@ -57,6 +57,7 @@ from aiorocket.errors import (
 )
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._channel import CoalescingChannel
+from aiorocket.grpc._h2wire import WireConnection
 from aiorocket.grpc._keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
 from aiorocket.grpc._unary import reply_of
 from aiorocket.security import Credentials
@@ -232,6 +233,12 @@ class GrpcTransport:
         self._ssl = _tls_context(tls)
         self._keepalive = keepalive
         self._channel: CoalescingChannel | None = None
+        #: the unary calls' own connection (``aiorocket.grpc._h2wire``), and the lock
+        #: under which one is opened
+        self._wire: WireConnection | None = None
+        self._wire_lock: asyncio.Lock | None = None
+        #: unary connections left for a new one (GOAWAY, ``retire``) while calls finish
+        self._old_wires: list[WireConnection] = []
         #: calls under way (any kind): while one is open, a silent connection is suspect
         self._calls = 0
         #: loop time each open unary call started (a prompt answer is owed): the
@@ -285,11 +292,41 @@ class GrpcTransport:
     def _waiting_since(self) -> float | None:
         return min(self._prompt.values()) if self._prompt else None
 
+    async def _unary_connection(self) -> WireConnection:
+        """The unary calls' connection: the current one, or a new one if there is none
+        or it takes no more calls (lost, GOAWAY, retired)."""
+        if self._wire_lock is None:
+            self._wire_lock = asyncio.Lock()
+        async with self._wire_lock:
+            wire = self._wire
+            if wire is not None and wire.usable():
+                return wire
+            if wire is not None and len(wire):
+                self._old_wires.append(wire)  # its calls finish there
+            self._wire = None
+            self._old_wires = [w for w in self._old_wires if w.usable() or len(w)]
+            loop = asyncio.get_running_loop()
+            _, wire = await loop.create_connection(
+                lambda: WireConnection(keepalive=self._keepalive,
+                                       waiting_since=self._waiting_since),
+                self.host, self.port, ssl=self._ssl,
+            )  # fmt: skip
+            if self._ssl is not None:
+                ssl_object = wire.raw.get_extra_info("ssl_object") if wire.raw else None
+                alpn = ssl_object.selected_alpn_protocol() if ssl_object else None
+                if alpn != "h2":
+                    wire.close()
+                    raise ProtocolError(f"the server did not agree to HTTP/2 (ALPN: {alpn})")
+            self._wire = wire
+            return wire
+
     def _probe(self) -> None:
         """A call timed out: is the connection still there? (A PING will tell.)"""
         protocol = None if self._channel is None else self._channel.protocol
         if protocol is not None and protocol.keepalive is not None:
             protocol.keepalive.probe()
+        if self._wire is not None and self._wire.keepalive is not None:
+            self._wire.keepalive.probe()
 
     def close(self) -> None:
         for channel in self._retired:
@@ -298,20 +335,33 @@ class GrpcTransport:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+        for wire in self._old_wires:
+            wire.close()
+        self._old_wires.clear()
+        if self._wire is not None:
+            self._wire.close()
+            self._wire = None
 
     def abandon(self) -> bool:
-        """Drop the current connection now (its calls fail at once; the next call
-        opens a new one): it takes calls but answers none. False if there was none."""
-        return self._channel is not None and self._channel.abort()
+        """Drop the current connections now (their calls fail at once; the next call
+        opens new ones): they take calls but answer none. False if there were none."""
+        dropped = self._channel is not None and self._channel.abort()
+        wire = self._wire
+        return (wire is not None and wire.abort()) or dropped
 
     def retire(self) -> None:
-        """Open a new connection for the calls to come; the calls under way finish on
-        the current one, which is closed once they have (the Proxy's reconnect command:
-        it rebalances its connections, nothing is wrong with this one)."""
+        """Open new connections for the calls to come; the calls under way finish on
+        the current ones, which are closed once they have (the Proxy's reconnect
+        command: it rebalances its connections, nothing is wrong with these)."""
         if self._channel is not None:
             self._retired.append(self._channel)
             self._channel = None
             self._close_retired()
+        wire, self._wire = self._wire, None
+        if wire is not None:
+            wire.retire()
+            if len(wire):
+                self._old_wires.append(wire)
 
     def _close_retired(self) -> None:
         for channel in [c for c in self._retired if c.idle()]:
@@ -385,7 +435,7 @@ class GrpcTransport:
     ) -> Rep:
         """One request, one reply; the whole call (connecting included) within ``timeout``.
 
-        On the connection's own unary path (``aiorocket.grpc._unary``), not grpclib's
+        On the unary calls' own connection (``aiorocket.grpc._h2wire``), not grpclib's
         ``Stream``: a single-message send is one of these calls."""
         limit = self.request_timeout if timeout is None else timeout
         # What _open_call(prompt=True), boundary() and anyio.fail_after do, inline: a
@@ -399,10 +449,12 @@ class GrpcTransport:
         try:
             # anyio's clock on asyncio is the loop's
             with anyio.CancelScope(deadline=started + limit) as scope:
-                protocol = await self.channel.__connect__()
+                wire = self._wire
+                if wire is None or not wire.usable():
+                    wire = await self._unary_connection()
                 # the Proxy's deadline: what is left of ours, and the grace (see _GRACE)
                 left = started + limit - loop.time() + _GRACE
-                call = await protocol.unary.call(  # type: ignore[attr-defined]
+                call = await wire.call(
                     self._unary_headers(rpc, left), request.SerializeToString()
                 )
             if scope.cancelled_caught:  # only its deadline cancels it

@@ -1,4 +1,4 @@
-"""The connection's own unary call path (``aiorocket.grpc._unary``, issue 43 goal 5a)
+"""The unary calls' own connection (``aiorocket.grpc._h2wire``, issue 43 goal 5a)
 against a scripted HTTP/2 server (h2, server side), for what a real Proxy cannot be made
 to do on demand: reset a stream, answer trailers-only or with HTTP 503, send GOAWAY, hold
 a small flow-control window, allow one stream at a time, never answer. Each test says
@@ -7,6 +7,7 @@ what ``GrpcTransport.unary`` promises on that path."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -18,7 +19,15 @@ pytest.importorskip("grpclib")
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.errors import ErrorCodes
-from h2.events import DataReceived, RequestReceived, StreamEnded, StreamReset
+from h2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    PingAckReceived,
+    RequestReceived,
+    SettingsAcknowledged,
+    StreamEnded,
+    StreamReset,
+)
 from h2.settings import SettingCodes
 
 from aiorocket.errors import (
@@ -30,6 +39,8 @@ from aiorocket.errors import (
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc import _unary
 from aiorocket.grpc._encode import RawRequest
+from aiorocket.grpc._h2wire import GOAWAY, frame
+from aiorocket.grpc._keepalive import KeepaliveSettings
 from aiorocket.grpc._transport import GrpcTransport
 from aiorocket.security import Credentials
 
@@ -55,6 +66,10 @@ class _Conn(asyncio.Protocol):
         self.h2 = H2Connection(H2Configuration(client_side=False, header_encoding="utf-8"))
         self.bodies: dict[int, bytearray] = {}
         self.transport: Any = None
+        self.settings_acked = False
+        self.data_frames: list[int] = []
+        self.ping_acks: list[bytes] = []
+        self.goaway: int | None = None
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -75,6 +90,7 @@ class _Conn(asyncio.Protocol):
                 self.server.headers.append(dict(event.headers))
                 self.server.opened(self)
             elif isinstance(event, DataReceived):
+                self.data_frames.append(len(event.data))
                 self.bodies[event.stream_id] += event.data
                 self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             elif isinstance(event, StreamEnded):
@@ -83,6 +99,13 @@ class _Conn(asyncio.Protocol):
             elif isinstance(event, StreamReset):
                 self.server.resets.append(event.error_code)
                 self.server.reset.set()
+            elif isinstance(event, SettingsAcknowledged):
+                self.settings_acked = True
+            elif isinstance(event, PingAckReceived):
+                self.ping_acks.append(event.ping_data)
+                self.server.ping_acked.set()
+            elif isinstance(event, ConnectionTerminated):
+                self.goaway = event.error_code
         self.flush()
 
     def reply(self, sid: int, message: bytes = _OK_REPLY, status: int = 0) -> None:
@@ -110,6 +133,7 @@ class ScriptedServer:
         self.headers: list[dict[str, str]] = []
         self.resets: list[int] = []
         self.reset = asyncio.Event()
+        self.ping_acked = asyncio.Event()
         self.most_open = 0
         self.endpoint = ""
 
@@ -132,7 +156,7 @@ async def serve() -> AsyncIterator[Callable[..., Any]]:
         servers.append(server)
         port = server.sockets[0].getsockname()[1]
         transport = GrpcTransport(
-            f"127.0.0.1:{port}", client_id="c", keepalive=None, **(client or {})
+            f"127.0.0.1:{port}", client_id="c", **{"keepalive": None, **(client or {})}
         )
         transports.append(transport)
         return scripted, transport
@@ -144,10 +168,10 @@ async def serve() -> AsyncIterator[Callable[..., Any]]:
         s.close()
 
 
-def _h2(transport: GrpcTransport) -> Any:
-    protocol = transport.channel.protocol
-    assert protocol is not None
-    return protocol.connection._connection
+def _wire(transport: GrpcTransport) -> Any:
+    """The unary calls' own connection (``aiorocket.grpc._h2wire``)."""
+    assert transport._wire is not None
+    return transport._wire
 
 
 async def heartbeat(transport: GrpcTransport, timeout: float = 2.0) -> Any:
@@ -161,8 +185,7 @@ async def test_a_call_gets_its_reply_and_leaves_no_stream_or_call(serve: Any) ->
     for _ in range(3):
         resp = await heartbeat(transport)
         assert resp.status.code == pb.Code.OK
-    assert _h2(transport).open_outbound_streams == 0
-    assert len(transport.channel.protocol.unary) == 0  # type: ignore[union-attr]
+    assert len(_wire(transport)) == 0
     assert transport._calls == 0 and not transport._prompt
     assert len(server.connections) == 1
 
@@ -193,9 +216,7 @@ async def test_a_cancelled_call_resets_its_stream_and_frees_its_slot(serve: Any)
     server, transport = await serve(lambda c, sid: None)  # never answers
     with anyio.move_on_after(0.3):
         await heartbeat(transport, timeout=10)
-    h2 = _h2(transport)
-    assert h2.open_outbound_streams == 0
-    assert len(transport.channel.protocol.unary) == 0  # type: ignore[union-attr]
+    assert len(_wire(transport)) == 0
     assert transport._calls == 0 and not transport._prompt
     with anyio.fail_after(5):
         await server.reset.wait()
@@ -206,7 +227,7 @@ async def test_a_call_past_its_deadline_is_a_timeout_and_resets_its_stream(serve
     server, transport = await serve(lambda c, sid: None)
     with pytest.raises(RequestTimeoutError):
         await heartbeat(transport, timeout=0.3)
-    assert _h2(transport).open_outbound_streams == 0
+    assert len(_wire(transport)) == 0
     with anyio.fail_after(5):
         await server.reset.wait()
 
@@ -219,7 +240,7 @@ async def test_a_stream_reset_by_the_proxy_is_a_retriable_unavailable(serve: Any
     with pytest.raises(ProxyUnavailableError) as info:
         await heartbeat(transport)
     assert info.value.retriable
-    assert _h2(transport).open_outbound_streams == 0
+    assert len(_wire(transport)) == 0
 
 
 async def test_a_trailers_only_error_answer_raises_its_grpc_status(serve: Any) -> None:
@@ -265,7 +286,7 @@ async def test_a_reply_over_the_limit_fails_the_call(serve: Any, monkeypatch: An
     _, transport = await serve(lambda c, sid: c.reply(sid, b"\x0a" + b"x" * 1000))
     with pytest.raises(GrpcStatusError, match="reply over 100 bytes"):
         await heartbeat(transport)
-    assert _h2(transport).open_outbound_streams == 0
+    assert len(_wire(transport)) == 0
 
 
 async def test_a_request_bigger_than_the_window_waits_for_window_updates(serve: Any) -> None:
@@ -275,21 +296,49 @@ async def test_a_request_bigger_than_the_window_waits_for_window_updates(serve: 
     resp = await transport.unary("Heartbeat", RawRequest(body), pb.HeartbeatResponse, timeout=10)
     assert resp.status.code == pb.Code.OK
     assert server.requests == [body]
-    assert _h2(transport).open_outbound_streams == 0
+    assert len(_wire(transport)) == 0
 
 
-async def test_goaway_fails_the_open_calls_and_the_next_call_reconnects(serve: Any) -> None:
+async def test_goaway_fails_the_calls_it_did_not_take_and_the_next_call_reconnects(
+    serve: Any,
+) -> None:
+    """The calls above GOAWAY's last stream id were never seen by the Proxy: they fail
+    at once, retriably; the next call opens a new connection."""
+
     def goaway(c: _Conn, sid: int) -> None:
         if len(c.server.connections) == 1:
-            c.h2.close_connection(ErrorCodes.NO_ERROR)
+            c.h2.close_connection(ErrorCodes.NO_ERROR, last_stream_id=0)
         else:
             c.reply(sid)
 
     server, transport = await serve(goaway)
-    with pytest.raises(ProxyUnavailableError, match="GOAWAY"):
+    with pytest.raises(ProxyUnavailableError, match="GOAWAY") as info:
         await heartbeat(transport)
+    assert info.value.retriable
     assert (await heartbeat(transport)).status.code == pb.Code.OK
     assert len(server.connections) == 2
+
+
+async def test_a_call_goaway_covers_gets_its_answer_and_the_next_goes_on_a_new_connection(
+    serve: Any,
+) -> None:
+    """A graceful GOAWAY (the Proxy shuts down, or rebalances): the calls up to its last
+    stream id are answered on the old connection, no new call starts there, and the old
+    connection is closed once they ended."""
+
+    def goaway(c: _Conn, sid: int) -> None:
+        if len(c.server.connections) == 1:
+            c.transport.write(frame(GOAWAY, 0, 0, sid.to_bytes(4, "big") + bytes(4)))
+        c.reply(sid)
+
+    server, transport = await serve(goaway)
+    assert (await heartbeat(transport)).status.code == pb.Code.OK
+    first = server.connections[0]
+    assert (await heartbeat(transport)).status.code == pb.Code.OK
+    assert len(server.connections) == 2
+    with anyio.fail_after(5):
+        while not first.transport.is_closing():  # noqa: ASYNC110  (closed by the client)
+            await anyio.sleep(0.01)
 
 
 async def test_a_lost_connection_fails_the_call_and_the_next_call_reconnects(serve: Any) -> None:
@@ -338,3 +387,149 @@ async def test_the_replies_bytes_are_handed_back_to_the_connections_window(serve
         resp = await heartbeat(transport)
         assert len(resp.status.message) == 2**20
     assert len(server.connections) == 1
+
+
+# -- the frames one by one (``aiorocket.grpc._h2wire``) ----------------------------------
+
+
+async def test_the_servers_settings_are_acknowledged_and_honoured(serve: Any) -> None:
+    """HEADER_TABLE_SIZE 0 (the encoder may index nothing: h2's decoder refuses a block
+    that does), MAX_FRAME_SIZE 64 KiB (a 40 KiB request in one DATA frame), and the
+    client's SETTINGS ACK reaches the server."""
+    server, transport = await serve(
+        lambda c, sid: c.reply(sid),
+        settings={SettingCodes.HEADER_TABLE_SIZE: 0, SettingCodes.MAX_FRAME_SIZE: 65536},
+    )
+    await heartbeat(transport)  # the server's settings are known from here on
+    body = b"x" * 40_000
+    for _ in range(3):
+        resp = await transport.unary("Heartbeat", RawRequest(body), pb.HeartbeatResponse)
+        assert resp.status.code == pb.Code.OK
+    assert server.requests[1:] == [body] * 3
+    conn = server.connections[0]
+    assert conn.settings_acked
+    assert max(conn.data_frames) == 40_005  # one frame: 5 bytes of gRPC framing + body
+    assert conn.h2.decoder.header_table.maxsize == 0
+
+
+async def test_a_small_initial_window_holds_a_request_to_it(serve: Any) -> None:
+    """INITIAL_WINDOW_SIZE 1,000: a 5,000-byte request goes out in frames of at most the
+    window, each after the server's WINDOW_UPDATE (h2 would refuse more)."""
+    server, transport = await serve(
+        lambda c, sid: c.reply(sid), settings={SettingCodes.INITIAL_WINDOW_SIZE: 1000}
+    )
+    await heartbeat(transport)
+    body = bytes(range(250)) * 20
+    resp = await transport.unary("Heartbeat", RawRequest(body), pb.HeartbeatResponse)
+    assert resp.status.code == pb.Code.OK
+    assert server.requests[-1] == body
+    assert max(server.connections[0].data_frames) <= 1000
+
+
+async def test_an_answer_in_headers_and_continuation_frames_is_read(serve: Any) -> None:
+    """Trailers over the 16 KiB frame size come as HEADERS and CONTINUATION frames."""
+    message = "m" * 40_000
+
+    def refuse(c: _Conn, sid: int) -> None:
+        c.h2.send_headers(sid, [(":status", "200"), ("content-type", "application/grpc")])
+        c.h2.send_headers(sid, [("grpc-status", "7"), ("grpc-message", message)],
+                          end_stream=True)  # fmt: skip
+
+    _, transport = await serve(refuse)
+    with pytest.raises(GrpcStatusError) as info:
+        await heartbeat(transport)
+    assert info.value.message == message
+    assert (await _ok_after(transport)) is None
+
+
+async def _ok_after(transport: GrpcTransport) -> None:
+    """The connection is still in step (its HPACK table included): no error."""
+    assert len(_wire(transport)) == 0 and _wire(transport).usable()
+
+
+async def test_request_headers_past_the_frame_size_go_in_continuation_frames(
+    serve: Any,
+) -> None:
+    token = "t" * 40_000
+    server, transport = await serve(
+        lambda c, sid: c.reply(sid), client={"credentials": Credentials("ak", "sk", token)}
+    )
+    for _ in range(2):
+        await heartbeat(transport)
+    assert [h["x-mq-session-token"] for h in server.headers] == [token, token]
+
+
+async def test_the_servers_ping_is_answered(serve: Any) -> None:
+    def ping_then_reply(c: _Conn, sid: int) -> None:
+        c.h2.ping(b"12345678")
+        c.reply(sid)
+
+    server, transport = await serve(ping_then_reply)
+    await heartbeat(transport)
+    with anyio.fail_after(5):
+        await server.ping_acked.wait()
+    assert server.connections[0].ping_acks == [b"12345678"]
+
+
+async def test_a_silent_connection_is_abandoned_by_its_keepalive_and_replaced(
+    serve: Any,
+) -> None:
+    """The server stops reading and writing (half-open): the call's PING goes
+    unanswered, the connection is dropped, the call fails retriably long before its
+    deadline, and the next call opens a new connection."""
+
+    def stall(c: _Conn, sid: int) -> None:
+        if len(c.server.connections) == 1:
+            c.transport.pause_reading()
+            c.transport.write = lambda data: None
+        else:
+            c.reply(sid)
+
+    server, transport = await serve(
+        stall, client={"keepalive": KeepaliveSettings(interval=0.2, timeout=0.2)}
+    )
+    started = time.monotonic()
+    with pytest.raises(ProxyUnavailableError) as info:
+        await heartbeat(transport, timeout=10)
+    assert info.value.retriable and time.monotonic() - started < 3
+    keepalive = _wire(transport).keepalive
+    assert keepalive is not None and keepalive.abandoned and keepalive.pings == 1
+    assert (await heartbeat(transport)).status.code == pb.Code.OK
+    assert len(server.connections) == 2
+
+
+async def test_a_server_that_breaks_the_protocol_loses_the_connection(serve: Any) -> None:
+    """DATA on stream 0: the client answers GOAWAY PROTOCOL_ERROR, the call fails
+    retriably, the next call opens a new connection."""
+
+    def broken(c: _Conn, sid: int) -> None:
+        if len(c.server.connections) == 1:
+            c.transport.write(frame(0, 0, 0, b"xx"))
+        else:
+            c.reply(sid)
+
+    server, transport = await serve(broken)
+    with pytest.raises(ProxyUnavailableError, match="Protocol error"):
+        await heartbeat(transport)
+    assert (await heartbeat(transport)).status.code == pb.Code.OK
+    assert len(server.connections) == 2
+    assert server.connections[0].goaway == ErrorCodes.PROTOCOL_ERROR
+
+
+async def test_closing_the_transport_fails_the_open_call_and_closes_the_connection(
+    serve: Any,
+) -> None:
+    server, transport = await serve(lambda c, sid: None)
+    async with anyio.create_task_group() as tg:
+
+        async def call() -> None:
+            with pytest.raises(ProxyUnavailableError, match="closed"):
+                await heartbeat(transport, timeout=10)
+
+        tg.start_soon(call)
+        with anyio.fail_after(5):
+            while not server.requests:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        wire = _wire(transport)
+        transport.close()
+    assert wire.raw.is_closing() and len(wire) == 0
