@@ -86,7 +86,7 @@ class ConnectionError_(Exception):
 class _Call:
     """A call's stream as the connection keeps it."""
 
-    __slots__ = ("answer", "ended", "id", "received", "sent_all", "window")
+    __slots__ = ("answer", "answered", "ended", "id", "received", "sent_all", "window")
 
     def __init__(self, stream_id: int, answer: UnaryCall, window: int) -> None:
         self.id = stream_id
@@ -94,8 +94,10 @@ class _Call:
         #: the peer's flow-control window of this stream (what we may still send)
         self.window = window
         self.sent_all = False
-        #: the peer ended the stream (END_STREAM) or reset it
+        #: no frame of ours may follow: the peer reset it, or we did, or the connection broke
         self.ended = False
+        #: the peer ended its side (END_STREAM)
+        self.answered = False
         #: DATA bytes received on the stream and not yet given back
         self.received = 0
 
@@ -136,6 +138,8 @@ class WireConnection(asyncio.Protocol):
         #: calls waiting for a stream slot, a window, or the transport to drain
         self._waiters: list[asyncio.Future[None]] = []
         self._paused = False
+        #: the peer broke the protocol: nothing more is read
+        self._failed = False
         #: closed once its calls ended (GOAWAY, ``retire``)
         self._draining = False
         #: why no new call may start here (lost, GOAWAY, closed), once none may
@@ -183,6 +187,8 @@ class WireConnection(asyncio.Protocol):
         self._wake()
 
     def data_received(self, data: bytes) -> None:
+        if self._failed:
+            return
         buffer = self._buffer + data if self._buffer else data
         end = len(buffer)
         pos = 0
@@ -305,7 +311,7 @@ class WireConnection(asyncio.Protocol):
             self._ended(call)
 
     def _ended(self, call: _Call) -> None:
-        call.ended = True
+        call.ended = call.answered = True
         done = call.answer.done
         if not done.done():
             done.set_result(None)
@@ -431,6 +437,7 @@ class WireConnection(asyncio.Protocol):
     def _fail_connection(self, code: ErrorCodes, why: str) -> None:
         """The peer broke the protocol: GOAWAY, close, every call fails."""
         last = 0
+        self._failed = True
         if self.raw is not None and not self.raw.is_closing():
             self._out.write(frame(GOAWAY, 0, 0, _U32x2.pack(last, code) + why.encode()[:256]))
             self._out.close()
@@ -524,8 +531,11 @@ class WireConnection(asyncio.Protocol):
             return answer
         finally:
             del self._calls[stream_id]
-            if not (call.ended and call.sent_all):
+            if not call.ended:  # left midway (cancelled, timed out)
                 self._reset(call, ErrorCodes.CANCEL, None)
+            elif call.answered and not call.sent_all and self.usable():
+                # answered before the request was all sent: the rest is not wanted
+                self._out.write(frame(RST_STREAM, 0, stream_id, _U32.pack(ErrorCodes.CANCEL)))
             self._wake()
             if self._draining and not self._calls:
                 self.close(self.lost or "retired")

@@ -239,6 +239,8 @@ class GrpcTransport:
         self._wire_lock: asyncio.Lock | None = None
         #: unary connections left for a new one (GOAWAY, ``retire``) while calls finish
         self._old_wires: list[WireConnection] = []
+        #: ``close`` calls: a connection opened across one is closed, not kept
+        self._closes = 0
         #: calls under way (any kind): while one is open, a silent connection is suspect
         self._calls = 0
         #: loop time each open unary call started (a prompt answer is owed): the
@@ -306,6 +308,7 @@ class GrpcTransport:
             self._wire = None
             self._old_wires = [w for w in self._old_wires if w.usable() or len(w)]
             loop = asyncio.get_running_loop()
+            closes = self._closes
             _, wire = await loop.create_connection(
                 lambda: WireConnection(keepalive=self._keepalive,
                                        waiting_since=self._waiting_since),
@@ -317,6 +320,9 @@ class GrpcTransport:
                 if alpn != "h2":
                     wire.close()
                     raise ProtocolError(f"the server did not agree to HTTP/2 (ALPN: {alpn})")
+            if closes != self._closes:  # the transport closed meanwhile
+                wire.close()
+                raise StreamTerminatedError("Channel closed")
             self._wire = wire
             return wire
 
@@ -329,6 +335,7 @@ class GrpcTransport:
             self._wire.keepalive.probe()
 
     def close(self) -> None:
+        self._closes += 1
         for channel in self._retired:
             channel.close()
         self._retired.clear()
