@@ -5,7 +5,7 @@ In one process, no network: a client ``H2Connection`` configured as the gRPC tra
 (grpclib's settings, ``StableHeaderEncoder``, ``RepeatingBlockDecoder``, the headers as
 one ``LazyBlock``) opens IN_FLIGHT streams, each HEADERS + DATA (1 KiB message, END_STREAM);
 a server ``H2Connection`` answers each as the Proxy does (HEADERS, DATA of ~100 bytes,
-trailers); the client reads the answers, routes the events as ``UnaryCalls.route`` does
+trailers); the client reads the answers, routes the events as the h2-driven unary path did
 and hands the bytes back to its window. Only the client's side is timed. The hand-written
 side does the least an own framing would: the same HPACK encoder and decoder, frames
 packed with ``struct`` and the answer's frames walked by offset, no per-frame objects, no

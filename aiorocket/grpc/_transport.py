@@ -310,7 +310,7 @@ class GrpcTransport:
             loop = asyncio.get_running_loop()
             closes = self._closes
             _, wire = await loop.create_connection(
-                lambda: WireConnection(keepalive=self._keepalive,
+                lambda: WireConnection(keepalive=self._keepalive, busy=lambda: self._calls > 0,
                                        waiting_since=self._waiting_since),
                 self.host, self.port, ssl=self._ssl,
             )  # fmt: skip

@@ -7,6 +7,7 @@ what ``GrpcTransport.unary`` promises on that path."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -43,6 +44,7 @@ from aiorocket.grpc._h2wire import GOAWAY, frame
 from aiorocket.grpc._keepalive import KeepaliveSettings
 from aiorocket.grpc._transport import GrpcTransport
 from aiorocket.security import Credentials
+from aiorocket.testing.pki import make_pki
 
 pytestmark = pytest.mark.anyio
 
@@ -89,6 +91,8 @@ class _Conn(asyncio.Protocol):
                 self.bodies[event.stream_id] = bytearray()
                 self.server.headers.append(dict(event.headers))
                 self.server.opened(self)
+                if self.server.on_request is not None:
+                    self.server.on_request(self, event.stream_id)
             elif isinstance(event, DataReceived):
                 self.data_frames.append(len(event.data))
                 self.bodies[event.stream_id] += event.data
@@ -134,6 +138,8 @@ class ScriptedServer:
         self.resets: list[int] = []
         self.reset = asyncio.Event()
         self.ping_acked = asyncio.Event()
+        #: answers at the request's headers, before its data (None: at its end)
+        self.on_request: Callable[[_Conn, int], None] | None = None
         self.most_open = 0
         self.endpoint = ""
 
@@ -147,11 +153,12 @@ async def serve() -> AsyncIterator[Callable[..., Any]]:
     transports: list[GrpcTransport] = []
 
     async def start(
-        answer: Callable[[_Conn, int], None], client: dict[str, Any] | None = None, **kw: Any
+        answer: Callable[[_Conn, int], None], client: dict[str, Any] | None = None,
+        ssl: Any = None, **kw: Any,
     ) -> tuple[ScriptedServer, GrpcTransport]:
         scripted = ScriptedServer(answer, **kw)
         server = await asyncio.get_running_loop().create_server(
-            lambda: _Conn(scripted), "127.0.0.1", 0
+            lambda: _Conn(scripted), "127.0.0.1", 0, ssl=ssl
         )
         servers.append(server)
         port = server.sockets[0].getsockname()[1]
@@ -533,3 +540,48 @@ async def test_closing_the_transport_fails_the_open_call_and_closes_the_connecti
         wire = _wire(transport)
         transport.close()
     assert wire.raw.is_closing() and len(wire) == 0
+
+
+@pytest.mark.parametrize("alpn", [["h2"], None], ids=["h2", "no-alpn"])
+async def test_unary_calls_over_tls(serve: Any, tmp_path: Any, alpn: Any) -> None:
+    """The unary calls' connection is TLS when the transport is (verified against the
+    CA given), and refuses a server that does not agree to HTTP/2 over ALPN, as grpclib
+    does: ``ProxyUnavailableError``."""
+    pki = make_pki(tmp_path)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(pki.server_cert, pki.server_key)
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    server, transport = await serve(
+        lambda c, sid: c.reply(sid), ssl=ctx, client={"tls": str(pki.ca_cert)}
+    )
+    if alpn:
+        assert (await heartbeat(transport)).status.code == pb.Code.OK
+        assert server.headers[0][":scheme"] == "https"
+        assert _wire(transport).raw.get_extra_info("ssl_object") is not None
+    else:
+        with pytest.raises(ProxyUnavailableError, match="ALPN"):
+            await heartbeat(transport)
+
+
+async def test_an_answer_before_the_whole_request_resets_the_rest(serve: Any) -> None:
+    """The server answers (and ends its side) while the request still waits for its
+    window: the call has its answer, and the stream is reset (the rest is not sent)."""
+
+    def early(c: _Conn, sid: int) -> None:  # answered at the request's headers
+        c.reply(sid)
+
+    server, transport = await serve(
+        lambda c, sid: c.reply(sid), settings={SettingCodes.INITIAL_WINDOW_SIZE: 1000}
+    )
+    await heartbeat(transport)  # the server's settings are known from here on
+    server.requests.clear()
+    server.on_request = early
+    server.answer = lambda c, sid: None
+    body = b"y" * 50_000
+    resp = await transport.unary("Heartbeat", RawRequest(body), pb.HeartbeatResponse)
+    assert resp.status.code == pb.Code.OK
+    with anyio.fail_after(5):
+        await server.reset.wait()
+    assert server.resets == [ErrorCodes.CANCEL] and not server.requests
+    assert len(_wire(transport)) == 0 and _wire(transport).usable()
