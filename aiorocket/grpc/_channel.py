@@ -73,8 +73,10 @@ class _CoalescingProtocol(H2Protocol):
         keepalive: KeepaliveSettings | None,
         busy: Callable[[], bool],
         waiting_since: Callable[[], float | None],
+        abandoned: Callable[[], None],
     ) -> None:
         super().__init__(*args)
+        self._abandoned = abandoned
         self._keepalive_settings = keepalive
         self._busy = busy
         self._waiting_since = waiting_since
@@ -104,7 +106,7 @@ class _CoalescingProtocol(H2Protocol):
         peer = transport.get_extra_info("peername")
         keepalive = self.keepalive = Keepalive(
             settings, self._busy, ping, transport.abort, peer=str(peer),
-            waiting_since=self._waiting_since,
+            waiting_since=self._waiting_since, abandoned=self._abandoned,
         )  # fmt: skip
         feed = conn.feed
 
@@ -135,8 +137,10 @@ class CoalescingChannel(Channel):
         keepalive: KeepaliveSettings | None = None,
         busy: Callable[[], bool] = lambda: False,
         waiting_since: Callable[[], float | None] = lambda: None,
+        abandoned: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(host, port, ssl=ssl)
+        self._abandoned = abandoned
         self._keepalive = keepalive
         self._busy = busy
         self._waiting_since = waiting_since
@@ -166,5 +170,5 @@ class CoalescingChannel(Channel):
     def _protocol_factory(self) -> H2Protocol:
         return _CoalescingProtocol(
             Handler(), self._config, self._h2_config, keepalive=self._keepalive, busy=self._busy,
-            waiting_since=self._waiting_since,
+            waiting_since=self._waiting_since, abandoned=self._abandoned,
         )  # fmt: skip

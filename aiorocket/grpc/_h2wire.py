@@ -119,8 +119,10 @@ class WireConnection(asyncio.Protocol):
         keepalive: KeepaliveSettings | None = None,
         busy: Callable[[], bool] | None = None,
         waiting_since: Callable[[], float | None] = lambda: None,
+        abandoned: Callable[[], None] = lambda: None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
+        self._abandoned = abandoned
         self._keepalive_settings = keepalive
         self._busy = busy if busy is not None else lambda: bool(self._calls)
         self._waiting_since = waiting_since
@@ -177,7 +179,7 @@ class WireConnection(asyncio.Protocol):
             self.keepalive = Keepalive(
                 self._keepalive_settings, self._busy, self.ping,
                 raw.abort, peer=str(raw.get_extra_info("peername")),  # type: ignore[attr-defined]
-                waiting_since=self._waiting_since,
+                waiting_since=self._waiting_since, abandoned=self._abandoned,
             )  # fmt: skip
 
     def connection_lost(self, exc: BaseException | None) -> None:

@@ -79,6 +79,9 @@ class Keepalive:
         sends a PING with these 8 bytes (and flushes).
     abort:
         drops the connection at once (no FIN handshake to wait for).
+    abandoned:
+        called once this keepalive abandoned its connection (the transport then looks
+        at its other connection to the endpoint: ``sibling_abandoned``).
     """
 
     def __init__(
@@ -90,8 +93,10 @@ class Keepalive:
         *,
         peer: str,
         waiting_since: Callable[[], float | None] = lambda: None,
+        abandoned: Callable[[], None] = lambda: None,
     ) -> None:
         self._settings = settings
+        self._abandoned = abandoned
         self._busy = busy
         self._waiting_since = waiting_since
         self._ping = ping
@@ -127,6 +132,19 @@ class Keepalive:
         ):
             self._send_ping()
 
+    def sibling_abandoned(self) -> None:
+        """The client's other connection to this endpoint went unanswered: the path
+        both take may be dead (a NAT entry, a frozen host). If this one's PING is out
+        unanswered too, it is abandoned now rather than at its own deadline (a call
+        would otherwise start on it meanwhile); if none is out, one goes now
+        (``probe``)."""
+        if self._tick is None:
+            return  # stopped: the connection is gone already
+        if self._deadline is not None:
+            self._dead()
+        else:
+            self.probe()
+
     def _send_ping(self) -> None:
         self._pinged += 1
         self._pinged_at = self._loop.time()
@@ -157,6 +175,7 @@ class Keepalive:
                     ping_timeout_s=self._settings.timeout)  # fmt: skip
         self.stop()
         self._abort()
+        self._abandoned()
 
     def stop(self) -> None:
         for handle in (self._tick, self._deadline):

@@ -58,7 +58,7 @@ from aiorocket.errors import (
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._channel import CoalescingChannel
 from aiorocket.grpc._h2wire import WireConnection
-from aiorocket.grpc._keepalive import DEFAULT_KEEPALIVE, KeepaliveSettings
+from aiorocket.grpc._keepalive import DEFAULT_KEEPALIVE, Keepalive, KeepaliveSettings
 from aiorocket.grpc._unary import reply_of
 from aiorocket.security import Credentials
 
@@ -239,6 +239,8 @@ class GrpcTransport:
         self._wire_lock: asyncio.Lock | None = None
         #: unary connections left for a new one (GOAWAY, ``retire``) while calls finish
         self._old_wires: list[WireConnection] = []
+        #: a keepalive's abandonment is being passed on (``_keepalive_abandoned``)
+        self._abandoning = False
         #: ``close`` calls: a connection opened across one is closed, not kept
         self._closes = 0
         #: calls under way (any kind): while one is open, a silent connection is suspect
@@ -288,6 +290,7 @@ class GrpcTransport:
             self._channel = CoalescingChannel(
                 self.host, self.port, ssl=self._ssl, keepalive=self._keepalive,
                 busy=lambda: self._calls > 0, waiting_since=self._waiting_since,
+                abandoned=self._keepalive_abandoned,
             )  # fmt: skip
         return self._channel
 
@@ -311,7 +314,8 @@ class GrpcTransport:
             closes = self._closes
             _, wire = await loop.create_connection(
                 lambda: WireConnection(keepalive=self._keepalive, busy=lambda: self._calls > 0,
-                                       waiting_since=self._waiting_since),
+                                       waiting_since=self._waiting_since,
+                                       abandoned=self._keepalive_abandoned),
                 self.host, self.port, ssl=self._ssl,
             )  # fmt: skip
             if self._ssl is not None:
@@ -326,13 +330,31 @@ class GrpcTransport:
             self._wire = wire
             return wire
 
+    def _keepalive_abandoned(self) -> None:
+        """One of the two connections (streams', unary calls') went unanswered and was
+        dropped: the other takes the same path (``Keepalive.sibling_abandoned``). Each
+        is looked at once (the sibling dropped in turn calls here again)."""
+        if self._abandoning:
+            return
+        self._abandoning = True
+        try:
+            for keepalive in self._keepalives():
+                if not keepalive.abandoned:
+                    keepalive.sibling_abandoned()
+        finally:
+            self._abandoning = False
+
+    def _keepalives(self) -> list[Keepalive]:
+        protocol = None if self._channel is None else self._channel.protocol
+        found = [] if protocol is None or protocol.keepalive is None else [protocol.keepalive]
+        if self._wire is not None and self._wire.keepalive is not None:
+            found.append(self._wire.keepalive)
+        return found
+
     def _probe(self) -> None:
         """A call timed out: is the connection still there? (A PING will tell.)"""
-        protocol = None if self._channel is None else self._channel.protocol
-        if protocol is not None and protocol.keepalive is not None:
-            protocol.keepalive.probe()
-        if self._wire is not None and self._wire.keepalive is not None:
-            self._wire.keepalive.probe()
+        for keepalive in self._keepalives():
+            keepalive.probe()
 
     def close(self) -> None:
         self._closes += 1

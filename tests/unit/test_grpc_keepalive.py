@@ -87,8 +87,10 @@ async def test_a_stall_after_the_silences_first_ping_is_noticed_by_the_next_call
     ):  # fmt: skip
         fake.receive_mode = "hang"
         protocol = consumer.transport.channel.protocol
+        wire = consumer.transport._wire  # the unary calls' connection: the heartbeat's
         assert protocol is not None and protocol.keepalive is not None
-        keepalive = protocol.keepalive
+        assert wire is not None and wire.keepalive is not None
+        keepalives = [protocol.keepalive, wire.keepalive]
         async with anyio.create_task_group() as tg:
 
             async def receive() -> None:
@@ -97,13 +99,52 @@ async def test_a_stall_after_the_silences_first_ping_is_noticed_by_the_next_call
 
             tg.start_soon(receive)
             with anyio.fail_after(10):
-                while keepalive.pings < 1 or keepalive._deadline is not None:  # noqa: ASYNC110
-                    await anyio.sleep(0.05)  # the first PING went, and its ACK came
+                # the first PING of each connection's silence went, and its ACK came
+                while any(k.pings < 1 or k._deadline is not None for k in keepalives):  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
             link.stall()
             started = time.monotonic()
             with pytest.raises(ProxyUnavailableError):
                 await consumer.session.heartbeat()
             took = time.monotonic() - started
             print(f"abandoned {took:.2f} s after the heartbeat started")
-        assert keepalive.abandoned and keepalive.pings == PINGS_PER_SILENCE
+            with anyio.fail_after(5):  # the streams' connection too (the heartbeat waited)
+                while not keepalives[0].abandoned:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+        for keepalive in keepalives:
+            assert keepalive.abandoned and keepalive.pings == PINGS_PER_SILENCE
         assert took < 3.5, f"abandoned {took:.1f} s after the call started"
+
+
+async def test_a_connection_dropped_for_silence_takes_its_silent_sibling_along() -> None:
+    """The client's two connections to a Proxy (streams', unary calls') share a path:
+    when one is dropped for an unanswered PING, the other is dropped at once if its own
+    PING is out unanswered too (before, a call could start on it until its own deadline:
+    the ack after a stall in tests/integration/test_grpc_keepalive.py), and otherwise
+    is sent a PING now."""
+    from aiorocket.grpc._keepalive import Keepalive, KeepaliveSettings
+    from aiorocket.grpc._transport import GrpcTransport
+
+    settings = KeepaliveSettings(interval=60.0, timeout=60.0)  # only what the test does
+    aborted: list[str] = []
+    transport = GrpcTransport("127.0.0.1:1", client_id="c")
+
+    def abandoned() -> None:
+        transport._keepalive_abandoned()
+
+    keepalives = [
+        Keepalive(settings, lambda: True, lambda data: None, lambda n=n: aborted.append(n),
+                  peer=n, abandoned=abandoned)  # fmt: skip
+        for n in ("streams", "unary", "idle")
+    ]
+    streams, unary, idle = keepalives
+    transport._keepalives = lambda: keepalives  # type: ignore[method-assign]
+    try:
+        streams.probe()
+        unary.probe()  # both PINGs out, unanswered
+        streams._dead()  # the first one's deadline
+        assert aborted == ["streams", "unary"] and unary.abandoned
+        assert not idle.abandoned and idle.pings == 1  # answered PINGs: only probed
+    finally:
+        for keepalive in keepalives:
+            keepalive.stop()
