@@ -132,11 +132,13 @@ async def test_a_connection_dropped_for_silence_takes_its_silent_sibling_along()
     def abandoned() -> None:
         transport._keepalive_abandoned()
 
-    keepalives = [
-        Keepalive(settings, lambda: True, lambda data: None, lambda n=n: aborted.append(n),
-                  peer=n, abandoned=abandoned)  # fmt: skip
-        for n in ("streams", "unary", "idle")
-    ]
+    def watch(name: str) -> Keepalive:
+        return Keepalive(
+            settings, lambda: True, lambda data: None, lambda: aborted.append(name),
+            peer=name, abandoned=abandoned,
+        )  # fmt: skip
+
+    keepalives = [watch(n) for n in ("streams", "unary", "idle")]
     streams, unary, idle = keepalives
     transport._keepalives = lambda: keepalives  # type: ignore[method-assign]
     try:
