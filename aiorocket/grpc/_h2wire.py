@@ -477,6 +477,9 @@ class WireConnection(asyncio.Protocol):
         self.raw.abort()
         return True
 
+    def _writable(self) -> bool:
+        return self.raw is not None and not self.raw.is_closing()
+
     def usable(self) -> bool:
         """A new call may start here."""
         return self.lost is None and self.raw is not None and not self.raw.is_closing()
@@ -541,7 +544,7 @@ class WireConnection(asyncio.Protocol):
             del self._calls[stream_id]
             if not call.ended:  # left midway (cancelled, timed out)
                 self._reset(call, ErrorCodes.CANCEL, None)
-            elif call.answered and not call.sent_all and self.usable():
+            elif call.answered and not call.sent_all and self._writable():
                 # answered before the request was all sent: the rest is not wanted
                 self._out.write(frame(RST_STREAM, 0, stream_id, _U32.pack(ErrorCodes.CANCEL)))
             self._wake()
