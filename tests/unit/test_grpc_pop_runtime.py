@@ -613,3 +613,41 @@ async def test_a_failure_handing_on_mid_stream_is_the_receives_error() -> None:
         finally:
             await source.close()
     assert chunks[0] == ["id0"]  # handed on before the rest came
+
+
+def test_a_fifo_groups_first_message_handed_on_mid_stream_starts_its_loop_under_asyncio_run() -> (
+    None
+):
+    """The mid-stream hand-on runs in a loop callback, outside any task. A FIFO group's
+    first message starts the group's consume loop there (``Orderly.start_queue``: a
+    task group's ``start_soon``), which needs anyio to find the running library:
+    ``anyio.run`` names it in the context its tasks copy, ``asyncio.run`` (an
+    application's usual entry, and the simulator's) does not, and the hand-on raised
+    NoEventLoopError (the receive's error since 4a1399d: the consumer failed; before,
+    the loop's log only, and the group's messages stayed unhandled in the buffer)."""
+
+    async def main() -> list[str]:
+        handled: list[str] = []
+        done = anyio.Event()
+
+        async def handle(msg: ConsumerMessage) -> None:
+            handled.append(msg.msg_id)
+            assert proxy.stream_gate is not None
+            proxy.stream_gate.set()  # the rest of the batch comes only now
+            if len(handled) == 4:
+                done.set()
+
+        async with FakeProxy() as proxy:
+            proxy.fifo = True
+            proxy.stream_gate = asyncio.Event()
+            proxy.messages = [_message(i) for i in range(4)]
+            for m in proxy.messages:
+                m.system_properties.message_group = "g1"
+            consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5)
+            consumer.subscribe("t")
+            async with consumer:
+                with anyio.fail_after(5):
+                    await done.wait()
+        return handled
+
+    assert asyncio.run(main()) == ["id0", "id1", "id2", "id3"]  # in order, each once

@@ -21,12 +21,12 @@ client renews: the Proxy's renewal of a lite message fails (see ``__init__``).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection
 from functools import partial
 from typing import TYPE_CHECKING
 
 from aiorocket._log import Logger
+from aiorocket._loop import call_soon_with_anyio
 from aiorocket.consumer.pop.lite import RESYNC_AFTER_RECONNECT
 from aiorocket.consumer.pop.source import AckRefusals
 from aiorocket.errors import ProxyResponseError, RocketMQError
@@ -180,6 +180,10 @@ class GrpcSource:
         # than fail receives that would grow the receivers' backoff meanwhile; they go
         # out as soon as the Proxy has the settings again.
         await self.session.session.wait_ready()
+        # Hand-ons in loop callbacks that anyio works in (a FIFO group's first message
+        # starts the group's loop: ``start_soon``), asyncio.run or not
+        soon = call_soon_with_anyio()
+        assert soon is not None  # gRPC runs on asyncio only (ensure_asyncio)
         out: list[PopMessage] = []
         given = 0  # out[:given] went to ``early``
 
@@ -208,7 +212,7 @@ class GrpcSource:
                 # next loop turn), with whatever else this read decoded: the batch's
                 # first messages reach the handler while the Proxy still writes the
                 # rest (benchmarks/README.md, issue 43, goal 5, round 5).
-                asyncio.get_running_loop().call_soon(hand_soon)
+                soon(hand_soon)
             out.append(m)
 
         lite = self.lite is not None
