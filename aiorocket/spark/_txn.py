@@ -326,12 +326,19 @@ async def end_all(
 ) -> list[HalfMessage]:
     """End every half message with ``state``; those the broker did not confirm."""
     failed: list[HalfMessage] = []
+    # A batch's rows sit on a few brokers: their addresses are looked up once each, not
+    # once per row; a failed end forgets its broker's, so the next end asks the route.
+    addrs: dict[tuple[str, str], str] = {}
 
     async def one(half: HalfMessage) -> None:
+        where = (half.topic, half.broker_name)
         try:
-            addr = await _addr(client, half.topic, half.broker_name)
+            addr = addrs.get(where)
+            if addr is None:
+                addr = addrs[where] = await _addr(client, half.topic, half.broker_name)
             await end_half(client.broker, addr, group, half, state)
         except RocketMQError as exc:
+            addrs.pop(where, None)
             failed.append(half)
             log.warning("spark_end_transaction_failed", state=state.value,
                         msg_id=half.msg_id, error=str(exc))  # fmt: skip

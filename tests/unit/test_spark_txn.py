@@ -373,3 +373,40 @@ def test_a_commit_failing_after_its_record_then_spark_s_abort_keeps_the_rows(
     assert TxnLog(opts.txn_log).read(0) == Record("q1", {"run1.0.7": _txn.rows_of(halves)})
     writer.abort(messages, 0)
     assert ended == [] and producer.ends == []
+
+
+def test_ends_look_each_broker_up_once_and_again_after_a_failed_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The driver's ends: one address look-up per broker, not per row; a failed end
+    forgets its broker's address (the route may have moved), and is reported failed."""
+    from types import SimpleNamespace
+
+    from aiorocket.errors import ConnectionClosedError
+    from aiorocket.producer.transaction import HalfMessage
+    from aiorocket.spark import _txn
+
+    looked_up: list[str] = []
+    ended: list[tuple[str, str]] = []
+    refuse = {"a-3"}
+
+    async def addr(client: Any, topic: str, broker_name: str) -> str:
+        looked_up.append(broker_name)
+        return f"{broker_name}:1"
+
+    async def end_half(broker: Any, addr: str, group: str, half: HalfMessage,
+                       state: TransactionState) -> None:  # fmt: skip
+        if half.msg_id in refuse:
+            raise ConnectionClosedError("gone")
+        ended.append((addr, half.msg_id))
+
+    monkeypatch.setattr(_txn, "_addr", addr)
+    monkeypatch.setattr(_txn, "end_half", end_half)
+    halves = [HalfMessage("out", b, i, 100 + i, f"{b}-{i}") for b in "ab" for i in range(6)]
+    client: Any = SimpleNamespace(broker=None)
+    failed = anyio.run(_txn.end_all, client, "g", halves, TransactionState.COMMIT)
+    assert [h.msg_id for h in failed] == ["a-3"]
+    assert sorted(m for _, m in ended) == sorted(h.msg_id for h in halves if h.msg_id != "a-3")
+    assert all(a == f"{m[0]}:1" for a, m in ended)
+    # a once, b once, and a again after the failed end
+    assert sorted(looked_up) == ["a", "a", "b"]
