@@ -243,6 +243,7 @@ class SimpleConsumer:
     async def receive(
         self, max_messages: int = 16, invisible_duration: float = 30.0,
         *, each: Callable[[ReceivedMessage], None] | None = None,
+        idle: Callable[[], None] | None = None,
     ) -> list[ReceivedMessage]:  # fmt: skip
         """Up to ``max_messages`` (1-32) messages, invisible to the group for
         ``invisible_duration`` seconds (10 s to 12 h, the Proxy's bounds: else
@@ -253,7 +254,9 @@ class SimpleConsumer:
         stream, before the stream's end (the Proxy writes a batch message by message):
         each message given to it is the caller's from then on, even when the receive
         then fails or is cancelled (it is not made visible again here); the returned
-        list still holds every message, in the order given."""
+        list still holds every message, in the order given. ``idle``: called (in the
+        receive's task) whenever every message that has arrived so far was given to
+        ``each`` and the stream has not ended: the next one is not here yet."""
         self._check_open()
         if not 1 <= max_messages <= MAX_BATCH:
             raise ConfigError(f"max_messages must be 1..{MAX_BATCH}, got {max_messages!r}")
@@ -282,7 +285,7 @@ class SimpleConsumer:
         try:
             try:
                 try:
-                    await self._read(req, timeout, broker, out, bad, each)
+                    await self._read(req, timeout, broker, out, bad, each, idle)
                 finally:
                     if not out and not bad:
                         self._attempts.setdefault(key, []).append(attempt)
@@ -345,13 +348,16 @@ class SimpleConsumer:
         self, req: RawRequest, timeout: float, broker: str,
         out: list[ReceivedMessage], bad: list[tuple[ReceivedMessage, str]],
         each: Callable[[ReceivedMessage], None] | None = None,
+        idle: Callable[[], None] | None = None,
     ) -> None:  # fmt: skip
         """Read one receive stream into ``out`` (and undecodable messages into ``bad``),
         message by message: what came before an error is in the lists when it raises;
-        ``each`` gets every message of ``out`` as it is appended."""
+        ``each`` gets every message of ``out`` as it is appended, ``idle`` is called
+        when the next read would wait for the connection (``_arrived``)."""
         async with self.transport.server_stream(
             "ReceiveMessage", req, FastReceiveResponse, timeout=timeout
         ) as stream:
+            buffer = _arrived(stream) if idle is not None else None
             async for resp in stream:
                 msg = resp.message
                 if resp.status is not None:
@@ -365,6 +371,10 @@ class SimpleConsumer:
                         out.append(msg)
                         if each is not None:
                             each(msg)
+                        if idle is not None and (
+                            buffer is None or (not buffer._acked_size and buffer._unacked.empty())
+                        ):
+                            idle()  # the next message is not here yet
                     else:
                         bad.append((msg, str(resp.error)))
                 elif resp.error is not None:
@@ -549,3 +559,14 @@ class SimpleConsumer:
             "ForwardMessageToDeadLetterQueue", req, pb.ForwardMessageToDeadLetterQueueResponse
         )
         check_status(resp.status, "ForwardMessageToDeadLetterQueue")
+
+
+def _arrived(stream: object) -> Any:
+    """What of a receive stream has arrived and is not read yet: grpclib's client
+    stream keeps it in its protocol stream's buffer (private: ``_acked_size`` bytes
+    split off, ``_unacked`` frames to come; None for an unknown layout, where the
+    caller takes every message as the last that arrived: correct, less batched)."""
+    buffer = getattr(getattr(stream, "_stream", None), "buffer", None)
+    if not hasattr(buffer, "_acked_size") or not hasattr(buffer, "_unacked"):
+        return None
+    return buffer

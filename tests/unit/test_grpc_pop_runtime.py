@@ -618,13 +618,15 @@ async def test_a_failure_handing_on_mid_stream_is_the_receives_error() -> None:
 def test_a_fifo_groups_first_message_handed_on_mid_stream_starts_its_loop_under_asyncio_run() -> (
     None
 ):
-    """The mid-stream hand-on runs in a loop callback, outside any task. A FIFO group's
-    first message starts the group's consume loop there (``Orderly.start_queue``: a
-    task group's ``start_soon``), which needs anyio to find the running library:
-    ``anyio.run`` names it in the context its tasks copy, ``asyncio.run`` (an
-    application's usual entry, and the simulator's) does not, and the hand-on raised
+    """A FIFO group's first message, handed on mid-stream, starts the group's consume
+    loop (``Orderly.start_queue``: a task group's ``start_soon``), which needs anyio to
+    find the running library. 5f6532c handed it on from a loop callback, outside any
+    task: ``anyio.run`` names the library in the context its tasks copy, ``asyncio.run``
+    (an application's usual entry, and the simulator's) does not, and the hand-on raised
     NoEventLoopError (the receive's error since 4a1399d: the consumer failed; before,
-    the loop's log only, and the group's messages stayed unhandled in the buffer)."""
+    the loop's log only, and the group's messages stayed unhandled in the buffer).
+    18020de ran the callback in a context naming asyncio; the hand-on now runs in the
+    receive's task (``SimpleConsumer.receive``'s ``idle``)."""
 
     async def main() -> list[str]:
         handled: list[str] = []

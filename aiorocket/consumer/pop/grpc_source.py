@@ -26,7 +26,6 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from aiorocket._log import Logger
-from aiorocket._loop import call_soon_with_anyio
 from aiorocket.consumer.pop.lite import RESYNC_AFTER_RECONNECT
 from aiorocket.consumer.pop.source import AckRefusals
 from aiorocket.errors import ProxyResponseError, RocketMQError
@@ -173,51 +172,36 @@ class GrpcSource:
     async def receive(
         self, max_messages: int, invisible: float, early: Early | None = None
     ) -> list[PopMessage]:
-        """A receive whose messages go to ``early`` as the stream brings them: each
-        read's worth once the reader waits for the next (one loop callback a read),
-        and the last ones when the stream ends, fails or is cancelled."""
+        """A receive whose messages go to ``early`` as the stream brings them: what a
+        read of the connection brought, once the reader has decoded all of it (it
+        would wait for more next: ``SimpleConsumer.receive``'s ``idle``), and the last
+        ones when the stream ends, fails or is cancelled. All of it in the receive's
+        task: the hand-on starts queues and wakes tasks (anyio needs a task)."""
         # Not connected (a Proxy restart): wait for the session, however long, rather
         # than fail receives that would grow the receivers' backoff meanwhile; they go
         # out as soon as the Proxy has the settings again.
         await self.session.session.wait_ready()
-        # Hand-ons in loop callbacks that anyio works in (a FIFO group's first message
-        # starts the group's loop: ``start_soon``), asyncio.run or not
-        soon = call_soon_with_anyio()
-        assert soon is not None  # gRPC runs on asyncio only (ensure_asyncio)
         out: list[PopMessage] = []
         given = 0  # out[:given] went to ``early``
 
         def hand_early() -> None:
+            # The batch's first messages reach the handler while the Proxy still
+            # writes the rest (benchmarks/README.md, issue 43, goal 5, round 5).
             nonlocal given
             if given < len(out) and early is not None:
                 chunk, given = out[given:], len(out)
                 early(chunk)
 
-        failed: list[Exception] = []
-
-        def hand_soon() -> None:
-            # A loop callback: what ``early`` raises is the receive's error (raised
-            # below), as it was when the receive handed its messages on itself.
-            try:
-                hand_early()
-            except Exception as exc:
-                failed.append(exc)
-
         def each(r: ReceivedMessage) -> None:
             m = pop_message(r)
             if lite:  # a lite topic is delivered in order: one FIFO queue each
                 m.message_group = m.lite_topic
-            if given == len(out) and early is not None:
-                # The first of a chunk: handed on once the reader waits for more (the
-                # next loop turn), with whatever else this read decoded: the batch's
-                # first messages reach the handler while the Proxy still writes the
-                # rest (benchmarks/README.md, issue 43, goal 5, round 5).
-                soon(hand_soon)
             out.append(m)
 
         lite = self.lite is not None
         try:
-            await self.session.receive(max_messages, invisible, each=each)
+            await self.session.receive(max_messages, invisible, each=each,
+                                       idle=None if early is None else hand_early)  # fmt: skip
         except ProxyResponseError as err:
             if err.code != _ILLEGAL_INVISIBLE_TIME or not self.session.auto_renew:
                 raise
@@ -228,8 +212,6 @@ class GrpcSource:
             # What the last read decoded, now (also when cancelled or failed: every
             # message ``each`` took is ours, not released by the session).
             hand_early()
-        if failed:
-            raise failed[0]
         return out
 
     async def sync_lite(
