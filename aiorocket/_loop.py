@@ -9,14 +9,11 @@ loop's clock and its event type once, when it starts, and calls them directly.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
-import sniffio
 
 
 class FutureEvent:
@@ -77,26 +74,6 @@ def capture() -> LoopShortcuts:
         return LoopShortcuts(now, type(anyio.Event()))
     create_future = loop.create_future
     return LoopShortcuts(loop.time, lambda: FutureEvent(create_future()))
-
-
-def call_soon_with_anyio() -> Callable[..., object] | None:
-    """asyncio: the running loop's ``call_soon``, whose callbacks may use anyio; else
-    (trio: no loop callbacks) None.
-
-    A loop callback runs outside any task, where sniffio finds the running library only
-    if the context names it: ``anyio.run`` sets it in the context its tasks copy,
-    ``asyncio.run`` (an application's usual entry, and the simulator's) does not, and
-    anyio then raises NoEventLoopError (a consumer's hand-on starting a FIFO group's
-    loop with ``start_soon``, say). The callbacks run in a copy of the caller's context
-    that names asyncio: one copy for every call of the returned function (they run one
-    after another, never inside each other)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-    context = contextvars.copy_context()
-    context.run(sniffio.current_async_library_cvar.set, "asyncio")
-    return functools.partial(loop.call_soon, context=context)
 
 
 def first_error(exc: BaseException) -> BaseException:
