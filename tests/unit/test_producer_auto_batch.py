@@ -107,6 +107,47 @@ async def test_what_a_request_could_not_carry_leaves_only_full_or_with_the_next(
         assert sorted(sent) == [b"m%02d" % i for i in range(13)]
 
 
+async def test_what_a_request_could_not_carry_times_out_at_its_deadline_unsent() -> None:
+    # e0ab37b: a leftover waits for the next answer, arrival or a full batch, though
+    # requests are free. Behind a request slower than its timeout it is answered by its
+    # deadline (RequestTimeoutError) and never sent, and the lane's byte count of what
+    # waits is back at 0: the next message leaves at once, alone.
+    record = len(pack_record(b"m00", properties_with_id(Message(TOPIC, b"m00"))[1]))
+    settings = {"auto_batch": True, "batch_max_bytes": 3 * record}
+    async with cluster(brokers=1) as fake, producer(fake, **settings) as p:
+        broker = fake.brokers[0]
+        broker.hold = anyio.Event()
+        errors: list[BaseException] = []
+
+        async def send(body: bytes) -> None:
+            try:
+                await p.send(Message(TOPIC, body), timeout=0.5)
+            except RequestTimeoutError as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(p.send, Message(TOPIC, b"m00"))
+            await wait_for(lambda: broker.holding == 1)
+            for i in range(1, 5):  # one loop iteration: one request takes three
+                tg.start_soon(send, b"m%02d" % i)
+            await anyio.wait_all_tasks_blocked()
+            assert broker.holding == 2  # the fourth waits, though two requests are free
+            with anyio.fail_after(5):
+                while len(errors) < 4:  # noqa: ASYNC110 - four callers, no one event
+                    await anyio.sleep(0.05)
+            broker.hold.set()
+        sent = {c.body for c in broker.received(V2)}
+        for batch in broker.received(BATCH):
+            sent.update(body for _, body, _ in decode_records(batch.body))
+        # the leftover timed out waiting: never sent
+        assert len(sent & {b"m%02d" % i for i in range(1, 5)}) == 3
+        assert p.batcher._lanes[TOPIC].waiting_bytes == 0  # type: ignore[union-attr]
+        batches = len(broker.received(BATCH))
+        await p.send(Message(TOPIC, b"after"))  # alone, at once
+        assert broker.received(V2)[-1].body == b"after"
+        assert len(broker.received(BATCH)) == batches
+
+
 async def test_messages_waiting_behind_a_busy_request_leave_in_one_batch() -> None:
     async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, batch_in_flight=1) as p:
         broker = fake.brokers[0]
