@@ -20,6 +20,7 @@ from aiorocket._log import get_logger
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.backend import PopBackend
 from aiorocket.consumer.dispatch import WorkerPool
+from aiorocket.consumer.pop import grpc_source as grpc_source_module
 from aiorocket.consumer.pop import receiver as receiver_module
 from aiorocket.consumer.pop import settler as settler_module
 from aiorocket.consumer.pop.acks import AckBatcher
@@ -40,6 +41,12 @@ def anyio_backend() -> str:
 
 
 LOG = get_logger("test")
+
+
+@pytest.fixture
+def mid_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mid-stream hand-on on (``grpc_source.MID_STREAM_HAND_ON``, off by default)."""
+    monkeypatch.setattr(grpc_source_module, "MID_STREAM_HAND_ON", True)
 
 
 def _pop(i: int) -> PopMessage:
@@ -522,6 +529,7 @@ async def test_more_receives_go_out_while_the_consumer_is_behind_and_park_after(
         assert sorted(handled) == sorted(f"id{i}" for i in range(count))
 
 
+@pytest.mark.usefixtures("mid_stream")
 async def test_a_receives_first_messages_reach_the_handler_before_its_stream_ends() -> None:
     """Issue 43, goal 5: the Proxy writes a receive's batch message by message; its
     first message is handed on as soon as it is read, not after the stream's end (the
@@ -554,6 +562,7 @@ async def test_a_receives_first_messages_reach_the_handler_before_its_stream_end
     assert proxy.invisible_changes == []  # nothing released
 
 
+@pytest.mark.usefixtures("mid_stream")
 async def test_a_message_handed_on_mid_stream_is_settled_once_when_the_close_cuts_the_stream() -> (
     None
 ):
@@ -581,6 +590,7 @@ async def test_a_message_handed_on_mid_stream_is_settled_once_when_the_close_cut
     assert proxy.invisible_changes == []
 
 
+@pytest.mark.usefixtures("mid_stream")
 async def test_a_failure_handing_on_mid_stream_is_the_receives_error() -> None:
     """The messages read before the stream's end are handed on from a loop callback;
     what that hand-on raises fails the receive (as when the receive handed them on
@@ -615,6 +625,7 @@ async def test_a_failure_handing_on_mid_stream_is_the_receives_error() -> None:
     assert chunks[0] == ["id0"]  # handed on before the rest came
 
 
+@pytest.mark.usefixtures("mid_stream")
 def test_a_fifo_groups_first_message_handed_on_mid_stream_starts_its_loop_under_asyncio_run() -> (
     None
 ):

@@ -46,8 +46,14 @@ if TYPE_CHECKING:
     from aiorocket.consumer.pop.lite import LiteAction, LiteOffset, LiteSubscriptions
     from aiorocket.consumer.pop.source import Early
 
-__all__ = ["BEHIND_RECEIVERS", "RECEIVERS", "GrpcSource"]
+__all__ = ["BEHIND_RECEIVERS", "MID_STREAM_HAND_ON", "RECEIVERS", "GrpcSource"]
 
+#: hand a receive's messages on as the reads bring them, before the stream's end (off:
+#: at the end, the next receive written before their handlers run). Off: against the
+#: shared Proxy 1-3% of the messages came before their stream's end, and the runs with
+#: it on drained a backlog slower (median 9,499 vs 10,445 msg/s, 3 pairs) and had the
+#: worse p99 at 5,000/s in 4 of 4 pairs (benchmarks/README.md, issue 43, goal 5, round 5)
+MID_STREAM_HAND_ON = False
 #: receive loops at once
 RECEIVERS = 2
 #: receive loops added while behind (receives come back full): 8 out in all, one per
@@ -172,11 +178,11 @@ class GrpcSource:
     async def receive(
         self, max_messages: int, invisible: float, early: Early | None = None
     ) -> list[PopMessage]:
-        """A receive whose messages go to ``early`` as the stream brings them: what a
-        read of the connection brought, once the reader has decoded all of it (it
-        would wait for more next: ``SimpleConsumer.receive``'s ``idle``), and the last
-        ones when the stream ends, fails or is cancelled. All of it in the receive's
-        task: the hand-on starts queues and wakes tasks (anyio needs a task)."""
+        """A receive whose messages go to ``early``: with ``MID_STREAM_HAND_ON``, as the
+        stream brings them (what a read of the connection brought, once the reader has
+        decoded all of it: ``SimpleConsumer.receive``'s ``idle``); the rest, or all,
+        when the stream ends, fails or is cancelled. All of it in the receive's task:
+        the hand-on starts queues and wakes tasks (anyio needs a task)."""
         # Not connected (a Proxy restart): wait for the session, however long, rather
         # than fail receives that would grow the receivers' backoff meanwhile; they go
         # out as soon as the Proxy has the settings again.
@@ -200,8 +206,8 @@ class GrpcSource:
 
         lite = self.lite is not None
         try:
-            await self.session.receive(max_messages, invisible, each=each,
-                                       idle=None if early is None else hand_early)  # fmt: skip
+            idle = hand_early if early is not None and MID_STREAM_HAND_ON else None
+            await self.session.receive(max_messages, invisible, each=each, idle=idle)
         except ProxyResponseError as err:
             if err.code != _ILLEGAL_INVISIBLE_TIME or not self.session.auto_renew:
                 raise
