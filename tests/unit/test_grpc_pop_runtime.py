@@ -664,3 +664,35 @@ def test_a_fifo_groups_first_message_handed_on_mid_stream_starts_its_loop_under_
         return handled
 
     assert asyncio.run(main()) == ["id0", "id1", "id2", "id3"]  # in order, each once
+
+
+async def test_a_receive_cut_by_the_close_releases_what_it_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At-least-once, explicitly: the consumer closes while a receive's stream still waits
+    for the rest of its batch (messages handed on at the stream's end, the default); the
+    message it read is released (visible again at once), not left to its invisible time
+    nor to a Proxy renewing it for this client until the session ends."""
+    read = anyio.Event()
+    original = grpc_source_module.pop_message
+
+    def pop_message(r: Any) -> PopMessage:
+        read.set()
+        return original(r)
+
+    monkeypatch.setattr(grpc_source_module, "pop_message", pop_message)
+    handled: list[str] = []
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.append(msg.msg_id)
+
+    async with FakeProxy() as proxy:
+        proxy.stream_gate = asyncio.Event()  # never set: the rest never comes
+        proxy.messages = [_message(i) for i in range(3)]
+        consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5)
+        consumer.subscribe("t")
+        with anyio.fail_after(10):
+            async with consumer:
+                await read.wait()
+    assert handled == []
+    assert [(h, d) for h, d in proxy.invisible_changes if h == "rh0"] == [("rh0", 0.0)]
