@@ -583,8 +583,51 @@ def test_checker_catches_a_planted_producer_violation(
 #: the client's new stream and resync (0: 3.8 s after a dropped connection; 7: 1.5 s):
 #: the client's lite subscriptions are dropped while it is connected (42b5dca: not sent
 #: again until the 30 s resync, lite_resubscribed)
+#: 1026: two messages of a lite topic delivered behind its message in a 25 s handler,
+#: released by the application's cancel 5.7 s later, before their first renewal was due
+#: (received_handed_on: they wait for the lane, test_a_lite_lane_wait_is_not_a_hand_on_delay)
 #: (3 and 7 run under planted client defects below)
-GRPC_LITE_SEEDS = [0, 7, 50, 78, 222]
+GRPC_LITE_SEEDS = [0, 7, 50, 78, 222, 1026]
+
+
+def _lane_wait(lane_of_b: str) -> History:
+    """b delivered while r0.0-0 (lite topic r0) is in a slow handler, both released by
+    a close 5.7 s later."""
+    return _history(
+        (0, "stored", "r0.0-0", {}), (0, "stored", "b", {}),
+        (0, "delivered", "r0.0-0", {"attempt": 1}), (0, "delivered", "b", {"attempt": 1}),
+        (0, "handler_start", "r0.0-0", {"attempt": 1, "lane": "r0"}),
+        (5.7, "close_start", "", {"consumer": "first"}),
+        (5.7, "handler_failed", "r0.0-0", {"attempt": 1}),
+        (5.7, "handler_end", "r0.0-0", {"attempt": 1}),
+        (5.7, "released", "r0.0-0", {}), (5.7, "released", "b", {}),
+        (5.7, "close_end", "", {"consumer": "first"}),
+        (6, "delivered", "r0.0-0", {"attempt": 2}), (6, "delivered", "b", {"attempt": 2}),
+        (6, "handler_start", "r0.0-0", {"attempt": 2, "lane": "r0"}),
+        (6, "handler_end", "r0.0-0", {"attempt": 2}), (6, "acked", "r0.0-0", {}),
+        (6, "handler_start", "b", {"attempt": 2, "lane": lane_of_b}),
+        (6, "handler_end", "b", {"attempt": 2}), (6, "acked", "b", {}), (30, "end", "", {}),
+    )
+
+
+def test_a_lite_lane_wait_is_not_a_hand_on_delay() -> None:
+    """A message of a lite topic waits behind the topic's running handler (FIFO per
+    lite topic): its hand-on is due once that call ended (seed 1026: cut by a close
+    5.7 s after, which released it), not 5 s after its delivery; a message of another
+    lane, or one not released once the lane was free, is still held to 5 s."""
+    assert "received_handed_on" not in _caught(_lane_wait("r0"))
+    assert "received_handed_on" in _caught(_lane_wait("r1"))
+    # the lane free at 5.7 (the slow call returned): b is due by 10.7
+    late = _history(
+        (0, "stored", "r0.0-0", {}), (0, "stored", "b", {}),
+        (0, "delivered", "r0.0-0", {"attempt": 1}), (0, "delivered", "b", {"attempt": 1}),
+        (0, "handler_start", "r0.0-0", {"attempt": 1, "lane": "r0"}),
+        (5.7, "handler_ok", "r0.0-0", {"attempt": 1}),
+        (5.7, "handler_end", "r0.0-0", {"attempt": 1}), (5.7, "acked", "r0.0-0", {}),
+        (11, "handler_start", "b", {"attempt": 1, "lane": "r0"}),
+        (11, "handler_end", "b", {"attempt": 1}), (11, "acked", "b", {}), (30, "end", "", {}),
+    )
+    assert "received_handed_on" in _caught(late)
 
 
 @pytest.mark.parametrize("seed", GRPC_LITE_SEEDS)

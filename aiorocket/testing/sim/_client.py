@@ -35,6 +35,7 @@ class SimHandler:
     def __init__(self, schedule: Schedule, history: History,
                  inner: Callable[[Any], Awaitable[None]] | None = None, *,
                  group_of: Callable[[str], tuple[str, int] | None] | None = None,
+                 lane_of: Callable[[str], str | None] | None = None,
                  extra: dict[str, Any] | None = None, levels: bool = False) -> None:  # fmt: skip
         self.history = history
         self.inner = inner
@@ -43,6 +44,9 @@ class SimHandler:
         self.extra = extra or {}
         #: (group, seq) of a key, for the order check of FIFO shapes (lite topics)
         self.group_of = group_of
+        #: the client's FIFO lane of a key (a lite topic, contested ones included): its
+        #: messages wait behind the lane's running handler (received_handed_on)
+        self.lane_of = lane_of
         self.faults: dict[int, tuple[str, dict[str, Any]]] = {}
         for f in schedule.faults:
             if f.kind.startswith("handler_"):
@@ -59,7 +63,9 @@ class SimHandler:
         place = self.group_of(key) if self.group_of is not None else None
         if place is not None:
             tags.update(group=place[0], seq=place[1])
-        self.history.add("handler_start", key, attempt=attempt, **tags)
+        lane = self.lane_of(key) if self.lane_of is not None else None
+        self.history.add("handler_start", key, attempt=attempt, **tags,
+                         **({"lane": lane} if lane is not None else {}))  # fmt: skip
         try:
             kind, args = self.faults.get(_index(key), ("", {}))
             if kind == "raise" and attempt <= args["attempts"]:

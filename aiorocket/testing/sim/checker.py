@@ -154,7 +154,9 @@ def acked_after_success(history: History, bounds: Bounds) -> list[Violation]:
 def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
     """Every delivery the client received is handed to the application, released,
     dead-lettered or settled within ``bounds.hand_on`` (or by a close), or kept
-    invisible by the client's own renewals, or joins a call of it already running. (Not
+    invisible by the client's own renewals, or joins a call of it already running. One
+    of a FIFO lane (a lite topic: the ``lane`` its handler calls name) waits
+    behind the lane's running handler: its bound counts from that call's end. (Not
     judged: a delivery whose connection closed under its receive, ``lost_on_wire``
     after it; nor one whose broker went silent, half-open, before it was handed on or
     came back: a renewal on the silent connection costs a request timeout, which with
@@ -164,16 +166,20 @@ def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
     silenced: dict[object, list[float]] = defaultdict(list)
     for e in history.of("half_open"):
         silenced[e.info["broker"]].append(e.at)
+    lanes, calls = _lane_calls(history, end)
     for key, events in _by_key(history).items():
         for d in (e for e in events if e.kind == "delivered"):
             limit = min([end, *(c for c in closes if c >= d.at)])
-            if limit - d.at <= bounds.hand_on:
+            # a message of a FIFO lane (a lite topic) waits behind the lane's running
+            # handler: its hand-on is due once that call (and those it waits on) ended
+            due = _lane_free(calls.get(lanes.get(key)), key, d.at)
+            if limit - due <= bounds.hand_on:
                 continue
             after = [e for e in events if e.at >= d.at and e is not d]
             if next((e.kind for e in after if e.kind in ("delivered", "lost_on_wire")),
                     None) == "lost_on_wire":  # fmt: skip
                 continue  # its connection closed before the client read it (lite_proxy)
-            window = [e for e in events if d.at <= e.at <= d.at + bounds.hand_on
+            window = [e for e in events if d.at <= e.at <= due + bounds.hand_on
                       and e is not d]  # fmt: skip
             # a message the client renews is kept, not dropped (it waits behind an
             # earlier one of its queue, say): renewed before the server gave up on it
@@ -196,6 +202,44 @@ def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
                                      f"nor settled within {bounds.hand_on}s"))  # fmt: skip
                 break
     return out
+
+
+Calls = dict[object, list[tuple[float, float, str]]]
+
+
+def _lane_calls(history: History, end: float) -> tuple[dict[str, object], Calls]:
+    """The FIFO lane each key's handler calls name (``lane``: SimHandler's ``lane_of``),
+    and each lane's calls: (start, end, key); a call not ended ends with the run."""
+    lanes: dict[str, object] = {}
+    calls: Calls = defaultdict(list)
+    running: dict[str, list[tuple[float, object]]] = defaultdict(list)
+    for e in history.events:
+        if e.kind == "handler_start":
+            lane = e.info.get("lane")
+            if lane is not None:
+                lanes[e.key] = lane
+            running[e.key].append((e.at, lane))
+        elif e.kind == "handler_end" and running[e.key]:
+            start, lane = running[e.key].pop()
+            if lane is not None:
+                calls[lane].append((start, e.at, e.key))
+    for key, left in running.items():
+        for start, lane in left:
+            if lane is not None:
+                calls[lane].append((start, end, key))
+    return lanes, calls
+
+
+def _lane_free(calls: list[tuple[float, float, str]] | None, key: str, at: float) -> float:
+    """When ``key``'s lane is free of other keys' handler calls, from ``at`` on: the end
+    of the calls running at ``at`` and of those that ran on from them, back to back."""
+    due, moved = at, True
+    while moved and calls:
+        moved = False
+        for start, stop, other in calls:
+            if other != key and start <= due < stop:
+                due, moved = stop, True
+    return due
 
 
 def one_handler_at_a_time(history: History, bounds: Bounds) -> list[Violation]:

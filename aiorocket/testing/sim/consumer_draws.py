@@ -113,7 +113,8 @@ def _grpc_lite(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:
     if exclusive:
         faults += _contested(rng, topics, 30.0)
     # (slow: 4 s, not 5: the messages of its lite topic behind it wait as long, and
-    # received_handed_on's bound is 5 s; 25 s: they are renewed meanwhile)
+    # received_handed_on's bound is 5 s; 25 s: they are renewed meanwhile or released by
+    # a close, and received_handed_on counts from the end of the call they wait behind)
     faults += _handler_faults(rng, len(messages), hang=True, slow=(4, 25))
     if rng.random() < 0.3:
         faults.append(Fault("close_at", {"seconds": round(rng.uniform(0.1, 30.0), 2)}))

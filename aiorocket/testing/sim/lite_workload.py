@@ -204,7 +204,11 @@ def lite_handler(schedule: Schedule, history: History, handler: Handler | None) 
         place = lite_group_of(key)
         return None if place is None or place[0] in contested else place
 
-    return SimHandler(schedule, history, handler, group_of=group_of)
+    def lane_of(key: str) -> str | None:
+        place = lite_group_of(key)
+        return None if place is None else place[0]
+
+    return SimHandler(schedule, history, handler, group_of=group_of, lane_of=lane_of)
 
 
 async def lite_phases(cluster: LiteTruth, schedule: Schedule, history: History,
