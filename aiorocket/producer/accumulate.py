@@ -5,20 +5,26 @@ messages go several times faster than one message per request (benchmarks/README
 produce figures). So with ``auto_batch`` on, ``Producer.send`` hands eligible messages to an
 ``AutoBatcher``, and each caller still awaits its own ``SendResult``.
 
-There is no linger timer. A topic keeps at most ``batch_in_flight`` requests under
-way; a message that finds one of them free leaves at once (with whatever else was sent
-in the same event loop iteration), so an idle producer adds no latency. Messages that
-arrive while all of them are busy wait, and the next request to free up takes everything
-waiting (up to ``batch_max_bytes``), after letting the callers its own answer woke send
-again (so it carries their messages too): the batch size follows the load, as aiokafka's
-accumulator does. Two rules keep the batches full under load: a message that arrives
-while a worker is about to take (woken, or in those passes after its answer) starts no
-other request (that worker takes it), and what a request could not carry (past
-``batch_max_bytes``) starts another only as a full batch, else it waits for the next
-answer or arrival. Without them, with 64 sends in flight each answer's freed sends, or
-the few left over, left in a free request of their own: batches of 21 messages, where
-now two requests carry 30 each (the 32 KiB cap), a third fewer requests for the broker
-and fewer instructions a message in the client (benchmarks/README.md, "Goal 3, round 4").
+There is no linger timer for what arrives. A topic keeps at most ``batch_in_flight``
+requests under way; a message that finds one of them free leaves at once (with whatever
+else was sent in the same event loop iteration), so an idle producer adds no latency.
+Messages that arrive while all of them are busy wait, and the next request to free up
+takes everything waiting (up to ``batch_max_bytes``), after letting the callers its own
+answer woke send again (so it carries their messages too): the batch size follows the
+load, as aiokafka's accumulator does. Two rules keep the batches full under load: a
+message that arrives while a worker is about to take (woken, or in those passes after
+its answer) starts no other request (that worker takes it), and what a request could not
+carry (past ``batch_max_bytes``) starts another only as a full batch, else it waits for
+the next answer or arrival, but at most ``BATCH_MAX_DELAY`` (10 ms, Java's
+``batchMaxDelayMs``): then a free request takes it, partial (the sweeper's wake-up, one
+a topic), so that a slow broker's request does not hold it while others are free. A
+worker's take right after its answer, less than a full batch while another request is
+under way, waits so too: after a request the delay started (or a slow first answer), the
+requests merge back into full ones instead of staying three of 21. Without them, with 64
+sends in flight each answer's freed sends, or the few left over, left in a free request
+of their own: batches of 21 messages, where now two requests carry 30 each (the 32 KiB
+cap), a third fewer requests for the broker and fewer instructions a message in the
+client (benchmarks/README.md, "Goal 3, round 4").
 
 Batch requests run in the producer's task group (they carry several callers' messages,
 so no single caller owns them), in up to ``batch_in_flight`` worker tasks per topic,
@@ -84,6 +90,7 @@ from aiorocket.producer.sender import Plan, Sender, take_slot
 
 __all__ = [
     "BATCH_IN_FLIGHT",
+    "BATCH_MAX_DELAY",
     "WORKER_IDLE_EXIT",
     "AutoBatcher",
 ]
@@ -92,6 +99,11 @@ __all__ = [
 WORKER_IDLE_EXIT = 60.0
 #: requests per topic under way at once when ``batch_in_flight`` is None (ProducerConfig)
 BATCH_IN_FLIGHT = 4
+#: seconds what a request could not carry waits for the next answer, arrival or a full
+#: batch before a free request takes it, partial (Java's ``batchMaxDelayMs``, 10 ms by
+#: default). With answers every few ms it seldom fires; it bounds the wait behind a
+#: slow broker's requests while other requests of the topic are free.
+BATCH_MAX_DELAY = 0.010
 
 
 @dataclass(eq=False, slots=True)
@@ -178,6 +190,8 @@ class _TopicLane:
     idle_since: float = 0.0
     #: set by the sweeper after ``WORKER_IDLE_EXIT`` without a request: idle workers end
     retire: bool = False
+    #: when what a request could not carry may leave partial (``BATCH_MAX_DELAY``)
+    linger_until: float = math.inf
 
 
 def _retire_if_idle(lane: _TopicLane, now: float) -> float:
@@ -400,14 +414,37 @@ class AutoBatcher:
     def _kick(self, topic: str, lane: _TopicLane, deadline: float) -> None:
         """See that a request takes what waits in ``lane`` (the newest with
         ``deadline``) once one may leave (module docstring)."""
+        if not self._send_now(topic, lane):
+            self._watch(deadline)
+
+    def _send_now(self, topic: str, lane: _TopicLane) -> bool:
+        """Have a request take what waits in ``lane`` now if one is free; whether one
+        will (else the next answer takes it)."""
         if lane.workers - lane.idle > lane.in_flight:
-            return  # a worker about to take (woken, or after its answer) takes it too
+            return True  # a worker about to take (woken, or after its answer) takes it too
         if lane.idle:
             lane.wake.notify()  # a worker takes it (and whatever else came) at once
         elif lane.workers < self._requests:
             self._start_worker(topic, lane)  # a request slot to spare: it leaves now
         else:
-            self._watch(deadline)
+            return False
+        return True
+
+    def _linger_over(self, topic: str, lane: _TopicLane, now: float) -> float:
+        """What a request could not carry has waited ``BATCH_MAX_DELAY``: a free request
+        takes it, partial; else when to look again."""
+        if not lane.waiting:
+            lane.linger_until = math.inf
+        elif lane.linger_until <= now:
+            lane.linger_until = math.inf  # the next take with a leftover sets it again
+            self._send_now(topic, lane)  # none free: the next answer takes it
+        return lane.linger_until
+
+    def _linger(self, lane: _TopicLane, now: float) -> None:
+        """What waits in ``lane`` leaves with the next answer or arrival, or in a free
+        request after ``BATCH_MAX_DELAY``: the sweeper watches it."""
+        lane.linger_until = now + BATCH_MAX_DELAY
+        self._watch(min(_earliest(lane), lane.linger_until))
 
     def _watch(self, deadline: float) -> None:
         """A message with ``deadline`` waits for a busy request: the sweeper watches it."""
@@ -443,9 +480,10 @@ class AutoBatcher:
         now_of = self._loop.now
         while True:
             now, earliest = now_of(), math.inf
-            for lane in self._lanes.values():
+            for topic, lane in self._lanes.items():
                 late = _expire(lane, now)
-                earliest = min(earliest, late, _retire_if_idle(lane, now))
+                linger = self._linger_over(topic, lane, now)
+                earliest = min(earliest, late, linger, _retire_if_idle(lane, now))
             earliest = min(earliest, _expire_riders(self._riding, now))
             self._next_expiry = earliest
             with anyio.move_on_after(earliest - now):
@@ -491,9 +529,19 @@ class AutoBatcher:
         """
         assert self._loop is not None
         now_of = self._loop.now
+        answered = False  # the take after this worker's answer (and its passes)
         try:
             while True:
-                batch = self._take(topic, lane) if self._tg is not None else []
+                if answered and lane.in_flight and lane.waiting_bytes < self._full:
+                    # Less than a full batch while another request is under way: it
+                    # waits for that answer, an arrival or the delay (module docstring),
+                    # as what a request could not carry does, so requests merge again.
+                    batch = []
+                    if lane.waiting:
+                        self._linger(lane, now_of())
+                else:
+                    batch = self._take(topic, lane) if self._tg is not None else []
+                answered = False
                 if not batch:
                     lane.idle += 1
                     lane.idle_since = now_of()
@@ -509,8 +557,8 @@ class AutoBatcher:
                 if lane.waiting:  # more than a request carries waited (module docstring)
                     if lane.waiting_bytes >= self._full:  # a full batch: it leaves now
                         self._kick(topic, lane, _earliest(lane))
-                    else:  # the next answer or arrival takes them
-                        self._watch(_earliest(lane))
+                    else:  # the next answer or arrival, or a free request after the delay
+                        self._linger(lane, now_of())
                 try:
                     await self._run(topic, batch)
                 finally:
@@ -522,6 +570,7 @@ class AutoBatcher:
                 # runs the tasks woken together in a random order.
                 await anyio.lowlevel.checkpoint()
                 await anyio.lowlevel.checkpoint()
+                answered = True
         finally:
             lane.workers -= 1
             if not (lane.workers or lane.waiting) and self._lanes.get(topic) is lane:
