@@ -586,8 +586,12 @@ def test_checker_catches_a_planted_producer_violation(
 #: 1026: two messages of a lite topic delivered behind its message in a 25 s handler,
 #: released by the application's cancel 5.7 s later, before their first renewal was due
 #: (received_handed_on: they wait for the lane, test_a_lite_lane_wait_is_not_a_hand_on_delay)
+#: 301: the old stream's end handled late (late_offline 1.6 s) while the client's close
+#: waited for a hung handler (close at 8.9, connections dropped at 11.38): a closing
+#: client is not judged by lite_resubscribed
+#: (test_lite_resubscribed_does_not_judge_a_drop_while_the_client_closes)
 #: (3 and 7 run under planted client defects below)
-GRPC_LITE_SEEDS = [0, 7, 50, 78, 222, 1026]
+GRPC_LITE_SEEDS = [0, 7, 50, 78, 222, 301, 1026]
 
 
 def _lane_wait(lane_of_b: str) -> History:
@@ -663,6 +667,37 @@ def test_grpc_lite_served_again_soon_after_the_proxy_drops_its_subscriptions_lat
     assert len(settings) == 2 and dropped and dropped[0] > settings[1]  # after its resync
     handled = next(e.at for e in history.of("handler_ok") if e.key == "r0.1-1")
     assert handled - dropped[0] < 3.0, f"dropped at {dropped[0]:.2f}, handled at {handled:.2f}"
+
+
+def _late_drop(*close: tuple[float, str, str, dict[str, object]]) -> History:
+    """Client c reconnects at 11.5 and resyncs, the Proxy drops its lite subscriptions
+    late at 12.98 (live), and c sends nothing again before the run ends; ``close``: the
+    close events in between."""
+    return _history(
+        (0, "client_settings", "", {"client": "c"}),
+        (0, "lite_ctl", "", {"client": "c", "action": "COMPLETE_ADD"}),
+        *close,
+        (11.5, "client_settings", "", {"client": "c"}),
+        (11.5, "lite_ctl", "", {"client": "c", "action": "COMPLETE_ADD"}),
+        (12.98, "lite_dropped", "", {"client": "c", "topics": ["r0"], "live": True}),
+        (30, "end", "", {}),
+    )
+
+
+def test_lite_resubscribed_does_not_judge_a_drop_while_the_client_closes() -> None:
+    """lite_resubscribed judges a client that consumes: a drop that comes while its
+    close is under way (started before it: seed 301, a close at 8.9 waiting 5 s for a
+    hung handler, the connections dropped at 11.38 and the old stream's end handled
+    1.6 s late; the close ended at 13.9, before the client's next resync at 14.5) is
+    not held against it; a close of another client is no excuse."""
+    assert "lite_resubscribed" in _caught(_late_drop())
+    assert "lite_resubscribed" not in _caught(_late_drop(
+        (8.9, "close_start", "", {"consumer": "first", "client": "c"})))  # fmt: skip
+    assert "lite_resubscribed" not in _caught(_late_drop(  # the close after the drop
+        (13, "close_start", "", {"consumer": "first", "client": "c"})))  # fmt: skip
+    assert "lite_resubscribed" in _caught(_late_drop(
+        (8.9, "close_start", "", {"consumer": "second", "client": "d"}),
+        (13, "close_start", "", {"consumer": "second", "client": "d"})))  # fmt: skip
 
 
 @pytest.mark.parametrize(("defect", "seed", "caught"), [

@@ -209,11 +209,13 @@ def client_tasks() -> list[str]:
 
 
 async def cancelled_from_outside(body: Callable[[], Awaitable[None]], schedule: Schedule,
-                                 history: History, name: str) -> bool:  # fmt: skip
+                                 history: History, name: str, *,
+                                 client: str | None = None) -> bool:  # fmt: skip
     """Run ``body`` (member ``name``'s ``async with consumer``); the first member's is
     cancelled from outside at its drawn time (``app_cancel``'s ``at`` seconds from now;
     issue 40: the application cancelled at a random point): ``app_cancelled`` and
-    ``close_start`` when it is. True if it was."""
+    ``close_start`` (naming ``client``, the consumer's client id, when given) when it
+    is. True if it was."""
     cancels = [f.args["at"] for f in schedule.of("app_cancel")] if name == "first" else []
     at = cancels[0] if cancels else None
     if at is None:
@@ -224,7 +226,8 @@ async def cancelled_from_outside(body: Callable[[], Awaitable[None]], schedule: 
     async def canceller() -> None:
         await anyio.sleep(at)
         history.add("app_cancelled", "", consumer=name)
-        history.add("close_start", "", consumer=name)
+        who = {"client": client} if client is not None else {}
+        history.add("close_start", "", consumer=name, **who)
         scope.cancel()
 
     async with anyio.create_task_group() as tg:

@@ -4,6 +4,7 @@ running, and duplicates only from the in-flight window."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -69,12 +70,20 @@ def lite_resubscribed(history: History, bounds: Bounds) -> list[Violation]:
     (5.5.0: a connection dropped, a Proxy restart): the client sends its whole set again
     (a COMPLETE_ADD, taken or refused) within ``bounds.resubscribe`` of its settings on a
     new stream, or, when the Proxy dropped them only after that (``live``: it handled
-    the old stream's end late), within ``bounds.resubscribe_late`` of the drop; unless
-    a close comes first (else it is served nothing until its next periodic resync,
-    30 s)."""
+    the old stream's end late), within ``bounds.resubscribe_late`` of the drop (else it
+    is served nothing until its next periodic resync, 30 s); unless its close started
+    by then, before the drop or after it (seed 301: a close waiting for a hung handler
+    when the connections dropped: the client resyncs while it closes, but a closing
+    consumer receives nothing, and its close ended it before the next resync was due)."""
     out = []
     events = history.events
     ends = [e.at for e in history.of("end")]
+    # client id -> when its close started (or, interrupted, ended): the workloads that
+    # drop lite subscriptions name the client in these events
+    closed: dict[str, float] = {}
+    for e in events:
+        if e.kind in ("close_start", "close_end") and "client" in e.info:
+            closed.setdefault(e.info["client"], e.at)
     for i, drop in enumerate(events):
         if drop.kind != "lite_dropped":
             continue
@@ -90,8 +99,7 @@ def lite_resubscribed(history: History, bounds: Bounds) -> list[Violation]:
             since, bound = back.at, bounds.resubscribe
             what = f"its settings back at {back.at:.2f}"
         due = since + bound
-        if any(e.kind == "close_start" and e.at <= due for e in later) or \
-                (ends and ends[-1] <= due):  # fmt: skip
+        if closed.get(client, math.inf) <= due or (ends and ends[-1] <= due):
             continue
         if not any(e.kind == "lite_ctl" and e.info["client"] == client and
                    e.info["action"] == "COMPLETE_ADD" and e.at <= due for e in later):  # fmt: skip

@@ -142,12 +142,13 @@ async def _phase(cluster: LiteTruth, schedule: Schedule, history: History,
     first = name == "first"
     wanted: set[str] = set()
     for attempt in range(8):  # the faults refuse at most 6 updates in a row
-        consumer = cluster.consumer(handler, f"sim-{name}-{attempt}", settings)
+        client = f"sim-{name}-{attempt}"
+        consumer = cluster.consumer(handler, client, settings)
         for k, plan in enumerate(schedule.params["lite_plan"]):
             if (first and plan["sub"] == 0) or (not first and f"r{k}" in topics):
                 await _subscribe(consumer, history, f"r{k}", wanted)
-        started = await _member(cluster, schedule, history, consumer, close_at, name, wanted,
-                                span)  # fmt: skip
+        started = await _member(cluster, schedule, history, consumer, client, close_at, name,
+                                wanted, span)  # fmt: skip
         if started:
             break
         await anyio.sleep(1.0)
@@ -156,11 +157,11 @@ async def _phase(cluster: LiteTruth, schedule: Schedule, history: History,
 
 
 async def _member(cluster: LiteTruth, schedule: Schedule, history: History,
-                  consumer: Consumer, close_at: float | None, name: str,
+                  consumer: Consumer, client: str, close_at: float | None, name: str,
                   wanted: set[str], span: float) -> bool:  # fmt: skip
-    """Runs ``consumer`` until everything is settled (or ``close_at``); whether it
-    started. The first member's application may be cancelled from outside
-    (``app_cancel``: ``cancelled_from_outside``)."""
+    """Runs ``consumer`` (client id ``client``, named in its close's events) until
+    everything is settled (or ``close_at``); whether it started. The first member's
+    application may be cancelled from outside (``app_cancel``: ``cancelled_from_outside``)."""
     started = finished = probed = False
 
     async def application() -> None:
@@ -179,15 +180,16 @@ async def _member(cluster: LiteTruth, schedule: Schedule, history: History,
                     history.add("held", "", where=name, **held_by_renewer(consumer))
                     probed = True
                 finished = True
-                history.add("close_start", "", consumer=name)
+                history.add("close_start", "", consumer=name, client=client)
         except Exception as exc:
             record_app_error(history, exc, f"{name}: {'async with' if started else 'start'}")
 
-    cancelled = await cancelled_from_outside(application, schedule, history, name)
+    cancelled = await cancelled_from_outside(application, schedule, history, name,
+                                             client=client)  # fmt: skip
     if started and not finished and not cancelled:
         history.add("app_interrupted", "", consumer=name)
     if started:
-        history.add("close_end", "", consumer=name, probed=probed)
+        history.add("close_end", "", consumer=name, client=client, probed=probed)
     return started
 
 
