@@ -25,7 +25,35 @@ from h2.connection import H2Connection
 from h2.events import DataReceived, ResponseReceived, StreamEnded, TrailersReceived
 from h2.settings import SettingCodes
 
-from aiorocket.grpc._hpack import BLOCK, LazyBlock, RepeatingBlockDecoder, StableHeaderEncoder
+from aiorocket.grpc._hpack import RepeatingBlockDecoder, StableHeaderEncoder
+
+#: The name of the one pair that stands for a whole header block (``LazyBlock``).
+BLOCK = b":aiorocket-header-block"
+
+
+class LazyBlock:
+    """A call's headers handed to ``h2.send_headers`` as the one pair ``(BLOCK,
+    LazyBlock(...))``: h2 turns each name and value of a header list into bytes before it
+    encodes the block; with one pair it calls ``encode`` here once, which encodes the block
+    (as the client's unary path did over h2 before it framed its calls itself)."""
+
+    __slots__ = ("encoder", "headers")
+
+    def __init__(self, encoder: StableHeaderEncoder, headers: list[tuple[bytes, bytes]]) -> None:
+        self.encoder = encoder
+        self.headers = headers
+
+    def encode(self, _encoding: str = "utf-8") -> bytes:
+        return self.encoder.encode(self.headers)
+
+
+class _BlockEncoder(StableHeaderEncoder):
+    """``[(BLOCK, block)]`` is a block ``LazyBlock`` encoded: returned as it is."""
+
+    def encode(self, headers, huffman=True):  # type: ignore[no-untyped-def]
+        if type(headers) is list and len(headers) == 1 and headers[0][0] is BLOCK:
+            return headers[0][1]
+        return super().encode(headers, huffman)
 
 _HEADERS = [
     (b":method", b"POST"), (b":scheme", b"http"),
@@ -44,7 +72,7 @@ def _client() -> tuple[H2Connection, H2Connection]:
         normalize_outbound_headers=False,
     )  # fmt: skip
     client = H2Connection(config=config)
-    client.encoder = StableHeaderEncoder()  # type: ignore[assignment]
+    client.encoder = _BlockEncoder()  # type: ignore[assignment]
     client.decoder = RepeatingBlockDecoder()
     client.initiate_connection()
     client.increment_flow_control_window(2**22)

@@ -26,7 +26,7 @@ from typing import Any
 from hpack import Decoder
 from hpack.table import HeaderTable
 
-__all__ = ["BLOCK", "VOLATILE_HEADERS", "LazyBlock", "RepeatingBlockDecoder", "StableHeaderEncoder"]
+__all__ = ["VOLATILE_HEADERS", "RepeatingBlockDecoder", "StableHeaderEncoder"]
 
 #: Headers whose value changes on every call: never indexed.
 VOLATILE_HEADERS = frozenset(
@@ -69,30 +69,6 @@ def _literal(name: bytes, value: bytes, prefix_bits: int, first: int) -> bytes:
     return head + encode_int(len(value), 7, 0) + value
 
 
-#: The name of the one pair that stands for a whole header block (``LazyBlock``).
-BLOCK = b":aiorocket-header-block"
-
-
-class LazyBlock:
-    """A unary call's headers handed to ``h2.send_headers`` as the one pair
-    ``(BLOCK, LazyBlock(...))``: h2 turns each name and value of a header list into bytes
-    (``str.encode``) before it encodes the block, 26 calls for a call's 13 headers;
-    with one pair it calls ``encode`` here once, which encodes the block, and
-    ``StableHeaderEncoder.encode`` then hands the block on as it is. The block is encoded
-    at that moment, not before: h2 refuses a stream past the peer's concurrency limit
-    before it gets there, and a block encoded but never sent would leave the peer's HPACK
-    table behind ours."""
-
-    __slots__ = ("encoder", "headers")
-
-    def __init__(self, encoder: StableHeaderEncoder, headers: list[tuple[bytes, bytes]]) -> None:
-        self.encoder = encoder
-        self.headers = headers
-
-    def encode(self, _encoding: str = "utf-8") -> bytes:
-        return self.encoder.encode(self.headers)
-
-
 class StableHeaderEncoder:
     """Encodes header blocks; constant headers cost a dict lookup after the first call.
 
@@ -129,11 +105,7 @@ class StableHeaderEncoder:
 
     def encode(self, headers: Iterable[tuple[bytes, bytes]], huffman: bool = True) -> bytes:
         """One header block. ``huffman`` is accepted for h2's sake and ignored: the
-        literals are short, and plain ones cost no CPU to write. ``[(BLOCK, block)]``
-        is a block ``LazyBlock`` encoded: it is returned as it is."""
-        if type(headers) is list and len(headers) == 1 and headers[0][0] is BLOCK:
-            block: bytes = headers[0][1]
-            return block
+        literals are short, and plain ones cost no CPU to write."""
         parts: list[bytes] = []
         if self._resize:
             self._resize = False
