@@ -152,9 +152,15 @@ def _split_note(split: dict[str, float] | None) -> str:
         receives = (f"; {split.get('mean_batch', 0):.1f} a receive, "
                     f"{split.get('full_pct', 0):.0f}% full, {split['early_pct']:.1f}% handled "
                     f"before their stream's end")  # fmt: skip
+    own = ""
+    if "own_cpu_p99_ms" in split:  # the remoting split: the consumer's CPU in its share
+        own = (f"; the consumer's CPU in stream + dispatch p50/p99 "
+               f"{split['own_cpu_p50_ms']:.2f}/{split['own_cpu_p99_ms']:.2f} ms (slowest 1%: "
+               f"{split['tail_own_cpu_ms']:.2f}), handler calls ahead p50/p99 "
+               f"{split['ahead_p50']:.0f}/{split['ahead_p99']:.0f}")  # fmt: skip
     return (
         f"; stored->user by part, p50/p99 ms: {each}; its slowest 1% "
-        f"({split['tail_stored_to_user_ms']:.1f} ms on average): {tail}{receives}"
+        f"({split['tail_stored_to_user_ms']:.1f} ms on average): {tail}{receives}{own}"
     )
 
 

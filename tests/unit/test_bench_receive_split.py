@@ -110,7 +110,14 @@ async def test_the_pull_split_times_each_pull_and_the_queues_turnaround(
     assert 0 <= s["gap_p50_ms"] < 1_000
     assert s["server_p50_ms"] >= 2.0 and s["stream_p50_ms"] >= 3.0  # at the read
     assert s["wait_p50_ms"] >= 10.0  # stored 20 ms before now: before the pull left
-    assert split._at == {}
+    assert split._at == {} and split._cpu_at == {}
+    # The consumer's own CPU from the read to the handler: the fake's sleeps are not
+    # CPU, so far below the wall time of stream + dispatch; the second message's
+    # handler call came after the first's (one call ahead of it).
+    assert 0 <= s["own_cpu_p99_ms"] < s["stream_p50_ms"]
+    assert s["ahead_p50"] == 1 and s["ahead_p99"] == 1 and s["tail_ahead"] in (0, 1)
+    note = report._split_note(s)
+    assert "the consumer's CPU in stream + dispatch" in note and "ahead p50/p99 1/1" in note
 
 
 def test_the_receives_out_at_each_store_time_are_counted() -> None:
