@@ -333,7 +333,7 @@ class Engine:
             await self.commits.commit_all()  # bounded per broker
             with anyio.move_on_after(_close_bound(cfg.request_timeout)):
                 if self._locks is not None:
-                    await self._locks.unlock([*state.process_queues, *state.releasing])
+                    await self._locks.unlock_at_close([*state.process_queues, *state.releasing])
                 await self._membership.unregister()
 
     async def _run_loops(self) -> None:

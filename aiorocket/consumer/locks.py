@@ -8,6 +8,16 @@ interval later: one request per broker for all such queues, so waiting queues co
 small request per second, not a storm. A broker that does not answer changes nothing
 locally: its queues stay locked until the lock's age passes ``lock_max_live_time``, as
 the Java client's ``isLockExpired`` has it.
+
+The close's unlock (``unlock_at_close``) is the last word to each broker: no lock
+request starts after it began, and one already sent (a renewal or a rebalance's lock
+that the close's cancellation caught on the wire) is waited for. Its caller stops
+waiting when cancelled, but the broker still applies it, and a 5.x broker handles
+LOCK_BATCH_MQ and UNLOCK_BATCH_MQ on a pool of admin threads, so an unlock sent before
+its answer may be applied first: the lock then outlives the close and keeps the queues
+from their next owner until the broker expires it (60 s). The Java client has the same
+order: ``lockMQPeriodically`` and ``unlockAllMQ`` are synchronized, and the stopped
+service starts no renewal.
 """
 
 from __future__ import annotations
@@ -58,6 +68,11 @@ class QueueLocks:
         self._client_id = client_id
         #: notified when a queue's lock is refused at renewal: ``keep`` asks again soon
         self.lost = Signal()
+        #: set by the close: no lock request is sent after it
+        self._closing = False
+        #: lock requests sent and not answered yet, and a signal when one ends
+        self._in_flight = 0
+        self._answered = Signal()
 
     async def _by_broker(self, mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
         grouped: dict[str, list[MessageQueue]] = defaultdict(list)
@@ -76,14 +91,30 @@ class QueueLocks:
         locked: set[MessageQueue] = set()
         unknown = set(mqs)
         for addr, group in (await self._by_broker(mqs)).items():
+            if self._closing:
+                break  # the close unlocks; these stay unknown
             try:
-                got = await self._broker.lock_batch(addr, state.group, self._client_id, group)
+                got = await self._lock_batch(addr, group)
             except RocketMQError as exc:
                 state.log.warning("lock_failed", broker=addr, queues=len(group), error=str(exc))
                 continue
             locked |= got
             unknown.difference_update(group)
         return locked & set(mqs), unknown
+
+    async def _lock_batch(self, addr: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        """One LOCK_BATCH_MQ, counted until answered (bounded by ``request_timeout``).
+        Shielded: the broker applies a request sent whether or not its caller still
+        waits, so a cancelled caller (the close stopping ``keep``) waits for the answer
+        too, and ``unlock_at_close`` knows when it came."""
+        self._in_flight += 1
+        try:
+            with anyio.CancelScope(shield=True):
+                got = await self._broker.lock_batch(addr, self._state.group, self._client_id, mqs)
+            return got
+        finally:
+            self._in_flight -= 1
+            self._answered.notify()
 
     async def lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
         """LOCK_BATCH_MQ on each broker; the queues this consumer now holds."""
@@ -99,6 +130,14 @@ class QueueLocks:
                 await self._broker.unlock_batch(addr, state.group, self._client_id, group)
             except RocketMQError as exc:
                 state.log.warning("unlock_failed", broker=addr, error=str(exc))
+
+    async def unlock_at_close(self, mqs: list[MessageQueue]) -> None:
+        """The close's unlock: after every lock request already sent was answered (or
+        timed out), and no new one starts (see the module docstring)."""
+        self._closing = True
+        while self._in_flight:
+            await self._answered.wait()
+        await self.unlock(mqs)
 
     def _needs_retry(self, pq: ProcessQueue, now: float) -> bool:
         """Refused, or its last renewal failed (the lock is older than one interval)."""

@@ -78,6 +78,11 @@ class FakeBroker:
         self.locking = "grant"
         self.lock_requests: list[set[tuple[str, int]]] = []
         self.lock_seen = anyio.Event()  # set (and replaced) at every LOCK_BATCH_MQ
+        #: seconds a LOCK_BATCH_MQ waits, once received, before it is applied (a 5.x
+        #: broker runs it on a pool of admin threads: a later UNLOCK may go first)
+        self.lock_delay = 0.0
+        self.lock_received = anyio.Event()  # set (and replaced) as a delayed lock arrives
+        self.locks_delayed = 0  # delayed locks received and not applied yet
         #: "unlock <queue ids>" is appended at every UNLOCK_BATCH_MQ (tests share it with
         #: handlers, to see what happened first)
         self.journal: list[str] = []
@@ -143,6 +148,14 @@ class FakeBroker:
         elif code == RequestCode.PULL_MESSAGE:
             resp = await self._pull(cmd)
         elif code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
+            if code == RequestCode.LOCK_BATCH_MQ and self.lock_delay:
+                self.lock_received.set()
+                self.lock_received = anyio.Event()
+                self.locks_delayed += 1
+                try:
+                    await anyio.sleep(self.lock_delay)
+                finally:
+                    self.locks_delayed -= 1
             resp = self._lock(cmd)
         else:
             resp.code = ResponseCode.REQUEST_CODE_NOT_SUPPORTED

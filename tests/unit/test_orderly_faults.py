@@ -12,6 +12,7 @@ import pytest
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import ConfigError
+from aiorocket.results import Reconsume
 from aiorocket.testing.logs import capture_logs
 
 from .consumer_fakes import (
@@ -77,6 +78,16 @@ async def handling_offset_0(
         yield broker, handler, pq
 
 
+@asynccontextmanager
+async def renewing_often() -> AsyncIterator[tuple[FakeBroker, Collector, Consumer]]:
+    """An orderly consumer (not started) of one running broker, renewing its locks every
+    0.2 s, its handler waiting for one message."""
+    cluster, broker = one_broker()
+    handle = Collector(1)
+    async with running(cluster):
+        yield broker, handle, consumer_of(cluster, handle, orderly=True, lock_renew_interval=0.2)
+
+
 async def test_orderly_reset_during_handler_neither_skips_nor_reorders_new_messages() -> None:
     async with handling_offset_0(b"m0", b"m1", b"m2", b"m3") as (broker, handler, pq):
         # The position falls out of range while offset 0 is handled: the queue
@@ -124,6 +135,46 @@ async def test_orderly_close_cancels_an_overrunning_handler_before_unlocking() -
     assert broker.offsets.get((TOPIC, 0), 0) == 0  # not handled: delivered again
 
 
+async def test_orderly_close_waits_for_a_lock_renewal_in_flight_before_unlocking() -> None:
+    # Seed 239 of the simulator's pull_remoting: a renewal sent as the close began was
+    # applied after the close's unlock, and the broker kept the queues locked (60 s).
+    async with renewing_often() as (broker, handle, consumer):
+        async with consumer:
+            broker.add(0, b"m0")
+            with anyio.fail_after(10):
+                await handle.done.wait()
+            broker.lock_delay = 0.5  # the next renewal is applied half a second late
+            with anyio.fail_after(10):
+                await broker.lock_received.wait()
+            broker.journal.append("closing")
+        await until(lambda: broker.locks_delayed == 0)  # every lock sent was applied
+        assert broker.journal == ["closing", "unlock 0,1"]
+        assert broker.lock_owners == {}, "no queue stays locked by the closed consumer"
+
+
+async def test_orderly_close_does_not_wait_out_a_suspended_queues_retry_delay() -> None:
+    # A message waiting for its local retry (no handler running) is not waited for: the
+    # close unlocks its queue at once, uncommitted, so the next owner handles it first.
+    cluster, broker = one_broker()
+    broker.add(0, b"m0")
+    calls: list[int] = []
+
+    async def handle(msg: ConsumerMessage) -> Reconsume:
+        calls.append(msg.queue_offset)
+        return Reconsume(suspend=60.0)
+
+    async with running(cluster):
+        consumer = consumer_of(cluster, handle, orderly=True, shutdown_timeout=30.0)
+        async with consumer:
+            pq = next(pq for mq, pq in queues_of(consumer).items() if mq.queue_id == 0)
+            await until(lambda: pq.suspended_until > anyio.current_time())
+            closing = anyio.current_time()
+        assert anyio.current_time() - closing < 5.0, "neither the delay nor shutdown_timeout"
+    assert calls == [0]
+    assert broker.journal == ["unlock 0,1"]
+    assert broker.offsets.get((TOPIC, 0), 0) == 0  # not committed: delivered again
+
+
 async def test_orderly_revoked_queue_lock_is_renewed_until_its_handler_returns() -> None:
     cluster, broker = one_broker()
     broker.add(0, b"m0", b"m1")
@@ -156,19 +207,15 @@ async def test_orderly_revoked_queue_lock_is_renewed_until_its_handler_returns()
 
 
 async def test_orderly_failed_lock_renewal_keeps_queues_locked() -> None:
-    cluster, broker = one_broker()
-    handle = Collector(1)
-    async with running(cluster):
-        consumer = consumer_of(cluster, handle, orderly=True, lock_renew_interval=0.2)
-        async with consumer:
-            broker.locking = "fail"  # the broker stops answering lock requests
-            for _ in range(2):
-                with anyio.fail_after(10):
-                    await broker.lock_seen.wait()
-            assert all(pq.locked for pq in queues_of(consumer).values())
-            broker.add(0, b"after")
-            with anyio.fail_after(5):  # well within lock_max_live_time (30 s)
-                await handle.done.wait()
+    async with renewing_often() as (broker, handle, consumer), consumer:
+        broker.locking = "fail"  # the broker stops answering lock requests
+        for _ in range(2):
+            with anyio.fail_after(10):
+                await broker.lock_seen.wait()
+        assert all(pq.locked for pq in queues_of(consumer).values())
+        broker.add(0, b"after")
+        with anyio.fail_after(5):  # well within lock_max_live_time (30 s)
+            await handle.done.wait()
     assert handle.got == [b"after"]
 
 

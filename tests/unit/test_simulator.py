@@ -65,7 +65,10 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007]
 #: silent members (channelExpiredTimeout, 120 s)
 #: 1111: a joining member closed while its broker was half-open: its unregister went to
 #: the silent connection and the broker listed it still (it is sent again on a new one)
-PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 146, 1111]
+#: 239 (orderly): a member closed as its lock renewal went out; the broker applied the
+#: renewal after the close's unlock and kept the member's queues locked
+#: (released_at_close); the close now waits for a lock request in flight first
+PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 146, 239, 1111]
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
