@@ -13,6 +13,12 @@ at the receive that brought it:
   before the handler runs: until issue 43's round 5 the wait for the stream's end
   too, then the hand-on, the delivery strategy, the handler workers).
 
+``dispatch`` is split again (``dispatch_cpu``: the loop thread's CPU time in it, the
+client's own work run before the handler; ``dispatch_gc``: the garbage collector's
+pauses in it; the rest is the thread off a core: descheduled, or idle in the poll) and,
+with ``BENCH_DISPATCH_STEPS=1`` in the environment, ``dispatch_steps``: the event-loop
+callbacks run in it (each callback counted: a few % of CPU, so off by default).
+
 It times ``SimpleConsumer.receive`` and ``SimpleConsumer._read`` from the outside
 (private names of aiorocket.grpc, a benchmark's business only): a few clock reads per
 receive, a clock read and one dict entry per message. Clocks: the broker's store time (ms)
@@ -22,10 +28,48 @@ and this host's wall clock, as the e2e figure.
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import time
 from typing import Any
 
 PARTS = ("wait", "server", "stream", "dispatch")
+#: the parts of ``dispatch`` (cpu and gc in µs, steps a count)
+DISPATCH_PARTS = ("dispatch_cpu", "dispatch_gc", "dispatch_steps")
+
+
+class _Clocks:
+    """The loop thread's CPU time, the GC's pauses and the loop's callbacks so far."""
+
+    def __init__(self, steps: bool) -> None:
+        self.gc_us = 0
+        self.steps = 0
+        self._gc_start = 0
+        self.gc_pauses: dict[int, list[int]] = {0: [], 1: [], 2: []}
+        self._steps = steps
+
+    def install(self) -> None:
+        gc.callbacks.append(self._on_gc)
+        if self._steps:
+            handle: Any = asyncio.events.Handle
+            run = handle._run
+
+            def counted(h: Any) -> None:
+                self.steps += 1
+                run(h)
+
+            handle._run = counted
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter_ns() // 1000
+        if phase == "start":
+            self._gc_start = now
+        else:
+            self.gc_us += now - self._gc_start
+            self.gc_pauses[info["generation"]].append(now - self._gc_start)
+
+    def read(self) -> tuple[int, int, int]:
+        return time.thread_time_ns() // 1000, self.gc_us, self.steps
 
 
 class ReceiveSplit:
@@ -50,13 +94,18 @@ class ReceiveSplit:
         #: stored (``out_p50``: left, first message not yet back)
         self._spans: list[tuple[int, int]] = []
         self._stored: list[int] = []
+        #: message id -> the clocks at its read; and the dispatch parts per message
+        self._clocks = _Clocks(os.environ.get("BENCH_DISPATCH_STEPS") == "1")
+        self._at_clocks: dict[object, tuple[int, int, int]] = {}
+        self._dparts: dict[str, list[int]] = {p: [] for p in DISPATCH_PARTS}
 
     def install(self) -> None:
         from aiorocket.grpc import _simple
 
         cls: Any = _simple.SimpleConsumer
+        self._clocks.install()
         read, receive, at, ended = cls._read, cls.receive, self._at, self._ended
-        spans = self._spans
+        spans, clocks, at_clocks = self._spans, self._clocks, self._at_clocks
         sizes, ends, gaps = self._sizes, self._ends, self._gaps
 
         #: the asyncio task of a receive -> when it left (its ``_read`` runs in it)
@@ -74,6 +123,7 @@ class ReceiveSplit:
                     now = time.time_ns() // 1000
                     first = first or now
                     at[msg.message_id] = (left, first, now)
+                    at_clocks[msg.message_id] = clocks.read()
                     ended[msg.message_id] = done
                     super().append(msg)
 
@@ -103,8 +153,12 @@ class ReceiveSplit:
         """The handler got ``message_id`` at ``now_us``; counted when ``steady``."""
         times = self._at.pop(message_id, None)
         done = self._ended.pop(message_id, None)
+        then = self._at_clocks.pop(message_id, None)
         if times is None or not steady:
             return
+        if then is not None:
+            for part, a, b in zip(DISPATCH_PARTS, then, self._clocks.read(), strict=True):
+                self._dparts[part].append(b - a)
         if done is not None and not done[0]:
             self._early += 1
         left, first, read = times
@@ -130,6 +184,24 @@ class ReceiveSplit:
             out[f"{part}_p50_ms"] = s[len(s) // 2] / 1000
             out[f"{part}_p99_ms"] = s[min(len(s) - 1, round(0.99 * len(s)) - 1)] / 1000
             out[f"tail_{part}_ms"] = sum(xs[i] for i in tail) / len(tail) / 1000
+        # dispatch's make-up: its parts' p50/p99, and their means over the slowest 1%
+        # by dispatch (cpu and gc in ms, steps a count)
+        disp = self._parts["dispatch"]
+        if len(self._dparts["dispatch_cpu"]) == len(disp):
+            dtail = sorted(range(len(disp)), key=disp.__getitem__, reverse=True)
+            dtail = dtail[: max(1, len(disp) // 100)]
+            out["tail_dispatch_ms"] = sum(disp[i] for i in dtail) / len(dtail) / 1000
+            for part, xs in self._dparts.items():
+                scale = 1 if part == "dispatch_steps" else 1000
+                s = sorted(xs)
+                unit = "" if part == "dispatch_steps" else "_ms"
+                out[f"{part}_p50{unit}"] = s[len(s) // 2] / scale
+                out[f"{part}_p99{unit}"] = s[min(len(s) - 1, round(0.99 * len(s)) - 1)] / scale
+                out[f"tail_{part}{unit}"] = sum(xs[i] for i in dtail) / len(dtail) / scale
+        for gen, pauses in self._clocks.gc_pauses.items():
+            if pauses:
+                out[f"gc{gen}_n"] = float(len(pauses))
+                out[f"gc{gen}_max_ms"] = max(pauses) / 1000
         out["tail_stored_to_user_ms"] = sum(total[i] for i in tail) / len(tail) / 1000
         out["samples"] = float(len(total))
         out["early_pct"] = 100 * self._early / len(total)

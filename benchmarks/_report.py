@@ -158,6 +158,10 @@ def _split_note(split: dict[str, float] | None) -> str:
                f"{split['own_cpu_p50_ms']:.2f}/{split['own_cpu_p99_ms']:.2f} ms (slowest 1%: "
                f"{split['tail_own_cpu_ms']:.2f}), handler calls ahead p50/p99 "
                f"{split['ahead_p50']:.0f}/{split['ahead_p99']:.0f}")  # fmt: skip
+    if "tail_dispatch_cpu_ms" in split:  # dispatch's make-up over its own slowest 1%
+        d, cpu, gc = (split[f"tail_dispatch{k}_ms"] for k in ("", "_cpu", "_gc"))
+        receives += (f"; dispatch's slowest 1% ({d:.1f} ms): the loop's CPU {cpu:.1f}, "
+                     f"GC {gc:.1f}, off a core {max(0.0, d - cpu - gc):.1f}")  # fmt: skip
     return (
         f"; stored->user by part, p50/p99 ms: {each}; its slowest 1% "
         f"({split['tail_stored_to_user_ms']:.1f} ms on average): {tail}{receives}{own}"

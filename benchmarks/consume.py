@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import statistics
 import sys
 import time
@@ -166,6 +167,10 @@ def child_main(argv: list[str]) -> None:
     p.add_argument("--idle-timeout", type=float, default=20.0)
     p.add_argument("--profile", default=None, help="FILE.txt: pyinstrument, else cProfile")
     a = p.parse_args(argv)
+    if os.environ.get("BENCH_GRPC_RECEIVERS"):  # issue 43, goal 5b: the receives parked
+        from aiorocket.consumer.pop import grpc_source
+
+        grpc_source.RECEIVERS = int(os.environ["BENCH_GRPC_RECEIVERS"])
 
     def run() -> dict[str, Any]:
         kw = {"latency": a.latency, "idle_timeout": a.idle_timeout}

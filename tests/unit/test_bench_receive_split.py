@@ -132,3 +132,29 @@ def test_the_receives_out_at_each_store_time_are_counted() -> None:
     s = split.summary()
     assert s["out_p50"] == 1 and s["out_zero_pct"] == 25
     assert s["early_pct"] == 0  # no stream flag: not counted as handed on early
+
+
+def test_dispatch_is_split_into_the_loops_cpu_the_gc_and_its_callbacks() -> None:
+    """Issue 43, goal 5b: ``dispatch`` (read -> handler) is split by the clocks read at
+    the message's read and at its handler: the loop thread's CPU, the GC's pauses and
+    the loop callbacks run in between; the tail's make-up is over the slowest 1% by
+    dispatch."""
+    split = split_mod.ReceiveSplit()
+    clocks = iter([(10, 0, 5), (10 + 500, 0, 5 + 3)] * 99 + [(0, 0, 0), (20_000, 4_000, 40)])
+    split._clocks.read = lambda: next(clocks)  # type: ignore[method-assign]
+    for i in range(99):
+        split._at[f"m{i}"] = (0, 1_000, 2_000)
+        split._at_clocks[f"m{i}"] = split._clocks.read()
+        split.sample(f"m{i}", 500, 3_000, steady=True)  # dispatch 1 ms
+    split._at["slow"] = (0, 1_000, 2_000)
+    split._at_clocks["slow"] = split._clocks.read()
+    split.sample("slow", 500, 52_000, steady=True)  # dispatch 50 ms: 20 on a core, 4 GC
+    s = split.summary()
+    assert s["dispatch_cpu_p50_ms"] == 0.5 and s["dispatch_steps_p50"] == 3
+    assert s["tail_dispatch_ms"] == pytest.approx(50.0)
+    assert s["tail_dispatch_cpu_ms"] == pytest.approx(20.0)
+    assert s["tail_dispatch_gc_ms"] == pytest.approx(4.0)
+    assert s["tail_dispatch_steps"] == 40
+    assert split._at_clocks == {}
+    note = report._split_note(s)
+    assert "dispatch's slowest 1% (50.0 ms): the loop's CPU 20.0, GC 4.0, off a core 26.0" in note
