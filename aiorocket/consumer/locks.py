@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from aiorocket._signal import Signal
-from aiorocket.errors import RocketMQError
+from aiorocket.errors import ConnectionClosedError, RequestTimeoutError, RocketMQError
 from aiorocket.message import MessageQueue
 
 if TYPE_CHECKING:
@@ -121,15 +121,24 @@ class QueueLocks:
         locked, _ = await self.try_lock(mqs)
         return locked
 
-    async def unlock(self, mqs: list[MessageQueue]) -> None:
+    async def unlock(self, mqs: list[MessageQueue], *, tries: int = 1) -> None:
+        """UNLOCK_BATCH_MQ on each broker; one lost with its connection (reset, or timed
+        out and closed) is sent again on a new one, up to ``tries`` sends in all."""
         if not mqs:
             return
         state = self._state
         for addr, group in (await self._by_broker(mqs)).items():
-            try:
-                await self._broker.unlock_batch(addr, state.group, self._client_id, group)
-            except RocketMQError as exc:
-                state.log.warning("unlock_failed", broker=addr, error=str(exc))
+            for left in range(tries - 1, -1, -1):
+                try:
+                    await self._broker.unlock_batch(addr, state.group, self._client_id, group)
+                except (ConnectionClosedError, RequestTimeoutError) as exc:
+                    if left:
+                        state.log.info("unlock_retried", broker=addr, error=str(exc))
+                        continue
+                    state.log.warning("unlock_failed", broker=addr, error=str(exc))
+                except RocketMQError as exc:
+                    state.log.warning("unlock_failed", broker=addr, error=str(exc))
+                break
 
     async def unlock_at_close(self, mqs: list[MessageQueue]) -> None:
         """The close's unlock: after every lock request already sent was answered (or
@@ -137,7 +146,9 @@ class QueueLocks:
         self._closing = True
         while self._in_flight:
             await self._answered.wait()
-        await self.unlock(mqs)
+        # Lost, the unlock leaves the queues locked until the broker expires them (60 s),
+        # kept from the next owner: sent once more (the caller's bound covers both).
+        await self.unlock(mqs, tries=2)
 
     def _needs_retry(self, pq: ProcessQueue, now: float) -> bool:
         """Refused, or its last renewal failed (the lock is older than one interval)."""

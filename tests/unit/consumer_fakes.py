@@ -83,6 +83,8 @@ class FakeBroker:
         self.lock_delay = 0.0
         self.lock_received = anyio.Event()  # set (and replaced) as a delayed lock arrives
         self.locks_delayed = 0  # delayed locks received and not applied yet
+        #: the next UNLOCK_BATCH_MQ is not applied: its connection is closed instead
+        self.drop_next_unlock = False
         #: "unlock <queue ids>" is appended at every UNLOCK_BATCH_MQ (tests share it with
         #: handlers, to see what happened first)
         self.journal: list[str] = []
@@ -147,6 +149,11 @@ class FakeBroker:
             resp.ext_fields = {"offset": str(len(self.messages[int(ext["queueId"])]))}
         elif code == RequestCode.PULL_MESSAGE:
             resp = await self._pull(cmd)
+        elif code == RequestCode.UNLOCK_BATCH_MQ and self.drop_next_unlock:
+            self.drop_next_unlock = False
+            self.journal.append("unlock dropped")
+            await session.close()
+            return
         elif code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
             if code == RequestCode.LOCK_BATCH_MQ and self.lock_delay:
                 self.lock_received.set()

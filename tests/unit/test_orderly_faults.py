@@ -88,6 +88,18 @@ async def renewing_often() -> AsyncIterator[tuple[FakeBroker, Collector, Consume
         yield broker, handle, consumer_of(cluster, handle, orderly=True, lock_renew_interval=0.2)
 
 
+@asynccontextmanager
+async def past_one_message(
+    broker: FakeBroker, handle: Collector, consumer: Consumer
+) -> AsyncIterator[None]:
+    """``consumer`` started, its queues locked and one message handled; closed on exit."""
+    async with consumer:
+        broker.add(0, b"m0")
+        with anyio.fail_after(10):
+            await handle.done.wait()
+        yield
+
+
 async def test_orderly_reset_during_handler_neither_skips_nor_reorders_new_messages() -> None:
     async with handling_offset_0(b"m0", b"m1", b"m2", b"m3") as (broker, handler, pq):
         # The position falls out of range while offset 0 is handled: the queue
@@ -139,10 +151,7 @@ async def test_orderly_close_waits_for_a_lock_renewal_in_flight_before_unlocking
     # Seed 239 of the simulator's pull_remoting: a renewal sent as the close began was
     # applied after the close's unlock, and the broker kept the queues locked (60 s).
     async with renewing_often() as (broker, handle, consumer):
-        async with consumer:
-            broker.add(0, b"m0")
-            with anyio.fail_after(10):
-                await handle.done.wait()
+        async with past_one_message(broker, handle, consumer):
             broker.lock_delay = 0.5  # the next renewal is applied half a second late
             with anyio.fail_after(10):
                 await broker.lock_received.wait()
@@ -150,6 +159,17 @@ async def test_orderly_close_waits_for_a_lock_renewal_in_flight_before_unlocking
         await until(lambda: broker.locks_delayed == 0)  # every lock sent was applied
         assert broker.journal == ["closing", "unlock 0,1"]
         assert broker.lock_owners == {}, "no queue stays locked by the closed consumer"
+
+
+async def test_orderly_close_sends_an_unlock_lost_with_its_connection_again() -> None:
+    # An unlock lost with its connection (reset, or timed out and closed) left the
+    # queues locked for the broker's lock expiry (60 s) after the close.
+    async with renewing_often() as (broker, handle, consumer):
+        async with past_one_message(broker, handle, consumer):
+            broker.drop_next_unlock = True
+        assert broker.journal == ["unlock dropped", "unlock 0,1"]
+        assert broker.lock_owners == {}, "no queue stays locked by the closed consumer"
+        assert not broker.members, "and the member unregistered on the new connection"
 
 
 async def test_orderly_close_does_not_wait_out_a_suspended_queues_retry_delay() -> None:
