@@ -24,6 +24,7 @@ but brokers switch to V2 above 127 bytes anyway).
 from __future__ import annotations
 
 import enum
+import functools
 import socket
 import struct
 import threading
@@ -108,6 +109,16 @@ _FIXED_V4 = struct.Struct(">iIiiiqqiq4siq4siiqi")  # _HEAD + _TAILS[0]: IPv4 hos
 # with the last record's in one step)
 _FIXED_V4_RAW_HOSTS = struct.Struct(">iIiiiqqiq8sq8siqi")
 _U16 = struct.Struct(">H")
+
+
+@functools.cache  # at most 256 (a V1 topic's length is one byte)
+def _topic_tail(topic_len: int) -> struct.Struct:
+    """A V1 record's fields after the body, for a topic of ``topic_len`` bytes: its
+    length byte, the topic and the properties' length."""
+    return struct.Struct(f">B{topic_len}sH")
+
+
+_TOPIC_TAIL_EMPTY = _topic_tail(0)
 _HEAD_SIZE = _HEAD.size
 # Smallest legal record: V1 magic, IPv4 hosts, empty body, topic and properties.
 MIN_RECORD_SIZE = _HEAD_SIZE + _TAILS[0].size + 1 + 2  # 91, as in Java
@@ -257,6 +268,12 @@ def _decode_usual(
     last_born = last_store = last_topic = b""
     last_topic_len = -1
     born = store = topic = ""
+    # The topic's length byte, the topic and the properties' length, for the last
+    # topic's length: one unpack where a subscript, ``startswith`` and the arithmetic
+    # of the two lengths cost ~1,000 instructions a record more (benchmarks/README.md,
+    # "Round 7 (issue 43, goals 1-2)"); rebuilt when the topic's length changes.
+    unpack_tail = _TOPIC_TAIL_EMPTY.unpack_from
+    tail_size = _TOPIC_TAIL_EMPTY.size
     try:
         while pos < end:
             (total, magic, crc, queue_id, flag, queue_offset, cl_offset, sys_flag, born_ts,
@@ -273,15 +290,25 @@ def _decode_usual(
                 store = _raw_host_str(store_raw)
                 last_store = store_raw
             b = pos + fixed  # the body
-            p = b + body_len  # the topic's length byte
-            topic_len = data[p]
-            p += 1
-            if topic_len != last_topic_len or not data.startswith(last_topic, p):
-                last_topic = data[p : p + topic_len]
-                last_topic_len = topic_len
-                topic = last_topic.decode()
-            p += topic_len + 2  # the properties, after their 2-byte length
-            if p + ((data[p - 2] << 8) | data[p - 1]) != rec_end:
+            t = b + body_len  # the topic's length byte
+            # (a topic of another length: its length byte was read all the same)
+            try:
+                topic_len, raw_topic, props_len = unpack_tail(data, t)
+            except struct.error:  # the last record's topic may be the shorter one
+                topic_len = data[t]
+                if topic_len == last_topic_len:
+                    break  # cut short: the checked path says how
+            if topic_len != last_topic_len or raw_topic != last_topic:
+                if topic_len != last_topic_len:
+                    tail = _topic_tail(topic_len)
+                    unpack_tail = tail.unpack_from
+                    tail_size = tail.size
+                    last_topic_len = topic_len
+                    _, raw_topic, props_len = unpack_tail(data, t)
+                topic = raw_topic.decode()
+                last_topic = raw_topic
+            p = t + tail_size  # the properties
+            if p + props_len != rec_end:
                 break  # the fields do not add up to TOTALSIZE
             raw_props = data[p:rec_end]
             if not raw_props.isascii():
@@ -292,7 +319,7 @@ def _decode_usual(
             if consumer:
                 cm = new_msg(ConsumerMessage)
                 cm.topic = topic
-                cm.body = data[b : b + body_len]
+                cm.body = data[b:t]
                 cm.properties = props
                 cm.queue_id = queue_id
                 cm.queue_offset = queue_offset
@@ -322,7 +349,7 @@ def _decode_usual(
                 msg = new_msg(message_class)
                 # fmt: off
                 init_msg(
-                    msg, topic, data[b : b + body_len], props, queue_id,
+                    msg, topic, data[b:t], props, queue_id,
                     queue_offset, cl_offset, flag, sys_flag, born_ts, born, store_ts, store,
                     reconsume, prepared, crc, total, broker_name,
                 )

@@ -635,6 +635,14 @@ def test_topics_of_consecutive_records_are_each_their_own() -> None:
         decode_messages(raw_record(topic=b"a\xff") + raw_record(topic=b"a\xff"))
     with pytest.raises(MessageDecodeError, match="UTF-8"):
         decode_messages(raw_record(topic=b"ab") + raw_record(topic=b"a\xff"))
+    # The usual path reads each record's topic with the last topic's length: a shorter
+    # topic in the last record (that read would pass the end), a longer one, one whose
+    # length byte alone differs, and the same bytes at another length.
+    for topics in ([b"a" * 60, b""], [b"", b"b" * 60], [b"ab", b"abc"], [b"abc", b"ab"]):
+        for props in (b"", b"TAGS\x01x\x02"):
+            data = b"".join(raw_record(topic=t, props=props) for t in topics)
+            assert [m.topic for m in decode_messages(data)] == [t.decode() for t in topics]
+            assert _fields(_decoded(data)) == _fields(_checked(data))
 
 
 # ------------------------------------------------- the usual records' path (ceiling.py)
@@ -696,12 +704,31 @@ def test_usual_and_checked_paths_decode_alike() -> None:
     assert message_codec._decode_usual([], data, 0, "b", MessageExt) > 0  # it took some
 
 
-@given(st.data())
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_mutated_records_decode_as_the_checked_path_says(data: st.DataObject) -> None:
+def _usual_records() -> bytes:
+    """Usual records only, their topics' lengths changing (the usual path reads a
+    topic with the last one's length first) and their hosts too."""
+    topics = ["T", "T", "TT", "", "TU", "é", "TT", "T" * 40, "U"]
+    return b"".join(
+        encode_stored_message(t, bytes([i]) * i, {"K": str(i)} if i % 2 else {},
+                              born_host=f"10.0.0.{i % 3}:1", queue_offset=i)
+        for i, t in enumerate(topics)
+    )  # fmt: skip
+
+
+def test_usual_records_are_all_taken_by_the_usual_path() -> None:
+    data = _usual_records()
+    assert message_codec._decode_usual([], data, 0, "b", MessageExt) == len(data)
+    assert _fields(_decoded(data)) == _fields(_checked(data))
+
+
+@given(st.data(), st.sampled_from([_mixed_records(), _usual_records()]))
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_mutated_records_decode_as_the_checked_path_says(
+    data: st.DataObject, records: bytes
+) -> None:
     """The usual path never accepts what the checked path rejects, and fails with the
     same error: a mutated or cut body decodes to the same messages or the same error."""
-    mutable = bytearray(_mixed_records())
+    mutable = bytearray(records)
     for _ in range(data.draw(st.integers(1, 3))):
         mutable[data.draw(st.integers(0, len(mutable) - 1))] = data.draw(st.integers(0, 255))
     candidate = bytes(mutable[: data.draw(st.integers(1, len(mutable)))])
