@@ -18,11 +18,17 @@ its answer may be applied first: the lock then outlives the close and keeps the 
 from their next owner until the broker expires it (60 s). The Java client has the same
 order: ``lockMQPeriodically`` and ``unlockAllMQ`` are synchronized, and the stopped
 service starts no renewal.
+
+Each broker's close unlock runs on its own (the close's bound is one for all): a frozen
+broker's wait and two tries would otherwise take the whole bound and leave the queues
+of the brokers after it locked. It names every queue this consumer may hold at the broker
+(a lock asked for, not refused, not unlocked since), not only the started ones: a
+rebalance's lock caught on the wire by the close is granted for queues that never started.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import TYPE_CHECKING
 
 import anyio
@@ -70,9 +76,12 @@ class QueueLocks:
         self.lost = Signal()
         #: set by the close: no lock request is sent after it
         self._closing = False
-        #: lock requests sent and not answered yet, and a signal when one ends
-        self._in_flight = 0
+        #: lock requests sent and not answered yet per broker, and a signal when one ends
+        self._in_flight: Counter[str] = Counter()
         self._answered = Signal()
+        #: queues a lock was asked for, not refused and not unlocked since: the close
+        #: unlocks them all
+        self._maybe_held: set[MessageQueue] = set()
 
     async def _by_broker(self, mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
         grouped: dict[str, list[MessageQueue]] = defaultdict(list)
@@ -107,13 +116,15 @@ class QueueLocks:
         Shielded: the broker applies a request sent whether or not its caller still
         waits, so a cancelled caller (the close stopping ``keep``) waits for the answer
         too, and ``unlock_at_close`` knows when it came."""
-        self._in_flight += 1
+        self._maybe_held.update(mqs)
+        self._in_flight[addr] += 1
         try:
             with anyio.CancelScope(shield=True):
                 got = await self._broker.lock_batch(addr, self._state.group, self._client_id, mqs)
+            self._maybe_held.difference_update(mq for mq in mqs if mq not in got)  # refused
             return got
         finally:
-            self._in_flight -= 1
+            self._in_flight[addr] -= 1
             self._answered.notify()
 
     async def lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
@@ -121,34 +132,48 @@ class QueueLocks:
         locked, _ = await self.try_lock(mqs)
         return locked
 
-    async def unlock(self, mqs: list[MessageQueue], *, tries: int = 1) -> None:
-        """UNLOCK_BATCH_MQ on each broker; one lost with its connection (reset, or timed
-        out and closed) is sent again on a new one, up to ``tries`` sends in all."""
+    async def unlock(self, mqs: list[MessageQueue]) -> None:
+        """UNLOCK_BATCH_MQ on each broker, one try (a revoked queue's)."""
         if not mqs:
             return
-        state = self._state
+        self._maybe_held.difference_update(mqs)
         for addr, group in (await self._by_broker(mqs)).items():
-            for left in range(tries - 1, -1, -1):
-                try:
-                    await self._broker.unlock_batch(addr, state.group, self._client_id, group)
-                except (ConnectionClosedError, RequestTimeoutError) as exc:
-                    if left:
-                        state.log.info("unlock_retried", broker=addr, error=str(exc))
-                        continue
-                    state.log.warning("unlock_failed", broker=addr, error=str(exc))
-                except RocketMQError as exc:
-                    state.log.warning("unlock_failed", broker=addr, error=str(exc))
-                break
+            await self._unlock_on(addr, group, tries=1)
+
+    async def _unlock_on(self, addr: str, mqs: list[MessageQueue], *, tries: int) -> None:
+        """UNLOCK_BATCH_MQ on one broker; one lost with its connection (reset, or timed
+        out and closed) is sent again on a new one, up to ``tries`` sends in all."""
+        state = self._state
+        for left in range(tries - 1, -1, -1):
+            try:
+                await self._broker.unlock_batch(addr, state.group, self._client_id, mqs)
+            except (ConnectionClosedError, RequestTimeoutError) as exc:
+                if left:
+                    state.log.info("unlock_retried", broker=addr, error=str(exc))
+                    continue
+                state.log.warning("unlock_failed", broker=addr, error=str(exc))
+            except RocketMQError as exc:
+                state.log.warning("unlock_failed", broker=addr, error=str(exc))
+            break
 
     async def unlock_at_close(self, mqs: list[MessageQueue]) -> None:
-        """The close's unlock: after every lock request already sent was answered (or
-        timed out), and no new one starts (see the module docstring)."""
+        """The close's unlock of ``mqs`` and every queue it may hold at the broker: each
+        broker's after its lock requests already sent were answered (or timed out), and
+        no new one starts (see the module docstring); the brokers side by side."""
         self._closing = True
-        while self._in_flight:
+        everything = sorted({*mqs, *self._maybe_held})
+        if not everything:
+            return
+        async with anyio.create_task_group() as tg:
+            for addr, group in (await self._by_broker(everything)).items():
+                tg.start_soon(self._unlock_at_close_on, addr, group)
+
+    async def _unlock_at_close_on(self, addr: str, mqs: list[MessageQueue]) -> None:
+        while self._in_flight[addr]:
             await self._answered.wait()
         # Lost, the unlock leaves the queues locked until the broker expires them (60 s),
         # kept from the next owner: sent once more (the caller's bound covers both).
-        await self.unlock(mqs, tries=2)
+        await self._unlock_on(addr, mqs, tries=2)
 
     def _needs_retry(self, pq: ProcessQueue, now: float) -> bool:
         """Refused, or its last renewal failed (the lock is older than one interval)."""

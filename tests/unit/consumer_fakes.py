@@ -85,6 +85,8 @@ class FakeBroker:
         self.locks_delayed = 0  # delayed locks received and not applied yet
         #: the next UNLOCK_BATCH_MQ is not applied: its connection is closed instead
         self.drop_next_unlock = False
+        #: UNLOCK_BATCH_MQ is received and never answered (a frozen broker)
+        self.silent_unlocks = False
         #: "unlock <queue ids>" is appended at every UNLOCK_BATCH_MQ (tests share it with
         #: handlers, to see what happened first)
         self.journal: list[str] = []
@@ -153,6 +155,9 @@ class FakeBroker:
             self.drop_next_unlock = False
             self.journal.append("unlock dropped")
             await session.close()
+            return
+        elif code == RequestCode.UNLOCK_BATCH_MQ and self.silent_unlocks:
+            self.journal.append("unlock unanswered")
             return
         elif code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
             if code == RequestCode.LOCK_BATCH_MQ and self.lock_delay:

@@ -172,6 +172,45 @@ async def test_orderly_close_sends_an_unlock_lost_with_its_connection_again() ->
         assert not broker.members, "and the member unregistered on the new connection"
 
 
+async def test_orderly_close_unlocks_a_healthy_broker_while_another_does_not_answer() -> None:
+    # A frozen broker's unlock, sent twice (a timeout closes the connection) or after a
+    # renewal to it in flight, took the close's whole unlock bound: the queues of the
+    # brokers after it were never unlocked and stayed locked for the lock expiry (60 s).
+    a, b = FakeBroker("a", 0), FakeBroker("b", 0)
+    cluster = FakeCluster({"a": [a], "b": [b]})
+    handle = Collector(2)
+    async with running(cluster):
+        # request_timeout 2.5: two tries on the frozen broker fill the bound (5 s)
+        consumer = consumer_of(cluster, handle, orderly=True, request_timeout=2.5)
+        async with consumer:
+            a.add(0, b"m0")
+            b.add(0, b"m1")
+            with anyio.fail_after(10):
+                await handle.done.wait()
+            first = next(iter(queues_of(consumer))).broker_name
+            frozen, healthy = (a, b) if first == "a" else (b, a)
+            frozen.silent_unlocks = True  # the first broker unlocked is frozen
+    assert healthy.journal == ["unlock 0,1"]
+    assert healthy.lock_owners == {}, "the healthy broker's queues are free for the next owner"
+
+
+async def test_orderly_close_unlocks_queues_whose_rebalance_lock_was_in_flight() -> None:
+    # A rebalance's lock of newly assigned queues, caught on the wire by the close: the
+    # broker grants it after the close began; the queues were never started (not in
+    # process_queues), and the close's unlock must still name them.
+    cluster, broker = one_broker()
+    async with running(cluster):
+        consumer = consumer_of(cluster, Collector(1), orderly=True, allocate=take_none)
+        async with consumer:
+            await until(lambda: bool(broker.members))
+            broker.lock_delay = 0.5
+            reallocate(consumer, take_all)
+            with anyio.fail_after(10):
+                await broker.lock_received.wait()
+        await until(lambda: broker.locks_delayed == 0)
+        assert broker.lock_owners == {}, "no queue stays locked by the closed consumer"
+
+
 async def test_orderly_close_does_not_wait_out_a_suspended_queues_retry_delay() -> None:
     # A message waiting for its local retry (no handler running) is not waited for: the
     # close unlocks its queue at once, uncommitted, so the next owner handles it first.
