@@ -15,7 +15,7 @@ load, as aiokafka's accumulator does. Two rules keep the batches full under load
 message that arrives while a worker is about to take (woken, or in those passes after
 its answer) starts no other request (that worker takes it), and what a request could not
 carry (past ``batch_max_bytes``) starts another only as a full batch, else it waits for
-the next answer or arrival, but at most ``BATCH_MAX_DELAY`` (10 ms, Java's
+the next answer or arrival, but at most ``batch_max_delay`` (10 ms, Java's
 ``batchMaxDelayMs``): then a free request takes it, partial (the sweeper's wake-up, one
 a topic), so that a slow broker's request does not hold it while others are free. A
 worker's take right after its answer, less than a full batch while another request is
@@ -78,7 +78,7 @@ from aiorocket.errors import ClientClosedError, RequestTimeoutError
 from aiorocket.message import RETRY_TOPIC_PREFIX, Message
 from aiorocket.producer.backend import ResultCallback
 from aiorocket.producer.batch import pack_record, split_batch_result
-from aiorocket.producer.config import ProducerConfig
+from aiorocket.producer.config import BATCH_MAX_DELAY, ProducerConfig
 from aiorocket.producer.prepare import (
     Outgoing,
     check_body,
@@ -99,11 +99,6 @@ __all__ = [
 WORKER_IDLE_EXIT = 60.0
 #: requests per topic under way at once when ``batch_in_flight`` is None (ProducerConfig)
 BATCH_IN_FLIGHT = 4
-#: seconds what a request could not carry waits for the next answer, arrival or a full
-#: batch before a free request takes it, partial (Java's ``batchMaxDelayMs``, 10 ms by
-#: default). With answers every few ms it seldom fires; it bounds the wait behind a
-#: slow broker's requests while other requests of the topic are free.
-BATCH_MAX_DELAY = 0.010
 
 
 @dataclass(eq=False, slots=True)
@@ -190,7 +185,7 @@ class _TopicLane:
     idle_since: float = 0.0
     #: set by the sweeper after ``WORKER_IDLE_EXIT`` without a request: idle workers end
     retire: bool = False
-    #: when what a request could not carry may leave partial (``BATCH_MAX_DELAY``)
+    #: when what a request could not carry may leave partial (``batch_max_delay``)
     linger_until: float = math.inf
 
 
@@ -270,6 +265,9 @@ class AutoBatcher:
         self._log = log
         self._requests = config.batch_in_flight or BATCH_IN_FLIGHT  # per topic
         self._full = config.batch_max_bytes
+        # With answers every few ms the delay seldom ends a wait; it bounds the wait
+        # behind a slow broker's requests while others of the topic are free.
+        self._delay = config.batch_max_delay  # seconds (``BATCH_MAX_DELAY`` by default)
         self._lanes: dict[str, _TopicLane] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._loop: LoopShortcuts | None = None
@@ -431,7 +429,7 @@ class AutoBatcher:
         return True
 
     def _linger_over(self, topic: str, lane: _TopicLane, now: float) -> float:
-        """What a request could not carry has waited ``BATCH_MAX_DELAY``: a free request
+        """What a request could not carry has waited ``batch_max_delay``: a free request
         takes it, partial; else when to look again."""
         if not lane.waiting:
             lane.linger_until = math.inf
@@ -442,8 +440,8 @@ class AutoBatcher:
 
     def _linger(self, lane: _TopicLane, now: float) -> None:
         """What waits in ``lane`` leaves with the next answer or arrival, or in a free
-        request after ``BATCH_MAX_DELAY``: the sweeper watches it."""
-        lane.linger_until = now + BATCH_MAX_DELAY
+        request after ``batch_max_delay``: the sweeper watches it."""
+        lane.linger_until = now + self._delay
         self._watch(min(_earliest(lane), lane.linger_until))
 
     def _watch(self, deadline: float) -> None:

@@ -6,6 +6,7 @@ default here, so a slow or dead broker is avoided without configuration.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from aiorocket._settings import check_positive_ints, check_positive_numbers
@@ -16,6 +17,7 @@ from aiorocket.protocol.message_codec import CompressionType
 from aiorocket.security import Credentials, TlsSetting, check_security
 
 __all__ = [
+    "BATCH_MAX_DELAY",
     "KIB",
     "MIB",
     "ProducerConfig",
@@ -23,6 +25,8 @@ __all__ = [
 
 KIB = 1024
 MIB = 1024 * KIB
+#: ``batch_max_delay``'s default: Java's ``batchMaxDelayMs`` (10 ms).
+BATCH_MAX_DELAY = 0.010
 
 
 @dataclass(slots=True)
@@ -72,6 +76,11 @@ class ProducerConfig:
     #: measured 1.16x the messages per second at the same batch size, benchmarks/README.md,
     #: "The auto-batched producer"), 2 over gRPC, where a call costs the client more.
     batch_in_flight: int | None = None
+    #: seconds at most that what a batch request could not carry (past
+    #: ``batch_max_bytes``) waits for the next answer, arrival or a full batch before a
+    #: free request takes it, partial (Java ``batchMaxDelayMs``, 10 ms); 0: at once.
+    #: Remoting only: over gRPC a freed request takes all that waits, nothing is left over.
+    batch_max_delay: float = BATCH_MAX_DELAY
     #: seconds between heartbeats to the brokers written to.
     heartbeat_interval: float = 30.0
     #: seconds between route refreshes from the NameServer.
@@ -146,6 +155,15 @@ class ProducerConfig:
         if self.max_rate is not None:
             positive_floats["max_rate"] = self.max_rate
         check_positive_numbers(positive_floats)
+        delay = self.batch_max_delay
+        if (
+            not isinstance(delay, (int, float))
+            or isinstance(delay, bool)
+            or not (0 <= delay < math.inf)
+        ):
+            raise ConfigError(
+                f"batch_max_delay must be a finite number of seconds >= 0, got {delay!r}"
+            )
         if self.shutdown_timeout < 0:
             raise ConfigError("shutdown_timeout must be >= 0")
         try:

@@ -77,16 +77,13 @@ async def test_a_topic_keeps_four_requests_under_way_by_default() -> None:
         assert sorted(bodies_of_batch(broker)) == [b"m4", b"m5", b"m6"]
 
 
-async def test_what_a_request_could_not_carry_leaves_only_full_or_with_the_next(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_what_a_request_could_not_carry_leaves_only_full_or_with_the_next() -> None:
     # Left over past batch_max_bytes, a few messages in a free request of their own made
     # the batches at 64 sends in flight 21 messages, not 30 (benchmarks/README.md, "Goal
-    # 3, round 4"): within BATCH_MAX_DELAY they wait for the next arrival, answer or a
+    # 3, round 4"): within batch_max_delay they wait for the next arrival, answer or a
     # full batch (the delay is long here, so that a loaded machine does not end it).
-    monkeypatch.setattr(accumulate, "BATCH_MAX_DELAY", 60.0)
     record = len(pack_record(b"m00", properties_with_id(Message(TOPIC, b"m00"))[1]))
-    settings = {"auto_batch": True, "batch_max_bytes": 3 * record}
+    settings = {"auto_batch": True, "batch_max_bytes": 3 * record, "batch_max_delay": 60.0}
     async with cluster(brokers=1) as fake, producer(fake, **settings) as p:
         broker = fake.brokers[0]
         broker.hold = anyio.Event()
@@ -114,8 +111,8 @@ async def test_what_a_request_could_not_carry_leaves_only_full_or_with_the_next(
 async def test_what_a_request_could_not_carry_leaves_in_a_free_request_after_the_delay() -> None:
     # e0ab37b let a leftover wait for the next answer, arrival or a full batch, though
     # requests were free: behind a slow broker's request it was never sent and timed out.
-    # Now after BATCH_MAX_DELAY a free request takes it, partial, while the slow
-    # requests still hang, and it is stored; the lane's byte count of what waits is 0.
+    # Now after batch_max_delay (10 ms by default) a free request takes it, partial, while
+    # the slow requests still hang, and it is stored; the lane's byte count of what waits is 0.
     record = len(pack_record(b"m00", properties_with_id(Message(TOPIC, b"m00"))[1]))
     settings = {"auto_batch": True, "batch_max_bytes": 3 * record}
     async with cluster(brokers=1) as fake, producer(fake, **settings) as p:
@@ -146,6 +143,71 @@ async def test_what_a_request_could_not_carry_leaves_in_a_free_request_after_the
         for batch in broker.received(BATCH):
             sent.extend(body for _, body, _ in decode_records(batch.body))
         assert sorted(sent) == [b"m%02d" % i for i in range(5)]  # each once
+
+
+async def two_requests_and_one_waiting(
+    tg: anyio.abc.TaskGroup, p: Producer, broker: FakeBroker, results: dict[bytes, SendResult]
+) -> tuple[anyio.Event, anyio.Event]:
+    """m00 and m01 in the topic's two requests, each held by its own event (returned),
+    and m02 waiting for a request: less than a full batch."""
+
+    async def send(body: bytes) -> None:
+        results[body] = await p.send(Message(TOPIC, body), timeout=30)
+
+    first = broker.hold = anyio.Event()
+    tg.start_soon(send, b"m00")
+    await wait_for(lambda: broker.holding == 1)
+    second = broker.hold = anyio.Event()  # a request reads ``hold`` when it arrives
+    tg.start_soon(send, b"m01")
+    await wait_for(lambda: broker.holding == 2)
+    broker.hold = None  # later requests are answered at once
+    tg.start_soon(send, b"m02")
+    await anyio.wait_all_tasks_blocked()
+    assert len(broker.received(V2, BATCH)) == 2  # m02 waits: both requests are busy
+    return first, second
+
+
+async def test_a_worker_after_its_answer_waits_while_another_request_is_under_way() -> None:
+    # The rule that merges requests back into full ones after a delay fired (benchmarks/
+    # README.md, "Goal 3, round 4", step 4): right after its answer a worker takes less
+    # than a full batch only when no other request is under way, else it waits for that
+    # answer, an arrival or batch_max_delay (long here: a loaded machine does not end it).
+    settings = {"auto_batch": True, "batch_in_flight": 2, "batch_max_delay": 60.0}
+    async with cluster(brokers=1) as fake, producer(fake, **settings) as p:
+        broker = fake.brokers[0]
+        results: dict[bytes, SendResult] = {}
+        async with anyio.create_task_group() as tg:
+            first, second = await two_requests_and_one_waiting(tg, p, broker, results)
+            first.set()  # m00's answer: its worker is free, m01's request still under way
+            await wait_for(lambda: b"m00" in results)
+            await anyio.wait_all_tasks_blocked()
+            assert len(broker.received(V2, BATCH)) == 2 and b"m02" not in results
+            second.set()  # the other answer: no request under way, m02 leaves
+        assert sorted(results) == [b"m00", b"m01", b"m02"]
+        assert sorted(c.body for c in broker.received(V2)) == [b"m00", b"m01", b"m02"]
+
+
+async def test_a_worker_after_its_answer_waits_at_most_batch_max_delay() -> None:
+    # The same wait ends after batch_max_delay while the other request still hangs.
+    settings = {"auto_batch": True, "batch_in_flight": 2, "batch_max_delay": 0.05}
+    async with cluster(brokers=1) as fake, producer(fake, **settings) as p:
+        broker = fake.brokers[0]
+        results: dict[bytes, SendResult] = {}
+        async with anyio.create_task_group() as tg:
+            first, second = await two_requests_and_one_waiting(tg, p, broker, results)
+            first.set()
+            await wait_for(lambda: b"m02" in results)
+            assert broker.holding == 1 and b"m01" not in results  # m01's still hangs
+            second.set()
+        assert sorted(c.body for c in broker.received(V2)) == [b"m00", b"m01", b"m02"]
+
+
+@pytest.mark.parametrize("bad", [-0.001, math.inf, math.nan, "10ms", True, None])
+def test_batch_max_delay_must_be_a_finite_number_of_seconds(bad: object) -> None:
+    with pytest.raises(ConfigError, match="batch_max_delay"):
+        Producer("g", "127.0.0.1:9876", batch_max_delay=bad)
+    assert Producer("g", "127.0.0.1:9876", batch_max_delay=0).config.batch_max_delay == 0
+    assert Producer("g", "127.0.0.1:9876").config.batch_max_delay == accumulate.BATCH_MAX_DELAY
 
 
 async def test_messages_waiting_behind_a_busy_request_leave_in_one_batch() -> None:
