@@ -212,22 +212,19 @@ class _Reporter:
     """The one task of a task group that reports its ``start_send`` messages (module
     docstring): it ends when none is unanswered, and the group's next one starts another."""
 
-    __slots__ = ("_answered", "_batcher", "_tg", "_unanswered", "_wake")
+    __slots__ = ("_answered", "_batcher", "_tg", "_wake", "unanswered")
 
     def __init__(self, batcher: AutoBatcher, tg: anyio.abc.TaskGroup) -> None:
         self._batcher = batcher
         self._tg = tg
-        self._unanswered: set[_Waiting] = set()
+        #: its messages not answered yet (``AutoBatcher._hand_over`` adds them)
+        self.unanswered: set[_Waiting] = set()
         self._answered: deque[_Waiting] = deque()
         self._wake = Signal()
 
-    def add(self, waiting: _Waiting, on_result: ResultCallback | None) -> None:
-        waiting.reporter, waiting.on_result = self, on_result
-        self._unanswered.add(waiting)
-
     def answer(self, waiting: _Waiting) -> None:
         """``waiting`` got its answer (from a request, the sweeper or ``close``)."""
-        self._unanswered.discard(waiting)
+        self.unanswered.discard(waiting)
         self._batcher.started_slots.release()
         self._answered.append(waiting)
         self._wake.notify()
@@ -245,15 +242,15 @@ class _Reporter:
                         # an awaitable runs on, as in the callers' tasks of ``send``
                         if ret is not None and inspect.isawaitable(ret):
                             self._tg.start_soon(_settle, ret)
-                if not self._unanswered:
+                if not self.unanswered:
                     return
                 await self._wake.wait()
         finally:
             self._batcher.reporter_ended(self._tg, self)
-            for w in self._unanswered:  # cancelled, or another message failed
+            for w in self.unanswered:  # cancelled, or another message failed
                 self._batcher.withdraw(w)
                 self._batcher.started_slots.release()
-            self._unanswered.clear()
+            self.unanswered.clear()
 
 
 class AutoBatcher:
@@ -357,7 +354,8 @@ class AutoBatcher:
                 self.started_slots.release()
                 raise
             self._reporters[task_group] = reporter
-        reporter.add(waiting, on_result)
+        waiting.reporter, waiting.on_result = reporter, on_result  # no method: a call a message
+        reporter.unanswered.add(waiting)
         self._enqueue(waiting)
 
     def reporter_ended(self, task_group: anyio.abc.TaskGroup, reporter: _Reporter) -> None:
@@ -406,7 +404,10 @@ class AutoBatcher:
             lane = self._lanes[topic] = _TopicLane()
         lane.waiting.append(waiting)
         lane.waiting_bytes += len(waiting.record)
-        self._kick(topic, lane, waiting.deadline)
+        # A worker about to take (woken, or after its answer) takes it too, under load
+        # the common case: checked here, without ``_kick``'s two calls a message.
+        if lane.workers - lane.idle <= lane.in_flight:
+            self._kick(topic, lane, waiting.deadline)
         return lane
 
     def _kick(self, topic: str, lane: _TopicLane, deadline: float) -> None:

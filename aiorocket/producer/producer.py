@@ -317,7 +317,9 @@ class Producer:
         Returns once the send is under way; ``on_result`` (sync or async) gets its
         result. A failed send raises in ``task_group`` (cancelling it, as any failed task).
         """
-        engine = self._open()
+        engine = self._engine
+        if engine is None or self._closed or not self._started:  # ``_open``, without its call
+            engine = self._open()  # raises
         if self._rate is not None:  # no coroutine per message without a limit
             await self._rate.acquire(1)
         trace = self._trace

@@ -285,8 +285,14 @@ class RemotingProducer:
         on_result: ResultCallback | None, timeout: float | None, sharding_key: object,
         selector: QueueSelector | None, selector_arg: object,
     ) -> Awaitable[None] | None:  # fmt: skip
-        batcher = self._batcher_for(msg, sharding_key, selector)
-        if batcher is None:
+        # ``_batcher_for``, inline (a call a message)
+        batcher = self._batcher
+        if (
+            batcher is None
+            or sharding_key is not None
+            or selector is not None
+            or not batcher.accepts(msg)
+        ):
             return self._start_unbatched(
                 task_group, msg, on_result, timeout, sharding_key, selector, selector_arg
             )
