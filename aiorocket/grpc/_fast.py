@@ -270,10 +270,30 @@ def _int32(v: int) -> int:
     return v - (1 << 32) if v >= 1 << 31 else v
 
 
+#: the Statuses decoded so far, by their bytes: every receive's stream starts with one,
+#: nearly always the same few (OK, MESSAGE_NOT_FOUND), and betterproto's parse and its
+#: first field reads cost ~60 Python calls a receive (issue 43, goal 5b, round 7).
+#: Bounded: a Proxy's error texts may vary; those past the bound are parsed each time.
+_STATUSES: dict[bytes, pb.Status] = {}
+_STATUSES_MAX = 64
+
+
+def _status(raw: bytes) -> pb.Status:
+    """The ``Status`` encoded in ``raw``: one instance per distinct encoding (callers
+    only read it)."""
+    status = _STATUSES.get(raw)
+    if status is None:
+        status = pb.Status().parse(raw)
+        if len(_STATUSES) < _STATUSES_MAX:
+            _STATUSES[raw] = status
+    return status
+
+
 class FastReceiveResponse:
     """One ``ReceiveMessageResponse`` decoded by the fast path.
 
-    Exactly one of ``status`` (a betterproto ``Status``: rare, small) and
+    Exactly one of ``status`` (a betterproto ``Status``, shared by every response that
+    carried the same bytes: read it, never change it) and
     ``message`` is set; a ``delivery_timestamp`` response has neither. grpclib's codec
     calls ``FromString`` with the raw bytes of each streamed response.
 
@@ -314,7 +334,7 @@ class FastReceiveResponse:
                     n, pos = _varint(data, pos)
                     if pos + n > end:
                         raise MessageDecodeError("ReceiveMessageResponse truncated")
-                    self.status = pb.Status().parse(data[pos : pos + n])
+                    self.status = _status(data[pos : pos + n])
                     self.message = None
                     pos += n
                 else:

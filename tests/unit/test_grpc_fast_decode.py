@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiorocket.errors import MessageDecodeError
+from aiorocket.grpc import _fast
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._fast import FastReceiveResponse, decode_message
 from aiorocket.grpc._received import ReceivedMessage, message_ext
@@ -90,6 +91,25 @@ def test_fast_status_decode(code: pb.Code, message: str) -> None:
     fast = FastReceiveResponse.FromString(wire)
     assert fast.message is None and fast.status is not None
     assert (fast.status.code, fast.status.message) == (code, message)
+
+
+def test_a_repeated_status_is_decoded_once_and_the_cache_stays_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every receive's stream starts with the same Status: decoded once (betterproto's
+    parse was ~60 calls a receive), equal to betterproto's decode every time; past the
+    bound, statuses are still decoded right, just not kept."""
+    monkeypatch.setattr(_fast, "_STATUSES", {})
+    monkeypatch.setattr(_fast, "_STATUSES_MAX", 2)
+    ok = pb.Status(code=pb.Code.OK, message="OK")
+    wire = bytes(pb.ReceiveMessageResponse(status=ok))
+    first, again = (FastReceiveResponse.FromString(wire).status for _ in range(2))
+    assert first == ok and again is first
+    others = [pb.Status(code=pb.Code.MESSAGE_NOT_FOUND, message=f"none {i}") for i in range(4)]
+    for status in others * 2:
+        got = FastReceiveResponse.FromString(bytes(pb.ReceiveMessageResponse(status=status)))
+        assert got.status == status and got.message is None
+    assert len(_fast._STATUSES) == 2
 
 
 def test_unknown_fields_are_skipped() -> None:
