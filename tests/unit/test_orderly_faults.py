@@ -172,6 +172,7 @@ async def test_orderly_close_sends_an_unlock_lost_with_its_connection_again() ->
         assert not broker.members, "and the member unregistered on the new connection"
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # 5 s (the close's bound): once
 async def test_orderly_close_unlocks_a_healthy_broker_while_another_does_not_answer() -> None:
     # A frozen broker's unlock, sent twice (a timeout closes the connection) or after a
     # renewal to it in flight, took the close's whole unlock bound: the queues of the
