@@ -547,13 +547,32 @@ class GrpcTransport:
         with the server's trailers: a connection that drops midway is an error here,
         not a short but seemingly complete answer.
         """
-        with self._open_call(), self.boundary(rpc, timeout), anyio.fail_after(timeout):
-            call = self._call(rpc, Cardinality.UNARY_STREAM, type(request), reply_type, timeout)
-            async with call as stream:
-                await stream.send_message(request, end=True)
-                yield stream
-                if stream.trailing_metadata is None:
-                    await stream.recv_trailing_metadata()
+        # What _open_call(), boundary() and anyio.fail_after do, inline (as ``unary``):
+        # every receive is one of these calls, and their three generator context
+        # managers and fail_after's backend lookup were ~40 Python calls of each
+        # (benchmarks/README.md, issue 43, goal 5b, round 7).
+        self._calls += 1
+        baseline = _cancelling()
+        loop = asyncio.get_running_loop()
+        try:
+            # anyio's clock on asyncio is the loop's
+            with anyio.CancelScope(deadline=loop.time() + timeout) as scope:
+                call = self._call(rpc, Cardinality.UNARY_STREAM, type(request), reply_type,
+                                  timeout)  # fmt: skip
+                async with call as stream:
+                    await stream.send_message(request, end=True)
+                    yield stream
+                    if stream.trailing_metadata is None:
+                        await stream.recv_trailing_metadata()
+            # as fail_after: only its deadline cancels this scope
+            if scope.cancelled_caught and loop.time() >= scope.deadline:
+                raise TimeoutError
+        except _MAPPED as exc:
+            raise self._mapped(exc, rpc, timeout, baseline) from exc
+        finally:
+            self._calls -= 1
+            if self._retired:
+                self._close_retired()
 
     @asynccontextmanager
     async def bidi_stream(

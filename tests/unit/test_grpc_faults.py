@@ -182,6 +182,32 @@ async def test_receive_that_hangs_ends_at_its_deadline() -> None:
         assert time.monotonic() - start < 3.0
 
 
+async def test_a_receive_stream_is_mapped_timed_and_counted_as_before() -> None:
+    """The receive stream's deadline, error mapping and open-call count, done inline
+    since round 7 of issue 43 (goal 5b) instead of by three context managers: its own
+    deadline is a RequestTimeoutError, a gRPC UNAVAILABLE a ProxyUnavailableError, a
+    caller's cancellation stays a cancellation (not a timeout), and the transport counts
+    no call open after any of them (its keepalive watches while one is)."""
+    async with FakeProxy() as proxy, quick_consumer(proxy) as c:
+        transport = c.transport
+        session_calls = transport._calls  # the telemetry stream's
+        proxy.receive_mode = "hang"
+        with pytest.raises(RequestTimeoutError, match=r"ReceiveMessage to .*within"):
+            await c.receive(4, invisible_duration=20)
+        assert transport._calls == session_calls
+        with anyio.move_on_after(0.2) as scope:
+            await c.receive(4, invisible_duration=20)
+        assert scope.cancelled_caught and transport._calls == session_calls
+        proxy.receive_mode = "ok"
+        proxy.fail_next("ReceiveMessage", GRPCError(GrpcStatus.UNAVAILABLE, "going away"))
+        with pytest.raises(ProxyUnavailableError, match="going away"):
+            await c.receive(4, invisible_duration=20)
+        assert transport._calls == session_calls
+        proxy.messages = [message(b"m1")]
+        assert [m.body for m in await c.receive(4, invisible_duration=20)] == [b"m1"]
+        assert transport._calls == session_calls
+
+
 async def test_telemetry_reconnects_and_resends_the_settings() -> None:
     async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "tagA"}) as c:
         assert proxy.telemetry_streams == 1 and len(proxy.settings_received) == 1
