@@ -95,6 +95,14 @@ TXN_PROPERTY = "sparkTxn"
 KEEP = 10
 #: ends (and visibility queries) in flight at once.
 PARALLEL = 128
+#: half messages in flight at once per task (over remoting). Each is a request of its
+#: own that the broker's send threads take one at a time: more in flight only wait
+#: there. At the producer's 1,024 an answer took 0.35-1 s (p99 0.6-3 s) on the test
+#: cluster, past the 550 ms after which the producer avoids a broker for 2 s or more,
+#: so the next seconds' rows all went to the other broker; at 128 answers came in
+#: 30-70 ms (p99 under 450 ms) at the same rate (benchmarks/README.md, the Spark
+#: sink, round 4).
+HALVES_IN_FLIGHT = 128
 
 #: one row of a committed batch: (topic, broker name, message id).
 Row = tuple[str, str, str]

@@ -203,7 +203,8 @@ async def _send_halves(
         )
         return HalfMessage.of(result)
 
-    return await _txn.send_halves(lists, producer.config.max_in_flight, send)
+    in_flight = min(producer.config.max_in_flight, _txn.HALVES_IN_FLIGHT)
+    return await _txn.send_halves(lists, in_flight, send)
 
 
 @dataclass(frozen=True)

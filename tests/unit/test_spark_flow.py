@@ -19,7 +19,7 @@ from aiorocket._message_id import offset_message_id
 from aiorocket._send_result import SendResult, SendStatus
 from aiorocket.errors import ConfigError, RequestTimeoutError
 from aiorocket.message import Message, MessageQueue
-from aiorocket.spark import _flow, sink
+from aiorocket.spark import _flow, _txn, sink
 from aiorocket.spark._options import parse_write
 from aiorocket.spark._runtime import runtime
 from aiorocket.spark._txn import TXN_PROPERTY
@@ -56,12 +56,12 @@ class Batches:
 class HeldProducer:
     """Answers no send of the first batch before Spark's thread has read the second."""
 
-    def __init__(self, batches: Batches) -> None:
+    def __init__(self, batches: Batches, max_in_flight: int = 4) -> None:
         self.batches = batches
         self.sent: list[Message] = []
         self.tasks: set[object] = set()  # the tasks themselves: no id reused
         self.running = self.peak = 0
-        self.config = type("Config", (), {"max_in_flight": 4})()
+        self.config = type("Config", (), {"max_in_flight": max_in_flight})()
 
     async def _held(self) -> None:
         with anyio.fail_after(5):  # the old sink never read on: it waited for these
@@ -127,6 +127,24 @@ def test_half_messages_go_out_from_a_fixed_set_of_workers_and_in_the_rows_order(
     by_id = {f"ID-{i + 1}": m for i, m in enumerate(producer.sent)}
     keys = [by_id[h.msg_id].properties["sparkDedupKey"].rsplit("-", 1)[1] for h in commit.halves]
     assert keys == [str(i) for i in range(90)]
+
+
+def test_half_messages_in_flight_are_bounded_below_the_producers_slots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exactly-once over remoting: a task kept the producer's 1,024 half messages in
+    flight, which only queued at the brokers (answers past the 550 ms after which the
+    producer avoids a broker); now at most ``_txn.HALVES_IN_FLIGHT``. Before: peak 30."""
+    batches = Batches([30, 20, 40])
+    producer = HeldProducer(batches, max_in_flight=1024)
+    monkeypatch.setattr(_txn, "HALVES_IN_FLIGHT", 3)
+    monkeypatch.setattr(sink, "_check_topic", lambda o: None)
+    monkeypatch.setattr(runtime(), "sender", lambda o: producer)
+    opts = parse_write({"nameServer": "127.0.0.1:1", "topic": "out",
+                        "deliveryGuarantee": "exactly-once",
+                        "checkpointLocation": str(tmp_path)})  # fmt: skip
+    commit = sink.RocketMQStreamWriter(opts, SCHEMA).write(iter(batches))
+    assert len(commit.halves) == 90 and producer.peak == 3
 
 
 def test_each_of_keeps_at_most_parallel_in_flight_and_takes_lists_as_they_come() -> None:
