@@ -410,3 +410,22 @@ def test_ends_look_each_broker_up_once_and_again_after_a_failed_end(
     assert all(a == f"{m[0]}:1" for a, m in ended)
     # a once, b once, and a again after the failed end
     assert sorted(looked_up) == ["a", "a", "b"]
+
+
+def test_half_message_handles_pickle_to_equal_handles() -> None:
+    """A task's handles travel to the driver pickled (``SinkCommit``): a tuple of the
+    fields (``HalfMessage.__reduce__``), with and without a transaction id."""
+    import pickle
+
+    from pyspark import cloudpickle
+
+    from aiorocket.producer.transaction import HalfMessage
+    from aiorocket.spark.sink import SinkCommit
+
+    halves = (HalfMessage("t", "broker-a", 3, 1 << 40, "ID-1", "TX-1"),
+              HalfMessage("t", "broker-b", 0, 0, "ID-2"))  # fmt: skip
+    commit = SinkCommit(1, 2, "w.1.0", halves, "query")
+    for dumps in (pickle.dumps, cloudpickle.dumps):
+        back = pickle.loads(dumps(commit))
+        assert back == commit and type(back.halves[1]) is HalfMessage
+        assert back.halves[1].transaction_id is None
