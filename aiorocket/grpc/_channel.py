@@ -58,6 +58,10 @@ class CoalescingTransport:
         self._flush()
         self._transport.close()
 
+    def is_closing(self) -> bool:
+        # grpclib asks on every stream's release and finish: without ``__getattr__``
+        return self._transport.is_closing()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 

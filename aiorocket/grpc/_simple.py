@@ -262,7 +262,8 @@ class SimpleConsumer:
             raise ConfigError(f"max_messages must be 1..{MAX_BATCH}, got {max_messages!r}")
         check_invisible_duration(invisible_duration)
         timeout = self.await_duration + self.transport.request_timeout
-        await self._session_ready(timeout)
+        if not self.session.ready:  # (not awaited when it is: a receive's every call counts)
+            await self._session_ready(timeout)
         n = next(self._rr)
         topics = list(self._subs)
         receivable = self.receivable
@@ -274,7 +275,8 @@ class SimpleConsumer:
         mq = self._pick(topic, await self._assignment(topic), n // len(topics))
         broker = mq.broker.name
         # Again: the session may have been taken down meanwhile (``Session.release_held``).
-        await self._session_ready(timeout)
+        if not self.session.ready:
+            await self._session_ready(timeout)
         out: list[ReceivedMessage] = []
         #: messages whose body does not decode, until settled (``_settle_undecodable``)
         bad: list[tuple[ReceivedMessage, str]] = []

@@ -186,7 +186,8 @@ class GrpcSource:
         # Not connected (a Proxy restart): wait for the session, however long, rather
         # than fail receives that would grow the receivers' backoff meanwhile; they go
         # out as soon as the Proxy has the settings again.
-        await self.session.session.wait_ready()
+        if not self.session.session.ready:
+            await self.session.session.wait_ready()
         out: list[PopMessage] = []
         given = 0  # out[:given] went to ``early``
 
