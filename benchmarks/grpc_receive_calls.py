@@ -2,7 +2,7 @@
 Python calls per message through the fake Proxy, load-independent.
 
     PYTHONPATH=. .venv/bin/python benchmarks/grpc_receive_calls.py [--count 3200]
-        [--batch 14] [--base 1600] [--mode profile|plain]
+        [--batch 14] [--base 1600] [--mode profile|plain] [--simple] [--every] [--dump F]
 
 The fake Proxy (``aiorocket.testing.fake_grpc``) runs in a child process with
 ``--count`` messages of 1 KiB queued; this process runs a ``Consumer`` over gRPC with
@@ -12,7 +12,8 @@ until every message was handled. ``profile``: the consume under cProfile, twice
 difference of the messages (start-up and close cancel out): all calls, aiorocket's
 (not ``aiorocket.testing``), and the top aiorocket functions by calls. ``plain``: one
 consume of ``--count``, nothing measured (for ``valgrind --tool=cachegrind``: the
-instructions of two counts' runs, differenced).
+instructions of two counts' runs, differenced). ``--simple``: ``SimpleConsumer.receive``
+in a loop instead of the push consumer (no timers, acks or workers: the count repeats).
 """
 
 from __future__ import annotations
@@ -83,7 +84,18 @@ async def consume(port: int, count: int, batch: int) -> None:
             await done.wait()
 
 
-def run(count: int, batch: int, prof: cProfile.Profile | None) -> None:
+async def receive_only(port: int, count: int, batch: int) -> None:
+    """``SimpleConsumer.receive`` of ``batch`` in a loop, one at a time, nothing acked:
+    the receive path without the push consumer's timers, acks and workers."""
+    from aiorocket.grpc import SimpleConsumer
+
+    async with SimpleConsumer("g", f"127.0.0.1:{port}", {"t": "*"}) as c:
+        got = 0
+        while got < count:
+            got += len(await c.receive(batch, invisible_duration=60))
+
+
+def run(count: int, batch: int, prof: cProfile.Profile | None, simple: bool = False) -> None:
     child = subprocess.Popen(
         [sys.executable, __file__, "--serve", str(count)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -93,7 +105,7 @@ def run(count: int, batch: int, prof: cProfile.Profile | None) -> None:
         port = int(child.stdout.readline())
         if prof is not None:
             prof.enable()
-        asyncio.run(consume(port, count, batch))
+        asyncio.run((receive_only if simple else consume)(port, count, batch))
         if prof is not None:
             prof.disable()
     finally:
@@ -123,6 +135,11 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=14)
     p.add_argument("--mode", choices=("profile", "plain"), default="profile")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument(
+        "--simple",
+        action="store_true",
+        help="SimpleConsumer.receive in a loop instead of the push consumer",
+    )
     p.add_argument("--dump", default=None, help="FILE: the --count run's cProfile stats")
     p.add_argument("--every", action="store_true", help="the top functions of every module")
     a = p.parse_args()
@@ -130,12 +147,12 @@ def main() -> None:
         serve(a.serve)
         return
     if a.mode == "plain":
-        run(a.count, a.batch, None)
+        run(a.count, a.batch, None, a.simple)
         return
     results = []
     for n in (a.base, a.count):
         prof = cProfile.Profile()
-        run(n, a.batch, prof)
+        run(n, a.batch, prof, a.simple)
         results.append(_calls(prof, a.every))
         if a.dump:
             prof.dump_stats(a.dump)
