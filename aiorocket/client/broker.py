@@ -36,7 +36,7 @@ from aiorocket.protocol.features import (
     version_name,
 )
 from aiorocket.protocol.message_codec import UndecodableRecord, decode_messages
-from aiorocket.remoting.connection import StallCheck
+from aiorocket.remoting.connection import StallCheck, WireTiming
 from aiorocket.remoting.pool import ConnectionPool
 
 if TYPE_CHECKING:
@@ -186,12 +186,14 @@ class BrokerClient:
         body: bytes = b"",
         timeout: float | None = None,
         stall: StallCheck | None = None,
+        timing: WireTiming | None = None,
     ) -> RemotingCommand:
-        """One request to ``addr``; the answer whatever its code (``stall``: see
-        ``aiorocket.remoting.connection.Connection.request``)."""
+        """One request to ``addr``; the answer whatever its code (``stall``, ``timing``:
+        see ``aiorocket.remoting.connection.Connection.request``)."""
         return await self.pool.request(
-            addr, RemotingCommand.request(code, ext, body), timeout or self.timeout, stall
-        )
+            addr, RemotingCommand.request(code, ext, body), timeout or self.timeout, stall,
+            timing,
+        )  # fmt: skip
 
     _call = call
 
@@ -234,6 +236,7 @@ class BrokerClient:
         default_topic: str = DEFAULT_TOPIC,
         default_topic_queue_nums: int = 4,
         stall: StallCheck | None = None,
+        timing: WireTiming | None = None,
     ) -> SendResult:
         """SEND_MESSAGE_V2 (or SEND_BATCH_MESSAGE when ``batch``); ``properties`` is pre-encoded.
 
@@ -241,6 +244,7 @@ class BrokerClient:
         from ``default_topic`` with ``default_topic_queue_nums`` queues. A message with a
         property of a feature newer than the broker (a 4.x broker stores a 5.x timer
         message and delivers it at once) raises ``UnsupportedBrokerFeatureError`` first.
+        ``timing`` gets the send request's time on the wire (not a feature probe's).
         """
         feature = feature_of_properties(properties)
         if feature is not None:
@@ -250,7 +254,7 @@ class BrokerClient:
             batch, default_topic, default_topic_queue_nums,
         )  # fmt: skip
         code = _send_code(properties, batch)
-        resp = await self._call(addr, code, ext, body, timeout, stall)
+        resp = await self._call(addr, code, ext, body, timeout, stall, timing)
         status = _SEND_OK_CODES.get(resp.code)  # type: ignore[call-overload]
         if status is None:
             raise error_for_response(resp.code, resp.remark, code)

@@ -49,7 +49,8 @@ class ProducerConfig:
     compression: CompressionType = CompressionType.ZLIB
     #: 0-9 for ZLIB, up to 22 for ZSTD.
     compression_level: int = 5
-    #: avoid, for a time growing with its latency, a broker whose last send was slow or failed.
+    #: avoid, for a time growing with its latency, a broker whose last send was slow or failed
+    #: (latency: from the request's write to its answer's read off the socket).
     latency_fault_tolerance: bool = True
     #: an unpinned send that one broker sits on (no answer within 5x its recent latency,
     #: at least 0.25 s, at most 1 s and a quarter of ``send_timeout``) while others answer

@@ -57,6 +57,7 @@ from aiorocket.producer.selectors import (
     lite_selector,
 )
 from aiorocket.producer.stall import STALL_ISOLATION, StallWatch
+from aiorocket.remoting.connection import WireTiming
 
 __all__ = [
     "PINNED_RETRY_PAUSE",
@@ -96,6 +97,17 @@ def _failed(last: RocketMQError, unsure: RocketMQError) -> RocketMQError:
 
 def _ms_since(started: float) -> float:
     return (time.monotonic() - started) * 1000
+
+
+def _broker_ms(timing: WireTiming, started: float) -> float:
+    """An answered attempt's latency for the fault table: the broker's time as the client
+    can see it, from the request's write to its answer's read (``WireTiming``), not until
+    the sending task resumed: on a busy event loop (a thousand sends in flight) the
+    answers wait there hundreds of ms, which is not the broker's doing. Java measures
+    around its blocking call, whose thread wakes when the answer is read. Failures
+    (an error answer, a timeout, a lost connection) still count the whole attempt."""
+    took = timing.ms()
+    return _ms_since(started) if took is None else took
 
 
 async def _quietly(refresh: Awaitable[object]) -> None:
@@ -266,6 +278,7 @@ class Sender:
             last = attempt + 1 >= plan.attempts
             watch = None if plan.pinned or last else self.stall
             started = time.monotonic()
+            timing = WireTiming()
             try:
                 # The request's own deadline bounds the wait for the answer.
                 result = await self._broker.send_message(
@@ -274,6 +287,7 @@ class Sender:
                     timeout=remaining, default_topic=self._default_topic,
                     default_topic_queue_nums=self._config.default_topic_queue_nums,
                     stall=None if watch is None else watch.check(mq.broker_name, deadline),
+                    timing=timing,
                 )  # fmt: skip
             except BrokerStalledError as exc:  # others answer: isolate it, try another
                 self._fault.isolate(mq.broker_name, _ms_since(started), STALL_ISOLATION)
@@ -306,8 +320,10 @@ class Sender:
                         raise
                     raise last_error from exc
             else:
+                self._fault.record(mq.broker_name, _broker_ms(timing, started))
+                # The stall bound is checked against wall time since the write was
+                # queued: its baseline stays the same measure.
                 took = _ms_since(started)
-                self._fault.record(mq.broker_name, took)
                 if self.stall is not None and not plan.pinned:  # the last attempt's too
                     self.stall.answered(mq.broker_name, took / 1000)
                 if self._config.namespace:

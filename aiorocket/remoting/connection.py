@@ -42,7 +42,7 @@ from aiorocket.errors import (
 from aiorocket.protocol.codes import RemotingFlag, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.frame import MAX_FRAME_LENGTH, encode_command
-from aiorocket.remoting.wire import StreamWire, Wire, open_wire
+from aiorocket.remoting.wire import Sent, StreamWire, Wire, open_wire
 from aiorocket.security import Credentials
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "Connection",
     "RequestHandler",
     "StallCheck",
+    "WireTiming",
     "next_opaque",
     "parse_address",
 ]
@@ -84,16 +85,38 @@ StallCheck = tuple[float, Callable[[], bool]]
 STALL_GRACE = 0.05
 
 
+class WireTiming:
+    """A request's time on the wire, filled by ``Connection.request`` when it is answered:
+    from the write of its frame (handed to the transport, not queued) to the read of its
+    answer off the socket, both on the wire's clock. The broker's latency as the client
+    can see it, without the time the answer then waits for its requester to resume (the
+    producer's fault table: a busy event loop must not make a healthy broker slow)."""
+
+    __slots__ = ("read_at", "sent")
+
+    def __init__(self) -> None:
+        self.sent: Sent | None = None
+        self.read_at = math.nan
+
+    def ms(self) -> float | None:
+        """Milliseconds from write to read; None unless both happened."""
+        if self.sent is None:
+            return None
+        took = (self.read_at - self.sent.at) * 1000
+        return None if math.isnan(took) else max(took, 0.0)
+
+
 class _Pending:
     __slots__ = (
-        "deadline", "error", "event", "give_up", "response", "stall_after", "stall_at",
-        "stalled", "suspect",
+        "deadline", "error", "event", "give_up", "read_at", "response", "stall_after",
+        "stall_at", "stalled", "suspect",
     )  # fmt: skip
 
     def __init__(self, deadline: float, event: OneShotEvent) -> None:
         self.event = event
         self.deadline = deadline
         self.response: RemotingCommand | None = None
+        self.read_at = math.nan
         self.error: BaseException | None = None
         self.stall_at = math.inf
         self.stall_after = math.inf
@@ -272,6 +295,7 @@ class Connection:
             self._log.debug("late_response", opaque=cmd.opaque, code=cmd.code)
             return
         pending.response = cmd
+        pending.read_at = self._wire.read_at
         pending.event.set()
 
     async def _serve(self, request: RemotingCommand) -> None:
@@ -292,18 +316,19 @@ class Connection:
             with contextlib.suppress(ConnectionClosedError):
                 await self._send(encode_command(response))
 
-    async def _send(self, frame: bytes) -> None:
+    async def _send(self, frame: bytes) -> Sent:
         if self._closed:
             raise self._closed_error()
         wire = self._wire
         try:
-            wire.write(frame)
+            sent = wire.write(frame)
         except anyio.BrokenResourceError:
             raise self._closed_error() from None
         if wire.paused:  # backpressure: past the high-water mark, wait for the socket
             await wire.drain()
             if self._closed:
                 raise self._closed_error()
+        return sent
 
     async def _expire_loop(self) -> None:
         """Wake every pending request whose deadline passed; it then raises a timeout.
@@ -343,9 +368,14 @@ class Connection:
         return ConnectionClosedError(f"connection to {self.address} is closed: {reason}")
 
     async def request(
-        self, cmd: RemotingCommand, timeout: float, stall: StallCheck | None = None
+        self,
+        cmd: RemotingCommand,
+        timeout: float,
+        stall: StallCheck | None = None,
+        timing: WireTiming | None = None,
     ) -> RemotingCommand:
-        """Send ``cmd`` and wait for its response (any code; callers interpret it).
+        """Send ``cmd`` and wait for its response (any code; callers interpret it);
+        ``timing``, if given, gets its write and its answer's read.
 
         With ``stall``, a request that has no answer after its first element (seconds)
         raises ``BrokerStalledError`` if ``give_up()`` is true then (and still
@@ -370,12 +400,15 @@ class Connection:
         if wake < self._next_sweep:
             self._sweep.notify()  # the sweeper must wake earlier for this one
         try:
-            await self._send(encode_command(cmd))
+            sent = await self._send(encode_command(cmd))
             await pending.event.wait()
         finally:
             self._pending.pop(cmd.opaque, None)
         response = pending.response
         if response is not None:
+            if timing is not None:
+                timing.sent = sent
+                timing.read_at = pending.read_at
             if response.skipped_body:
                 size = response.skipped_body
                 raise ResponseTooLargeError(

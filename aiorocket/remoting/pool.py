@@ -20,7 +20,7 @@ from aiorocket._log import get_logger
 from aiorocket._tasks import BackgroundTasks
 from aiorocket.errors import ClientClosedError, ConnectionClosedError
 from aiorocket.protocol.command import RemotingCommand
-from aiorocket.remoting.connection import Connection, RequestHandler, StallCheck
+from aiorocket.remoting.connection import Connection, RequestHandler, StallCheck, WireTiming
 from aiorocket.security import Credentials
 
 
@@ -178,10 +178,15 @@ class ConnectionPool:
             listener(conn.address)
 
     async def request(
-        self, address: str, cmd: RemotingCommand, timeout: float, stall: StallCheck | None = None
+        self,
+        address: str,
+        cmd: RemotingCommand,
+        timeout: float,
+        stall: StallCheck | None = None,
+        timing: WireTiming | None = None,
     ) -> RemotingCommand:
         conn = await self.get(address)
-        return await conn.request(cmd, timeout, stall)
+        return await conn.request(cmd, timeout, stall, timing)
 
     async def oneway(self, address: str, cmd: RemotingCommand) -> None:
         conn = await self.get(address)

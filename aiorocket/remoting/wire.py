@@ -20,6 +20,7 @@ cancelled requester can never leave half a frame on the wire.
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl
 from collections.abc import Callable
 from typing import cast
@@ -37,6 +38,7 @@ __all__ = [
     "LOW_WATER",
     "OnCommand",
     "ProtocolWire",
+    "Sent",
     "StreamWire",
     "Wire",
     "open_wire",
@@ -52,15 +54,30 @@ HIGH_WATER = 4 * 1024 * 1024
 LOW_WATER = HIGH_WATER // 4
 
 
+class Sent:
+    """When the frames queued together (one ``Wire.write`` batch) were handed to the
+    transport, on the wire's clock (``read_at``'s); NaN until then. One clock read a
+    batch: the broker's time for a request starts here, not when it was queued."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at = math.nan
+
+
 class Wire:
     """The frame transport under a [`Connection`][aiorocket.remoting.connection.Connection]."""
 
     #: True while more than ``HIGH_WATER`` bytes wait to be sent: writers should
     #: ``await drain()``.
     paused: bool = False
+    #: The event loop's clock when the latest read that completed a frame came off the
+    #: socket, taken once a read before its commands are delivered: an answer's arrival
+    #: as the client can see it, whatever the loop does before its requester resumes.
+    read_at: float = math.nan
 
-    def write(self, frame: bytes) -> None:
-        """Queue a whole frame to be sent (never blocks)."""
+    def write(self, frame: bytes) -> Sent:
+        """Queue a whole frame to be sent (never blocks); the stamp of its batch."""
         raise NotImplementedError
 
     async def drain(self) -> None:
@@ -118,6 +135,7 @@ class ProtocolWire(asyncio.Protocol, Wire):
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self._outbox: list[bytes] | None = None  # frames of this loop iteration
+        self._sent = Sent()  # the stamp of _outbox
         self._decoder = FrameDecoder()
         self._on_command: OnCommand | None = None
         self._early: list[RemotingCommand] = []  # frames that came before run()
@@ -139,6 +157,8 @@ class ProtocolWire(asyncio.Protocol, Wire):
         except ProtocolError as exc:
             self._fail(exc)
             return
+        if commands:
+            self.read_at = self._loop.time()
         deliver = self._on_command
         if deliver is None:
             self._early.extend(commands)
@@ -154,7 +174,8 @@ class ProtocolWire(asyncio.Protocol, Wire):
             # written before, this one what they write. Nothing written: no write.
             frames: list[bytes] = []
             self._outbox = frames
-            self._loop.call_soon(self._flush, frames)
+            self._sent = sent = Sent()
+            self._loop.call_soon(self._flush, frames, sent)
 
     def eof_received(self) -> bool:
         return False  # close the transport: connection_lost follows
@@ -182,7 +203,7 @@ class ProtocolWire(asyncio.Protocol, Wire):
 
     # Wire ---------------------------------------------------------------------------
 
-    def write(self, frame: bytes) -> None:
+    def write(self, frame: bytes) -> Sent:
         transport = self._transport
         if transport is None or transport.is_closing():
             raise anyio.BrokenResourceError("connection is closed")
@@ -191,16 +212,19 @@ class ProtocolWire(asyncio.Protocol, Wire):
         # iteration: a send() per frame would cost the broker a read per frame too.
         outbox = self._outbox
         if outbox is None:
-            self._outbox = outbox = [frame]
-            self._loop.call_soon(self._flush, outbox)
-        else:
-            outbox.append(frame)
+            self._outbox = [frame]
+            self._sent = sent = Sent()
+            self._loop.call_soon(self._flush, self._outbox, sent)
+            return sent
+        outbox.append(frame)
+        return self._sent
 
-    def _flush(self, frames: list[bytes]) -> None:
+    def _flush(self, frames: list[bytes], sent: Sent) -> None:
         if self._outbox is frames:
             self._outbox = None
         transport = self._transport
         if frames and transport is not None and not transport.is_closing():
+            sent.at = self._loop.time()
             transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
     async def drain(self) -> None:
@@ -238,6 +262,7 @@ class StreamWire(Wire):
         # Frames queue here and the writer task sends them joined: many concurrent
         # requests then cost one system call.
         self._outbox: list[bytes] = []
+        self._sent = Sent()  # the stamp of _outbox
         self._outbox_bytes = 0
         self._wake_writer = anyio.Event()
         self._drained = anyio.Event()
@@ -245,13 +270,14 @@ class StreamWire(Wire):
         self._write_error: Exception | None = None
         self._run_scope: anyio.CancelScope | None = None
 
-    def write(self, frame: bytes) -> None:
+    def write(self, frame: bytes) -> Sent:
         if self._closed:
             raise anyio.BrokenResourceError("connection is closed")
         self._outbox.append(frame)
         self._outbox_bytes += len(frame)
         self.paused = self._outbox_bytes > HIGH_WATER
         self._wake_writer.set()
+        return self._sent
 
     async def drain(self) -> None:
         while self.paused and not self._closed:
@@ -269,7 +295,10 @@ class StreamWire(Wire):
                 try:
                     while True:
                         data = await self._stream.receive(_READ_SIZE)
-                        for cmd in decoder.feed(data):
+                        commands = decoder.feed(data)
+                        if commands:
+                            self.read_at = anyio.current_time()
+                        for cmd in commands:
                             on_command(cmd)
                 except Exception as exc:  # raised below, outside the task group
                     error = exc
@@ -289,7 +318,9 @@ class StreamWire(Wire):
                 self._wake_writer = anyio.Event()
                 while self._outbox:
                     frames, self._outbox = self._outbox, []
+                    sent, self._sent = self._sent, Sent()
                     self._outbox_bytes = 0
+                    sent.at = anyio.current_time()
                     await self._stream.send(frames[0] if len(frames) == 1 else b"".join(frames))
                 self.paused = False
                 drained, self._drained = self._drained, anyio.Event()

@@ -8,6 +8,7 @@ answer with errors, hold answers back, or ask for a transaction check at a given
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -39,6 +40,7 @@ from aiorocket.protocol.message_codec import (
     offset_message_id,
 )
 from aiorocket.protocol.store_record import encode_stored_message
+from aiorocket.remoting.connection import Connection
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 
 pytestmark = pytest.mark.anyio
@@ -224,6 +226,72 @@ async def test_failed_broker_is_retried_elsewhere_and_then_avoided() -> None:
             assert fake.sends()["broker-a"] == 1  # tried once, then isolated
             assert not p.fault.is_available("broker-a")
             assert p.fault.is_available("broker-b")
+
+
+#: the event loop kept busy this long: over the 550 ms at which a broker is avoided (2 s)
+HOG = 0.7
+
+
+@pytest.mark.parametrize("when", ["before_the_write", "after_the_read"])
+async def test_a_busy_event_loop_does_not_make_a_prompt_broker_slow(
+    when: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fault table takes a send's latency from the write of its request to the read
+    of its answer: the client's own delays around them (a thousand sends in flight: the
+    answers wait in the loop's ready queue behind each other) are not the broker's, and
+    a prompt broker is not avoided for them."""
+    hogged: list[float] = []
+    armed = False
+    request, on_response = Connection.request, Connection._on_response
+
+    def hog() -> None:
+        nonlocal armed
+        if armed:
+            armed = False
+            time.sleep(HOG)  # the loop is busy: nothing else runs meanwhile
+            hogged.append(HOG)
+
+    async def late_write(conn: Connection, cmd: RemotingCommand, *args: Any) -> RemotingCommand:
+        if cmd.code in SEND_CODES:
+            hog()  # between the producer's clock before the send and the write
+        return await request(conn, cmd, *args)
+
+    def late_resume(conn: Connection, cmd: RemotingCommand) -> None:
+        on_response(conn, cmd)  # read, and its requester woken: it resumes after this
+        if "queueOffset" in cmd.ext_fields:
+            hog()
+
+    if when == "before_the_write":
+        monkeypatch.setattr(Connection, "request", late_write)
+    else:
+        monkeypatch.setattr(Connection, "_on_response", late_resume)
+    async with cluster(brokers=1) as fake:
+        p = producer(fake)
+        p.fault = LatencyFaultTolerance(clock=lambda: 0.0)  # an isolation never runs out
+        async with p:
+            await p.send(Message(TOPIC, b"warm"))  # the route and the connection
+            armed = True
+            started = time.monotonic()
+            await p.send(Message(TOPIC, b"m"))
+            assert hogged == [HOG] and time.monotonic() - started >= HOG
+            assert p.fault.is_available("broker-a")
+            assert p.fault.snapshot()["broker-a"].latency_ms < 550
+
+
+async def test_a_broker_slow_between_write_and_read_is_still_avoided() -> None:
+    async with cluster(brokers=1) as fake:
+        p = producer(fake)
+        p.fault = LatencyFaultTolerance(clock=lambda: 0.0)
+        broker = fake.broker("broker-a")
+        async with p, anyio.create_task_group() as tg:
+            await p.send(Message(TOPIC, b"warm"))
+            broker.hold = anyio.Event()
+            tg.start_soon(p.send, Message(TOPIC, b"m"))
+            await wait_for(lambda: broker.holding)  # read by the broker, not answered
+            await anyio.sleep(0.6)  # the broker's slowness itself
+            broker.hold.set()
+        assert not p.fault.is_available("broker-a")
+        assert p.fault.snapshot()["broker-a"].latency_ms >= 550
 
 
 async def test_without_fault_tolerance_retries_still_move_but_the_broker_is_not_avoided() -> None:

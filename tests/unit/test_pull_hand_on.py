@@ -33,12 +33,12 @@ async def test_the_next_pull_is_on_the_wire_before_the_answers_handlers_run(
     sent: set[tuple[int, int]] = set()
     flush = ProtocolWire._flush
 
-    def recording_flush(wire: ProtocolWire, frames: list[bytes]) -> None:
+    def recording_flush(wire: ProtocolWire, frames: list[bytes], *stamp: Any) -> None:
         for cmd in FrameDecoder().feed(b"".join(frames)):
             if cmd.code == RequestCode.PULL_MESSAGE:
                 ext = cmd.ext_fields
                 sent.add((int(ext["queueId"]), int(ext["queueOffset"])))
-        flush(wire, frames)
+        flush(wire, frames, *stamp)
 
     monkeypatch.setattr(ProtocolWire, "_flush", recording_flush)
     broker = FakeBroker("broker-a", 0)

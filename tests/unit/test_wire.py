@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from typing import Any
 
 import anyio
@@ -192,6 +194,29 @@ async def test_a_read_that_wakes_no_writer_writes_nothing() -> None:
     wire.write(frame(2))  # the flush point has passed: a write of its own
     await asyncio.sleep(0)
     assert transport.writes == [frame(2)]
+
+
+@asyncio_only
+async def test_a_batch_is_stamped_when_handed_to_the_transport_and_a_read_when_read() -> None:
+    """A request's write is when its batch left (not when it was queued: a loaded loop
+    runs the flush late) and its answer's read when the bytes came off the socket, one
+    clock read each (the producer's fault table takes the broker's latency from them)."""
+    loop = asyncio.get_running_loop()
+    wire, transport = connected()
+    wire._on_command = lambda cmd: None
+    sent = wire.write(frame(1))
+    assert wire.write(frame(2)) is sent and math.isnan(sent.at)  # one batch, not yet out
+    queued = loop.time()
+    time.sleep(0.01)  # noqa: ASYNC251 - the loop kept busy before the flush runs
+    await asyncio.sleep(0)
+    assert transport.writes == [frame(1) + frame(2)] and sent.at >= queued + 0.01
+    assert wire.write(frame(3)) is not sent  # a later batch, its own stamp
+    assert math.isnan(wire.read_at)
+    wire.data_received(frame(4)[:5])  # a part of a frame: nothing read yet
+    assert math.isnan(wire.read_at)
+    before = loop.time()
+    wire.data_received(frame(4)[5:])
+    assert before <= wire.read_at <= loop.time()
 
 
 @asyncio_only
