@@ -4,9 +4,10 @@ After every send the broker's latency L is recorded (the sender measures it from
 request's write to its answer's read off the socket, ``WireTiming`` in
 ``aiorocket.remoting.connection``, not until the sending task resumed); the broker is
 then unavailable for the duration of the largest column of the table with
-``L >= latency_max`` (the Java client's MQFaultStrategy, 5.x values). A failed send counts as a latency of 10 s,
-as in the 5.x client (4.x: 30 s with its longer table), so a dead broker is avoided for
-10 s after its first failure; one good send makes a broker available again at once.
+``L >= latency_max`` (the Java client's MQFaultStrategy, 5.x values). A failed send
+counts as a latency of 10 s, as in the 5.x client (4.x: 30 s with its longer table), so
+a dead broker is avoided for 10 s after its first failure; one good send makes a broker
+available again at once.
 Pure and clock-injectable: no I/O here.
 """
 

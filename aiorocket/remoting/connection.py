@@ -100,10 +100,11 @@ class WireTiming:
 
     def ms(self) -> float | None:
         """Milliseconds from write to read; None unless both happened."""
-        if self.sent is None:
+        sent = self.sent
+        if sent is None:
             return None
-        took = (self.read_at - self.sent.at) * 1000
-        return None if math.isnan(took) else max(took, 0.0)
+        took = (self.read_at - sent.at) * 1000
+        return took if took >= 0 else None  # NaN (not written, not read) is not >= 0
 
 
 class _Pending:
