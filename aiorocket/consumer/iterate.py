@@ -15,6 +15,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from aiorocket.consumer.dispatch import _BURST as _WORKER_BURST
 from aiorocket.consumer.dispatch import WorkItem, close_and_take
 from aiorocket.consumer.trace import TracedSettler
 from aiorocket.consumer.work_queue import WorkQueue
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Iterated"]
 
-#: messages yielded between checkpoints: a body that never awaits must not starve pulls.
-_BURST = 32
 
 
 class Iterated:
@@ -51,6 +50,13 @@ class Iterated:
         self._retag = trace is not None
         #: messages not yet yielded (and those a closed iterator released)
         self.queue: WorkQueue[WorkItem] = WorkQueue()
+        #: messages yielded between checkpoints: a body that never awaits must not
+        #: starve pulls, but one loop pass must take what the handler strategy's workers
+        #: take together (``consume_concurrency`` x their burst): at 32 a pass the pulls
+        #: of one pass decoded up to 8 x 32 and the loop fell behind after any stall
+        #: (20,000/s, benchmarks/README.md round 7: dispatch p99 18.7-41.2 ms at 32,
+        #: 3.7-7.5 ms at 640, the handler consumer's 4.5-6.1)
+        self.burst = max(state.config.consume_concurrency, 1) * _WORKER_BURST
 
     # -- Delivery ------------------------------------------------------------------
 
@@ -99,7 +105,7 @@ class Iterated:
         previous: ConsumerMessage | None = None
         finish = self._settler.finish
         pop_nowait = queue.pop_nowait
-        countdown = _BURST
+        burst = countdown = self.burst
         trace = self._state.trace
         try:
             while True:
@@ -109,7 +115,7 @@ class Iterated:
                     previous = None
                 countdown -= 1
                 if not countdown:
-                    countdown = _BURST
+                    countdown = burst
                     await anyio.lowlevel.checkpoint()  # let pulls run between bursts
                 try:
                     item = pop_nowait()

@@ -13,7 +13,7 @@ import anyio.lowlevel
 import pytest
 
 from aiorocket.client.instance import ClientInstance
-from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage, iterate
+from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage, dispatch
 from aiorocket.message import Message, MessageQueue
 from aiorocket.testing.broker import LocalRocketMQ
 from aiorocket.testing.logs import capture_logs
@@ -62,18 +62,20 @@ async def finish_all(consumer: Consumer, seen: list[bytes], bodies: list[bytes])
 async def test_cancelling_the_loop_at_its_checkpoint_loses_no_message(
     rocketmq: LocalRocketMQ, unique_name: Callable[[str], str]
 ) -> None:
-    consumer, mq, bodies = await one_queue_with(rocketmq, unique_name, 40)
+    # one worker's burst between checkpoints (consume_concurrency x the handler's burst)
+    consumer, mq, bodies = await one_queue_with(rocketmq, unique_name, 40, consume_concurrency=1)
+    burst = dispatch._BURST
     seen: list[bytes] = []
     async with consumer:
         with anyio.CancelScope() as scope:
             async for msg in consumer:
                 seen.append(msg.body)
-                if len(seen) == iterate._BURST - 1:
+                if len(seen) == burst - 1:
                     # Taking the next message passes the loop's checkpoint between
                     # bursts: the cancellation lands there, with messages queued.
                     assert consumer._iterated is not None and len(consumer._iterated.queue) > 0
                     scope.cancel()
-        assert len(seen) == iterate._BURST - 1
+        assert len(seen) == burst - 1
         await finish_all(consumer, seen, bodies)
         assert sorted(seen) == sorted(bodies)
         await wait_committed(consumer, mq, 40)

@@ -1,0 +1,60 @@
+"""``async for`` takes, per event-loop pass, what the handler workers take together.
+
+The iterator is one task; the handler strategy's ``consume_concurrency`` workers each
+take a burst of messages per pass. At one burst a pass the iterator fell behind the
+pulls after any stall (each pass decodes up to one answer per queue) and its messages
+waited behind a backlog of its own (benchmarks/README.md, round 7)."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from aiorocket.consumer.dispatch import _BURST as WORKER_BURST
+
+from .consumer_fakes import FakeBroker, FakeCluster, consumer_of, running
+from .test_orderly_faults import until
+
+pytestmark = pytest.mark.anyio
+
+BACKLOG = 1500  # two queues of 750: under the per-queue cache limit (1,000)
+
+
+@pytest.mark.parametrize("concurrency", [1, 20])
+async def test_a_loop_pass_yields_the_handler_workers_burst(concurrency: int) -> None:
+    broker = FakeBroker("broker-a", 0)
+    for i in range(BACKLOG):
+        broker.add(i % 2, b"m%d" % i)
+    passes = 0
+
+    async def count_passes() -> None:
+        nonlocal passes
+        while True:
+            passes += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with (
+        running(FakeCluster({"broker-a": [broker]})) as cluster,
+        consumer_of(cluster, consume_concurrency=concurrency) as consumer,
+    ):
+        with anyio.fail_after(30):
+            async for _first in consumer:  # the loop stalls: the pulls buffer the rest
+                break  # its message goes back to the front, unsettled
+            iterated = consumer._iterated
+            assert iterated is not None
+            await until(lambda: len(iterated.queue) >= BACKLOG)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(count_passes)
+                await anyio.lowlevel.checkpoint()
+                start = passes
+                taken = 0
+                async for _msg in consumer:  # a body that never awaits
+                    taken += 1
+                    if taken == 2 * concurrency * WORKER_BURST:
+                        break
+                took = passes - start
+                tg.cancel_scope.cancel()
+    # one checkpoint (and so one pass of the other tasks) a burst of the workers' size
+    assert took <= 3, f"{took} loop passes for {2 * concurrency * WORKER_BURST} messages"
+    assert took >= 1
