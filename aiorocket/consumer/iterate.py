@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["Iterated"]
 
 
-
 class Iterated:
     """Messages wait in one queue for the application's ``async for`` loops.
 
@@ -52,8 +51,8 @@ class Iterated:
         self.queue: WorkQueue[WorkItem] = WorkQueue()
         #: messages yielded between checkpoints: a body that never awaits must not
         #: starve pulls, but one loop pass must take what the handler strategy's workers
-        #: take together (``consume_concurrency`` x their burst): at 32 a pass the pulls
-        #: of one pass decoded up to 8 x 32 and the loop fell behind after any stall
+        #: take together (``consume_concurrency`` x their burst): at 32 a pass, a pass's
+        #: pulls decoded up to one answer per queue and the loop fell behind after a stall
         #: (20,000/s, benchmarks/README.md round 7: dispatch p99 18.7-41.2 ms at 32,
         #: 3.7-7.5 ms at 640, the handler consumer's 4.5-6.1)
         self.burst = max(state.config.consume_concurrency, 1) * _WORKER_BURST
