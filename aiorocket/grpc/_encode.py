@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from aiorocket.errors import MessageDecodeError
 from aiorocket.grpc._convert import Outgoing
-from aiorocket.grpc._fast import _skip, _varint
+from aiorocket.grpc._fast import ByEncoding, _skip, _varint
 from aiorocket.namespace import wrap
 
 __all__ = [
@@ -199,17 +199,7 @@ class AckEntry:
 
 
 #: Decoded statuses by their bytes: an ack answer repeats one OK status per entry.
-_STATUSES: dict[bytes, Status] = {}
-
-
-def _known_status(buf: bytes, pos: int, end: int) -> Status:
-    raw = buf[pos:end]
-    status = _STATUSES.get(raw)
-    if status is None:
-        status = _status(buf, pos, end)
-        if len(_STATUSES) < 64:
-            _STATUSES[raw] = status
-    return status
+_STATUSES: ByEncoding[Status] = ByEncoding(lambda raw: _status(raw, 0, len(raw)))
 
 
 def _ack_entry(data: bytes, pos: int, end: int) -> AckEntry:
@@ -227,7 +217,7 @@ def _ack_entry(data: bytes, pos: int, end: int) -> AckEntry:
         elif key == 0x12:
             entry._handle = (pos, pos + n)
         elif key == 0x1A:
-            entry.status = _known_status(data, pos, pos + n)
+            entry.status = _STATUSES.get(data[pos : pos + n])
         pos += n
     return entry
 

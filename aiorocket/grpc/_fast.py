@@ -15,12 +15,15 @@ hypothesis.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
 from aiorocket.errors import MessageDecodeError
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._convert import decode_body, properties_of
 from aiorocket.grpc._received import ReceivedMessage
 
-__all__ = ["FastReceiveResponse", "UndecodableMessage", "decode_message"]
+__all__ = ["ByEncoding", "FastReceiveResponse", "UndecodableMessage", "decode_message"]
 
 _U64 = 1 << 64
 _I63 = 1 << 63
@@ -270,23 +273,37 @@ def _int32(v: int) -> int:
     return v - (1 << 32) if v >= 1 << 31 else v
 
 
-#: the Statuses decoded so far, by their bytes: every receive's stream starts with one,
-#: nearly always the same few (OK, MESSAGE_NOT_FOUND), and betterproto's parse and its
-#: first field reads cost ~60 Python calls a receive (issue 43, goal 5b, round 7).
-#: Bounded: a Proxy's error texts may vary; those past the bound are parsed each time.
-_STATUSES: dict[bytes, pb.Status] = {}
-_STATUSES_MAX = 64
+T = TypeVar("T")
 
 
-def _status(raw: bytes) -> pb.Status:
-    """The ``Status`` encoded in ``raw``: one instance per distinct encoding (callers
-    only read it)."""
-    status = _STATUSES.get(raw)
-    if status is None:
-        status = pb.Status().parse(raw)
-        if len(_STATUSES) < _STATUSES_MAX:
-            _STATUSES[raw] = status
-    return status
+class ByEncoding(Generic[T]):
+    """Values decoded from bytes, one instance per distinct encoding (callers only read
+    them): a Status repeats in every receive and every ack entry, nearly always the same
+    few. Bounded: a Proxy's error texts may vary; those past ``limit`` are decoded each
+    time."""
+
+    __slots__ = ("_decode", "_kept", "limit")
+
+    def __init__(self, decode: Callable[[bytes], T], limit: int = 64) -> None:
+        self._decode = decode
+        self._kept: dict[bytes, T] = {}
+        self.limit = limit
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, raw: bytes) -> T:
+        value = self._kept.get(raw)
+        if value is None:
+            value = self._decode(raw)
+            if len(self._kept) < self.limit:
+                self._kept[raw] = value
+        return value
+
+
+#: the Statuses a receive's stream starts with: betterproto's parse and its first field
+#: reads cost ~60 Python calls a receive (issue 43, goal 5b, round 7).
+_STATUSES: ByEncoding[pb.Status] = ByEncoding(lambda raw: pb.Status().parse(raw))
 
 
 class FastReceiveResponse:
@@ -334,7 +351,7 @@ class FastReceiveResponse:
                     n, pos = _varint(data, pos)
                     if pos + n > end:
                         raise MessageDecodeError("ReceiveMessageResponse truncated")
-                    self.status = _status(data[pos : pos + n])
+                    self.status = _STATUSES.get(data[pos : pos + n])
                     self.message = None
                     pos += n
                 else:

@@ -99,8 +99,7 @@ def test_a_repeated_status_is_decoded_once_and_the_cache_stays_bounded(
     """Every receive's stream starts with the same Status: decoded once (betterproto's
     parse was ~60 calls a receive), equal to betterproto's decode every time; past the
     bound, statuses are still decoded right, just not kept."""
-    monkeypatch.setattr(_fast, "_STATUSES", {})
-    monkeypatch.setattr(_fast, "_STATUSES_MAX", 2)
+    monkeypatch.setattr(_fast, "_STATUSES", _fast.ByEncoding(_fast._STATUSES._decode, limit=2))
     ok = pb.Status(code=pb.Code.OK, message="OK")
     wire = bytes(pb.ReceiveMessageResponse(status=ok))
     first, again = (FastReceiveResponse.FromString(wire).status for _ in range(2))
