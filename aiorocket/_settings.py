@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import fields, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 from aiorocket.errors import ConfigError
 
@@ -50,11 +51,22 @@ def check_positive_ints(values: Mapping[str, object]) -> None:
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
 
 
+def _is_number(value: object) -> TypeGuard[float]:
+    """An int or a float, not a bool (``True`` is no number of seconds)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_positive_numbers(values: Mapping[str, object]) -> None:
     """Each value is a number of seconds (int or float, not bool) above 0."""
     for name, value in values.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        if not _is_number(value) or not value > 0:
             raise ConfigError(f"{name} must be a positive number, got {value!r}")
+
+
+def check_finite_seconds(name: str, value: object) -> None:
+    """``value`` is a finite number of seconds >= 0 (0: at once)."""
+    if not _is_number(value) or not 0 <= value < math.inf:
+        raise ConfigError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
 
 
 #: The bounds the Apache Proxy puts on a receive's invisible duration, in seconds
@@ -66,11 +78,7 @@ MAX_INVISIBLE_DURATION = 12 * 3600.0
 
 def check_invisible_duration(value: object) -> None:
     """A pop consumer's invisible duration: a number of seconds the Proxy accepts."""
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not MIN_INVISIBLE_DURATION <= value <= MAX_INVISIBLE_DURATION
-    ):
+    if not _is_number(value) or not (MIN_INVISIBLE_DURATION <= value <= MAX_INVISIBLE_DURATION):
         raise ConfigError(
             f"invisible_duration must be {MIN_INVISIBLE_DURATION:g}..{MAX_INVISIBLE_DURATION:g} "
             f"seconds (the Proxy's bounds), got {value!r}"

@@ -6,10 +6,9 @@ default here, so a slow or dead broker is avoided without configuration.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from aiorocket._settings import check_positive_ints, check_positive_numbers
+from aiorocket._settings import check_finite_seconds, check_positive_ints, check_positive_numbers
 from aiorocket._trace import TRACE_TOPIC, check_trace_settings
 from aiorocket.errors import ConfigError
 from aiorocket.namespace import check_namespace
@@ -156,15 +155,7 @@ class ProducerConfig:
         if self.max_rate is not None:
             positive_floats["max_rate"] = self.max_rate
         check_positive_numbers(positive_floats)
-        delay = self.batch_max_delay
-        if (
-            not isinstance(delay, (int, float))
-            or isinstance(delay, bool)
-            or not (0 <= delay < math.inf)
-        ):
-            raise ConfigError(
-                f"batch_max_delay must be a finite number of seconds >= 0, got {delay!r}"
-            )
+        check_finite_seconds("batch_max_delay", self.batch_max_delay)
         if self.shutdown_timeout < 0:
             raise ConfigError("shutdown_timeout must be >= 0")
         try:
