@@ -24,11 +24,23 @@ broker's wait and two tries would otherwise take the whole bound and leave the q
 of the brokers after it locked. It names every queue this consumer may hold at the broker
 (a lock asked for, not refused, not unlocked since), not only the started ones: a
 rebalance's lock caught on the wire by the close is granted for queues that never started.
+
+A revoked queue's unlock (``unlock``) has the same order against the renewal: it waits
+for a lock request in flight that names the queue, and a renewal that picked the queue
+before its unlock began leaves it out when it sends (and never picks it while the unlock
+runs). Before, a renewal caught between picking its queues and sending them could be
+applied after the revoke's unlock: the queue stayed locked by this consumer, which no
+longer consumed it, and its new owner could not lock it until the broker expired the
+lock (60 s).
+
+Masters are looked up in the cached routes; the queues a cached route does not name cost
+one route query per topic, not one per queue, and the close unlocks the brokers it
+knows while those queries run.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import anyio
@@ -76,32 +88,37 @@ class QueueLocks:
         self.lost = Signal()
         #: set by the close: no lock request is sent after it
         self._closing = False
-        #: lock requests sent and not answered yet per broker, and a signal when one ends
+        #: lock requests sent and not answered yet, per broker and per queue, and a
+        #: signal when one ends
         self._in_flight: Counter[str] = Counter()
+        self._locking: Counter[MessageQueue] = Counter()
         self._answered = Signal()
+        #: unlocks begun per queue (a lock picked before one began is not sent), and
+        #: those still running (the renewal does not pick their queues)
+        self._unlocks_begun: Counter[MessageQueue] = Counter()
+        self._unlocking: Counter[MessageQueue] = Counter()
         #: queues a lock was asked for, not refused and not unlocked since: the close
         #: unlocks them all
         self._maybe_held: set[MessageQueue] = set()
 
-    async def _by_broker(self, mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
-        grouped: dict[str, list[MessageQueue]] = defaultdict(list)
-        for mq in mqs:
-            addr = await self._finder.master(mq)
-            if addr is not None:
-                grouped[addr].append(mq)
-        return grouped
-
     async def try_lock(
         self, mqs: list[MessageQueue]
     ) -> tuple[set[MessageQueue], set[MessageQueue]]:
-        """LOCK_BATCH_MQ on each broker: (the queues we now hold, the queues whose broker
-        could not be asked). The others were refused: another consumer holds them."""
+        """LOCK_BATCH_MQ on each broker: (the queues we now hold, the queues not asked
+        for: their broker could not be asked, or their unlock began since this call).
+        The others were refused: another consumer holds them."""
         state = self._state
+        picked = {mq: self._unlocks_begun[mq] for mq in mqs}
         locked: set[MessageQueue] = set()
         unknown = set(mqs)
-        for addr, group in (await self._by_broker(mqs)).items():
+        for addr, group in (await self._finder.masters(mqs)).items():
             if self._closing:
                 break  # the close unlocks; these stay unknown
+            # Checked as it is sent (no await in between): the broker may apply this
+            # lock after an unlock sent before it (see the module docstring).
+            group = [mq for mq in group if self._unlocks_begun[mq] == picked[mq]]
+            if not group:
+                continue
             try:
                 got = await self._lock_batch(addr, group)
             except RocketMQError as exc:
@@ -115,9 +132,10 @@ class QueueLocks:
         """One LOCK_BATCH_MQ, counted until answered (bounded by ``request_timeout``).
         Shielded: the broker applies a request sent whether or not its caller still
         waits, so a cancelled caller (the close stopping ``keep``) waits for the answer
-        too, and ``unlock_at_close`` knows when it came."""
+        too, and an unlock knows when it came."""
         self._maybe_held.update(mqs)
         self._in_flight[addr] += 1
+        self._locking.update(mqs)
         try:
             with anyio.CancelScope(shield=True):
                 got = await self._broker.lock_batch(addr, self._state.group, self._client_id, mqs)
@@ -125,6 +143,7 @@ class QueueLocks:
             return got
         finally:
             self._in_flight[addr] -= 1
+            self._locking.subtract(mqs)
             self._answered.notify()
 
     async def lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
@@ -133,16 +152,28 @@ class QueueLocks:
         return locked
 
     async def unlock(self, mqs: list[MessageQueue]) -> None:
-        """UNLOCK_BATCH_MQ on each broker, one try (a revoked queue's)."""
+        """UNLOCK_BATCH_MQ on each broker, one try (a revoked queue's), after the lock
+        requests in flight that name one of ``mqs`` were answered (or timed out).
+
+        Cancelled or failed before its broker answered, a queue stays among those the
+        close unlocks."""
         if not mqs:
             return
-        self._maybe_held.difference_update(mqs)
-        for addr, group in (await self._by_broker(mqs)).items():
-            await self._unlock_on(addr, group, tries=1)
+        self._unlocks_begun.update(mqs)
+        self._unlocking.update(mqs)
+        try:
+            while any(self._locking[mq] for mq in mqs):
+                await self._answered.wait()  # bounded: a lock request's request_timeout
+            for addr, group in (await self._finder.masters(mqs)).items():
+                if await self._unlock_on(addr, group, tries=1):
+                    self._maybe_held.difference_update(group)
+        finally:
+            self._unlocking.subtract(mqs)
 
-    async def _unlock_on(self, addr: str, mqs: list[MessageQueue], *, tries: int) -> None:
+    async def _unlock_on(self, addr: str, mqs: list[MessageQueue], *, tries: int) -> bool:
         """UNLOCK_BATCH_MQ on one broker; one lost with its connection (reset, or timed
-        out and closed) is sent again on a new one, up to ``tries`` sends in all."""
+        out and closed) is sent again on a new one, up to ``tries`` sends in all.
+        Whether the broker answered success."""
         state = self._state
         for left in range(tries - 1, -1, -1):
             try:
@@ -154,19 +185,32 @@ class QueueLocks:
                 state.log.warning("unlock_failed", broker=addr, error=str(exc))
             except RocketMQError as exc:
                 state.log.warning("unlock_failed", broker=addr, error=str(exc))
+            else:
+                return True
             break
+        return False
 
     async def unlock_at_close(self, mqs: list[MessageQueue]) -> None:
         """The close's unlock of ``mqs`` and every queue it may hold at the broker: each
         broker's after its lock requests already sent were answered (or timed out), and
-        no new one starts (see the module docstring); the brokers side by side."""
+        no new one starts (see the module docstring); the brokers side by side, those
+        the cached routes do not name after one route query per topic."""
         self._closing = True
         everything = sorted({*mqs, *self._maybe_held})
         if not everything:
             return
+        known, missing = self._finder.cached_masters(everything)
         async with anyio.create_task_group() as tg:
-            for addr, group in (await self._by_broker(everything)).items():
+            for addr, group in known.items():
                 tg.start_soon(self._unlock_at_close_on, addr, group)
+            for topic, group in missing.items():
+                tg.start_soon(self._unlock_at_close_looked_up, tg, topic, group)
+
+    async def _unlock_at_close_looked_up(
+        self, tg: anyio.abc.TaskGroup, topic: str, mqs: list[MessageQueue]
+    ) -> None:
+        for addr, group in (await self._finder.masters_of_topic(topic, mqs)).items():
+            tg.start_soon(self._unlock_at_close_on, addr, group)
 
     async def _unlock_at_close_on(self, addr: str, mqs: list[MessageQueue]) -> None:
         while self._in_flight[addr]:
@@ -182,16 +226,20 @@ class QueueLocks:
     async def renew(self, *, retry_only: bool = False) -> None:
         """Lock every held queue again (``retry_only``: those refused or not renewed)."""
         now = anyio.current_time()
-        pqs = self._state.held_queues()
+        # Not those whose unlock runs: the lock could be applied after it.
+        pqs = [pq for pq in self._state.held_queues() if not self._unlocking[pq.mq]]
         if retry_only:
             pqs = [pq for pq in pqs if self._needs_retry(pq, now)]
         if not pqs:
             return
         locked, unknown = await self.try_lock([pq.mq for pq in pqs])
         now = anyio.current_time()
+        held = {id(pq) for pq in self._state.held_queues()}
         for pq in pqs:
             if pq.mq in unknown:
                 continue  # no answer: unchanged, the lock's age decides (valid)
+            if id(pq) not in held:
+                continue  # revoked meanwhile: a grant must not make it consumable
             was = pq.locked
             pq.locked = pq.mq in locked
             if pq.locked:

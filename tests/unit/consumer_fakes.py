@@ -83,6 +83,8 @@ class FakeBroker:
         self.lock_delay = 0.0
         self.lock_received = anyio.Event()  # set (and replaced) as a delayed lock arrives
         self.locks_delayed = 0  # delayed locks received and not applied yet
+        #: set: a LOCK_BATCH_MQ received waits for this event before it is applied
+        self.lock_hold: anyio.Event | None = None
         #: the next UNLOCK_BATCH_MQ is not applied: its connection is closed instead
         self.drop_next_unlock = False
         #: UNLOCK_BATCH_MQ is received and never answered (a frozen broker)
@@ -168,6 +170,10 @@ class FakeBroker:
                     await anyio.sleep(self.lock_delay)
                 finally:
                     self.locks_delayed -= 1
+            if code == RequestCode.LOCK_BATCH_MQ and self.lock_hold is not None:
+                self.lock_received.set()
+                self.lock_received = anyio.Event()
+                await self.lock_hold.wait()
             resp = self._lock(cmd)
         else:
             resp.code = ResponseCode.REQUEST_CODE_NOT_SUPPORTED
@@ -257,7 +263,10 @@ class FakeCluster:
         self.namesrv_silent = False  # the NameServer stops answering
         self.topic_exists = True  # False: TOPIC has no route (not created yet)
         self.route_queries = 0
+        self.route_topics: list[str] = []  # the topic of each route query
         self.route_asked = anyio.Event()  # set (and replaced) at every route query
+        #: set: a route query waits for this event before it is answered
+        self.route_hold: anyio.Event | None = None
         self.namesrv = FakeRemotingServer(self._route)
 
     def _visible(self, name: str) -> list[FakeBroker]:
@@ -267,8 +276,11 @@ class FakeCluster:
         self.route_queries += 1
         self.route_asked.set()
         self.route_asked = anyio.Event()
+        self.route_topics.append(cmd.ext_fields.get("topic", ""))
         if self.namesrv_silent:
             return
+        if self.route_hold is not None:
+            await self.route_hold.wait()
         topic = cmd.ext_fields.get("topic", "")
         if topic != TOPIC or not self.topic_exists:
             await session.send(

@@ -3,7 +3,7 @@ reset (OFFSET_ILLEGAL) while a handler runs, lock requests that fail or are refu
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
@@ -12,6 +12,7 @@ import pytest
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import ConfigError
+from aiorocket.message import MessageQueue
 from aiorocket.results import Reconsume
 from aiorocket.testing.logs import capture_logs
 
@@ -210,6 +211,102 @@ async def test_orderly_close_unlocks_queues_whose_rebalance_lock_was_in_flight()
                 await broker.lock_received.wait()
         await until(lambda: broker.locks_delayed == 0)
         assert broker.lock_owners == {}, "no queue stays locked by the closed consumer"
+
+
+async def test_orderly_revoke_unlock_waits_for_a_lock_renewal_in_flight() -> None:
+    # A renewal sent before a rebalance revoked its queues, applied by the broker after
+    # the revoke's unlock (5.x runs both on a pool of admin threads): the queues stayed
+    # locked by a consumer that no longer consumed them, kept from their next owner.
+    async with (
+        renewing_often() as (broker, handle, consumer),
+        past_one_message(broker, handle, consumer),
+    ):
+        broker.lock_delay = 0.5  # the next renewal is applied half a second late
+        with anyio.fail_after(10):
+            await broker.lock_received.wait()
+        reallocate(consumer, take_none)  # revoke both queues while it is in flight
+        await until(lambda: "unlock 0,1" in broker.journal)
+        await until(lambda: broker.locks_delayed == 0)  # every lock sent was applied
+        assert broker.lock_owners == {}, "no revoked queue stays locked by us"
+        assert not consumer.assignment()
+
+
+def only_broker_a(
+    group: str, cid: str, queues: Sequence[MessageQueue], cids: Sequence[str]
+) -> list[MessageQueue]:
+    return [mq for mq in queues if mq.broker_name == "a"]
+
+
+async def test_orderly_lock_renewal_does_not_send_a_queue_revoked_since_it_picked_it() -> None:
+    # The renewal picks every held queue, then asks one broker after the other: broker
+    # b's queues, revoked (and unlocked) while broker a's answer was awaited, were
+    # locked again by it, and stayed locked by a consumer that no longer consumed them.
+    a, b = FakeBroker("a", 0), FakeBroker("b", 0)
+    cluster = FakeCluster({"a": [a], "b": [b]})
+    handle = Collector(2)
+    async with running(cluster):
+        consumer = consumer_of(cluster, handle, orderly=True, allocate=take_all,
+                               lock_renew_interval=0.2)  # fmt: skip
+        async with consumer:
+            a.add(0, b"m0")
+            b.add(0, b"m1")
+            with anyio.fail_after(10):
+                await handle.done.wait()
+            a.lock_hold = anyio.Event()  # the next renewal waits at broker a
+            with anyio.fail_after(10):
+                await a.lock_received.wait()
+            reallocate(consumer, only_broker_a)
+            await until(lambda: "unlock 0,1" in b.journal)
+            b.lock_requests.clear()
+            a.lock_hold.set()
+            a.lock_hold = None
+            with anyio.fail_after(10):  # the renewal after next: the one held has ended
+                await a.lock_seen.wait()
+                await a.lock_seen.wait()
+            assert b.lock_requests == [], "no lock of a revoked queue after its unlock"
+            assert b.lock_owners == {}, "b's queues are free for their next owner"
+            assert {mq.broker_name for mq in consumer.assignment()} == {"a"}
+
+
+async def test_orderly_close_unlocks_known_brokers_while_one_route_query_finds_the_rest() -> None:
+    # Each queue whose master the cached route did not name cost a NameServer request
+    # of its own, one after the other, before the first unlock: a slow NameServer kept
+    # every broker's queues locked, and those two requests took the close's bound.
+    a, b = FakeBroker("a", 0), FakeBroker("b", 0)
+    cluster = FakeCluster({"a": [a], "b": [b]})
+    handle = Collector(2)
+    stop, closed = anyio.Event(), anyio.Event()
+    async with running(cluster):
+        consumer = consumer_of(cluster, handle, orderly=True, allocate=take_all,
+                               rebalance_interval=60.0)  # fmt: skip
+
+        async def run() -> None:
+            async with consumer:
+                a.add(0, b"m0")
+                b.add(0, b"m1")
+                await stop.wait()
+            closed.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            with anyio.fail_after(10):
+                await handle.done.wait()
+            await until(lambda: a.offsets.get((TOPIC, 0)) == 1 == b.offsets.get((TOPIC, 0)))
+            # The cached route loses b's master (a refresh while it restarted, say).
+            cluster.master_down.add("b")
+            await engine_of(consumer).client.namesrv.query_route(TOPIC)
+            cluster.master_down.discard("b")
+            cluster.route_hold = anyio.Event()  # the NameServer answers when told
+            before = len(cluster.route_topics)
+            stop.set()
+            await until(lambda: "unlock 0,1" in a.journal)  # the route query still waits
+            cluster.route_hold.set()
+            with anyio.fail_after(10):
+                await closed.wait()
+    asked = cluster.route_topics[before:].count(TOPIC)
+    assert asked == 1, "one route query for the topic's queues, not one per queue"
+    assert b.journal == ["unlock 0,1"]
+    assert a.lock_owners == b.lock_owners == {}
 
 
 async def test_orderly_close_does_not_wait_out_a_suspended_queues_retry_delay() -> None:
