@@ -68,7 +68,10 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007]
 #: 239 (orderly): a member closed as its lock renewal went out; the broker applied the
 #: renewal after the close's unlock and kept the member's queues locked
 #: (released_at_close); the close now waits for a lock request in flight first
-PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 146, 239, 1111]
+#: 72 (orderly, locks applied after a lag): a joiner's renewal in flight as a rebalance
+#: revoked queue 2 was applied after the revoke's unlock; the queue stayed locked past
+#: the joiner's close (released_at_close); a revoke's unlock now waits for it
+PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 72, 146, 239, 1111]
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)

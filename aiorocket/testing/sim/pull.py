@@ -15,7 +15,9 @@ group's consumer offsets, its members (heartbeats) and queue locks. What it mode
   property, ``reconsume_times`` + 1), visible after a delay; past the group's
   ``maxReconsumeTimes`` (or with delay level -1) it goes to the DLQ;
 * LOCK_BATCH_MQ grants a queue to one client for ``LOCK_TTL`` seconds (renewed by the
-  next lock), UNLOCK_BATCH_MQ frees it; a crash forgets the locks;
+  next lock), UNLOCK_BATCH_MQ frees it; a crash forgets the locks. 5.x runs both on a
+  pool of admin threads, so a lock is applied after a drawn lag (up to ``LOCK_LAG``,
+  from a random stream of its own) and an unlock sent after it may go first;
 * NOTIFY_CONSUMER_IDS_CHANGED goes to every member when one joins or leaves.
 
 Every pulled message is in the history (``pulled``: broker, queue, offset), and every
@@ -55,6 +57,8 @@ RETRY = f"%RETRY%{PULL_GROUP}"
 FLUSH_INTERVAL = 5.0
 #: seconds a queue lock lasts without renewal (the broker's 60 s, shortened)
 LOCK_TTL = 30.0
+#: the longest a lock request waits before it is applied (seconds, virtual)
+LOCK_LAG = 0.02
 #: seconds a message sent back waits in the retry topic
 RETRY_DELAY = 5.0
 
@@ -235,6 +239,8 @@ class SimPullBroker:
         elif code == RequestCode.PULL_MESSAGE:
             return await self._pull(cmd)
         elif code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
+            if code == RequestCode.LOCK_BATCH_MQ:
+                await anyio.sleep(self.cluster.lock_lag.uniform(0, LOCK_LAG))
             return self._lock(cmd)
         elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
             self._send_back(ext)
@@ -360,6 +366,7 @@ class SimPullCluster(SimServers[SimPullBroker]):
         self.schedule = schedule
         self.history = history
         self.rng = random.Random(schedule.params["server_seed"])
+        self.lock_lag = random.Random(f"{schedule.params['server_seed']}:lock_lag")
         self.queues = queues
         self.brokers = [SimPullBroker(f"sim-broker-{chr(97 + i)}", self) for i in range(brokers)]
         self.namesrv = FakeRemotingServer(self._route)
