@@ -16,20 +16,28 @@ still leaves nothing behind):
    the invisible time; over remoting the connection of a cut long poll is closed, so
    the broker does not answer it while the close goes on; an ack in flight on that
    connection is sent again at once on a new one, no failed ack);
-2. hand back what was queued but never started: made visible again at once; and
+2. a lite consumer drops its lite subscriptions on the servers (COMPLETE_REMOVE), so
+   they stop reserving this client's lite topics' messages for it, *before* anything
+   is released: a released lite message is announced to the lite topic's subscribers
+   (the 5.5 broker's LiteEventDispatcher), and while this client is one, a receive it
+   cut but the Proxy still holds (a cut gRPC stream does not end the Proxy's long poll
+   at the broker) pops it again, with the rest of its lite topic, into a stream nobody
+   reads: the Proxy's nack of those names the parent topic, which the broker ignores
+   for a lite message, so they stayed invisible for the receive's whole invisible time
+   (30 s) instead of going to the next member (the CI failure of
+   tests/integration/test_lite.py::test_messages_unsettled_at_close_come_back[grpc]);
+3. hand back what was queued but never started: made visible again at once; and
    meanwhile
-3. let running handlers finish within ``shutdown_timeout`` (graceful), then cancel
-   (at the same time as 2: the timeout runs from the close, not from the end of the
+4. let running handlers finish within ``shutdown_timeout`` (graceful), then cancel
+   (at the same time as 3: the timeout runs from the close, not from the end of the
    hand-back, which takes seconds for a full cache);
-4. release every message still unsettled (a cancelled handler's, a FIFO group's
+5. release every message still unsettled (a cancelled handler's, a FIFO group's
    buffer, an ``async for`` loop's, one whose nack failed so far and waits for its
    retry): visible again at once; but not one a synchronous handler's thread still
    works on (threads cannot be stopped): it stays invisible until its invisible time
    ends;
-5. stop renewing; send every ack owed (retrying within the bound), log how many could
+6. stop renewing; send every ack owed (retrying within the bound), log how many could
    not be sent and release those (visible again at once);
-6. a lite consumer drops its lite subscriptions on the servers (COMPLETE_REMOVE), so
-   they stop reserving this client's lite topics' messages for it;
 7. end the session.
 
 A lite consumer (``state.lite``) sends its whole set of lite subscriptions once the
@@ -151,8 +159,11 @@ class PopRuntime:
                 self._build()
                 tg = await stack.enter_async_context(BackgroundTasks())
                 await self._attach_lite()
-                stack.push_async_callback(self._detach_lite)
+                # Unwound in reverse: the lite subscriptions are dropped before the
+                # wind-down releases anything (step 2 of the module docstring), and the
+                # wind-down still runs when dropping them fails.
                 stack.push_async_callback(self._wind_down)
+                stack.push_async_callback(self._detach_lite)
                 tg.start_soon(self.acks.run)
                 tg.start_soon(self.settler.run)
                 tg.start_soon(self.renewer.run)
@@ -291,7 +302,7 @@ class PopRuntime:
         return max(self.state.config.request_timeout * 2, 5.0)
 
     async def _wind_down(self) -> None:
-        """Steps 1-5 of the close (shielded): the background tasks still run."""
+        """Steps 1 and 3-6 of the close (shielded): the background tasks still run."""
         self.state.closing = True
         self._receiving.cancel()
         bound = self._bound
