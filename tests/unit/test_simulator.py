@@ -596,8 +596,11 @@ def test_checker_catches_a_planted_producer_violation(
 #: waited for a hung handler (close at 8.9, connections dropped at 11.38): a closing
 #: client is not judged by lite_resubscribed
 #: (test_lite_resubscribed_does_not_judge_a_drop_while_the_client_closes)
+#: 1074: a receive's stream end lost in a half-open connection, its five messages of
+#: one lite topic handed on at the client's timeout 2.1 s later, the first in a 4 s
+#: handler (received_handed_on: the rest wait behind a call begun after their delivery)
 #: (3 and 7 run under planted client defects below)
-GRPC_LITE_SEEDS = [0, 7, 50, 78, 222, 301, 1026]
+GRPC_LITE_SEEDS = [0, 7, 50, 78, 222, 301, 1026, 1074]
 
 
 def _lane_wait(lane_of_b: str) -> History:
@@ -638,6 +641,29 @@ def test_a_lite_lane_wait_is_not_a_hand_on_delay() -> None:
         (11, "handler_end", "b", {"attempt": 1}), (11, "acked", "b", {}), (30, "end", "", {}),
     )
     assert "received_handed_on" in _caught(late)
+
+
+def _late_head(lane_of_b: str) -> History:
+    """r0.0-0 and b delivered in one receive at 0, handed on at 2.1 (the stream's end
+    lost in a half-open connection: the client's timeout), r0.0-0's handler 4 s."""
+    return _history(
+        (0, "stored", "r0.0-0", {}), (0, "stored", "b", {}),
+        (0, "delivered", "r0.0-0", {"attempt": 1}), (0, "delivered", "b", {"attempt": 1}),
+        (2.1, "handler_start", "r0.0-0", {"attempt": 1, "lane": "r0"}),
+        (6.1, "handler_ok", "r0.0-0", {"attempt": 1}),
+        (6.1, "handler_end", "r0.0-0", {"attempt": 1}), (6.1, "acked", "r0.0-0", {}),
+        (6.1, "handler_start", "b", {"attempt": 1, "lane": lane_of_b}),
+        (6.1, "handler_ok", "b", {"attempt": 1}),
+        (6.1, "handler_end", "b", {"attempt": 1}), (6.1, "acked", "b", {}), (30, "end", "", {}),
+    )
+
+
+def test_a_lane_wait_behind_a_call_begun_after_the_delivery_is_not_a_hand_on_delay() -> None:
+    """grpc_lite seed 1074: a receive's messages handed on together 2.1 s late, the
+    lane's first in a 4 s handler: the next waits behind that call, begun after its
+    delivery but within its bound; of another lane it is held to 5 s."""
+    assert "received_handed_on" not in _caught(_late_head("r0"))
+    assert "received_handed_on" in _caught(_late_head("r1"))
 
 
 @pytest.mark.parametrize("seed", GRPC_LITE_SEEDS)
