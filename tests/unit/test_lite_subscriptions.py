@@ -234,3 +234,48 @@ async def test_a_resync_asked_again_is_sent_at_once_and_at_each_time_asked() -> 
         assert len(sent) == 4
         tg.cancel_scope.cancel()
     assert server.updates == [(LiteAction.COMPLETE_ADD, {"a"})] * 4
+
+
+class LaggingServer:
+    """Applies a COMPLETE_ADD after a lag (as a Proxy's or broker's request pool may
+    apply it after a request sent later), the other updates at once; ``lagging`` is
+    set when a COMPLETE_ADD has come."""
+
+    def __init__(self) -> None:
+        self.applied: list[LiteAction] = []
+        self.lagging = anyio.Event()
+
+    async def sync(
+        self, action: LiteAction, topics: Collection[str], *, offset: LiteOffset | None = None
+    ) -> None:
+        if action is LiteAction.COMPLETE_ADD:
+            self.lagging.set()
+            await anyio.sleep(0.05)  # the server's lag, before it answers
+        self.applied.append(action)
+
+
+async def test_the_close_unsubscribes_after_a_resync_in_flight_is_answered() -> None:
+    """A periodic resync's COMPLETE_ADD is in flight when the close drops the lite
+    subscriptions: the COMPLETE_REMOVE goes once the add is answered, not alongside it,
+    so the server applies it last and does not keep the closing client subscribed (a
+    lite message the close then releases would be announced to it, and a receive the
+    close cut that the Proxy still holds would take it: invisible for 30 s)."""
+    from types import SimpleNamespace
+
+    from aiorocket.consumer.pop.runtime import PopRuntime
+
+    lite, server = subs(), LaggingServer()
+    await lite.subscribe("a")
+    lite.attach(server.sync)
+    runtime = PopRuntime.__new__(PopRuntime)
+    runtime.state = SimpleNamespace(  # type: ignore[assignment]
+        lite=lite, config=SimpleNamespace(request_timeout=1.0), log=get_logger("test")
+    )
+    runtime.source = SimpleNamespace(sync_lite=server.sync)  # type: ignore[assignment]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lite.resync)
+        with anyio.fail_after(5):
+            await server.lagging.wait()
+            await runtime._detach_lite()
+    assert server.applied == [LiteAction.COMPLETE_ADD, LiteAction.COMPLETE_REMOVE]
+    assert not lite.attached

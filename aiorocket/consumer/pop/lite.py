@@ -168,6 +168,16 @@ class LiteSubscriptions:
         """Send changes with ``sync`` from now on (None: the source is gone)."""
         self._sync = sync
 
+    async def detach(self) -> None:
+        """The source is going away: send nothing more, and return once the change
+        being sent (a periodic resync, a subscription) is answered, so that the close's
+        COMPLETE_REMOVE, sent after this, is applied after it: sent alongside, a server
+        that applies requests in a pool may apply the add last and keep the closing
+        client subscribed."""
+        self._sync = None
+        async with self._lock:
+            pass
+
     def _check_quota(self, extra: int) -> None:
         if self.quota is not None and self.quota >= 0 and len(self._topics) + extra > self.quota:
             raise LiteQuotaExceededError(
@@ -223,6 +233,8 @@ class LiteSubscriptions:
             self._check_quota(0)
             await self._send(LiteAction.COMPLETE_ADD, set(self._topics))
             for lite_topic, offset in list(self._offsets.items()):
+                if self._sync is None:  # detached meanwhile (the close): the rest not sent
+                    return
                 await self._send(LiteAction.PARTIAL_ADD, {lite_topic}, offset)
                 self._offsets.pop(lite_topic, None)  # a notice may have dropped it meanwhile
 

@@ -16,7 +16,8 @@ still leaves nothing behind):
    the invisible time; over remoting the connection of a cut long poll is closed, so
    the broker does not answer it while the close goes on; an ack in flight on that
    connection is sent again at once on a new one, no failed ack);
-2. a lite consumer drops its lite subscriptions on the servers (COMPLETE_REMOVE), so
+2. a lite consumer drops its lite subscriptions on the servers (COMPLETE_REMOVE, once
+   a resync in flight is answered, so the servers do not apply that after it), so
    they stop reserving this client's lite topics' messages for it, *before* anything
    is released: a released lite message is announced to the lite topic's subscribers
    (the 5.5 broker's LiteEventDispatcher), and while this client is one, a receive it
@@ -247,7 +248,10 @@ class PopRuntime:
         if lite is None or not lite.attached:
             return
         sync = getattr(self.source, "sync_lite", None)
-        lite.attach(None)
+        # A resync or subscription in flight first (LiteSubscriptions.detach), within its
+        # own bound: the remove then has the whole of its own.
+        with anyio.move_on_after(self._bound, shield=True):
+            await lite.detach()
         if sync is None:
             return
         with anyio.move_on_after(self._bound, shield=True):
