@@ -8,6 +8,7 @@ With ``trace=True`` each message handed to a loop is a ``SubBefore`` and its set
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,12 @@ if TYPE_CHECKING:
     from aiorocket.received import QueueView, Settler
 
 __all__ = ["Iterated"]
+
+#: seconds of a loop pass after which the iterator checkpoints at the end of a worker's
+#: burst though the pass's burst (``Iterated.burst``) is not taken yet: a body that
+#: blocks (never awaits) holds the other tasks (pulls, renewals, heartbeats) no longer
+#: than a handler worker's burst would, and a fast one still takes the whole burst
+PASS_SECONDS = 0.05
 
 
 class Iterated:
@@ -104,7 +111,11 @@ class Iterated:
         previous: ConsumerMessage | None = None
         finish = self._settler.finish
         pop_nowait = queue.pop_nowait
-        burst = countdown = self.burst
+        burst = self.burst
+        countdown = _WORKER_BURST
+        in_pass = 0  # taken this pass, counted a worker's burst at a time
+        monotonic = time.monotonic
+        pass_began = monotonic()
         trace = self._state.trace
         try:
             while True:
@@ -114,8 +125,12 @@ class Iterated:
                     previous = None
                 countdown -= 1
                 if not countdown:
-                    countdown = burst
-                    await anyio.lowlevel.checkpoint()  # let pulls run between bursts
+                    countdown = _WORKER_BURST
+                    in_pass += _WORKER_BURST
+                    if in_pass >= burst or monotonic() - pass_began >= PASS_SECONDS:
+                        await anyio.lowlevel.checkpoint()  # let pulls run between bursts
+                        in_pass = 0
+                        pass_began = monotonic()
                 try:
                     item = pop_nowait()
                 except IndexError:

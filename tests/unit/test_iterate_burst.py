@@ -7,6 +7,9 @@ waited behind a backlog of its own (benchmarks/README.md, round 7)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import anyio
 import anyio.lowlevel
 import pytest
@@ -21,8 +24,9 @@ pytestmark = pytest.mark.anyio
 BACKLOG = 1500  # two queues of 750: under the per-queue cache limit (1,000)
 
 
-@pytest.mark.parametrize("concurrency", [1, 20])
-async def test_a_loop_pass_yields_the_handler_workers_burst(concurrency: int) -> None:
+async def loop_passes(concurrency: int, n: int, body: Callable[[], object]) -> int:
+    """Event-loop passes while ``async for`` yields ``n`` of a buffered backlog to a
+    loop whose ``body()`` never awaits."""
     broker = FakeBroker("broker-a", 0)
     for i in range(BACKLOG):
         broker.add(i % 2, b"m%d" % i)
@@ -49,12 +53,30 @@ async def test_a_loop_pass_yields_the_handler_workers_burst(concurrency: int) ->
                 await anyio.lowlevel.checkpoint()
                 start = passes
                 taken = 0
-                async for _msg in consumer:  # a body that never awaits
+                async for _msg in consumer:
+                    body()
                     taken += 1
-                    if taken == 2 * concurrency * WORKER_BURST:
+                    if taken == n:
                         break
                 took = passes - start
                 tg.cancel_scope.cancel()
+    return took
+
+
+@pytest.mark.parametrize("concurrency", [1, 20])
+async def test_a_loop_pass_yields_the_handler_workers_burst(concurrency: int) -> None:
+    n = 2 * concurrency * WORKER_BURST
+    took = await loop_passes(concurrency, n, lambda: None)
     # one checkpoint (and so one pass of the other tasks) a burst of the workers' size
-    assert took <= 3, f"{took} loop passes for {2 * concurrency * WORKER_BURST} messages"
+    assert took <= 3, f"{took} loop passes for {n} messages"
     assert took >= 1
+
+
+async def test_a_slow_body_that_never_awaits_lets_the_loop_run_every_worker_burst() -> None:
+    """A body that blocks (2 ms a message, never awaiting): the iterator checkpoints
+    after a worker's burst once a pass has taken PASS_SECONDS, not after the 640 of
+    consume_concurrency=20 (1.3 s without a pass of the pulls, renewals, heartbeats;
+    a 50 ms body: 32 s, past a POP message's invisible time)."""
+    n = 10 * WORKER_BURST  # 32 x 2 ms = 64 ms a burst, past PASS_SECONDS (50 ms)
+    took = await loop_passes(20, n, lambda: time.sleep(0.002))
+    assert took >= 9, f"{took} loop passes for {n} messages of 2 ms"
