@@ -15,10 +15,11 @@ from aiorocket.testing.sim import Bounds, History, check, draw, run
 #: seeds that draw topic_max_rate (pull_remoting 13: 1/s over 6 queues' pull tasks;
 #: pop_remoting 0 and 17, grpc_receive 22 and 37: the topic's own receive loop, the
 #: shared ones not started) and max_rate (producer_sends 16, 29: 5 and 2/s, sends
-#: cancelled while they wait for their turn)
+#: cancelled while they wait for their turn; 3076: one cancelled at the very instant of
+#: its turn, the client's wait cancelled before it ended: test_a_cancel_at_its_turn_...)
 TOPIC_SEEDS = [("pull_remoting", 13), ("pop_remoting", 0), ("pop_remoting", 17),
                ("grpc_receive", 22), ("grpc_receive", 37)]  # fmt: skip
-SEND_SEEDS = [16, 29]
+SEND_SEEDS = [16, 29, 3076]
 
 
 class _Clock:
@@ -91,6 +92,27 @@ def test_send_max_rate_seeds_pass(seed: int) -> None:
     assert report.history.of("send_rate_limit")
     assert report.history.of("send_cancelled_waiting")  # the refund is exercised
     assert report.ok, report.violations
+
+
+@pytest.mark.parametrize("client_gave_back", [True, False])
+def test_a_cancel_at_its_turn_follows_the_client_bucket(client_gave_back: bool) -> None:
+    """Turns (the model of max_rate's bucket): a send cancelled at the very instant its
+    turn comes may have had its token back or not (two timers due together); the
+    client's bucket decides, so the next turns are the client's (producer_sends 3076:
+    the model a token short, every later turn 0.5 s late, a 0.5 s send judged
+    'timed out after 0.00 s')."""
+    from aiorocket.testing.sim.send_rate import Turns
+
+    clock = _Clock()
+    history = History(clock)
+    turns = Turns(2.0, history)
+    for key in ("a", "b", "c"):
+        turns.call(key)  # a, b at 0 (the bucket's second's worth), c at 0.5
+    clock.now = 0.5
+    mine = -0.0  # the model's tokens at 0.5 without a refund
+    turns.cancelled("c", lambda: mine + (1.0 if client_gave_back else 0.0))
+    assert bool(history.of("send_cancelled_waiting")) is client_gave_back
+    assert turns.call("d") == (0.5 if client_gave_back else 1.0)
 
 
 async def _no_wait(self: object, n: int = 1) -> None:

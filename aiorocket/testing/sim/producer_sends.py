@@ -108,9 +108,13 @@ async def producer_sends(
             """A send is called now: when its own time starts (its turn, with max_rate)."""
             return history.now() if turns is None else turns.call(key)
 
+        def client_tokens() -> float:
+            """The producer's bucket's tokens now (a cancel at its turn's instant)."""
+            return producer._rate._refill() if producer._rate is not None else 0.0
+
         def cancelled(key: str, scope: anyio.CancelScope, started: float) -> bool:
             if scope.cancelled_caught and turns is not None:
-                turns.cancelled(key)
+                turns.cancelled(key, client_tokens)
             return log.cancelled(key, scope, started)
 
         async def ordered(k: int) -> None:

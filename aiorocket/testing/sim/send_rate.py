@@ -12,6 +12,8 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from aiorocket.testing.sim.history import History
     from aiorocket.testing.sim.nemesis import Schedule
 
@@ -41,11 +43,21 @@ class Turns:
         self.history.add("send_called", key, turn=turn)
         return turn
 
-    def cancelled(self, key: str) -> None:
-        """The send of ``key`` was cancelled now: before its turn, the token is back."""
-        if self.history.now() < self._turns.get(key, 0.0) - MARGIN:
+    def cancelled(self, key: str, client_tokens: Callable[[], float] | None = None) -> None:
+        """The send of ``key`` was cancelled now: before its turn, the token is back.
+        A cancel at the very instant of its turn may have come before the client's wait
+        ended or after (the two timers are due together; which runs first is the
+        scheduler's): there the client's bucket (``client_tokens``: its tokens now)
+        says whether it took the token back (producer_sends seed 3076: the model a
+        token short, every later turn 0.5 s late)."""
+        now, turn = self.history.now(), self._turns.get(key, 0.0)
+        back = now < turn - MARGIN
+        if not back and now <= turn + MARGIN and client_tokens is not None:
+            mine = min(self._cap, self._tokens + (now - self._at) * self.rate)
+            back = client_tokens() >= mine + 0.5  # one token more than the model's
+        if back:
             self._tokens += 1
-            self.history.add("send_cancelled_waiting", key, turn=self._turns[key])
+            self.history.add("send_cancelled_waiting", key, turn=turn)
 
 
 def send_turns(schedule: Schedule, history: History) -> Turns | None:
