@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import socket
+import struct
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiorocket._message_id import offset_message_id
 
@@ -179,8 +182,17 @@ class Message:
         return props
 
 
+class _StoredHead:
+    """The slot of a decoded message's stored head (``MessageExt`` below)."""
+
+    __slots__ = ("_head",)
+
+    #: the record's fixed bytes, when the decoder left fields to read from them
+    _head: bytes
+
+
 @dataclass(slots=True, eq=False)
-class MessageExt:
+class MessageExt(_StoredHead):
     """A message as the broker stored it, decoded from a pull response.
 
     ``queue_offset`` is the logical offset within its queue (what consumers commit);
@@ -239,3 +251,98 @@ class MessageExt:
             f"MessageExt(topic={self.topic!r}, queue={self.broker_name}:{self.queue_id}, "
             f"offset={self.queue_offset}, tags={self.tags!r}, body={len(self.body)}B)"
         )
+
+
+# Fields read on first access (issue 43, goals 1-2; benchmarks/README.md, "Round 8").
+# The pull decoder's usual record (V1, IPv4 hosts, uncompressed) leaves these slots empty
+# and keeps the record's 88 fixed bytes, already bounds-checked, in ``_head``; each field
+# is unpacked from them when first read, then kept in its slot. A handler seldom reads
+# them, and unpacking and storing ten values a message (six of them new int or bytes
+# objects) was ~2,000 of a message's ~30,800 instructions. A message built any other way
+# (its ``__init__``) has every slot filled and no ``_head``.
+_inet_ntoa = socket.inet_ntoa
+
+
+def _int_at(fmt: str, offset: int) -> Callable[[bytes], Any]:
+    unpack_from = struct.Struct(fmt).unpack_from
+    return lambda head: unpack_from(head, offset)[0]
+
+
+def _host_at(offset: int) -> Callable[[bytes], str]:
+    def host(head: bytes) -> str:
+        port = int.from_bytes(head[offset + 4 : offset + 8], "big", signed=True)
+        return f"{_inet_ntoa(head[offset : offset + 4])}:{port}"
+
+    return host
+
+
+#: each deferred field and how it is read from the head (the offsets of ``_decode_usual``'s
+#: record layout, aiorocket.protocol.message_codec)
+_DEFERRED: dict[str, Callable[[bytes], Any]] = {
+    "store_size": _int_at(">i", 0),
+    "body_crc": _int_at(">i", 8),
+    "flag": _int_at(">i", 16),
+    "commit_log_offset": _int_at(">q", 28),
+    "sys_flag": _int_at(">i", 36),
+    "born_timestamp": _int_at(">q", 40),
+    "born_host": _host_at(48),
+    "store_timestamp": _int_at(">q", 56),
+    "store_host": _host_at(64),
+    "prepared_transaction_offset": _int_at(">q", 76),
+}
+
+
+def _deferred(name: str, decode: Callable[[bytes], Any]) -> property:
+    """The field ``name`` read from its slot, else decoded from the head into it."""
+    slot = MessageExt.__dict__[name]
+    get, put = slot.__get__, slot.__set__
+
+    def read(self: MessageExt) -> Any:
+        try:
+            return get(self)
+        except AttributeError:
+            pass
+        try:
+            head = self._head
+        except AttributeError:
+            raise AttributeError(name) from None
+        value = decode(head)
+        put(self, value)
+        return value
+
+    def delete(self: MessageExt) -> None:
+        # every field read out and the head dropped first, so that the deleted field
+        # stays deleted (reading it raises AttributeError, as it did)
+        for other in _DEFERRED:
+            getattr(self, other)
+        if hasattr(self, "_head"):
+            del self._head
+        slot.__delete__(self)
+
+    return property(read, put, delete, doc=f"The stored {name}.")
+
+
+def _slot_name(name: str) -> str:
+    """The second name of a deferred field's slot: its own name is the property."""
+    return f"_{name}"
+
+
+for _name, _decode in _DEFERRED.items():
+    setattr(MessageExt, _slot_name(_name), MessageExt.__dict__[_name])
+    setattr(MessageExt, _name, _deferred(_name, _decode))
+
+
+def init_stores_slots(cls: type[MessageExt]) -> None:
+    """Make ``cls``'s dataclass ``__init__`` store the deferred fields straight into
+    their slots (by their second names) rather than through the properties: a property's
+    setter costs ~0.2 µs a field, ten a message built by ``__init__`` (gRPC, pop, the
+    checked decoder). The generated code is ``self.<field> = <field>`` per field; only
+    the attribute names it stores change."""
+    init = cls.__init__
+    code = init.__code__
+    init.__code__ = code.replace(
+        co_names=tuple(_slot_name(n) if n in _DEFERRED else n for n in code.co_names)
+    )
+
+
+init_stores_slots(MessageExt)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from aiorocket._validate import check_retry_delay
-from aiorocket.message import MessageExt, MessageQueue
+from aiorocket.message import MessageExt, MessageQueue, init_stores_slots
 
 if TYPE_CHECKING:
     from aiorocket._trace import CallTrace
@@ -204,6 +204,9 @@ class ConsumerMessage(MessageExt):
         )
 
 
+init_stores_slots(ConsumerMessage)
+
+
 @dataclass(slots=True, eq=False, repr=False)
 class PopMessage(ConsumerMessage):
     """A message consumed by pop (through a 5.x Proxy, or from a broker over remoting).
@@ -255,3 +258,6 @@ class PopMessage(ConsumerMessage):
             f"PopMessage(topic={self.topic!r}, id={self.message_id!r}, tags={self.tags!r}, "
             f"attempt={self.delivery_attempt}, body={len(self.body)}B, {state})"
         )
+
+
+init_stores_slots(PopMessage)

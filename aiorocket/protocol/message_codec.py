@@ -105,9 +105,13 @@ _TAILS = (
     struct.Struct(">16siq16siiqi"),
 )
 _FIXED_V4 = struct.Struct(">iIiiiqqiq4siq4siiqi")  # _HEAD + _TAILS[0]: IPv4 hosts
-# The same, each host's address and port as one 8-byte string (_decode_usual compares it
-# with the last record's in one step)
-_FIXED_V4_RAW_HOSTS = struct.Struct(">iIiiiqqiq8sq8siqi")
+# The same fixed part (88 bytes), as _decode_usual reads it: first the fields it needs
+# (TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, SYSFLAG, RECONSUMETIMES, BODYLEN), then,
+# only for a class other than ConsumerMessage (which decodes them on first access), the
+# others, each host's address and port as one 8-byte string (compared with the last
+# record's in one step)
+_USUAL_EAGER = struct.Struct(">iI4xi4xq8xi32xi8xi")
+_USUAL_REST = struct.Struct(">8xi4xi8xq4xq8sq8s4xq")
 _U16 = struct.Struct(">H")
 
 
@@ -260,8 +264,9 @@ def _decode_usual(
     # a subclass of ConsumerMessage: built by its __init__, then stamped
     stamped = stamp is not None and not consumer and issubclass(message_class, ConsumerMessage)
     append = out.append
-    unpack_v4 = _FIXED_V4_RAW_HOSTS.unpack_from
-    fixed = _FIXED_V4_RAW_HOSTS.size
+    unpack_eager = _USUAL_EAGER.unpack_from
+    unpack_rest = _USUAL_REST.unpack_from
+    fixed = _USUAL_EAGER.size
     new_props = new_msg = object.__new__
     init_msg = message_class.__init__
     # Consecutive records mostly share hosts and topic: reuse the last rendered strings.
@@ -276,19 +281,12 @@ def _decode_usual(
     tail_size = _TOPIC_TAIL_EMPTY.size
     try:
         while pos < end:
-            (total, magic, crc, queue_id, flag, queue_offset, cl_offset, sys_flag, born_ts,
-             born_raw, store_ts, store_raw, reconsume, prepared,
-             body_len) = unpack_v4(data, pos)  # fmt: skip
+            (total, magic, queue_id, queue_offset, sys_flag, reconsume,
+             body_len) = unpack_eager(data, pos)  # fmt: skip
             rec_end = pos + total
             # IPv6 hosts (0x30) and compressed bodies (0x1) take the checked path.
             if magic != MAGIC_V1 or sys_flag & 0x31 or body_len < 0 or rec_end > end:
                 break
-            if born_raw != last_born:
-                born = _raw_host_str(born_raw)
-                last_born = born_raw
-            if store_raw != last_store:
-                store = _raw_host_str(store_raw)
-                last_store = store_raw
             b = pos + fixed  # the body
             t = b + body_len  # the topic's length byte
             # (a topic of another length: its length byte was read all the same)
@@ -323,18 +321,12 @@ def _decode_usual(
                 cm.properties = props
                 cm.queue_id = queue_id
                 cm.queue_offset = queue_offset
-                cm.commit_log_offset = cl_offset
-                cm.flag = flag
-                cm.sys_flag = sys_flag
-                cm.born_timestamp = born_ts
-                cm.born_host = born
-                cm.store_timestamp = store_ts
-                cm.store_host = store
                 cm.reconsume_times = reconsume
-                cm.prepared_transaction_offset = prepared
-                cm.body_crc = crc
-                cm.store_size = total
                 cm.broker_name = broker_name
+                # the other ten fields are read from the record's fixed bytes when
+                # first asked for (aiorocket.message, "Fields read on first access")
+                # (in _StoredHead's __slots__: mypy counts only the dataclass's own)
+                cm._head = data[pos:b]  # type: ignore[misc]
                 cm._pq = queue
                 cm._generation = generation
                 cm._settler = settler
@@ -346,6 +338,14 @@ def _decode_usual(
                 cm._trace = None
                 append(cm)
             else:
+                (crc, flag, cl_offset, born_ts, born_raw, store_ts, store_raw,
+                 prepared) = unpack_rest(data, pos)  # fmt: skip
+                if born_raw != last_born:
+                    born = _raw_host_str(born_raw)
+                    last_born = born_raw
+                if store_raw != last_store:
+                    store = _raw_host_str(store_raw)
+                    last_store = store_raw
                 msg = new_msg(message_class)
                 # fmt: off
                 init_msg(
