@@ -9,9 +9,11 @@ with ``struct``; the answer's frames are walked by offset and go straight into t
 record (``_unary.UnaryCall``).
 
 It is a connection of its own per Proxy endpoint, beside grpclib's (which keeps the
-streams: ReceiveMessage, Telemetry): the HPACK tables and the flow-control windows are
-per connection state, and on a shared connection h2 would have to see, and decode, every
-frame anyway.
+session stream, Telemetry): the HPACK tables and the flow-control windows are per
+connection state, and on a shared connection h2 would have to see, and decode, every
+frame anyway. The server-streaming ReceiveMessage runs here too (``open``/``leave``, read
+by ``aiorocket.grpc._h2stream``): its DATA is given back to the windows as it arrives,
+and what its reader has not taken yet is bounded as a unary reply is (``MAX_REPLY``).
 
 What it does (the frames a unary client meets): the preface and the SETTINGS exchange
 (theirs acknowledged; MAX_CONCURRENT_STREAMS, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE and
@@ -43,7 +45,7 @@ from aiorocket.grpc._hpack import RepeatingBlockDecoder, StableHeaderEncoder
 from aiorocket.grpc._keepalive import Keepalive, KeepaliveSettings
 from aiorocket.grpc._unary import UnaryCall
 
-__all__ = ["WireConnection"]
+__all__ = ["WireCall", "WireConnection"]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # frame types (RFC 9113 section 6)
@@ -83,7 +85,7 @@ class ConnectionError_(Exception):
         self.code = code
 
 
-class _Call:
+class WireCall:
     """A call's stream as the connection keeps it."""
 
     __slots__ = ("answer", "answered", "ended", "id", "received", "sent_all", "window")
@@ -133,7 +135,7 @@ class WireConnection(asyncio.Protocol):
         self._decoder = RepeatingBlockDecoder()
         self._decoder.max_header_list_size = MAX_HEADER_LIST
         self._buffer = b""
-        self._calls: dict[int, _Call] = {}
+        self._calls: dict[int, WireCall] = {}
         self._next_id = 1
         # the peer's settings (RFC defaults until its SETTINGS come)
         self._max_streams = 2**31
@@ -259,7 +261,10 @@ class WireConnection(asyncio.Protocol):
         answer.data.append(payload)
         if flags & END_STREAM:
             self._ended(call)
-        elif size:
+            return
+        if answer.waiter is not None:  # a streaming call's reader waits for it
+            _unary.notify(answer)
+        if size:
             call.received += size
             if call.received >= RECEIVE_WINDOW // 2:
                 self._out.write(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(call.received)))
@@ -310,6 +315,8 @@ class WireConnection(asyncio.Protocol):
             if status.startswith("1") and not flags & END_STREAM:
                 return  # an informational answer: the real one follows
             answer.headers = headers
+            if answer.waiter is not None:
+                _unary.notify(answer)
         elif flags & END_STREAM:
             answer.trailers = headers
         else:
@@ -318,11 +325,13 @@ class WireConnection(asyncio.Protocol):
         if flags & END_STREAM:
             self._ended(call)
 
-    def _ended(self, call: _Call) -> None:
+    def _ended(self, call: WireCall) -> None:
         call.ended = call.answered = True
-        done = call.answer.done
-        if not done.done():
-            done.set_result(None)
+        answer = call.answer
+        if not answer.done.done():
+            answer.done.set_result(None)
+        if answer.waiter is not None:
+            _unary.notify(answer)
         self._wake()
 
     def _control(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
@@ -432,7 +441,7 @@ class WireConnection(asyncio.Protocol):
         if self._out is not None:
             self._out.write(frame(PING, 0, 0, data))
 
-    def _reset(self, call: _Call, code: ErrorCodes, why: str | None) -> None:
+    def _reset(self, call: WireCall, code: ErrorCodes, why: str | None) -> None:
         """Reset ``call``'s stream (we break it off); fail the call with ``why``."""
         if not call.ended:
             call.ended = True
@@ -504,6 +513,17 @@ class WireConnection(asyncio.Protocol):
 
     async def call(self, headers: list[tuple[bytes, bytes]], request: bytes) -> UnaryCall:
         """Send ``request`` (one gRPC message) on a new stream; the answer when it ended."""
+        call = await self.open(headers, request)
+        try:
+            await call.answer.done
+            return call.answer
+        finally:
+            self.leave(call)
+
+    async def open(self, headers: list[tuple[bytes, bytes]], request: bytes) -> WireCall:
+        """Send ``request`` (one gRPC message) on a new stream: the call, whose answer
+        fills in as it comes (a streaming call's reader waits on it: ``_h2stream``).
+        The caller must ``leave`` it (a stream left before its end is reset)."""
         while self._paused or len(self._calls) >= self._max_streams:
             if self.lost is not None:
                 raise StreamTerminatedError(self.lost)
@@ -515,7 +535,7 @@ class WireConnection(asyncio.Protocol):
         if self._next_id > _MAX_STREAM_ID:  # the ids ran out: the next call needs a new one
             self.lost = "stream ids exhausted"
         answer = UnaryCall(self._loop.create_future())
-        call = self._calls[stream_id] = _Call(stream_id, answer, self._initial_window)
+        call = self._calls[stream_id] = WireCall(stream_id, answer, self._initial_window)
         try:
             message = b"\x00" + len(request).to_bytes(4, "big") + request
             size = len(message)
@@ -538,20 +558,29 @@ class WireConnection(asyncio.Protocol):
             else:
                 self._out.write(head)
                 await self._send_flow_controlled(call, message)
-            await answer.done
-            return answer
-        finally:
-            del self._calls[stream_id]
-            if not call.ended:  # left midway (cancelled, timed out)
-                self._reset(call, ErrorCodes.CANCEL, None)
-            elif call.answered and not call.sent_all and self._writable():
-                # answered before the request was all sent: the rest is not wanted
-                self._out.write(frame(RST_STREAM, 0, stream_id, _U32.pack(ErrorCodes.CANCEL)))
-            self._wake()
-            if self._draining and not self._calls:
-                self.close(self.lost or "retired")
+        except BaseException:
+            self.leave(call)
+            raise
+        return call
 
-    async def _send_flow_controlled(self, call: _Call, message: bytes) -> None:
+    def leave(self, call: WireCall) -> None:
+        """The caller is done with ``call``: forgotten, its stream reset if it had not
+        ended (left midway: cancelled, timed out, failed)."""
+        stream_id = call.id
+        del self._calls[stream_id]
+        done = call.answer.done
+        if done.done() and not done.cancelled():
+            done.exception()  # a streaming reader may have left without looking
+        if not call.ended:  # left midway (cancelled, timed out)
+            self._reset(call, ErrorCodes.CANCEL, None)
+        elif call.answered and not call.sent_all and self._writable():
+            # answered before the request was all sent: the rest is not wanted
+            self._out.write(frame(RST_STREAM, 0, stream_id, _U32.pack(ErrorCodes.CANCEL)))
+        self._wake()
+        if self._draining and not self._calls:
+            self.close(self.lost or "retired")
+
+    async def _send_flow_controlled(self, call: WireCall, message: bytes) -> None:
         """Send ``message`` in frames as the peer's windows allow, waiting for them."""
         sent, total = 0, len(message)
         while sent < total:

@@ -355,11 +355,10 @@ class SimpleConsumer:
         """Read one receive stream into ``out`` (and undecodable messages into ``bad``),
         message by message: what came before an error is in the lists when it raises;
         ``each`` gets every message of ``out`` as it is appended, ``idle`` is called
-        when the next read would wait for the connection (``_arrived``)."""
+        when the next read would wait for the connection (``WireStream.pending``)."""
         async with self.transport.server_stream(
             "ReceiveMessage", req, FastReceiveResponse, timeout=timeout
         ) as stream:
-            buffer = _arrived(stream) if idle is not None else None
             async for resp in stream:
                 msg = resp.message
                 if resp.status is not None:
@@ -373,9 +372,7 @@ class SimpleConsumer:
                         out.append(msg)
                         if each is not None:
                             each(msg)
-                        if idle is not None and (
-                            buffer is None or (not buffer._acked_size and buffer._unacked.empty())
-                        ):
+                        if idle is not None and not stream.pending():
                             idle()  # the next message is not here yet
                     else:
                         bad.append((msg, str(resp.error)))
@@ -561,14 +558,3 @@ class SimpleConsumer:
             "ForwardMessageToDeadLetterQueue", req, pb.ForwardMessageToDeadLetterQueueResponse
         )
         check_status(resp.status, "ForwardMessageToDeadLetterQueue")
-
-
-def _arrived(stream: object) -> Any:
-    """What of a receive stream has arrived and is not read yet: grpclib's client
-    stream keeps it in its protocol stream's buffer (private: ``_acked_size`` bytes
-    split off, ``_unacked`` frames to come; None for an unknown layout, where the
-    caller takes every message as the last that arrived: correct, less batched)."""
-    buffer = getattr(getattr(stream, "_stream", None), "buffer", None)
-    if not hasattr(buffer, "_acked_size") or not hasattr(buffer, "_unacked"):
-        return None
-    return buffer

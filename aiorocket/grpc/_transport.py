@@ -57,6 +57,7 @@ from aiorocket.errors import (
 )
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._channel import CoalescingChannel
+from aiorocket.grpc._h2stream import WireStream
 from aiorocket.grpc._h2wire import WireConnection
 from aiorocket.grpc._keepalive import DEFAULT_KEEPALIVE, Keepalive, KeepaliveSettings
 from aiorocket.grpc._unary import reply_of
@@ -540,30 +541,37 @@ class GrpcTransport:
     @asynccontextmanager
     async def server_stream(
         self, rpc: str, request: Any, reply_type: type[Rep], *, timeout: float
-    ) -> AsyncIterator[Stream[Any, Rep]]:
+    ) -> AsyncIterator[WireStream[Rep]]:
         """A server-streaming call: yields the open stream after sending ``request``.
 
+        On the unary calls' own connection (``aiorocket.grpc._h2wire``, read by
+        ``_h2stream``), not grpclib's ``Stream``: every receive is one of these calls.
         The block must read the stream to its end; the call then checks that it ended
         with the server's trailers: a connection that drops midway is an error here,
         not a short but seemingly complete answer.
         """
         # What _open_call(), boundary() and anyio.fail_after do, inline (as ``unary``):
-        # every receive is one of these calls, and their three generator context
-        # managers and fail_after's backend lookup were ~40 Python calls of each
-        # (benchmarks/README.md, issue 43, goal 5b, round 7).
+        # their three generator context managers and fail_after's backend lookup were
+        # ~40 Python calls of each (benchmarks/README.md, issue 43, goal 5b, round 7).
         self._calls += 1
         baseline = _cancelling()
         loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             # anyio's clock on asyncio is the loop's
-            with anyio.CancelScope(deadline=loop.time() + timeout) as scope:
-                call = self._call(rpc, Cardinality.UNARY_STREAM, type(request), reply_type,
-                                  timeout)  # fmt: skip
-                async with call as stream:
-                    await stream.send_message(request, end=True)
+            with anyio.CancelScope(deadline=started + timeout) as scope:
+                wire = self._wire
+                if wire is None or not wire.usable():
+                    wire = await self._unary_connection()
+                # the Proxy's deadline: what is left of ours, and the grace (see _GRACE)
+                left = started + timeout - loop.time() + _GRACE
+                call = await wire.open(self._unary_headers(rpc, left), request.SerializeToString())
+                try:
+                    stream = WireStream(call, reply_type)
                     yield stream
-                    if stream.trailing_metadata is None:
-                        await stream.recv_trailing_metadata()
+                    await stream.finish()
+                finally:
+                    wire.leave(call)  # reset if left before its end
             # as fail_after: only its deadline cancels this scope
             if scope.cancelled_caught and loop.time() >= scope.deadline:
                 raise TimeoutError

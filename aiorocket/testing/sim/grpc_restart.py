@@ -46,6 +46,10 @@ class RestartingProxy(SimProxy):
         self.known: set[str] = set()
 
     async def _telemetry(self, stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand]) -> None:
+        # Its connection is one the restart drops, as the real one's are: not admitted,
+        # the session's connection outlived the restart once the receives had their own
+        # (issue 43, goal 5b, round 8), and its settings were never sent again.
+        await self._admit(stream)
         async for cmd in stream:
             kind, settings = pb.oneof(cmd, "command")
             if kind == "settings":

@@ -1,0 +1,125 @@
+"""A server-streaming call's reader on the client's own HTTP/2 connection
+(``aiorocket.grpc._h2wire``): the ReceiveMessage stream.
+
+grpclib's ``client.Stream`` cost a receive ~10 regex matches of its metadata, h2's
+stream state machine and frame objects, and two deadline timers (benchmarks/README.md,
+issue 43, goal 5b, round 8). Here the connection appends the stream's DATA to its
+``UnaryCall`` record and wakes the reader (``_unary.notify``); the reader cuts the gRPC
+messages off by their 5-byte prefix and checks the headers and trailers as grpclib's
+``client.Stream`` did (``_unary.check_headers``/``check_trailers``), raising grpclib's
+errors, so ``GrpcTransport._mapped`` maps them unchanged.
+
+Every whole message that arrived is handed out before the stream's error (a reset, a
+lost connection) is raised: what came is the caller's to hand on or release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Generic, TypeVar
+
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from aiorocket.grpc._h2wire import WireCall
+from aiorocket.grpc._unary import check_headers, check_trailers
+
+__all__ = ["WireStream"]
+
+Rep = TypeVar("Rep")
+
+
+class WireStream(Generic[Rep]):
+    """The replies of one server-streaming call, read with ``async for``; the iteration
+    ends when the stream ended with an OK status, and raises its error otherwise."""
+
+    __slots__ = ("_answer", "_buf", "_checked", "_ended", "_loop", "_pos", "_type")
+
+    def __init__(self, call: WireCall, reply_type: type[Rep]) -> None:
+        self._answer = call.answer
+        self._type = reply_type
+        self._loop = asyncio.get_running_loop()
+        #: the bytes taken off ``answer.data`` and not yet cut into messages, from ``_pos``
+        self._buf = b""
+        self._pos = 0
+        #: the headers were checked (before the first message, as grpclib does)
+        self._checked = False
+        #: the end was read (its status checked): the iteration is over
+        self._ended = False
+
+    def pending(self) -> bool:
+        """Bytes arrived that are not read yet (a message, or part of one)."""
+        return self._answer.size > 0
+
+    def __aiter__(self) -> WireStream[Rep]:
+        return self
+
+    async def __anext__(self) -> Rep:
+        answer = self._answer
+        while True:
+            data = self._message()
+            if data is not None:
+                if not self._checked:
+                    check_headers(answer.headers)
+                    self._checked = True
+                reply: Rep = self._type.FromString(data)  # type: ignore[attr-defined]
+                return reply
+            if answer.done.done():
+                self._end()
+            waiter = answer.waiter = self._loop.create_future()
+            try:
+                await waiter
+            finally:
+                answer.waiter = None
+
+    async def finish(self) -> None:
+        """Read the stream to its end (its status checked), what is left unread dropped
+        (the caller reads every message: this is for a block that left early)."""
+        while not self._ended:
+            async for _ in self:
+                pass
+
+    def _message(self) -> bytes | None:
+        """The next whole message's bytes, or None until it has all arrived."""
+        answer = self._answer
+        size = answer.size  # what arrived and was not taken: ``_buf[_pos:]`` and ``data``
+        if size < 5:
+            return None
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < 5:
+            buf, pos = self._fold(), 0
+        if buf[pos]:
+            raise GRPCError(Status.INTERNAL, "a compressed reply (no compression was offered)")
+        length = int.from_bytes(buf[pos + 1 : pos + 5], "big")
+        end = pos + 5 + length
+        if size < 5 + length:
+            return None  # not all here: folded only once it is (no copy per frame)
+        if len(buf) < end:
+            buf, pos, end = self._fold(), 0, 5 + length
+        self._pos = end
+        answer.size = size - 5 - length
+        return buf[pos + 5 : end]
+
+    def _fold(self) -> bytes:
+        """``_buf``'s rest and what arrived since, in one piece."""
+        data = self._answer.data
+        rest = self._buf[self._pos :]
+        buf = data[0] if not rest and len(data) == 1 else b"".join([rest, *data])
+        data.clear()
+        self._buf, self._pos = buf, 0
+        return buf
+
+    def _end(self) -> None:
+        """The stream ended, and every whole message was read: its error, a message cut
+        short, or its status (``StopAsyncIteration`` when OK)."""
+        self._ended = True
+        answer = self._answer
+        error = answer.done.exception()
+        if error is not None:
+            raise error
+        headers = check_headers(answer.headers)  # a trailers-only answer's status included
+        if answer.size:
+            raise GRPCError(Status.INTERNAL, f"a reply cut short: {answer.size} bytes left")
+        if "grpc-status" not in headers:
+            check_trailers(dict(answer.trailers or ()))
+        raise StopAsyncIteration
