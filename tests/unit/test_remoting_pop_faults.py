@@ -19,6 +19,8 @@ from aiorocket.client.pop import (
     POP_MESSAGE,
 )
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
+from aiorocket.consumer.backend import PopBackend
+from aiorocket.consumer.dispatch import WorkerPool
 from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.message_codec import SYSFLAG_COMPRESSED
@@ -352,3 +354,61 @@ async def test_an_ack_in_flight_when_the_close_cuts_its_long_poll_is_sent_again_
     assert "ack_resent" in events
     assert [e for e in logs if e["log_level"] == "warning"] == []
     assert closed < 2.0  # the cut poll is not waited for (long_poll_timeout 5 s)
+
+
+def _stored(body: bytes, uniq: str, offset: int, reconsume_times: int = 0) -> bytes:
+    return encode_stored_message(
+        TOPIC, body, {"UNIQ_KEY": uniq}, queue_offset=offset,
+        commit_log_offset=1000 + offset, reconsume_times=reconsume_times,
+    )  # fmt: skip
+
+
+async def test_a_first_delivery_delivered_again_while_its_handler_runs_is_not_handled_twice() -> (
+    None
+):
+    """Its renewals did not reach the broker (a silent connection, simulator pop_remoting
+    seed 3033), which revived it: the copy (``reconsume_times`` 1) finds its first
+    delivery in hand, whose id was never decoded, and is not dispatched; the call's
+    success acks both, and nothing is left in hand. Another message with the same body
+    and another id is not taken for it. Before, the copy was handled at the same time."""
+    broker = PopBroker()
+    broker.add(0, b"same", b"same")
+    broker.records[(0, 0)] = _stored(b"same", "ID0", 0)
+    broker.records[(0, 1)] = _stored(b"same", "ID1", 1)
+    calls: list[tuple[str, int]] = []
+    started, go = anyio.Event(), anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        calls.append((msg.msg_id, msg.reconsume_times))
+        if msg.queue_offset == 0:
+            started.set()
+            await go.wait()
+
+    async with running(FakeCluster({"broker-a": [broker]})) as cluster:
+        consumer = pop_consumer(cluster, handle)
+        async with consumer:
+            backend = consumer._backend
+            assert isinstance(backend, PopBackend) and backend.runtime is not None
+            runtime = backend.runtime
+            with anyio.fail_after(10):
+                await started.wait()
+                while 1 not in broker.acked:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)  # the fake broker's state: nothing to wait on
+            # the broker revives it (its renewals never reached it), counting the retry
+            broker.records[(0, 0)] = _stored(b"same", "ID0", 0, reconsume_times=1)
+            broker.visible_at[0] = 0.0
+            with anyio.fail_after(10):
+                while broker.deliveries[0] < 2 or runtime.budget.count < 2:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)  # the copy counted: no event
+            # dispatched, the copy would be queued for a worker or running by now
+            assert isinstance(runtime.delivery, WorkerPool)
+            assert not runtime.delivery.queue
+            assert sorted(calls) == [("ID0", 0), ("ID1", 0)]
+            go.set()
+            with anyio.fail_after(10):
+                while runtime.budget.count or runtime.acks.acked < 3:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)  # the acks answered: no event
+            assert sorted(calls) == [("ID0", 0), ("ID1", 0)]
+            assert (runtime.renewer.holding, len(runtime.in_hand)) == (0, 0)
+    assert broker.acked == {0, 1}
+    assert dict(broker.deliveries) == {0: 2, 1: 1}

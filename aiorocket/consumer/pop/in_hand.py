@@ -18,14 +18,27 @@ renewed (its handle is stale: a renewal would be refused and lose it).
 
 Identity is the message id. Over gRPC the Proxy gives it; over remoting it is in the
 properties, which are decoded for redeliveries only (``client/pop.py``), so a first
-delivery is not indexed there: a remoting POP consumer renews its messages itself, and
-a broker delivers one again while it is in hand only after its renewals failed.
+delivery is not indexed when it arrives: indexing it would cost every message a decoding
+of its properties (a fifth of a pop's CPU). A remoting POP consumer renews its messages
+itself, so a broker delivers one again while it is in hand only after its renewals
+failed (its connection went silent, pop_remoting seed 3033 of the simulator); that copy
+is a redelivery (``reconsume_times`` > 0, the broker's revive counts it), its id is
+decoded, and when it finds nothing in the index it is looked for among the messages in
+hand not indexed (``_unindexed``) before it is dispatched: the first deliveries among
+the held messages (``Renewer.held``), by body, then topic and id (their properties
+parsed then). Its cost falls on a remoting redelivery that is not a
+copy (each retry's first sight): one pass over the held messages (at most the cache,
+1,024 by default) for a receive's messages with such a redelivery, then a lookup each;
+a receive pays one call (``handed_on``: the pass is stale after it). A first delivery
+pays nothing (``admit`` and ``settled`` return at once for it). The message found is
+not indexed (its settling stays as cheap): a further copy finds it by the same search.
 Two stored messages with one id (a producer's retry) in hand at once are handled once
 and both settled by that call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -41,13 +54,30 @@ def _key(msg: PopMessage) -> str:
     return msg.msg_id if msg.reconsume_times > 0 else ""
 
 
+def _hashable(body: bytes) -> bytes:
+    """The codec's bodies are bytes; one built otherwise (a bytearray) is copied."""
+    return body if type(body) is bytes else bytes(body)
+
+
 class InHand:
-    """Received, unsettled messages by id (see the module doc)."""
+    """Received, unsettled messages by id (see the module doc).
 
-    __slots__ = ("_by_id",)
+    Parameters
+    ----------
+    held:
+        Every message in hand (``Renewer.held``): where a remoting redelivery that
+        finds nothing in the index looks for its first delivery. None: nowhere (gRPC,
+        every message is indexed).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_by_id", "_held", "_unkeyed")
+
+    def __init__(self, held: Callable[[], Iterable[PopMessage]] | None = None) -> None:
         self._by_id: dict[str, PopMessage] = {}
+        self._held = held
+        #: the held first deliveries by body, for one receive's messages (``_unindexed``);
+        #: None: not gathered
+        self._unkeyed: dict[bytes, list[PopMessage]] | None = None
 
     def admit(self, msg: PopMessage) -> bool:
         """Index ``msg``; False (and attached to it) when it is a copy of one in hand."""
@@ -55,6 +85,8 @@ class InHand:
         if not key:
             return True
         held = self._by_id.get(key)
+        if held is None and not msg._message_id and self._held is not None:
+            held = self._unindexed(msg, key)
         # a message whose retry is being asked for is still in hand: a copy handled now
         # would come back before the retry's delay (NotifyClientTermination released it)
         if held is None or (held._settled and not held._nacking) or held is msg:
@@ -65,6 +97,33 @@ class InHand:
         else:
             held._copies.append(msg)
         return False
+
+    def _unindexed(self, msg: PopMessage, key: str) -> PopMessage | None:
+        """A remoting redelivery's first delivery still in hand, not indexed (its id was
+        not decoded). The held first deliveries are gathered by body once for a
+        receive's messages; only those of its topic with its body have their ids
+        decoded."""
+        unkeyed = self._unkeyed
+        if unkeyed is None:
+            assert self._held is not None
+            unkeyed = self._unkeyed = {}
+            for m in self._held():
+                if m.reconsume_times == 0 and not m._message_id:
+                    body = _hashable(m.body)
+                    same = unkeyed.get(body)  # a body's hash is kept with it: once each
+                    if same is None:
+                        unkeyed[body] = [m]
+                    else:
+                        same.append(m)
+        topic = msg.topic
+        for m in unkeyed.get(_hashable(msg.body), ()):
+            if m is not msg and not m._settled and m.topic == topic and m.msg_id == key:
+                return m
+        return None
+
+    def handed_on(self) -> None:
+        """A receive's messages are all admitted: what ``_unindexed`` gathered is stale."""
+        self._unkeyed = None
 
     def settled(self, msg: PopMessage) -> None:
         """``msg`` is settled: no longer in hand."""

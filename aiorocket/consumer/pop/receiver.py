@@ -231,15 +231,18 @@ class Receiver:
         settler = self._settler
         admit = self._in_hand.admit
         split: dict[int, tuple[PopQueue, bool, list[PopMessage], list[PopMessage]]] = {}
-        for msg in messages:
-            msg._settler = settler
-            pq, new = self._queues.queue_of(msg)
-            msg._pq = pq
-            entry = split.get(id(pq))
-            if entry is None:
-                entry = split[id(pq)] = (pq, new, [], [])
-            # A copy of a message in hand is counted and held, not dispatched (in_hand).
-            (entry[2] if admit(msg) else entry[3]).append(msg)
+        try:
+            for msg in messages:
+                msg._settler = settler
+                pq, new = self._queues.queue_of(msg)
+                msg._pq = pq
+                entry = split.get(id(pq))
+                if entry is None:
+                    entry = split[id(pq)] = (pq, new, [], [])
+                # A copy of a message in hand is counted and held, not dispatched (in_hand).
+                (entry[2] if admit(msg) else entry[3]).append(msg)
+        finally:
+            self._in_hand.handed_on()
         delivery = self._delivery
         for pq, new, msgs, copies in split.values():
             pq.on_received(msgs + copies if copies else msgs)

@@ -208,7 +208,7 @@ class PopRuntime:
                 state=state, settler=self.settler, ordered=self.fifo, commits=None, locks=None
             )
         )
-        in_hand = self.in_hand = InHand()
+        in_hand = self.in_hand = InHand(self.renewer.held)
         forget = self.renewer.forget
 
         def settled(msg: PopMessage) -> None:
