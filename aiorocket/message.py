@@ -292,9 +292,8 @@ _DEFERRED: dict[str, Callable[[bytes], Any]] = {
 }
 
 
-def _deferred(name: str, decode: Callable[[bytes], Any]) -> property:
-    """The field ``name`` read from its slot, else decoded from the head into it."""
-    slot = MessageExt.__dict__[name]
+def _deferred(name: str, decode: Callable[[bytes], Any], slot: Any) -> property:
+    """The field ``name`` read from its ``slot``, else decoded from the head into it."""
     get, put = slot.__get__, slot.__set__
 
     def read(self: MessageExt) -> Any:
@@ -327,9 +326,19 @@ def _slot_name(name: str) -> str:
     return f"_{name}"
 
 
-for _name, _decode in _DEFERRED.items():
-    setattr(MessageExt, _slot_name(_name), MessageExt.__dict__[_name])
-    setattr(MessageExt, _name, _deferred(_name, _decode))
+def _defer_fields(cls: type[MessageExt]) -> None:
+    """Each deferred field's slot of ``cls`` under its second name, the field's own
+    name a property over it. Python 3.10's ``dataclass(slots=True)`` declares every
+    field's slot again in a subclass (3.11 leaves the base's), and a subclass's slot of
+    the same name hides the base's property: the subclass gets its own properties."""
+    for name, decode in _DEFERRED.items():
+        slot = cls.__dict__.get(name)
+        if slot is not None and not isinstance(slot, property):
+            setattr(cls, _slot_name(name), slot)
+            setattr(cls, name, _deferred(name, decode, slot))
+
+
+_defer_fields(MessageExt)
 
 
 def init_stores_slots(cls: type[MessageExt]) -> None:
@@ -338,6 +347,7 @@ def init_stores_slots(cls: type[MessageExt]) -> None:
     setter costs ~0.2 µs a field, ten a message built by ``__init__`` (gRPC, pop, the
     checked decoder). The generated code is ``self.<field> = <field>`` per field; only
     the attribute names it stores change."""
+    _defer_fields(cls)
     init = cls.__init__
     code = init.__code__
     init.__code__ = code.replace(
