@@ -55,10 +55,13 @@ required() {
 # The simulator's seeds are whole simulated runs of the same code on every Python: here
 # only the first 3 of each workload (AIOROCKET_SIM_SEEDS, tests/unit/conftest.py; 3.11
 # runs them all). No unit test needs minutes: one that hangs fails after 5 (not the
-# suite's 15), so that a hang costs the run little.
+# suite's 15), so that a hang costs the run little. The whole run is bounded too: a
+# failed test that leaves a thread running kept a 3.10 pytest from exiting after its
+# summary (2026-11-29), which would have held CI to its 90-minute limit.
 unit() {
     venv=$1; shift
-    AIOROCKET_SIM_SEEDS="${AIOROCKET_SIM_SEEDS:-3}" "$venv/bin/python" -m pytest -q \
+    AIOROCKET_SIM_SEEDS="${AIOROCKET_SIM_SEEDS:-3}" timeout -k 30 1800 \
+        "$venv/bin/python" -m pytest -q \
         -o "cache_dir=$venv/.pytest_cache" -o timeout=300 "$@" tests/unit \
         --ignore=tests/unit/test_docs_site.py
 }
