@@ -338,11 +338,9 @@ def _defer_fields(cls: type[MessageExt]) -> None:
             setattr(cls, name, _deferred(name, decode, slot))
 
 
-_defer_fields(MessageExt)
-
-
 def init_stores_slots(cls: type[MessageExt]) -> None:
-    """Make ``cls``'s dataclass ``__init__`` store the deferred fields straight into
+    """Give ``cls`` the deferred fields' properties where its own slots would hide them
+    (``_defer_fields``), and make its dataclass ``__init__`` store them straight into
     their slots (by their second names) rather than through the properties: a property's
     setter costs ~0.2 µs a field, ten a message built by ``__init__`` (gRPC, pop, the
     checked decoder). The generated code is ``self.<field> = <field>`` per field; only
