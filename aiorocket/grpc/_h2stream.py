@@ -18,11 +18,10 @@ from __future__ import annotations
 import asyncio
 from typing import Generic, TypeVar
 
-from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from aiorocket.grpc._h2wire import WireCall
-from aiorocket.grpc._unary import check_headers, check_trailers
+from aiorocket.grpc._unary import check_headers, check_trailers, cut_short, message_length
 
 __all__ = ["WireStream"]
 
@@ -75,9 +74,32 @@ class WireStream(Generic[Rep]):
     async def finish(self) -> None:
         """Read the stream to its end (its status checked), what is left unread dropped
         (the caller reads every message: this is for a block that left early)."""
-        while not self._ended:
+        if not self._ended:
             async for _ in self:
                 pass
+
+    def arrived(self) -> list[Rep]:
+        """The whole messages that arrived and were not read, without waiting and
+        without the end's check: what a reader cut off (cancelled, its deadline) takes
+        with it, instead of leaving them to the reset. A message that cannot be read
+        (compressed) ends the list: the reader's break stands."""
+        replies: list[Rep] = []
+        try:
+            while (data := self._message()) is not None:
+                if not self._checked:
+                    check_headers(self._answer.headers)
+                    self._checked = True
+                replies.append(self._type.FromString(data))  # type: ignore[attr-defined]
+        except GRPCError:
+            pass
+        return replies
+
+    def answered(self) -> bool:
+        """The server ended the stream (its trailers, or a trailers-only answer): it
+        wrote nothing after. Not so for a reset, a lost connection, or a stream the
+        reader breaks off (cancelled, its deadline, a message it cannot read)."""
+        done = self._answer.done
+        return done.done() and not done.cancelled() and done.exception() is None
 
     def _message(self) -> bytes | None:
         """The next whole message's bytes, or None until it has all arrived."""
@@ -88,9 +110,7 @@ class WireStream(Generic[Rep]):
         buf, pos = self._buf, self._pos
         if len(buf) - pos < 5:
             buf, pos = self._fold(), 0
-        if buf[pos]:
-            raise GRPCError(Status.INTERNAL, "a compressed reply (no compression was offered)")
-        length = int.from_bytes(buf[pos + 1 : pos + 5], "big")
+        length = message_length(buf, pos)
         end = pos + 5 + length
         if size < 5 + length:
             return None  # not all here: folded only once it is (no copy per frame)
@@ -116,10 +136,14 @@ class WireStream(Generic[Rep]):
         answer = self._answer
         error = answer.done.exception()
         if error is not None:
+            if answer.headers is not None and not self._checked:
+                # The server's answer came before the reset: its HTTP status says why
+                # (a 401 is UNAUTHENTICATED, grpc's mapping), as grpclib read it first.
+                check_headers(answer.headers)
             raise error
         headers = check_headers(answer.headers)  # a trailers-only answer's status included
         if answer.size:
-            raise GRPCError(Status.INTERNAL, f"a reply cut short: {answer.size} bytes left")
+            raise cut_short(answer.size)
         if "grpc-status" not in headers:
             check_trailers(dict(answer.trailers or ()))
         raise StopAsyncIteration

@@ -254,11 +254,13 @@ class WireConnection(asyncio.Protocol):
             self._reset(call, ErrorCodes.PROTOCOL_ERROR, "Protocol error")
             return
         answer.size += len(payload)
+        answer.data.append(payload)  # ``size`` says what ``data`` holds (the reader's)
         if answer.size > _unary.MAX_REPLY + 5:
+            # Kept (a frame over the bound at most): a streaming reader takes the whole
+            # messages in it and before it, then this error.
             self._reset(call, ErrorCodes.CANCEL, None)
             _unary.fail(answer, GRPCError(Status.INTERNAL, f"reply over {_unary.MAX_REPLY} bytes"))
             return
-        answer.data.append(payload)
         if flags & END_STREAM:
             self._ended(call)
             return

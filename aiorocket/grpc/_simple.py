@@ -284,15 +284,16 @@ class SimpleConsumer:
         attempt = self._take_attempt(key)
         req = self._receive_request(topic, mq, max_messages, invisible_duration, attempt)
         self._receiving[key] = self._receiving.get(key, 0) + 1
+        broken: list[bool] = []  # the stream broke before the Proxy ended it (``_read``)
         try:
             try:
                 try:
-                    await self._read(req, timeout, broker, out, bad, each, idle)
+                    await self._read(req, timeout, broker, out, bad, each, idle, broken)
                 finally:
                     if not out and not bad:
                         self._attempts.setdefault(key, []).append(attempt)
             except RocketMQError as err:
-                if self._holds_what_it_wrote(err):
+                if self._holds_what_it_wrote(err, broken):
                     # What the Proxy wrote after the break never arrived, and it renews
                     # those messages for this client: until its close, otherwise.
                     self.session.release_held_soon()
@@ -333,58 +334,97 @@ class SimpleConsumer:
         spare = self._attempts.get(key)
         return spare.pop() if spare else str(uuid.uuid4())
 
-    def _holds_what_it_wrote(self, err: RocketMQError) -> bool:
+    def _holds_what_it_wrote(self, err: RocketMQError, broken: list[bool]) -> bool:
         """Whether a receive that failed with ``err`` may have left messages the Proxy
         renews for this client that it never got: an auto-renewed receive whose stream
-        broke before its end (a reset, the deadline, a corrupt frame). An error status
-        is the Proxy's own answer (it wrote no message after it). Receives that are not
+        broke before its end (a reset, the deadline, a corrupt frame; ``broken``: the
+        client broke it off, as for a message it cannot read or an answer over
+        ``MAX_REPLY``). An error status is the Proxy's own answer (it wrote no message
+        after it). Receives that are not
         auto-renewed (a simple consumer's, a lite consumer's: the client renews those)
         leave nothing held beyond their invisible duration: the 5.5.0 Proxy registers a
         receipt handle for renewal only when the receive asks (ReceiveMessageActivity:
         ``enableProxyAutoRenew && request.autoRenew``)."""
         if not self.auto_renew:
             return False
-        return isinstance(err, ConnectionClosedError | RequestTimeoutError | ProtocolError)
+        return bool(broken) or isinstance(
+            err, ConnectionClosedError | RequestTimeoutError | ProtocolError
+        )
 
     async def _read(
         self, req: RawRequest, timeout: float, broker: str,
         out: list[ReceivedMessage], bad: list[tuple[ReceivedMessage, str]],
         each: Callable[[ReceivedMessage], None] | None = None,
-        idle: Callable[[], None] | None = None,
+        idle: Callable[[], None] | None = None, broken: list[bool] | None = None,
     ) -> None:  # fmt: skip
         """Read one receive stream into ``out`` (and undecodable messages into ``bad``),
-        message by message: what came before an error is in the lists when it raises;
-        ``each`` gets every message of ``out`` as it is appended, ``idle`` is called
-        when the next read would wait for the connection (``WireStream.pending``)."""
+        message by message: what came before an error is in the lists when it raises
+        (what had arrived unread when the read was cut off too: ``_rescue``); ``each``
+        gets every message of ``out`` as it is appended, ``idle`` is called when the
+        next read would wait for the connection (``WireStream.pending``); ``broken``
+        gets True when the read ends in an error before the Proxy ended the stream."""
         async with self.transport.server_stream(
             "ReceiveMessage", req, FastReceiveResponse, timeout=timeout
         ) as stream:
-            async for resp in stream:
-                msg = resp.message
-                if resp.status is not None:
-                    if resp.status.code == pb.Code.MESSAGE_NOT_FOUND:
-                        continue
-                    check_status(resp.status, "ReceiveMessage")
-                elif msg is not None:
-                    msg._consumer = self
-                    msg.broker_name = broker
-                    if resp.error is None:
-                        out.append(msg)
-                        if each is not None:
-                            each(msg)
-                        if idle is not None and not stream.pending():
-                            idle()  # the next message is not here yet
-                    else:
-                        bad.append((msg, str(resp.error)))
-                elif resp.error is not None:
-                    # Not even its receipt handle is readable: nothing to settle it with.
-                    # It comes back after its invisible time (an auto-renewed one when
-                    # this client's session ends).
-                    self._count_undecodable()
-                    self.session.log.error(
-                        "undecodable_message", broker=broker, action="none",
-                        error=str(resp.error),
-                    )  # fmt: skip
+            try:
+                async for resp in stream:
+                    msg = resp.message
+                    if resp.status is not None:
+                        if resp.status.code == pb.Code.MESSAGE_NOT_FOUND:
+                            continue
+                        check_status(resp.status, "ReceiveMessage")
+                    elif msg is not None:
+                        msg._consumer = self
+                        msg.broker_name = broker
+                        if resp.error is None:
+                            out.append(msg)
+                            if each is not None:
+                                each(msg)
+                            if idle is not None and not stream.pending():
+                                idle()  # the next message is not here yet
+                        else:
+                            bad.append((msg, str(resp.error)))
+                    elif resp.error is not None:
+                        self._unsettleable(broker, str(resp.error))
+            except ProxyResponseError:
+                raise  # the Proxy's status: its answer, nothing written after it
+            except BaseException:
+                if broken is not None and not stream.answered():
+                    broken.append(True)
+                self._rescue(stream.arrived(), broker, out, bad, each)
+                raise
+
+    def _rescue(
+        self, arrived: list[FastReceiveResponse], broker: str,
+        out: list[ReceivedMessage], bad: list[tuple[ReceivedMessage, str]],
+        each: Callable[[ReceivedMessage], None] | None,
+    ) -> None:  # fmt: skip
+        """Take the messages that had arrived, unread, when the read stopped: ours as the
+        ones read, not left to come back after their invisible time (or, auto-renewed,
+        the session's end). An asyncio cancellation (``task.cancel()``, ``wait_for``)
+        in the instant their bytes came cuts the reader off after the connection woke
+        it (anyio's scopes wait until it has run)."""
+        for resp in arrived:
+            msg = resp.message
+            if msg is None:
+                if resp.error is not None:
+                    self._unsettleable(broker, str(resp.error))
+                continue  # a status: the end's, which the error stands for
+            msg._consumer = self
+            msg.broker_name = broker
+            if resp.error is not None:
+                bad.append((msg, str(resp.error)))
+                continue
+            out.append(msg)
+            if each is not None:
+                each(msg)
+
+    def _unsettleable(self, broker: str, error: str) -> None:
+        """A message of which not even the receipt handle is readable: nothing to
+        settle it with. It comes back after its invisible time (an auto-renewed one
+        when this client's session ends)."""
+        self._count_undecodable()
+        self.session.log.error("undecodable_message", broker=broker, action="none", error=error)
 
     def _count_undecodable(self) -> None:
         self.undecodable_total += 1

@@ -15,8 +15,17 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.metadata import decode_grpc_message
 
-__all__ = ["MAX_REPLY", "UnaryCall", "check_headers", "check_trailers", "fail", "notify",
-           "reply_of"]
+__all__ = [
+    "MAX_REPLY",
+    "UnaryCall",
+    "check_headers",
+    "check_trailers",
+    "cut_short",
+    "fail",
+    "message_length",
+    "notify",
+    "reply_of",
+]
 
 #: The largest reply accepted (bytes of the gRPC message): a bigger one fails the call
 #: instead of growing the buffer without bound. The Proxy's unary answers are a few KiB.
@@ -70,13 +79,26 @@ def reply_of(call: UnaryCall, reply_type: type[Rep]) -> Rep | None:
     data = call.data[0] if len(call.data) == 1 else b"".join(call.data)
     if not data:
         return None
-    if data[0]:
-        raise GRPCError(Status.INTERNAL, "a compressed reply (no compression was offered)")
-    length = int.from_bytes(data[1:5], "big")
-    if len(data) < 5 + length:
-        raise GRPCError(Status.INTERNAL, f"a reply cut short: {len(data) - 5} of {length} bytes")
+    length = message_length(data, 0) if len(data) >= 5 else None
+    if length is None or len(data) < 5 + length:
+        raise cut_short(len(data))
     reply: Rep = reply_type.FromString(data[5 : 5 + length])  # type: ignore[attr-defined]
     return reply
+
+
+def message_length(buf: bytes, pos: int) -> int:
+    """The length the gRPC message prefix (5 bytes) at ``buf[pos]`` announces, or the
+    ``GRPCError`` of a compressed message (none was offered): a unary reply's and a
+    streaming call's (``_h2stream``) prefix reader."""
+    if buf[pos]:
+        raise GRPCError(Status.INTERNAL, "a compressed reply (no compression was offered)")
+    return int.from_bytes(buf[pos + 1 : pos + 5], "big")
+
+
+def cut_short(left: int) -> GRPCError:
+    """The error of an answer that ended ``left`` bytes into a message (its prefix
+    included): the rest never came."""
+    return GRPCError(Status.INTERNAL, f"a reply cut short: {left} bytes of a message left")
 
 
 def check_headers(raw: list[tuple[str, str]] | None) -> dict[str, str]:

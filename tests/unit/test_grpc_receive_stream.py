@@ -5,6 +5,7 @@ its flow control). Each test says what ``GrpcTransport.server_stream`` promises.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import anyio
@@ -20,13 +21,13 @@ from aiorocket.errors import (
     ProxyUnavailableError,
     RequestTimeoutError,
 )
-from aiorocket.grpc import SimpleConsumer
+from aiorocket.grpc import SimpleConsumer, _unary
 from aiorocket.grpc import _pb as pb
-from aiorocket.grpc._h2wire import GOAWAY, frame
+from aiorocket.grpc._h2wire import GOAWAY, WireConnection, frame
 from aiorocket.grpc._transport import GrpcTransport
 from aiorocket.testing.fake_grpc import FakeProxy
 from tests.unit.test_grpc_faults import message
-from tests.unit.test_grpc_unary import _Conn, _wire, framed, serve
+from tests.unit.test_grpc_unary import _Conn, _wire, framed, heartbeat, serve
 
 __all__ = ["serve"]  # the fixture, shared with test_grpc_unary
 
@@ -65,6 +66,13 @@ async def _read(
         async for reply in stream:
             got.append(reply.status.message)
     return got
+
+
+async def _reset_by_the_client(server: Any) -> None:
+    """The stream was reset, once, by the client (CANCEL: it left it)."""
+    with anyio.fail_after(5):
+        await server.reset.wait()
+    assert server.resets == [ErrorCodes.CANCEL]
 
 
 async def test_a_stream_is_read_to_its_end_and_leaves_no_stream_or_call(serve: Any) -> None:
@@ -204,9 +212,7 @@ async def test_a_cancelled_receive_stays_a_cancellation_and_resets_its_stream(
         await _read(transport, timeout=10)
     assert scope.cancelled_caught
     assert len(_wire(transport)) == 0 and transport._calls == 0
-    with anyio.fail_after(5):
-        await server.reset.wait()
-    assert server.resets == [ErrorCodes.CANCEL]
+    await _reset_by_the_client(server)
 
 
 async def test_a_receive_past_its_deadline_is_a_timeout_and_resets_its_stream(
@@ -272,3 +278,140 @@ async def test_a_receive_of_32_messages_of_4_mib_passes_the_flow_control_windows
             got = await c.receive(32, invisible_duration=20)
         assert len(got) == 32 and all(m.body == body for m in got)
         assert c.transport._calls == 1  # the telemetry stream's
+
+
+@pytest.mark.parametrize(
+    ("http", "error", "code"),
+    [("503", ProxyUnavailableError, None), ("401", GrpcStatusError, "UNAUTHENTICATED")],
+)
+async def test_a_reset_after_a_non_200_status_raises_what_the_status_says(
+    serve: Any, http: str, error: type[Exception], code: str | None
+) -> None:
+    """grpc's HTTP-to-gRPC status mapping (doc/http-grpc-status-mapping.md: 503 is
+    UNAVAILABLE, 401 UNAUTHENTICATED), not the reset that followed (main: every one a
+    retriable ProxyUnavailableError), as grpclib read the headers first."""
+
+    def answer(c: _Conn, sid: int) -> None:
+        c.h2.send_headers(sid, [(":status", http), ("content-type", "text/html")])
+        c.h2.reset_stream(sid, ErrorCodes.INTERNAL_ERROR)
+
+    _, transport = await serve(answer)
+    with pytest.raises(error, match=f"Received :status = '{http}'") as info:
+        await _read(transport)
+    if code is not None:
+        assert getattr(info.value, "name", None) == code
+    assert transport._calls == 0 and len(_wire(transport)) == 0
+
+
+async def test_a_stream_over_max_reply_unread_is_a_typed_error_and_spares_the_other_calls(
+    serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a stream's reader has not taken is bounded (``MAX_REPLY``): past it the
+    stream is reset and fails with a typed error after the messages before it; a call
+    under way on the same connection is answered."""
+    monkeypatch.setattr(_unary, "MAX_REPLY", 200)
+    sids: list[int] = []
+
+    def answer(c: _Conn, sid: int) -> None:
+        sids.append(sid)
+        if len(sids) == 1:  # the receive: one message, then the start of one too big
+            _head(c, sid)
+            c.h2.send_data(sid, framed(_heartbeat(0)) + framed(b"x" * 1000)[:250])
+        else:
+            c.reply(sid)
+
+    server, transport = await serve(answer)
+    got: list[str] = []
+    with pytest.raises(GrpcStatusError, match="reply over 200 bytes"):
+        await _read(transport, out=got)
+    assert got == ["r0"]
+    assert (await heartbeat(transport)).status.code == pb.Code.OK
+    assert len(server.connections) == 1 and transport._calls == 0
+    await _reset_by_the_client(server)
+
+
+async def test_a_receive_cancelled_mid_message_leaves_the_others_their_messages(
+    serve: Any,
+) -> None:
+    """Three receives on one connection; one is cancelled with half a message in, the
+    others' streams then run to their end: every message of theirs is read."""
+    sids: list[int] = []
+    halfway = anyio.Event()
+
+    def answer(c: _Conn, sid: int) -> None:
+        sids.append(sid)
+        if len(sids) == 3:
+            for s in sids:
+                _head(c, s)
+            c.h2.send_data(sids[0], framed(_heartbeat(99))[:12])
+            c.flush()
+            halfway.set()
+        elif len(sids) == 4:  # after the cancel: the others' messages
+            for n, s in enumerate(sids[1:3]):
+                c.h2.send_data(s, framed(_heartbeat(10 * n)) + framed(_heartbeat(10 * n + 1)))
+                c.h2.send_headers(s, [("grpc-status", "0")], end_stream=True)
+            c.reply(sid)
+
+    server, transport = await serve(answer)
+    results: list[list[str]] = [[], []]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            cut = anyio.CancelScope()
+
+            async def cancelled() -> None:
+                with cut:
+                    await _read(transport, timeout=5)
+
+            tg.start_soon(cancelled)
+            await anyio.wait_all_tasks_blocked()
+            for out in results:
+                tg.start_soon(_read, transport, 5, out)
+            await halfway.wait()
+            cut.cancel()
+            await server.reset.wait()
+            await heartbeat(transport)  # the fourth stream: the others' answers go out
+    assert sorted(results) == [["r0", "r1"], ["r10", "r11"]]
+    assert server.resets == [ErrorCodes.CANCEL] and transport._calls == 0
+
+
+async def test_a_receive_cancelled_as_its_message_arrives_releases_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At-least-once: a message whose bytes came in the instant the receive's task was
+    cancelled (asyncio's ``task.cancel()``, ``wait_for``: unlike anyio's scopes they
+    cancel a task already woken) is released like those read before it. Main: the
+    reset left it unread, invisible to the group until its invisible time."""
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
+        proxy.messages = [message(b"arrives-as-cut")]
+        receive = asyncio.ensure_future(c.receive(4, invisible_duration=20))
+        original = WireConnection._data
+
+        def data(self: WireConnection, stream_id: int, flags: int, payload: bytes) -> None:
+            original(self, stream_id, flags, payload)
+            if b"arrives-as-cut" in payload:  # before the woken reader has run
+                receive.cancel()
+
+        monkeypatch.setattr(WireConnection, "_data", data)
+        with anyio.fail_after(10), pytest.raises(asyncio.CancelledError):
+            await receive
+        assert proxy.invisible_changes == [("rh-arrives-as-cut", 0.0)]
+
+
+async def test_a_receive_the_client_breaks_off_ends_the_proxys_renewal_of_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An auto-renewed receive whose stream the client resets itself (an answer over
+    ``MAX_REPLY``: a typed GrpcStatusError, not a connection error) may leave messages
+    the Proxy wrote after the reset, renewed for this client until its session ends:
+    the session ends that renewal (``release_held``), as after a reset by the Proxy.
+    Main: only a reset by the Proxy, a lost connection or the deadline did."""
+    monkeypatch.setattr(_unary, "MAX_REPLY", 4096)
+    async with FakeProxy() as proxy, SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as c:
+        c.auto_renew = True
+        released: list[bool] = []
+        monkeypatch.setattr(c.session, "release_held_soon", lambda: released.append(True))
+        proxy.messages = [message(b"m0"), message(b"big" + b"x" * 50_000), message(b"m2")]
+        with anyio.fail_after(10):
+            got = await c.receive(4, invisible_duration=20)
+        assert [m.body for m in got] == [b"m0"]
+        assert released == [True]
