@@ -18,8 +18,6 @@ from __future__ import annotations
 import asyncio
 from typing import Generic, TypeVar
 
-from grpclib.exceptions import GRPCError
-
 from aiorocket.grpc._h2wire import WireCall
 from aiorocket.grpc._unary import check_headers, check_trailers, cut_short, message_length
 
@@ -82,7 +80,8 @@ class WireStream(Generic[Rep]):
         """The whole messages that arrived and were not read, without waiting and
         without the end's check: what a reader cut off (cancelled, its deadline) takes
         with it, instead of leaving them to the reset. A message that cannot be read
-        (compressed) ends the list: the reader's break stands."""
+        (compressed, a corrupt reply) ends the list: the error the reader was cut off
+        by stands (this runs as it propagates)."""
         replies: list[Rep] = []
         try:
             while (data := self._message()) is not None:
@@ -90,7 +89,7 @@ class WireStream(Generic[Rep]):
                     check_headers(self._answer.headers)
                     self._checked = True
                 replies.append(self._type.FromString(data))  # type: ignore[attr-defined]
-        except GRPCError:
+        except Exception:  # the error the reader was cut off by is the one raised
             pass
         return replies
 

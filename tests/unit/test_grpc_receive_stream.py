@@ -374,6 +374,42 @@ async def test_a_receive_cancelled_mid_message_leaves_the_others_their_messages(
     assert server.resets == [ErrorCodes.CANCEL] and transport._calls == 0
 
 
+async def test_goaway_lets_the_receives_it_took_end_with_their_messages(serve: Any) -> None:
+    """GOAWAY naming the first of two receives under way: the first still gets every
+    message and its end; the second, which the server never took, fails retriably with
+    nothing read (the Proxy popped nothing for it); the connection then closes and
+    the next call opens a new one."""
+    sids: list[int] = []
+
+    def answer(c: _Conn, sid: int) -> None:
+        sids.append(sid)
+        if len(sids) == 2:
+            c.transport.write(frame(GOAWAY, 0, 0, sids[0].to_bytes(4, "big") + bytes(4)))
+            _stream(c, sids[0], [_heartbeat(0), _heartbeat(1)])
+        elif len(sids) > 2:
+            c.reply(sid)
+
+    server, transport = await serve(answer)
+    first: list[str] = []
+    failed: list[ProxyUnavailableError] = []
+
+    async def second() -> None:
+        try:
+            await _read(transport, timeout=5)
+        except ProxyUnavailableError as exc:
+            failed.append(exc)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_read, transport, 5, first)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(second)
+    assert first == ["r0", "r1"]
+    assert len(failed) == 1 and "GOAWAY" in str(failed[0]) and failed[0].retriable
+    assert (await heartbeat(transport)).status.code == pb.Code.OK
+    assert len(server.connections) == 2 and transport._calls == 0
+
+
 async def test_a_receive_cancelled_as_its_message_arrives_releases_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
