@@ -10,7 +10,9 @@ messages off by their 5-byte prefix and checks the headers and trailers as grpcl
 errors, so ``GrpcTransport._mapped`` maps them unchanged.
 
 Every whole message that arrived is handed out before the stream's error (a reset, a
-lost connection) is raised: what came is the caller's to hand on or release.
+lost connection, an answer over ``MAX_REPLY``) is raised, and a reader cut off while
+some had arrived unread (an asyncio cancellation) takes them with ``arrived``: what
+came is the caller's to hand on or release.
 """
 
 from __future__ import annotations
