@@ -3,9 +3,10 @@
 Everything runs in one task group the engine owns (entered by ``start``, left by
 ``close``):
 
-* a heartbeat loop (every 30 s), a rebalance loop (every 20 s and at once when a broker
-  says the group changed), an offset flusher (every 5 s) and, when orderly, the lock
-  keeper: each stops when the engine closes;
+* a heartbeat loop (every 30 s), a rebalance loop (every 20 s, at once when a broker
+  says the group changed, and after the heartbeat on a new connection to a broker), an
+  offset flusher (every 5 s) and, when orderly, the lock keeper: each stops when the
+  engine closes;
 * one pull task per assigned queue (ProcessQueue), each in its own cancel scope so a
   rebalance can stop exactly that queue;
 * the delivery strategy's tasks (worker pool, orderly loops; see
@@ -357,7 +358,19 @@ class Engine:
         # last for a while (see rebalance._MemberLists).
         self.rebalancer.memory.connected_at[address] = anyio.current_time()
         if self._tg is not None and not self.state.closing:
-            self._tg.start_soon(self._membership.heartbeat_to, address)
+            self._tg.start_soon(self._rejoin, address)
+
+    async def _rejoin(self, address: str) -> None:
+        """Heartbeat on a new connection to a broker, then rebalance at once if it took
+        the heartbeat. The group's change notices (NOTIFY_CONSUMER_IDS_CHANGED) go to the
+        channels the broker holds for us; while ours was silent (half-open, reset) they
+        went nowhere, and a member that missed one keeps queues another member took
+        until its next pass (``rebalance_interval``, 20 s): both consume them, and its
+        commits move the newcomer's offset back. The Java client does the same (5.x
+        MQClientInstance's channel listener: a heartbeat on an active channel, then
+        ``rebalanceImmediately``)."""
+        if await self._membership.heartbeat_to(address) and not self.state.closing:
+            self.state.request_rebalance()
 
     def _on_disconnected(self, address: str) -> None:
         """The broker at ``address`` unregistered us with that connection: the queues it

@@ -111,18 +111,19 @@ class Membership:
         if starting and denied and len(denied) == len(addrs):
             raise denied[0]
 
-    async def heartbeat_to(self, addr: str) -> None:
-        """Heartbeat to ``addr`` if it is a broker of a subscribed topic (cached routes only).
+    async def heartbeat_to(self, addr: str) -> bool:
+        """Heartbeat to ``addr`` if it is a broker of a subscribed topic (cached routes
+        only); True once that broker took it.
 
         Sent when a connection to a broker is (re-)established: a broker that restarted,
-        or expired our channel while the network was down, knows nothing of us until then,
-        and the Java client would not tell it for up to a heartbeat interval.
+        or expired our channel while the network was down, knows nothing of us until then.
         """
         if not self._member:
-            return
+            return False
         routes = [self._namesrv.cached_route(topic) for topic in self._state.subscriptions]
         if any(route is not None and addr in route.all_addrs() for route in routes):
-            await self._heartbeat(addr, self.heartbeat_data())
+            return await self._heartbeat(addr, self.heartbeat_data()) is None
+        return False
 
     async def _heartbeat(self, addr: str, data: dict[str, Any]) -> RocketMQError | None:
         try:

@@ -103,6 +103,28 @@ async def reconnect_scenario(consumer: Consumer, broker: FakeBroker) -> None:
     assert consumer.client_id in broker.members
 
 
+async def test_a_reopened_broker_connection_brings_a_rebalance_at_once() -> None:
+    """A peer joined while our connection was down: the broker's change notice went to
+    the dead connection. The member used to keep every queue (consumed twice, its
+    commits moving the peer's offset back) until its next pass, rebalance_interval
+    (20 s) later (simulator pull_remoting 2070); after the heartbeat on the new
+    connection it rebalances at once, as the Java client does."""
+    broker = FakeBroker("broker-a", 0)
+    cluster = FakeCluster({"broker-a": [broker]})
+    listener = Listener()
+    async with running(cluster), consumer_of(cluster, listener=listener):
+        with anyio.fail_after(10):
+            while len(listener.topic_queues()) != 2:
+                await listener.changed.wait()
+        broker.members = {"peer"}  # we are listed again by the heartbeat that follows
+        for session in broker.server.sessions:
+            await session.close()
+        # Far below rebalance_interval (20 s): no notice comes, the reconnect is enough.
+        with anyio.fail_after(8):
+            while len(listener.topic_queues()) != 1:
+                await listener.changed.wait()
+
+
 async def test_a_client_listed_twice_still_takes_every_queue() -> None:
     """A broker lists a client once per channel: after a half-open connection was
     replaced, the old channel stays until the broker expires it. The consumer used to

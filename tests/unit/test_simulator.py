@@ -73,7 +73,10 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007]
 #: 72 (orderly, locks applied after a lag): a joiner's renewal in flight as a rebalance
 #: revoked queue 2 was applied after the revoke's unlock; the queue stayed locked past
 #: the joiner's close (released_at_close); a revoke's unlock now waits for it
-PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 72, 146, 239, 1111]
+#: 2070: the first member's connection went silent as a member joined; the join's notice
+#: went to it, and the first member kept queue 1 until its next pass (20 s), committing
+#: behind the joiner (duplicates_within_window); a new connection now brings a pass
+PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 72, 146, 239, 1111, 2070]
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
