@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 import pytest
+import trio.testing
 
 from aiorocket.client.lite import LITE_SUBSCRIPTION_CTL, POP_LITE_MESSAGE
 from aiorocket.protocol.command import RemotingCommand
@@ -27,7 +28,7 @@ from aiorocket.testing.sim.checker_more import LITE_LEARN
 from aiorocket.testing.sim.history import History
 from aiorocket.testing.sim.lite import LITE_GROUP, LITE_PARENT, SimLiteCluster
 from aiorocket.testing.sim.memnet import MemoryByteStream, in_memory_network, memory_stream_pair
-from aiorocket.testing.sim.nemesis import Schedule
+from aiorocket.testing.sim.nemesis import Fault, Schedule
 
 pytestmark = pytest.mark.anyio
 
@@ -62,11 +63,11 @@ def anyio_backend() -> str:
 
 
 @asynccontextmanager
-async def _connected(history: History, *, exclusive: bool) -> AsyncIterator[
-    tuple[SimLiteCluster, MemoryByteStream]
-]:
+async def _connected(
+    history: History, *, exclusive: bool, faults: list[Fault] | None = None
+) -> AsyncIterator[tuple[SimLiteCluster, MemoryByteStream]]:
     """One simulated lite broker, and a client's end of a connection to it."""
-    schedule = Schedule(0, "lite_remoting", {"server_seed": 1}, [])
+    schedule = Schedule(0, "lite_remoting", {"server_seed": 1}, faults or [])
     with in_memory_network():
         async with SimLiteCluster(schedule, history, brokers=1, exclusive=exclusive) as cluster:
             client, served = memory_stream_pair()
@@ -95,6 +96,29 @@ async def test_a_pop_answered_after_the_client_hung_up_is_lost_on_wire(
         await _quiet()
     kinds = [e.kind for e in history.events if e.key == "r0.0-0"]
     assert kinds == ["stored", named]
+
+
+@pytest.mark.parametrize(
+    "anyio_backend", [("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})]
+)
+async def test_a_pop_parked_before_a_pause_hands_out_nothing_until_the_broker_resumes() -> None:
+    """Seeds 3014 and 3025 (``acked_after_success``): a lite pop parked before its
+    broker was paused (SIGSTOP) was answered, during the pause, with a message stored
+    then; the client handled it and owed its ack to the frozen broker. A stopped broker
+    runs no long-polling service: the message is handed out only once it resumes."""
+    history = History(anyio.current_time)
+    start = anyio.current_time()
+    pause = Fault("broker_pause", {"broker": "sim-broker-a", "at": start + 1.0, "seconds": 20.0})
+    async with _connected(history, exclusive=False, faults=[pause]) as (cluster, client):
+        assert cluster.brokers[0].name == "sim-broker-a"
+        await client.send(_ctl("PARTIAL_ADD", ["r0"]))
+        await client.send(_pop())
+        await _quiet()
+        await anyio.sleep(2.0)  # virtual seconds: into the pause
+        cluster.brokers[0].store("r0.0-0", "r0", 0)
+        await anyio.sleep(25.0)  # past its end
+    delivered = [e.at - start for e in history.of("delivered") if e.key == "r0.0-0"]
+    assert delivered and delivered[0] >= 21.0, delivered
 
 
 async def test_an_unsubscribe_notice_into_a_silent_connection_is_noted_lost() -> None:

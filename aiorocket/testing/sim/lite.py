@@ -21,7 +21,8 @@ so:
 * a COMPLETE_ADD (the client's periodic resync) sets the client's subscriptions to what
   it names: naming a lite topic the broker gave to the other member takes it back
   (``lite_taken_back`` in the history: the client kept what the broker dropped);
-* a paused broker (SIGSTOP) answers nothing until it resumes, then answers late.
+* a paused broker (SIGSTOP) answers nothing until it resumes, then answers late: a long
+  poll parked before the pause too (it hands out nothing stored meanwhile until then).
 
 Requests are answered through the project's own frame codec and store-record encoder.
 """
@@ -343,6 +344,11 @@ class SimLiteBroker:
                 with anyio.move_on_after(0.25):
                     await self.changed.wait()
                 self.revive()
+        # A long poll parked before a pause is frozen with the broker (SIGSTOP stops its
+        # long-polling service too): a message stored meanwhile is handed out only after
+        # it resumes (the wait above only stands for the threads that would wake it).
+        await self.cluster.paused(self.name)
+        self.revive()
         topics = self._ready_topics(client)
         if not topics or getattr(session, "closed", False):  # (older fakes lack it)
             return RemotingCommand.response_to(cmd, _POLLING_TIMEOUT)
