@@ -195,15 +195,26 @@ class _Runtime:
         return producer, answers
 
     def close(self, timeout: float = 10.0) -> None:
+        """Close what the runtime holds, then stop its loop and thread and close the loop.
+
+        Whether the thread runs, not whether its loop does yet: just after the runtime
+        is made the loop may not have started, and a close that took that for "nothing
+        to stop" returned while the thread went on to run the loop forever. The loop is
+        stopped whatever the holders' close did (failed, or overran ``timeout``)."""
+
         async def stop() -> None:
             (await self._stop_event()).set()
 
-        if not self.loop.is_running():
+        if not self.thread.is_alive():
             return
-        self.submit(stop()).result(timeout)
-        concurrent.futures.wait(self._holders, timeout)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout)
+        try:
+            self.submit(stop()).result(timeout)
+            concurrent.futures.wait(self._holders, timeout)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout)
+            if not self.thread.is_alive():
+                self.loop.close()
 
 
 _runtime: _Runtime | None = None
