@@ -46,6 +46,14 @@ settings.load_profile("aiorocket")
 PRIVATE_PREFIX = f"aiorocket-test-broker-{os.getuid()}-"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # A test that leaves a thread in an event loop, or a non-daemon thread running, fails
+    # (tests/threads_left.py) instead of holding the run at the interpreter's exit.
+    from tests.threads_left import ThreadsLeft
+
+    config.pluginmanager.register(ThreadsLeft(), "aiorocket-threads-left")
+
+
 @pytest.fixture(params=[pytest.param("asyncio", id="asyncio"), pytest.param("trio", id="trio")])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)

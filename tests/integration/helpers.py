@@ -20,6 +20,7 @@ from aiorocket.message import Message, MessageQueue
 from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.message_codec import encode_properties
 from aiorocket.testing.broker import BrokerStartError, LocalRocketMQ
+from tests.threads_left import outlives_its_test
 
 
 async def send_raw(
@@ -121,6 +122,7 @@ class EarlyCluster:
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._start, args=(start,), daemon=True,
                                         name=f"start-{prefix}")  # fmt: skip
+        outlives_its_test(self._thread)  # close() or the module's fixture joins it
         self._thread.start()
 
     def _start(self, start: dict[str, Any]) -> None:
