@@ -1,12 +1,14 @@
 """Committing queue offsets to the offset store, safe against cancellation and dead brokers.
 
-Three rules:
+Four rules:
 
 * an offset counts as committed only once the store accepted it. A commit cancelled
   mid-request (the flusher stopped at close, a rebalance pass cancelled) leaves the queue
   dirty, so the next commit, the final one at close included, sends it again;
 * the queues of different brokers are committed concurrently, each broker under its own
   time bound: one dead broker costs its own queues' commits, never the healthy ones';
+* a revoked queue's last commit is not sent when the group's stored offset is past it
+  (its new owner committed meanwhile): it would move the group back;
 * a queue whose broker connection was lost (``ProcessQueue.offset_unverified``) is
   neither committed nor pulled from its own position until the group's stored offset
   was read and found not ahead of it (``verify_offset``, ``group_ahead``). The
@@ -142,8 +144,12 @@ class OffsetCommitter:
         offset = None  # until the check below passed
         try:
             # After a lost connection: behind the group's stored offset, committing would
-            # move the group back (duplicates); the pull task moves the queue there.
-            if pq.offset_unverified and await group_ahead(self._store, pq) is not None:
+            # move the group back (duplicates); the pull task moves the queue there. A
+            # revoked queue (dropped) too: its new owner may have committed past it while
+            # the revoke waited for its handlers (up to shutdown_timeout).
+            if (pq.offset_unverified or pq.dropped) and await group_ahead(
+                self._store, pq
+            ) is not None:
                 return False
             offset = tracker.committable()
             await self._store.persist(pq.mq, offset)

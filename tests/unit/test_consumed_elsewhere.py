@@ -116,6 +116,25 @@ async def test_an_unverified_queue_is_committed_only_if_the_group_is_not_ahead(
     assert pq.tracker.dirty is not bool(written)
 
 
+@pytest.mark.parametrize(("stored", "written"), [(10, []), (5, [7]), (7, [7]), (None, [7])])
+async def test_a_revoked_queues_last_commit_does_not_move_the_group_back(
+    stored: int | None, written: list[int]
+) -> None:
+    """A revoke commits after its handlers end (up to shutdown_timeout after the notice;
+    a member that missed the notice revokes later still): the new owner may have
+    committed past it meanwhile. Its commit would move the group's offset back, and the
+    next owner would consume those messages again."""
+    store = MemoryStore(stored)
+    committer = OffsetCommitter(store, get_logger("test"), bound=5.0)
+    pq = ProcessQueue(MessageQueue(TOPIC, "broker-a", 0), 3)
+    pq.tracker.add([3, 4, 5, 6], 7)
+    for offset in (3, 4, 5, 6):
+        pq.tracker.done(offset)
+    pq.drop()
+    assert await committer.commit(pq) is bool(written)
+    assert store.writes == written
+
+
 class ParkingBroker(FakeBroker):
     """Leaves the next ``park`` QUERY_CONSUMER_OFFSET requests of queue 0 unanswered (the
     client's request times out), and notes every offset request of queue 0."""
