@@ -212,28 +212,31 @@ class _Reporter:
     """The one task of a task group that reports its ``start_send`` messages (module
     docstring): it ends when none is unanswered, and the group's next one starts another."""
 
-    __slots__ = ("_answered", "_batcher", "_tg", "_wake", "unanswered")
+    __slots__ = ("_batcher", "_tg", "answered", "unanswered", "wake")
 
     def __init__(self, batcher: AutoBatcher, tg: anyio.abc.TaskGroup) -> None:
         self._batcher = batcher
         self._tg = tg
         #: its messages not answered yet (``AutoBatcher._hand_over`` adds them)
         self.unanswered: set[_Waiting] = set()
-        self._answered: deque[_Waiting] = deque()
-        self._wake = Signal()
+        #: answered, not reported yet; ``wake`` after adding (``answer``, and
+        #: ``AutoBatcher._answer`` inline for a request's messages)
+        self.answered: deque[_Waiting] = deque()
+        self.wake = Signal()
 
     def answer(self, waiting: _Waiting) -> None:
-        """``waiting`` got its answer (from a request, the sweeper or ``close``)."""
+        """``waiting`` got its answer (from a request, the sweeper or ``close``); a
+        request's answers take ``AutoBatcher._answer``'s copy of these steps."""
         self.unanswered.discard(waiting)
         self._batcher.started_slots.release()
-        self._answered.append(waiting)
-        self._wake.notify()
+        self.answered.append(waiting)
+        self.wake.notify()
 
     async def run(self) -> None:
         try:
             while True:
-                while self._answered:
-                    w = self._answered.popleft()
+                while self.answered:
+                    w = self.answered.popleft()
                     if w.error is not None:
                         raise w.error
                     assert w.result is not None
@@ -244,7 +247,7 @@ class _Reporter:
                             self._tg.start_soon(_settle, ret)
                 if not self.unanswered:
                     return
-                await self._wake.wait()
+                await self.wake.wait()
         finally:
             self._batcher.reporter_ended(self._tg, self)
             for w in self.unanswered:  # cancelled, or another message failed
@@ -328,7 +331,15 @@ class AutoBatcher:
         except anyio.WouldBlock:
             waiting.on_result = on_result
             return waiting
-        self._hand_over(task_group, waiting, on_result)
+        reporter = self._reporters.get(task_group)
+        if reporter is None:  # the group's first: ``_hand_over`` starts its reporter
+            self._hand_over(task_group, waiting, on_result)
+            return None
+        # ``_hand_over`` inline (a call a message; ``_prepare`` found the batcher open
+        # and nothing awaited since)
+        waiting.reporter, waiting.on_result = reporter, on_result
+        reporter.unanswered.add(waiting)
+        self._enqueue(waiting)
         return None
 
     async def start_when_free(self, task_group: anyio.abc.TaskGroup, waiting: _Waiting) -> None:
@@ -601,14 +612,38 @@ class AutoBatcher:
                 w.finish(None, closed)
             raise
         else:
-            for w, result in zip(sent, results, strict=True):
-                w.finish(result, None)
+            self._answer(sent, results)
             for w in batch:  # left before the last attempt, which did not carry it
                 if not w.answered:
                     w.finish(None, RequestTimeoutError(f"send to {topic!r} timed out"))
         finally:
             if riding:
                 self._riding[:] = [b for b in self._riding if b is not batch]
+
+    def _answer(self, sent: list[_Waiting], results: list[SendResult]) -> None:
+        """``_Waiting.finish`` of each of ``sent`` with its result, in one pass: the
+        reporters' part (``_Reporter.answer``) inline and each reporter woken once, not
+        per message (the answer's handling is part of the turnaround between an answer
+        and the next request: benchmarks/README.md, "Goal 3, round 9")."""
+        release = self.started_slots.release
+        woken: _Reporter | None = None
+        for w, result in zip(sent, results, strict=True):
+            if w.answered:  # the sweeper answered it (its timeout)
+                continue
+            w.answered = True
+            w.result = result
+            done = w.done
+            if done is not None:
+                done.set()
+                continue
+            reporter = w.reporter
+            assert reporter is not None
+            reporter.unanswered.discard(w)
+            release()
+            reporter.answered.append(w)
+            if reporter is not woken:  # a notify per message was a call per message
+                reporter.wake.notify()
+                woken = reporter
 
     async def _request(
         self, topic: str, batch: list[_Waiting], plan: Plan, deadline: float

@@ -298,7 +298,15 @@ class RemotingProducer:
             )
         # It shares requests, as concurrent send() calls do; no coroutine while a slot
         # is free (its creation and run were a measurable share of a batched message).
-        deadline = self._open_sender().deadline(timeout)
+        # ``_open_sender().deadline(timeout)`` without their two calls a message, the
+        # common case (the config's ``send_timeout``, checked positive) inline
+        sender = self._sender
+        if sender is None or self._closed:
+            sender = self._open_sender()  # raises
+        if timeout is None:
+            deadline = sender.now() + self.config.send_timeout
+        else:
+            deadline = sender.deadline(timeout)
         waiting = batcher.start_nowait(task_group, msg, deadline, on_result)
         return None if waiting is None else batcher.start_when_free(task_group, waiting)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import anyio
 import anyio.abc
@@ -488,6 +489,53 @@ async def test_start_send_runs_no_task_per_message() -> None:
             broker.hold.set()
         assert len(results) == 50  # the group waited for every answer
         assert sorted(bodies_of_batch(broker)) == sorted(b"m%d" % i for i in range(50))
+
+
+async def test_one_answer_reaches_every_caller_of_its_request_whoever_waits() -> None:
+    # Issue 43, goal 3, round 9: a request's answers are completed in one pass
+    # (``AutoBatcher._answer``: the reporters' part inline, each reporter woken once).
+    # One request carries, interleaved, two task groups' start_send messages, awaited
+    # sends and a send the sweeper answered (its timeout) while the request ran: each
+    # gets its own result once, each group's callbacks all run, every slot comes back.
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, batch_in_flight=1) as p:
+        broker = fake.brokers[0]
+        got: dict[bytes, SendResult] = {}
+        outcomes: dict[bytes, str] = {}
+
+        def keep(body: bytes) -> Callable[[SendResult], None]:
+            def on_result(result: SendResult) -> None:
+                assert body not in got  # reported once
+                got[body] = result
+
+            return on_result
+
+        async with anyio.create_task_group() as tg:
+            await occupy_the_lane(tg, p, broker)
+            async with anyio.create_task_group() as a, anyio.create_task_group() as b:
+                for i in range(3):
+                    for group, name in ((a, b"a%d" % i), (b, b"b%d" % i)):
+                        await p.start_send(group, Message(TOPIC, name), on_result=keep(name))
+                    tg.start_soon(outcome_of, p, b"s%d" % i, 5.0, outcomes)
+                    await anyio.wait_all_tasks_blocked()
+                tg.start_soon(outcome_of, p, b"short", 0.3, outcomes)
+                await anyio.wait_all_tasks_blocked()
+                first, broker.hold = broker.hold, anyio.Event()  # the batch is held
+                assert first is not None
+                first.set()
+                await wait_for(lambda: outcomes == {b"short": "timed out"})
+                assert broker.holding == 1  # its request runs on for the others
+                broker.hold.set()
+        batch = bodies_of_batch(broker)
+        assert len(broker.received(BATCH)) == 1 and len(batch) == 10
+        assert outcomes == {b"short": "timed out"} | {b"s%d" % i: "ok" for i in range(3)}
+        assert sorted(got) == sorted(b"%s%d" % (g, i) for g in (b"a", b"b") for i in range(3))
+        records = broker.received(BATCH)[0]
+        ids = [decode_properties(props)["UNIQ_KEY"] for _, _, props in decode_records(records.body)]
+        for body, result in got.items():  # its own result: its id, its place in the batch
+            at = batch.index(body)
+            assert (result.msg_id, result.queue_offset) == (ids[at], at)
+        assert p.batcher is not None
+        assert p.batcher.started_slots.value == p.config.max_in_flight  # every slot back
 
 
 async def test_start_send_failure_raises_in_the_group_and_async_callbacks_run() -> None:
