@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,6 +74,11 @@ def capture() -> LoopShortcuts:
         # itself without the lookup.
         return LoopShortcuts(now, type(anyio.Event()))
     create_future = loop.create_future
+    # asyncio's own clock is ``time.monotonic()`` (BaseEventLoop.time): called directly,
+    # a call less for each ``now()`` (several a message on the send path). A loop that
+    # keeps another clock (uvloop's, a virtual one) is asked itself.
+    if type(loop).time is asyncio.BaseEventLoop.time:
+        return LoopShortcuts(time.monotonic, lambda: FutureEvent(create_future()))
     return LoopShortcuts(loop.time, lambda: FutureEvent(create_future()))
 
 

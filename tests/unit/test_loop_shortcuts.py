@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import anyio
 import pytest
 
@@ -60,3 +63,30 @@ async def test_a_cancelled_waiter_reads_the_event_as_set_only_if_it_was(
     assert seen == [set_during_cancellation]
     event.set()  # setting it afterwards must not raise (its future was cancelled)
     assert event.is_set()
+
+
+async def test_now_reads_the_running_loops_clock() -> None:
+    # On asyncio's own loop ``now`` is ``time.monotonic`` itself (its clock, a call less
+    # a message); the values are the loop's and anyio's either way.
+    before = anyio.current_time()
+    now = capture().now()
+    assert before <= now <= anyio.current_time()
+
+
+def test_a_loop_with_its_own_clock_is_asked_itself() -> None:
+    # The shortcut may skip only asyncio's BaseEventLoop.time: a loop that keeps another
+    # clock (uvloop's, a simulator's virtual one) must be read through its own time().
+    class Shifted(asyncio.SelectorEventLoop):
+        def time(self) -> float:
+            return super().time() + 1_000_000.0
+
+    async def read() -> tuple[float, float]:
+        return capture().now(), asyncio.get_running_loop().time()
+
+    loop = Shifted()
+    try:
+        now, loop_time = loop.run_until_complete(read())
+    finally:
+        loop.close()
+    assert loop_time - 1.0 < now <= loop_time  # the loop's clock, not time.monotonic()
+    assert now > time.monotonic() + 999_000.0
