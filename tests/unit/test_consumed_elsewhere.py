@@ -98,18 +98,25 @@ class MemoryStore:
         return None
 
 
-@pytest.mark.parametrize(("stored", "written"), [(10, []), (5, [7]), (7, [7]), (None, [7])])
-async def test_an_unverified_queue_is_committed_only_if_the_group_is_not_ahead(
-    stored: int | None, written: list[int]
-) -> None:
-    """At close or revoke the pull task may not have checked yet: the committer checks
-    itself, and never moves the group's offset back below another member's."""
+def _handled_up_to_7(stored: int | None) -> tuple[MemoryStore, OffsetCommitter, ProcessQueue]:
+    """A store holding ``stored``, its committer, and a queue whose messages 3-6 were
+    handled (committable: 7)."""
     store = MemoryStore(stored)
     committer = OffsetCommitter(store, get_logger("test"), bound=5.0)
     pq = ProcessQueue(MessageQueue(TOPIC, "broker-a", 0), 3)
     pq.tracker.add([3, 4, 5, 6], 7)
     for offset in (3, 4, 5, 6):
         pq.tracker.done(offset)
+    return store, committer, pq
+
+
+@pytest.mark.parametrize(("stored", "written"), [(10, []), (5, [7]), (7, [7]), (None, [7])])
+async def test_an_unverified_queue_is_committed_only_if_the_group_is_not_ahead(
+    stored: int | None, written: list[int]
+) -> None:
+    """At close or revoke the pull task may not have checked yet: the committer checks
+    itself, and never moves the group's offset back below another member's."""
+    store, committer, pq = _handled_up_to_7(stored)
     pq.offset_unverified = True
     assert await committer.commit(pq) is bool(written)
     assert store.writes == written
@@ -124,12 +131,7 @@ async def test_a_revoked_queues_last_commit_does_not_move_the_group_back(
     a member that missed the notice revokes later still): the new owner may have
     committed past it meanwhile. Its commit would move the group's offset back, and the
     next owner would consume those messages again."""
-    store = MemoryStore(stored)
-    committer = OffsetCommitter(store, get_logger("test"), bound=5.0)
-    pq = ProcessQueue(MessageQueue(TOPIC, "broker-a", 0), 3)
-    pq.tracker.add([3, 4, 5, 6], 7)
-    for offset in (3, 4, 5, 6):
-        pq.tracker.done(offset)
+    store, committer, pq = _handled_up_to_7(stored)
     pq.drop()
     assert await committer.commit(pq) is bool(written)
     assert store.writes == written
