@@ -183,12 +183,14 @@ class Message:
 
 
 class _StoredHead:
-    """The slot of a decoded message's stored head (``MessageExt`` below)."""
+    """The slots of what a decoder left undecoded (``MessageExt`` below)."""
 
-    __slots__ = ("_head",)
+    __slots__ = ("_head", "_raw_properties")
 
     #: the record's fixed bytes, when the decoder left fields to read from them
     _head: bytes
+    #: the record's properties as stored (validated), until ``properties`` is first read
+    _raw_properties: bytes
 
 
 @dataclass(slots=True, eq=False)
@@ -321,6 +323,41 @@ def _deferred(name: str, decode: Callable[[bytes], Any], slot: Any) -> property:
     return property(read, put, delete, doc=f"The stored {name}.")
 
 
+# The properties, likewise (issue 43, goals 1-2; benchmarks/README.md, "Round 9"): the
+# pull decoder's usual record keeps its properties' raw bytes in ``_raw_properties`` and
+# the ``StoredProperties`` over them (which parses them on first use, as before) is made
+# when ``properties`` is first read: a second object a message, made and freed unread by
+# most handlers, was ~700 of a message's ~28,400 instructions. The mapping's class is
+# the decoder's (aiorocket.protocol.message_codec, a layer above: it sets this).
+read_raw_properties: Callable[[bytes], Mapping[str, str]] | None = None
+
+
+def _deferred_properties(slot: Any) -> property:
+    """``properties`` read from its ``slot``, else made from the raw bytes into it."""
+    get, put = slot.__get__, slot.__set__
+
+    def read(self: MessageExt) -> Any:
+        try:
+            return get(self)
+        except AttributeError:
+            pass
+        try:
+            raw = self._raw_properties
+        except AttributeError:
+            raise AttributeError("properties") from None
+        assert read_raw_properties is not None  # the decoder that left them set it
+        value = read_raw_properties(raw)
+        put(self, value)
+        del self._raw_properties
+        return value
+
+    def delete(self: MessageExt) -> None:
+        read(self)  # the raw bytes dropped first, so that the deletion stays
+        slot.__delete__(self)
+
+    return property(read, put, delete, doc="The stored properties.")
+
+
 def _slot_name(name: str) -> str:
     """The second name of a deferred field's slot: its own name is the property."""
     return f"_{name}"
@@ -336,6 +373,14 @@ def _defer_fields(cls: type[MessageExt]) -> None:
         if slot is not None and not isinstance(slot, property):
             setattr(cls, _slot_name(name), slot)
             setattr(cls, name, _deferred(name, decode, slot))
+    slot = cls.__dict__.get("properties")
+    if slot is not None and not isinstance(slot, property):
+        setattr(cls, _slot_name("properties"), slot)
+        cls.properties = _deferred_properties(slot)  # type: ignore[assignment,misc]
+
+
+#: the fields whose properties ``__init__`` stores past
+_STORED_PAST = frozenset({*_DEFERRED, "properties"})
 
 
 def init_stores_slots(cls: type[MessageExt]) -> None:
@@ -349,7 +394,7 @@ def init_stores_slots(cls: type[MessageExt]) -> None:
     init = cls.__init__
     code = init.__code__
     init.__code__ = code.replace(
-        co_names=tuple(_slot_name(n) if n in _DEFERRED else n for n in code.co_names)
+        co_names=tuple(_slot_name(n) if n in _STORED_PAST else n for n in code.co_names)
     )
 
 

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 import lz4.frame
 import zstandard
 
+import aiorocket.message as _message
+
 # The message ids live in the neutral core (MessageExt computes them); re-exported here.
 from aiorocket._message_id import decode_offset_message_id, offset_message_id, pack_host
 from aiorocket._message_id import host_str as _host_str
@@ -311,14 +313,13 @@ def _decode_usual(
             raw_props = data[p:rec_end]
             if not raw_props.isascii():
                 break
-            props = new_props(StoredProperties)
-            props._raw = raw_props
-            props._parsed = None
             if consumer:
                 cm = new_msg(ConsumerMessage)
                 cm.topic = topic
                 cm.body = data[b:t]
-                cm.properties = props
+                # the StoredProperties over them made when first read (aiorocket.message,
+                # "Fields read on first access"; benchmarks/README.md, "Round 9")
+                cm._raw_properties = raw_props  # type: ignore[misc]
                 cm.queue_id = queue_id
                 cm.queue_offset = queue_offset
                 cm.reconsume_times = reconsume
@@ -346,6 +347,9 @@ def _decode_usual(
                 if store_raw != last_store:
                     store = _raw_host_str(store_raw)
                     last_store = store_raw
+                props = new_props(StoredProperties)
+                props._raw = raw_props
+                props._parsed = None
                 msg = new_msg(message_class)
                 # fmt: off
                 init_msg(
@@ -743,6 +747,11 @@ class StoredProperties(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return repr(self._dict())
+
+
+# what a pulled message's ``properties`` is made of when first read: the raw bytes
+# ``_decode_usual`` left it (aiorocket.message, "Fields read on first access")
+_message.read_raw_properties = StoredProperties
 
 
 def encode_properties(props: Mapping[str, str]) -> str:

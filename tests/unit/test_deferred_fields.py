@@ -139,3 +139,69 @@ def test_init_stores_the_deferred_fields_in_their_slots(cls: type[MessageExt]) -
     m = cls(**values)  # type: ignore[arg-type]
     assert not hasattr(m, "_head")
     assert {n: getattr(m, n) for n in values} == values
+
+
+# -- the properties, kept raw until first read (benchmarks/README.md, "Round 9") --------
+
+
+def test_a_pulled_message_makes_its_properties_when_first_read() -> None:
+    """The usual path leaves the raw bytes, and no mapping, until ``properties`` is
+    read; then the StoredProperties it gave before, the raw bytes dropped."""
+    m = _one()
+    assert hasattr(m, "_raw_properties")
+    props = m.properties
+    assert type(props).__name__ == "StoredProperties"
+    assert dict(props) == {"TAGS": "t", "UNIQ_KEY": "U"}
+    assert not hasattr(m, "_raw_properties")
+    assert m.properties is props  # made once
+    assert (m.tags, m.msg_id, m.keys) == ("t", "U", [])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_RECORD, min_size=1, max_size=6), st.sampled_from(["read", "tags", "pickle"]))
+def test_deferred_properties_equal_the_eager_decode(
+    records: list[dict[str, object]], first: str
+) -> None:
+    """Random usual records: whatever reads the properties first (the mapping, a
+    property over it, pickling), they equal the eager decode's, item for item."""
+    body = _records(records)
+    eager = decode_messages(body, broker_name="b")
+    lazy = decode_messages(body, broker_name="b", message_class=ConsumerMessage)
+    assert all(hasattr(m, "_raw_properties") for m in lazy)
+    if first == "tags":
+        assert [m.tags for m in lazy] == [m.tags for m in eager]
+    elif first == "pickle":
+        lazy = [pickle.loads(pickle.dumps(m)) for m in lazy]
+    assert [dict(m.properties) for m in lazy] == [dict(m.properties) for m in eager]
+    assert all(m.properties == e.properties for m, e in zip(lazy, eager, strict=True))
+
+
+def test_properties_assigned_before_they_are_read_keep_the_assigned_value() -> None:
+    m = _one()
+    m.properties = {"A": "1"}
+    assert m.properties == {"A": "1"} and m.tags is None
+    assert _fields(copy.copy(m))[-1] == ("properties", {"A": "1"}, dict)
+
+
+def test_deleting_the_properties_then_reading_them_raises_as_before() -> None:
+    m = _one()
+    del m.properties
+    with pytest.raises(AttributeError):
+        _ = m.properties
+    with pytest.raises(AttributeError):
+        del m.properties
+    assert m.queue_offset == 42
+
+
+def test_a_message_without_init_or_raw_properties_has_none() -> None:
+    m = object.__new__(ConsumerMessage)
+    with pytest.raises(AttributeError, match="properties"):
+        _ = m.properties
+
+
+@pytest.mark.parametrize("cls", [MessageExt, ConsumerMessage, PopMessage])
+def test_init_stores_the_properties_in_their_slot(cls: type[MessageExt]) -> None:
+    assert "properties" not in cls.__init__.__code__.co_names
+    m = cls("T", b"", {"K": "v"}, 0, 0, 0)
+    assert not hasattr(m, "_raw_properties")
+    assert m.properties == {"K": "v"}
