@@ -43,7 +43,7 @@ from aiorocket._message_id import decode_offset_message_id, offset_message_id, p
 from aiorocket._message_id import host_str as _host_str
 from aiorocket.errors import ConfigError, MessageDecodeError
 from aiorocket.message import MessageExt
-from aiorocket.received import ConsumerMessage
+from aiorocket.received import ConsumerMessage, PopMessage
 
 __all__ = [
     "MAGIC_V1",
@@ -257,11 +257,15 @@ def _decode_usual(
     A ConsumerMessage (the pull consumer's, exactly that class) is built here field by
     field, stamped with ``stamp``: calling its ``__init__`` (a frame, 19 arguments) and
     then stamping it cost ~1,500 instructions a message more (benchmarks/README.md,
-    "Round 4 (issue 43, goal 1)"). Its fields and defaults are the dataclass's: a unit
-    test compares every field with the ``__init__``-built message's.
+    "Round 4 (issue 43, goal 1)"). So is a PopMessage (pop over remoting; "Round 9"),
+    whose ten fields and properties are then read on first access too. Their fields and
+    defaults are the dataclasses': a unit test compares every field with the
+    ``__init__``-built message's.
     """
     end = len(data)
-    consumer = message_class is ConsumerMessage
+    # PopMessage too (pop over remoting): its own fields' defaults stored below
+    pop = message_class is PopMessage
+    consumer = message_class is ConsumerMessage or pop
     queue, generation, settler = (None, 0, None) if stamp is None else stamp
     # a subclass of ConsumerMessage: built by its __init__, then stamped
     stamped = stamp is not None and not consumer and issubclass(message_class, ConsumerMessage)
@@ -314,7 +318,7 @@ def _decode_usual(
             if not raw_props.isascii():
                 break
             if consumer:
-                cm = new_msg(ConsumerMessage)
+                cm: ConsumerMessage = new_msg(message_class)  # type: ignore[assignment]
                 cm.topic = topic
                 cm.body = data[b:t]
                 # the StoredProperties over them made when first read (aiorocket.message,
@@ -337,6 +341,17 @@ def _decode_usual(
                 cm._failure = None
                 cm._retry_delay = None
                 cm._trace = None
+                if pop:  # PopMessage's own fields, as its __init__ sets them
+                    pm: PopMessage = cm  # type: ignore[assignment]
+                    pm.receipt_handle = ""
+                    pm.delivery_attempt = 1
+                    pm.message_group = None
+                    pm._message_id = ""
+                    pm._renewal = None
+                    pm._ack_tries = 0
+                    pm._ack_state = 0
+                    pm._copies = None
+                    pm._nacking = False
                 append(cm)
             else:
                 (crc, flag, cl_offset, born_ts, born_raw, store_ts, store_raw,

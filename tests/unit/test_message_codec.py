@@ -796,3 +796,23 @@ def test_commit_log_offset_of_refuses_what_the_decoder_refuses(bad: str) -> None
     with pytest.raises(ValueError) as fast:
         commit_log_offset_of(bad)
     assert str(fast.value) == str(decoded.value)
+
+
+def test_pop_messages_built_in_place_equal_init_built_ones() -> None:
+    """Pop over remoting's PopMessage is built field by field too (benchmarks/README.md,
+    "Round 9"): every field, its own private ones included, as its dataclass __init__
+    sets it, with the ten rarely read fields and the properties read on first access."""
+    from aiorocket.received import PopMessage
+
+    data = _mixed_records()
+    got = decode_messages(data, broker_name="b", message_class=PopMessage)
+    want = []
+    for m in decode_messages(data, broker_name="b"):
+        fields = _all_fields(m)[:-1]
+        want.append(PopMessage(*fields[:2], m.properties, *fields[2:]))
+    assert [type(m) for m in got] == [PopMessage] * len(want)
+    assert any(hasattr(m, "_head") for m in got)  # the usual path took some
+    assert [_all_fields(m) for m in got] == [_all_fields(m) for m in want]
+    [plain] = decode_messages(raw_record(), message_class=PopMessage)
+    assert hasattr(plain, "_head") and hasattr(plain, "_raw_properties")
+    assert (plain.receipt_handle, plain.delivery_attempt, plain.message_id) == ("", 1, plain.msg_id)
