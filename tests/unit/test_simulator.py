@@ -32,7 +32,9 @@ POP_SEEDS = [*range(0, 24), 27, 28, 66, 211, 212, 1180, 1181, 1214, 3033]
 #: whose retry delay was asked handed again at once: released by the termination notice
 #: while its nack was in flight (retry_after_delay)
 #: 5, 7 and 11 cancel the consumer's application from outside mid-run (app_cancel)
-GRPC_SEEDS = [*range(0, 12), 27, 31, 32, 34, 94]
+#: 7107: the app cancelled at a pause's instant; the pause reached the closing consumer
+#: and the checker held the next one paused (the checker's: not_received_while_paused)
+GRPC_SEEDS = [*range(0, 12), 27, 31, 32, 34, 94, 7107]
 #: 0, 7 and 12 pause the FIFO consumer (all or its topic) while its groups are consumed
 #: 24: the Proxy silent (half_open) mid-receive; the termination notice that follows
 #: the broken receive frees a message already handled, whose ack is then ignored: it
@@ -410,6 +412,20 @@ def test_the_features_as_documented_pass() -> None:
     caught = _caught(history) & {"retry_after_delay", "not_received_while_paused",
                                  "rate_within_limit"}  # fmt: skip
     assert caught == set()
+
+
+def test_a_pause_of_a_consumer_already_closing_binds_not_the_next_one() -> None:
+    """grpc_receive 7107: the app cancelled at the pause's instant; the pause reached
+    the first consumer after its close had started, and the second one, never paused,
+    handled what came next (before: "handled while paused" until the end)."""
+    history = _history(
+        (1, "close_start", "", {"consumer": "first"}),
+        (1, "paused", "", {"consumer": "first", "what": "topic"}),
+        (1, "close_end", "", {"consumer": "first"}),
+        (1, "delivered", "m-3", {}), (1, "handler_start", "m-3", {}),
+        (1.5, "delivered", "m-4", {}), (1.5, "handler_start", "m-4", {}),
+    )  # fmt: skip
+    assert "not_received_while_paused" not in _caught(history)
 
 
 def test_the_feature_seeds_exercise_the_features() -> None:
