@@ -16,14 +16,21 @@ hypothesis.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, Literal, TypeVar, overload
 
 from aiorocket.errors import MessageDecodeError
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._convert import decode_body, properties_of
 from aiorocket.grpc._received import ReceivedMessage
+from aiorocket.received import PopMessage
 
-__all__ = ["ByEncoding", "FastReceiveResponse", "UndecodableMessage", "decode_message"]
+__all__ = [
+    "ByEncoding",
+    "FastPopReceiveResponse",
+    "FastReceiveResponse",
+    "UndecodableMessage",
+    "decode_message",
+]
 
 _U64 = 1 << 64
 _I63 = 1 << 63
@@ -68,16 +75,30 @@ def _skip(buf: bytes, pos: int, wire: int) -> int:
 def _timestamp_ms(buf: bytes, pos: int, end: int) -> int:
     seconds = nanos = 0
     while pos < end:
-        key, pos = _varint(buf, pos)
-        if key == 0x08:
-            v, pos = _varint(buf, pos)
-            seconds = _signed(v)
-        elif key == 0x10:
-            v, pos = _varint(buf, pos)
-            nanos = _signed(v) & 0xFFFFFFFF
-            if nanos >= 1 << 31:
-                nanos -= 1 << 32
+        key = buf[pos]
+        pos += 1
+        if key == 0x08 or key == 0x10:
+            # The value's varint read inline: two timestamps a message were 8 ``_varint``
+            # calls and 4 ``_signed`` ones, a twentieth of the push consumer's Python
+            # calls a message (benchmarks/README.md, gRPC, "Round 9").
+            v = shift = 0
+            while True:
+                b = buf[pos]
+                pos += 1
+                v |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise MessageDecodeError("varint longer than 10 bytes")
+            if key == 0x08:
+                seconds = v - _U64 if v >= _I63 else v
+            else:  # an int32: the low 32 bits, signed
+                nanos = v & 0xFFFFFFFF
+                if nanos >= 1 << 31:
+                    nanos -= 1 << 32
         else:
+            key, pos = _varint(buf, pos - 1)
             pos = _skip(buf, pos, key & 7)
     # As betterproto's datetime (microsecond precision), then whole milliseconds.
     return (seconds * 1_000_000 + nanos // 1000) // 1000
@@ -121,8 +142,23 @@ def _map_entry(buf: bytes, pos: int, end: int) -> tuple[str, str]:
     return k, v
 
 
-def decode_message(buf: bytes, pos: int = 0, end: int | None = None) -> ReceivedMessage:
-    """Decode a v2 ``Message`` (``buf[pos:end]``) into a ``ReceivedMessage``."""
+@overload
+def decode_message(
+    buf: bytes, pos: int = 0, end: int | None = None, pop: Literal[False] = False
+) -> ReceivedMessage: ...
+@overload
+def decode_message(buf: bytes, pos: int, end: int | None, pop: Literal[True]) -> PopMessage: ...
+@overload
+def decode_message(
+    buf: bytes, pos: int, end: int | None, pop: bool
+) -> ReceivedMessage | PopMessage: ...
+def decode_message(
+    buf: bytes, pos: int = 0, end: int | None = None, pop: bool = False
+) -> ReceivedMessage | PopMessage:
+    """Decode a v2 ``Message`` (``buf[pos:end]``) into a ``ReceivedMessage``, or with
+    ``pop`` into the push consumer's ``PopMessage`` (the fields ``pop_message`` copies
+    from a ``ReceivedMessage``: built directly, that copy's ~30 Python calls a message
+    are saved; benchmarks/README.md, gRPC, "Round 9")."""
     if end is None:
         end = len(buf)
     elif end > len(buf):
@@ -231,7 +267,8 @@ def decode_message(buf: bytes, pos: int = 0, end: int | None = None) -> Received
     if pos != end:
         raise MessageDecodeError("gRPC message overruns its length")
     attempt = attempt or 1
-    msg = ReceivedMessage(
+    make = PopMessage if pop else ReceivedMessage
+    msg = make(
         topic=topic,
         body=body,
         properties=properties_of(user, tag, keys, message_id, message_group, lite_topic),
@@ -246,9 +283,12 @@ def decode_message(buf: bytes, pos: int = 0, end: int | None = None) -> Received
         receipt_handle=receipt_handle,
         delivery_attempt=attempt,
         message_group=message_group,
-        message_id=message_id,
-        delivery_timestamp=delivery_ms,
     )
+    if isinstance(msg, ReceivedMessage):
+        msg.message_id = message_id
+        msg.delivery_timestamp = delivery_ms
+    else:  # a PopMessage has no delivery time; its message_id is a property over this
+        msg._message_id = message_id
     if encoding == pb.Encoding.GZIP:
         try:
             msg.body = decode_body(body, encoding)
@@ -262,7 +302,7 @@ class UndecodableMessage(MessageDecodeError):
     """A received message whose body cannot be decoded; ``message`` is the rest of it
     (receipt handle, ids, topic, attempt), its ``body`` as it came."""
 
-    def __init__(self, error: str, message: ReceivedMessage) -> None:
+    def __init__(self, error: str, message: ReceivedMessage | PopMessage) -> None:
         super().__init__(error)
         self.message = message
 
@@ -306,13 +346,18 @@ class ByEncoding(Generic[T]):
 _STATUSES: ByEncoding[pb.Status] = ByEncoding(lambda raw: pb.Status().parse(raw))
 
 
-class FastReceiveResponse:
-    """One ``ReceiveMessageResponse`` decoded by the fast path.
+M = TypeVar("M", ReceivedMessage, PopMessage)
+
+
+class _ReceiveResponse(Generic[M]):
+    """One ``ReceiveMessageResponse`` decoded by the fast path (the base of
+    ``FastReceiveResponse`` and ``FastPopReceiveResponse``, which differ only in the type
+    of the message they decode).
 
     Exactly one of ``status`` (a betterproto ``Status``, shared by every response that
     carried the same bytes: read it, never change it) and
-    ``message`` is set; a ``delivery_timestamp`` response has neither. grpclib's codec
-    calls ``FromString`` with the raw bytes of each streamed response.
+    ``message`` is set; a ``delivery_timestamp`` response has neither. The receive
+    stream calls ``FromString`` with the raw bytes of each streamed response.
 
     A message that does not decode sets ``error`` instead of failing the stream (the
     messages around it are good, and the receive must hand them on): with ``message``
@@ -322,16 +367,20 @@ class FastReceiveResponse:
 
     __slots__ = ("error", "message", "status")
 
+    #: decode messages as ``PopMessage`` (else ``ReceivedMessage``)
+    _POP: ClassVar[bool] = False
+
     def __init__(self) -> None:
         self.status: pb.Status | None = None
-        self.message: ReceivedMessage | None = None
+        self.message: M | None = None
         self.error: MessageDecodeError | None = None
 
     @classmethod
-    def FromString(cls, data: bytes) -> FastReceiveResponse:
+    def FromString(cls, data: bytes) -> _ReceiveResponse[M]:
         self = cls()
         pos = 0
         end = len(data)
+        pop = cls._POP
         try:
             while pos < end:
                 key, pos = _varint(data, pos)
@@ -340,9 +389,10 @@ class FastReceiveResponse:
                     if pos + n > end:
                         raise MessageDecodeError("ReceiveMessageResponse truncated")
                     try:
-                        self.message = decode_message(data, pos, pos + n)
+                        # the class's own type by ``_POP`` (mypy cannot tie the two)
+                        self.message = decode_message(data, pos, pos + n, pop)  # type: ignore[assignment]
                     except UndecodableMessage as exc:
-                        self.message, self.error = exc.message, exc
+                        self.message, self.error = exc.message, exc  # type: ignore[assignment]
                     except MessageDecodeError as exc:
                         self.message, self.error = None, exc
                     self.status = None
@@ -359,3 +409,17 @@ class FastReceiveResponse:
         except IndexError as exc:
             raise MessageDecodeError(f"corrupt ReceiveMessageResponse: {exc}") from exc
         return self
+
+
+class FastReceiveResponse(_ReceiveResponse[ReceivedMessage]):
+    """A response whose message is a ``ReceivedMessage`` (``SimpleConsumer.receive``)."""
+
+    __slots__ = ()
+
+
+class FastPopReceiveResponse(_ReceiveResponse[PopMessage]):
+    """A response whose message is the push consumer's ``PopMessage``
+    (``SimpleConsumer.receive_pop``)."""
+
+    __slots__ = ()
+    _POP = True

@@ -16,8 +16,12 @@ from hypothesis import strategies as st
 from aiorocket.errors import MessageDecodeError
 from aiorocket.grpc import _fast
 from aiorocket.grpc import _pb as pb
-from aiorocket.grpc._fast import FastReceiveResponse, decode_message
+from aiorocket.grpc._encode import _uvarint
+from aiorocket.grpc._fast import FastPopReceiveResponse, FastReceiveResponse, decode_message
+from aiorocket.grpc._push_message import pop_message
 from aiorocket.grpc._received import ReceivedMessage, message_ext
+from aiorocket.protocol.message_codec import CompressionType, compress_body
+from aiorocket.received import PopMessage
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 text = st.text(max_size=12)
@@ -132,3 +136,74 @@ def test_truncated_input_is_a_decode_error(cut: int) -> None:
     wire = bytes(pb.ReceiveMessageResponse(message=msg))
     with pytest.raises(MessageDecodeError):
         FastReceiveResponse.FromString(wire[:-cut])
+
+
+# The push consumer's messages decoded straight into PopMessage (issue 43, goal 5b,
+# round 9): the same fields as the ReceivedMessage they were copied from before.
+wide_stamps = st.builds(  # negative seconds too: their varint is 10 bytes
+    lambda s, us: EPOCH + timedelta(seconds=s, microseconds=us),
+    st.integers(-(2**34), 2**35),
+    st.integers(0, 999_999),
+)
+codecs = st.sampled_from([None, *CompressionType])
+
+
+@st.composite
+def pop_wires(draw: st.DrawFn) -> tuple[bytes, pb.Message]:
+    """A ReceiveMessageResponse's bytes (its body compressed by any codec the Proxy
+    labels GZIP, unknown fields appended to the message and its system properties)."""
+    msg = draw(messages())
+    sp = msg.system_properties
+    sp.born_timestamp = draw(wide_stamps)
+    sp.store_timestamp = draw(st.none() | wide_stamps)
+    codec = draw(codecs)
+    if codec is not None:
+        msg.body = compress_body(draw(st.binary(max_size=200)), codec)
+        sp.body_encoding = pb.Encoding.GZIP
+    unknown = draw(st.sampled_from([b"", b"\xa8\x06\x05", b"\xb2\x06\x02hi\xb8\x06\x80\x01"]))
+    sysp = bytes(sp) + unknown  # field numbers 101-103: unknown to both decoders
+    rest = bytes(pb.Message(topic=msg.topic, user_properties=msg.user_properties, body=msg.body))
+    inner = rest + b"\x1a" + _uvarint(len(sysp)) + sysp + unknown
+    return bytes(pb.ReceiveMessageResponse()) + b"\x12" + _uvarint(len(inner)) + inner, msg
+
+
+def pop_fields(msg: PopMessage) -> dict[str, object]:
+    out = {f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}
+    out["properties"] = dict(msg.properties)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(pop_wires())
+def test_pop_decode_equals_the_received_message_copied(wire_msg: tuple[bytes, pb.Message]) -> None:
+    wire, _ = wire_msg
+    reference = pb.ReceiveMessageResponse().parse(wire)
+    kind, parsed = pb.oneof(reference, "content")
+    assert kind == "message"
+    fast = FastPopReceiveResponse.FromString(wire)
+    assert fast.status is None and fast.error is None and type(fast.message) is PopMessage
+    expected = pop_message(message_ext(parsed, broker_name=""))
+    assert pop_fields(fast.message) == pop_fields(expected)
+    # and the ReceivedMessage path still decodes the same message as betterproto does
+    got = FastReceiveResponse.FromString(wire).message
+    assert got is not None and fields(got) == fields(message_ext(parsed, broker_name=""))
+
+
+@pytest.mark.parametrize("codec", list(CompressionType))
+def test_an_undecodable_compressed_body_is_a_pop_message_to_settle(codec: CompressionType) -> None:
+    """A body labelled compressed that its codec cannot read (here cut short): the
+    PopMessage comes with the error, every field but the body readable (an LZ4 body
+    once failed the whole receive)."""
+    body = compress_body(b"x" * 4096 + bytes(range(256)), codec)[:-7]
+    msg = pb.Message(
+        topic=pb.Resource(name="t"), body=body,
+        system_properties=pb.SystemProperties(
+            message_id="id", receipt_handle="rh", delivery_attempt=3,
+            body_encoding=pb.Encoding.GZIP,
+        ),
+    )  # fmt: skip
+    fast = FastPopReceiveResponse.FromString(bytes(pb.ReceiveMessageResponse(message=msg)))
+    assert isinstance(fast.error, _fast.UndecodableMessage)
+    assert fast.message is not None and type(fast.message) is PopMessage
+    assert (fast.message.message_id, fast.message.receipt_handle) == ("id", "rh")
+    assert (fast.message.delivery_attempt, fast.message.body) == (3, body)

@@ -26,7 +26,7 @@ from aiorocket.consumer.pop import settler as settler_module
 from aiorocket.consumer.pop.acks import AckBatcher
 from aiorocket.consumer.pop.grpc_source import GrpcSource
 from aiorocket.consumer.pop.runtime import PopRuntime
-from aiorocket.grpc import SimpleConsumer
+from aiorocket.grpc import SimpleConsumer, _fast
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._push_message import PopMessage
 from aiorocket.results import Reconsume
@@ -674,13 +674,13 @@ async def test_a_receive_cut_by_the_close_releases_what_it_read(
     message it read is released (visible again at once), not left to its invisible time
     nor to a Proxy renewing it for this client until the session ends."""
     read = anyio.Event()
-    original = grpc_source_module.pop_message
+    original = _fast.decode_message
 
-    def pop_message(r: Any) -> PopMessage:
+    def decode_message(*args: Any) -> Any:  # the receive's stream decodes a message
         read.set()
-        return original(r)
+        return original(*args)
 
-    monkeypatch.setattr(grpc_source_module, "pop_message", pop_message)
+    monkeypatch.setattr(_fast, "decode_message", decode_message)
     handled: list[str] = []
 
     async def handle(msg: ConsumerMessage) -> None:

@@ -33,7 +33,7 @@ from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._encode import FastAckResponse, ack_request
 from aiorocket.grpc._lite import sync_lite_subscription
 from aiorocket.grpc._push_message import pop_message
-from aiorocket.grpc._received import ReceivedMessage, message_ext
+from aiorocket.grpc._received import message_ext
 from aiorocket.grpc._session import backoff_delays, ensure_asyncio
 from aiorocket.grpc._simple import SimpleConsumer
 from aiorocket.grpc._trace import GrpcTraceSender
@@ -199,16 +199,15 @@ class GrpcSource:
                 chunk, given = out[given:], len(out)
                 early(chunk)
 
-        def each(r: ReceivedMessage) -> None:
-            m = pop_message(r)
-            if lite:  # a lite topic is delivered in order: one FIFO queue each
-                m.message_group = m.lite_topic
+        def each_lite(m: PopMessage) -> None:
+            # a lite topic is delivered in order: one FIFO queue each
+            m.message_group = m.lite_topic
             out.append(m)
 
-        lite = self.lite is not None
         try:
             idle = hand_early if early is not None and MID_STREAM_HAND_ON else None
-            await self.session.receive(max_messages, invisible, each=each, idle=idle)
+            each = out.append if self.lite is None else each_lite
+            await self.session.receive_pop(max_messages, invisible, each=each, idle=idle)
         except ProxyResponseError as err:
             if err.code != _ILLEGAL_INVISIBLE_TIME or not self.session.auto_renew:
                 raise
