@@ -183,7 +183,11 @@ def decode_message(
             else:
                 key, pos = _varint(buf, pos)
             if key == 0x1A:  # 3: system_properties
-                n, pos = _varint(buf, pos)
+                n = buf[pos]
+                if n < 0x80:
+                    pos += 1
+                else:
+                    n, pos = _varint(buf, pos)
                 send = pos + n
                 if send > end:
                     raise MessageDecodeError("system properties overrun the message")
@@ -246,7 +250,14 @@ def decode_message(
                 if pos != send:
                     raise MessageDecodeError("system properties overrun")
             elif key == 0x22:  # 4: body
-                n, pos = _varint(buf, pos)
+                n = buf[pos]  # a length below 16 KiB is two bytes at most: inline
+                if n < 0x80:
+                    pos += 1
+                elif buf[pos + 1] < 0x80:
+                    n = (n & 0x7F) | buf[pos + 1] << 7
+                    pos += 2
+                else:
+                    n, pos = _varint(buf, pos)
                 if pos + n > end:
                     raise MessageDecodeError("body overruns the message")
                 body = buf[pos : pos + n]
@@ -383,9 +394,19 @@ class _ReceiveResponse(Generic[M]):
         pop = cls._POP
         try:
             while pos < end:
-                key, pos = _varint(data, pos)
+                # the key and a message's length read inline (round 9, as decode_message's)
+                key = data[pos]
+                if key < 0x80:
+                    pos += 1
+                else:
+                    key, pos = _varint(data, pos)
                 if key == 0x12:
-                    n, pos = _varint(data, pos)
+                    n = data[pos]
+                    if n >= 0x80 and data[pos + 1] < 0x80:
+                        n = (n & 0x7F) | data[pos + 1] << 7
+                        pos += 2
+                    else:
+                        n, pos = _varint(data, pos)
                     if pos + n > end:
                         raise MessageDecodeError("ReceiveMessageResponse truncated")
                     try:
