@@ -11,6 +11,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -34,7 +35,7 @@ pytest.importorskip("grpclib")
 
 from aiorocket.grpc import GrpcOptions, ReceivedMessage, SimpleConsumer
 from aiorocket.grpc import _pb as pb
-from aiorocket.grpc._fast import FastReceiveResponse
+from aiorocket.grpc._fast import _ReceiveResponse
 from aiorocket.grpc._session import Session
 from aiorocket.grpc._transport import GrpcTransport
 from aiorocket.testing.faultproxy import FaultProxy
@@ -330,18 +331,20 @@ async def slow_batch(
     return topic, group, spy_decoded(monkeypatch)
 
 
-def spy_decoded(monkeypatch: pytest.MonkeyPatch) -> list[ReceivedMessage]:
-    """The list every message the client decodes from a receive is appended to."""
-    decoded: list[ReceivedMessage] = []
-    from_string = FastReceiveResponse.FromString.__func__  # type: ignore[attr-defined]
+def spy_decoded(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The list every message the client decodes from a receive is appended to (a
+    SimpleConsumer's ReceivedMessage, a push consumer's PopMessage: their responses'
+    common base decodes both)."""
+    decoded: list[Any] = []
+    from_string = _ReceiveResponse.FromString.__func__  # type: ignore[attr-defined]
 
-    def spy(cls: type[FastReceiveResponse], data: bytes) -> FastReceiveResponse:
-        resp: FastReceiveResponse = from_string(cls, data)
+    def spy(cls: type[_ReceiveResponse[Any]], data: bytes) -> _ReceiveResponse[Any]:
+        resp: _ReceiveResponse[Any] = from_string(cls, data)
         if resp.message is not None:
             decoded.append(resp.message)
         return resp
 
-    monkeypatch.setattr(FastReceiveResponse, "FromString", classmethod(spy))
+    monkeypatch.setattr(_ReceiveResponse, "FromString", classmethod(spy))
     return decoded
 
 
