@@ -40,15 +40,21 @@ async def test_a_receive_keeps_its_attempt_id_until_a_message_arrives() -> None:
     only a receive that got a message ends the attempt (Java #1321/#1322)."""
     async with (
         FakeProxy() as proxy,
+        # generous: every call but the hung receive is answered (a loaded CI machine
+        # took more than the 0.5 s this had to set up or answer an empty receive)
         SimpleConsumer("g", proxy.endpoint, {"t": "*"}, await_duration=0.5,
-                       request_timeout=0.5) as c,  # fmt: skip
+                       request_timeout=30) as c,  # fmt: skip
     ):
         proxy.fail_next("ReceiveMessage", GRPCError(GrpcStatus.UNAVAILABLE, "reset"))
         with pytest.raises(ProxyUnavailableError):
             await c.receive(4, invisible_duration=20)
         proxy.receive_mode = "hang"
+        # The Proxy never answers this one: a short deadline only makes "no answer"
+        # show sooner, however loaded the machine.
+        c.transport.request_timeout = 0.2
         with pytest.raises(RequestTimeoutError):  # the deadline: the answer never came
             await c.receive(4, invisible_duration=20)
+        c.transport.request_timeout = 30
         proxy.receive_mode = "ok"
         assert await c.receive(4, invisible_duration=20) == []  # empty
         proxy.messages = [message(b"m1")]
@@ -64,8 +70,9 @@ async def test_concurrent_receives_never_share_an_attempt_id() -> None:
     (the broker would answer the second with the first one's messages)."""
     async with (
         FakeProxy() as proxy,
+        # generous: every call is answered, none is meant to time out
         SimpleConsumer("g", proxy.endpoint, {"t": "*"}, await_duration=0.5,
-                       request_timeout=0.5) as c,  # fmt: skip
+                       request_timeout=30) as c,  # fmt: skip
     ):
         for _ in range(2):
             async with anyio.create_task_group() as tg:
