@@ -111,8 +111,9 @@ class ReceiveSplit:
         #: the asyncio task of a receive -> when it left (its ``_read`` runs in it)
         lefts: dict[int, int] = {}
 
-        async def timed_read(consumer: Any, req: Any, timeout: float, broker: str,
-                             out: list[Any], bad: list[Any], *rest: Any) -> None:  # fmt: skip
+        async def timed_read(consumer: Any, response: Any, req: Any, timeout: float,
+                             broker: str, out: list[Any], bad: list[Any],
+                             *rest: Any) -> None:  # fmt: skip
             left = lefts.get(id(asyncio.current_task()), 0)
             first = 0
             done = [False]
@@ -129,7 +130,7 @@ class ReceiveSplit:
 
             got = Arrivals()
             try:
-                await read(consumer, req, timeout, broker, got, bad, *rest)
+                await read(consumer, response, req, timeout, broker, got, bad, *rest)
             finally:
                 done[0] = True
                 if first:

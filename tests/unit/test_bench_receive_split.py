@@ -158,3 +158,42 @@ def test_dispatch_is_split_into_the_loops_cpu_the_gc_and_its_callbacks() -> None
     assert split._at_clocks == {}
     note = report._split_note(s)
     assert "dispatch's slowest 1% (50.0 ms): the loop's CPU 20.0, GC 4.0, off a core 26.0" in note
+
+
+@pytest.mark.anyio
+async def test_the_timed_read_passes_the_consumers_own_arguments_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The split wraps ``SimpleConsumer._read``: it must take and pass on whatever the
+    real one takes (a parameter added there, 2026-11-29, failed every gRPC e2e run of
+    compare.py with an AttributeError in the wrapper)."""
+    import gc
+    import inspect
+
+    from aiorocket.grpc import _simple
+
+    cls: Any = _simple.SimpleConsumer
+    params = list(inspect.signature(cls._read).parameters)[1:]  # after self
+    seen: list[tuple[Any, ...]] = []
+
+    async def recording_read(consumer: Any, *args: Any) -> None:
+        seen.append((consumer, *args))
+
+    monkeypatch.setattr(cls, "_read", recording_read)
+    monkeypatch.setattr(cls, "receive", cls.receive)
+    callbacks = list(gc.callbacks)
+    try:
+        split_mod.ReceiveSplit().install()
+        args: list[Any] = [object() for _ in params]
+        out_at = params.index("out")
+        args[out_at] = out = []
+        await cls._read("consumer", *args)
+    finally:
+        gc.callbacks[:] = callbacks
+    assert len(seen) == 1 and seen[0][0] == "consumer"
+    passed = list(seen[0][1:])
+    assert len(passed) == len(params)
+    for i, (sent, got) in enumerate(zip(args, passed, strict=True)):
+        if i != out_at:
+            assert got is sent, params[i]
+    assert out == []  # nothing arrived: the wrapper's list was empty and went into `out`
