@@ -4,6 +4,10 @@
 # tests on asyncio and trio, the other Pythons' sets (scripts/pyversions.sh, below),
 # and the sets against older RocketMQ releases (markers broker49 and broker53: a 4.9.7 and a
 # 5.3.3 cluster of their own, ~6 min together; `-m 'not broker49 and not broker53'` skips them).
+# Its length: ~58-67 min on the 2-core machine in the runs of 2026-11-29 (CI allows 90),
+# pytest ~60 of them; where the minutes went is printed after pytest (scripts/durations.py,
+# from the JUnit report build/test-report/pytest.xml). The long fault runs are
+# scripts of their own (scripts/fault_campaign.sh, scripts/spark_eos_crash.py).
 set -eu
 cd "$(dirname "$0")/.."
 # Each phase's start, in seconds since this script began, on stderr: where a slow run's
@@ -100,9 +104,14 @@ LocalRocketMQ(os.environ['AIOROCKET_BROKER_DIR']).start(2, broker_props=SESSION_
 fi
 set +e
 phase pytest
-# The slowest tests are listed at the end: what to shorten when the whole grows too long.
-.venv/bin/python -m pytest --durations=40 "$@"
+# The slowest tests are listed at the end: what to shorten when the whole grows too long;
+# every test's time goes to the JUnit report, summed per directory and file below.
+report_dir="${AIOROCKET_TEST_REPORT_DIR:-build/test-report}"
+mkdir -p "$report_dir"
+.venv/bin/python -m pytest --durations=40 --junitxml="$report_dir/pytest.xml" "$@"
 status=$?
+phase "where pytest's time went"
+.venv/bin/python scripts/durations.py "$report_dir/pytest.xml" >&2 || true
 # After pytest, the Spark compat tests and the other Pythons' last parts run side by side
 # (each ~1 min; one after the other they added ~2 min to the run). They share only the
 # session cluster, in topics and groups of their own. The compat set is niced below the
