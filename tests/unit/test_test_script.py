@@ -39,13 +39,15 @@ case "$1 $2" in
 esac
 exit 0
 """
-#: scripts/pyversions.sh: the background part waits (``unit.pid``), the rest exits with
-#: $PYVERSIONS_RC
+#: scripts/pyversions.sh: the background part notes its autogroup (``unit.autogroup``)
+#: and waits (``unit.pid``), the rest exits with $PYVERSIONS_RC
 _PYVERSIONS = """#!/bin/sh
 here=$(dirname "$0")/..
 echo "pyversions $1" >>"$here/calls"
 case "$1" in
-    unit) [ -n "${PYTEST_RC:-}" ] && exit 0; echo $$ >"$here/unit.pid"; exec sleep 60 ;;
+    unit)
+        cat /proc/self/autogroup >"$here/unit.autogroup" 2>/dev/null
+        [ -n "${PYTEST_RC:-}" ] && exit 0; echo $$ >"$here/unit.pid"; exec sleep 60 ;;
 esac
 exit "${PYVERSIONS_RC:-0}"
 """
@@ -138,3 +140,14 @@ def test_the_status_is_each_part_s(
     assert proc.wait(timeout=30) == expected
     calls = (root / "calls").read_text().split("\n")
     assert calls.count("broker stop") == 1
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroups")
+def test_the_background_unit_tests_are_niced_in_their_autogroup(tmp_path: Path) -> None:
+    # setsid makes the job an autogroup of its own, which the kernel gives as much CPU as
+    # test.sh's whole group (pytest, Spark) whatever its processes' nice: `nice -n 19`
+    # alone left it at "nice 0" there, competing as an equal with the integration tests.
+    root = _tree(tmp_path)
+    proc = _run(root, tmp_path, PYTEST_RC="0")
+    assert proc.wait(timeout=30) == 0
+    assert (root / "unit.autogroup").read_text().split()[-2:] == ["nice", "19"]
