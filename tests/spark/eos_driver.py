@@ -20,9 +20,12 @@ Proxy (gRPC). Its sink is the connector's, with marker files written to
 
 When ``WORKDIR/markers/target`` names the point reached, the driver pauses there so that
 the controller (:class:`Run`) can SIGKILL its whole process group at that point, or (at
-a ``send`` point) only the Python worker running that task; it then removes ``target``,
-which ends the other tasks' pauses at that point and lets Spark's retry of the killed
-task run through it.
+a ``send`` point) only the Python worker running that task; it then writes the point
+to ``WORKDIR/markers/released``, which ends the other tasks' pauses at that point and
+lets Spark's retry of the killed task run through it. Nothing else ends a pause early:
+a Python process of a killed driver (Spark's Python workers are a process group of
+their own, which its daemon stops once the JVM is gone) must not go on with the batch
+when the next driver's ``target`` replaces the file it was paused by.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from typing import Any
 import anyio
 
 #: at most this long a driver waits at the target point: it is killed, or released by the
-#: controller removing ``target``, long before
+#: controller (``released``), long before
 PAUSE = 30.0
 
 
@@ -52,19 +55,20 @@ def mark(point: str) -> None:
     the controller's target."""
     markers = _marker_dir()
     (markers / point).write_text(str(os.getpid()))
-    target = markers / "target"
+    if not _names(markers / "target", point):
+        return
     deadline = time.monotonic() + PAUSE
     # Held until killed or released. A whole 30 s pause here (the other task of a batch
     # whose worker was killed, then Spark's retry of that task, each paused in full) was
     # ~35 s of each worker-kill run of tests/spark/test_exactly_once.py.
-    while _names(target, point) and time.monotonic() < deadline:
+    while not _names(markers / "released", point) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
-def _names(target: Path, point: str) -> bool:
-    """Whether the controller's ``target`` file is there and names ``point``."""
+def _names(path: Path, point: str) -> bool:
+    """Whether the controller's file ``path`` is there and names ``point``."""
     try:
-        return target.read_text() == point
+        return path.read_text() == point
     except FileNotFoundError:
         return False
 
@@ -224,7 +228,7 @@ class Run:
                     killed = True
                     # Released: the batch's other tasks go on, and the killed task's retry
                     # passes this point instead of pausing there in turn.
-                    (self.markers / "target").unlink()
+                    (self.markers / "released").write_text(kill_worker_at)
             code = proc.wait(timeout)
         finally:
             if proc.poll() is None:
