@@ -3,6 +3,10 @@
 ``consume_concurrency`` workers read work items (one message, or a batch of one queue)
 from one queue. A fixed set of workers costs less than a task per message and bounds
 concurrency without a semaphore; this replaces the Java consume thread pool.
+
+Over remoting, a retry-topic message that is a copy of a message in a handler call here
+is not queued: it waits for that call and is settled by its outcome
+(``aiorocket.consumer.in_hand``; checked once per pull answer of a retry queue).
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ import anyio.lowlevel
 from aiorocket.consumer.handler import ConsumeTimeouts
 from aiorocket.consumer.settle import RemotingSettler
 from aiorocket.consumer.work_queue import WorkQueue
+from aiorocket.message import RETRY_TOPIC_PREFIX
 from aiorocket.received import ConsumerMessage
 
 if TYPE_CHECKING:
     from aiorocket.consumer.handler import Handler, TimeoutSlot
+    from aiorocket.consumer.in_hand import CallCopies
     from aiorocket.consumer.process_queue import ProcessQueue
     from aiorocket.consumer.state import ConsumerState
     from aiorocket.received import QueueView, Settler
@@ -69,6 +75,11 @@ class WorkerPool:
         self._done: anyio.Event | None = None
         self._slots: list[TimeoutSlot] = []  # one per worker (its handler call)
         self._outer: anyio.abc.TaskGroup | None = None  # the watchdog's, while running
+        self._workers: anyio.abc.TaskGroup | None = None  # the workers', while running
+        #: remoting: retry-topic copies of messages in a call (``aiorocket.consumer.in_hand``)
+        self._copies: CallCopies | None = (
+            settler.in_hand if isinstance(settler, RemotingSettler) else None
+        )
 
     # -- Delivery ------------------------------------------------------------------
 
@@ -76,11 +87,36 @@ class WorkerPool:
         queue = self.queue
         if self._state.closing or queue.closed:
             return  # unsettled: never committed, so redelivered
+        if self._copies is not None and pq.mq.topic.startswith(RETRY_TOPIC_PREFIX):
+            messages = self._attach(pq, messages)
+            if not messages:
+                return
         size = self._batch_size
         if size == 1:
             queue.put_many(messages)  # unwrapped: most handlers take one message
         else:
             queue.put_many(messages[i : i + size] for i in range(0, len(messages), size))
+
+    def _attach(self, pq: QueueView, messages: list[ConsumerMessage]) -> list[ConsumerMessage]:
+        """A retry queue's messages: those not copies of a message in a handler call.
+        Each copy waits for that call in a task of the workers' group (so a graceful
+        close waits for it too), settled by its outcome."""
+        workers, copies = self._workers, self._copies
+        assert copies is not None
+        if workers is None:
+            return messages  # not running: nothing in a call
+        calls = [m for slot in self._slots if (current := slot.current) is not None
+                 for m in (current if isinstance(current, list) else (current,))]  # fmt: skip
+        if not calls:
+            return messages
+        out, waits = copies.attach(messages, calls)
+        for waiting in waits:
+            workers.start_soon(copies.settle_by_outcome, waiting, self._settler)
+        if len(out) < len(messages):
+            held = [m for m in messages if m not in out]
+            self._state.log.info("redelivered_in_hand", topic=pq.mq.topic, n=len(held),
+                                 offsets=[m.queue_offset for m in held][:8])  # fmt: skip
+        return out
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         self._done = anyio.Event()
@@ -133,7 +169,8 @@ class WorkerPool:
         # calls still unsettled then are the cut ones; no worker takes another message.
         with anyio.move_on_after(cfg.request_timeout):
             await self._done.wait()
-        cut: list[ConsumerMessage] = []
+        # copies that waited for a call's outcome, or were being settled by it
+        cut: list[ConsumerMessage] = [] if self._copies is None else self._copies.unsettled()
         for slot in self._slots:
             current = slot.current
             if current is not None:
@@ -160,12 +197,13 @@ class WorkerPool:
                     self._outer = outer
                     outer.start_soon(self._timeouts.run)
                     async with anyio.create_task_group() as workers:
+                        self._workers = workers
                         for slot in slots:
                             workers.start_soon(self._worker, slot)
                         task_status.started()
                     outer.cancel_scope.cancel()  # every worker returned: stop the watchdog
         finally:
-            self._outer = None
+            self._outer = self._workers = None
             if self._done is not None:
                 self._done.set()
 

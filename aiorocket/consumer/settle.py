@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from aiorocket.consumer.config import MessageModel
+from aiorocket.consumer.in_hand import CallCopies
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import (
     BrokerResponseError,
@@ -62,6 +63,9 @@ class RemotingSettler:
         self._broker = broker
         self._finder = finder
         self._retry_later = retry_later
+        #: retry-topic copies of messages in a handler call, settled by their outcome
+        #: (``aiorocket.consumer.in_hand``; the worker pool attaches them)
+        self.in_hand = CallCopies()
 
     async def settle(self, msg: ConsumerMessage, delay_level: int | None) -> None:
         """Finish a message: success commits past it; failure sends it back first."""
@@ -75,6 +79,8 @@ class RemotingSettler:
             delay_level = delay_level_for(delay)
         if msg._settled:
             return
+        if self.in_hand:  # copies wait for a call's outcome: this one's, maybe
+            self.in_hand.failed(msg, delay_level)
         msg._settled = True
         pq = msg._pq
         if pq is None:

@@ -437,3 +437,161 @@ async def test_a_revoked_queue_waits_for_its_running_handler_before_it_is_taken_
             await h.state.rebalance_wanted.wait()  # the pass that starts it again
         assert not h.state.waits_for(MQ)
         assert MQ not in h.state.wanted_back
+
+
+# -- a retry-topic copy of a message in a handler call (aiorocket.consumer.in_hand) ------
+
+RETRY_MQ = MessageQueue("%RETRY%g", "broker-a", 0)
+
+
+def message(topic: str, offset: int, uniq: str, reconsume: int = 0) -> ConsumerMessage:
+    body = f"body-{uniq}".encode()
+    props = {"UNIQ_KEY": uniq, "KEYS": uniq}
+    if reconsume:
+        props["ORIGIN_MESSAGE_ID"] = "an offset id"
+    return ConsumerMessage(topic, body, props, 0, offset, offset, reconsume_times=reconsume,
+                           store_host="127.0.0.1:10911")  # fmt: skip
+
+
+def feed_retry(h: Harness, uniqs: list[str]) -> list[ConsumerMessage]:
+    """Messages of the group's retry queue (pulled: their topic restored to ``t``)."""
+    pq = h.state.process_queues.get(RETRY_MQ)
+    if pq is None:
+        pq = h.state.process_queues[RETRY_MQ] = ProcessQueue(RETRY_MQ, 0)
+    start = pq.tracker.next_offset
+    msgs = [message("t", start + i, u, reconsume=1) for i, u in enumerate(uniqs)]
+    for m in msgs:
+        m._pq, m._generation, m._settler = pq, pq.tracker.generation, h.settler
+    pq.on_pulled(msgs, start + len(msgs))
+    h.pool.deliver(pq, msgs)
+    return msgs
+
+
+def feed_first(h: Harness, uniq: str) -> ConsumerMessage:
+    start = h.pq.tracker.next_offset
+    msg = message("t", start, uniq)
+    msg._pq, msg._generation, msg._settler = h.pq, h.pq.tracker.generation, h.settler
+    h.pq.on_pulled([msg], start + 1)
+    h.pool.deliver(h.pq, [msg])
+    return msg
+
+
+class Calls:
+    """A handler that records its calls; the message "a" waits for ``gate``, then
+    ends as ``outcome`` says (None: success; "raise"; "hang": until cancelled)."""
+
+    def __init__(self, outcome: str | None = None) -> None:
+        self.outcome = outcome
+        self.seen: list[tuple[str, int]] = []  # (id, reconsume_times)
+        self.first_running = anyio.Event()
+        self.gate = anyio.Event()
+        self.marker = anyio.Event()
+
+    async def __call__(self, msg: ConsumerMessage) -> None:
+        self.seen.append((msg.msg_id, msg.reconsume_times))
+        if msg.msg_id == "marker":
+            self.marker.set()
+        if msg.msg_id != "a" or msg.reconsume_times:
+            return
+        self.first_running.set()
+        if self.outcome == "hang":
+            await anyio.sleep_forever()
+        await self.gate.wait()
+        if self.outcome == "raise":
+            raise RuntimeError("fails")
+
+
+async def copy_fed_while_a_runs(h: Harness, calls: Calls) -> list[ConsumerMessage]:
+    """The message "a" in a call; then its retry-topic copy and a marker behind it, on the retry
+    queue, the marker handled (the idle worker would have taken the copy first)."""
+    feed_first(h, "a")
+    with anyio.fail_after(10):
+        await calls.first_running.wait()
+    copies = feed_retry(h, ["a", "marker"])
+    with anyio.fail_after(10):
+        await calls.marker.wait()
+    assert calls.seen == [("a", 0), ("marker", 1)]  # the copy was not handed on
+    return copies
+
+
+async def retry_consumed(h: Harness, n: int) -> None:
+    pq = h.state.process_queues[RETRY_MQ]
+    with anyio.fail_after(10):
+        while pq.consumed_total < n:
+            await pq.wait_changed()
+
+
+async def test_a_retry_copy_of_a_message_in_a_call_is_not_handled_and_follows_its_success() -> None:
+    """The simulator's pull_remoting seed 7017: a member's hung call of a message
+    outlived its queue; the queue's next owner failed it, and its retry-topic copy came
+    to the first member while that call ran. The copy waits for the call; its success
+    settles the copy too (its retry offset committed), with no second handler call."""
+    calls = Calls()
+    async with workers(calls, consume_concurrency=2) as h:
+        copies = await copy_fed_while_a_runs(h, calls)
+        calls.gate.set()
+        await retry_consumed(h, 2)
+        assert copies[0].settled
+    assert calls.seen == [("a", 0), ("marker", 1)]
+    assert h.sent_back == []
+    assert h.state.process_queues[RETRY_MQ].tracker.committable() == 2
+
+
+@pytest.mark.parametrize("dropped", [False, True])
+async def test_a_retry_copy_of_a_message_in_a_call_follows_its_failure(dropped: bool) -> None:
+    """A failed call sends its copy down the retry path too (one more attempt of its
+    own), unhandled here; the first's queue revoked meanwhile (seed 7017's case), the
+    first is not sent back (its queue's owner has it) and the copy still is."""
+    calls = Calls("raise")
+    async with workers(calls, consume_concurrency=2) as h:
+        copies = await copy_fed_while_a_runs(h, calls)
+        if dropped:
+            h.pq.dropped = True
+        calls.gate.set()
+        await retry_consumed(h, 2)
+    assert calls.seen == [("a", 0), ("marker", 1)]
+    level = h.state.config.retry_delay_level
+    # (queue offset, level): the copy at offset 0 of the retry queue, the first at 0 of t
+    assert h.sent_back == [(0, level)] * (1 if dropped else 2)
+    assert copies[0].settled
+
+
+async def test_a_retry_copy_follows_a_consume_timeout_of_its_message() -> None:
+    calls = Calls("hang")
+    async with workers(calls, consume_concurrency=2, consume_timeout=0.3) as h:
+        copies = await copy_fed_while_a_runs(h, calls)
+        await retry_consumed(h, 2)
+    assert calls.seen == [("a", 0), ("marker", 1)]
+    assert h.sent_back == [(0, h.state.config.retry_delay_level)] * 2
+    assert copies[0].settled
+
+
+async def test_a_close_hands_back_a_waiting_copy_with_the_cut_call() -> None:
+    """Closed while the copy waits (the call cut by shutdown_timeout): the copy is
+    neither handled nor settled, and the drain returns it with the cut call (handed
+    back or left uncommitted like it: delivered again, never dropped)."""
+    calls = Calls("hang")
+    async with workers(calls, consume_concurrency=2, shutdown_timeout=0.2) as h:
+        copies = await copy_fed_while_a_runs(h, calls)
+    assert calls.seen == [("a", 0), ("marker", 1)]
+    cut = {(m.topic, m.msg_id, m.reconsume_times) for m in h.cut}
+    assert cut == {("t", "a", 0), ("t", "a", 1)}
+    assert copies[0] in h.cut and not copies[0].settled
+    assert h.state.process_queues[RETRY_MQ].tracker.committable() == 0
+
+
+async def test_a_retry_message_with_no_call_of_it_running_is_handled() -> None:
+    """Only a call in progress holds a copy back: another message's call does not, nor
+    a finished one."""
+    calls = Calls()
+    async with workers(calls, consume_concurrency=2) as h:
+        feed_first(h, "a")
+        with anyio.fail_after(10):
+            await calls.first_running.wait()
+        feed_retry(h, ["b", "marker"])  # "a" runs: "b" is not it
+        await retry_consumed(h, 2)
+        calls.gate.set()
+        await h.consumed(1)
+        feed_retry(h, ["a"])  # a copy of "a", its call over
+        await retry_consumed(h, 3)
+    assert calls.seen == [("a", 0), ("b", 1), ("marker", 1), ("a", 1)]

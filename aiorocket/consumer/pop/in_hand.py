@@ -33,13 +33,17 @@ a receive pays one call (``handed_on``: the pass is stale after it). A first del
 pays nothing (``admit`` and ``settled`` return at once for it). The message found is
 not indexed (its settling stays as cheap): a further copy finds it by the same search.
 Two stored messages with one id (a producer's retry) in hand at once are handled once
-and both settled by that call.
+and both settled by that call. The remoting pull consumer follows the same rule for a
+retry-topic copy of a message in a handler call (``aiorocket.consumer.in_hand``, whose
+``same_message`` both use).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
+
+from aiorocket.consumer.in_hand import same_message
 
 if TYPE_CHECKING:
     from aiorocket.received import PopMessage
@@ -115,9 +119,8 @@ class InHand:
                         unkeyed[body] = [m]
                     else:
                         same.append(m)
-        topic = msg.topic
         for m in unkeyed.get(_hashable(msg.body), ()):
-            if m is not msg and not m._settled and m.topic == topic and m.msg_id == key:
+            if same_message(m, msg, key):
                 return m
         return None
 

@@ -13,7 +13,11 @@ group's consumer offsets, its members (heartbeats) and queue locks. What it mode
   it is reset;
 * CONSUMER_SEND_MSG_BACK stores a copy in the group's retry topic (``RETRY_TOPIC``
   property, ``reconsume_times`` + 1), visible after a delay; past the group's
-  ``maxReconsumeTimes`` (or with delay level -1) it goes to the DLQ;
+  ``maxReconsumeTimes`` (or with delay level -1) it goes to the DLQ. The copy keeps the
+  message's properties, its ``UNIQ_KEY`` (its id) among them, and names the first
+  delivery's offset id as ``ORIGIN_MESSAGE_ID`` (``consumerSendMsgBack`` copies the
+  properties and calls ``setOriginMessageId``); here every copy also keeps the first's
+  commit-log offset (the model finds the message by it);
 * LOCK_BATCH_MQ grants a queue to one client for ``LOCK_TTL`` seconds (renewed by the
   next lock), UNLOCK_BATCH_MQ frees it; a crash forgets the locks. 5.x runs both on a
   pool of admin threads, so a lock is applied after a drawn lag (up to ``LOCK_LAG``,
@@ -34,8 +38,9 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from aiorocket._message_id import offset_message_id
 from aiorocket.client.broker import PULL_COMMIT_OFFSET
-from aiorocket.message import PROPERTY_RETRY_TOPIC
+from aiorocket.message import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.frame import encode_command
@@ -61,6 +66,8 @@ LOCK_TTL = 30.0
 LOCK_LAG = 0.02
 #: seconds a message sent back waits in the retry topic
 RETRY_DELAY = 5.0
+#: the stored messages' store host (their offset ids')
+STORE_HOST = "127.0.0.1:10911"
 
 
 @dataclass(slots=True)
@@ -295,12 +302,15 @@ class SimPullBroker:
         for i, m in enumerate(ready):
             self.history.add("pulled", m.key, broker=self.name, queue=f"{topic}:{queue_id}",
                              offset=offset + i)  # fmt: skip
-            props = {"UNIQ_KEY": f"SIMP{self.name}{m.index:08d}{m.reconsume}", "KEYS": m.key}
+            props = {"UNIQ_KEY": f"SIMP{self.name}{m.index:08d}", "KEYS": m.key}
             if topic == RETRY:
                 props[PROPERTY_RETRY_TOPIC] = PULL_TOPIC
+                props[PROPERTY_ORIGIN_MESSAGE_ID] = offset_message_id(
+                    STORE_HOST, 3_000_000 + m.index)  # fmt: skip
             records.append(encode_stored_message(
                 topic, m.key.encode(), props, queue_id=queue_id, queue_offset=offset + i,
                 commit_log_offset=3_000_000 + m.index, reconsume_times=m.reconsume,
+                store_host=STORE_HOST,
             ))  # fmt: skip
         return RemotingCommand.response_to(cmd, ext_fields=fields, body=b"".join(records))
 
