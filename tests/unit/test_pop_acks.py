@@ -4,8 +4,12 @@ when refused for good or still unacked at the close (issue 38, items 6 and 7).""
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import pytest
+import trio
+from trio.testing import MockClock
 
 pytest.importorskip("grpclib")
 
@@ -15,9 +19,10 @@ from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.pop.acks import AckBatcher, ack_backoff
 from aiorocket.consumer.pop.grpc_source import GrpcSource
 from aiorocket.consumer.pop.source import AckRefusals
-from aiorocket.errors import ProxyResponseError
+from aiorocket.errors import ProxyResponseError, error_for_response
 from aiorocket.grpc import SimpleConsumer
 from aiorocket.grpc import _pb as pb
+from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.received import PopMessage
 from aiorocket.testing.fake_grpc import FakeProxy
@@ -187,3 +192,66 @@ async def test_a_refusal_is_released_even_when_the_close_cuts_the_flush() -> Non
         unacked = await acks.close(0.2)
     assert source.released == [first]
     assert unacked == [second]
+
+
+class BusyAcks:
+    """A source that answers its first ``busy`` ack requests SYSTEM_BUSY (retriable) and
+    takes the later ones; ``calls`` records when each request came."""
+
+    group = "g"
+
+    def __init__(self, busy: int) -> None:
+        self.busy = busy
+        self.calls: list[float] = []
+        self.acked: list[PopMessage] = []
+
+    async def ack(self, topic: str, messages: list[PopMessage]) -> AckRefusals:
+        self.calls.append(time.monotonic())
+        if len(self.calls) <= self.busy:
+            err = error_for_response(ResponseCode.SYSTEM_BUSY, "[PCBUSY] busy")
+            return [(m, err) for m in messages]
+        self.acked += messages
+        return []
+
+
+VIRTUAL = pytest.mark.parametrize("anyio_backend", [
+    pytest.param(("trio", {"clock": MockClock(autojump_threshold=0)}), id="trio-virtual"),
+])  # fmt: skip
+
+
+@VIRTUAL
+async def test_the_close_tries_a_refused_ack_once_more_before_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Simulator pop_remoting seed 7202: the broker answers an ack busy six times in a
+    row during a close of 6 s; the backoff (0.1 s doubling) puts the seventh request at
+    6.3 s, past the bound. The close tries once more a second before its bound instead,
+    and the ack the broker takes then is not released. Before, the close slept into its
+    bound and released the message: handled successfully, delivered again."""
+    monkeypatch.setattr(time, "monotonic", trio.lowlevel.current_clock().current_time)
+    source = BusyAcks(busy=6)
+    acks = AckBatcher(source, delay=0)  # type: ignore[arg-type]
+    msg = _pop(0)
+    acks.add(msg)
+    start = time.monotonic()
+    assert await acks.close(6.0) == []
+    assert source.acked == [msg]
+    assert [round(t - start, 2) for t in source.calls] == [0, 0.1, 0.3, 0.7, 1.5, 3.1, 5.0]
+
+
+@VIRTUAL
+async def test_the_close_last_ack_try_keeps_to_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An ack the broker refuses through the whole close: one last try before the bound,
+    then the close returns the message (to be released) within its bound, without
+    trying again at once."""
+    monkeypatch.setattr(time, "monotonic", trio.lowlevel.current_clock().current_time)
+    source = BusyAcks(busy=10**6)
+    acks = AckBatcher(source, delay=0)  # type: ignore[arg-type]
+    msg = _pop(0)
+    acks.add(msg)
+    start = time.monotonic()
+    assert await acks.close(6.0) == [msg]
+    assert time.monotonic() - start <= 6.0
+    assert [round(t - start, 2) for t in source.calls][-2:] == [3.1, 5.0]

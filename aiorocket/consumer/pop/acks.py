@@ -28,8 +28,9 @@ contract, ``aiorocket.consumer.pop.source``, says what each failure means). Rule
 * an ack the server refused for good (not retriable) is logged and counted (``failed``)
   and the message is released (``release``: made visible again at once), so it is
   delivered again now rather than held by a server that renews it;
-* the close sends what is queued or waiting for a retry within its bound, and returns
-  the messages still unacked then, for the runtime to release: it reports only those,
+* the close sends what is queued or waiting for a retry within its bound (a retry
+  whose backoff would end past it goes ``LAST_TRY`` s before the bound instead), and
+  returns the messages still unacked then, for the runtime to release: it reports only those,
   never the failures of earlier (logged when they happened).
 """
 
@@ -64,6 +65,9 @@ MAX_ENTRIES = 64
 #: seconds before the first retry of a failed ack; doubled per failure up to MAX_BACKOFF
 FIRST_BACKOFF = 0.1
 MAX_BACKOFF = 5.0
+#: seconds before the close's bound of its last try of the acks still refused (at most a
+#: quarter of the bound): room for an answer of a broker that is merely slow
+LAST_TRY = 1.0
 #: ``PopMessage._ack_state``: the ack is queued (or waits for a retry) / in a request
 ACK_QUEUED, ACK_SENDING = 1, 2
 
@@ -247,11 +251,24 @@ class AckBatcher:
         """The last flushes (shielded, at most ``timeout`` s): what is queued, then the
         retries, until none is left or the time is up; returns the messages still
         unacked (for the runtime to release), and logs how many."""
+        # A retry whose backoff would end past the bound is tried once more just before
+        # it instead (LAST_TRY s): a message the application handled is acked if at all
+        # possible (a busy broker may have recovered by then), not released and
+        # delivered again because the backoff outgrew what was left of the close.
+        last_try = time.monotonic() + timeout - min(LAST_TRY, timeout / 4)
         with anyio.move_on_after(timeout, shield=True):
             await self.flush(all_retries=True)
             while self._retrying:
-                await anyio.sleep(self._next_retry())
-                await self.flush()
+                wait = self._next_retry()
+                now = time.monotonic()
+                if now + wait <= last_try:
+                    await anyio.sleep(wait)
+                    await self.flush()
+                elif now < last_try:
+                    await anyio.sleep(last_try - now)
+                    await self.flush(all_retries=True)
+                else:  # the last try was made: nothing more fits in the bound
+                    break
         unacked = [m for msgs in self._pending.values() for m in msgs]
         unacked += [m for _, _, msgs in self._retrying for m in msgs]
         unacked += self._in_flight  # the flusher's, if the bound cut the wait for it
