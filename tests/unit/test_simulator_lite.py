@@ -39,8 +39,8 @@ def _request(code: int, ext: dict[str, str], body: bytes = b"") -> bytes:
     return encode_command(RemotingCommand.request(code, ext, body))
 
 
-def _ctl(action: str, topics: list[str]) -> bytes:
-    entry = {"clientId": CLIENT, "group": LITE_GROUP, "topic": LITE_PARENT,
+def _ctl(action: str, topics: list[str], client: str = CLIENT) -> bytes:
+    entry = {"clientId": client, "group": LITE_GROUP, "topic": LITE_PARENT,
              "action": action, "liteTopicSet": topics}  # fmt: skip
     return _request(LITE_SUBSCRIPTION_CTL, {}, json.dumps({"subscriptionSet": [entry]}).encode())
 
@@ -136,6 +136,32 @@ async def test_an_unsubscribe_notice_into_a_silent_connection_is_noted_lost() ->
         await cluster._flush_notices()
     lost = [e.info["lite_topic"] for e in history.of("lite_notice_lost")]
     assert lost == ["r1"]
+
+
+@pytest.mark.parametrize(("action", "kept"), [("COMPLETE_ADD", {"r0"}), ("PARTIAL_ADD", set())])
+async def test_only_a_partial_add_takes_a_lite_topic_from_its_holder(
+    action: str, kept: set[str]
+) -> None:
+    """Seed 4244 (``none_lost``): in an exclusive group, the late COMPLETE_ADD of a client
+    id whose start had failed took r0-r3 from the live member, silently; the live one
+    then asked what it held, heard nothing and forgot them. 5.5's
+    addCompleteSubscription evicts nobody (only addPartialSubscription runs
+    excludeClientByLmqName): after a COMPLETE_ADD both hold the lite topic, and the
+    first still pops it."""
+    history = History(anyio.current_time)
+    async with _connected(history, exclusive=True) as (cluster, client):
+        broker = cluster.brokers[0]
+        await client.send(_ctl("COMPLETE_ADD", ["r0"]))
+        await _quiet()
+        await client.send(_ctl(action, ["r0"], client="sim-first-dead"))
+        await _quiet()
+        assert broker.subs[CLIENT] == kept
+        assert broker.subs["sim-first-dead"] == {"r0"}
+        broker.store("r0.0-0", "r0", 0)
+        await client.send(_pop())
+        await _quiet()
+    popped = [e.info["client"] for e in history.of("delivered")]
+    assert popped == ([CLIENT] if kept else [])
 
 
 def _history(*steps: tuple[float, str, dict[str, object]]) -> History:

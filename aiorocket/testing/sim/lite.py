@@ -20,7 +20,9 @@ so:
   on it consumes that lite topic's messages itself (``acked`` by ``other``);
 * a COMPLETE_ADD (the client's periodic resync) sets the client's subscriptions to what
   it names: naming a lite topic the broker gave to the other member takes it back
-  (``lite_taken_back`` in the history: the client kept what the broker dropped);
+  (``lite_taken_back`` in the history: the client kept what the broker dropped); one
+  another of our clients holds is shared with it, not taken (5.5 evicts at a
+  PARTIAL_ADD only);
 * a paused broker (SIGSTOP) answers nothing until it resumes, then answers late: a long
   poll parked before the pause too (it hands out nothing stored meanwhile until then).
 
@@ -287,7 +289,7 @@ class SimLiteBroker:
                     if action == "PARTIAL_ADD":
                         self.evicted.discard((client, t))
                     if self.cluster.exclusive:
-                        self._own(client, t)
+                        self._own(client, t, evict=action == "PARTIAL_ADD")
                     mine.add(t)
                 if action == "PARTIAL_ADD" and self.cluster.exclusive:
                     for t in sorted(topics):
@@ -315,19 +317,29 @@ class SimLiteBroker:
             info["liteTopicSet"] = [lmq_name(LITE_PARENT, t) for t in topics]
         return json.dumps(info).encode()
 
-    def _own(self, client: str, lite_topic: str) -> None:
+    def _own(self, client: str, lite_topic: str, *, evict: bool) -> None:
+        """``client`` subscribed ``lite_topic`` in an exclusive group. A PARTIAL_ADD
+        (``evict``) takes it from the client holding it; a COMPLETE_ADD evicts nobody:
+        5.5's ``LiteSubscriptionRegistryImpl.addCompleteSubscription`` only adds the
+        client beside the holder (``excludeClientByLmqName`` runs in
+        ``addPartialSubscription`` alone), and the two share the lite topic (the
+        dispatcher hands its events to either). A COMPLETE_ADD naming one the other
+        member took still takes it back here (``lite_taken_back``: the checker's)."""
         previous = self.owner.get(lite_topic)
+        holds = previous not in (None, client, OTHER) and \
+            lite_topic in self.subs.get(previous, set())  # fmt: skip
+        if holds and not evict:
+            return  # shared: the holder stays the owner, both may pop it
         self.owner[lite_topic] = client
-        if previous and previous not in (client, OTHER) and \
-                lite_topic in self.subs.get(previous, set()):  # fmt: skip
+        if holds and previous is not None:
             self.subs[previous].discard(lite_topic)
 
     def _ready_topics(self, client: str) -> list[str]:
         out = []
         for t in sorted(self.subs.get(client, set())):
             queue = self.lite.get(t, [])
-            if self.cluster.exclusive and self.owner.get(t) not in (None, client):
-                continue
+            if self.cluster.exclusive and self.owner.get(t) == OTHER:
+                continue  # (a client sharing it with the owner pops it too: ``_own``)
             if any(m.state == "inflight" for m in queue):
                 continue  # FIFO: nothing more of it while some are out
             if any(m.state == "ready" for m in queue):
