@@ -14,7 +14,7 @@ from aiorocket._log import get_logger
 from aiorocket._validate import check_lite_topic, check_schedule
 from aiorocket.client.lite import lite_order_counts, lmq_name
 from aiorocket.consumer.pop.lite import LiteAction, LiteOffset, LiteSubscriptions
-from aiorocket.errors import ConfigError, LiteQuotaExceededError, RocketMQError
+from aiorocket.errors import ConfigError, LiteQuotaExceededError, RequestTimeoutError, RocketMQError
 from aiorocket.message import PROPERTY_LITE_TOPIC, MessageExt, MessageQueue
 from aiorocket.producer.selectors import java_string_hash, jump_hash, lite_selector
 
@@ -278,4 +278,41 @@ async def test_the_close_unsubscribes_after_a_resync_in_flight_is_answered() -> 
             await server.lagging.wait()
             await runtime._detach_lite()
     assert server.applied == [LiteAction.COMPLETE_ADD, LiteAction.COMPLETE_REMOVE]
+    assert not lite.attached
+
+
+@pytest.mark.parametrize("failing", [0, 1])
+async def test_a_failed_start_removes_what_it_may_have_subscribed(failing: int) -> None:
+    """The start's COMPLETE_ADD (``failing`` 0) or the start offset's PARTIAL_ADD after
+    it (1: the COMPLETE_ADD went through) fails: the start fails, and first sends a
+    COMPLETE_REMOVE of this client id, as the close does. Before, nothing was removed:
+    the failed start's client id kept (or, its request applied late, got) the lite
+    topics on the brokers for minutes, beside the next start's client id; in an
+    exclusive group a late add of it took them from that one (simulator lite_remoting
+    4244)."""
+    from types import SimpleNamespace
+
+    from aiorocket.consumer.pop.runtime import PopRuntime
+
+    lite = subs()
+    await lite.subscribe("a", LiteOffset.EARLIEST)
+    updates: list[LiteAction] = []
+
+    async def sync(
+        action: LiteAction, topics: Collection[str], *, offset: LiteOffset | None = None
+    ) -> None:
+        await anyio.lowlevel.checkpoint()
+        updates.append(action)
+        if len(updates) == failing + 1:
+            raise RequestTimeoutError("no answer within 3.0s")
+
+    runtime = PopRuntime.__new__(PopRuntime)
+    runtime.state = SimpleNamespace(  # type: ignore[assignment]
+        lite=lite, config=SimpleNamespace(request_timeout=1.0), log=get_logger("test")
+    )
+    runtime.source = SimpleNamespace(sync_lite=sync)  # type: ignore[assignment]
+    with pytest.raises(RocketMQError):
+        await runtime._attach_lite()
+    sent = [LiteAction.COMPLETE_ADD, LiteAction.PARTIAL_ADD][: failing + 1]
+    assert updates == [*sent, LiteAction.COMPLETE_REMOVE]
     assert not lite.attached

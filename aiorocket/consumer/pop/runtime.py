@@ -58,7 +58,7 @@ from aiorocket._tasks import BackgroundTasks
 from aiorocket.consumer.delivery import DeliveryFactory, DeliveryParts
 from aiorocket.consumer.pop.acks import AckBatcher
 from aiorocket.consumer.pop.in_hand import InHand
-from aiorocket.consumer.pop.lite import LiteAction
+from aiorocket.consumer.pop.lite import LiteAction, Sync
 from aiorocket.consumer.pop.queue import PopQueues
 from aiorocket.consumer.pop.receiver import Receiver
 from aiorocket.consumer.pop.renewer import Renewer
@@ -241,6 +241,17 @@ class PopRuntime:
             await lite.resync()
         except BaseException:
             lite.attach(None)
+            # The servers may hold this client id's subscriptions all the same: the
+            # COMPLETE_ADD went through when a start offset's PARTIAL_ADD after it
+            # failed, and a failed or timed-out request may still be applied (a 5.5
+            # broker applies a LITE_SUBSCRIPTION_CTL whenever it processes it, whoever
+            # gave up on it). A broker keeps an idle client id's for minutes (its check:
+            # 3 min, every 2); meanwhile this dead client id shares the lite topics with
+            # the next start's client (their events handed to either) or, in an
+            # exclusive group, takes from it those it adds with a start offset. Removed
+            # here as the close removes them (found with the simulator's lite_remoting
+            # 4244, where a late COMPLETE_ADD of a failed start's client id was applied).
+            await self._remove_lite(sync)
             raise
 
     async def _detach_lite(self) -> None:
@@ -252,8 +263,12 @@ class PopRuntime:
         # own bound: the remove then has the whole of its own.
         with anyio.move_on_after(self._bound, shield=True):
             await lite.detach()
-        if sync is None:
-            return
+        if sync is not None:
+            await self._remove_lite(sync)
+
+    async def _remove_lite(self, sync: Sync) -> None:
+        """COMPLETE_REMOVE of this client's lite subscriptions (shielded, bounded; a
+        failure is logged: the servers drop an idle client's in time)."""
         with anyio.move_on_after(self._bound, shield=True):
             try:
                 await sync(LiteAction.COMPLETE_REMOVE, ())
