@@ -145,7 +145,7 @@ class SimLiteProxy(RestartingProxy):
         mine = self.subs.get(client, set())
         self._by_other()
         return [m for m in self._visible() if m.lite_topic in mine and
-                (not self.exclusive or self.owner.get(m.lite_topic) in (None, client))]  # fmt: skip
+                (not self.exclusive or self.owner.get(m.lite_topic) != OTHER)]  # fmt: skip
 
     def _cut_while_parked(
         self, stream: Stream[Any, Any], deadline: float, invisible: float, batch: int
@@ -197,11 +197,17 @@ class SimLiteProxy(RestartingProxy):
         await asyncio.sleep(seconds)
         self._offline(client, f"an old telemetry stream's end handled {seconds}s late")
 
-    def _own(self, client: str, lite_topic: str) -> None:
+    def _own(self, client: str, lite_topic: str, *, evict: bool) -> None:
+        """As ``SimLiteBroker._own`` (the Proxy passes the action on to the brokers): a
+        PARTIAL_ADD takes the lite topic from its holder, a COMPLETE_ADD shares it."""
         previous = self.owner.get(lite_topic)
+        holds = previous not in (None, client, OTHER) and \
+            lite_topic in self.subs.get(previous or "", set())  # fmt: skip
+        if holds and not evict:
+            return
         self.owner[lite_topic] = client
-        if previous and previous not in (client, OTHER):
-            self.subs.get(previous, set()).discard(lite_topic)
+        if holds:
+            self.subs.get(previous or "", set()).discard(lite_topic)
 
     def drop_connections(self) -> None:
         """Every connection closed at once: what was written as it closed is unread."""
@@ -314,7 +320,7 @@ class SimLiteProxy(RestartingProxy):
                 if action == "PARTIAL_ADD":
                     self.evicted.discard((client, t))
                 if self.exclusive:
-                    self._own(client, t)
+                    self._own(client, t, evict=action == "PARTIAL_ADD")
                 mine.add(t)
             if action == "PARTIAL_ADD" and self.exclusive:
                 for t in sorted(topics & self._contested):
