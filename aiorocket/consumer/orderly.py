@@ -13,7 +13,8 @@ A handling step (the handler call and what its result does: settle, suspend or
 dead-letter) runs under the queue's ``order_lock`` (the Java client's consume lock).
 A queue revoked while a step runs keeps its broker lock, renewed, until the step has
 finished (``Orderly._release_when_idle``), so the next owner cannot consume it at the same
-time.
+time; every revoked queue's offset is committed after its last step and before its
+unlock, so the next owner starts after it.
 """
 
 from __future__ import annotations
@@ -104,7 +105,16 @@ class Orderly:
         pass  # a running step keeps the queue's lock instead (see release)
 
     async def release(self, pqs: list[ProcessQueue]) -> None:
-        """Unlock revoked queues; one whose step still runs is unlocked when it ends."""
+        """Commit and unlock revoked queues; one whose step still runs is committed and
+        unlocked when it ends.
+
+        The revoke committed the queues before this call, but a step that was running
+        then may have ended during that commit, its offset past the one sent: such a
+        queue is idle now and dirty, and is committed again before its unlock, or its
+        next owner would handle that message a second time. No step starts after the
+        revoke (each re-checks ``dropped`` under the order lock), so an idle queue's
+        offset no longer moves.
+        """
         state = self._state
         idle = []
         for pq in pqs:
@@ -112,9 +122,11 @@ class Orderly:
                 state.releasing[pq.mq] = pq
                 self._tg.start_soon(self._release_when_idle, pq)
             else:
-                idle.append(pq.mq)
+                idle.append(pq)
+        if self._commits is not None:
+            await self._commits.commit_queues(idle)  # sends only the dirty ones'
         if self._locks is not None:
-            await self._locks.unlock(idle)
+            await self._locks.unlock([pq.mq for pq in idle])
 
     def stop(self) -> list[ConsumerMessage]:
         return []  # each loop sees the closing flag; what its buffer holds stays unsettled

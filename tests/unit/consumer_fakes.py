@@ -61,6 +61,13 @@ class FakeBroker:
         self.records: dict[tuple[int, int], bytes] = {}
         self.offsets: dict[tuple[str, int], int] = {}
         self.offset_stored = anyio.Event()  # set (and replaced) at every offset commit
+        #: queue id -> a commit (UPDATE_CONSUMER_OFFSET) of that queue, once received,
+        #: waits for this event before it is applied
+        self.commit_holds: dict[int, anyio.Event] = {}
+        self.commit_received = anyio.Event()  # set (and replaced) as a held commit arrives
+        #: (queue ids, the stored offsets) as each UNLOCK_BATCH_MQ arrived: where the
+        #: queues' next owner starts
+        self.offsets_at_unlock: list[tuple[set[int], dict[tuple[str, int], int]]] = []
         self.heartbeats: list[tuple[str, dict[str, Any]]] = []  # (session id, body)
         self.members: set[str] = set()
         #: False: heartbeats are answered SYSTEM_ERROR and the sender is not registered.
@@ -144,6 +151,11 @@ class FakeBroker:
             else:
                 resp.code = ResponseCode.QUERY_NOT_FOUND
         elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            hold = self.commit_holds.get(int(ext["queueId"]))
+            if hold is not None:
+                self.commit_received.set()
+                self.commit_received = anyio.Event()
+                await hold.wait()
             self.offsets[(ext["topic"], int(ext["queueId"]))] = int(ext["commitOffset"])
             self.offset_stored.set()
             self.offset_stored = anyio.Event()
@@ -187,6 +199,7 @@ class FakeBroker:
         resp = RemotingCommand.response_to(cmd)
         if cmd.code == RequestCode.UNLOCK_BATCH_MQ:
             self.journal.append("unlock " + ",".join(str(q) for _, q in sorted(keys)))
+            self.offsets_at_unlock.append(({q for _, q in keys}, dict(self.offsets)))
             for key in keys:
                 if self.lock_owners.get(key) == client:
                     del self.lock_owners[key]

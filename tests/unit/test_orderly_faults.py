@@ -363,6 +363,36 @@ async def test_orderly_revoked_queue_lock_is_renewed_until_its_handler_returns()
             assert broker.offsets[(TOPIC, 0)] == 1  # committed before the unlock
 
 
+async def test_orderly_step_ending_during_the_revokes_commit_is_committed_before_unlock() -> None:
+    # The revoke commits a queue whose step is running (offset 1 handled: 1 committed),
+    # and the step ends while that commit is under way (offset 2 committable). The queue
+    # was idle by the time the revoke unlocked it, and was unlocked with 1 stored: its
+    # next owner handled offset 1 again (integration test_orderly_strict_order_with_
+    # failures_and_rebalance, 5 of 9 runs with logging on).
+    cluster, broker = one_broker()
+    broker.add(0, b"m0", b"m1", b"m2")
+    handler = Blocking(block_at=1)
+    async with running(cluster):
+        # No periodic commit: the revoke's own commit is the one under way.
+        consumer = consumer_of(cluster, handler, orderly=True, allocate=take_all,
+                               persist_offset_interval=3600.0)  # fmt: skip
+        async with consumer:
+            with anyio.fail_after(10):
+                await handler.entered.wait()
+            pq = queues_of(consumer)[MessageQueue(TOPIC, "a", 0)]
+            hold = broker.commit_holds[0] = anyio.Event()
+            reallocate(consumer, take_none)
+            with anyio.fail_after(10):
+                await broker.commit_received.wait()  # the revoke's commit of offset 1
+            handler.release.set()
+            await until(lambda: pq.tracker.committable() == 2)  # the step has ended
+            hold.set()
+            await until(lambda: any(0 in queues for queues, _ in broker.offsets_at_unlock))
+            stored = next(o for queues, o in broker.offsets_at_unlock if 0 in queues)
+            assert stored[(TOPIC, 0)] == 2, "committed past offset 1 before the unlock"
+    assert handler.offsets == [0, 1]
+
+
 async def test_orderly_failed_lock_renewal_keeps_queues_locked() -> None:
     async with renewing_often() as (broker, handle, consumer), consumer:
         broker.locking = "fail"  # the broker stops answering lock requests
