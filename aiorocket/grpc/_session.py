@@ -62,6 +62,9 @@ _ROUTE_TTL = 30.0
 #: seconds between attempts to reopen the telemetry stream while a call waits for it
 #: (a refused connection costs little; the Proxy's first answer comes this much sooner)
 _RETRY_WHILE_AWAITED = 0.25
+#: seconds before the telemetry stream's first reopening attempt after it broke,
+#: doubled per attempt (up to 2**6 times) and at most ``_STREAM_BACKOFF_MAX``
+_STREAM_BACKOFF, _STREAM_BACKOFF_MAX = 0.5, 30.0
 #: NotifyClientTermination attempts to end the Proxy's hold after a broken receive
 _RELEASE_ATTEMPTS = 6
 #: heartbeats timed out in a row that abandon the connection (the Java client: 2)
@@ -303,7 +306,7 @@ class Session:
             if scope.cancel_called:
                 continue  # ``reconnect``: the new connection at once
             attempt += 1
-            delay = min(30.0, 0.5 * 2 ** min(attempt, 6))
+            delay = min(_STREAM_BACKOFF_MAX, _STREAM_BACKOFF * 2 ** min(attempt, 6))
             if self._waiting:
                 delay = min(delay, _RETRY_WHILE_AWAITED)
             with anyio.move_on_after(delay):
