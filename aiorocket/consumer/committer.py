@@ -8,7 +8,10 @@ Four rules:
 * the queues of different brokers are committed concurrently, each broker under its own
   time bound: one dead broker costs its own queues' commits, never the healthy ones';
 * a revoked queue's last commit is not sent when the group's stored offset is past it
-  (its new owner committed meanwhile): it would move the group back;
+  (its new owner committed meanwhile): it would move the group back. The stored offset
+  is not asked for while the queue's broker lock is ours (orderly, ``lock_held``): no
+  other member can have consumed the queue, and the query is one more round trip that
+  can fail before the orderly handover's commit;
 * a queue whose broker connection was lost (``ProcessQueue.offset_unverified``) is
   neither committed nor pulled from its own position until the group's stored offset
   was read and found not ahead of it (``verify_offset``, ``group_ahead``). The
@@ -21,7 +24,7 @@ Four rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -129,15 +132,28 @@ class OffsetCommitter:
     bound:
         Seconds one broker's commits may take in one ``commit_all`` call; queues not
         committed in time stay dirty and are retried by the next call.
+    lock_held:
+        Whether a queue's broker lock is ours now (orderly consumption), else None.
     """
 
-    def __init__(self, store: OffsetStore, log: Logger, *, bound: float) -> None:
+    def __init__(
+        self,
+        store: OffsetStore,
+        log: Logger,
+        *,
+        bound: float,
+        lock_held: Callable[[ProcessQueue], bool] | None = None,
+    ) -> None:
         self._store = store
         self._log = log
         self._bound = bound
+        self._lock_held = lock_held
 
     async def commit(self, pq: ProcessQueue) -> bool:
-        """Commit ``pq``'s committable offset if it changed; True once the store has it."""
+        """Commit ``pq``'s committable offset if it changed. True once nothing is left to
+        send: the store has the offset, or the group's stored offset is past it (a
+        revoked or unverified queue that another member consumed); False when the commit
+        failed (the queue stays dirty)."""
         tracker = pq.tracker
         if not tracker.dirty:
             return True
@@ -146,11 +162,12 @@ class OffsetCommitter:
             # After a lost connection: behind the group's stored offset, committing would
             # move the group back (duplicates); the pull task moves the queue there. A
             # revoked queue (dropped) too: its new owner may have committed past it while
-            # the revoke waited for its handlers (up to shutdown_timeout).
-            if (pq.offset_unverified or pq.dropped) and await group_ahead(
-                self._store, pq
-            ) is not None:
-                return False
+            # the revoke waited for its handlers (up to shutdown_timeout), unless its
+            # broker lock is still ours, which no other member's consumption passes.
+            if (pq.offset_unverified or (pq.dropped and not self._holds_lock(pq))) and (
+                await group_ahead(self._store, pq) is not None
+            ):
+                return True
             offset = tracker.committable()
             await self._store.persist(pq.mq, offset)
         except RocketMQError as exc:
@@ -166,6 +183,9 @@ class OffsetCommitter:
         # Marked only now: cancelled above, the queue stays dirty for the next commit.
         tracker.mark_committed(offset)
         return True
+
+    def _holds_lock(self, pq: ProcessQueue) -> bool:
+        return self._lock_held is not None and self._lock_held(pq)
 
     async def commit_all(self, pqs: Iterable[ProcessQueue]) -> None:
         """Commit every changed queue: one task per broker, each within ``bound``."""
@@ -221,10 +241,12 @@ class AutoCommit:
         self._committer = committer
         self.store = store
 
-    async def commit(self, pq: ProcessQueue) -> None:
-        """Commit ``pq``'s offset if it changed."""
-        if self._state.auto_commit:
-            await self._committer.commit(pq)
+    async def commit(self, pq: ProcessQueue) -> bool:
+        """Commit ``pq``'s offset if it changed; False when that failed (see
+        ``OffsetCommitter.commit``)."""
+        if not self._state.auto_commit:
+            return True  # the application's commits only
+        return await self._committer.commit(pq)
 
     async def commit_queues(self, pqs: Iterable[ProcessQueue]) -> None:
         if self._state.auto_commit:

@@ -234,14 +234,17 @@ class Engine:
             self.offset_store = local
         else:
             self.offset_store = RemoteOffsetStore(client, state.group)
-        committer = OffsetCommitter(
-            self.offset_store, state.log, bound=_close_bound(cfg.request_timeout)
-        )
-        self.commits = AutoCommit(state, committer, self.offset_store)
         self.finder = BrokerFinder(client.namesrv)
-        self._membership = Membership(state, client.client_id, client.broker, client.namesrv)
         if cfg.orderly:
             self._locks = QueueLocks(state, client.broker, self.finder, client.client_id)
+        committer = OffsetCommitter(
+            self.offset_store,
+            state.log,
+            bound=_close_bound(cfg.request_timeout),
+            lock_held=self._locks.valid if self._locks is not None else None,
+        )
+        self.commits = AutoCommit(state, committer, self.offset_store)
+        self._membership = Membership(state, client.client_id, client.broker, client.namesrv)
         settler = self._settler = RemotingSettler(
             state, client.broker, self.finder, self._retry_later
         )

@@ -1,13 +1,13 @@
 """Broker-side queue locks for orderly consumption (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ).
 
 The locks of the queues a consumer owns, and of revoked queues whose handler is still
-running (``ConsumerState.releasing``), are renewed every ``lock_renew_interval``. A queue
-whose lock is refused (another consumer still holds it) or could not be renewed (the
-broker did not answer) is asked for again after ``LOCK_RETRY_DELAY``, not a whole
-interval later: one request per broker for all such queues, so waiting queues cost a
-small request per second, not a storm. A broker that does not answer changes nothing
-locally: its queues stay locked until the lock's age passes ``lock_max_live_time``, as
-the Java client's ``isLockExpired`` has it.
+running or whose last commit is still tried (``ConsumerState.releasing``), are renewed
+every ``lock_renew_interval``. A queue whose lock is refused (another consumer still
+holds it) or could not be renewed (the broker did not answer) is asked for again after
+``LOCK_RETRY_DELAY``, not a whole interval later: one request per broker for all such
+queues, so waiting queues cost a small request per second, not a storm. A broker that
+does not answer changes nothing locally: its queues stay locked until the lock's age
+passes ``lock_max_live_time``, as the Java client's ``isLockExpired`` has it.
 
 The close's unlock (``unlock_at_close``) is the last word to each broker: no lock
 request starts after it began, and one already sent (a renewal or a rebalance's lock

@@ -14,7 +14,15 @@ dead-letter) runs under the queue's ``order_lock`` (the Java client's consume lo
 A queue revoked while a step runs keeps its broker lock, renewed, until the step has
 finished (``Orderly._release_when_idle``), so the next owner cannot consume it at the same
 time; every revoked queue's offset is committed after its last step and before its
-unlock, so the next owner starts after it.
+unlock, so the next owner starts after it. A commit that fails (an error, or no answer
+in ``request_timeout``) is retried under the lock, still renewed, after a growing pause
+(``Orderly._commit_for_handover``): for at most ``lock_max_live_time``, and only while
+the lock holds (a renewal refused means another member took the queue), so a broker
+that takes locks but not commits delays the queue's next owner, never blocks it. Given
+up, the queue is unlocked uncommitted (logged): its next owner handles the messages
+since the last commit again (at-least-once). The Java client sends its revoke's commit
+one-way (``RebalancePushImpl.removeUnnecessaryMessageQueue``) and unlocks whatever
+became of it.
 """
 
 from __future__ import annotations
@@ -37,7 +45,14 @@ if TYPE_CHECKING:
     from aiorocket.consumer.state import ConsumerState
     from aiorocket.received import ConsumerMessage, QueueView, Settler
 
-__all__ = ["Orderly"]
+__all__ = ["HANDOVER_RETRY_DELAY", "HANDOVER_RETRY_MAX", "Orderly"]
+
+#: seconds before a revoked queue's failed commit is tried again, doubled after each
+#: failure up to ``HANDOVER_RETRY_MAX``: one failure costs the next owner, who asks for
+#: the lock every ``aiorocket.consumer.locks.LOCK_RETRY_DELAY`` (1 s), about a second; a
+#: broker down for the whole bound costs a few tries (and warnings), not one a second.
+HANDOVER_RETRY_DELAY = 1.0
+HANDOVER_RETRY_MAX = 5.0
 
 
 class Orderly:
@@ -105,28 +120,34 @@ class Orderly:
         pass  # a running step keeps the queue's lock instead (see release)
 
     async def release(self, pqs: list[ProcessQueue]) -> None:
-        """Commit and unlock revoked queues; one whose step still runs is committed and
-        unlocked when it ends.
+        """Unlock revoked queues that are idle and committed; the others (a step still
+        runs, or the revoke's commit did not store the last offset) are committed and
+        unlocked by a task of their own (``_release_when_idle``), in ``state.releasing``
+        meanwhile: their locks are renewed and a re-assignment waits for them.
 
-        The revoke committed the queues before this call, but a step that was running
-        then may have ended during that commit, its offset past the one sent: such a
-        queue is idle now and dirty, and is committed again before its unlock, or its
-        next owner would handle that message a second time. No step starts after the
+        The revoke committed the queues before this call, but that commit may have
+        failed, and a step running then may have ended during it, its offset past the
+        one sent: such a queue is dirty now, and is committed before its unlock, or its
+        next owner would handle those messages a second time. No step starts after the
         revoke (each re-checks ``dropped`` under the order lock), so an idle queue's
-        offset no longer moves.
+        offset no longer moves. Nothing is awaited before each queue is in
+        ``releasing`` or unlocked here: cancelled (the close), the close commits and
+        unlocks what it finds in ``releasing``.
         """
         state = self._state
         idle = []
         for pq in pqs:
-            if _busy(pq) and self._tg is not None:
+            if (_busy(pq) or self._dirty(pq)) and self._tg is not None:
                 state.releasing[pq.mq] = pq
                 self._tg.start_soon(self._release_when_idle, pq)
             else:
                 idle.append(pq)
-        if self._commits is not None:
-            await self._commits.commit_queues(idle)  # sends only the dirty ones'
         if self._locks is not None:
             await self._locks.unlock([pq.mq for pq in idle])
+
+    def _dirty(self, pq: ProcessQueue) -> bool:
+        """Whether ``pq``'s offset is still to be committed before its unlock."""
+        return self._commits is not None and pq.tracker.dirty
 
     def stop(self) -> list[ConsumerMessage]:
         return []  # each loop sees the closing flag; what its buffer holds stays unsettled
@@ -256,22 +277,61 @@ class Orderly:
                  attempts=msg.reconsume_times)  # fmt: skip
 
     async def _release_when_idle(self, pq: ProcessQueue) -> None:
-        """Unlock a revoked queue once its running handling step has finished.
+        """Commit and unlock a revoked queue once its running handling step has finished.
 
         Until then the queue stays in ``state.releasing``: its broker lock is renewed
         with the owned queues' and a re-assignment waits for it. The step is bounded by
-        ``consume_timeout`` (its handler is cancelled then). Cancelled (the consumer
-        closes), the close unlocks it instead.
+        ``consume_timeout`` (its handler is cancelled then), the commit's tries by
+        ``_commit_for_handover``. At close the queue is left in ``releasing`` for the
+        close, which commits and unlocks it (within its bound) before it stops this
+        task.
         """
         state = self._state
         try:
-            async with pq.order_lock:  # the step has finished; no new one starts (dropped)
-                if self._commits is not None:
-                    await self._commits.commit(pq)
-                if self._locks is not None:
-                    await self._locks.unlock([pq.mq])
+            # Not held past the step's end: the close's drain waits for this lock.
+            async with pq.order_lock:
+                pass  # the step has finished; no new one starts (dropped)
+            if not await self._commit_for_handover(pq):
+                await anyio.sleep_forever()  # closing: the close takes over (docstring)
+            if self._locks is not None:
+                await self._locks.unlock([pq.mq])
         finally:
             state.let_go(state.releasing, pq)
+
+    async def _commit_for_handover(self, pq: ProcessQueue) -> bool:
+        """Commit a revoked queue's offset, tried again while it fails (after
+        ``HANDOVER_RETRY_DELAY``, doubled each time up to ``HANDOVER_RETRY_MAX``), under
+        its lock, for at most ``lock_max_live_time``: True once it may be unlocked
+        (committed, the group's stored offset past it, or given up), False when the
+        consumer closes first.
+
+        Given up once the lock is no longer ours (a renewal refused: another member
+        holds the queue, and consumes it from the group's stored offset whatever we
+        do now; or not renewed for ``lock_max_live_time``: the broker may have let it
+        go), or past the bound: a broker that answers lock requests and fails commits
+        must not keep the queue from its next owner for ever.
+        """
+        state = self._state
+        if self._commits is None:
+            return True
+        deadline = anyio.current_time() + state.config.lock_max_live_time
+        valid = _lock_check(self._locks)
+        delay = HANDOVER_RETRY_DELAY
+        while not await self._commits.commit(pq):
+            if state.closing:
+                return False
+            if not valid(pq) or anyio.current_time() >= deadline:
+                state.log.warning(
+                    "orderly_handover_uncommitted", queue=str(pq.mq),
+                    offset=pq.tracker.committable(), lock_held=valid(pq),
+                    hint="the revoked queue's offset could not be committed before its "
+                    "unlock: its next owner handles the messages since the last commit "
+                    "again",
+                )  # fmt: skip
+                return True
+            await anyio.sleep(delay)
+            delay = min(delay * 2, HANDOVER_RETRY_MAX)
+        return True
 
 
 def _always(pq: QueueView) -> bool:

@@ -73,8 +73,9 @@ class ConsumerState:
         #: the resume floors of queues that left the route while ours (their broker
         #: died), until they are assigned again (see aiorocket.consumer.offsets).
         self.resume_floors = ResumeFloors()
-        #: orderly queues revoked while a handler ran: their broker locks are kept (and
-        #: renewed) until it has finished, and a re-assignment waits for that.
+        #: orderly queues revoked while a handler ran, or whose offset the revoke did
+        #: not commit: their broker locks are kept (and renewed) until the handler has
+        #: finished and the offset is committed, and a re-assignment waits for that.
         self.releasing: dict[MessageQueue, ProcessQueue] = {}
         #: queues revoked while their handlers ran (concurrent consumption, no lock):
         #: a re-assignment waits for those handlers, so that this member does not pull
@@ -179,7 +180,7 @@ class ConsumerState:
 
     def held_queues(self) -> list[ProcessQueue]:
         """The queues whose broker locks we keep: owned ones and revoked ones still
-        finishing a handler (orderly)."""
+        finishing a handler or their commit (orderly)."""
         pqs = [pq for pq in self.process_queues.values() if not pq.dropped]
         pqs.extend(self.releasing.values())
         return pqs

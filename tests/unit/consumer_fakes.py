@@ -65,6 +65,11 @@ class FakeBroker:
         #: waits for this event before it is applied
         self.commit_holds: dict[int, anyio.Event] = {}
         self.commit_received = anyio.Event()  # set (and replaced) as a held commit arrives
+        #: queue id -> how many of its next commits are answered SYSTEM_ERROR (each one
+        #: journaled "commit <queue id> failed")
+        self.commit_errors: dict[int, int] = {}
+        #: the queue id of every QUERY_CONSUMER_OFFSET
+        self.offset_queries: list[int] = []
         #: (queue ids, the stored offsets) as each UNLOCK_BATCH_MQ arrived: where the
         #: queues' next owner starts
         self.offsets_at_unlock: list[tuple[set[int], dict[tuple[str, int], int]]] = []
@@ -145,11 +150,18 @@ class FakeBroker:
             ids = sorted(self.members) + self.stale_channels
             resp.body = json.dumps({"consumerIdList": ids}).encode()
         elif code == RequestCode.QUERY_CONSUMER_OFFSET:
+            self.offset_queries.append(int(ext["queueId"]))
             key = (ext["topic"], int(ext["queueId"]))
             if key in self.offsets:
                 resp.ext_fields = {"offset": str(self.offsets[key])}
             else:
                 resp.code = ResponseCode.QUERY_NOT_FOUND
+        elif code == RequestCode.UPDATE_CONSUMER_OFFSET and self.commit_errors.get(
+            int(ext["queueId"])
+        ):
+            self.commit_errors[int(ext["queueId"])] -= 1
+            self.journal.append(f"commit {ext['queueId']} failed")
+            resp.code, resp.remark = ResponseCode.SYSTEM_ERROR, "scripted commit failure"
         elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
             hold = self.commit_holds.get(int(ext["queueId"]))
             if hold is not None:

@@ -86,8 +86,10 @@ class MemoryStore:
     def __init__(self, stored: int | None) -> None:
         self.stored = stored
         self.writes: list[int] = []
+        self.reads = 0
 
     async def read(self, mq: MessageQueue) -> int | None:
+        self.reads += 1
         return self.stored
 
     async def persist(self, mq: MessageQueue, offset: int) -> None:
@@ -118,7 +120,7 @@ async def test_an_unverified_queue_is_committed_only_if_the_group_is_not_ahead(
     itself, and never moves the group's offset back below another member's."""
     store, committer, pq = _handled_up_to_7(stored)
     pq.offset_unverified = True
-    assert await committer.commit(pq) is bool(written)
+    assert await committer.commit(pq) is True  # nothing left to send (not failed)
     assert store.writes == written
     assert pq.tracker.dirty is not bool(written)
 
@@ -133,8 +135,22 @@ async def test_a_revoked_queues_last_commit_does_not_move_the_group_back(
     next owner would consume those messages again."""
     store, committer, pq = _handled_up_to_7(stored)
     pq.drop()
-    assert await committer.commit(pq) is bool(written)
+    assert await committer.commit(pq) is True  # nothing left to send (not failed)
     assert store.writes == written
+
+
+@pytest.mark.parametrize(("held", "reads", "written"), [(True, 0, [7]), (False, 1, [])])
+async def test_a_revoked_queues_last_commit_asks_no_stored_offset_under_its_lock(
+    held: bool, reads: int, written: list[int]
+) -> None:
+    """Orderly: while the queue's broker lock is ours no other member consumed it, so
+    the stored offset (here 10, as if another member had) is not asked for; a lock no
+    longer ours is."""
+    store, _, pq = _handled_up_to_7(10)
+    committer = OffsetCommitter(store, get_logger("test"), bound=5.0, lock_held=lambda _: held)
+    pq.drop()
+    assert await committer.commit(pq) is True
+    assert (store.reads, store.writes) == (reads, written)
 
 
 class ParkingBroker(FakeBroker):

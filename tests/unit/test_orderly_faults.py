@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
 
 from aiorocket.consumer import Consumer, ConsumerMessage
+from aiorocket.consumer.engine import _close_bound
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import ConfigError
 from aiorocket.message import MessageQueue
@@ -17,6 +19,7 @@ from aiorocket.results import Reconsume
 from aiorocket.testing.logs import capture_logs
 
 from .consumer_fakes import (
+    FAST,
     TOPIC,
     Collector,
     FakeBroker,
@@ -460,3 +463,150 @@ async def test_orderly_consume_timeout_cancels_the_handler_and_retries_in_place(
                 await until(lambda: broker.offsets.get((TOPIC, 0)) == 2)
     assert calls == [0, 0, 1]
     assert [e["offset"] for e in logs if e["event"] == "consume_timeout"] == [0]
+
+
+@asynccontextmanager
+async def revoking_queue_0(
+    **settings: Any,
+) -> AsyncIterator[tuple[FakeBroker, Consumer, list[int]]]:
+    """An orderly consumer that handled offsets 0 and 1 of queue 0, committed nothing
+    (no periodic commit: the revoke's is the only one) and is running (closed on exit);
+    yields the broker, the consumer and the offsets handled."""
+    cluster, broker = one_broker()
+    broker.add(0, b"m0", b"m1")
+    handler = Blocking(block_at=1)
+    handler.release.set()  # blocks nothing: says when offset 1 is handled
+    async with running(cluster):
+        consumer = consumer_of(cluster, handler, orderly=True, allocate=take_all,
+                               persist_offset_interval=3600.0, **settings)  # fmt: skip
+        async with consumer:
+            with anyio.fail_after(10):
+                await handler.entered.wait()
+            pq = queues_of(consumer)[MessageQueue(TOPIC, "a", 0)]
+            await until(lambda: pq.tracker.committable() == 2)
+            yield broker, consumer, handler.offsets
+
+
+def stored_at_unlock(broker: FakeBroker, queue_id: int) -> int | None:
+    """The queue's stored offset when its first unlock arrived (it must have)."""
+    stored = next(o for queues, o in broker.offsets_at_unlock if queue_id in queues)
+    return stored.get((TOPIC, queue_id))
+
+
+def unlocked(broker: FakeBroker, queue_id: int) -> bool:
+    return any(queue_id in queues for queues, _ in broker.offsets_at_unlock)
+
+
+def of_queue_0(journal: list[str]) -> list[str]:
+    return [e for e in journal if e.split()[1] == "0"]
+
+
+async def test_orderly_revoke_whose_commit_fails_keeps_the_lock_until_a_retry_commits() -> None:
+    # The revoke's commit of queue 0 failed (and the release's second try): the queue
+    # was unlocked anyway with nothing stored, and its next owner handled offsets 0 and 1
+    # again, which the orderly handover promises not to do.
+    async with revoking_queue_0() as (broker, consumer, offsets):
+        broker.commit_errors[0] = 2
+        reallocate(consumer, take_none)
+        await until(lambda: unlocked(broker, 0))
+        assert stored_at_unlock(broker, 0) == 2, "committed past offset 1 before the unlock"
+        assert of_queue_0(broker.journal) == ["commit 0 failed", "commit 0 failed", "unlock 0"]
+        await until(lambda: not engine_of(consumer).state.releasing)  # once its answer came
+    assert offsets == [0, 1]
+
+
+async def test_orderly_revoke_under_a_valid_lock_does_not_query_the_stored_offset() -> None:
+    # No other member consumes a queue whose lock we hold, so the group's stored offset
+    # cannot be past ours: the query was one more round trip that could fail before the
+    # revoke's commit.
+    async with revoking_queue_0() as (broker, consumer, _):
+        before = len(broker.offset_queries)
+        reallocate(consumer, take_none)
+        await until(lambda: unlocked(broker, 0))
+        assert broker.offset_queries[before:] == []
+        assert stored_at_unlock(broker, 0) == 2
+
+
+async def test_orderly_revoke_without_a_valid_lock_still_queries_the_stored_offset() -> None:
+    # A refused renewal: another member holds the queue and may have committed past us.
+    async with revoking_queue_0(lock_renew_interval=60.0) as (broker, consumer, _):
+        broker.locking = "refuse"
+        locks = engine_of(consumer)._locks
+        assert locks is not None
+        await locks.renew()
+        before = len(broker.offset_queries)
+        reallocate(consumer, take_none)
+        await until(lambda: unlocked(broker, 0))
+        assert 0 in broker.offset_queries[before:]
+
+
+async def test_orderly_close_during_the_revokes_commit_retries_ends_within_its_bound() -> None:
+    # The retries wait for no close: the close commits and unlocks the queue itself.
+    async with revoking_queue_0() as (broker, consumer, _):
+        broker.commit_errors[0] = 1_000_000  # the broker takes no commit of queue 0
+        reallocate(consumer, take_none)
+        await until(lambda: broker.journal.count("commit 0 failed") >= 3)  # 2 retries
+        assert not unlocked(broker, 0), "kept locked while its commit is retried"
+        closing = anyio.current_time()
+    bound = _close_bound(FAST["request_timeout"])
+    assert anyio.current_time() - closing < bound, "the close waits for no retry"
+    assert unlocked(broker, 0), "the close unlocked it"
+    assert broker.lock_owners == {}
+
+
+async def test_orderly_close_during_the_revokes_commit_retries_commits_before_unlock() -> None:
+    async with revoking_queue_0() as (broker, consumer, _):
+        broker.commit_errors[0] = 1_000_000
+        reallocate(consumer, take_none)
+        await until(lambda: broker.journal.count("commit 0 failed") >= 3)
+        broker.commit_errors[0] = 0  # the broker takes commits again as the consumer closes
+    assert stored_at_unlock(broker, 0) == 2
+
+
+async def test_orderly_revokes_commit_is_given_up_past_lock_max_live_time() -> None:
+    # A broker that renews locks but takes no commit keeps the queue from its next owner
+    # for lock_max_live_time at most: then it is unlocked uncommitted, and logged.
+    with capture_logs() as logs:
+        async with revoking_queue_0(lock_renew_interval=0.2, lock_max_live_time=1.5) as (
+            broker, consumer, _,
+        ):  # fmt: skip
+            broker.commit_errors[0] = 1_000_000
+            reallocate(consumer, take_none)
+            with anyio.fail_after(10):
+                await until(lambda: unlocked(broker, 0))
+            assert stored_at_unlock(broker, 0) != 2, "unlocked uncommitted"
+            assert broker.journal.count("commit 0 failed") >= 2
+    given_up = [e for e in logs if e["event"] == "orderly_handover_uncommitted"]
+    assert [(e["offset"], e["log_level"]) for e in given_up] == [(2, "warning")]
+
+
+async def test_orderly_revokes_commit_is_given_up_once_its_lock_is_refused() -> None:
+    # Another member holds the queue now and consumes it from the group's stored offset
+    # whatever we do: waiting out lock_max_live_time (30 s) would only delay it.
+    with capture_logs() as logs:
+        async with revoking_queue_0(lock_renew_interval=0.2) as (broker, consumer, _):
+            broker.commit_errors[0] = 1_000_000
+            reallocate(consumer, take_none)
+            await until(lambda: broker.journal.count("commit 0 failed") >= 2)
+            broker.locking = "refuse"
+            with anyio.fail_after(10):
+                await until(lambda: unlocked(broker, 0))
+    given_up = [e for e in logs if e["event"] == "orderly_handover_uncommitted"]
+    assert [e["lock_held"] for e in given_up] == [False]
+
+
+async def test_orderly_queue_assigned_back_during_the_commit_retries_resumes_after_it() -> None:
+    # Assigned back while its commit is retried, the queue starts again once that commit
+    # succeeded, from the offset it stored: neither beside the old one nor from before it.
+    with capture_logs() as logs:
+        async with revoking_queue_0() as (broker, consumer, offsets):
+            broker.commit_errors[0] = 1_000_000
+            reallocate(consumer, take_none)
+            await until(lambda: broker.journal.count("commit 0 failed") >= 2)
+            reallocate(consumer, take_all)
+            await until(lambda: any(e["event"] == "assignment_waits_for_release" for e in logs))
+            broker.commit_errors[0] = 0
+            await until(lambda: MessageQueue(TOPIC, "a", 0) in consumer.assignment())
+            broker.add(0, b"m2")
+            await until(lambda: len(offsets) >= 3)
+    assert offsets == [0, 1, 2]
