@@ -1,14 +1,33 @@
-"""Group membership on the brokers: heartbeats (with subscriptions) and unregistering."""
+"""Group membership on the brokers: heartbeats (with subscriptions) and unregistering.
+
+The unregister is the last word a broker hears from a member: a broker runs HEART_BEAT
+and UNREGISTER_CLIENT on different executors (5.x ``BrokerController``: the heartbeat
+executor, the client-manage executor), so their order on one connection does not decide
+the order it applies them in. A heartbeat applied after the unregister lists the closed
+member again, and applied after the connection's close too (the broker registers the
+dead channel): the others hand it queues until the broker's scan drops it (120 s). So
+once unregistering begins no heartbeat is sent, and the unregister to a broker waits for
+the end of a heartbeat still under way there (answered: applied; or failed). The Java
+client up to 4.9.0 serialized the two by a lock (``MQClientInstance.lockHeartbeat``,
+tried for 3 s by ``unregisterClientWithLock``, which skipped the unregister when it
+failed: 4.9.1 dropped the lock for that ghost, ISSUE #3066); here the wait is bounded by
+the heartbeat's own timeout and the unregister always goes.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
+
+import anyio
+import anyio.lowlevel
 
 from aiorocket.client.broker import BrokerClient
 from aiorocket.client.namesrv import NameServerClient
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.errors import (
     AccessDeniedError,
+    ClientClosedError,
     ConnectionClosedError,
     RequestTimeoutError,
     RocketMQError,
@@ -16,6 +35,16 @@ from aiorocket.errors import (
 )
 
 __all__ = ["Membership"]
+
+
+@dataclass(eq=False)
+class _Beat:
+    """One heartbeat under way."""
+
+    ended: anyio.Event = field(default_factory=anyio.Event)
+    #: it failed for want of its connection (timed out, or closed): the broker may
+    #: never have read it, and the connection is gone
+    lost: bool = False
 
 
 def _consume_type(state: ConsumerState) -> str:
@@ -52,6 +81,10 @@ class Membership:
         self._client_id = client_id
         self._broker = broker
         self._namesrv = namesrv
+        #: set when unregistering begins: no heartbeat is sent from then on
+        self._leaving = False
+        #: heartbeats under way, by broker address (the unregister waits for their end)
+        self._beats: dict[str, set[_Beat]] = {}
 
     @property
     def _member(self) -> bool:
@@ -126,31 +159,77 @@ class Membership:
         return False
 
     async def _heartbeat(self, addr: str, data: dict[str, Any]) -> RocketMQError | None:
+        if self._leaving:
+            return ClientClosedError("unregistering: no more heartbeats")
+        await anyio.lowlevel.checkpoint_if_cancelled()  # the shield below hides it
+        beat = _Beat()
+        beats = self._beats.setdefault(addr, set())
+        beats.add(beat)
         try:
-            await self._broker.heartbeat(addr, data)
+            # Shielded: a heartbeat sent may be applied whoever stops waiting for it, so
+            # its end is awaited even when its caller is cancelled (the close cancels the
+            # heartbeat loop): the unregister waits for it. The request times out by
+            # itself; the bound is for a connect or a write that waits longer (a full
+            # socket buffer that a silent peer does not read waits until it closes).
+            with anyio.move_on_after(2 * self._broker.timeout, shield=True) as scope:
+                await self._broker.heartbeat(addr, data)
+            if scope.cancelled_caught:
+                raise RequestTimeoutError(f"heartbeat to {addr} did not end in time")
         except RocketMQError as exc:
+            beat.lost = isinstance(exc, (ConnectionClosedError, RequestTimeoutError))
             self._state.log.warning("heartbeat_failed", broker=addr, error=str(exc))
             return exc
+        finally:
+            beats.discard(beat)
+            if not beats:
+                del self._beats[addr]
+            beat.ended.set()
         return None
 
+    async def heartbeats_ended(self, addr: str) -> bool:
+        """Wait until no heartbeat is under way to ``addr`` (each is bounded); True if
+        one of them lost its connection. Returns with no await after its last check: a
+        caller closing the connection next closes it under no heartbeat."""
+        lost = False
+        while beats := self._beats.get(addr):
+            beat = next(iter(beats))
+            self._state.log.debug("awaiting_heartbeat", broker=addr)
+            await beat.ended.wait()
+            lost = lost or beat.lost
+        return lost
+
     async def unregister(self) -> None:
+        """UNREGISTER_CLIENT on every broker of the subscribed topics (and any a heartbeat
+        is under way to), side by side: a silent broker's wait and tries would otherwise
+        use up the caller's bound before the next broker's turn."""
         if not self._member:
             return
-        for addr in sorted(await self.broker_addrs()):
-            # An unregister lost with its connection (silent, half-open: it timed out and
-            # the connection was closed; or reset) is sent once more, on a new one: left
-            # listed, this member holds its queues from the others until the broker
-            # expires its channel (2 min). The caller's bound covers both tries.
-            for last in (False, True):
-                try:
-                    await self._broker.unregister_client(
-                        addr, self._client_id, consumer_group=self._state.group
-                    )
-                except (ConnectionClosedError, RequestTimeoutError) as exc:
-                    if not last:
-                        self._state.log.info("unregister_retried", broker=addr, error=str(exc))
-                        continue
-                    self._state.log.warning("unregister_failed", broker=addr, error=str(exc))
-                except RocketMQError as exc:
-                    self._state.log.warning("unregister_failed", broker=addr, error=str(exc))
-                break
+        self._leaving = True
+        beating = set(self._beats)
+        addrs = await self.broker_addrs() | beating
+        async with anyio.create_task_group() as tg:
+            for addr in sorted(addrs):
+                tg.start_soon(self._unregister_from, addr)
+
+    async def _unregister_from(self, addr: str) -> None:
+        # Two tries: an unregister lost with its connection (silent, half-open: it timed
+        # out and the connection was closed; or reset) is sent once more, on a new one:
+        # left listed, this member holds its queues from the others until the broker
+        # expires its channel (2 min). A heartbeat awaited first that lost its connection
+        # was that loss already: the one try goes on a new connection. The wait (at most
+        # a request timeout) and that try fit the caller's bound (``engine._close_bound``,
+        # two request timeouts) as the two tries do.
+        lost = await self.heartbeats_ended(addr)
+        for last in (True,) if lost else (False, True):
+            try:
+                await self._broker.unregister_client(
+                    addr, self._client_id, consumer_group=self._state.group
+                )
+            except (ConnectionClosedError, RequestTimeoutError) as exc:
+                if not last:
+                    self._state.log.info("unregister_retried", broker=addr, error=str(exc))
+                    continue
+                self._state.log.warning("unregister_failed", broker=addr, error=str(exc))
+            except RocketMQError as exc:
+                self._state.log.warning("unregister_failed", broker=addr, error=str(exc))
+            break

@@ -1,4 +1,5 @@
-"""Group membership under faults: a broker that forgot us, a connection re-opened.
+"""Group membership under faults: a broker that forgot us, a connection re-opened, a
+heartbeat under way as the close unregisters.
 
 Against the scripted cluster of :mod:`tests.unit.consumer_fakes`: a real broker cannot
 be made to drop one consumer from its member list, or refuse its heartbeats while
@@ -11,13 +12,18 @@ import anyio
 import pytest
 
 from aiorocket.consumer import Consumer
+from aiorocket.consumer.engine import _close_bound
 from aiorocket.message import MessageQueue
+from aiorocket.protocol.codes import RequestCode
+from aiorocket.protocol.command import RemotingCommand
+from aiorocket.testing.fake_remoting import ServerHandler, ServerSession
 
 from .consumer_fakes import (
     TOPIC,
     Collector,
     FakeBroker,
     FakeCluster,
+    PopBroker,
     consumer_of,
     engine_of,
     running,
@@ -137,3 +143,131 @@ async def test_a_client_listed_twice_still_takes_every_queue() -> None:
         consumer = consumer_of(cluster, Collector(1), client_id=cid)
         async with consumer:
             assert {mq.queue_id for mq in consumer.assignment() if mq.topic == TOPIC} == {0, 1}
+
+
+class LateHeartbeat:
+    """A broker that runs heartbeats on an executor of their own, as 5.x does (HEART_BEAT
+    on the heartbeat executor, UNREGISTER_CLIENT on the client-manage one): once ``lag``
+    is set, the next heartbeat waits up to ``lag`` seconds after it arrived before it is
+    applied and answered, and an UNREGISTER_CLIENT arriving meanwhile is applied first."""
+
+    def __init__(self) -> None:
+        self.lag: float | None = None
+        self.held = anyio.Event()  # the lagging heartbeat arrived
+        self.applied = anyio.Event()  # ... and was applied
+        self.unregistered = anyio.Event()
+        self.order: list[str] = []  # "heartbeat" (the lagging one) and "unregister"
+
+    async def handle(
+        self, apply: ServerHandler, session: ServerSession, cmd: RemotingCommand
+    ) -> None:
+        if cmd.code == RequestCode.HEART_BEAT and self.lag is not None:
+            lag, self.lag = self.lag, None
+            self.held.set()
+            with anyio.move_on_after(lag):
+                await self.unregistered.wait()
+            self.order.append("heartbeat")
+            await apply(session, cmd)
+            self.applied.set()
+            return
+        await apply(session, cmd)
+        if cmd.code == RequestCode.UNREGISTER_CLIENT:
+            self.order.append("unregister")
+            self.unregistered.set()
+
+
+class PullBrokerLate(FakeBroker):
+    def __init__(self) -> None:
+        super().__init__("broker-a", 0)
+        self.late = LateHeartbeat()
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        await self.late.handle(super().handle, session, cmd)
+
+
+class PopBrokerLate(PopBroker):
+    def __init__(self) -> None:
+        super().__init__()
+        self.late = LateHeartbeat()
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        await self.late.handle(super().handle, session, cmd)
+
+
+@pytest.mark.parametrize("mode", ["pull", "pop"])
+async def test_a_heartbeat_under_way_as_the_close_begins_goes_before_the_unregister(
+    mode: str,
+) -> None:
+    """Simulator pull_remoting seed 9360: a member's heartbeat went out at the instant its
+    close began; the close cancelled the heartbeat loop (not the request: it was sent)
+    and unregistered, and the broker applied the unregister first, then the heartbeat,
+    listing the closed member again (its queues handed to it until the broker expires
+    the channel, 120 s on 5.5.0). The unregister now waits for the heartbeat's answer.
+    The POP consumer over remoting shares the membership (and had the same defect)."""
+    broker = PullBrokerLate() if mode == "pull" else PopBrokerLate()
+    cluster = FakeCluster({"broker-a": [broker]})
+    settings = {"heartbeat_interval": 0.2, "request_timeout": 3.0}
+    async with running(cluster):
+        if mode == "pull":
+            consumer = consumer_of(cluster, **settings)
+        else:
+            consumer = consumer_of(cluster, Collector(1), consume_mode="pop", **settings)
+        async with consumer:
+            with anyio.fail_after(10):
+                while consumer.client_id not in broker.members:
+                    await broker.heartbeat_seen.wait()
+            broker.late.lag = 1.0  # well inside the heartbeat's request_timeout (3 s)
+            with anyio.fail_after(10):
+                await broker.late.held.wait()
+        # Closed as the heartbeat was under way (on the old code the broker applied it
+        # after the close, as the unregister came in first).
+        with anyio.fail_after(10):
+            await broker.late.applied.wait()
+        assert broker.late.order == ["heartbeat", "unregister"]
+        assert consumer.client_id not in broker.members
+
+
+class HeartbeatHangs(FakeBroker):
+    """Once ``hang`` is set, the next heartbeat's connection goes silent as it arrives
+    (half-open: never answered, nothing more read from it); a new connection works."""
+
+    def __init__(self) -> None:
+        super().__init__("broker-a", 0)
+        self.hang = False
+        self.hung = anyio.Event()
+        self.unregisters: list[int] = []  # the session of each UNREGISTER_CLIENT
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.code == RequestCode.HEART_BEAT and self.hang:
+            self.hang = False
+            session.stall()
+            self.hung.set()
+            return
+        if cmd.code == RequestCode.UNREGISTER_CLIENT:
+            self.unregisters.append(id(session))
+        await super().handle(session, cmd)
+
+
+async def test_the_close_unregisters_within_its_bound_when_the_heartbeat_under_way_hangs() -> None:
+    """The unregister waits for a heartbeat under way; one that hangs ends by its request
+    timeout, its connection closed, and the unregister then goes once, on a new
+    connection: the wait and the try fit the close's bound as the two tries did (a guard
+    of the fix above: the old code passes it too, not waiting)."""
+    broker = HeartbeatHangs()
+    cluster = FakeCluster({"broker-a": [broker]})
+    timeout = 1.0
+    async with running(cluster):
+        consumer = consumer_of(cluster, heartbeat_interval=0.2, request_timeout=timeout)
+        async with consumer:
+            with anyio.fail_after(10):
+                while consumer.client_id not in broker.members:
+                    await broker.heartbeat_seen.wait()
+            broker.hang = True
+            with anyio.fail_after(10):
+                await broker.hung.wait()
+            stalled = {id(s) for s in broker.server.sessions if s.stalled}
+            began = anyio.current_time()
+        # The heartbeat's timeout (1 s from its start), then one try: about 1 s of 5.
+        assert anyio.current_time() - began < _close_bound(timeout)
+    assert consumer.client_id not in broker.members
+    assert len(broker.unregisters) == 1 and not stalled & set(broker.unregisters)

@@ -88,7 +88,11 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007, 3014, 3025, 4244]
 #: 7017: a hung call of p-13 outlived its queue; the joiner's call failed it, and the
 #: first member pulled the retry-topic copy and handled it beside its own running call
 #: (one_handler_at_a_time); the copy now waits for that call (aiorocket.consumer.in_hand)
-PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 72, 146, 239, 1111, 2070, 7017]
+#: 9360 (orderly): a joiner's heartbeat went out as its close began; the broker applied
+#: the close's unregister first, then the heartbeat, and listed it after its close
+#: (released_at_close); the unregister now waits for a heartbeat under way
+#: (aiorocket.consumer.membership)
+PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 72, 146, 239, 1111, 2070, 7017, 9360]
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)

@@ -344,9 +344,16 @@ class RemotingSource:
         slow), the poll could be answered there, and its messages, never read, would
         stay invisible until their invisible time ended. The close's next requests to
         that broker open a new connection; an ack that was in flight on it is sent again
-        on that one (``_ack_request``)."""
-        self._hang_ups[addr] += 1  # before the drop: a request failing from now sees it
+        on that one (``_ack_request``).
+
+        A heartbeat under way on it is answered first (at most a request timeout; most
+        come in milliseconds): a broker runs heartbeats on an executor of their own, and
+        one it applied after the connection's close removed this client would list it
+        again, for the channel expiry (2 min), where no unregister reaches (a broker
+        unregisters the connection the request comes on)."""
         with anyio.CancelScope(shield=True):
+            await self._membership.heartbeats_ended(addr)
+            self._hang_ups[addr] += 1  # before the drop: a request failing from now sees it
             await self.client.pool.drop(addr)
 
     @contextmanager
