@@ -20,7 +20,11 @@ a batch's check-backs but sent none (``answered``). Each batch then waits for th
 broker's check pass (every 30 s on the test cluster): use fewer, larger batches.
 With ``--cover`` the kill points are taken in turn instead of at random (every point is
 hit once ``rounds * kills`` reaches their number: 4, 5 with ``--proxy``). The short
-version is ``tests/spark/test_exactly_once.py``.
+version is ``tests/spark/test_exactly_once.py``: one driver kill per transport
+(``recorded``; ``answered`` through the Proxy) and one worker kill; the points it leaves
+out (``send`` and ``recorded`` through the Proxy among them) are this script's, e.g.
+``--rounds 1 --kills 4 --count 80 --per-batch 16 --cover`` and the same with ``--proxy``
+and ``--kills 5 --count 96``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The sink's exactly-once mode: transactional half messages the driver commits.
 
 One in-process query (replay of a batch whose commit Spark did not log) and one crash
-test: a driver process SIGKILLed at points of the batch cycle and restarted from its
-checkpoint (``tests/spark/eos_driver.py``; the repeated run is
-``scripts/spark_eos_crash.py``).
+test per transport: a driver process SIGKILLed at one point of the batch cycle and
+restarted from its checkpoint, then a Python worker killed while it sends
+(``tests/spark/eos_driver.py``). Every kill point, each in turn, and repeated runs:
+``scripts/spark_eos_crash.py --cover`` (``--proxy``).
 """
 
 from __future__ import annotations
@@ -100,23 +101,23 @@ def test_exactly_once_errors(spark: SparkSession, rocketmq: LocalRocketMQ) -> No
         w.save()
 
 
-@pytest.mark.parametrize("kills", [("send:1", "recorded:2")])
 def test_driver_killed_in_the_batch_cycle(
     rocketmq: LocalRocketMQ, make_topic: Callable[..., Filled],
-    unique_name: Callable[[str], str], tmp_path: Path, kills: tuple[str, ...],
+    unique_name: Callable[[str], str], tmp_path: Path,
 ) -> None:  # fmt: skip
-    """SIGKILL the driver while tasks send, and right after the commit record is written
-    (before any end: the rows become visible through the broker's check-backs, answered
-    by the restarted driver), restarting from the checkpoint each time, then a Python
-    worker while its task sends (Spark retries the task): the output topic holds every
-    input row exactly once. Between task success and commit, and random
-    points in repeated runs: ``scripts/spark_eos_crash.py``."""
+    """SIGKILL the driver right after the commit record of batch 2 is written (before
+    any end: the rows become visible through the broker's check-backs, answered by the
+    restarted driver), restart it from the checkpoint, then kill a Python worker while
+    its task sends (Spark retries the task: the killed attempt's half messages, in no
+    record, are rolled back): the output topic holds every input row exactly once.
+    The driver killed while its tasks send (a kill point of this test until 2026-11-30;
+    its orphaned half messages are rolled back as the killed worker's are), between
+    task success and commit, and after the ends: ``scripts/spark_eos_crash.py --cover``."""
     filled = make_topic(80)
     target = unique_name("eoscrash")
     anyio.run(lambda: rocketmq.create_topic(target, queues=2))
     run = eos_driver.Run(filled.namesrv, filled.topic, target, tmp_path, per_batch=16)
-    for point in kills:
-        assert run.kill_at(point), f"the driver did not reach {point}"
+    assert run.kill_at("recorded:2"), "the driver did not reach recorded:2"
     assert run.finish(kill_worker_at="send:3")  # and an executor's Python worker dies
     assert stored_bodies(filled.namesrv, target) == Counter(m.body for m in filled.messages)
 
@@ -125,19 +126,19 @@ def test_driver_killed_in_the_batch_cycle_through_the_proxy(
     rocketmq: LocalRocketMQ, make_topic: Callable[..., Filled],
     unique_name: Callable[[str], str], tmp_path: Path,
 ) -> None:
-    """Through a Proxy: SIGKILL the driver right after the commit record of batch 0 is
-    written (no row answered yet), then once it has noted its first COMMIT answers of
-    batch 1 but sent none (the broker asks again about those, the restarted driver's
-    replay answers them), restarting from the checkpoint each time, and a Python worker
-    while its task sends: every input row is stored exactly once. Other points,
-    repeated: ``scripts/spark_eos_crash.py --proxy``."""
+    """Through a Proxy: SIGKILL the driver once it has noted its first COMMIT answers
+    of batch 1 but sent none (the broker asks again about those, and about the rows not
+    noted yet: the restarted driver's replay answers both from the record), restart it
+    from the checkpoint, and kill a Python worker while its task sends: every input row
+    is stored exactly once. The driver killed right after a commit record, no row
+    answered yet (a kill point of this test until 2026-11-30), and the other points:
+    ``scripts/spark_eos_crash.py --proxy --cover``."""
     filled = make_topic(32)
     target = unique_name("eosgcrash")
     anyio.run(lambda: rocketmq.create_topic(target, queues=2, message_type="TRANSACTION"))
     run = eos_driver.Run(filled.namesrv, filled.topic, target, tmp_path, per_batch=16,
                          proxy=rocketmq.proxy_grpc)  # fmt: skip
-    for point in ("recorded:0", "answered:1"):
-        assert run.kill_at(point), f"the driver did not reach {point}"
+    assert run.kill_at("answered:1"), "the driver did not reach answered:1"
     assert run.finish(kill_worker_at="send:1")  # the replay of batch 1 runs its tasks again
     assert stored_bodies(filled.namesrv, target) == Counter(m.body for m in filled.messages)
 
