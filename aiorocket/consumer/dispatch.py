@@ -4,14 +4,16 @@
 from one queue. A fixed set of workers costs less than a task per message and bounds
 concurrency without a semaphore; this replaces the Java consume thread pool.
 
-Over remoting, a retry-topic message that is a copy of a message in a handler call here
-is not queued: it waits for that call and is settled by its outcome
-(``aiorocket.consumer.in_hand``; checked once per pull answer of a retry queue).
+Over remoting, a retry-topic message that is a copy of a message in hand here (in a
+handler call, or queued) is not queued: it waits for that message's call and is settled
+by its outcome (``aiorocket.consumer.in_hand``; checked once per pull answer of a retry
+queue).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import anyio
@@ -75,8 +77,8 @@ class WorkerPool:
         self._done: anyio.Event | None = None
         self._slots: list[TimeoutSlot] = []  # one per worker (its handler call)
         self._outer: anyio.abc.TaskGroup | None = None  # the watchdog's, while running
-        self._workers: anyio.abc.TaskGroup | None = None  # the workers', while running
-        #: remoting: retry-topic copies of messages in a call (``aiorocket.consumer.in_hand``)
+        self._waits: anyio.abc.TaskGroup | None = None  # the copies' waits, while running
+        #: remoting: retry-topic copies of messages in hand (``aiorocket.consumer.in_hand``)
         self._copies: CallCopies | None = (
             settler.in_hand if isinstance(settler, RemotingSettler) else None
         )
@@ -98,25 +100,43 @@ class WorkerPool:
             queue.put_many(messages[i : i + size] for i in range(0, len(messages), size))
 
     def _attach(self, pq: QueueView, messages: list[ConsumerMessage]) -> list[ConsumerMessage]:
-        """A retry queue's messages: those not copies of a message in a handler call.
-        Each copy waits for that call in a task of the workers' group (so a graceful
-        close waits for it too), settled by its outcome."""
-        workers, copies = self._workers, self._copies
+        """A retry queue's messages: those not copies of a message in hand (in a handler
+        call, or queued). Each copy waits for that message's outcome in a task of the
+        pool (so a graceful close waits for it too, while a worker runs), settled by it."""
+        waits, copies = self._waits, self._copies
         assert copies is not None
-        if workers is None:
-            return messages  # not running: nothing in a call
+        if waits is None:
+            return messages  # not running: nothing in hand
         calls = [m for slot in self._slots if (current := slot.current) is not None
                  for m in (current if isinstance(current, list) else (current,))]  # fmt: skip
-        if not calls:
+        if not calls and not len(self.queue):
             return messages
-        out, waits = copies.attach(messages, calls)
-        for waiting in waits:
-            workers.start_soon(copies.settle_by_outcome, waiting, self._settler)
+        out, new = copies.attach(messages, calls, _queued(self.queue))
+        for waiting in new:
+            waits.start_soon(copies.settle_by_outcome, waiting, self._settler, self)
         if len(out) < len(messages):
             held = [m for m in messages if m not in out]
             self._state.log.info("redelivered_in_hand", topic=pq.mq.topic, n=len(held),
                                  offsets=[m.queue_offset for m in held][:8])  # fmt: skip
         return out
+
+    def in_call(self, msg: ConsumerMessage) -> bool:
+        """``msg`` is in a handler call (``aiorocket.consumer.in_hand.CallHost``)."""
+        for slot in self._slots:
+            current = slot.current
+            if current is msg or (isinstance(current, list) and any(m is msg for m in current)):
+                return True
+        return False
+
+    def hand_on(self, copies: list[ConsumerMessage]) -> bool:
+        """Queue copies whose first delivery no call here will settle (``CallHost``);
+        False when closing: then they stay unsettled, never committed."""
+        if self._state.closing or self.queue.closed:
+            return False
+        for copy in copies:
+            assert copy._pq is not None
+            self.deliver(copy._pq, [copy])
+        return True
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         self._done = anyio.Event()
@@ -154,13 +174,16 @@ class WorkerPool:
 
     async def drain(self, *, graceful: bool) -> list[ConsumerMessage]:
         """Running handlers finish (bounded), then the workers are cancelled and waited
-        for (bounded); returns the messages of the handler calls cut here."""
+        for (bounded); returns the messages of the handler calls cut here, and the
+        copies left waiting for a message's outcome (``aiorocket.consumer.in_hand``)."""
         cfg = self._state.config
         if graceful and self._done is not None:
             with anyio.move_on_after(cfg.shutdown_timeout):
                 await self._done.wait()
         if self._scope is None or self._done is None or self._done.is_set():
-            return []
+            # every worker returned: copies whose first delivery stayed unsettled (a
+            # local retry to come) end their wait then, unsettled (in_hand's close)
+            return [] if self._copies is None else self._copies.unsettled()
         self._scope.cancel()
         # Then wait for the workers to end (bounded, as the orderly strategy does): a
         # handler shielded from the cancellation finishes and settles its message here,
@@ -190,20 +213,29 @@ class WorkerPool:
         slots = self._slots = [
             self._timeouts.slot() for _ in range(self._state.config.consume_concurrency)
         ]
+        copies = self._copies
+        if copies is not None:
+            copies.open()
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 async with anyio.create_task_group() as outer:
                     self._outer = outer
                     outer.start_soon(self._timeouts.run)
-                    async with anyio.create_task_group() as workers:
-                        self._workers = workers
-                        for slot in slots:
-                            workers.start_soon(self._worker, slot)
-                        task_status.started()
+                    async with anyio.create_task_group() as waits:
+                        self._waits = waits
+                        async with anyio.create_task_group() as workers:
+                            for slot in slots:
+                                workers.start_soon(self._worker, slot)
+                            task_status.started()
+                        # Every worker returned (the close): no call will settle a
+                        # message a copy waits for; the waits end now, not at the
+                        # graceful close's shutdown_timeout.
+                        if copies is not None:
+                            copies.close()
                     outer.cancel_scope.cancel()  # every worker returned: stop the watchdog
         finally:
-            self._outer = self._workers = None
+            self._outer = self._waits = None
             if self._done is not None:
                 self._done.set()
 
@@ -326,3 +358,12 @@ class WorkerPool:
         pq.notify()
         for m in live:
             await self._settler.settle(m, level)
+
+
+def _queued(queue: WorkQueue[WorkItem]) -> Iterator[ConsumerMessage]:
+    """The messages queued for the workers (taken by nobody yet)."""
+    for item in queue:
+        if isinstance(item, list):
+            yield from item
+        else:
+            yield item

@@ -79,8 +79,15 @@ class RemotingSettler:
             delay_level = delay_level_for(delay)
         if msg._settled:
             return
-        if self.in_hand:  # copies wait for a call's outcome: this one's, maybe
-            self.in_hand.failed(msg, delay_level)
+        # copies wait for a message's outcome: this one's, maybe (decided at the end)
+        waiting = self.in_hand.failing(msg, delay_level) if self.in_hand else None
+        try:
+            await self._settle_failed(msg, delay_level)
+        finally:
+            if waiting is not None:
+                self.in_hand.resolved(waiting)
+
+    async def _settle_failed(self, msg: ConsumerMessage, delay_level: int) -> None:
         msg._settled = True
         pq = msg._pq
         if pq is None:

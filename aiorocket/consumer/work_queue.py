@@ -17,7 +17,7 @@ on before its handler runs.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 import anyio
@@ -106,3 +106,7 @@ class WorkQueue(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def __iter__(self) -> Iterator[T]:
+        """The queued items, oldest first (not taken; nothing may be put meanwhile)."""
+        return iter(self._items)

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from aiorocket._log import get_logger
@@ -26,6 +27,7 @@ from aiorocket.consumer.settle import RemotingSettler
 from aiorocket.consumer.state import ConsumerState
 from aiorocket.consumer.threads import HandlerThreads
 from aiorocket.consumer.work_queue import WorkQueue
+from aiorocket.errors import BrokerResponseError
 from aiorocket.message import MessageExt, MessageQueue
 from aiorocket.received import ConsumerMessage
 from aiorocket.results import ConsumeStatus, Reconsume
@@ -57,16 +59,30 @@ class Harness:
         self.pool: WorkerPool
         self.released: list[ConsumerMessage] = []
         self.cut: list[ConsumerMessage] = []  # what the close's drain cancelled
+        #: the next send-backs that fail; ``yields``: after a checkpoint, else at once
+        self.failing_sends = 0
+        self.failure_yields = False
+        #: messages given to ``retry_later`` (None: a failed send-back is a test's error)
+        self.retried: list[ConsumerMessage] | None = None
+        self.retried_one = anyio.Event()
 
     async def send_back(
         self, addr: str, msg: MessageExt, group: str, *, delay_level: int,
         max_reconsume_times: int, origin_topic: str | None = None,
     ) -> None:  # fmt: skip
+        if self.failing_sends:
+            self.failing_sends -= 1
+            if self.failure_yields:
+                await anyio.lowlevel.checkpoint()
+            raise BrokerResponseError(1, "refused")
         self.sent_back.append((msg.queue_offset, delay_level))
         self.sent.set()
 
     def retry_later(self, msg: ConsumerMessage) -> None:
-        raise AssertionError("no send-back fails here")
+        if self.retried is None:
+            raise AssertionError("no send-back fails here")
+        self.retried.append(msg)
+        self.retried_one.set()
 
     async def consumed(self, n: int) -> None:
         """Wait until ``n`` messages of the queue were settled as consumed."""
@@ -595,3 +611,158 @@ async def test_a_retry_message_with_no_call_of_it_running_is_handled() -> None:
         feed_retry(h, ["a"])  # a copy of "a", its call over
         await retry_consumed(h, 3)
     assert calls.seen == [("a", 0), ("b", 1), ("marker", 1), ("a", 1)]
+
+
+class FailsOnce(Calls):
+    """Calls whose first call of "a" fails after ``gate``; its local retry succeeds."""
+
+    async def __call__(self, msg: ConsumerMessage) -> None:
+        if msg.msg_id == "a" and not msg.reconsume_times and ("a", 0) in self.seen:
+            self.seen.append(("a", 0))  # the local retry
+            return
+        await super().__call__(msg)
+
+
+async def first_in_local_retry(h: Harness, calls: Calls) -> ConsumerMessage:
+    """The message "a" fails in its call while its copy waits; its send-back fails
+    (``h.failing_sends``), so it waits for a local retry (``retry_later``, recorded:
+    not run)."""
+    h.retried = []
+    h.failing_sends = 1
+    calls.gate.set()
+    with anyio.fail_after(10):
+        await h.retried_one.wait()
+    (first,) = h.retried
+    assert not first.settled
+    return first
+
+
+async def test_a_close_does_not_wait_for_a_copy_of_a_message_waiting_for_its_local_retry() -> None:
+    """A copy waits for its message's call; the call fails and its send-back fails, so
+    the message waits for a local retry, which the close stops. A graceful close ends
+    when nothing runs, not at its whole ``shutdown_timeout`` (a guard of 10 s stands
+    for it here: 600 s). The copy comes back in the drain's cut (handed back or left
+    uncommitted at the close), the message stays uncommitted in its queue (its next
+    owner pulls it); neither is handled again nor settled here."""
+    calls = FailsOnce("raise")
+    async with workers(calls, consume_concurrency=2, shutdown_timeout=600) as h:
+        copies = await copy_fed_while_a_runs(h, calls)
+        first = await first_in_local_retry(h, calls)
+    assert calls.seen == [("a", 0), ("marker", 1)]
+    assert h.cut == [copies[0]] and not copies[0].settled
+    assert not first.settled and h.pq.tracker.committable() == 0
+    assert h.state.process_queues[RETRY_MQ].tracker.committable() == 0
+    assert h.sent_back == []
+
+
+@pytest.mark.parametrize("yields", [False, True])
+async def test_a_copy_follows_the_local_retry_after_a_failed_send_back(yields: bool) -> None:
+    """The message's call fails and its send-back fails (with or without yielding
+    first): the outcome is not decided yet. Its local retry succeeds, so the copy is
+    finished, not sent back (it would be delivered once more for nothing)."""
+    calls = FailsOnce("raise")
+    async with workers(calls, consume_concurrency=2) as h:
+        h.failure_yields = yields
+        copies = await copy_fed_while_a_runs(h, calls)
+        first = await first_in_local_retry(h, calls)
+        h.pool.deliver(h.pq, [first])  # the local retry
+        await h.consumed(1)
+        await retry_consumed(h, 2)
+    assert calls.seen == [("a", 0), ("marker", 1), ("a", 0)]
+    assert h.sent_back == []
+    assert copies[0].settled and first.settled
+
+
+class BehindBusy:
+    """A handler whose messages "busy-N" hold their workers until ``free`` (``busy``:
+    ``n`` of them run); it passes the others to ``calls``."""
+
+    def __init__(self, calls: Calls, n: int) -> None:
+        self.calls = calls
+        self.n = n
+        self.running = 0
+        self.busy = anyio.Event()
+        self.free = anyio.Event()
+
+    async def __call__(self, msg: ConsumerMessage) -> None:
+        if not msg.msg_id.startswith("busy"):
+            return await self.calls(msg)
+        self.running += 1
+        if self.running == self.n:
+            self.busy.set()
+        await self.free.wait()
+
+    async def queue_first(self, h: Harness) -> None:
+        """Every worker busy, then "a" fed: queued, in no call."""
+        for i in range(self.n):
+            feed_first(h, f"busy-{i}")
+        with anyio.fail_after(10):
+            await self.busy.wait()
+        feed_first(h, "a")
+
+
+@pytest.mark.parametrize("outcome", [None, "raise"])
+async def test_a_copy_of_a_queued_message_waits_for_its_call(outcome: str | None) -> None:
+    """The copy arrives while its message is queued behind busy workers, not in a call
+    yet: the copy is not handed on (the two calls would overlap, once both workers are
+    free), it waits for the call and follows its outcome."""
+    calls = Calls(outcome)
+    handler = BehindBusy(calls, 2)
+    async with workers(handler, consume_concurrency=2) as h:
+        await handler.queue_first(h)
+        copies = feed_retry(h, ["a", "marker"])
+        handler.free.set()
+        with anyio.fail_after(10):
+            await calls.marker.wait()
+            await calls.first_running.wait()
+        assert ("a", 1) not in calls.seen
+        calls.gate.set()
+        await retry_consumed(h, 2)
+    assert ("a", 1) not in calls.seen
+    level = h.state.config.retry_delay_level
+    # the first "a" at offset 2 of t, its copy at 0 of the retry queue
+    assert sorted(h.sent_back) == ([] if outcome is None else [(0, level), (2, level)])
+    assert copies[0].settled
+
+
+async def test_a_copy_of_a_queued_message_of_a_dropped_queue_is_handled() -> None:
+    """The queued message's queue is revoked: no call of it will run here (a worker
+    skips it), so its copy is handed on and handled (as with no first in hand)."""
+    calls = Calls()
+    handler = BehindBusy(calls, 1)
+    async with workers(handler, consume_concurrency=1) as h:
+        await handler.queue_first(h)
+        copies = feed_retry(h, ["a"])
+        h.pq.drop()
+        handler.free.set()
+        await retry_consumed(h, 1)
+    assert calls.seen == [("a", 1)]  # the copy; the dropped first skipped
+    assert copies[0].settled
+
+
+async def test_a_close_hands_back_a_copy_of_a_queued_message_with_it() -> None:
+    """Closed while the copy's message is queued: the close takes the message (never
+    started, left uncommitted) and, once the running calls end, the copy's wait ends
+    too; the drain returns the copy, unsettled (handed back or left uncommitted)."""
+    calls = Calls()
+    handler = BehindBusy(calls, 1)
+    async with workers(handler, consume_concurrency=1, shutdown_timeout=600) as h:
+        await handler.queue_first(h)
+        copies = feed_retry(h, ["a"])
+        handler.free.set()  # the busy call ends after the close took "a"
+    assert calls.seen == []
+    assert [m.msg_id for m in h.released] == ["a"] and h.cut == copies
+    assert not copies[0].settled
+
+
+async def test_a_copy_of_a_message_whose_local_retry_is_dropped_with_its_queue_is_handled() -> None:
+    """The message's send-back failed, and its queue is revoked before the local retry:
+    no call of it will run here again, so the copy is handed on and handled."""
+    calls = FailsOnce("raise")
+    async with workers(calls, consume_concurrency=2) as h:
+        copies = await copy_fed_while_a_runs(h, calls)
+        await first_in_local_retry(h, calls)
+        h.pq.drop()  # the engine's local retry then delivers nothing
+        await retry_consumed(h, 2)
+    assert calls.seen == [("a", 0), ("marker", 1), ("a", 1)]
+    assert copies[0].settled and h.sent_back == []

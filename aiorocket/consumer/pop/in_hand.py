@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from aiorocket.consumer.in_hand import same_message
+from aiorocket.consumer.in_hand import hashable, same_message
 
 if TYPE_CHECKING:
     from aiorocket.received import PopMessage
@@ -56,11 +56,6 @@ def _key(msg: PopMessage) -> str:
     if msg._message_id:
         return msg._message_id
     return msg.msg_id if msg.reconsume_times > 0 else ""
-
-
-def _hashable(body: bytes) -> bytes:
-    """The codec's bodies are bytes; one built otherwise (a bytearray) is copied."""
-    return body if type(body) is bytes else bytes(body)
 
 
 class InHand:
@@ -113,13 +108,13 @@ class InHand:
             unkeyed = self._unkeyed = {}
             for m in self._held():
                 if m.reconsume_times == 0 and not m._message_id:
-                    body = _hashable(m.body)
+                    body = hashable(m.body)
                     same = unkeyed.get(body)  # a body's hash is kept with it: once each
                     if same is None:
                         unkeyed[body] = [m]
                     else:
                         same.append(m)
-        for m in unkeyed.get(_hashable(msg.body), ()):
+        for m in unkeyed.get(hashable(msg.body), ()):
             if same_message(m, msg, key):
                 return m
         return None
