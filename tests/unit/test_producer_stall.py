@@ -66,17 +66,31 @@ async def test_an_ordered_send_never_moves_off_a_stalled_broker() -> None:
 
 
 async def test_with_stall_retry_off_a_send_waits_for_the_silent_broker() -> None:
-    async with cluster() as fake, producer(fake, stall_retry=False, retries=0) as p:
-        for _ in range(4):
-            await p.send(Message(TOPIC, b"warm"))
-        fake.broker("broker-a").mode = "silent"
-        errors = 0
-        for _ in range(8):  # round-robin lands on broker-a once, then it is avoided
-            try:
-                await p.send(Message(TOPIC, b"m"), timeout=0.8)
-            except RequestTimeoutError:
-                errors += 1
-        assert errors == 1
+    """With ``stall_retry=False`` a send that picked the silent broker waits there for its
+    timeout and fails, though it has retries left and broker-b answers (with the stall
+    watch on, it would be abandoned at its bound and stored on broker-b); then broker-a
+    is avoided. The fault record's clock is frozen, so which broker a send picks does not
+    depend on how long anything took; only the one send to broker-a has a short timeout
+    (sends to broker-b that took 0.8 s on a starved machine failed too: ``3 == 1``)."""
+    async with cluster() as fake:
+        p = producer(fake, stall_retry=False, send_timeout=30)
+        p.fault = LatencyFaultTolerance(clock=lambda: 0.0)  # an isolation stays as it is
+        async with p:
+            for _ in range(4):  # both brokers answer: each is known to answer
+                await p.send(Message(TOPIC, b"warm"))
+            fake.broker("broker-a").mode = "silent"
+            p.fault.isolate("broker-b", 0.0, 1.0)  # the next send picks broker-a
+            before = dict(fake.sends())
+            with pytest.raises(RequestTimeoutError):
+                # Long enough for a stall bound (at most 1 s) and another attempt in it.
+                await p.send(Message(TOPIC, b"m"), timeout=2.5)
+            assert fake.sends() == {**before, "broker-a": before["broker-a"] + 1}
+            assert p.stall_retries == 0
+            p.fault.forget("broker-b")  # broker-a's failure is what keeps sends away now
+            for _ in range(8):
+                result = await p.send(Message(TOPIC, b"m"))
+                assert result.queue.broker_name == "broker-b"
+            assert fake.sends()["broker-a"] == before["broker-a"] + 1
 
 
 def test_the_stall_bound_follows_the_broker_latency_within_its_limits() -> None:
