@@ -21,6 +21,7 @@ from aiorocket.client.pop import (
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
 from aiorocket.consumer.backend import PopBackend
 from aiorocket.consumer.dispatch import WorkerPool
+from aiorocket.consumer.pop import remoting_source
 from aiorocket.protocol.codes import ResponseCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.protocol.message_codec import SYSFLAG_COMPRESSED
@@ -209,15 +210,41 @@ async def test_pops_answered_at_once_with_nothing_back_off(answer: str) -> None:
     async def handle(msg: ConsumerMessage) -> None:
         pass
 
-    async with running(FakeCluster({"broker-a": [broker]})) as cluster:
-        async with pop_consumer(cluster, handle, long_poll_timeout=15):
-            await anyio.sleep(2.0)  # a rate: pops over a span of time
-            pops = broker.pops
-            closing = time.monotonic()
-        closed_in = time.monotonic() - closing
+    cluster = FakeCluster({"broker-a": [broker]})
+    async with running(cluster), pop_consumer(cluster, handle, long_poll_timeout=15):
+        await anyio.sleep(2.0)  # a rate: pops over a span of time
+        pops = broker.pops
     # Two receive loops, each pausing 0.1, 0.2, 0.4, 0.8 s ... after an answer.
     assert pops <= 16, pops
-    assert closed_in < 1.0  # a pause (up to 3 s) does not hold up the close
+
+
+async def test_a_pop_backoff_pause_does_not_hold_up_the_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pause after an empty answer is the receive's: the close cancels it. Each pause
+    is made 120 s here (3 s at most in use), and the close starts once a loop is in one
+    (it logs ``pop_backing_off`` just before it pauses): a close that waited for the
+    pause would take 120 s, one that cancels it takes well under a second (seconds on a
+    starved machine; the guard below is 60 s). Before, the bound was ``< 1.0`` s of wall
+    clock for the whole close."""
+    monkeypatch.setattr(remoting_source, "IDLE_BACKOFF", 120.0)
+    monkeypatch.setattr(remoting_source, "MAX_IDLE_BACKOFF", 120.0)
+    broker = PopBroker()
+    broker.polling_full = 10**9
+
+    async def handle(msg: ConsumerMessage) -> None:
+        pass
+
+    async with running(FakeCluster({"broker-a": [broker]})) as cluster:
+        with capture_logs() as logs:
+            async with pop_consumer(cluster, handle, long_poll_timeout=15):
+                with anyio.fail_after(30):
+                    while not any(e["event"] == "pop_backing_off" for e in logs):  # noqa: ASYNC110
+                        await anyio.sleep(0.01)  # a log line has no event to wait on
+                closing = time.monotonic()
+            closed_in = time.monotonic() - closing
+    assert closed_in < 60.0
+    assert broker.pops <= 2  # one pop of each loop, then their pauses
 
 
 async def test_the_backoff_ends_with_the_first_messages() -> None:
@@ -339,7 +366,7 @@ async def test_an_ack_in_flight_when_the_close_cuts_its_long_poll_is_sent_again_
         pass
 
     async with running(FakeCluster({"broker-a": [broker]})) as cluster:
-        consumer = pop_consumer(cluster, handle, long_poll_timeout=5.0)
+        consumer = pop_consumer(cluster, handle, long_poll_timeout=120.0, pull_request_timeout=130)
         with capture_logs() as logs:
             async with consumer:
                 with anyio.fail_after(10):
@@ -354,7 +381,10 @@ async def test_an_ack_in_flight_when_the_close_cuts_its_long_poll_is_sent_again_
     assert "acks_not_delivered" not in events
     assert "ack_resent" in events
     assert [e for e in logs if e["log_level"] == "warning"] == []
-    assert closed < 2.0  # the cut poll is not waited for (long_poll_timeout 5 s)
+    # The cut poll is not waited for: it would end after 120 s (long_poll_timeout); the
+    # close takes well under a second, seconds when starved (the old bound, `< 2.0` s
+    # against 5 s, was wall clock too near to it).
+    assert closed < 60.0
 
 
 def _stored(body: bytes, uniq: str, offset: int, reconsume_times: int = 0) -> bytes:
