@@ -92,7 +92,12 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007, 3014, 3025, 4244]
 #: the close's unregister first, then the heartbeat, and listed it after its close
 #: (released_at_close); the unregister now waits for a heartbeat under way
 #: (aiorocket.consumer.membership)
-PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 72, 146, 239, 1111, 2070, 7017, 9360]
+#: 15021: broker b went silent at 2.77 and the application paused consumption at 5.97:
+#: no pull went out, the heartbeat at 5 timed out at 8 and the next one reconnected at
+#: 13, past the checker's 10 s (derived for a client that pulls); the checker's bound
+#: for a paused consumer is now the next heartbeat's (reconnect_paused, 15 s)
+PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 72, 146, 239, 1111, 2070, 7017, 9360,
+              15021]  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
@@ -327,6 +332,11 @@ def test_an_ack_refused_then_sent_by_the_close_is_in_time() -> None:
         ("reconnects_after_half_open", [  # silent at 1, no new connection by 11
             (1, "half_open", "", {"broker": "a", "connections": 1}),
             (12, "reconnected", "", {"broker": "a"}), (30, "end", "", {}),
+        ]),
+        ("reconnects_after_half_open", [  # paused: the next heartbeat's bound, 1 + 15 < 17
+            (1, "half_open", "", {"broker": "a", "connections": 1}),
+            (2, "paused", "", {"consumer": "first", "what": "all"}),
+            (17, "reconnected", "", {"broker": "a"}), (30, "end", "", {}),
         ]),
         ("reconnects_after_half_open", [  # the Proxy's bound (its own): 1 + 14 < 16
             (1, "half_open", "", {"broker": "proxy", "connections": 1, "within": 14.0}),

@@ -56,6 +56,10 @@ class Bounds:
     #: a client whose connection went silent (half-open) sends a request on a new one
     #: within this: the pull runs' heartbeat interval (5 s) + request timeout (3 s) + 2
     reconnect: float = 10.0
+    #: ... when the application paused consumption in that window: no pull goes out, so
+    #: after the heartbeat that timed out the next request is the next heartbeat:
+    #: 2 x heartbeat interval (5 s) + request timeout (3 s) + 2
+    reconnect_paused: float = 15.0
     #: a lite consumer whose subscriptions the Proxy dropped with its Telemetry stream
     #: sends them again within this of its settings on the new stream
     resubscribe: float = 2.0

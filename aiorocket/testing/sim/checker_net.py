@@ -19,7 +19,9 @@ def reconnects_after_half_open(history: History, bounds: Bounds) -> list[Violati
     and the client goes on over a new one: a request on a new connection within
     ``bounds.reconnect`` of the silence (or the event's own ``within``: the gRPC
     keepalive's bound), while the client runs (a close or the run's end within the
-    window: not judged)."""
+    window: not judged). An application that paused consumption in that window sends
+    no pull: the heartbeat that times out drops the connection and the next heartbeat
+    opens a new one (``bounds.reconnect_paused``)."""
     from aiorocket.testing.sim.checker import Violation
 
     ends = [e.at for e in history.of("end")]
@@ -28,6 +30,8 @@ def reconnects_after_half_open(history: History, bounds: Bounds) -> list[Violati
     out = []
     for silent in history.of("half_open"):
         within = float(silent.info.get("within", bounds.reconnect))
+        if "within" not in silent.info and _paused_in(history, silent.at, silent.at + within):
+            within = bounds.reconnect_paused
         due = silent.at + within
         if due > end or any(silent.at <= at <= due for at in closes):
             continue
@@ -38,3 +42,21 @@ def reconnects_after_half_open(history: History, bounds: Bounds) -> list[Violati
                                  f"{broker}'s connections silent at {silent.at:.2f}; no "
                                  f"request on a new one within {within}s"))  # fmt: skip
     return out
+
+
+def _paused_in(history: History, start: float, end: float) -> bool:
+    """Whether consumption was paused (any of it) at some time of [start, end]."""
+    paused: set[str] = set()  # consumers paused at the time reached
+    for e in sorted(history.events, key=lambda e: e.at):
+        if e.at > end:
+            break
+        consumer = str(e.info.get("consumer", ""))
+        if e.kind == "paused":
+            paused.add(consumer)
+            if e.at >= start:
+                return True
+        elif e.kind == "resumed":
+            paused.discard(consumer)
+        if e.at >= start and paused:
+            return True
+    return bool(paused)
