@@ -383,12 +383,17 @@ class BrokerClient:
         messages: list[MessageExt] = []
         undecodable: list[UndecodableRecord] = []
         if status is PullStatus.FOUND and decode:
+            # read where it was received, not copied out first (benchmarks/ceiling.py;
+            # benchmarks/README.md, "Round 12")
+            data, start, end = resp.body_in_place()
             messages = decode_messages(
-                resp.body,
+                data,
                 broker_name=mq.broker_name,
                 message_class=message_class,
                 undecodable=undecodable if keep_undecodable else None,
                 stamp=stamp,
+                start=start,
+                end=end,
             )
         return PullResult(
             status=status,

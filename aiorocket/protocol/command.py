@@ -16,11 +16,25 @@ _RESPONSE = int(RemotingFlag.RESPONSE)
 _ONEWAY = int(RemotingFlag.ONEWAY)
 
 
+class _ReceivedBody:
+    """Where a received command's body is until it is first read (``RemotingCommand``)."""
+
+    __slots__ = ("_body_end", "_body_start", "_chunk")
+    _chunk: bytes
+    _body_start: int
+    _body_end: int
+
+
 @dataclass(slots=True)
-class RemotingCommand:
+class RemotingCommand(_ReceivedBody):
     """A request or response: a header (code, opaque, flag, remark, ext fields) and a body.
 
     ``ext_fields`` values are always strings on the wire; callers convert numbers.
+
+    A command the frame decoder made leaves its body in the bytes it was received in
+    (``body_in_place``) until ``body`` is first read, which copies it out then, once:
+    the pull and pop decoders read their messages from the received bytes themselves
+    (benchmarks/README.md, "Round 12").
     """
 
     code: int
@@ -70,6 +84,26 @@ class RemotingCommand:
             f"request code {request.code} not supported by aiorocket",
         )
 
+    def body_in_place(self) -> tuple[bytes, int, int]:
+        """The body as ``(data, start, end)``, ``data[start:end]`` being the body: the
+        bytes it was received in (shared with the frames around it), not copied, until
+        ``body`` is read; ``(body, 0, len(body))`` after, or for a command built here.
+        What is kept of it must be a copy (a slice), or it keeps all of ``data``."""
+        try:
+            body = _get_body(self)
+        except AttributeError:
+            return self._chunk, self._body_start, self._body_end
+        return body, 0, len(body)
+
+    def leave_body_in(self, data: bytes, start: int, end: int) -> None:
+        """Make the body ``data[start:end]``, copied out only when ``body`` is read (the
+        frame decoder's; ``data`` is kept until then)."""
+        _del_body(self)
+        # (in _ReceivedBody's __slots__: mypy counts only the dataclass's own)
+        self._chunk = data  # type: ignore[misc]
+        self._body_start = start  # type: ignore[misc]
+        self._body_end = end  # type: ignore[misc]
+
     @property
     def is_response(self) -> bool:
         return bool(self.flag & _RESPONSE)
@@ -89,3 +123,36 @@ class RemotingCommand:
             return int(raw)
         except ValueError:
             raise ProtocolError(f"response field {name!r} is not an integer: {raw!r}") from None
+
+
+# ``body`` a property over its slot: read from the received bytes on first access
+# (``leave_body_in``), then kept in the slot and the received bytes dropped.
+_BODY_SLOT = RemotingCommand.__dict__["body"]
+_get_body = _BODY_SLOT.__get__
+_set_body = _BODY_SLOT.__set__
+_del_body = _BODY_SLOT.__delete__
+
+
+def _read_body(self: RemotingCommand) -> bytes:
+    try:
+        return _get_body(self)  # type: ignore[no-any-return]
+    except AttributeError:
+        pass
+    try:
+        chunk = self._chunk
+    except AttributeError:
+        raise AttributeError("body") from None  # deleted, as a plain slot's
+    body = chunk[self._body_start : self._body_end]
+    _set_body(self, body)
+    del self._chunk
+    return body
+
+
+def _delete_body(self: RemotingCommand) -> None:
+    _read_body(self)  # the received bytes dropped first, so that the deletion stays
+    _del_body(self)
+
+
+# (set: the slot, which ``body_in_place`` then prefers; the received bytes, if any, are
+# left to the command's end: a check here would cost every request built)
+setattr(RemotingCommand, "body", property(_read_body, _set_body, _delete_body))  # noqa: B010 (mypy)

@@ -140,25 +140,37 @@ def check_frame_length(length: int) -> None:
 
 
 def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
-    """Decode one frame *without* its 4-byte length prefix."""
-    if len(frame) < 4:
-        raise ProtocolError(f"frame of {len(frame)} bytes is shorter than its header length field")
-    (mark,) = _INT.unpack_from(frame, 0)
+    """Decode one frame *without* its 4-byte length prefix (its body is left in ``frame``,
+    or in a copy of it when not ``bytes``, until read: ``RemotingCommand.body_in_place``)."""
+    data = frame if type(frame) is bytes else bytes(frame)
+    return _decode_at(data, 0, len(data))
+
+
+def _decode_at(data: bytes, start: int, end: int) -> RemotingCommand:
+    """Decode the frame ``data[start:end]`` (its length prefix before ``start``); its body
+    is left in ``data``, not copied: the pull decoder reads its messages from there
+    (benchmarks/ceiling.py; benchmarks/README.md, "Round 12": the copy of each pull
+    answer was ~1,200 of a message's ~27,000 instructions)."""
+    size = end - start
+    if size < 4:
+        raise ProtocolError(f"frame of {size} bytes is shorter than its header length field")
+    (mark,) = _INT.unpack_from(data, start)
     serialize_type = (mark >> 24) & 0xFF
     header_len = mark & 0xFFFFFF
-    if header_len > len(frame) - 4:
+    if header_len > size - 4:
         raise ProtocolError(
-            f"header length {header_len} exceeds the frame's remaining {len(frame) - 4} bytes"
+            f"header length {header_len} exceeds the frame's remaining {size - 4} bytes"
         )
-    header = bytes(frame[4 : 4 + header_len])
-    body = bytes(frame[4 + header_len :])
+    body = start + 4 + header_len
+    header = data[start + 4 : body]
     if serialize_type == SERIALIZE_JSON:
         cmd = _decode_json_header(header)
     elif serialize_type == SERIALIZE_ROCKETMQ:
         cmd = _decode_binary_header(header)
     else:
         raise ProtocolError(f"unknown serialize type {serialize_type}")
-    cmd.body = body
+    if body < end:  # (an empty body, the usual error answer's, keeps nothing)
+        cmd.leave_body_in(data, body, end)
     return cmd
 
 
@@ -289,64 +301,82 @@ class FrameDecoder:
     (up to ``MAX_SKIPPED_FRAME_LENGTH``) is not an error of the stream: its header
     comes out with an empty body and ``skipped_body`` set, and the body is thrown away
     as it arrives, so the connection and the other requests on it go on.
+
+    No received byte is copied on the way to a command's body but a frame cut across
+    reads, joined once when whole (benchmarks/ceiling.py; benchmarks/README.md, "Round
+    12"): a frame within one read is decoded where it is, its body left in the read's
+    bytes (``RemotingCommand.body_in_place``), which live as long as a command whose body
+    has not been read; the start of a cut frame is kept as received until its end comes.
     """
 
-    __slots__ = ("_buf", "_need", "_skip")
+    __slots__ = ("_held", "_need", "_parts", "_skip")
 
     def __init__(self) -> None:
-        self._buf = bytearray()
-        self._need = -1
+        # the start of a frame not whole yet, its length prefix included, as received
+        self._parts: list[bytes | memoryview] = []
+        self._held = 0  # their length
+        self._need = -1  # that frame's length with its prefix, once its prefix is whole
         self._skip = 0  # body bytes of an oversized answer still to throw away
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
-        # Nothing held back (the usual case): read the frames from ``data`` itself and
-        # keep only the partial frame at its end; appending every chunk to the buffer
-        # first copied each pull answer once more (benchmarks/README.md, "Round 4
-        # (issue 43, goal 1)").
-        if self._buf or type(data) is not bytes:
-            self._buf += data
-            buf: bytes | bytearray = self._buf
-        else:
-            buf = data
+        if type(data) is not bytes:
+            data = bytes(data)  # (a copy: the commands' bodies are left in it)
         out: list[RemotingCommand] = []
         pos = 0
+        if self._parts:
+            need = self._need
+            held = self._held + len(data)
+            if need < 0:
+                # a length prefix cut (or an oversized answer's header): read on from
+                # them joined with this read (a copy of it: rare)
+                data = b"".join((*self._parts, data))
+                self._parts = []
+                self._held = 0
+            elif held < need:
+                self._parts.append(data)
+                self._held = held
+                return out
+            else:
+                pos = need - self._held  # where the held frame ends in ``data``
+                self._parts.append(memoryview(data)[:pos])
+                frame = b"".join(self._parts)  # the cut frame's one copy
+                self._parts = []
+                self._held = 0
+                self._need = -1
+                out.append(_decode_at(frame, 4, need))
+        end = len(data)
         while True:
             if self._skip:
-                n = min(self._skip, len(buf) - pos)
+                n = min(self._skip, end - pos)
                 pos += n
                 self._skip -= n
                 if self._skip:
                     break
-            if self._need < 0:
-                if len(buf) - pos < 4:
-                    break
-                (length,) = _INT.unpack_from(buf, pos)
-                if length > MAX_FRAME_LENGTH and length <= MAX_SKIPPED_FRAME_LENGTH:
-                    header = self._oversized_header(buf, pos, length)
-                    if header is None:
-                        break  # wait for the rest of its header
-                    out.append(header)
-                    pos += 4 + length - header.skipped_body
-                    self._skip = header.skipped_body
-                    continue
-                check_frame_length(length)
-                self._need = length
-                pos += 4
-            if len(buf) - pos < self._need:
+            if end - pos < 4:
                 break
-            end = pos + self._need
-            out.append(decode_frame(memoryview(buf)[pos:end]))
-            pos = end
-            self._need = -1
-        if buf is self._buf:
-            if pos:
-                del self._buf[:pos]
-        elif pos < len(buf):
-            self._buf += memoryview(buf)[pos:]
+            (length,) = _INT.unpack_from(data, pos)
+            if length > MAX_FRAME_LENGTH and length <= MAX_SKIPPED_FRAME_LENGTH:
+                header = self._oversized_header(data, pos, length)
+                if header is None:
+                    break  # wait for the rest of its header
+                out.append(header)
+                pos += 4 + length - header.skipped_body
+                self._skip = header.skipped_body
+                continue
+            check_frame_length(length)
+            stop = pos + 4 + length
+            if stop > end:
+                self._need = 4 + length
+                break
+            out.append(_decode_at(data, pos + 4, stop))
+            pos = stop
+        if pos < end:  # the start of a frame: kept as received (a view keeps ``data``)
+            self._parts.append(memoryview(data)[pos:] if pos else data)
+            self._held = end - pos
         return out
 
     @staticmethod
-    def _oversized_header(buf: bytes | bytearray, pos: int, length: int) -> RemotingCommand | None:
+    def _oversized_header(buf: bytes, pos: int, length: int) -> RemotingCommand | None:
         """The header of the over-limit frame at ``pos`` (None: not all here yet)."""
         if len(buf) - pos < 8:
             return None
@@ -355,7 +385,7 @@ class FrameDecoder:
             check_frame_length(length)  # not an answer we can skip: reject it as before
         if len(buf) - pos < 8 + header_len:
             return None
-        cmd = decode_frame(memoryview(buf)[pos + 4 : pos + 8 + header_len])
+        cmd = _decode_at(buf, pos + 4, pos + 8 + header_len)
         if not cmd.is_response:
             check_frame_length(length)  # only an answer fails alone; a request cannot
         cmd.skipped_body = length - 4 - header_len
@@ -363,4 +393,5 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        """The bytes held of a frame not whole yet."""
+        return self._held

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import pickle
 import struct
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -212,3 +215,73 @@ def test_ext_int_errors() -> None:
     with pytest.raises(ProtocolError):
         cmd.ext_int("missing")
     assert cmd.ext_int("missing", 7) == 7
+
+
+# ------------------------------- bodies left where they were received (Round 12)
+
+
+def test_a_frame_within_one_read_leaves_its_body_in_that_read() -> None:
+    """The decoder copies no body out of the read it came in: ``body_in_place`` names
+    the read's own bytes until ``body`` is read, which copies the body out once and
+    lets the read go; an empty body keeps nothing. Fails on the code before Round 12
+    (each body was copied out of the read)."""
+    first = RemotingCommand(code=0, opaque=1, flag=1, ext_fields={"k": "v"}, body=b"a" * 5000)
+    empty = RemotingCommand(code=1, opaque=2, flag=1)
+    chunk = encode_command(first) + encode_command(empty)
+    baseline = sys.getrefcount(chunk)
+    got, got_empty = FrameDecoder().feed(chunk)
+    data, start, end = got.body_in_place()
+    assert data is chunk and data[start:end] == first.body
+    del data
+    assert got_empty.body_in_place() == (b"", 0, 0)
+    assert sys.getrefcount(chunk) == baseline + 1  # the command whose body is unread
+    assert got.body == first.body and type(got.body) is bytes
+    assert sys.getrefcount(chunk) == baseline  # read: the read is let go
+    assert got.body_in_place() == (got.body, 0, 5000)
+    assert got == first and got_empty == empty
+    assert copy.copy(got) == first and pickle.loads(pickle.dumps(got)) == first
+
+
+def test_a_body_assigned_before_it_is_read_is_the_body() -> None:
+    [got] = FrameDecoder().feed(encode_command(RemotingCommand(code=0, body=b"received")))
+    got.body = b"mine"
+    assert got.body == b"mine" and got.body_in_place() == (b"mine", 0, 4)
+    [got] = FrameDecoder().feed(encode_command(RemotingCommand(code=0, body=b"received")))
+    del got.body
+    with pytest.raises(AttributeError):
+        got.body  # noqa: B018 - deleted, as a plain slot's
+
+
+def test_a_frame_cut_across_reads_is_joined_once_and_the_next_one_read_in_place() -> None:
+    """A frame cut across reads (its header or its body) is held as received and joined
+    once, into bytes of exactly that frame (one cut in its length prefix: the few held
+    bytes joined with the next read); the frame after it in the last read is read
+    there. Every cut of two frames in two and three reads. Fails on the code before
+    Round 12 (the held bytes were appended to a buffer, and each frame of a read after
+    a cut copied out of it)."""
+    a = RemotingCommand(code=0, opaque=1, flag=1, remark="r", body=bytes(range(256)) * 3)
+    b = RemotingCommand(code=0, opaque=2, flag=1, ext_fields={"n": "1"}, body=b"next")
+    stream = encode_command(a) + encode_command(b)
+    first = len(encode_command(a))
+    for cut in range(1, len(stream)):
+        for cut2 in (cut, min(cut + 1, len(stream)), min(cut + 300, len(stream))):
+            decoder = FrameDecoder()
+            reads = [stream[:cut], stream[cut:cut2], stream[cut2:]]
+            out: list[RemotingCommand] = []
+            fed = 0
+            for read in reads:
+                out += decoder.feed(read)
+                fed += len(read)
+                assert decoder.buffered == fed - [0, first, len(stream)][len(out)]
+            assert len(out) == 2
+            for cmd, frame_start, frame_end in ((out[0], 0, first), (out[1], first, len(stream))):
+                data, start, end = cmd.body_in_place()
+                assert data[start:end] == (b.body if frame_start else a.body)
+                cuts = [c for c in (cut, cut2) if frame_start < c < frame_end]
+                if not cuts:  # read where it came (or in what the cut prefix before joined)
+                    assert any(data is r for r in reads) or any(0 < c < 4 for c in (cut, cut2))
+                elif all(c >= frame_start + 4 for c in cuts):
+                    assert len(data) == frame_end - frame_start  # the frame joined
+                else:
+                    assert not any(data is r for r in reads)
+            assert out == [a, b]

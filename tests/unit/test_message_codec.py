@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import struct
+import sys
 import zlib
 from typing import Any
 
@@ -701,7 +702,7 @@ def test_usual_and_checked_paths_decode_alike() -> None:
     assert _fields(usual) == _fields(_checked(data))
     assert [m.born_host for m in usual[:3]] == ["10.0.0.1:1", "10.0.0.1:1", "10.0.0.2:65535"]
     assert usual[7].store_host == usual[8].store_host == "1.2.3.4:0"
-    assert message_codec._decode_usual([], data, 0, "b", MessageExt) > 0  # it took some
+    assert message_codec._decode_usual([], data, 0, len(data), "b", MessageExt) > 0  # it took some
 
 
 def _usual_records() -> bytes:
@@ -717,7 +718,7 @@ def _usual_records() -> bytes:
 
 def test_usual_records_are_all_taken_by_the_usual_path() -> None:
     data = _usual_records()
-    assert message_codec._decode_usual([], data, 0, "b", MessageExt) == len(data)
+    assert message_codec._decode_usual([], data, 0, len(data), "b", MessageExt) == len(data)
     assert _fields(_decoded(data)) == _fields(_checked(data))
 
 
@@ -816,3 +817,70 @@ def test_pop_messages_built_in_place_equal_init_built_ones() -> None:
     [plain] = decode_messages(raw_record(), message_class=PopMessage)
     assert hasattr(plain, "_head") and hasattr(plain, "_raw_properties")
     assert (plain.receipt_handle, plain.delivery_attempt, plain.message_id) == ("", 1, plain.msg_id)
+
+
+# ------------------------------------ records read where they were received (Round 12)
+
+
+def _in_place(
+    chunk: bytes, start: int, end: int, cls: type[MessageExt], undecodable: bool
+) -> object:
+    bad: list[message_codec.UndecodableRecord] | None = [] if undecodable else None
+    try:
+        got = decode_messages(
+            chunk, broker_name="b", message_class=cls, undecodable=bad, start=start, end=end
+        )
+    except MessageDecodeError as exc:
+        return str(exc), exc.position
+    return [_all_fields(m) for m in got], bad
+
+
+@given(
+    st.data(),
+    st.sampled_from([_mixed_records(), _usual_records()]),
+    st.sampled_from([MessageExt, ConsumerMessage]),
+    st.booleans(),
+)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_records_read_in_place_decode_as_their_copy(
+    data: st.DataObject, records: bytes, cls: type[MessageExt], undecodable: bool
+) -> None:
+    """A pull body read where it was received (``start``/``end`` in the bytes of a read,
+    frames before and after it) decodes to the same messages, or the same error at the
+    same position, or the same undecodable records, as a copy of the body alone: a
+    record cut or mutated never takes bytes from past ``end``. Fails on the code before
+    Round 12 (``decode_messages`` took no bounds)."""
+    from aiorocket.received import PopMessage
+
+    if data.draw(st.booleans()):
+        cls = PopMessage
+    mutable = bytearray(records)
+    for _ in range(data.draw(st.integers(0, 3))):
+        mutable[data.draw(st.integers(0, len(mutable) - 1))] = data.draw(st.integers(0, 255))
+    body = bytes(mutable[: data.draw(st.integers(1, len(mutable)))])
+    before = data.draw(st.binary(max_size=40))
+    # after the body: random bytes, or the records whose end was cut off (their rest
+    # would complete a cut record if it were read past its end)
+    after = data.draw(st.binary(max_size=60) | st.just(records[len(body) :]))
+    chunk = before + body + after
+    start, end = len(before), len(before) + len(body)
+    assert _in_place(chunk, start, end, cls, undecodable) == _in_place(
+        body, 0, len(body), cls, undecodable
+    )
+
+
+def test_messages_read_in_place_keep_nothing_of_the_received_bytes() -> None:
+    """Each message read where it was received holds copies of its own fields (bytes
+    slices), not the read they came in: a message kept does not keep the whole answer
+    (nor the answers around it) alive. Fails on the code before Round 12."""
+    from aiorocket.received import PopMessage
+
+    records = _usual_records() + _mixed_records()  # usual ones, then the checked path
+    chunk = b"x" * 100 + records + b"y" * 100
+    baseline = sys.getrefcount(chunk)
+    for cls in (MessageExt, ConsumerMessage, PopMessage):
+        kept = decode_messages(chunk, message_class=cls, start=100, end=100 + len(records))
+        assert len(kept) == 18
+        assert sys.getrefcount(chunk) == baseline
+        assert all(type(m.body) is bytes for m in kept)
+        assert _fields(kept) == _fields(decode_messages(records, message_class=cls))
