@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiorocket._send_result import send_result
+from aiorocket.client.pull_request import PullHeader, PullRequest
 from aiorocket.client.results import PullResult, PullStatus, SendResult, SendStatus
 from aiorocket.errors import (
     BrokerResponseError,
@@ -60,6 +61,9 @@ _PULL_STATUS = {
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
+
+#: the numbers of a pull's answer (PullMessageResponseHeader)
+_PULL_NUMBERS = ("nextBeginOffset", "minOffset", "maxOffset", "suggestWhichBrokerId")
 
 DEFAULT_TOPIC = "TBW102"
 #: The group the admin tools read messages as (MixAll.TOOLS_CONSUMER_GROUP).
@@ -357,26 +361,26 @@ class BrokerClient:
         message_class: type[MessageExt] = MessageExt,
         keep_undecodable: bool = False,
         stamp: Stamp | None = None,
+        header: PullHeader | None = None,
     ) -> PullResult:
         """PULL_MESSAGE. A record that cannot be decoded fails the whole pull with
         ``MessageDecodeError``, unless ``keep_undecodable``: then it is left out of
-        ``messages`` and listed in ``undecodable``. ``stamp``: see ``decode_messages``."""
-        ext = {
-            "consumerGroup": group,
-            "topic": mq.topic,
-            "queueId": str(mq.queue_id),
-            "queueOffset": str(offset),
-            "maxMsgNums": str(max_nums),
-            "sysFlag": str(sys_flag),
-            "commitOffset": str(commit_offset),
-            "suspendTimeoutMillis": str(suspend_timeout_ms),
-            "subVersion": str(sub_version),
-            "bname": mq.broker_name,
-        }
-        if subscription is not None:
-            ext["subscription"] = subscription
-            ext["expressionType"] = expression_type or "TAG"
-        resp = await self._call(addr, RequestCode.PULL_MESSAGE, ext, timeout=timeout)
+        ``messages`` and listed in ``undecodable``. ``stamp``: see ``decode_messages``.
+
+        ``header``: the request's fixed fields encoded once, by a caller that pulls a
+        queue many times (the puller): ``PullHeader`` of this ``group``, ``mq``,
+        ``suspend_timeout_ms``, ``sub_version``, ``subscription`` and
+        ``expression_type``, which are then not read."""
+        if header is None:
+            header = PullHeader(
+                group, mq, suspend_timeout_ms=suspend_timeout_ms, sub_version=sub_version,
+                subscription=subscription, expression_type=expression_type,
+            )  # fmt: skip
+        request = PullRequest(header, offset, max_nums, sys_flag, commit_offset)
+        # The pool's connection without call's, request's and get's coroutines (once a
+        # pull: benchmarks/README.md, "Round 11")
+        conn = self.pool.live(addr) or await self.pool.get(addr)
+        resp = await conn.request(request, timeout)
         status = _PULL_STATUS.get(resp.code)  # type: ignore[call-overload]
         if status is None:
             raise error_for_response(resp.code, resp.remark, RequestCode.PULL_MESSAGE)
@@ -395,13 +399,25 @@ class BrokerClient:
                 start=start,
                 end=end,
             )
+        # the four numbers without an ext_int call each (once a pull); a malformed one
+        # raises ext_int's error
+        get = resp.ext_fields.get
+        try:
+            next_begin, low, high, suggested = (
+                int(get("nextBeginOffset", offset)), int(get("minOffset", 0)),
+                int(get("maxOffset", 0)), int(get("suggestWhichBrokerId", 0)),
+            )  # fmt: skip
+        except ValueError:
+            for name in _PULL_NUMBERS:
+                resp.ext_int(name, 0)
+            raise
         return PullResult(
             status=status,
-            next_begin_offset=resp.ext_int("nextBeginOffset", offset),
-            min_offset=resp.ext_int("minOffset", 0),
-            max_offset=resp.ext_int("maxOffset", 0),
+            next_begin_offset=next_begin,
+            min_offset=low,
+            max_offset=high,
             messages=messages,
-            suggest_which_broker_id=resp.ext_int("suggestWhichBrokerId", 0),
+            suggest_which_broker_id=suggested,
             undecodable=undecodable,
         )
 

@@ -26,6 +26,12 @@ class BrokerFinder:
     def __init__(self, namesrv: NameServerClient) -> None:
         self._namesrv = namesrv
 
+    def cached(self, mq: MessageQueue, broker_id: int = MASTER_ID) -> tuple[str, int] | None:
+        """``find`` in the cached route only (None: ask ``find``): a plain call, once a
+        pull, where ``find`` costs a coroutine."""
+        route = self._namesrv.cached_route(mq.topic)
+        return route.find_addr(mq.broker_name, broker_id) if route else None
+
     async def find(
         self, mq: MessageQueue, broker_id: int = MASTER_ID, *, only_this: bool = False
     ) -> tuple[str, int] | None:

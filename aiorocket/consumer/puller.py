@@ -10,6 +10,7 @@ import anyio
 import anyio.abc
 
 from aiorocket.client.broker import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
+from aiorocket.client.pull_request import PullHeader
 from aiorocket.client.results import PullResult, PullStatus
 from aiorocket.consumer.committer import verify_offset
 from aiorocket.consumer.config import MessageModel
@@ -144,6 +145,15 @@ class Puller:
         pauses = state.pauses
         rate = state.rate
         topic_rate = None if state.topic_rates is None else state.topic_rates.of(pq.mq.topic)
+        suspend_timeout_ms = int(cfg.long_poll_timeout * 1000)
+        subscription = sub.expression if with_sub else None
+        expression_type = sub.expression_type if with_sub else None
+        # the fields that stay the same from pull to pull, encoded once (benchmarks/
+        # README.md, "Round 11")
+        header = PullHeader(
+            group, pq.mq, suspend_timeout_ms=suspend_timeout_ms, sub_version=sub.sub_version,
+            subscription=subscription, expression_type=expression_type,
+        )  # fmt: skip
         while not pq.dropped:
             if pq.paused or pauses.queue_paused(pq.mq):
                 # Paused (PullConsumer.pause, Consumer.pause): a change of either wakes
@@ -171,7 +181,7 @@ class Puller:
             if pq.offset_unverified and not await self._verify_offset(pq, log):
                 await anyio.sleep(cfg.pull_backoff_on_error)
                 continue
-            found = await finder.find(pq.mq, broker_id)
+            found = finder.cached(pq.mq, broker_id) or await finder.find(pq.mq, broker_id)
             if found is None:
                 log.warning("pull_no_broker")
                 await anyio.sleep(cfg.pull_backoff_on_error)
@@ -202,10 +212,10 @@ class Puller:
                     max_nums=batch,
                     sys_flag=sys_flag,
                     commit_offset=commit,
-                    suspend_timeout_ms=int(cfg.long_poll_timeout * 1000),
+                    suspend_timeout_ms=suspend_timeout_ms,
                     sub_version=sub.sub_version,
-                    subscription=sub.expression if with_sub else None,
-                    expression_type=sub.expression_type if with_sub else None,
+                    subscription=subscription,
+                    expression_type=expression_type,
                     timeout=cfg.pull_request_timeout,
                     message_class=ConsumerMessage,
                     keep_undecodable=True,
@@ -213,6 +223,7 @@ class Puller:
                     # decoded (a loop over the messages less: benchmarks/README.md,
                     # "Round 4 (issue 43, goal 1)")
                     stamp=(pq, generation, settler),
+                    header=header,
                 )
             except ResponseTooLargeError as exc:
                 # Large messages x batch size: the connection is fine (the answer was

@@ -22,6 +22,7 @@ import itertools
 import math
 import ssl
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -48,6 +49,7 @@ from aiorocket.security import Credentials
 __all__ = [
     "MIN_CLOSE_TIMEOUT",
     "Connection",
+    "EncodedRequest",
     "RequestHandler",
     "StallCheck",
     "WireTiming",
@@ -74,6 +76,21 @@ _RESPONSE = int(RemotingFlag.RESPONSE)
 def next_opaque() -> int:
     # Opaque is an int32 on the Java side; wrap before overflowing it.
     return next(_opaque_counter) & 0x7FFFFFFF
+
+
+class EncodedRequest(Protocol):
+    """A request whose frame its maker encodes (``request`` sets no fields of it): the
+    pulls, whose header is encoded once per queue (aiorocket.client.pull_request)."""
+
+    @property
+    def code(self) -> int: ...
+
+    def frame(self, opaque: int) -> bytes:
+        """The whole frame, length prefix included, with ``opaque`` and flag 0."""
+
+    def command(self) -> RemotingCommand:
+        """The same request as a command: a connection that signs its requests sends
+        that, signed."""
 
 
 #: ``(seconds, give_up)``: a request unanswered after ``seconds`` is abandoned if
@@ -318,18 +335,25 @@ class Connection:
                 await self._send(encode_command(response))
 
     async def _send(self, frame: bytes) -> Sent:
+        sent = self._write(frame)
+        if self._wire.paused:
+            await self._drain()
+        return sent
+
+    def _write(self, frame: bytes) -> Sent:
+        """Queue ``frame`` whole (never blocks); then ``_drain`` if the wire is paused."""
         if self._closed:
             raise self._closed_error()
-        wire = self._wire
         try:
-            sent = wire.write(frame)
+            return self._wire.write(frame)
         except anyio.BrokenResourceError:
             raise self._closed_error() from None
-        if wire.paused:  # backpressure: past the high-water mark, wait for the socket
-            await wire.drain()
-            if self._closed:
-                raise self._closed_error()
-        return sent
+
+    async def _drain(self) -> None:
+        """Backpressure: past the wire's high-water mark, wait for the socket."""
+        await self._wire.drain()
+        if self._closed:
+            raise self._closed_error()
 
     async def _expire_loop(self) -> None:
         """Wake every pending request whose deadline passed; it then raises a timeout.
@@ -370,7 +394,7 @@ class Connection:
 
     async def request(
         self,
-        cmd: RemotingCommand,
+        cmd: RemotingCommand | EncodedRequest,
         timeout: float,
         stall: StallCheck | None = None,
         timing: WireTiming | None = None,
@@ -384,10 +408,18 @@ class Connection:
         until the timeout); the connection stays open (the peer is slow or frozen, not
         the socket half-open, or nothing else would answer either).
         """
-        cmd.opaque = next_opaque()
-        cmd.flag &= _NOT_ONEWAY
-        if self._credentials is not None:
-            self._credentials.sign(cmd)
+        opaque = next_opaque()
+        if not isinstance(cmd, RemotingCommand):
+            if self._credentials is None:
+                frame = cmd.frame(opaque)
+            else:
+                cmd = cmd.command()  # signed: as a command, every field in the signature
+        if isinstance(cmd, RemotingCommand):
+            cmd.opaque = opaque
+            cmd.flag &= _NOT_ONEWAY
+            if self._credentials is not None:
+                self._credentials.sign(cmd)
+            frame = encode_command(cmd)
         loop = self._loop or capture()
         now = loop.now()
         deadline = now + timeout
@@ -397,14 +429,17 @@ class Connection:
             pending.stall_after = stall[0]
             wake = pending.stall_at = now + stall[0]
             pending.give_up = stall[1]
-        self._pending[cmd.opaque] = pending
+        self._pending[opaque] = pending
         if wake < self._next_sweep:
             self._sweep.notify()  # the sweeper must wake earlier for this one
         try:
-            sent = await self._send(encode_command(cmd))
+            # _send's steps without its coroutine (once a request)
+            sent = self._write(frame)
+            if self._wire.paused:
+                await self._drain()
             await pending.event.wait()
         finally:
-            self._pending.pop(cmd.opaque, None)
+            self._pending.pop(opaque, None)
         response = pending.response
         if response is not None:
             if timing is not None:

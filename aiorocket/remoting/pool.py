@@ -120,6 +120,12 @@ class ConnectionPool:
     def addresses(self) -> list[str]:
         return list(self._connections)
 
+    def live(self, address: str) -> Connection | None:
+        """The open connection to ``address``, or None (``get`` then connects): a plain
+        call where ``get`` costs a coroutine, for the pull path (once a pull)."""
+        conn = self._connections.get(address)  # empty once the pool is closed
+        return conn if conn is not None and not conn.closed else None
+
     async def get(self, address: str) -> Connection:
         """The live connection to ``address``, connecting first if there is none."""
         if self._closed or self._tg is None:
