@@ -3,6 +3,7 @@ the only input of the checker (``checker``)."""
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,10 @@ class Event:
     ended unsettled: the server will deliver it again), ``dead_lettered`` (it went to the
     DLQ, by the client or the server), ``app_error`` (an exception reached the
     application), ``close_start`` / ``close_end``, ``storm`` (a request storm),
-    ``held`` (the client still holds settled messages), ``tasks_left``, ``note``.
+    ``held`` (the client still holds settled messages), ``tasks_left``, ``note``,
+    ``broker_paused`` / ``broker_resumed`` (the nemesis froze a broker, SIGSTOP-like:
+    what reaches it meanwhile is handled once it resumes; an ``acked`` names when its
+    request reached the broker, ``sent``).
     """
 
     at: float
@@ -41,6 +45,12 @@ class History:
 
     def add(self, kind: str, key: str = "", **info: Any) -> None:
         self.events.append(Event(self._clock(), kind, key, info))
+
+    def insert(self, at: float, kind: str, key: str = "", **info: Any) -> None:
+        """Add an event of an earlier time ``at`` in its place (after those of the
+        same time): what the servers know only once the run is over."""
+        index = bisect.bisect_right([e.at for e in self.events], at)
+        self.events.insert(index, Event(at, kind, key, info))
 
     def of(self, kind: str) -> list[Event]:
         return [e for e in self.events if e.kind == kind]

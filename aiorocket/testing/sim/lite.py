@@ -206,6 +206,7 @@ class SimLiteBroker:
 
     async def _handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
         self.silence.seen(session)
+        arrived = anyio.current_time()  # a paused broker handles it only once it resumes
         await self.cluster.paused(self.name)
         self.revive()
         ext = cmd.ext_fields
@@ -235,7 +236,7 @@ class SimLiteBroker:
             await answer_pop(session, resp, self.history, deliveries)
             return
         elif code == ACK_MESSAGE:
-            resp = self._fault("ack_error", cmd) or self._ack(cmd)
+            resp = self._fault("ack_error", cmd) or self._ack(cmd, arrived)
         elif code == CHANGE_MESSAGE_INVISIBLETIME:
             resp = self._change(cmd)
         elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
@@ -399,11 +400,13 @@ class SimLiteBroker:
                          lite_topic=ext.get("liteTopic"), offset=ext["offset"])  # fmt: skip
         return None
 
-    def _ack(self, cmd: RemotingCommand) -> RemotingCommand:
+    def _ack(self, cmd: RemotingCommand, sent: float) -> RemotingCommand:
         m = self._find(cmd)
         if m is not None:
             m.state = "acked"
-            self.history.add("acked", m.key, broker=self.name)
+            # ``sent``: when the request reached the broker (earlier than now if the
+            # broker was paused then): the checker needs it to judge such an ack
+            self.history.add("acked", m.key, broker=self.name, sent=sent)
             self._wake()
         return RemotingCommand.response_to(cmd)
 
@@ -510,6 +513,19 @@ class SimLiteCluster(SimServers[SimLiteBroker]):
             await anyio.sleep(max(0.0, at - anyio.current_time()))
             by_name[name].take(lite_topic)
             await self._flush_notices()
+
+    def record_pauses(self) -> None:
+        """Put each ``broker_pause`` (``paused`` applies it) in the history, as
+        ``broker_paused`` / ``broker_resumed`` events where they belong in time, once the
+        run is over: an ack sent to a paused broker lands when it resumes, which only
+        these let the checker tell from a late ack. Not by a timer of the run's: one at
+        the resume's instant would reorder the requests the broker wakes for then."""
+        now = anyio.current_time()
+        for f in self.schedule.of("broker_pause"):
+            for at, kind in ((f.args["at"], "broker_paused"),
+                             (f.args["at"] + f.args["seconds"], "broker_resumed")):  # fmt: skip
+                if at <= now:
+                    self.history.insert(at, kind, broker=f.args["broker"])
 
     async def _flush_notices(self) -> None:
         notices, self._notices = self._notices, []

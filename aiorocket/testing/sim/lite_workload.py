@@ -246,6 +246,7 @@ async def lite_remoting(
                           nemesis=[cluster.run_nemesis, half_open])  # fmt: skip
         for b in cluster.brokers:
             b.revive()
+        cluster.record_pauses()
         history.add("end")
     if cluster.errors:
         raise RuntimeError("the simulated broker failed:\n" + cluster.errors[0])
