@@ -25,7 +25,7 @@ from aiorocket.testing.sim._client import (
 )
 from aiorocket.testing.sim.features import pauser, rate_kwargs, topic_rate_kwargs
 from aiorocket.testing.sim.remoting import GROUP, TOPIC, SimCluster
-from aiorocket.testing.sim.silence import pop_reconnect_bound, run_half_open
+from aiorocket.testing.sim.silence import pop_half_open_info, run_half_open
 
 if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
@@ -39,8 +39,9 @@ SETTINGS: dict[str, Any] = {
     "invisible_duration": 10.0, "consume_timeout": 20.0, "shutdown_timeout": 5.0,
     "max_reconsume_times": 3,
 }  # fmt: skip
-#: the bound (virtual seconds) to a request on a new connection after a silence
-RECONNECT = pop_reconnect_bound(SETTINGS)
+#: the bounds (virtual seconds) to a request on a new connection after a silence, in
+#: the ``half_open`` events (``silence.pop_half_open_info``)
+HALF_OPEN_INFO = pop_half_open_info(SETTINGS)
 #: how long (virtual seconds) the first phase may run
 PHASE = 150.0
 #: ...and the second: it ends as soon as the brokers have everything settled, so only a
@@ -107,7 +108,7 @@ async def pop_remoting(
         sim_handler = SimHandler(schedule, history, handler)
         async with anyio.create_task_group() as tg:
             silences = {b.name: b.silence for b in cluster.brokers}
-            tg.start_soon(partial(run_half_open, schedule, silences, within=RECONNECT))
+            tg.start_soon(partial(run_half_open, schedule, silences, **HALF_OPEN_INFO))
             await _phase(cluster, history, sim_handler, closes[0] if closes else None, "first")
             if not cluster.all_settled():
                 # the second member must not inherit phase one's spent close

@@ -218,6 +218,9 @@ class SimPopBroker:
         await self._storm_check()
         for f in self.cluster.schedule.of("pop_error"):
             if f.args["from_pop"] <= index < f.args["from_pop"] + f.args["count"]:
+                # the checker gives a silence during the receive backoff it starts the
+                # backoff's time (reconnects_after_half_open)
+                self.history.add("pop_refused", "", broker=self.name)
                 return RemotingCommand.response_to(cmd, f.args["code"], "sim pop error")
         for f in self.cluster.schedule.of("pop_delay"):
             if f.args["pop"] == index:

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from aiorocket.testing.sim.history import History
     from aiorocket.testing.sim.nemesis import Schedule
 
-__all__ = ["Deliveries", "Silence", "answer_pop", "pop_reconnect_bound", "run_half_open"]
+__all__ = ["Deliveries", "Silence", "answer_pop", "pop_half_open_info", "pop_reconnect_bound",
+           "run_half_open"]  # fmt: skip
 
 
 class Silence:
@@ -54,11 +55,25 @@ def pop_reconnect_bound(settings: dict[str, Any]) -> float:
     """A POP (or lite) client's bound to a request on a new connection after a silence:
     it notices when a pop on the silent one times out (its timeout: the long poll, the
     request timeout and 5 s, as ``RemotingSource.receive`` sets it), and one receive
-    backoff (10 s at most) comes before or after that pop; 2 s to spare."""
+    backoff (10 s at most) comes after that pop; 2 s to spare."""
     from aiorocket.testing.sim.compat import receive_backoff_cap
 
     pop_timeout = settings["long_poll_timeout"] + settings["request_timeout"] + 5
     return float(pop_timeout + receive_backoff_cap() + 2)
+
+
+def pop_half_open_info(settings: dict[str, Any]) -> dict[str, float]:
+    """What a POP workload's ``half_open`` events carry for the checker: ``within``
+    (``pop_reconnect_bound``) and, for a silence that falls in a receive backoff (a pop
+    refused at most ``backoff_cap`` before it, ``pop_refused``, and none delivered
+    since), ``within_backing_off``:
+    the rest of that backoff (up to the cap) comes before the pop that times out, and
+    the failures it counts grow the backoff after it (up to the cap again)."""
+    from aiorocket.testing.sim.compat import receive_backoff_cap
+
+    within = pop_reconnect_bound(settings)
+    cap = receive_backoff_cap()
+    return {"within": within, "within_backing_off": within + cap, "backoff_cap": cap}
 
 
 #: the history's entries of a pop's messages, added once its answer is written
