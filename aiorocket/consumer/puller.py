@@ -145,14 +145,13 @@ class Puller:
         pauses = state.pauses
         rate = state.rate
         topic_rate = None if state.topic_rates is None else state.topic_rates.of(pq.mq.topic)
-        suspend_timeout_ms = int(cfg.long_poll_timeout * 1000)
-        subscription = sub.expression if with_sub else None
-        expression_type = sub.expression_type if with_sub else None
         # the fields that stay the same from pull to pull, encoded once (benchmarks/
-        # README.md, "Round 11")
+        # README.md, "Round 11"); the pull reads them from here alone
         header = PullHeader(
-            group, pq.mq, suspend_timeout_ms=suspend_timeout_ms, sub_version=sub.sub_version,
-            subscription=subscription, expression_type=expression_type,
+            group, pq.mq, suspend_timeout_ms=int(cfg.long_poll_timeout * 1000),
+            sub_version=sub.sub_version,
+            subscription=sub.expression if with_sub else None,
+            expression_type=sub.expression_type if with_sub else None,
         )  # fmt: skip
         while not pq.dropped:
             if pq.paused or pauses.queue_paused(pq.mq):
@@ -212,10 +211,6 @@ class Puller:
                     max_nums=batch,
                     sys_flag=sys_flag,
                     commit_offset=commit,
-                    suspend_timeout_ms=suspend_timeout_ms,
-                    sub_version=sub.sub_version,
-                    subscription=subscription,
-                    expression_type=expression_type,
                     timeout=cfg.pull_request_timeout,
                     message_class=ConsumerMessage,
                     keep_undecodable=True,
