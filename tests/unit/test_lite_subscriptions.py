@@ -8,15 +8,17 @@ from collections.abc import Collection
 import anyio
 import anyio.lowlevel
 import pytest
+from trio.testing import MockClock
 
 from aiorocket import Message
 from aiorocket._log import get_logger
 from aiorocket._validate import check_lite_topic, check_schedule
 from aiorocket.client.lite import lite_order_counts, lmq_name
-from aiorocket.consumer.pop.lite import LiteAction, LiteOffset, LiteSubscriptions
+from aiorocket.consumer.pop.lite import RESYNC_INTERVAL, LiteAction, LiteOffset, LiteSubscriptions
 from aiorocket.errors import ConfigError, LiteQuotaExceededError, RequestTimeoutError, RocketMQError
 from aiorocket.message import PROPERTY_LITE_TOPIC, MessageExt, MessageQueue
 from aiorocket.producer.selectors import java_string_hash, jump_hash, lite_selector
+from aiorocket.testing.sim.vloop import VirtualTimeLoop
 
 pytestmark = pytest.mark.anyio
 
@@ -202,11 +204,22 @@ async def test_start_offsets() -> None:
             bad()
 
 
+#: virtual time on both backends: the loop's clock moves only when every task waits, so
+#: the times the resync loop keeps are exact whatever the machine's load
+VIRTUAL = pytest.mark.parametrize("anyio_backend", [
+    pytest.param(("asyncio", {"loop_factory": VirtualTimeLoop}), id="asyncio-virtual"),
+    pytest.param(("trio", {"clock": MockClock(autojump_threshold=0)}), id="trio-virtual"),
+])  # fmt: skip
+
+
+@VIRTUAL
 async def test_a_resync_asked_again_is_sent_at_once_and_at_each_time_asked() -> None:
     """``resync_soon(again)``: the whole set at once, then again at each of those times
     (a Proxy that drops the subscriptions after the reconnect's resync: the gRPC
     source's RESYNC_AFTER_RECONNECT), then only at the interval; a later call replaces
-    the times."""
+    the times. On a virtual clock: the send times are exact (on the wall clock a starved
+    run's first resync ended past the 0.2 s time, which it then counted as sent: two
+    sends where the test waited for three)."""
     lite, server = subs(), Server()
     await lite.subscribe("a")
     sent: list[float] = []
@@ -221,24 +234,16 @@ async def test_a_resync_asked_again_is_sent_at_once_and_at_each_time_asked() -> 
         tg.start_soon(lite.run)
         start = anyio.current_time()
         lite.resync_soon((0.2, 0.5))
-        with anyio.fail_after(5):
-            while len(sent) < 3:  # noqa: ASYNC110 - the fake server has no event
-                await anyio.sleep(0.01)
-        # Three within the guard, the interval being 30 s: the first was the one at
-        # once (it was `sent[0] - start < 0.15` s of wall clock, which a starved
-        # machine overran).
-        assert 0.2 <= sent[1] - start < sent[2] - start and sent[2] - start >= 0.5
-        await anyio.sleep(0.3)
-        assert len(sent) == 3  # then the interval (30 s)
+        await anyio.sleep(RESYNC_INTERVAL - 1)
+        assert [round(at - start, 6) for at in sent] == [0, 0.2, 0.5]  # not the interval yet
+        again = anyio.current_time()
         lite.resync_soon((0.2,))
         lite.resync_soon(())  # replaces the times: at once only
-        with anyio.fail_after(5):
-            while len(sent) < 4:  # noqa: ASYNC110 - the fake server has no event
-                await anyio.sleep(0.01)
-        await anyio.sleep(0.4)  # past the replaced 0.2 s: nothing more
-        assert len(sent) == 4
+        await anyio.sleep(RESYNC_INTERVAL + 1)
+        # at once, then the interval's (none at the replaced 0.2 s)
+        assert [round(at - again, 6) for at in sent[3:]] == [0, RESYNC_INTERVAL]
         tg.cancel_scope.cancel()
-    assert server.updates == [(LiteAction.COMPLETE_ADD, {"a"})] * 4
+    assert server.updates == [(LiteAction.COMPLETE_ADD, {"a"})] * 5
 
 
 class LaggingServer:
