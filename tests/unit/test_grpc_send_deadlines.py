@@ -52,15 +52,20 @@ def record_send_attempts(producer: Producer) -> list[float]:
 @pytest.mark.parametrize("auto_batch", [True, False])
 async def test_no_attempt_of_a_send_starts_after_its_caller_timed_out(auto_batch: bool) -> None:
     async with FakeProxy() as proxy:
+        # The session's start (the Proxy's settings) and heartbeats wait up to
+        # request_timeout: 30 s, not the 0.4 s the sends' attempts get below (a starved
+        # run failed its start with "no settings from the Proxy within 0.4s").
         async with Producer(
-            "pg", proxy=proxy.endpoint, send_timeout=10, request_timeout=0.4, retries=20,
+            "pg", proxy=proxy.endpoint, send_timeout=10, request_timeout=30, retries=20,
             shutdown_timeout=5, auto_batch=auto_batch,
         ) as producer:  # fmt: skip
             await producer.send(Message("t", b"warm-up"))  # the topic is declared
+            producer.config.request_timeout = 0.4  # each send attempt's bound (read per attempt)
             attempts = record_send_attempts(producer)
             proxy.send_hangs = True
             with pytest.raises(RequestTimeoutError):
-                await producer.send(Message("t", b"late"), timeout=1.0)
+                # 7 attempts of 0.4 s fit; the first one's end is far from the deadline
+                await producer.send(Message("t", b"late"), timeout=3.0)
             gave_up = time.monotonic()
             proxy.send_hangs = False  # a later attempt would now be stored
             # Leaving the block waits for the requests still under way (up to 5 s).
