@@ -257,14 +257,15 @@ async def test_the_close_leaves_a_message_a_handler_thread_still_works_on_invisi
 
     def handle(msg: ConsumerMessage) -> None:
         started.set()
-        go.wait(10)
+        go.wait(60)  # let go by the test at its end
 
     async with FakeProxy() as proxy:
         consumer = _one_message_consumer(proxy, handle, shutdown_timeout=0.1)
         try:
             async with consumer:
-                with anyio.fail_after(10):
-                    await anyio.to_thread.run_sync(started.wait)
+                # A thread's wait cannot be cancelled (a fail_after around it guarded
+                # nothing): it is bounded itself.
+                assert await anyio.to_thread.run_sync(started.wait, 60)
             assert consumer.abandoned_threads == 1
         finally:
             go.set()
@@ -293,7 +294,10 @@ async def test_a_nack_the_proxy_could_not_take_is_sent_again_later() -> None:
         consumer = _one_message_consumer(proxy, _fail)
         async with consumer:
             runtime = _runtime(consumer)
-            with anyio.fail_after(10):  # the nack through, and its answer taken
+            # The nack through, and its answer taken: ~2 s of backoffs (0.4 + 0.8 s in
+            # the settler, 0.1 + 0.2 + 0.4 s from the backlog), under a guard far from
+            # them (it was 10 s, which a starved run overran).
+            with anyio.fail_after(60):
                 while not proxy.invisible_changes or runtime.budget.count:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
             assert runtime.settler.backlog == 0
