@@ -17,6 +17,7 @@ from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.fake_grpc import FakeProxy
 from aiorocket.testing.faultproxy import FaultProxy
+from aiorocket.testing.sim.vloop import VirtualTimeLoop
 
 pytestmark = pytest.mark.anyio
 
@@ -55,7 +56,14 @@ async def test_a_stalled_connection_is_abandoned_and_the_send_goes_on_a_new_one(
         assert [m.body for m in fake.sent] == [b"before", b"during"]
 
 
+@pytest.mark.parametrize("anyio_backend", [
+    pytest.param(("asyncio", {"loop_factory": VirtualTimeLoop}), id="asyncio-virtual"),
+])  # fmt: skip
 async def test_a_slow_proxy_that_answers_pings_keeps_its_connection() -> None:
+    """On a virtual clock (the fake Proxy, the link and the client in this loop): the
+    PINGs' timers and the Proxy's delay are exact, whatever the machine's load (on the
+    wall clock a starved run could see an ACK come later than the PING's 1 s timeout,
+    or the second PING fall past the 3 s answer)."""
     async with (
         FakeProxy() as fake,
         FaultProxy(fake.endpoint) as link,
