@@ -94,3 +94,23 @@ def first_error(exc: BaseException) -> BaseException:
         errors = [e for e in inside if isinstance(e, Exception)]
         exc = (errors or list(inside))[0]
     return exc
+
+
+def soon_from_thread() -> Callable[..., object]:
+    """The running loop's way in for another thread that does not wait for an answer:
+    ``soon(fn, *args)`` schedules ``fn(*args)`` in the loop and returns at once (call it
+    inside the loop, use it from any thread). It raises ``RuntimeError`` once the loop is
+    closed or the trio run has finished.
+
+    ``anyio.from_thread.run_sync`` waits for the call's result instead: on an asyncio loop
+    that has stopped but is not closed yet (the last pass of ``asyncio.run``'s shutdown,
+    a test runner's teardown, an app's ``run_until_complete`` with more to do after it)
+    its call never runs, and the calling thread (a non-daemon AnyIO worker) waits for
+    ever, holding the interpreter's exit."""
+    try:
+        return asyncio.get_running_loop().call_soon_threadsafe
+    except RuntimeError:
+        pass
+    import trio  # the other backend anyio runs on: imported only when in use
+
+    return trio.lowlevel.current_trio_token().run_sync_soon

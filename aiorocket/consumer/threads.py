@@ -7,9 +7,11 @@ while it runs; once ``max_abandoned_threads`` of them are still running, a new c
 waits until one of them returns instead of starting yet another thread, so a handler
 that hangs on every message cannot pile up threads without bound.
 
-A call marked abandoned tells the event loop when its thread returns at last
-(``from_thread.run_sync``, which reaches the loop from an abandoned thread too); calls
-that return in time cost a lock and two flags more than a plain ``to_thread`` call.
+A call marked abandoned tells the event loop when its thread returns at last, without
+waiting for the loop to take the word (``aiorocket._loop.soon_from_thread``): a loop that
+has stopped and is not closed yet never would, and the thread, a non-daemon AnyIO worker,
+would wait for ever and hold the interpreter's exit. Calls that return in time cost a
+lock and two flags more than a plain ``to_thread`` call.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-import anyio.from_thread
 import anyio.to_thread
 
 from aiorocket._log import Logger
+from aiorocket._loop import soon_from_thread
 from aiorocket._signal import Signal
 
 __all__ = ["HandlerThreads"]
@@ -54,6 +56,8 @@ class HandlerThreads:
 
     def __init__(self, *, concurrency: int, max_abandoned: int, log: Logger) -> None:
         self._log = log
+        #: how an abandoned thread reaches the loop (made in the loop, which runs the calls)
+        self._soon = soon_from_thread()
         self.max_abandoned = max_abandoned
         #: threads given up (timed out or cancelled) that are still running
         self.abandoned = 0
@@ -94,8 +98,8 @@ class HandlerThreads:
                 call.finished = True
                 abandoned = call.abandoned
             if abandoned:
-                with contextlib.suppress(Exception):  # the loop is gone: nobody to tell
-                    anyio.from_thread.run_sync(self._returned, arg)
+                with contextlib.suppress(RuntimeError):  # the loop is gone: nobody to tell
+                    self._soon(self._returned, arg)
 
     def still_running(self) -> list[Any]:
         """The messages abandoned calls still work on (their threads run on)."""

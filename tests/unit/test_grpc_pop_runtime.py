@@ -260,7 +260,9 @@ async def test_the_close_leaves_a_message_a_handler_thread_still_works_on_invisi
         go.wait(60)  # let go by the test at its end
 
     async with FakeProxy() as proxy:
-        consumer = _one_message_consumer(proxy, handle, shutdown_timeout=0.1)
+        # request_timeout: the start's wait for the Proxy's settings (a starved run
+        # failed "no settings from the Proxy within 3.0s")
+        consumer = _one_message_consumer(proxy, handle, shutdown_timeout=0.1, request_timeout=30)
         try:
             async with consumer:
                 # A thread's wait cannot be cancelled (a fail_after around it guarded
