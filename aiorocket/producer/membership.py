@@ -3,7 +3,11 @@
 A broker sends transaction check-backs only to clients whose heartbeat listed the
 producer group (``producerDataSet``), so every broker the producer writes to gets one:
 at once when a send first meets it, then every ``heartbeat_interval``. Closing the
-producer unregisters the group from each of them.
+producer unregisters the group from each of them, after the heartbeats under way there
+ended, and sends none once it began (the shared
+[`Heartbeats`][aiorocket.client.heartbeats.Heartbeats] says why): applied after the
+unregister, a heartbeat lists the closed producer again, and the broker calls a gone
+producer back for its transactions until it expires the channel (120 s).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 import anyio
 
 from aiorocket.client.broker import BrokerClient
-from aiorocket.errors import RocketMQError
+from aiorocket.client.heartbeats import Heartbeats
 
 __all__ = [
     "Membership",
@@ -30,7 +34,7 @@ class Membership:
         broker_addrs: Callable[[], set[str]],
         log: Any,
     ) -> None:
-        self._broker = broker
+        self._beats = Heartbeats(broker, client_id, lambda: self._log)
         self._client_id = client_id
         self._group = group
         self._broker_addrs = broker_addrs
@@ -58,11 +62,10 @@ class Membership:
 
     async def heartbeat(self, addr: str) -> bool:
         self._seen.add(addr)
+        if self._beats.leaving:
+            return False
         self._attempted.add(addr)
-        try:
-            await self._broker.heartbeat(addr, self.heartbeat_data())
-        except RocketMQError as exc:
-            self._log.warning("heartbeat_failed", broker=addr, error=str(exc))
+        if await self._beats.send(addr, self.heartbeat_data()) is not None:
             return False
         if addr not in self.registered:
             self._log.debug("registered", broker=addr)
@@ -91,15 +94,8 @@ class Membership:
             await self.heartbeat_all()
 
     async def unregister_all(self) -> None:
-        """Unregister from every broker a heartbeat went to (concurrently)."""
-        async with anyio.create_task_group() as tg:
-            for addr in sorted(self._attempted):
-                tg.start_soon(self._unregister, addr)
+        """Unregister from every broker a heartbeat went to (side by side), each after
+        its heartbeats under way ended; no heartbeat is sent from then on."""
+        await self._beats.unregister(self._attempted, group={"producer_group": self._group})
         self.registered.clear()
         self._attempted.clear()
-
-    async def _unregister(self, addr: str) -> None:
-        try:
-            await self._broker.unregister_client(addr, self._client_id, producer_group=self._group)
-        except RocketMQError as exc:
-            self._log.warning("unregister_failed", broker=addr, error=str(exc))

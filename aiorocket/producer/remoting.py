@@ -174,12 +174,16 @@ class RemotingProducer:
                 self._membership = membership = Membership(
                     client.broker, client.client_id, group, routes.broker_addrs, self.log
                 )
-                stack.push_async_callback(self._unregister)
                 self._sender = Sender(
                     client.broker, routes, membership,
                     group=group, config=cfg, fault=self.fault, log=self.log,
                 )  # fmt: skip
                 tg = self._tg = await stack.enter_async_context(BackgroundTasks())
+                # Unwound before the tasks stop: the heartbeat loop, left running, sends no
+                # more (the membership is leaving), and the unregister waits for the end
+                # of one under way (not cut by the loop's cancellation, it would end
+                # shielded meanwhile, its loss of a connection unknown to the unregister).
+                stack.push_async_callback(self._unregister)
                 if cfg.auto_batch:
                     self._batcher = AutoBatcher(self._sender, cfg, self.log)
                     stack.push_async_callback(self._drain_batcher)
@@ -216,8 +220,8 @@ class RemotingProducer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Stop taking checks, drain the batches (bounded), stop the background tasks,
-        unregister the group (bounded), close the client."""
+        """Stop taking checks, drain the batches (bounded), unregister the group
+        (bounded), stop the background tasks, close the client."""
         self._closed = True
         stack, self._stack = self._stack, None
         try:

@@ -8,6 +8,8 @@ serving its pulls, on demand.
 
 from __future__ import annotations
 
+from functools import partial
+
 import anyio
 import pytest
 
@@ -157,6 +159,18 @@ class LateHeartbeat:
         self.unregistered = anyio.Event()
         self.order: list[str] = []  # "heartbeat" (the lagging one) and "unregister"
 
+    async def hold_next(self, lag: float) -> None:
+        """Make the next heartbeat lag; returns once it arrived (under way)."""
+        self.lag = lag
+        with anyio.fail_after(10):
+            await self.held.wait()
+
+    async def order_applied(self) -> list[str]:
+        """Once the held heartbeat was applied: the order of it and the unregister."""
+        with anyio.fail_after(10):
+            await self.applied.wait()
+        return self.order
+
     async def handle(
         self, apply: ServerHandler, session: ServerSession, cmd: RemotingCommand
     ) -> None:
@@ -175,13 +189,37 @@ class LateHeartbeat:
             self.unregistered.set()
 
 
+class HangingHeartbeat:
+    """Once ``hang`` is set, the next heartbeat's connection goes silent as it arrives
+    (half-open: never answered, nothing more read from it); a new connection works. The
+    session of each UNREGISTER_CLIENT is kept (``unregisters``)."""
+
+    def __init__(self) -> None:
+        self.hang = False
+        self.hung = anyio.Event()
+        self.unregisters: list[int] = []
+
+    async def handle(
+        self, apply: ServerHandler, session: ServerSession, cmd: RemotingCommand
+    ) -> None:
+        if cmd.code == RequestCode.HEART_BEAT and self.hang:
+            self.hang = False
+            session.stall()
+            self.hung.set()
+            return
+        if cmd.code == RequestCode.UNREGISTER_CLIENT:
+            self.unregisters.append(id(session))
+        await apply(session, cmd)
+
+
 class PullBrokerLate(FakeBroker):
     def __init__(self) -> None:
         super().__init__("broker-a", 0)
         self.late = LateHeartbeat()
+        self.hangs = HangingHeartbeat()
 
     async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
-        await self.late.handle(super().handle, session, cmd)
+        await self.hangs.handle(partial(self.late.handle, super().handle), session, cmd)
 
 
 class PopBrokerLate(PopBroker):
@@ -215,36 +253,11 @@ async def test_a_heartbeat_under_way_as_the_close_begins_goes_before_the_unregis
             with anyio.fail_after(10):
                 while consumer.client_id not in broker.members:
                     await broker.heartbeat_seen.wait()
-            broker.late.lag = 1.0  # well inside the heartbeat's request_timeout (3 s)
-            with anyio.fail_after(10):
-                await broker.late.held.wait()
+            await broker.late.hold_next(1.0)  # well inside its request_timeout (3 s)
         # Closed as the heartbeat was under way (on the old code the broker applied it
         # after the close, as the unregister came in first).
-        with anyio.fail_after(10):
-            await broker.late.applied.wait()
-        assert broker.late.order == ["heartbeat", "unregister"]
+        assert await broker.late.order_applied() == ["heartbeat", "unregister"]
         assert consumer.client_id not in broker.members
-
-
-class HeartbeatHangs(FakeBroker):
-    """Once ``hang`` is set, the next heartbeat's connection goes silent as it arrives
-    (half-open: never answered, nothing more read from it); a new connection works."""
-
-    def __init__(self) -> None:
-        super().__init__("broker-a", 0)
-        self.hang = False
-        self.hung = anyio.Event()
-        self.unregisters: list[int] = []  # the session of each UNREGISTER_CLIENT
-
-    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
-        if cmd.code == RequestCode.HEART_BEAT and self.hang:
-            self.hang = False
-            session.stall()
-            self.hung.set()
-            return
-        if cmd.code == RequestCode.UNREGISTER_CLIENT:
-            self.unregisters.append(id(session))
-        await super().handle(session, cmd)
 
 
 async def test_the_close_unregisters_within_its_bound_when_the_heartbeat_under_way_hangs() -> None:
@@ -252,7 +265,7 @@ async def test_the_close_unregisters_within_its_bound_when_the_heartbeat_under_w
     timeout, its connection closed, and the unregister then goes once, on a new
     connection: the wait and the try fit the close's bound as the two tries did (a guard
     of the fix above: the old code passes it too, not waiting)."""
-    broker = HeartbeatHangs()
+    broker = PullBrokerLate()
     cluster = FakeCluster({"broker-a": [broker]})
     timeout = 1.0
     async with running(cluster):
@@ -261,11 +274,11 @@ async def test_the_close_unregisters_within_its_bound_when_the_heartbeat_under_w
             with anyio.fail_after(10):
                 while consumer.client_id not in broker.members:
                     await broker.heartbeat_seen.wait()
-            broker.hang = True
+            broker.hangs.hang = True
             with anyio.fail_after(10):
-                await broker.hung.wait()
+                await broker.hangs.hung.wait()
             stalled = {id(s) for s in broker.server.sessions if s.stalled}
         # The heartbeat's timeout (1 s from its start), then one try: about 1 s of the
         # close's bound (5 s), which cuts the unregister when it runs out (none sent).
     assert consumer.client_id not in broker.members
-    assert len(broker.unregisters) == 1 and not stalled & set(broker.unregisters)
+    assert len(broker.hangs.unregisters) == 1 and not stalled & set(broker.hangs.unregisters)

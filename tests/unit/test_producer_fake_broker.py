@@ -12,6 +12,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -42,6 +43,8 @@ from aiorocket.protocol.message_codec import (
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.remoting.connection import Connection
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
+
+from .test_membership_faults import HangingHeartbeat, LateHeartbeat
 
 pytestmark = pytest.mark.anyio
 
@@ -773,3 +776,77 @@ async def test_send_prepared_result_and_handle() -> None:
         half = HalfMessage.of(result)
         assert half.commit_log_offset == 5000 == decode_offset_message_id(result.offset_msg_id)[1]
         assert (half.queue_offset, half.transaction_id) == (0, result.transaction_id)
+
+
+class MemberBroker(FakeBroker):
+    """A broker that lists the clients its heartbeats name (an UNREGISTER_CLIENT removes
+    one) and runs heartbeats as 5.x does, on an executor of their own
+    (``LateHeartbeat``: a lagging one is applied after an unregister that overtook it);
+    ``hangs`` makes a heartbeat's connection go silent."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.members: set[str] = set()
+        self.late = LateHeartbeat()
+        self.hangs = HangingHeartbeat()
+        self.heartbeat_seen = anyio.Event()
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        await self.hangs.handle(partial(self.late.handle, self._apply), session, cmd)
+
+    async def _apply(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.code == RequestCode.HEART_BEAT:
+            self.members.add(json.loads(cmd.body)["clientID"])
+            self.heartbeat_seen.set()
+            self.heartbeat_seen = anyio.Event()
+        elif cmd.code == RequestCode.UNREGISTER_CLIENT:
+            self.members.discard(cmd.ext_fields["clientID"])
+        await super().handle(session, cmd)
+
+
+@asynccontextmanager
+async def member_cluster() -> AsyncIterator[tuple[FakeCluster, MemberBroker]]:
+    fake = FakeCluster(1)
+    broker = MemberBroker("broker-a")
+    fake.brokers = [broker]
+    async with broker.server, fake.namesrv:
+        yield fake, broker
+
+
+async def listed(p: Producer, broker: MemberBroker) -> None:
+    await p.send(Message(TOPIC, b"m"))  # the broker is met: heartbeated at once
+    with anyio.fail_after(10):
+        while p.client.client_id not in broker.members:
+            await broker.heartbeat_seen.wait()
+
+
+async def test_a_heartbeat_under_way_as_the_close_begins_goes_before_the_unregister() -> None:
+    """The shape of simulator seed pull_remoting 9360, in the producer: a heartbeat under
+    way when the close began was cut (its wait, not the request) and the unregister sent;
+    the broker applied the unregister first, then the heartbeat, listing the closed
+    producer again (a transactional one is then called back for its checks until the
+    broker expires the channel, 120 s). The unregister now waits for the heartbeat."""
+    async with member_cluster() as (fake, broker):
+        async with producer(fake, heartbeat_interval=0.2, request_timeout=3.0) as p:
+            await listed(p, broker)
+            await broker.late.hold_next(1.0)  # well inside its request_timeout (3 s)
+        # Closed as the heartbeat was under way (on the old code the broker applied it
+        # after the close, as the unregister came in first).
+        assert await broker.late.order_applied() == ["heartbeat", "unregister"]
+        assert p.client.client_id not in broker.members
+
+
+async def test_the_close_unregisters_within_its_bound_when_the_heartbeat_under_way_hangs() -> None:
+    """A heartbeat under way that hangs ends by its request timeout, its connection
+    closed; the unregister then goes once, on a new connection, inside the close's bound
+    (``shutdown_timeout``, 60 s here: the old code, not waiting, passes this too)."""
+    async with member_cluster() as (fake, broker):
+        settings = {"heartbeat_interval": 0.2, "request_timeout": 1.0, "shutdown_timeout": 60}
+        async with producer(fake, **settings) as p:
+            await listed(p, broker)
+            broker.hangs.hang = True
+            with anyio.fail_after(10):
+                await broker.hangs.hung.wait()
+            stalled = {id(s) for s in broker.server.sessions if s.stalled}
+    assert p.client.client_id not in broker.members
+    assert len(broker.hangs.unregisters) == 1 and not stalled & set(broker.hangs.unregisters)
