@@ -9,6 +9,19 @@ transactions) to the registered handler, and reopens the stream with exponential
 backoff when it breaks. Heartbeats go every ``heartbeat_interval``. Closing stops both
 tasks, sends NotifyClientTermination (bounded) and closes the connection.
 
+The termination is the last word the Proxy hears from a client. The Proxy runs
+Telemetry's messages, Heartbeat and NotifyClientTermination on one pool of several
+threads (``GrpcMessagingApplication``: ``clientManagerThreadPoolExecutor``), so the order
+they were sent in does not decide the order they are applied in, and a settings message
+(``ClientActivity.processAndWriteClientSettings``: registers the producer or consumer
+and stores the settings again) or a heartbeat (``ClientActivity.heartbeat``: registers
+it again when it read the settings before the termination removed them) applied after
+the termination lists the closed client again: a consumer among its group's members, a
+transactional producer called back for its checks, until the Proxy expires it. So once
+the close begins no settings message, no heartbeat and no new telemetry stream go out,
+and the termination waits (at most ``request_timeout``) for the settings the Proxy has
+not answered yet and the heartbeats under way: both are answered once applied.
+
 Two ways to a new connection besides a lost one (as the Java client 5.2.1 does,
 rocketmq-clients#1309/#1310): the Proxy's ReconnectEndpointsCommand moves the client to
 a new connection (calls under way finish on the old one; the telemetry stream moves at
@@ -31,6 +44,7 @@ from typing import Any, cast
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import sniffio
 from grpclib.client import Stream
 
@@ -185,6 +199,16 @@ class Session:
         self._stream_scope: anyio.CancelScope | None = None
         #: when failed heartbeats last abandoned the connection (``RECOVERY_COOLDOWN``)
         self._recovered_at: float | None = None
+        #: set when the close begins: no settings, heartbeat or telemetry stream from then
+        self._leaving = False
+        #: what the termination waits for (module docstring): heartbeats under way, and
+        #: a stream per settings message sent on it not answered yet; ``_quiet`` is set
+        #: at each end of one
+        self._heartbeats = 0
+        #: a heartbeat timed out once the close began (its connection likely silent)
+        self._heartbeat_lost = False
+        self._unanswered: list[Stream[pb.TelemetryCommand, pb.TelemetryCommand]] = []
+        self._quiet = anyio.Event()
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -221,11 +245,35 @@ class Session:
         await self._stop()
 
     async def _stop(self) -> None:
-        """Stop the background tasks, then end the session (``_end``); idempotent."""
+        """Stop sending settings and heartbeats, wait for those under way (bounded),
+        stop the background tasks, then end the session (``_end``); idempotent."""
         self._closed = True
         stack, self._stack = self._stack, None
         if stack is not None:
+            self._leaving = True
+            # The telemetry loop still reads the answers meanwhile. Shielded as the
+            # termination is (the close releases what the Proxy holds for the client
+            # even when its caller is cancelled); the bound and the termination's fit
+            # the close's (two request timeouts).
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(self.transport.request_timeout) as scope,
+            ):
+                await self._under_way_ended()
+            if scope.cancelled_caught or self._heartbeat_lost:
+                # A call under way got no answer in its time: the connection is likely
+                # silent, the termination (by client id) goes on a new one.
+                self.transport.abandon()
             await stack.aclose()
+
+    async def _under_way_ended(self) -> None:
+        """Until no heartbeat is under way and the Proxy answered every settings message
+        sent on a stream still open."""
+        while self._heartbeats or self._unanswered:
+            self._quiet = anyio.Event()
+            self.log.debug("awaiting_calls", heartbeats=self._heartbeats,
+                           settings=len(self._unanswered))  # fmt: skip
+            await self._quiet.wait()
 
     async def _end(self) -> None:
         """Tell the Proxy this client is gone (when it knew us), close the connection."""
@@ -269,7 +317,7 @@ class Session:
 
     async def _telemetry_loop(self) -> None:
         attempt = 0
-        while True:
+        while not self._leaving:  # a stream opened then would carry settings
             scope = self._stream_scope = anyio.CancelScope()
             try:
                 with scope:
@@ -277,9 +325,7 @@ class Session:
                         "Telemetry", pb.TelemetryCommand, pb.TelemetryCommand
                     ) as stream:
                         self._stream = stream
-                        await stream.send_message(
-                            pb.TelemetryCommand(settings=self.local_settings())
-                        )
+                        await self._send_settings(stream)
                         async for cmd in stream:
                             attempt = 0
                             await self._on_command(stream, cmd)
@@ -289,6 +335,8 @@ class Session:
                             )
                             self._settings_seen.set()
             except RocketMQError as exc:
+                if self._leaving:
+                    return  # closing: no new stream, and nothing to report
                 if self.settings is None:
                     self._start_error = exc
                     self._settings_seen.set()
@@ -297,8 +345,9 @@ class Session:
                 log = self.log.warning if self._ready.is_set() or attempt == 0 else self.log.debug
                 log("telemetry_stream_broken", error=str(exc), attempt=attempt)
             finally:
-                self._stream = None
+                ended, self._stream = self._stream, None
                 self._stream_scope = None
+                self._forget(ended)
                 if self._ready.is_set():
                     self._ready = anyio.Event()
                     self._down_since = time.monotonic()
@@ -355,15 +404,36 @@ class Session:
         """Send the (changed) local settings, wait for the Proxy's answer, heartbeat.
 
         Without a stream the reconnecting loop sends them; the heartbeat still goes.
+        Refused (ClientClosedError) once the close began.
         """
         stream = self._stream
         if stream is not None:
             self._settings_seen = seen = anyio.Event()
             with self.transport.boundary("Telemetry", None):
-                await stream.send_message(pb.TelemetryCommand(settings=self.local_settings()))
+                await self._send_settings(stream)
             with anyio.move_on_after(self.transport.request_timeout):
                 await seen.wait()
         await self.heartbeat()
+
+    async def _send_settings(
+        self, stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand]
+    ) -> None:
+        """The local settings on ``stream``, counted unanswered until the Proxy's
+        settings come back on it (or it ends): the close waits for them."""
+        if self._leaving:
+            raise ClientClosedError("client is closing: no more settings")
+        self._unanswered.append(stream)  # before the write: it may go out if cancelled
+        try:
+            await stream.send_message(pb.TelemetryCommand(settings=self.local_settings()))
+        finally:
+            if stream is not self._stream:  # it ended meanwhile: no answer will come
+                self._forget(stream)
+
+    def _forget(self, stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand] | None) -> None:
+        """``stream`` ended: no answer to wait for on it."""
+        if stream in self._unanswered:
+            self._unanswered = [s for s in self._unanswered if s is not stream]
+            self._quiet.set()
 
     async def _on_command(
         self, stream: Stream[pb.TelemetryCommand, pb.TelemetryCommand], cmd: pb.TelemetryCommand
@@ -374,6 +444,9 @@ class Session:
             check_status(cmd.status, "Telemetry")
         kind, value = pb.oneof(cmd, "command")
         if kind == "settings":
+            if stream in self._unanswered:  # applied: the Proxy answers after it
+                self._unanswered.remove(stream)
+                self._quiet.set()
             self.settings = value
             self._settings_seen.set()
             if not self._ready.is_set():
@@ -450,14 +523,32 @@ class Session:
         return None if self.group is None else self.resource(self.group)
 
     async def heartbeat(self) -> None:
+        """One heartbeat; refused (ClientClosedError) once the close began."""
+        if self._leaving:
+            raise ClientClosedError("client is closing: no more heartbeats")
         req = pb.HeartbeatRequest(group=self._group_resource(), client_type=self.client_type)
-        resp = await self.transport.unary("Heartbeat", req, pb.HeartbeatResponse)
+        await anyio.lowlevel.checkpoint_if_cancelled()  # the shield below hides it
+        self._heartbeats += 1
+        try:
+            # Shielded: sent, it may be applied whoever stops waiting for it, so the close
+            # waits for its answer. The call's own deadline (request_timeout, connecting
+            # included) bounds it.
+            with anyio.CancelScope(shield=True):
+                resp = await self.transport.unary("Heartbeat", req, pb.HeartbeatResponse)
+        except RequestTimeoutError:
+            self._heartbeat_lost = self._heartbeat_lost or self._leaving
+            raise
+        finally:
+            self._heartbeats -= 1
+            self._quiet.set()
         check_status(resp.status, "Heartbeat")
 
     async def _heartbeat_loop(self) -> None:
         timeouts = 0  # in a row
         while True:
             await anyio.sleep(self.heartbeat_interval)
+            if self._leaving:
+                return
             try:
                 await self.heartbeat()
                 timeouts = 0
@@ -559,6 +650,8 @@ class Session:
             await self.notify_termination()
             try:
                 await self.resync_settings()
+            except ClientClosedError:
+                pass  # the close began: not registered again, by design
             except RocketMQError as err:
                 # Not retried here: the telemetry loop sends the settings on its next
                 # stream, the heartbeat loop registers again.

@@ -29,12 +29,23 @@ say); ``stall_connections()`` leaves every call on the connections open now unan
 while HTTP/2 still answers PINGs (a half-open Proxy); ``ask_reconnect()`` sends each
 client the Proxy's ReconnectEndpointsCommand. ``connections`` counts the client
 connections seen, ``receive_attempts`` each ReceiveMessage's ``attempt_id``.
+
+Who is registered (``registered``, by client id) follows the real Proxy
+(``ClientActivity``): a settings message registers its client, a Heartbeat registers a
+client whose settings it found, NotifyClientTermination removes the settings and the
+registration. ``lag`` holds the next Heartbeat or settings message (``"settings"``) for
+a while after it arrived, ended early by a NotifyClientTermination, then applies it:
+the real Proxy runs the three on one pool of several threads, and may apply a call
+after a termination sent later (the order they were applied in: ``applied``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal
 
 from aiorocket._extras import needs_extra
@@ -52,6 +63,7 @@ __all__ = ["FakeProxy"]
 
 def _client_id(stream: Stream[Any, Any]) -> str:
     return str(stream.metadata.get("x-mq-client-id", "")) if stream.metadata else ""
+
 
 ReceiveMode = Literal["ok", "unavailable", "reset", "hang", "stall"]
 _PATH = "/apache.rocketmq.v2.MessagingService/"
@@ -148,6 +160,16 @@ class FakeProxy:
         self.receive_attempts: list[str | None] = []
         #: the open Telemetry streams (``ask_reconnect``)
         self._telemetry_open: set[Stream[pb.TelemetryCommand, pb.TelemetryCommand]] = set()
+        #: client ids the Proxy lists (as a group's consumer, a topic's producer)
+        self.registered: set[str] = set()
+        #: "Heartbeat" or "settings" -> seconds the next one is held (module docstring);
+        #: ``held`` is set when it arrives
+        self.lag: dict[str, float] = {}
+        self.held = asyncio.Event()
+        #: "Heartbeat", "settings", "NotifyClientTermination", as they were applied
+        self.applied: list[str] = []
+        self._terminated = asyncio.Event()
+        self._lagging: set[asyncio.Task[None]] = set()
 
     @property
     def endpoint(self) -> str:
@@ -160,8 +182,16 @@ class FakeProxy:
                 await stream.recv_message()
                 self._fail(name)
                 self.calls.append(name)
+                cid = _client_id(stream)
                 if name == "NotifyClientTermination":  # the real one drops the settings
-                    self._known.discard(_client_id(stream))
+                    self._known.discard(cid)
+                    self.registered.discard(cid)
+                    self.applied.append(name)
+                    self._terminated.set()
+                elif name == "Heartbeat":
+                    # the real one reads the settings first, then registers the client
+                    known = cid in self._known
+                    await self._apply(name, partial(self._heartbeat, cid, known))
                 await stream.send_message(rep(status=_OK))
 
             return _PATH + name, Handler(handle, Cardinality.UNARY_UNARY, req, rep)
@@ -213,14 +243,49 @@ class FakeProxy:
                 if kind == "settings":
                     if self.fifo and settings.subscription is not None:
                         settings.subscription.fifo = True
-                    self.settings_received.append(settings)
-                    self._known.add(_client_id(stream))
+                    apply = partial(self._settings, _client_id(stream), settings)
+                    await self._apply("settings", apply)
                     await stream.send_message(pb.TelemetryCommand(status=_OK, settings=settings))
                 else:  # an answer to a command (print stack, verify message)
                     self.command_answers.append(cmd)
                     self._answered.set()
         finally:
             self._telemetry_open.discard(stream)
+
+    def _settings(self, cid: str, settings: pb.Settings) -> None:
+        self.settings_received.append(settings)
+        self._known.add(cid)
+        self.registered.add(cid)
+        self.applied.append("settings")
+
+    def _heartbeat(self, cid: str, known: bool) -> None:
+        if known:
+            self.registered.add(cid)
+        self.applied.append("Heartbeat")
+
+    async def _apply(self, kind: str, apply: Callable[[], None]) -> None:
+        """Apply a call now, or once ``lag`` holds it (the module docstring) at its end,
+        whoever stops waiting for it meanwhile (the real one's pool runs what it took)."""
+        lag = self.lag.pop(kind, None)
+        if lag is None:
+            apply()
+            return
+
+        async def held() -> None:
+            self.held.set()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._terminated.wait(), lag)
+            apply()
+
+        task = asyncio.ensure_future(held())
+        self._lagging.add(task)
+        task.add_done_callback(self._lagging.discard)
+        await asyncio.shield(task)
+
+    async def lag_ended(self) -> None:
+        """Until every call ``lag`` held was applied."""
+        while self._lagging:
+            await asyncio.wait(set(self._lagging))
 
     async def command(self, cmd: pb.TelemetryCommand) -> pb.TelemetryCommand:
         """Send the client ``cmd`` (a print-stack or verify-message command, as a Proxy
