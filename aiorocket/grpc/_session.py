@@ -53,6 +53,7 @@ from aiorocket._stacks import process_stacks
 from aiorocket._tasks import BackgroundTasks
 from aiorocket.errors import (
     ClientClosedError,
+    ConnectionClosedError,
     ProxyUnavailableError,
     RequestTimeoutError,
     RocketMQError,
@@ -62,7 +63,14 @@ from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._transport import GrpcTransport, check_status
 from aiorocket.namespace import wrap
 
-__all__ = ["LiteDropHandler", "OrphanHandler", "Session", "VerifyHandler", "ensure_asyncio"]
+__all__ = [
+    "LiteDropHandler",
+    "OrphanHandler",
+    "Session",
+    "VerifyHandler",
+    "close_bound",
+    "ensure_asyncio",
+]
 
 #: Handles one RecoverOrphanedTransactionCommand (the producer answers it).
 OrphanHandler = Callable[[pb.RecoverOrphanedTransactionCommand], Coroutine[Any, Any, None]]
@@ -86,6 +94,12 @@ HEARTBEAT_FAILURES = 2
 #: seconds after abandoning a connection for failed heartbeats before the next time
 #: (the Java client: 30 s): a Proxy slow for every connection is not helped by more
 RECOVERY_COOLDOWN = 30.0
+
+
+def close_bound(request_timeout: float) -> float:
+    """How long a session's close may take: the wait for the calls under way and the
+    termination's two tries (as a remoting consumer's unregister)."""
+    return max(2 * request_timeout, 5.0)
 
 
 def ensure_asyncio(what: str) -> None:
@@ -209,6 +223,8 @@ class Session:
         self._heartbeat_lost = False
         self._unanswered: list[Stream[pb.TelemetryCommand, pb.TelemetryCommand]] = []
         self._quiet = anyio.Event()
+        #: when the close must be over (``close_bound`` after it began)
+        self._close_deadline: float | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -251,13 +267,15 @@ class Session:
         stack, self._stack = self._stack, None
         if stack is not None:
             self._leaving = True
+            timeout = self.transport.request_timeout
+            self._close_deadline = anyio.current_time() + close_bound(timeout)
             # The telemetry loop still reads the answers meanwhile. Shielded as the
             # termination is (the close releases what the Proxy holds for the client
-            # even when its caller is cancelled); the bound and the termination's fit
-            # the close's (two request timeouts).
+            # even when its caller is cancelled); the wait (a request timeout at most)
+            # and the termination share the close's bound.
             with (
                 anyio.CancelScope(shield=True),
-                anyio.move_on_after(self.transport.request_timeout) as scope,
+                anyio.move_on_after(timeout) as scope,
             ):
                 await self._under_way_ended()
             if scope.cancelled_caught or self._heartbeat_lost:
@@ -276,19 +294,35 @@ class Session:
             await self._quiet.wait()
 
     async def _end(self) -> None:
-        """Tell the Proxy this client is gone (when it knew us), close the connection."""
+        """Tell the Proxy this client is gone (when it knew us), close the connection;
+        by the close's deadline (``close_bound`` from its start)."""
+        deadline = self._close_deadline
+        if deadline is None:  # a start that failed: no wait before
+            deadline = anyio.current_time() + close_bound(self.transport.request_timeout)
         try:
             if self.settings is not None:
-                with (
-                    anyio.CancelScope(shield=True),
-                    anyio.move_on_after(self.transport.request_timeout),
-                ):
-                    try:
-                        await self.notify_termination()
-                    except RocketMQError as err:
-                        self.log.warning("termination_notice_failed", error=str(err))
+                with anyio.CancelScope(shield=True, deadline=deadline):
+                    await self._terminate()
         finally:
             self.transport.close()
+
+    async def _terminate(self) -> None:
+        # Two tries, as the remoting unregister's: a termination lost with its connection
+        # (silent: it timed out; or broken) is sent once more, on a new one (it names the
+        # client, not the connection). Left listed, the client is a member of its group
+        # until the Proxy expires it. Each try is bounded by its own request timeout.
+        for last in (False, True):
+            try:
+                await self.notify_termination()
+            except (ConnectionClosedError, RequestTimeoutError) as err:
+                if not last:
+                    self.log.info("termination_notice_retried", error=str(err))
+                    self.transport.abandon()
+                    continue
+                self.log.warning("termination_notice_failed", error=str(err))
+            except RocketMQError as err:
+                self.log.warning("termination_notice_failed", error=str(err))
+            break
 
     @property
     def closed(self) -> bool:

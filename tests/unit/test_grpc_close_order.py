@@ -121,3 +121,18 @@ async def test_the_close_ends_in_its_bound_and_terminates_when_the_heartbeat_und
                 connections = proxy.connections
         assert proxy.connections == connections + 1
         assert proxy.calls[-1] == "NotifyClientTermination"
+
+
+async def test_a_termination_lost_with_its_silent_connection_is_sent_again_on_a_new_one() -> None:
+    """The connections go silent before the close (nothing under way): the termination
+    times out there (1 s) and goes once more on a new connection, within the close's
+    bound (``close_bound``: 5 s; the guard, 60 s, is far from it), as a remoting
+    unregister does. On the old code it was sent once, lost: the client stayed listed
+    (simulator grpc_receive seed 31: a half-open connection as the close began)."""
+    async with FakeProxy() as proxy:
+        with anyio.fail_after(60):
+            async with client("simple", proxy, request_timeout=1.0):
+                proxy.stall_connections()
+                connections = proxy.connections
+        assert proxy.connections == connections + 1
+        assert proxy.registered == set()
