@@ -187,11 +187,12 @@ class FakeProxy:
                     self._known.discard(cid)
                     self.registered.discard(cid)
                     self.applied.append(name)
-                    self._terminated.set()
+                    self._terminated.set()  # what was held until now
+                    self._terminated = asyncio.Event()
                 elif name == "Heartbeat":
                     # the real one reads the settings first, then registers the client
                     known = cid in self._known
-                    await self._apply(name, partial(self._heartbeat, cid, known))
+                    await self._apply(name, cid, partial(self._heartbeat, cid, known))
                 await stream.send_message(rep(status=_OK))
 
             return _PATH + name, Handler(handle, Cardinality.UNARY_UNARY, req, rep)
@@ -243,8 +244,8 @@ class FakeProxy:
                 if kind == "settings":
                     if self.fifo and settings.subscription is not None:
                         settings.subscription.fifo = True
-                    apply = partial(self._settings, _client_id(stream), settings)
-                    await self._apply("settings", apply)
+                    cid = _client_id(stream)
+                    await self._apply("settings", cid, partial(self._settings, cid, settings))
                     await stream.send_message(pb.TelemetryCommand(status=_OK, settings=settings))
                 else:  # an answer to a command (print stack, verify message)
                     self.command_answers.append(cmd)
@@ -263,18 +264,21 @@ class FakeProxy:
             self.registered.add(cid)
         self.applied.append("Heartbeat")
 
-    async def _apply(self, kind: str, apply: Callable[[], None]) -> None:
-        """Apply a call now, or once ``lag`` holds it (the module docstring) at its end,
-        whoever stops waiting for it meanwhile (the real one's pool runs what it took)."""
+    async def _apply(self, kind: str, cid: str, apply: Callable[[], None]) -> None:
+        """Apply client ``cid``'s call now, or once ``lag`` holds it (the module
+        docstring) at its end, whoever stops waiting for it meanwhile (the real one's
+        pool runs what it took)."""
         lag = self.lag.pop(kind, None)
         if lag is None:
             apply()
             return
 
+        terminated = self._terminated  # one that comes from now on
+
         async def held() -> None:
             self.held.set()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._terminated.wait(), lag)
+                await asyncio.wait_for(terminated.wait(), lag)
             apply()
 
         task = asyncio.ensure_future(held())

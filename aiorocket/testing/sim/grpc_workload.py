@@ -63,10 +63,12 @@ async def _phase(proxy: SimProxy, history: History, handler: Handler, close_at: 
     consumer = Consumer(GROUP, proxy=proxy.endpoint, handler=handler, **SETTINGS, **rate)
     consumer.subscribe(TOPIC)
     probe = RenewerProbe(history, consumer, name)
+    client_ids: list[str] = []
 
     async def application() -> None:
         try:
             async with consumer, anyio.create_task_group() as tg:
+                client_ids.append(consumer.client_id)
                 if name == "first":
                     tg.start_soon(pauser, consumer, proxy.schedule, history, TOPIC, name)
                 with anyio.move_on_after(close_at if close_at is not None else PHASE):
@@ -83,6 +85,10 @@ async def _phase(proxy: SimProxy, history: History, handler: Handler, close_at: 
     await cancelled_from_outside(application, proxy.schedule, history, name)
     history.add("close_end", "", consumer=name)
     _held_at_close(proxy, history, name)
+    await proxy.lag_ended()  # what the Proxy applies late, it applies now
+    if proxy.registered.intersection(client_ids):
+        history.add("left_behind", "", broker="sim-proxy", consumer=name,
+                    kept=["listed as a consumer of the group"])  # fmt: skip
     proxy.terminate()
 
 

@@ -179,4 +179,17 @@ def draw(seed: int, workload: str) -> Schedule:
     from aiorocket.testing.sim.producer_draws import draw_send_rate
 
     params.update(draw_send_rate(seed, workload))
+    faults += _settings_late(seed, workload)
     return Schedule(seed, workload, params, faults)
+
+
+def _settings_late(seed: int, workload: str) -> list[Fault]:
+    """The Proxy's client-manage pool applying the client's settings messages late (by
+    ``seconds``, or at a termination that comes meanwhile: ``aiorocket.testing.sim.proxy``),
+    from a stream of its own, drawn last: a seed's other faults are those it drew before."""
+    if workload != "grpc_receive":
+        return []
+    rng = random.Random(f"{workload}:{seed}:settings_late")
+    if rng.random() < 0.3:
+        return [Fault("settings_late", {"seconds": round(rng.uniform(0.2, 1.5), 2)})]
+    return []

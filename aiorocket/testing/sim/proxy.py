@@ -18,13 +18,24 @@ handle), invisible until when or auto-renewed, acked, dead-lettered. What it mod
   were written stay visible: the Proxy releases what it could not write;
 * NotifyClientTermination ends the Proxy's hold on what it received for the client
   (DefaultReceiptHandleManager): written to a stream that broke, or never handled, it
-  becomes visible again.
+  becomes visible again;
+* the clients it lists (``registered``, the fake Proxy's): a settings message registers
+  its client (``ClientActivity.processAndWriteClientSettings``), the termination
+  removes it. The Proxy runs Telemetry messages, Heartbeat and NotifyClientTermination
+  on one pool of several threads (``GrpcMessagingApplication``:
+  ``clientManagerThreadPoolExecutor``), so a settings message can be applied after a
+  termination sent later: with ``settings_late`` drawn, each settings message of a
+  client after its first (a new telemetry stream's, the re-registration after a
+  release) is applied (and answered) that many seconds after it arrived, or just after
+  a termination that comes meanwhile. A client listed after its close is a member of its
+  group nobody removes until the Proxy expires it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -98,6 +109,10 @@ class SimProxy(FakeProxy):
         self.writing: list[list[str]] = []
         #: what the workload adds to each ``half_open`` event (its bound)
         self.half_open_info: dict[str, Any] = {}
+        late = [f.args["seconds"] for f in schedule.of("settings_late")]
+        self._settings_late: float | None = late[0] if late else None
+        #: clients whose first settings came (only those after are applied late)
+        self._settings_from: set[str] = set()
 
     #: the topic every message is of
     topic = "t"
@@ -322,6 +337,13 @@ class SimProxy(FakeProxy):
             m.state = "dlq"
             self.history.add("dead_lettered", m.key, by="client")
         await stream.send_message(pb.ForwardMessageToDeadLetterQueueResponse(status=_OK))
+
+    async def _apply(self, kind: str, cid: str, apply: Callable[[], None]) -> None:
+        if kind == "settings" and self._settings_late is not None:
+            if cid in self._settings_from:  # not a start's: its timing is the run's
+                self.lag[kind] = self._settings_late
+            self._settings_from.add(cid)
+        await super()._apply(kind, cid, apply)
 
     def __mapping__(self) -> dict[str, Any]:
         out = super().__mapping__()
