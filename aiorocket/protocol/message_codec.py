@@ -111,17 +111,26 @@ _FIXED_V4 = struct.Struct(">iIiiiqqiq4siq4siiqi")  # _HEAD + _TAILS[0]: IPv4 hos
 # (TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, SYSFLAG, RECONSUMETIMES, BODYLEN), then,
 # only for a class other than ConsumerMessage (which decodes them on first access), the
 # others, each host's address and port as one 8-byte string (compared with the last
-# record's in one step)
-_USUAL_EAGER = struct.Struct(">iI4xi4xq8xi32xi8xi")
-_USUAL_REST = struct.Struct(">8xi4xi8xq4xq8sq8s4xq")
+# record's in one step). The magic code signed and the body's length unsigned: the
+# magic's int is then one digit (compared by the interpreter's int fast path) and a
+# negative length cannot pass (a "negative" one is above 2**31 and runs past the record).
+# Of SYSFLAG only its low byte, which holds the bits that send a record to the checked
+# path (0x31), looked up in _UNUSUAL_FLAGS (a subscript and a bool, where ``& 0x31``
+# was a generic int operation); the rest reads the whole of it (benchmarks/ceiling.py;
+# benchmarks/README.md, "Round 13").
+_USUAL_EAGER = struct.Struct(">ii4xi4xq11xB32xi8xI")
+_MAGIC_V1_SIGNED = MAGIC_V1 - (1 << 32)
+_UNUSUAL_FLAGS = tuple(bool(low & 0x31) for low in range(256))
+_USUAL_REST = struct.Struct(">8xi4xi8xqiq8sq8s4xq")
 _U16 = struct.Struct(">H")
 
 
 @functools.cache  # at most 256 (a V1 topic's length is one byte)
 def _topic_tail(topic_len: int) -> struct.Struct:
     """A V1 record's fields after the body, for a topic of ``topic_len`` bytes: its
-    length byte, the topic and the properties' length."""
-    return struct.Struct(f">B{topic_len}sH")
+    length byte and the topic as one string (compared with the last record's in one
+    step), and the properties' length."""
+    return struct.Struct(f">{topic_len + 1}sH")
 
 
 _TOPIC_TAIL_EMPTY = _topic_tail(0)
@@ -289,92 +298,83 @@ def _decode_usual(
     queue, generation, settler = (None, 0, None) if stamp is None else stamp
     # a subclass of ConsumerMessage: built by its __init__, then stamped
     stamped = stamp is not None and not consumer and issubclass(message_class, ConsumerMessage)
-    append = out.append
+    # What every ConsumerMessage of the answer gets alike, stored from one tuple: ten
+    # values by one unpack, where a load and a store each were ten bytecode pairs more
+    # (benchmarks/ceiling.py; benchmarks/README.md, "Round 13"). broker_name, the stamp,
+    # then the dataclass's defaults of _settled, _held, _timed_out, _failure,
+    # _retry_delay and _trace.
+    alike = (broker_name, queue, generation, settler, False, False, False, None, None, None)
     unpack_eager = _USUAL_EAGER.unpack_from
     unpack_rest = _USUAL_REST.unpack_from
     fixed = _USUAL_EAGER.size
+    magic_v1 = _MAGIC_V1_SIGNED
+    unusual = _UNUSUAL_FLAGS
     new_props = new_msg = object.__new__
     init_msg = message_class.__init__
     # Consecutive records mostly share hosts and topic: reuse the last rendered strings.
-    last_born = last_store = last_topic = b""
-    last_topic_len = -1
+    last_born = last_store = b""
     born = store = topic = ""
-    # The topic's length byte, the topic and the properties' length, for the last
-    # topic's length: one unpack where a subscript, ``startswith`` and the arithmetic
-    # of the two lengths cost ~1,000 instructions a record more (benchmarks/README.md,
-    # "Round 7 (issue 43, goals 1-2)"); rebuilt when the topic's length changes.
+    # The topic's length byte and the topic as one string, and the properties' length,
+    # for the last topic's length: one unpack and one compare with the last record's
+    # (benchmarks/README.md, "Round 7 (issue 43, goals 1-2)" and "Round 13"); read
+    # again by the struct of the new length when they differ. None: no record yet.
+    last_lead: bytes | None = None
     unpack_tail = _TOPIC_TAIL_EMPTY.unpack_from
     tail_size = _TOPIC_TAIL_EMPTY.size
     try:
         while pos < end:
-            (total, magic, queue_id, queue_offset, sys_flag, reconsume,
+            # (typed as the consumer's: the other classes' fields are a subset)
+            msg: ConsumerMessage = new_msg(message_class)  # type: ignore[assignment]
+            # the three eager fields a message keeps straight into its slots, a load and
+            # a store less each (ceiling.py; "Round 13"); the message is dropped if the
+            # record is not a usual one
+            (total, magic, msg.queue_id, msg.queue_offset, flags_low, msg.reconsume_times,
              body_len) = unpack_eager(data, pos)  # fmt: skip
             rec_end = pos + total
             # IPv6 hosts (0x30) and compressed bodies (0x1) take the checked path.
-            if magic != MAGIC_V1 or sys_flag & 0x31 or body_len < 0 or rec_end > end:
+            if magic != magic_v1 or unusual[flags_low] or rec_end > end:
                 break
             b = pos + fixed  # the body
             t = b + body_len  # the topic's length byte
-            # (a topic of another length: its length byte was read all the same)
             try:
-                topic_len, raw_topic, props_len = unpack_tail(data, t)
+                lead, props_len = unpack_tail(data, t)
             except struct.error:  # the last record's topic may be the shorter one
-                topic_len = data[t]
-                if topic_len == last_topic_len:
-                    break  # cut short: the checked path says how
-            if topic_len != last_topic_len or raw_topic != last_topic:
-                if topic_len != last_topic_len:
-                    tail = _topic_tail(topic_len)
-                    unpack_tail = tail.unpack_from
-                    tail_size = tail.size
-                    last_topic_len = topic_len
-                    _, raw_topic, props_len = unpack_tail(data, t)
-                topic = raw_topic.decode()
-                last_topic = raw_topic
+                lead = b""  # never a lead (it has the length byte): read again below
+            if lead != last_lead:
+                # another topic (or length): its length byte, read all the same; a
+                # record cut short raises below, and the checked path says how
+                tail = _topic_tail(data[t])
+                unpack_tail = tail.unpack_from
+                tail_size = tail.size
+                lead, props_len = unpack_tail(data, t)
+                topic = lead[1:].decode()
+                last_lead = lead
             p = t + tail_size  # the properties
-            if p + props_len != rec_end:
+            # (the properties' length, mostly below 257, is a cached int: no new one)
+            if rec_end - p != props_len:
                 break  # the fields do not add up to TOTALSIZE
             raw_props = data[p:rec_end]
             if not raw_props.isascii():
                 break
             if consumer:
-                cm: ConsumerMessage = new_msg(message_class)  # type: ignore[assignment]
-                cm.topic = topic
-                cm.body = data[b:t]
+                msg.topic = topic
+                msg.body = data[b:t]
                 # the StoredProperties over them made when first read (aiorocket.message,
                 # "Fields read on first access"; benchmarks/README.md, "Round 9")
-                cm._raw_properties = raw_props  # type: ignore[misc]
-                cm.queue_id = queue_id
-                cm.queue_offset = queue_offset
-                cm.reconsume_times = reconsume
-                cm.broker_name = broker_name
+                msg._raw_properties = raw_props  # type: ignore[misc]
                 # the other ten fields are read from the record's fixed bytes when
                 # first asked for (aiorocket.message, "Fields read on first access")
                 # (in _StoredHead's __slots__: mypy counts only the dataclass's own)
-                cm._head = data[pos:b]  # type: ignore[misc]
-                cm._pq = queue
-                cm._generation = generation
-                cm._settler = settler
-                cm._settled = False
-                cm._held = False
-                cm._timed_out = False
-                cm._failure = None
-                cm._retry_delay = None
-                cm._trace = None
+                msg._head = data[pos:b]  # type: ignore[misc]
+                (msg.broker_name, msg._pq, msg._generation, msg._settler, msg._settled, msg._held,
+                 msg._timed_out, msg._failure, msg._retry_delay, msg._trace) = alike  # fmt: skip
                 if pop:  # PopMessage's own fields, as its __init__ sets them
-                    pm: PopMessage = cm  # type: ignore[assignment]
-                    pm.receipt_handle = ""
-                    pm.delivery_attempt = 1
-                    pm.message_group = None
-                    pm._message_id = ""
-                    pm._renewal = None
-                    pm._ack_tries = 0
-                    pm._ack_state = 0
-                    pm._copies = None
-                    pm._nacking = False
-                append(cm)
+                    pm: PopMessage = msg  # type: ignore[assignment]
+                    (pm.receipt_handle, pm.delivery_attempt, pm.message_group,
+                     pm._message_id, pm._renewal, pm._ack_tries, pm._ack_state, pm._copies,
+                     pm._nacking) = _POP_OWN  # fmt: skip
             else:
-                (crc, flag, cl_offset, born_ts, born_raw, store_ts, store_raw,
+                (crc, flag, cl_offset, sys_flag, born_ts, born_raw, store_ts, store_raw,
                  prepared) = unpack_rest(data, pos)  # fmt: skip
                 if born_raw != last_born:
                     born = _raw_host_str(born_raw)
@@ -385,22 +385,26 @@ def _decode_usual(
                 props = new_props(StoredProperties)
                 props._raw = raw_props
                 props._parsed = None
-                msg = new_msg(message_class)
                 # fmt: off
                 init_msg(
-                    msg, topic, data[b:t], props, queue_id,
-                    queue_offset, cl_offset, flag, sys_flag, born_ts, born, store_ts, store,
-                    reconsume, prepared, crc, total, broker_name,
+                    msg, topic, data[b:t], props, msg.queue_id,
+                    msg.queue_offset, cl_offset, flag, sys_flag, born_ts, born, store_ts,
+                    store, msg.reconsume_times, prepared, crc, total, broker_name,
                 )
                 # fmt: on
                 if stamped:
-                    sub = cast("ConsumerMessage", msg)
-                    sub._pq, sub._generation, sub._settler = queue, generation, settler
-                append(msg)
+                    msg._pq, msg._generation, msg._settler = queue, generation, settler
+            out.append(msg)
             pos = rec_end
     except (struct.error, IndexError, UnicodeDecodeError):
         pass  # short or corrupt: the checked path says how
     return pos
+
+
+#: PopMessage's own fields as its dataclass ``__init__`` sets them (``_decode_usual``):
+#: receipt_handle, delivery_attempt, message_group, _message_id, _renewal, _ack_tries,
+#: _ack_state, _copies, _nacking
+_POP_OWN = ("", 1, None, "", None, 0, 0, None, False)
 
 
 def _raw_host_str(raw: bytes) -> str:

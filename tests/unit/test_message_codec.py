@@ -819,6 +819,61 @@ def test_pop_messages_built_in_place_equal_init_built_ones() -> None:
     assert (plain.receipt_handle, plain.delivery_attempt, plain.message_id) == ("", 1, plain.msg_id)
 
 
+@dataclasses.dataclass(slots=True, eq=False)
+class _Sub(ConsumerMessage):
+    """A subclass of ConsumerMessage: built by its ``__init__`` on the usual path."""
+
+    extra: int = 5
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-(2**31), 2**31 - 1),
+            st.sampled_from(["T", "TU", "", "é"]),
+            st.binary(max_size=20),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.sampled_from(["MessageExt", "ConsumerMessage", "PopMessage", "subclass"]),
+)
+@settings(max_examples=150, deadline=None)
+def test_usual_records_keep_every_sys_flag_bit_as_the_checked_path(
+    records: list[tuple[int, str, bytes]], kind: str
+) -> None:
+    """The usual path tells a usual record by SYSFLAG's low byte alone and takes the
+    three fields a message keeps eagerly straight into it (benchmarks/README.md, "Round
+    13"): any flag without the IPv6 and compressed bits (0x31) is a usual record, taken
+    whole by the usual path, and every class built there has every field, the whole
+    flag included, as the checked path decodes it; deferred fields read first too."""
+    from aiorocket.received import PopMessage
+
+    cls: type[MessageExt] = {
+        "MessageExt": MessageExt, "ConsumerMessage": ConsumerMessage,
+        "PopMessage": PopMessage, "subclass": _Sub,
+    }[kind]  # fmt: skip
+    data = b"".join(
+        encode_stored_message(
+            topic, body, {"TAGS": "t"}, sys_flag=flag & ~0x31, queue_id=i, queue_offset=2**40 + i,
+            reconsume_times=i * 3, born_host=f"10.0.0.{i}:1",
+        )
+        for i, (flag, topic, body) in enumerate(records)
+    )  # fmt: skip
+    assert message_codec._decode_usual([], data, 0, len(data), "b", cls) == len(data)
+    stamp: Any = (object(), 3, object())
+    got = decode_messages(data, broker_name="b", message_class=cls, stamp=stamp)
+    want = _checked(data)
+    names = [f.name for f in dataclasses.fields(MessageExt) if f.name != "properties"]
+    assert [[getattr(m, n) for n in names] for m in got] == [
+        [getattr(m, n) for n in names] for m in want
+    ]
+    assert [dict(m.properties) for m in got] == [dict(m.properties) for m in want]
+    assert all(type(m) is cls for m in got)
+    if issubclass(cls, ConsumerMessage):
+        assert all((m._pq, m._generation, m._settler) == stamp for m in got)  # type: ignore[attr-defined]
+
+
 # ------------------------------------ records read where they were received (Round 12)
 
 
