@@ -18,6 +18,7 @@ from pathlib import Path
 
 from aiorocket.testing import _cli
 from aiorocket.testing.broker import LocalRocketMQ
+from tests.forked import ForkServer
 
 REPO = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -69,13 +70,19 @@ def doc_files() -> list[Path]:
     return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
-def run_block(block: Block, env: dict[str, str], cwd: Path, python: str) -> None:
+def run_block(
+    block: Block, env: dict[str, str], cwd: Path, python: str, forks: ForkServer | None = None
+) -> None:
+    """``python -c CODE`` with ``block``'s code; in a child of ``forks`` when given (and
+    the block starts no JVM: its Spark needs its own interpreter)."""
     # A block that starts Spark (a JVM and Python workers) needs minutes on loaded cores.
-    timeout = 360 if "pyspark" in block.code else 120
-    proc = subprocess.run(
-        [python, "-c", block.code], env=env, cwd=cwd, capture_output=True, text=True,
-        timeout=timeout,
-    )  # fmt: skip
+    spark = "pyspark" in block.code
+    argv, timeout = [python, "-c", block.code], 360 if spark else 120
+    if forks is not None and not spark:
+        proc = forks.run(argv, env=env, cwd=cwd, timeout=timeout)
+    else:
+        proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
     assert proc.returncode == 0, f"{block.where} failed:\n{proc.stdout}\n{proc.stderr}"
 
 

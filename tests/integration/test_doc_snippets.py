@@ -4,23 +4,35 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from aiorocket.testing.broker import LocalRocketMQ
 from tests import snippets
+from tests.forked import ForkServer
 
 pytestmark = pytest.mark.integration
 
 DOCS = [p for p in snippets.doc_files() if snippets.python_blocks(p)]
 
 
+@pytest.fixture(scope="module")
+def forks(rocketmq: LocalRocketMQ) -> Iterator[ForkServer]:
+    """The blocks' interpreters, forked with aiorocket imported (tests/forked.py)."""
+    server = ForkServer(snippets.env_for(rocketmq))
+    yield server
+    server.close()
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=[str(p.relative_to(snippets.REPO)) for p in DOCS])
-def test_python_blocks_run_as_written(rocketmq: LocalRocketMQ, doc: Path, tmp_path: Path) -> None:
+def test_python_blocks_run_as_written(
+    rocketmq: LocalRocketMQ, doc: Path, tmp_path: Path, forks: ForkServer
+) -> None:
     snippets.create_documented_topics(rocketmq)
     for block in snippets.python_blocks(doc):
-        snippets.run_block(block, snippets.env_for(rocketmq), tmp_path, sys.executable)
+        snippets.run_block(block, snippets.env_for(rocketmq), tmp_path, sys.executable, forks)
 
 
 def test_readme_shows_topic_creation_and_the_address_from_the_environment() -> None:
