@@ -61,6 +61,9 @@ class LoopShortcuts:
     now: Callable[[], float]
     #: makes a one-shot event: a ``FutureEvent`` on asyncio, else an ``anyio.Event``.
     new_event: Callable[[], OneShotEvent]
+    #: asyncio's ``loop.call_soon`` (a callback run once the running task yields to the
+    #: loop); None on trio, which has no such callback
+    call_soon: Callable[[Callable[[], None]], object] | None = None
 
 
 def capture() -> LoopShortcuts:
@@ -79,9 +82,8 @@ def capture() -> LoopShortcuts:
     # asyncio's own clock is ``time.monotonic()`` (BaseEventLoop.time): called directly,
     # a call less for each ``now()`` (several a message on the send path). A loop that
     # keeps another clock (uvloop's, a virtual one) is asked itself.
-    if type(loop).time is asyncio.BaseEventLoop.time:
-        return LoopShortcuts(time.monotonic, lambda: FutureEvent(create_future()))
-    return LoopShortcuts(loop.time, lambda: FutureEvent(create_future()))
+    clock = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+    return LoopShortcuts(clock, lambda: FutureEvent(create_future()), loop.call_soon)
 
 
 def first_error(exc: BaseException) -> BaseException:

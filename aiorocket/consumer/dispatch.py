@@ -8,18 +8,30 @@ Over remoting, a retry-topic message that is a copy of a message in hand here (i
 handler call, or queued) is not queued: it waits for that message's call and is settled
 by its outcome (``aiorocket.consumer.in_hand``; checked once per pull answer of a retry
 queue).
+
+A handler's success over remoting (asyncio) settles its message at once (``settled``),
+and its queue's accounting (the offset that may be committed, the cached counts, the
+waiters' wake-up) follows when the worker yields to the event loop: the successes
+finished since are marked a run of consecutive offsets at a time
+(``ProcessQueue.on_run_done``), by a loop callback, where each cost a call of
+``on_done`` (benchmarks/README.md, "Round 13"). So the accounting lags only while no
+other task runs, or by one loop round at most; the steps that act on it without waiting
+first (a revoked queue's quiesce, the close's drain, the workers' end) mark what is
+pending before they read it. Until it is marked a finished message counts as in flight:
+never committed past too early, only (within that round) not yet committed past.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from aiorocket._loop import capture
 from aiorocket.consumer.handler import ConsumeTimeouts
 from aiorocket.consumer.settle import RemotingSettler
 from aiorocket.consumer.work_queue import WorkQueue
@@ -82,6 +94,10 @@ class WorkerPool:
         self._copies: CallCopies | None = (
             settler.in_hand if isinstance(settler, RemotingSettler) else None
         )
+        #: remoting on asyncio: successes settled and not yet marked in their queues
+        #: (the module); non-empty exactly while ``_mark_finished`` is scheduled
+        self._finished: list[ConsumerMessage] = []
+        self._call_soon: Callable[[Callable[[], None]], object] | None = None
 
     # -- Delivery ------------------------------------------------------------------
 
@@ -107,8 +123,7 @@ class WorkerPool:
         assert copies is not None
         if waits is None:
             return messages  # not running: nothing in hand
-        calls = [m for slot in self._slots if (current := slot.current) is not None
-                 for m in (current if isinstance(current, list) else (current,))]  # fmt: skip
+        calls = list(self._in_calls())
         if not calls and not len(self.queue):
             return messages
         out, new = copies.attach(messages, calls, _queued(self.queue))
@@ -122,11 +137,16 @@ class WorkerPool:
 
     def in_call(self, msg: ConsumerMessage) -> bool:
         """``msg`` is in a handler call (``aiorocket.consumer.in_hand.CallHost``)."""
+        return any(m is msg for m in self._in_calls())
+
+    def _in_calls(self) -> Iterator[ConsumerMessage]:
+        """The messages in the workers' handler calls now."""
         for slot in self._slots:
             current = slot.current
-            if current is msg or (isinstance(current, list) and any(m is msg for m in current)):
-                return True
-        return False
+            if isinstance(current, list):
+                yield from current
+            elif current is not None:
+                yield current
 
     def hand_on(self, copies: list[ConsumerMessage]) -> bool:
         """Queue copies whose first delivery no call here will settle (``CallHost``);
@@ -145,8 +165,35 @@ class WorkerPool:
     def start_queue(self, pq: QueueView) -> None:
         pass
 
+    def _mark_finished(self) -> None:
+        """Mark the successes settled since the last call in their queues, a run of
+        consecutive offsets of one queue and generation at a time (the module)."""
+        if not self._finished:
+            return
+        # taken first: the next success schedules the next call, whatever happens here
+        finished = self._finished[:]
+        self._finished.clear()
+        now = time.monotonic()  # the queues' last_consumed
+        first = finished[0]
+        pq: ProcessQueue = first._pq  # type: ignore[assignment]  # remoting's only
+        generation = first._generation
+        start = end = 0  # the run: finished[start:end]
+        stop = first.queue_offset  # the offset that continues it
+        size = 0
+        for msg in finished:
+            if msg.queue_offset != stop or msg._pq is not pq or msg._generation != generation:
+                pq.on_run_done(finished[start:end], generation, size, now)
+                pq = msg._pq  # type: ignore[assignment]
+                generation = msg._generation
+                start, stop, size = end, msg.queue_offset, 0
+            stop += 1
+            size += len(msg.body)
+            end += 1
+        pq.on_run_done(finished[start:end], generation, size, now)
+
     async def quiesce(self, pqs: list[ProcessQueue]) -> None:
         """Wait (``shutdown_timeout`` at most) for the revoked queues' running handlers."""
+        self._mark_finished()  # their commit follows: nothing finished may stay pending
         with anyio.move_on_after(self._state.config.shutdown_timeout):
             for pq in pqs:
                 while pq.running:
@@ -180,6 +227,7 @@ class WorkerPool:
         if graceful and self._done is not None:
             with anyio.move_on_after(cfg.shutdown_timeout):
                 await self._done.wait()
+        self._mark_finished()  # the close's commit follows
         if self._scope is None or self._done is None or self._done.is_set():
             # every worker returned: copies whose first delivery stayed unsettled (a
             # local retry to come) end their wait then, unsettled (in_hand's close)
@@ -192,13 +240,10 @@ class WorkerPool:
         # calls still unsettled then are the cut ones; no worker takes another message.
         with anyio.move_on_after(cfg.request_timeout):
             await self._done.wait()
+        self._mark_finished()
         # copies that waited for a call's outcome, or were being settled by it
         cut: list[ConsumerMessage] = [] if self._copies is None else self._copies.unsettled()
-        for slot in self._slots:
-            current = slot.current
-            if current is not None:
-                cut.extend(m for m in (current if isinstance(current, list) else [current])
-                           if not m.settled)  # fmt: skip
+        cut.extend(m for m in self._in_calls() if not m.settled)
         if graceful:
             self._state.log.warning("shutdown_timeout", timeout=cfg.shutdown_timeout,
                                     cut=len(cut))  # fmt: skip
@@ -216,6 +261,7 @@ class WorkerPool:
         copies = self._copies
         if copies is not None:
             copies.open()
+        self._call_soon = capture().call_soon
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
@@ -236,6 +282,7 @@ class WorkerPool:
                     outer.cancel_scope.cancel()  # every worker returned: stop the watchdog
         finally:
             self._outer = self._waits = None
+            self._mark_finished()
             if self._done is not None:
                 self._done.set()
 
@@ -255,6 +302,11 @@ class WorkerPool:
         settler = self._settler
         finish = settler.finish
         direct = type(settler) is RemotingSettler  # its finish is inlined below
+        # remoting on asyncio: a success's accounting follows when the worker yields
+        # (the module; once per message: benchmarks/README.md, "Round 13")
+        call_soon = self._call_soon if direct else None
+        finished = self._finished
+        mark_finished = self._mark_finished
         queue = self.queue
         pop_nowait = queue.pop_nowait
         countdown = _BURST
@@ -272,14 +324,13 @@ class WorkerPool:
                         item = pop_nowait()
                     except IndexError:
                         now = 0.0
+                        countdown = _BURST  # waiting yields: a new burst starts
                         try:
                             item = await queue.get()
                         except anyio.EndOfStream:
                             return
                     if not inline:  # an inline worker's queue holds single messages only
-                        await self._consume_batch(
-                            item if isinstance(item, list) else [item], slot
-                        )
+                        await self._consume_batch(item if isinstance(item, list) else [item], slot)
                     else:
                         # a single message (above), without the isinstance check
                         msg: ConsumerMessage = item  # type: ignore[assignment]
@@ -314,6 +365,11 @@ class WorkerPool:
                             # goal 1)")
                             elif msg._settled:
                                 pq.notify()
+                            elif call_soon is not None:
+                                msg._settled = True
+                                if not finished:
+                                    call_soon(mark_finished)
+                                finished.append(msg)
                             else:
                                 msg._settled = True
                                 now = monotonic()
@@ -325,10 +381,15 @@ class WorkerPool:
                     countdown -= 1
                     if not countdown:
                         # queue.get() does not yield while work is queued: let pulls and
-                        # reads run between bursts of handler calls.
+                        # reads run between bursts of handler calls. With nothing queued
+                        # the next get() waits, and so yields, anyway: a burst that
+                        # empties the queue (a pull answer of pull_batch_size messages
+                        # taken in one go, benchmarks/ceiling.py) costs no round trip of
+                        # its own (benchmarks/README.md, "Round 13").
                         countdown = _BURST
-                        now = 0.0
-                        await anyio.lowlevel.checkpoint()
+                        if queue:
+                            now = 0.0
+                            await anyio.lowlevel.checkpoint()
             if slot.current is not None:  # the handler overran consume_timeout
                 current, slot.current = slot.current, None
                 slot.timed_out = False

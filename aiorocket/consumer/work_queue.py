@@ -12,6 +12,14 @@ cost a loop round trip per worker per pull, most of them finding nothing left: t
 first one drains a burst without yielding when handlers are quick. With the chain,
 slow handlers still spread over all workers, since each woken getter hands the rest
 on before its handler runs.
+
+On asyncio the hand-on waits for the getter to yield to the loop (a callback scheduled
+with ``call_soon``: it runs once the getter's handler awaits something, or the getter
+waits again): what is still queued then wakes the next getter. A getter whose quick
+handlers drain the queue without yielding so wakes nobody, where a wake-up at the take
+cost a getter's round trip a pull answer, spent finding the queue empty
+(benchmarks/README.md, "Round 13"). On trio (no such callback) the next getter is woken
+at the take.
 """
 
 from __future__ import annotations
@@ -33,12 +41,18 @@ T = TypeVar("T")
 
 
 class WorkQueue(Generic[T]):
-    __slots__ = ("_closed", "_items", "_new_event", "_waiters", "pop_nowait")
+    __slots__ = (
+        "_call_soon", "_closed", "_hand_on_due", "_items", "_new_event", "_waiters",
+        "pop_nowait",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self._items: deque[T] = deque()
         self._waiters: deque[OneShotEvent] = deque()  # idle getters, oldest first
         self._new_event: Callable[[], OneShotEvent] | None = None  # set in the loop
+        #: asyncio's ``loop.call_soon`` (set in the loop; None on trio): hands on later
+        self._call_soon: Callable[[Callable[[], None]], object] | None = None
+        self._hand_on_due = False  # a hand-on is scheduled and has not run yet
         self._closed = False
         #: The next item without waiting; IndexError when none is queued (then await
         #: get(), which also reports the end). A plain call, where get() costs a
@@ -87,7 +101,9 @@ class WorkQueue(Generic[T]):
                 raise anyio.EndOfStream
             new_event = self._new_event
             if new_event is None:
-                new_event = self._new_event = capture().new_event
+                loop = capture()
+                new_event = self._new_event = loop.new_event
+                self._call_soon = loop.call_soon
             event = new_event()
             self._waiters.append(event)
             try:
@@ -101,8 +117,22 @@ class WorkQueue(Generic[T]):
                 raise
         item = items.popleft()
         if items and self._waiters:
-            self._waiters.popleft().set()  # more queued: another idle getter shares them
+            # more queued: another idle getter shares them, if they are still queued
+            # once this one yields (see the module)
+            call_soon = self._call_soon
+            if call_soon is None:
+                self._waiters.popleft().set()
+            elif not self._hand_on_due:
+                self._hand_on_due = True
+                call_soon(self._hand_on)
         return item
+
+    def _hand_on(self) -> None:
+        """The getter that took an item has yielded: wake the next idle getter if items
+        are still queued (the chain goes on from that getter's take)."""
+        self._hand_on_due = False
+        if self._items and self._waiters:
+            self._waiters.popleft().set()
 
     def __len__(self) -> int:
         return len(self._items)

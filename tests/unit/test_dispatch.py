@@ -7,6 +7,7 @@ broker.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -20,6 +21,7 @@ from aiorocket._settings import apply_settings
 from aiorocket.client.broker import BrokerClient
 from aiorocket.consumer.brokers import BrokerFinder
 from aiorocket.consumer.config import ConsumerConfig
+from aiorocket.consumer.dispatch import _BURST as BURST
 from aiorocket.consumer.dispatch import WorkerPool
 from aiorocket.consumer.handler import Handler
 from aiorocket.consumer.process_queue import ProcessQueue
@@ -244,6 +246,7 @@ async def test_close_hands_back_a_cut_handler_only_when_a_later_message_finished
     """Issue 30, item 5: a handler cut by shutdown_timeout holds its queue's commit
     point. Offset 0 is cut while 1..5 finished: it is sent back for a retry and the
     close commits past it, so the next owner handles only it again (before, 1..5 too)."""
+
     async def handle(msg: ConsumerMessage) -> None:
         if msg.queue_offset == 0:
             await anyio.sleep_forever()
@@ -315,6 +318,90 @@ async def test_each_call_gets_the_whole_consume_timeout_after_slow_ones() -> Non
     assert h.pq.tracker.committable() == 3
 
 
+async def test_a_burst_that_empties_the_queue_does_not_yield_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A worker yields between bursts of handler calls while work is still queued (the
+    # pulls and reads run), not after a burst that emptied the queue: its next get()
+    # waits, so yields, anyway (one loop round trip a pull answer less).
+    yields: list[str] = []
+    checkpoint = anyio.lowlevel.checkpoint
+
+    async def counted() -> None:
+        yields.append(sys._getframe(1).f_code.co_name)
+        await checkpoint()
+
+    monkeypatch.setattr(anyio.lowlevel, "checkpoint", counted)
+
+    async def handle(msg: ConsumerMessage) -> None:
+        pass
+
+    async with workers(handle, consume_concurrency=1) as h:
+        h.feed(2 * BURST)  # two bursts in one put
+        await h.consumed(2 * BURST)
+        assert yields.count("_worker") == 1  # between the two, none after the second
+        h.feed(BURST // 2)
+        await h.consumed(2 * BURST + BURST // 2)
+        h.feed(BURST // 2)  # a new burst after the wait: it empties the queue again
+        await h.consumed(3 * BURST)
+    assert yields.count("_worker") == 1
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio: on_done a message
+async def test_a_burst_of_successes_is_marked_in_its_queue_as_one_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Successes are settled at once and marked in their queue once the worker yields, a
+    # run of consecutive offsets at a time (on_run_done), not by on_done a message: the
+    # queue ends as on_done would leave it (test_process_queue's property test).
+    calls: list[tuple[str, int]] = []
+    on_done, on_run_done = ProcessQueue.on_done, ProcessQueue.on_run_done
+
+    def done(self: ProcessQueue, msg: MessageExt, generation: int, now: float = 0.0) -> bool:
+        calls.append(("on_done", 1))
+        return on_done(self, msg, generation, now)
+
+    def run_done(self: ProcessQueue, run: Any, generation: int, size: int, now: float) -> None:
+        calls.append(("on_run_done", len(run)))
+        on_run_done(self, run, generation, size, now)
+
+    monkeypatch.setattr(ProcessQueue, "on_done", done)
+    monkeypatch.setattr(ProcessQueue, "on_run_done", run_done)
+
+    async def handle(msg: ConsumerMessage) -> None:
+        pass
+
+    async with workers(handle, consume_concurrency=1) as h:
+        msgs = h.feed(BURST)
+        await h.consumed(BURST)
+        assert calls == [("on_run_done", BURST)]
+        assert all(m.settled for m in msgs)
+        assert h.pq.tracker.committable() == BURST
+        assert (h.pq.cached_count, h.pq.cached_bytes, h.pq.running) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_revoked_queues_quiesce_marks_the_successes_not_marked_yet() -> None:
+    # A success is marked in its queue when its worker yields (a loop callback): a
+    # revoke's quiesce run before that callback marks it itself, so the revoke's commit
+    # that follows passes it (else its next owner would handle it again).
+    handled = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.set()  # this task runs before the worker's callback
+
+    async with workers(handle, consume_concurrency=1) as h:
+        (msg,) = h.feed(1)
+        with anyio.fail_after(10):
+            await handled.wait()
+        assert msg.settled and h.pq.running == 0
+        assert h.pq.tracker.committable() == 0  # not marked yet: the callback comes next
+        h.pq.drop()
+        await h.pool.quiesce([h.pq])
+        assert h.pq.tracker.committable() == 1
+        assert h.pq.consumed_total == 1
+
+
 async def test_stale_and_dropped_messages_are_skipped() -> None:
     seen: list[int] = []
 
@@ -359,6 +446,55 @@ async def test_work_queue_chain_wakes_idle_getters_one_at_a_time() -> None:
         assert sorted(got.values()) == [10, 11, 12]
         assert queue.idle_getters == 2 and len(queue) == 0
         tg.cancel_scope.cancel()
+
+
+class CountedSet:
+    """A waiter's event whose wake-ups are counted."""
+
+    def __init__(self, event: Any, sets: list[int]) -> None:
+        self._event, self._sets = event, sets
+
+    def set(self) -> None:
+        self._sets.append(1)
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return bool(self._event.is_set())
+
+    def wait(self) -> Any:
+        return self._event.wait()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio: woken at the take
+async def test_work_queue_a_getter_that_drains_the_queue_without_yielding_wakes_no_other() -> None:
+    # A worker whose handlers do not wait takes a whole pull answer without yielding:
+    # the idle worker after it is woken only if something is still queued once it
+    # yields, not at its take (to find the queue empty: a round trip a pull answer).
+    queue: WorkQueue[int] = WorkQueue()
+    taken: list[list[int]] = []
+    sets: list[int] = []
+
+    async def getter() -> None:
+        while True:
+            try:
+                got = [await queue.get()]
+            except anyio.EndOfStream:
+                return
+            while len(queue):
+                got.append(queue.pop_nowait())
+            taken.append(got)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(getter)
+        tg.start_soon(getter)
+        await anyio.wait_all_tasks_blocked()
+        queue._waiters = type(queue._waiters)(CountedSet(e, sets) for e in queue._waiters)
+        queue.put_many([1, 2, 3])
+        await anyio.wait_all_tasks_blocked()
+        assert taken == [[1, 2, 3]]
+        assert len(sets) == 1  # the put's: the other getter slept on
+        assert queue.idle_getters == 2
+        queue.close()
 
 
 async def test_work_queue_cancelled_getters_strand_nothing() -> None:

@@ -150,3 +150,55 @@ def test_on_done_keeps_the_callers_clock_reading_as_the_last_consumed_time() -> 
     before = time.monotonic()
     assert pq.on_done(b, 0)
     assert before <= pq.last_consumed <= time.monotonic()  # none given: read here
+
+
+def _state(pq: ProcessQueue) -> tuple[object, ...]:
+    t = pq.tracker
+    budget = pq._budget
+    return (t.committable(), t.in_flight, t._low, t._stop, list(t._runs), sorted(t._early),
+            pq.cached_count, pq.cached_bytes, pq.consumed_total, pq.last_consumed,
+            None if budget is None else (budget.count, budget.bytes))  # fmt: skip
+
+
+@given(st.data())
+@settings(max_examples=200, deadline=None)
+def test_a_run_marked_done_at_once_ends_as_its_messages_one_by_one(data: st.DataObject) -> None:
+    """``on_run_done`` (the worker pool's successes, a run of consecutive offsets at a
+    time) leaves the queue as ``on_done`` of each message in turn would: any order of
+    runs, runs across pulls and the broker's gaps, runs of a generation a reset made
+    stale, offsets finished early, a cache budget."""
+    budgets = (CacheBudget(1000), CacheBudget(1000))
+    with_budget = data.draw(st.booleans(), "budget")
+    one = ProcessQueue(MessageQueue("t", "b", 0), 0, budgets[0] if with_budget else None)
+    runs = ProcessQueue(MessageQueue("t", "b", 0), 0, budgets[1] if with_budget else None)
+    runs.last_consumed = one.last_consumed
+    sizes = data.draw(st.lists(st.integers(0, 9), min_size=1, max_size=30), "sizes")
+    msgs: dict[int, list[ConsumerMessage]] = {}  # offset: the message in each queue
+    offset = 0
+    for pull in data.draw(st.lists(st.integers(1, 10), min_size=1, max_size=3), "pulls"):
+        batch = list(range(offset, offset + pull))
+        gap = data.draw(st.integers(0, 2), "gap")  # offsets the broker filtered out
+        for pq in (one, runs):
+            got = [ConsumerMessage("t", b"x" * sizes[o % len(sizes)], {}, 0, o, o) for o in batch]
+            pq.on_pulled(got, batch[-1] + 1 + gap)
+            for m in got:
+                msgs.setdefault(m.queue_offset, []).append(m)
+        offset = one.tracker.next_offset
+    order = data.draw(st.permutations(sorted(msgs)), "order")
+    i = 0
+    while i < len(order):
+        # the longest run of consecutive offsets from here, cut at a random length
+        j = i + 1
+        while j < len(order) and order[j] == order[j - 1] + 1:
+            j += 1
+        j = data.draw(st.integers(i + 1, j), "run end")
+        if data.draw(st.integers(0, 9), "reset") == 0:  # a seek while the run was handled
+            for pq in (one, runs):  # the messages, of generation 0, are stale from now on
+                pq.reset(pq.tracker.committable())
+        now = float(i + 1)
+        for m in (msgs[o][0] for o in order[i:j]):
+            one.on_done(m, 0, now)
+        run = [msgs[o][1] for o in order[i:j]]
+        runs.on_run_done(run, 0, sum(len(m.body) for m in run), now)
+        assert _state(one) == _state(runs)
+        i = j
