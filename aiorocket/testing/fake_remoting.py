@@ -111,6 +111,10 @@ class FakeRemotingServer:
     ) -> None:
         self.handler = handler
         self.version = version
+        #: called once the server read the end of a client's stream (a broker's close
+        #: event: 5.x ``ClientHousekeepingService.onChannelClose``); not for a stalled
+        #: connection, whose close the server never reads
+        self.on_close: Callable[[ServerSession], Coroutine[Any, Any, None]] | None = None
         self.sessions: list[ServerSession] = []
         self.received: list[RemotingCommand] = []
         self._tg: anyio.abc.TaskGroup | None = None
@@ -179,3 +183,5 @@ class FakeRemotingServer:
                         tg.start_soon(self.handler, session, cmd)
             except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 session.closed = True
+                if self.on_close is not None:
+                    await self.on_close(session)

@@ -22,7 +22,18 @@ group's consumer offsets, its members (heartbeats) and queue locks. What it mode
   next lock), UNLOCK_BATCH_MQ frees it; a crash forgets the locks. 5.x runs both on a
   pool of admin threads, so a lock is applied after a drawn lag (up to ``LOCK_LAG``,
   from a random stream of its own) and an unlock sent after it may go first;
-* NOTIFY_CONSUMER_IDS_CHANGED goes to every member when one joins or leaves.
+* members are listed per connection, as 5.x keeps a group's ``channelInfoTable`` keyed by
+  channel (``ConsumerGroupInfo``): HEART_BEAT adds or refreshes the entry of the
+  connection it came on, UNREGISTER_CLIENT removes the entry of the connection it came on
+  (``ConsumerManager.unregisterConsumer`` -> ``ConsumerGroupInfo.unregisterChannel``),
+  whatever client id it names; a connection's close the broker reads removes its entry
+  (``ClientHousekeepingService.onChannelClose`` -> ``doChannelCloseEvent``), and an
+  entry not refreshed for ``CHANNEL_EXPIRY`` goes at the scan (``scanNotActiveChannel``).
+  So a client reconnected is listed twice until its old connection's entry goes, and an
+  entry on a half-open connection (whose close the broker never reads) stays until the
+  scan, whatever the client sends on another;
+* NOTIFY_CONSUMER_IDS_CHANGED goes to every listed connection when an entry is added
+  or removed (a heartbeat on a new connection, an unregister, a close).
 
 Every pulled message is in the history (``pulled``: broker, queue, offset), and every
 commit the broker took (``committed``): the checker bounds duplicates by them.
@@ -79,6 +90,15 @@ class Stored:
 
 
 @dataclass(slots=True)
+class Channel:
+    """A member's entry for one connection (5.x ``ClientChannelInfo``)."""
+
+    client: str
+    #: its last heartbeat (``lastUpdateTimestamp``)
+    updated: float
+
+
+@dataclass(slots=True)
 class Queues:
     """One broker's messages: (topic, queue id) -> messages in offset order."""
 
@@ -102,9 +122,8 @@ class SimPullBroker:
         self.queues = Queues()
         self.offsets: dict[tuple[str, int], int] = {}
         self.flushed: dict[tuple[str, int], int] = {}
-        self.members: dict[str, ServerSession] = {}
-        #: each member's last heartbeat (5.5.0 expires a channel silent for 120 s)
-        self.beats: dict[str, float] = {}
+        #: the group's members, an entry per connection (see the module docstring)
+        self.channels: dict[ServerSession, Channel] = {}
         self.locks: dict[tuple[str, int], tuple[str, float]] = {}
         self.down_until = 0.0
         self.pulls = 0
@@ -112,6 +131,7 @@ class SimPullBroker:
         self.acked_upto: dict[tuple[str, int], int] = {}
         self.arrived = anyio.Event()
         self.server = FakeRemotingServer(self.handle)
+        self.server.on_close = self._channel_closed
         self.silence = Silence(name, self.server, self.history)
 
     @property
@@ -147,7 +167,7 @@ class SimPullBroker:
         self.history.add("broker_crashed", "", broker=self.name, lost=lost)
         self.offsets = dict(self.flushed)
         self.locks.clear()
-        self.members.clear()
+        self.channels.clear()
         await self.reset()
         self._wake()
 
@@ -159,6 +179,21 @@ class SimPullBroker:
             session.stalled = True
             with anyio.CancelScope(shield=True):
                 await session.close()
+        # the broker closed them itself: its close event drops their entries
+        for session in sessions:
+            self.channels.pop(session, None)
+
+    def members(self) -> list[str]:
+        """The client ids listed, once per entry (``getAllClientId``), after the scan
+        dropped the entries not refreshed for ``CHANNEL_EXPIRY``."""
+        now = anyio.current_time()
+        for session in [s for s, c in self.channels.items() if now - c.updated > CHANNEL_EXPIRY]:
+            del self.channels[session]
+        return sorted(c.client for c in self.channels.values())
+
+    async def _channel_closed(self, session: ServerSession) -> None:
+        if self.channels.pop(session, None) is not None and not self.down:
+            await self.cluster.ids_changed(self)
 
     def remembers(self, client: str, since: float) -> list[str]:
         """What the broker still keeps of ``client`` after its close (begun at
@@ -177,7 +212,13 @@ class SimPullBroker:
         ):
             return []
         now = anyio.current_time()
-        kept = ["listed as a member"] if client in self.members else []
+        # An entry on a silenced connection is out of the client's reach: the broker
+        # reads neither its unregister there nor that connection's close (and one sent
+        # on another connection removes that one's entry only); the scan drops it
+        # CHANNEL_EXPIRY after its last heartbeat, as a real broker's would.
+        self.members()
+        listed = [s for s, c in self.channels.items() if c.client == client and not s.stalled]
+        kept = ["listed as a member"] if listed else []
         locked = sorted(f"{t}:{q}" for (t, q), (owner, until) in self.locks.items()
                         if owner == client and until > now)  # fmt: skip
         if locked:
@@ -212,24 +253,18 @@ class SimPullBroker:
         code, ext = cmd.code, cmd.ext_fields
         resp = RemotingCommand.response_to(cmd)
         if code == RequestCode.HEART_BEAT:
+            # registered even if the broker handled the connection's close already (a
+            # heartbeat applied late): that entry goes at the scan only
             client = json.loads(cmd.body)["clientID"]
-            if client not in self.members:
-                self.members[client] = session
+            new = session not in self.channels
+            self.channels[session] = Channel(client, anyio.current_time())
+            if new:
                 await self.cluster.ids_changed(self)
-            self.members[client] = session
-            self.beats[client] = anyio.current_time()
         elif code == RequestCode.UNREGISTER_CLIENT:
-            if self.members.pop(ext["clientID"], None) is not None:
+            if self.channels.pop(session, None) is not None:
                 await self.cluster.ids_changed(self)
         elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
-            # a member whose connection closed is gone (5.5.0's doChannelCloseEvent),
-            # whether it said goodbye or not (its next heartbeat brings it back), and one
-            # silent past channelExpiredTimeout (a half-open connection's)
-            now = anyio.current_time()
-            for client in [c for c, s in self.members.items()
-                           if s.closed or now - self.beats.get(c, now) > CHANNEL_EXPIRY]:
-                del self.members[client]
-            resp.body = json.dumps({"consumerIdList": sorted(self.members)}).encode()
+            resp.body = json.dumps({"consumerIdList": self.members()}).encode()
         elif code == RequestCode.QUERY_CONSUMER_OFFSET:
             key = (ext["topic"], int(ext["queueId"]))
             if key in self.offsets:
@@ -399,7 +434,7 @@ class SimPullCluster(SimServers[SimPullBroker]):
         notice = RemotingCommand(code=RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
                                  ext_fields={"consumerGroup": PULL_GROUP})  # fmt: skip
         data = encode_command(notice)
-        for session in list(broker.members.values()):
+        for session in list(broker.channels):
             await session.send_raw(data)
 
     async def run_nemesis(self) -> None:
