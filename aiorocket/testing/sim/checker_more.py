@@ -122,7 +122,14 @@ def duplicates_within_window(history: History, bounds: Bounds) -> list[Violation
     handled successfully is delivered again only if, when it was delivered again, no
     commit covering its offset had reached the broker more than ``bounds.handover``
     seconds before (what a member owning the queue committed, the broker crash that lost
-    it notwithstanding: the client knows its own commits)."""
+    it notwithstanding: the client knows its own commits).
+
+    A commit the broker refused or never stored (``commit_failed``: an error answer, a
+    timeout) is no ``committed`` and bounds nothing: at-least-once lets every message it
+    covered come again, and an orderly revoke's "the next owner starts after the last
+    message handled here" (docs/consumer.md) holds only once a commit was stored (its
+    retries given up: ``orderly_handover_uncommitted``). One stored whose answer was lost
+    (``lost_answer``) is ``committed`` and bounds like any other."""
     commits: dict[tuple[str, str], list[Event]] = defaultdict(list)
     for e in history.of("committed"):
         commits[(e.info["broker"], e.info["queue"])].append(e)

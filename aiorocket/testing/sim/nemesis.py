@@ -180,6 +180,9 @@ def draw(seed: int, workload: str) -> Schedule:
 
     params.update(draw_send_rate(seed, workload))
     faults += _settings_late(seed, workload)
+    from aiorocket.testing.sim.offset_faults import draw_offset_faults
+
+    faults += draw_offset_faults(seed, workload, params, faults)
     return Schedule(seed, workload, params, faults)
 
 

@@ -32,6 +32,10 @@ group's consumer offsets, its members (heartbeats) and queue locks. What it mode
   So a client reconnected is listed twice until its old connection's entry goes, and an
   entry on a half-open connection (whose close the broker never reads) stays until the
   scan, whatever the client sends on another;
+* the nemesis's ``commit_fault`` / ``query_fault`` (``offset_faults``) fail
+  UPDATE_CONSUMER_OFFSET / QUERY_CONSUMER_OFFSET for a window (``commit_failed``,
+  ``query_failed`` in the history; a lost answer's commit is stored, so ``committed``
+  too);
 * NOTIFY_CONSUMER_IDS_CHANGED goes to every listed connection when an entry is added
   or removed (a heartbeat on a new connection, an unregister, a close).
 
@@ -58,6 +62,7 @@ from aiorocket.protocol.frame import encode_command
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
 from aiorocket.testing.sim.feature_draws import BROKER_DELAY_LEVELS
+from aiorocket.testing.sim.offset_faults import offset_fault
 from aiorocket.testing.sim.servers import SimServers, send_route
 from aiorocket.testing.sim.silence import Silence
 
@@ -266,12 +271,28 @@ class SimPullBroker:
         elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
             resp.body = json.dumps({"consumerIdList": self.members()}).encode()
         elif code == RequestCode.QUERY_CONSUMER_OFFSET:
+            how = offset_fault(self.cluster.schedule, "query_fault", self.name)
+            if how is not None:
+                self.history.add("query_failed", "", broker=self.name, how=how)
+                if how == "timeout":
+                    return None
+                return RemotingCommand.response_to(cmd, int(how), "sim query error")
             key = (ext["topic"], int(ext["queueId"]))
             if key in self.offsets:
                 resp.ext_fields = {"offset": str(self.offsets[key])}
             else:
                 resp.code = ResponseCode.QUERY_NOT_FOUND
         elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            how = offset_fault(self.cluster.schedule, "commit_fault", self.name)
+            if how is not None:
+                self.history.add("commit_failed", "", broker=self.name, how=how,
+                                 queue=f"{ext['topic']}:{ext['queueId']}",
+                                 offset=int(ext["commitOffset"]))  # fmt: skip
+                if how == "lost_answer":
+                    self._commit(ext["topic"], int(ext["queueId"]), int(ext["commitOffset"]))
+                if how in ("timeout", "lost_answer"):
+                    return None
+                return RemotingCommand.response_to(cmd, int(how), "sim commit error")
             self._commit(ext["topic"], int(ext["queueId"]), int(ext["commitOffset"]))
         elif code in (RequestCode.GET_MIN_OFFSET, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP):
             resp.ext_fields = {"offset": "0"}
