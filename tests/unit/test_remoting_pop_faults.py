@@ -443,3 +443,77 @@ async def test_a_first_delivery_delivered_again_while_its_handler_runs_is_not_ha
             assert (runtime.renewer.holding, len(runtime.in_hand)) == (0, 0)
     assert broker.acked == {0, 1}
     assert dict(broker.deliveries) == {0: 2, 1: 1}
+
+
+class DroppingPopBroker(PopBroker):
+    """Holds each pop of its first connection ``hold`` seconds, then closes that
+    connection unanswered: pops lost with their connection, as on a silent connection a
+    timed-out request dropped (``hold`` 0: at once, as a broker that accepts and hangs
+    up)."""
+
+    def __init__(self, hold: float) -> None:
+        super().__init__()
+        self.hold = hold
+        self.first: ServerSession | None = None
+
+    async def handle(self, session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.code == POP_MESSAGE and self.first in (None, session):
+            self.first = session
+            await anyio.sleep(self.hold)
+            await session.close()
+            return
+        await super().handle(session, cmd)
+
+
+async def test_a_pop_lost_with_its_connection_pops_again_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pop lost with its connection after a request timeout or more (its own timeout
+    on a silent connection, or the connection dropped under it) ends the receive
+    backoff: the next pop goes on a new connection at once, as a gRPC receive does on
+    the Proxy's new connection. Before, it waited the backoff (an hour here; up to 10 s
+    by default: a silence falling in a backoff cost up to 35 s, e3c51b8)."""
+    from aiorocket.consumer.pop import receiver as receiver_module
+
+    monkeypatch.setattr(receiver_module, "receive_backoff", lambda failures: 3600.0)
+    broker = DroppingPopBroker(hold=1.5)  # past the request timeout (1 s)
+    broker.add(0, b"m0")
+    handled = anyio.Event()
+
+    async def handle(msg: ConsumerMessage) -> None:
+        handled.set()
+
+    cluster = FakeCluster({"broker-a": [broker]})
+    async with running(cluster), pop_consumer(cluster, handle) as consumer:
+        # 60 s is a guard, far from the hour's backoff
+        with anyio.fail_after(60):
+            await handled.wait()
+        assert isinstance(consumer._backend, PopBackend)
+        runtime = consumer._backend.runtime
+        assert runtime is not None and runtime.source.connection >= 1
+
+
+async def test_a_pop_whose_connection_fails_at_once_backs_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A connection hung up at once is no lost pop: the loops back off (no storm of
+    pops against a broker that accepts and hangs up)."""
+    from aiorocket.consumer.pop import receiver as receiver_module
+
+    monkeypatch.setattr(receiver_module, "receive_backoff", lambda failures: 3600.0)
+    broker = DroppingPopBroker(hold=0.0)
+    cluster = FakeCluster({"broker-a": [broker]})
+    async with running(cluster), pop_consumer(cluster, _never) as consumer:
+        assert isinstance(consumer._backend, PopBackend)
+        runtime = consumer._backend.runtime
+        assert runtime is not None
+        with anyio.fail_after(60):
+            while runtime.receiver.failures < 1:  # noqa: ASYNC110 (no event to wait on)
+                await anyio.sleep(0.01)
+        assert runtime.source.connection == 0
+        # at most another loop's first pop, sent once the first connection was gone
+        assert broker.pops <= 1
+
+
+async def _never(msg: ConsumerMessage) -> None:
+    raise AssertionError("nothing to handle")

@@ -120,10 +120,11 @@ class PopSource(Protocol):
     def connection(self) -> int:
         """Which connection of the session to the server is up: changes when a new one
         is (over gRPC: the Proxy took this client's settings on a new telemetry stream,
-        after a Proxy restart or a lost connection); over remoting always 0."""
+        after a Proxy restart or a lost connection); over remoting, pops lost with their
+        connection after a request timeout or more (the next pop goes on a new one)."""
 
     async def new_connection(self, since: int) -> None:
-        """Return once ``connection`` is no longer ``since`` (over remoting: never). A
+        """Return once ``connection`` is no longer ``since``. A
         receive loop's backoff ends there: what failed on the old connection says
         nothing of the new one."""
 

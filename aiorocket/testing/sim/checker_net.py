@@ -22,10 +22,9 @@ def reconnects_after_half_open(history: History, bounds: Bounds) -> list[Violati
     window: not judged). An application that paused consumption in that window sends
     no pull: the heartbeat that times out drops the connection and the next heartbeat
     opens a new one (``bounds.reconnect_paused``). A POP silence that falls in the
-    receive backoff after a refused pop (``pop_refused`` at most the event's
-    ``backoff_cap`` before it, no delivery since) gets the event's
-    ``within_backing_off``: the rest of that backoff comes before the pop that times
-    out, and a second backoff after it."""
+    receive backoff after a refused pop gets no more than any other (``within``): the
+    rest of that backoff comes before the pop that times out, and none after it (the
+    lost pop ends the backoff: ``silence.pop_reconnect_bound``)."""
     from aiorocket.testing.sim.checker import Violation
 
     ends = [e.at for e in history.of("end")]
@@ -36,10 +35,6 @@ def reconnects_after_half_open(history: History, bounds: Bounds) -> list[Violati
         within = float(silent.info.get("within", bounds.reconnect))
         if "within" not in silent.info and _paused_in(history, silent.at, silent.at + within):
             within = bounds.reconnect_paused
-        elif "within_backing_off" in silent.info and _pop_refused_in(
-            history, silent.at - float(silent.info["backoff_cap"]), silent.at
-        ):
-            within = float(silent.info["within_backing_off"])
         due = silent.at + within
         if due > end or any(silent.at <= at <= due for at in closes):
             continue
@@ -68,18 +63,3 @@ def _paused_in(history: History, start: float, end: float) -> bool:
         if e.at >= start and paused:
             return True
     return bool(paused)
-
-
-def _pop_refused_in(history: History, start: float, end: float) -> bool:
-    """Whether a broker refused a pop in [start, end] and no pop brought messages after
-    it by ``end`` (the client's receive loops share one count of failures, which a
-    receive that succeeds resets: then none of them is backing off at ``end``)."""
-    refused = False
-    for e in history.events:  # in the order they happened
-        if e.at > end:
-            break
-        if e.kind == "pop_refused":
-            refused = e.at >= start
-        elif e.kind == "delivered":
-            refused = False
-    return refused
