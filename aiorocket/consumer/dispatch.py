@@ -198,6 +198,9 @@ class WorkerPool:
             for pq in pqs:
                 while pq.running:
                     await pq.wait_changed()
+        # and those that ended while it waited: a wake-up (another handler's failure)
+        # can run before the callback that marks them, and the commit reads them next
+        self._mark_finished()
 
     async def release(self, pqs: list[ProcessQueue]) -> None:
         """Revoked queues whose handlers outlived ``quiesce``: until those calls end

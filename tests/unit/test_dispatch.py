@@ -402,6 +402,40 @@ async def test_a_revoked_queues_quiesce_marks_the_successes_not_marked_yet() -> 
         assert h.pq.consumed_total == 1
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_revoked_queues_quiesce_marks_a_success_that_ended_while_it_waited() -> None:
+    # Two handlers of a revoked queue end in one loop round, a failure (offset 1) first:
+    # its notify wakes the quiesce, which then sees nothing running, before the callback
+    # that marks the success (offset 0) has run. The revoke's commit reads the queue at
+    # once after the quiesce: the success must be marked by then (else the commit stays
+    # at 0 and its next owner handles offset 0 again).
+    go = {0: anyio.Event(), 1: anyio.Event()}
+
+    async def handle(msg: ConsumerMessage) -> None:
+        await go[msg.queue_offset].wait()
+        if msg.queue_offset == 1:
+            raise RuntimeError("fails")
+
+    async with workers(handle, consume_concurrency=2) as h:
+        h.feed(2)
+        with anyio.fail_after(10):
+            while h.pq.running < 2:  # both handlers started (the pool has no event)
+                await anyio.lowlevel.checkpoint()
+        h.pq.drop()
+        committable: list[int] = []
+
+        async def revoke() -> None:
+            await h.pool.quiesce([h.pq])
+            committable.append(h.pq.tracker.committable())  # what the commit reads
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(revoke)
+            await anyio.wait_all_tasks_blocked()
+            go[1].set()  # the failure's handler resumes first, in the same round
+            go[0].set()
+        assert committable == [1]  # offset 0 done, 1 (failed, not sent back) in flight
+
+
 async def test_stale_and_dropped_messages_are_skipped() -> None:
     seen: list[int] = []
 
