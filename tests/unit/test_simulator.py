@@ -37,8 +37,12 @@ from aiorocket.testing.sim import INVARIANTS, Bounds, History, check, draw, run
 #: derived for one backoff. Then the checker's (a silence in a backoff got two, 35 s);
 #: since a pop lost with its connection ends the backoff, the client's: it fails the 25 s
 #: again on e3c51b8's client (test_a_silence_in_a_pop_receive_backoff_gets_one_backoff)
+#: 32153: m-8 popped at 2.00 by a pop in flight when the application paused (1.19); its
+#: release was refused three times (SYSTEM_BUSY) and it came back after its invisible
+#: time (12.00), as docs/consumer.md promises; the checker wanted a release that landed
+#: (the checker's: test_a_refused_release_is_a_release_that_comes_back_later)
 POP_SEEDS = [*range(0, 24), 27, 28, 66, 211, 212, 1180, 1181, 1214, 3033, 7202, 20014,
-             20284]  # fmt: skip
+             20284, 32153]  # fmt: skip
 #: grpc_receive 0 and 5 (and 27, 31, 32, 34) found a message delivered again while its
 #: handler ran (one_handler_at_a_time: aiorocket.consumer.pop.in_hand); 94, a message
 #: whose retry delay was asked handed again at once: released by the termination notice
@@ -373,6 +377,57 @@ def test_a_silence_in_a_pop_receive_backoff_gets_one_backoff() -> None:
 
     assert "reconnects_after_half_open" not in _caught(seed_20284(reconnected=34.53))
     assert "reconnects_after_half_open" in _caught(seed_20284(reconnected=44.53))
+
+
+def _released_while_paused(refused_at: float | None, *, back: bool = True) -> History:
+    """pop_remoting seed 32153's m-8: delivered at 2.00 to a paused consumer (a pop in
+    flight at the pause), its release refused at ``refused_at`` (None: never sent),
+    back after its invisible time at 12.00 (``back``) and handled then."""
+    steps: list[tuple[float, str, str, dict[str, object]]] = [
+        (0, "stored", "m-8", {}), (1.19, "paused", "", {"consumer": "first", "what": "all"}),
+        (2.0, "delivered", "m-8", {"broker": "a", "attempt": 1, "until": 12.0}),
+    ]  # fmt: skip
+    if refused_at is not None:
+        steps.append((refused_at, "release_refused", "m-8", {"broker": "a"}))
+    steps.append((11.03, "resumed", "", {"consumer": "first"}))
+    if back:
+        steps += [
+            (12.0, "revived", "m-8", {"attempt": 1}),
+            (12.03, "delivered", "m-8", {"broker": "a", "attempt": 2}),
+            (12.03, "handler_start", "m-8", {"attempt": 2}),
+            (12.03, "handler_ok", "m-8", {"attempt": 2}),
+            (12.03, "handler_end", "m-8", {"attempt": 2}), (12.035, "acked", "m-8", {}),
+        ]  # fmt: skip
+    return _history(*steps, (31.75, "end", "", {}))
+
+
+def test_a_refused_release_is_a_release_that_comes_back_later() -> None:
+    """pop_remoting seed 32153: a message received for a paused consumer whose release
+    the broker refused comes back after its invisible time (docs/consumer.md, "Pause
+    and resume": "one whose release fails comes back after its invisible time"): the
+    release was sent in time, so received_handed_on holds; that it does come back is
+    none_lost's. One never released, or released only past the 5 s, is still caught;
+    and one refused and never back is lost."""
+    assert _caught(_released_while_paused(2.0)) == set()
+    assert _caught(_released_while_paused(3.2)) == set()
+    assert "received_handed_on" in _caught(_released_while_paused(None))
+    assert "received_handed_on" in _caught(_released_while_paused(7.5))
+    assert "none_lost" in _caught(_released_while_paused(2.0, back=False))
+
+
+def test_seed_32153_records_the_refused_releases_the_checker_counts() -> None:
+    """The simulated broker records a refused release (a change to invisible time 0
+    answered SYSTEM_BUSY) of the message it names; the run passes with those events
+    and fails received_handed_on without them (the checker's judgement is about them
+    alone)."""
+    report = run(32153, "pop_remoting")
+    assert report.ok, str(report)
+    refused = [(round(e.at, 2), e.key) for e in report.history.of("release_refused")]
+    assert refused == [(2.0, "m-8"), (2.4, "m-8"), (3.2, "m-8")]
+    assert [round(e.at, 2) for e in report.history.of("revived") if e.key == "m-8"] == [12.0]
+    without = History(lambda: 0.0)
+    without.events = [e for e in report.history.events if e.kind != "release_refused"]
+    assert {v.invariant for v in check(without)} == {"received_handed_on"}
 
 
 @pytest.mark.parametrize(

@@ -200,7 +200,10 @@ def _sent_while_paused(e: Event, by: float,
 def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
     """Every delivery the client received is handed to the application, released,
     dead-lettered or settled within ``bounds.hand_on`` (or by a close), or kept
-    invisible by the client's own renewals, or joins a call of it already running. One
+    invisible by the client's own renewals, or joins a call of it already running. A
+    release the server refused (``release_refused``) counts as released: the contract
+    (docs/consumer.md, "Pause and resume") is that "one whose release fails comes back
+    after its invisible time", which ``none_lost`` judges (pop_remoting 32153). One
     of a FIFO lane (a lite topic: the ``lane`` its handler calls name) waits
     behind the lane's running handler: its bound counts from that call's end. (Not
     judged: a delivery whose connection closed under its receive, ``lost_on_wire``
@@ -240,7 +243,8 @@ def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
             in_call = (sum(e.kind == "handler_start" for e in before)
                        > sum(e.kind == "handler_end" for e in before))  # fmt: skip
             if not kept and not in_call and not any(
-                e.kind in ("handler_start", "released", "dead_lettered", "acked")
+                e.kind in ("handler_start", "released", "release_refused", "dead_lettered",
+                           "acked")
                 for e in window
             ):
                 out.append(Violation("received_handed_on", key,

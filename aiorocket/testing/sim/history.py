@@ -17,14 +17,15 @@ class Event:
     ``kind`` is one of: ``stored`` (the server holds message ``key``), ``delivered``
     (the server handed it to a client), ``handler_start`` / ``handler_ok`` /
     ``handler_failed`` (the application's handler), ``acked`` (the server settled it),
-    ``released`` (the client made it visible again), ``revived`` (its invisible time
-    ended unsettled: the server will deliver it again), ``dead_lettered`` (it went to the
-    DLQ, by the client or the server), ``app_error`` (an exception reached the
-    application), ``close_start`` / ``close_end``, ``storm`` (a request storm),
-    ``held`` (the client still holds settled messages), ``tasks_left``, ``note``,
-    ``broker_paused`` / ``broker_resumed`` (the nemesis froze a broker, SIGSTOP-like:
-    what reaches it meanwhile is handled once it resumes; an ``acked`` names when its
-    request reached the broker, ``sent``).
+    ``released`` (the client made it visible again), ``release_refused`` (the server
+    refused a release: the message comes back after its invisible time), ``revived``
+    (its invisible time ended unsettled: the server will deliver it again),
+    ``dead_lettered`` (it went to the DLQ, by the client or the server), ``app_error``
+    (an exception reached the application), ``close_start`` / ``close_end``, ``storm``
+    (a request storm), ``held`` (the client still holds settled messages),
+    ``tasks_left``, ``note``, ``broker_paused`` / ``broker_resumed`` (the nemesis froze
+    a broker, SIGSTOP-like: what reaches it meanwhile is handled once it resumes; an
+    ``acked`` names when its request reached the broker, ``sent``).
     """
 
     at: float

@@ -12,7 +12,13 @@ dead-lettered. What it models of 5.5.0 and says so:
 * an ack or a renewal naming a check point the broker does not hold is answered
   SUCCESS and does nothing (the message comes back);
 * a renewal (CHANGE_MESSAGE_INVISIBLETIME) acks the old check point and writes a new
-  one for that message alone, starting at its own offset;
+  one for that message alone, starting at its own offset; one refused (the nemesis's
+  ``change_error``) changes nothing: the message comes back under its old check point,
+  as 5.x's ``ChangeInvisibleTimeProcessor`` answers SYSTEM_ERROR when the new check
+  point is not stored (the old one is then not acked) and the remoting layer SYSTEM_BUSY
+  when the ack executor's queue is full; a refused release (invisible time 0) is
+  recorded (``release_refused``: the contract's "one whose release fails comes back
+  after its invisible time");
 * a long-polling pop whose client hung up pops nothing;
 * an orderly pop (``order=true``) takes nothing of a queue while a batch of it is out,
   its check points carry revive queue 999, its messages come back in place (same queue
@@ -207,6 +213,12 @@ class SimPopBroker:
             if start <= count < start + f.args["count"]:
                 if kind == "ack":  # the checker gives refused acks the close's time
                     self.history.add("ack_refused", "", broker=self.name)
+                elif int(cmd.ext_fields["invisibleTime"]) == 0:
+                    # the client did release it; it comes back after its invisible time
+                    # (received_handed_on counts the try, none_lost the comeback)
+                    m = self._named(cmd)
+                    if m is not None:
+                        self.history.add("release_refused", m.key, broker=self.name)
                 return RemotingCommand.response_to(cmd, f.args["code"], f"sim {kind} error")
         return None
 
@@ -338,17 +350,23 @@ class SimPopBroker:
         self._settle(*self._given(cmd))
         return RemotingCommand.response_to(cmd)
 
+    def _named(self, cmd: RemotingCommand) -> SimMessage | None:
+        """The message in flight under the check point and offset a change names."""
+        ck, offset = self._given(cmd)
+        return next((m for m in self.messages
+                     if m.state == "inflight" and m.ck == ck and m.ck_offset == offset),
+                    None)  # fmt: skip
+
     def _change(self, cmd: RemotingCommand) -> RemotingCommand:
         ck, offset = self._given(cmd)
         invisible = int(cmd.ext_fields["invisibleTime"])
         pop_time = self._pop_time()
-        for m in self.messages:
-            if m.state == "inflight" and m.ck == ck and m.ck_offset == offset:
-                m.ck = (ck[0], ck[1], offset, pop_time)
-                m.visible_at = anyio.current_time() + invisible / 1000
-                self.history.add("renewed" if invisible else "released", m.key,
-                                 until=m.visible_at)  # fmt: skip
-                break
+        m = self._named(cmd)
+        if m is not None:
+            m.ck = (ck[0], ck[1], offset, pop_time)
+            m.visible_at = anyio.current_time() + invisible / 1000
+            self.history.add("renewed" if invisible else "released", m.key,
+                             until=m.visible_at)  # fmt: skip
         else:
             self.history.add("note", "", what="renewal of an unknown check point", ck=ck)
         fields = {"popTime": str(pop_time), "invisibleTime": str(invisible), "reviveQid": "0"}
