@@ -54,7 +54,10 @@ POP_SEEDS = [*range(0, 24), 27, 28, 66, 211, 212, 1180, 1181, 1214, 3033, 7202, 
 #: under way as the close began; the Proxy applied them after the termination and kept
 #: listing the closed consumer (released_at_close); 21, 31 and 87: the termination went
 #: on a half-open connection, lost (now sent once more on a new one)
-GRPC_SEEDS = [*range(0, 12), 19, 21, 27, 31, 32, 34, 64, 87, 94, 7107]
+#: 42000: m-2 handled at 0.50, acks refused until 2.005, the Proxy silent from 2.00 to
+#: 4.25; the termination after the silence freed m-2 before its ack went (the checker's:
+#: the time the Proxy took no ack is not the client's; the duplicate docs/grpc.md names)
+GRPC_SEEDS = [*range(0, 12), 19, 21, 27, 31, 32, 34, 64, 87, 94, 7107, 42000]
 #: 0, 7 and 12 pause the FIFO consumer (all or its topic) while its groups are consumed
 #: 24: the Proxy silent (half_open) mid-receive; the termination notice that follows
 #: the broken receive frees a message already handled, whose ack is then ignored: it
@@ -78,7 +81,11 @@ PRODUCER_SEEDS = range(0, 16)
 #: timed out) went to that broker at 29.00 and, retried, at 32.10; the broker, paused
 #: from 12.33 to 32.33, handled it when it resumed, as the close (30.62) ended. The
 #: checker judged it late (the model's: the history held no pause to allow for)
-LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007, 3014, 3025, 4244, 20153]
+#: 42136: broker b paused from 23.59 to 43.59, the close from 32.99; r1.5-8's release
+#: reached it during the close, after renewals of it that had timed out there: resumed,
+#: the broker ran a renewal first and the release named a replaced check point (the
+#: checker's: a release, back after the renewal's time; release_stale)
+LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007, 3014, 3025, 4244, 20153, 42136]
 #: the pull consumer's shapes over remoting (virtual time, about a second each): on
 #: cce0824 seed 7 finds issue 38 item 11 (duplicates past the window after a crash)
 #: 18: under load, its async for body's 25 s sleep let trio's autojump run a pull's
@@ -428,6 +435,119 @@ def test_seed_32153_records_the_refused_releases_the_checker_counts() -> None:
     without = History(lambda: 0.0)
     without.events = [e for e in report.history.events if e.kind != "release_refused"]
     assert {v.invariant for v in check(without)} == {"received_handed_on"}
+
+
+def _released_to_a_pause(sent: float | None, *, paused: bool = True, broker: str = "a",
+                         back: bool = True) -> History:  # fmt: skip
+    """lite_remoting seed 42136's r1.5-8: delivered at 0 by broker ``a``, paused (if
+    ``paused``) from 2 to 12; a close from 5 to 12; its release, sent at ``sent`` (None:
+    never) to ``broker``, found the check point replaced by a renewal queued before it
+    (``release_stale``, written when the broker ran it, at 12); back after that
+    renewal's invisible time (22) and acked, if ``back``."""
+    steps: list[tuple[float, str, str, dict[str, object]]] = [
+        (0, "stored", "r-0", {}), (0, "delivered", "r-0", {"broker": "a", "attempt": 1}),
+        (5, "close_start", "", {"consumer": "first"}),
+        (12, "close_end", "", {"consumer": "first"}),
+        (12, "held_after_close", "", {"keys": ["r-0"], "consumer": "first"}),
+        (30, "end", "", {}),
+    ]  # fmt: skip
+    if paused:
+        steps += [(2, "broker_paused", "", {"broker": "a"}),
+                  (12, "broker_resumed", "", {"broker": "a"})]  # fmt: skip
+    if sent is not None:
+        steps.append((max(sent, 12), "release_stale", "r-0", {"broker": broker, "sent": sent}))
+    if back:
+        steps += [(22, "revived", "r-0", {"attempt": 1}),
+                  (22, "delivered", "r-0", {"broker": "a", "attempt": 2}),
+                  (22, "handler_start", "r-0", {"attempt": 2}),
+                  (22, "handler_ok", "r-0", {"attempt": 2}), (22, "handler_end", "r-0", {}),
+                  (22.1, "acked", "r-0", {"broker": "a", "sent": 22.1})]  # fmt: skip
+    return _history(*sorted(steps, key=lambda step: step[0]))
+
+
+def test_a_release_sent_to_a_paused_broker_in_the_close_is_a_release() -> None:
+    """lite_remoting seed 42136: the close's release reached the paused broker during
+    the close; the broker, resumed, ran a renewal queued before it first and the
+    release named a replaced check point: a release, back after the renewal's time.
+    No release, one sent before the close or after its end, one to a broker not paused
+    or to another broker is still caught; one never back is none_lost's."""
+    assert _caught(_released_to_a_pause(sent=6.0)) == set()
+    assert _caught(_released_to_a_pause(sent=11.9)) == set()
+    assert "released_at_close" in _caught(_released_to_a_pause(sent=None))
+    assert "released_at_close" in _caught(_released_to_a_pause(sent=4.0))
+    assert "released_at_close" in _caught(_released_to_a_pause(sent=12.5))
+    assert "released_at_close" in _caught(_released_to_a_pause(sent=6.0, paused=False))
+    assert "released_at_close" in _caught(_released_to_a_pause(sent=6.0, broker="b"))
+    assert _caught(_released_to_a_pause(sent=6.0, back=False)) == {"none_lost"}
+
+
+def test_seed_42136_records_the_stale_releases_the_checker_counts() -> None:
+    """The simulated lite broker records a release naming a replaced check point with
+    when it reached the broker; the run passes with those events and fails
+    released_at_close alone without them."""
+    report = run(42136, "lite_remoting")
+    assert report.ok, str(report)
+    stale = [(round(e.at, 2), e.key, round(e.info["sent"], 2))
+             for e in report.history.of("release_stale") if e.key == "r1.5-8"]  # fmt: skip
+    assert stale == [(43.59, "r1.5-8", 35.99), (43.59, "r1.5-8", 39.39)]
+    without = History(lambda: 0.0)
+    without.events = [e for e in report.history.events if e.kind != "release_stale"]
+    assert {v.invariant for v in check(without)} == {"released_at_close"}
+
+
+def _acked_after_a_silence(*, silent: bool = True, revived: float = 4.25,
+                           broker: str | None = None,
+                           silent_broker: str = "proxy") -> History:  # fmt: skip
+    """grpc_receive seed 42000's m-2: handled OK at 0.5; the Proxy refused acks from
+    0.505 to 2.005 and (if ``silent``) read nothing from the client's connections from
+    2.0 until a call came on a new one at 4.25; the client's termination then freed
+    m-2, back at ``revived``, handled again and acked."""
+    where = {} if broker is None else {"broker": broker}
+    steps: list[tuple[float, str, str, dict[str, object]]] = [
+        (0, "stored", "m-2", {}), (0.5, "delivered", "m-2", {"attempt": 1, **where}),
+        (0.5, "handler_start", "m-2", {"attempt": 1}),
+        (0.5, "handler_ok", "m-2", {"attempt": 1}), (0.5, "handler_end", "m-2", {}),
+        (0.505, "ack_refused", "", {"broker": "proxy", "until": 2.005}),
+        (1.805, "ack_refused", "", {"broker": "proxy", "until": 2.005}),
+        (revived, "revived", "m-2", {"attempt": 1}),
+        (revived, "delivered", "m-2", {"attempt": 2, **where}),
+        (revived, "handler_start", "m-2", {"attempt": 2}),
+        (revived, "handler_ok", "m-2", {"attempt": 2}), (revived, "handler_end", "m-2", {}),
+        (revived + 0.005, "acked", "m-2", {}), (13.8, "end", "", {}),
+    ]  # fmt: skip
+    if silent:
+        steps += [(2.0, "half_open", "", {"broker": silent_broker, "connections": 2}),
+                  (4.25, "reconnected", "", {"broker": silent_broker})]  # fmt: skip
+    return _history(*sorted(steps, key=lambda step: step[0]))
+
+
+def test_the_time_the_proxy_took_no_ack_is_not_the_clients() -> None:
+    """grpc_receive seed 42000: of the 3.75 s from m-2's success to its redelivery the
+    Proxy refused acks or was silent for all but 5 ms: in time, and so is a redelivery
+    at 5.5 (1.26 s of a Proxy taking acks). Caught still: a redelivery at 5.5 without
+    the silence or with a silence of another server (3.5 s), one at 7.5 (3.26 s), a
+    remoting broker's delivery (its own rule: 3.75 s)."""
+    assert "acked_after_success" not in _caught(_acked_after_a_silence())
+    assert "acked_after_success" not in _caught(_acked_after_a_silence(revived=5.5))
+    assert "acked_after_success" in _caught(_acked_after_a_silence(silent=False, revived=5.5))
+    assert "acked_after_success" in _caught(_acked_after_a_silence(silent_broker="a", revived=5.5))
+    assert "acked_after_success" in _caught(_acked_after_a_silence(revived=7.5))
+    assert "acked_after_success" in _caught(_acked_after_a_silence(broker="a"))
+
+
+def test_seed_42000_records_the_refused_acks_the_checker_discounts() -> None:
+    """The simulated Proxy records each refused ack with the refusal's end; the run
+    passes, and fails acked_after_success alone without those events and the silence
+    (either alone leaves under 3 s of a Proxy taking acks)."""
+    report = run(42000, "grpc_receive")
+    assert report.ok, str(report)
+    refused = report.history.of("ack_refused")
+    assert refused and {e.info["until"] for e in refused} == {refused[0].info["until"]}
+    assert round(refused[0].at, 3) == 0.505 and round(refused[0].info["until"], 3) == 2.005
+    without = History(lambda: 0.0)
+    without.events = [e for e in report.history.events
+                      if e.kind not in ("ack_refused", "half_open")]  # fmt: skip
+    assert {v.invariant for v in check(without)} == {"acked_after_success"}
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,9 @@ class Event:
     (a request storm), ``held`` (the client still holds settled messages),
     ``tasks_left``, ``note``, ``broker_paused`` / ``broker_resumed`` (the nemesis froze
     a broker, SIGSTOP-like: what reaches it meanwhile is handled once it resumes; an
-    ``acked`` names when its request reached the broker, ``sent``).
+    ``acked`` names when its request reached the broker, ``sent``), ``release_stale``
+    (a release naming a check point the broker replaced; ``sent`` as for ``acked``),
+    ``ack_refused`` (through the Proxy: ``until`` when it takes acks again).
     """
 
     at: float

@@ -302,6 +302,8 @@ class SimProxy(FakeProxy):
             if index == f.args["from_ack"]:
                 self._refused_until = self.now() + f.args["seconds"]
         if self.now() < self._refused_until:
+            # (``until``: the checker does not count a Proxy refusing acks against them)
+            self.history.add("ack_refused", "", broker="proxy", until=self._refused_until)
             raise GRPCError(GrpcStatus.UNAVAILABLE, "sim: ack refused")
         entries = []
         for entry in req.entries:
