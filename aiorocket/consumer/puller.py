@@ -191,6 +191,12 @@ class Puller:
             commit = pq.tracker.committable() if clustering and state.auto_commit else 0
             if from_slave or pq.offset_unverified:
                 commit = 0  # a slave takes no commits (Java clears the flag); the flusher does
+            elif not pq.tracker.dirty:
+                # Only a position this member moved is committed. One it merely read may
+                # be stale already: a previous owner's revoke commit that landed after our
+                # query would be moved back, outside the in-flight window (pull_remoting
+                # seed 43086). A broker that lost ours in a restart is the verify's.
+                commit = 0
             sys_flag = PULL_SUSPEND
             if commit > 0:
                 sys_flag |= PULL_COMMIT_OFFSET

@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from aiorocket._log import get_logger
+from aiorocket.client.broker import PULL_COMMIT_OFFSET
 from aiorocket.consumer import ConsumeFromWhere, PullConsumer
 from aiorocket.consumer.committer import OffsetCommitter, verify_offset
 from aiorocket.consumer.process_queue import ProcessQueue
@@ -361,3 +362,37 @@ async def test_an_unregister_lost_on_a_silent_connection_is_sent_again_on_a_new_
                 while consumer.client_id not in broker.members:
                     await broker.heartbeat_seen.wait()
         assert broker.silenced and consumer.client_id not in broker.members
+
+
+async def test_a_pull_commits_no_offset_the_member_only_read() -> None:
+    """A new owner's query may come before the previous owner's revoke commit lands (a
+    join's rebalances run at once on every member). Its pulls then must not commit the
+    position it read: the broker would take it over the later one and the next owner
+    would consume those messages again (pull_remoting seed 43086: its pulls refused, the
+    owner sent its stale 2 over 4 for 3 s, then left; the next owner began at 2). Once it
+    has consumed something, its pulls carry its own position until it is committed."""
+    broker = FakeBroker("broker-a", 0)
+    cluster = FakeCluster({"broker-a": [broker]})
+    broker.add(0, b"m0", b"m1")
+    broker.offsets[(TOPIC, 0)] = 2
+    broker.offsets[(TOPIC, 1)] = 0
+    handler = Collector(1)
+
+    def queue0_pulls() -> list[RemotingCommand]:
+        return [p for p in broker.pulls if p.ext_fields["queueId"] == "0"]
+
+    # no flush in between: the pulls alone carry commits
+    async with running(cluster), consumer_of(cluster, handler, persist_offset_interval=3600):
+        with anyio.fail_after(10):
+            while len(queue0_pulls()) < 2:  # the first long poll ended, a second began
+                await broker.pulled.wait()
+        # the position read (2) was sent as no commit
+        assert not any(int(p.ext_fields["sysFlag"]) & PULL_COMMIT_OFFSET for p in queue0_pulls())
+        broker.add(0, b"m2")
+        with anyio.fail_after(10):
+            await handler.done.wait()
+            while not any(int(p.ext_fields["sysFlag"]) & PULL_COMMIT_OFFSET
+                          for p in queue0_pulls()):  # fmt: skip
+                await broker.pulled.wait()
+    committing = [p for p in queue0_pulls() if int(p.ext_fields["sysFlag"]) & PULL_COMMIT_OFFSET]
+    assert committing[0].ext_fields["commitOffset"] == "3"
