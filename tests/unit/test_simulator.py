@@ -128,8 +128,16 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007, 3014, 3025, 4244, 201
 #: no pull went out, the heartbeat at 5 timed out at 8 and the next one reconnected at
 #: 13, past the checker's 10 s (derived for a client that pulls); the checker's bound
 #: for a paused consumer is now the next heartbeat's (reconnect_paused, 15 s)
+#: 43086: joiner-0 read b:0's offset (2) as joiner-1's revoke commit (4) was on its way;
+#: its pulls, refused, carried 2 as their commit for 3 s and the broker took it over 4:
+#: the next owner pulled p-9 and p-13 again (duplicates_within_window). A pull now
+#: commits only a position its member moved (the client's)
+#: 43185: the first member's commits refused, its close left p-21 both sent back and
+#: uncommitted; the second member pulled both copies in one batch at 76.80, the first
+#: asked back 7 s, the second handled at once. The checker took that copy for the
+#: retry (the checker's: a copy delivered before the ask is not its retry)
 PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 72, 146, 239, 1111, 2070, 7017, 9360,
-              15021]  # fmt: skip
+              15021, 43086, 43185]  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
@@ -289,6 +297,10 @@ def _history(*steps: tuple[float, str, str, dict[str, object]]) -> History:
         clock.now = at
         history.add(kind, key, **info)
     return history
+
+
+#: a pull of the retry queue (pulled events name where the message was)
+_RQ = {"broker": "a", "queue": "%RETRY%g:0"}
 
 
 def _caught(history: History) -> set[str]:
@@ -642,6 +654,21 @@ def test_seed_42000_records_the_refused_acks_the_checker_discounts() -> None:
             (0, "handler_failed", "m-0", {"retry": 7.0, "due": 10.0}),
             (0, "handler_end", "m-0", {}), (5, "handler_start", "m-0", {}),
         ]),
+        ("retry_after_delay", [  # a copy in hand skipped, the retry itself early
+            (0, "pulled", "m-0", {**_RQ, "offset": 1}), (0, "pulled", "m-0", {**_RQ, "offset": 2}),
+            (0, "handler_start", "m-0", {}),
+            (0, "handler_failed", "m-0", {"retry": 7.0, "due": 10.0}),
+            (0, "handler_end", "m-0", {}), (0, "handler_start", "m-0", {}),
+            (0, "handler_ok", "m-0", {}), (0, "handler_end", "m-0", {}),
+            (5, "pulled", "m-0", {**_RQ, "offset": 3}), (5, "handler_start", "m-0", {}),
+        ]),
+        ("retry_after_delay", [  # a copy dropped unhandled before its own delivery
+            (0, "pulled", "m-0", {**_RQ, "offset": 1}), (3, "pulled", "m-0", {**_RQ, "offset": 2}),
+            (3, "handler_start", "m-0", {}),
+            (3, "handler_failed", "m-0", {"retry": 7.0, "due": 10.0}),
+            (3, "handler_end", "m-0", {}), (5, "pulled", "m-0", {**_RQ, "offset": 3}),
+            (5, "handler_start", "m-0", {}),
+        ]),
         ("retry_after_delay", [  # never back
             (0, "handler_start", "m-0", {}),
             (0, "handler_failed", "m-0", {"retry": 3.0, "due": 3.0}),
@@ -694,6 +721,24 @@ def test_the_features_as_documented_pass() -> None:
     caught = _caught(history) & {"retry_after_delay", "not_received_while_paused",
                                  "rate_within_limit"}  # fmt: skip
     assert caught == set()
+
+
+def test_a_copy_delivered_before_the_ask_is_not_its_retry() -> None:
+    """pull_remoting 43185: two copies of p-21 (the original again after a commit that
+    failed, and the first member's send-back of it) pulled in one batch; the first asked
+    back 7 s, the second handled at once, the asked one back after its 10 s level."""
+    history = _history(
+        (76.8, "pulled", "m-0", {**_RQ, "offset": 1}),
+        (76.8, "pulled", "m-0", {**_RQ, "offset": 3}),
+        (76.8, "handler_start", "m-0", {"attempt": 2}),
+        (76.8, "handler_failed", "m-0", {"attempt": 2, "retry": 7.0, "due": 10.0}),
+        (76.8, "handler_end", "m-0", {}), (76.8, "handler_start", "m-0", {"attempt": 3}),
+        (76.8, "handler_ok", "m-0", {}), (76.8, "handler_end", "m-0", {}),
+        (86.8, "pulled", "m-0", {**_RQ, "offset": 5}),
+        (86.8, "handler_start", "m-0", {"attempt": 3}),
+        (86.8, "handler_ok", "m-0", {}), (86.8, "handler_end", "m-0", {}),
+    )  # fmt: skip
+    assert "retry_after_delay" not in _caught(history)
 
 
 def test_a_pause_of_a_consumer_already_closing_binds_not_the_next_one() -> None:

@@ -29,17 +29,20 @@ def retry_after_delay(history: History, bounds: Bounds) -> list[Violation]:
     up to a delay level on remoting pull: the ``due`` the workload recorded), and does
     come back (or is dead-lettered at its last attempt) unless a close came first. Not
     judged: a close, a broker crash or another member in between (the queue's offset
-    may not have moved yet: docs/reliability.md's in-flight window)."""
+    may not have moved yet: docs/reliability.md's in-flight window). A copy of the
+    message delivered before the ask (such a window's duplicate) is not its retry."""
     out = []
     events = history.events
     for i, ask in enumerate(events):
         if ask.kind != "handler_failed" or "due" not in ask.info:
             continue
         later = events[i + 1:]
-        between = later[: _next_start(later, ask.key)]
+        starts = [n for n, e in enumerate(later) if e.kind == "handler_start" and e.key == ask.key]
+        starts = starts[_in_hand(events[:i], ask.key):]
+        between = later[: starts[0] if starts else len(later)]
         if any(e.kind in ("close_start", "broker_crashed") for e in between):
             continue
-        nxt = next((e for e in later if e.kind == "handler_start" and e.key == ask.key), None)
+        nxt = later[starts[0]] if starts else None
         if nxt is None:
             closed = any(e.kind == "close_start" for e in later)
             dead = any(e.kind == "dead_lettered" and e.key == ask.key for e in later)
@@ -58,9 +61,26 @@ def retry_after_delay(history: History, bounds: Bounds) -> list[Violation]:
     return out
 
 
-def _next_start(events: list[Event], key: str) -> int:
-    return next((n for n, e in enumerate(events) if e.kind == "handler_start" and e.key == key),
-                len(events))  # fmt: skip
+def _in_hand(earlier: list[Event], key: str) -> int:
+    """How many copies of ``key`` were delivered with (or after) the one whose attempt
+    asked it back and were not started by the ask: a duplicate (another member's
+    send-back of it, the original again after a commit that failed: at-least-once) whose
+    starts come next and are no retry of the ask (pull_remoting seed 43185: two copies
+    pulled in one batch at 76.80, the first asked back, the second handled at once).
+    Counted from the delivery of the ask's own attempt on, so a copy a member dropped
+    unhandled long before (a close, a revoke) is not. An orderly retry in place is
+    started with no new delivery: none."""
+    own = next((n for n in range(len(earlier) - 1, -1, -1)
+                if earlier[n].kind == "handler_start" and earlier[n].key == key), None)  # fmt: skip
+    if own is None:
+        return 0
+    since = next((earlier[n].at for n in range(own - 1, -1, -1)
+                  if earlier[n].kind in _DELIVERIES and earlier[n].key == key), None)  # fmt: skip
+    if since is None:
+        return 0
+    span = [e for e in earlier if e.at >= since and e.key == key]
+    delivered = sum(e.kind in _DELIVERIES for e in span)
+    return max(0, delivered - sum(e.kind == "handler_start" for e in span))
 
 
 def not_received_while_paused(history: History, bounds: Bounds) -> list[Violation]:
