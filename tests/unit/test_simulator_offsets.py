@@ -17,7 +17,7 @@ from aiorocket.testing.fake_remoting import ServerSession
 from aiorocket.testing.sim import History, check, draw, run
 from aiorocket.testing.sim.checker import Bounds
 from aiorocket.testing.sim.nemesis import SYSTEM_BUSY, Fault, Schedule
-from aiorocket.testing.sim.pull import PULL_TOPIC, SimPullBroker, SimPullCluster
+from aiorocket.testing.sim.pull import PULL_TOPIC, RETRY, SimPullBroker, SimPullCluster
 
 
 def _broker(*faults: Fault) -> tuple[SimPullBroker, History]:
@@ -154,3 +154,37 @@ def test_pull_remoting_with_offset_faults_seed(seed: int) -> None:
     report = run(seed, "pull_remoting")
     assert report.history.of("commit_failed") or report.history.of("query_failed")
     assert report.ok, str(report)
+
+
+def _send_back(index: int, level: int) -> dict[str, str]:
+    return {"offset": str(3_000_000 + index), "delayLevel": str(level),
+            "maxReconsumeTimes": "16"}  # fmt: skip
+
+
+def test_a_sent_back_copy_is_not_held_behind_a_longer_delay() -> None:
+    """pull_remoting 43185: a 10 s copy waited behind a 60 s one sent back before it (the
+    retry topic was one queue in send-back order). 5.x keeps a copy in the schedule
+    topic's queue of its level and writes it to the retry topic when due
+    (``HookUtils.transformDelayLevelMessage``, ``ScheduleMessageService``)."""
+
+    async def test() -> None:
+        cluster = SimPullCluster(Schedule(0, "pull_remoting", {"server_seed": 1}, []),
+                                 History(trio.current_time), brokers=1, queues=1)  # fmt: skip
+        broker = cluster.brokers[0]
+        for i in range(2):
+            cluster.store(f"p-{i}", i)
+        broker._send_back(_send_back(0, 5))  # level 5: 60 s
+        broker._send_back(_send_back(1, 3))  # level 3: 10 s
+        retry = broker.queues.of(RETRY, 0)
+        await trio.sleep(10.0)
+        assert not broker.settled()
+        assert [m.key for m in retry] == ["p-1"]
+        await trio.sleep(50.0)
+        broker._due()
+        assert [(m.key, m.reconsume) for m in retry] == [("p-1", 1), ("p-0", 1)]
+        broker._send_back(_send_back(0, 3))  # the copy counts its earlier attempts
+        await trio.sleep(10.0)
+        broker._due()
+        assert [(m.key, m.reconsume) for m in retry][2:] == [("p-0", 2)]
+
+    _run(test)

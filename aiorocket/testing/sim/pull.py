@@ -11,8 +11,10 @@ group's consumer offsets, its members (heartbeats) and queue locks. What it mode
   its messages survive (the commit log is on disk). While it is down it is out of the
   route (the NameServer drops a broker whose channel closed) and every connection to
   it is reset;
-* CONSUMER_SEND_MSG_BACK stores a copy in the group's retry topic (``RETRY_TOPIC``
-  property, ``reconsume_times`` + 1), visible after a delay; past the group's
+* CONSUMER_SEND_MSG_BACK stores a copy for the group's retry topic (``RETRY_TOPIC``
+  property, ``reconsume_times`` + 1) that is written there once its delay is over (5.x
+  keeps it in the schedule topic's queue of its level until then: a short delay never
+  waits behind a longer one's copy); past the group's
   ``maxReconsumeTimes`` (or with delay level -1) it goes to the DLQ. The copy keeps the
   message's properties, its ``UNIQ_KEY`` (its id) among them, and names the first
   delivery's offset id as ``ORIGIN_MESSAGE_ID`` (``consumerSendMsgBack`` copies the
@@ -134,6 +136,10 @@ class SimPullBroker:
         self.pulls = 0
         #: (topic, queue id) -> the offset below which ``acked`` was recorded
         self.acked_upto: dict[tuple[str, int], int] = {}
+        #: sent-back copies not due yet: 5.x keeps them in SCHEDULE_TOPIC_XXXX (a queue
+        #: per delay level) and writes each to the retry topic when due, so a copy never
+        #: waits behind a longer delay's (see ``_send_back``)
+        self.scheduled: list[Stored] = []
         self.arrived = anyio.Event()
         self.server = FakeRemotingServer(self.handle)
         self.server.on_close = self._channel_closed
@@ -159,8 +165,12 @@ class SimPullBroker:
         self.arrived = anyio.Event()
 
     def settled(self) -> bool:
-        """Every message of every queue is below the group's committed offset."""
-        return all(self.offsets.get(q, 0) >= len(ms) for q, ms in self.queues.by_queue.items())
+        """Every message of every queue is below the group's committed offset (and no
+        sent-back copy still waits its delay)."""
+        self._due()
+        return not self.scheduled and all(
+            self.offsets.get(q, 0) >= len(ms) for q, ms in self.queues.by_queue.items()
+        )
 
     # -- faults ------------------------------------------------------------------
 
@@ -297,6 +307,7 @@ class SimPullBroker:
         elif code in (RequestCode.GET_MIN_OFFSET, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP):
             resp.ext_fields = {"offset": "0"}
         elif code == RequestCode.GET_MAX_OFFSET:
+            self._due()
             n = len(self.queues.of(ext["topic"], int(ext["queueId"])))
             resp.ext_fields = {"offset": str(n)}
         elif code == RequestCode.PULL_MESSAGE:
@@ -341,10 +352,13 @@ class SimPullBroker:
         if fault is not None:
             return fault
         stored = self.queues.of(topic, queue_id)
+        self._due()
         with anyio.move_on_after(int(ext["suspendTimeoutMillis"]) / 1000):
             while not self._ready(stored, offset):
                 with anyio.move_on_after(0.5):
                     await self.arrived.wait()
+                self._due()
+        self._due()
         fields = {"minOffset": "0", "maxOffset": str(len(stored)), "suggestWhichBrokerId": "0"}
         if offset > len(stored):
             fields["nextBeginOffset"] = str(len(stored))
@@ -370,6 +384,16 @@ class SimPullBroker:
             ))  # fmt: skip
         return RemotingCommand.response_to(cmd, ext_fields=fields, body=b"".join(records))
 
+    def _due(self) -> None:
+        """Write the sent-back copies now due to the retry topic, earliest first (5.x's
+        ``ScheduleMessageService`` delivering each level's queue)."""
+        now = anyio.current_time()
+        due = sorted((m for m in self.scheduled if m.visible_at <= now),
+                     key=lambda m: m.visible_at)  # fmt: skip
+        if due:
+            self.scheduled = [m for m in self.scheduled if m.visible_at > now]
+            self.queues.of(RETRY, 0).extend(due)
+
     @staticmethod
     def _ready(stored: list[Stored], offset: int) -> list[Stored]:
         """The messages from ``offset`` on that are visible (a retry waits its delay)."""
@@ -384,7 +408,7 @@ class SimPullBroker:
     def _send_back(self, ext: dict[str, str]) -> None:
         index = int(ext["offset"]) - 3_000_000
         key, reconsume = self.cluster.keys[index], 0
-        for ms in self.queues.by_queue.values():
+        for ms in (*self.queues.by_queue.values(), self.scheduled):
             for m in ms:
                 if m.index == index:
                     reconsume = max(reconsume, m.reconsume)
@@ -399,7 +423,9 @@ class SimPullBroker:
         at = anyio.current_time() + wait
         copy = Stored(key, index, reconsume + 1, at)
         self.cluster.latest[key] = copy
-        self.queues.of(RETRY, 0).append(copy)
+        # in the schedule topic until due (HookUtils.transformDelayLevelMessage), then
+        # written to the retry topic (_due)
+        self.scheduled.append(copy)
         self.history.add("sent_back", key, broker=self.name, attempt=reconsume + 1)
 
     def _lock(self, cmd: RemotingCommand) -> RemotingCommand:
