@@ -307,7 +307,9 @@ class PullConsumer:
         Raises
         ------
         CommitFailedError
-            Nothing was stored: a queue in ``offsets`` is not assigned to this consumer
+            Nothing of that queue was stored (nor of the others, unless its connection
+            was lost during the commit: those before it were): a queue in ``offsets`` is
+            not assigned to this consumer
             (any more: a rebalance gave it to another member), or an offset is behind the
             group's stored offset found after the connection to the queue's broker was
             lost (another member consumed the queue meanwhile; this consumer continues
@@ -334,6 +336,10 @@ class PullConsumer:
         for pq, offset in plan:
             await check_commit(store, pq, offset)
         for pq, offset in plan:
+            # Checked again (no query unless its connection was lost since): the stores
+            # before this one awaited their brokers, and meanwhile this queue's broker may
+            # have dropped us and another member committed past it (pull_remoting 44028).
+            await check_commit(store, pq, offset)
             await store.persist(pq.mq, offset)
             pq.tracker.mark_committed(offset)
         await store.flush()

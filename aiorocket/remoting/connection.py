@@ -193,6 +193,9 @@ class Connection:
         self._loop: LoopShortcuts | None = None  # captured by run(), inside the event loop
         #: the server's release (MQVersion code) from its last answer; None before one.
         self.peer_version: int | None = None
+        #: called as ``abort`` closes the connection (the pool's loss report): before the
+        #: failure reaches the request that timed out, not when the reader ends later
+        self.on_abort: Callable[[], None] | None = None
 
     @classmethod
     async def connect(
@@ -495,6 +498,8 @@ class Connection:
         self._close_reason = reason
         self._log.warning("connection_aborted", reason=str(reason))
         self._wire.abort()
+        if self.on_abort is not None:
+            self.on_abort()
 
     async def wait_closed(self) -> None:
         await self._done.wait()

@@ -153,6 +153,10 @@ class ConnectionPool:
                 await conn.aclose()
                 raise ClientClosedError("connection pool closed while connecting")
             self._connections[address] = conn
+            # A consumer must hear of the loss before the caller of a timed-out request
+            # can act on the failure (an application's commit retried at once: its checks
+            # must find the queues unverified; pull_remoting 44028).
+            conn.on_abort = lambda: self._lost(conn)
             await self._tg.start(self._run, conn)
             self._log.debug("connected", address=address)
             for listener in list(self._connect_listeners):

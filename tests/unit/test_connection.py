@@ -341,8 +341,10 @@ def test_server_requests_are_served_in_a_loop_not_started_by_anyio() -> None:
 
 async def test_disconnect_listeners_hear_of_a_lost_connection_once_before_its_replacement() -> None:
     """A request timeout closes the connection at once, while its reader ends later: the
-    listeners hear of the loss when the replacement is made, not after (a consumer must
-    stop committing before anything is sent on the new connection), and only once."""
+    listeners hear of the loss as it is closed, before the timeout reaches the caller
+    (pull_remoting 44028: an application's commit retried at once checked its queues
+    before the loss was reported, then stored an old offset on the new connection), not
+    after the replacement is made, and only once."""
 
     async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
         if cmd.code != 2:  # code 2 is never answered
@@ -362,6 +364,7 @@ async def test_disconnect_listeners_hear_of_a_lost_connection_once_before_its_re
         await pool.request(server.address, RemotingCommand.request(1), 5)
         with pytest.raises(RequestTimeoutError):
             await pool.request(server.address, RemotingCommand.request(2), 0.2)
+        assert events == ["connected", "lost"]  # before the timeout reached the caller
         await pool.request(server.address, RemotingCommand.request(1), 5)
         for session in list(server.sessions):
             await session.close()  # the server closes it: the reader sees the end

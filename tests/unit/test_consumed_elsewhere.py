@@ -158,8 +158,8 @@ class ParkingBroker(FakeBroker):
     """Leaves the next ``park`` QUERY_CONSUMER_OFFSET requests of queue 0 unanswered (the
     client's request times out), and notes every offset request of queue 0."""
 
-    def __init__(self) -> None:
-        super().__init__("broker-a", 0)
+    def __init__(self, name: str = "broker-a") -> None:
+        super().__init__(name, 0)
         self.park = 0
         self.parked = 0
         #: set (and replaced) at every QUERY_ or UPDATE_CONSUMER_OFFSET of queue 0
@@ -329,6 +329,46 @@ async def test_an_apps_commit_behind_the_groups_offset_after_a_disconnect_is_ref
             assert broker.offsets == {(TOPIC, 0): 10}
             await consumer.commit()
             assert broker.offsets == {(TOPIC, 0): 12}
+
+
+async def test_an_apps_commit_checks_each_queue_again_after_the_stores_before_it() -> None:
+    """pull_remoting seed 44028. The application commits a0 and b0; both pass their
+    checks, and while a0's commit waits for broker-a, broker-b drops us and the group's
+    offset of b0 moves to 10 (another member consumed it). b0's old position is not
+    stored over it: CommitFailedError. Before, the checks ran only before the first
+    store, and 2 was stored over 10 (the other member's messages consumed again)."""
+    broker_a, broker_b = FakeBroker("broker-a", 0), ParkingBroker("broker-b")
+    broker_a.offsets[(TOPIC, 0)] = broker_b.offsets[(TOPIC, 0)] = 0
+    cluster = FakeCluster({"broker-a": [broker_a], "broker-b": [broker_b]})
+    a0, b0 = MessageQueue(TOPIC, "broker-a", 0), MessageQueue(TOPIC, "broker-b", 0)
+    async with running(cluster):
+        consumer = PullConsumer(
+            "g", cluster.namesrv.address, auto_commit=False,
+            consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST,
+        )  # fmt: skip
+        consumer.assign([a0, b0])
+        async with consumer, anyio.create_task_group() as tg:
+            broker_b.add(0, b"m0", b"m1")
+            assert await take(consumer, 2) == [b"m0", b"m1"]
+            hold = broker_a.commit_holds[0] = anyio.Event()
+            failed: list[BaseException] = []
+
+            async def commit() -> None:
+                try:
+                    await consumer.commit({a0: 0, b0: 2})
+                except CommitFailedError as exc:
+                    failed.append(exc)
+
+            with anyio.fail_after(10):
+                received = broker_a.commit_received
+                tg.start_soon(commit)
+                await received.wait()  # both checked; a0's store waits at broker-a
+                asked = await broker_b.cut_off(10)
+                await asked.wait()  # the pull task's check of b0: the loss was seen
+                hold.set()
+        assert len(failed) == 1 and "stored offset 10" in str(failed[0])
+        assert broker_b.offsets[(TOPIC, 0)] == 10
+        assert broker_a.offsets[(TOPIC, 0)] == 0
 
 
 class SilentOnUnregister(FakeBroker):

@@ -137,7 +137,7 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007, 3014, 3025, 4244, 201
 #: asked back 7 s, the second handled at once. The checker took that copy for the
 #: retry (the checker's: a copy delivered before the ask is not its retry)
 PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 72, 146, 239, 1111, 2070, 7017, 9360,
-              15021, 43086, 43185]  # fmt: skip
+              15021, 43086, 43185, 44028]  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
