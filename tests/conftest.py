@@ -38,6 +38,7 @@ from aiorocket.testing.broker import (
 
 if TYPE_CHECKING:  # grpclib-free: the Proxy is a JVM; imported where it is started
     from aiorocket.testing.cluster_proxy import ClusterProxy
+    from tests.forked import ForkServer
 
 # Shared, loaded machines: a per-example deadline only produces flaky failures.
 settings.register_profile("aiorocket", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -231,6 +232,18 @@ def cluster_proxy(rocketmq: LocalRocketMQ) -> Iterator[ClusterProxy]:
 
     with ClusterProxy(rocketmq) as proxy:
         yield proxy
+
+
+@pytest.fixture(scope="module")
+def forks(rocketmq: LocalRocketMQ) -> Iterator[ForkServer]:
+    """Interpreters forked with aiorocket imported, for a module's example programs and
+    doc blocks (tests/forked.py; ``snippets.run_python``)."""
+    from tests.forked import ForkServer
+    from tests.snippets import env_for
+
+    server = ForkServer(env_for(rocketmq))
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="session")

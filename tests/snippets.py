@@ -70,6 +70,17 @@ def doc_files() -> list[Path]:
     return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 
 
+def run_python(
+    argv: list[str], env: dict[str, str], cwd: Path, timeout: float, forks: ForkServer | None
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` (``[python, "-c", code]`` or ``[python, path]``) in a child of ``forks``
+    when given (tests/forked.py), else in an interpreter of its own."""
+    if forks is not None:
+        return forks.run(argv, env=env, cwd=cwd, timeout=timeout)
+    return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
 def run_block(
     block: Block, env: dict[str, str], cwd: Path, python: str, forks: ForkServer | None = None
 ) -> None:
@@ -77,12 +88,8 @@ def run_block(
     the block starts no JVM: its Spark needs its own interpreter)."""
     # A block that starts Spark (a JVM and Python workers) needs minutes on loaded cores.
     spark = "pyspark" in block.code
-    argv, timeout = [python, "-c", block.code], 360 if spark else 120
-    if forks is not None and not spark:
-        proc = forks.run(argv, env=env, cwd=cwd, timeout=timeout)
-    else:
-        proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+    proc = run_python([python, "-c", block.code], env, cwd, 360 if spark else 120,
+                      None if spark else forks)  # fmt: skip
     assert proc.returncode == 0, f"{block.where} failed:\n{proc.stdout}\n{proc.stderr}"
 
 

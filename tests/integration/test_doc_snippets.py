@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,14 +15,6 @@ from tests.forked import ForkServer
 pytestmark = pytest.mark.integration
 
 DOCS = [p for p in snippets.doc_files() if snippets.python_blocks(p)]
-
-
-@pytest.fixture(scope="module")
-def forks(rocketmq: LocalRocketMQ) -> Iterator[ForkServer]:
-    """The blocks' interpreters, forked with aiorocket imported (tests/forked.py)."""
-    server = ForkServer(snippets.env_for(rocketmq))
-    yield server
-    server.close()
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[str(p.relative_to(snippets.REPO)) for p in DOCS])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,25 +26,14 @@ def _timeout(example: Path) -> float:
     return 360.0 if example.name.startswith("spark") else 120.0
 
 
-@pytest.fixture(scope="module")
-def forks(rocketmq: LocalRocketMQ) -> Iterator[ForkServer]:
-    """The examples' interpreters, forked with aiorocket imported (tests/forked.py)."""
-    server = ForkServer(snippets.env_for(rocketmq))
-    yield server
-    server.close()
-
-
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(
     rocketmq: LocalRocketMQ, example: Path, tmp_path: Path, forks: ForkServer
 ) -> None:
     snippets.create_documented_topics(rocketmq)
-    argv, env = [sys.executable, str(example)], snippets.env_for(rocketmq)
-    if example.name.startswith("spark"):  # its JVM gains nothing from a fork
-        proc = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True,
-                              timeout=_timeout(example))  # fmt: skip
-    else:
-        proc = forks.run(argv, env=env, cwd=tmp_path, timeout=_timeout(example))
+    spark = example.name.startswith("spark")  # its JVM gains nothing from a fork
+    proc = snippets.run_python([sys.executable, str(example)], snippets.env_for(rocketmq),
+                               tmp_path, _timeout(example), None if spark else forks)  # fmt: skip
     assert proc.returncode == 0, f"{example.name}:\n{proc.stdout}\n{proc.stderr}"
     assert proc.stdout.strip(), f"{example.name} printed nothing"
 
