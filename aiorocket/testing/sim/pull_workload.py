@@ -44,8 +44,23 @@ SETTINGS: dict[str, Any] = {
     "consume_from_where": ConsumeFromWhere.FIRST_OFFSET, "lock_renew_interval": 5.0,
     "suspend_current_queue_time": 1.0,
 }  # fmt: skip
-#: how long (virtual seconds) the run may take
+#: how long (virtual seconds) the run may take, before the drawn waits (``_run_bound``)
 RUN = 200.0
+
+
+def _run_bound(schedule: Schedule) -> float:
+    """RUN plus the waits the schedule itself asks for, which RUN (older than their
+    draws) did not count: each ``handler_retry``'s delay, once per attempt (an orderly
+    queue retries in place, the messages behind it waiting: docs/consumer.md), and each
+    offset fault's window (a queue whose broker lost its offset is not pulled until the
+    offset is stored again: ``committer.verify_offset``). Seed 60033 drew two messages
+    retried twice at 31 s in an orderly queue and a 40 s commit fault after a crash: its
+    client was on its last message at 200 s, the message still uncommitted in the
+    group's queue, not lost."""
+    waits = sum(f.args["delay"] * f.args["attempts"] for f in schedule.of("handler_retry"))
+    waits += sum(f.args["seconds"] for f in schedule.of("commit_fault"))
+    waits += sum(f.args["seconds"] for f in schedule.of("query_fault"))
+    return RUN + float(waits)
 
 Handler = Callable[[Any], Awaitable[None]]
 Handlers = Callable[[str], SimHandler]
@@ -243,7 +258,7 @@ async def pull_remoting(
                               extra={"member": member, "by_offset": True},
                               levels=shape != "orderly")  # fmt: skip
 
-        with anyio.move_on_after(RUN):
+        with anyio.move_on_after(_run_bound(schedule)):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_store, cluster, schedule)
                 tg.start_soon(cluster.run_nemesis)
