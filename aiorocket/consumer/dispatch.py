@@ -167,7 +167,10 @@ class WorkerPool:
 
     def _mark_finished(self) -> None:
         """Mark the successes settled since the last call in their queues, a run of
-        consecutive offsets of one queue and generation at a time (the module)."""
+        consecutive offsets of one queue and generation at a time (the module).
+
+        Once a burst of handler calls (benchmarks/ceiling.py): the loop below is what a
+        message costs here (benchmarks/README.md, "Round 14")."""
         if not self._finished:
             return
         # taken first: the next success schedules the next call, whatever happens here
@@ -177,19 +180,40 @@ class WorkerPool:
         first = finished[0]
         pq: ProcessQueue = first._pq  # type: ignore[assignment]  # remoting's only
         generation = first._generation
-        start = end = 0  # the run: finished[start:end]
-        stop = first.queue_offset  # the offset that continues it
+        start = 0  # the run: finished[start:], up to the message that breaks it
+        base = stop = first.queue_offset  # its first offset, the one that continues it
         size = 0
         for msg in finished:
             if msg.queue_offset != stop or msg._pq is not pq or msg._generation != generation:
-                pq.on_run_done(finished[start:end], generation, size, now)
+                end = start + stop - base
+                self._mark_run(pq, finished[start:end], generation, size, now)
                 pq = msg._pq  # type: ignore[assignment]
                 generation = msg._generation
-                start, stop, size = end, msg.queue_offset, 0
+                start, base, stop, size = end, msg.queue_offset, msg.queue_offset, 0
             stop += 1
             size += len(msg.body)
-            end += 1
-        pq.on_run_done(finished[start:end], generation, size, now)
+        self._mark_run(pq, finished[start:] if start else finished, generation, size, now)
+
+    def _mark_run(
+        self, pq: ProcessQueue, run: list[ConsumerMessage], generation: int, size: int,
+        now: float,
+    ) -> None:  # fmt: skip
+        """``ProcessQueue.on_run_done``, whose failure (a bug: it only counts) must not
+        stall the queue nor the runs marked after it in the same call."""
+        try:
+            pq.on_run_done(run, generation, size, now)
+        except Exception:
+            # Handled messages, settled, whose offsets would stay in flight for ever: the
+            # queue's commit point and pulls would stop there. Said loudly, and the queue
+            # starts again from its commit point (nothing past it committed: what was
+            # handled since comes again), as an answer that breaks the tracker does.
+            self._state.log.error(
+                "mark_finished_failed", topic=pq.mq.topic, broker=pq.mq.broker_name,
+                queue=pq.mq.queue_id, offsets=[run[0].queue_offset, run[-1].queue_offset],
+                exc_info=True,
+            )  # fmt: skip
+            if generation == pq.tracker.generation:
+                pq.reset(pq.tracker.committable())
 
     async def quiesce(self, pqs: list[ProcessQueue]) -> None:
         """Wait (``shutdown_timeout`` at most) for the revoked queues' running handlers."""
@@ -298,10 +322,7 @@ class WorkerPool:
         inline = (handler.is_async and not handler.batch and self._state.trace is None
                   and handler.dedup is None)  # fmt: skip
         fn = handler.fn
-        cfg = self._state.config
-        timeout = cfg.consume_timeout
-        retry_level = cfg.retry_delay_level
-        monotonic = time.monotonic  # the watchdog's clock
+        retry_level = self._state.config.retry_delay_level
         settler = self._settler
         finish = settler.finish
         direct = type(settler) is RemotingSettler  # its finish is inlined below
@@ -313,10 +334,6 @@ class WorkerPool:
         queue = self.queue
         pop_nowait = queue.pop_nowait
         countdown = _BURST
-        # The clock as read when the last message finished, while nothing was awaited
-        # since (else 0.0): the next call's deadline starts from it, so that a message
-        # costs one clock read, not two (benchmarks/README.md, "Round 5").
-        now = 0.0
         while True:
             # One long-lived cancel scope per worker; the watchdog cancels it only when the
             # running handler times out, and the worker then opens a new one.
@@ -326,7 +343,6 @@ class WorkerPool:
                     try:
                         item = pop_nowait()
                     except IndexError:
-                        now = 0.0
                         countdown = _BURST  # waiting yields: a new burst starts
                         try:
                             item = await queue.get()
@@ -344,8 +360,9 @@ class WorkerPool:
                                 or msg._generation != pq.tracker.generation):  # fmt: skip
                             continue
                         pq.running += 1
-                        slot.deadline = (now or monotonic()) + timeout
-                        now = 0.0  # the handler may wait
+                        # stamped by the watchdog when it first sees the call: no clock
+                        # read a message (benchmarks/README.md, "Round 14")
+                        slot.deadline = 0.0
                         slot.current = msg
                         try:
                             result = await fn(msg)
@@ -360,23 +377,23 @@ class WorkerPool:
                             # No await: a success needs no broker round trip. finish()
                             # wakes the queue's waiters unless the message was stale or
                             # settled already; they must still see running drop.
-                            if not direct:
-                                if not finish(msg):
-                                    pq.notify()
                             # RemotingSettler.finish without the call (once per
                             # message: benchmarks/README.md, "Round 4 (issue 43,
-                            # goal 1)")
-                            elif msg._settled:
-                                pq.notify()
-                            elif call_soon is not None:
+                            # goal 1)"), its commonest case (asyncio) tested first
+                            # ("Round 14").
+                            if call_soon is not None and not msg._settled:
                                 msg._settled = True
                                 if not finished:
                                     call_soon(mark_finished)
                                 finished.append(msg)
-                            else:
+                            elif not direct:
+                                if not finish(msg):
+                                    pq.notify()
+                            elif msg._settled:
+                                pq.notify()
+                            else:  # trio: no loop callback
                                 msg._settled = True
-                                now = monotonic()
-                                if not pq.on_done(msg, msg._generation, now):
+                                if not pq.on_done(msg, msg._generation):
                                     pq.notify()
                         else:
                             pq.notify()
@@ -391,7 +408,6 @@ class WorkerPool:
                         # its own (benchmarks/README.md, "Round 13").
                         countdown = _BURST
                         if queue:
-                            now = 0.0
                             await anyio.lowlevel.checkpoint()
             if slot.current is not None:  # the handler overran consume_timeout
                 current, slot.current = slot.current, None
@@ -414,7 +430,7 @@ class WorkerPool:
         if not live:
             return
         pq.running += 1
-        slot.deadline = time.monotonic() + self._state.config.consume_timeout
+        slot.deadline = 0.0  # stamped by the watchdog (ConsumeTimeouts.check)
         slot.current = live
         level, _ = await self._handler.call(pq, live)
         slot.current = None  # not reached when cancelled: the worker settles the timeout

@@ -90,7 +90,7 @@ class OffsetTracker:
     """
 
     __slots__ = (
-        "_committed", "_early", "_low", "_next", "_runs", "_stop", "floor", "generation",
+        "_early", "_low", "_next", "_runs", "_stop", "committed", "floor", "generation",
         "high_commit",
     )  # fmt: skip
 
@@ -108,9 +108,12 @@ class OffsetTracker:
         self._runs: deque[tuple[int, int]] = deque()
         self._early: set[int] = set()
         self._next = start_offset  # highest next_offset seen: commit point when idle
-        # The start offset normally came from the broker (QUERY_CONSUMER_OFFSET), so it
-        # is already committed; call mark_dirty() if it was computed locally instead.
-        self._committed: int | None = start_offset
+        #: The value last committed (None: none, or forgotten by ``mark_dirty``); written
+        #: only by ``mark_committed`` and ``mark_dirty``. A plain attribute: the pull
+        #: compares its committable offset with it, a call less a pull than ``dirty``.
+        #: The start offset normally came from the broker (QUERY_CONSUMER_OFFSET), so it
+        #: is already committed; call mark_dirty() if it was computed locally instead.
+        self.committed: int | None = start_offset
         #: Incremented by every ``reset``. A plain attribute, not a property: every
         #: delivered message compares it (benchmarks/ceiling.py); only ``reset`` writes it.
         self.generation = 0
@@ -305,11 +308,11 @@ class OffsetTracker:
     @property
     def dirty(self) -> bool:
         """Whether ``committable`` differs from the last committed value."""
-        return self.committable() != self._committed
+        return self.committable() != self.committed
 
     def mark_committed(self, offset: int) -> None:
         """Record that ``offset`` is now stored on the broker."""
-        self._committed = offset
+        self.committed = offset
         high = self.high_commit
         self.high_commit = offset if high is None or offset > high else high
 
@@ -320,7 +323,7 @@ class OffsetTracker:
 
     def mark_dirty(self) -> None:
         """Forget the last committed value so the next flush commits again."""
-        self._committed = None
+        self.committed = None
 
     def __repr__(self) -> str:
         return (

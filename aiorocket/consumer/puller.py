@@ -187,11 +187,12 @@ class Puller:
                 continue
             addr, pulled_from = found
             from_slave = pulled_from != MASTER_ID
-            offset = pq.tracker.next_offset
-            commit = pq.tracker.committable() if clustering and state.auto_commit else 0
+            tracker = pq.tracker
+            offset = tracker.next_offset
+            commit = tracker.committable() if clustering and state.auto_commit else 0
             if from_slave or pq.offset_unverified:
                 commit = 0  # a slave takes no commits (Java clears the flag); the flusher does
-            elif not pq.tracker.dirty:
+            elif commit == tracker.committed:  # not ``dirty``: committable() once a pull
                 # Only a position this member moved is committed. One it merely read may
                 # be stale already: a previous owner's revoke commit that landed after our
                 # query would be moved back, outside the in-flight window (pull_remoting

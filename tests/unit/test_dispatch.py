@@ -8,6 +8,7 @@ broker.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -15,6 +16,8 @@ from typing import Any, cast
 import anyio
 import anyio.lowlevel
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiorocket._log import get_logger
 from aiorocket._settings import apply_settings
@@ -23,7 +26,7 @@ from aiorocket.consumer.brokers import BrokerFinder
 from aiorocket.consumer.config import ConsumerConfig
 from aiorocket.consumer.dispatch import _BURST as BURST
 from aiorocket.consumer.dispatch import WorkerPool
-from aiorocket.consumer.handler import Handler
+from aiorocket.consumer.handler import ConsumeTimeouts, Handler
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.consumer.settle import RemotingSettler
 from aiorocket.consumer.state import ConsumerState
@@ -33,6 +36,7 @@ from aiorocket.errors import BrokerResponseError
 from aiorocket.message import MessageExt, MessageQueue
 from aiorocket.received import ConsumerMessage
 from aiorocket.results import ConsumeStatus, Reconsume
+from aiorocket.testing.logs import capture_logs
 
 pytestmark = pytest.mark.anyio
 
@@ -316,6 +320,157 @@ async def test_each_call_gets_the_whole_consume_timeout_after_slow_ones() -> Non
         await h.consumed(3)
     assert h.sent_back == [(1, h.state.config.retry_delay_level)]
     assert h.pq.tracker.committable() == 3
+
+
+async def test_the_watchdog_stamps_each_call_when_it_first_sees_it_and_cuts_it_a_timeout_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The worker reads no clock a message: a call's deadline is stamped by the watchdog's
+    # check that first sees it (ConsumeTimeouts.check; benchmarks/README.md, "Round 14").
+    # The checks are driven here with times of the test's choosing (the watchdog's own
+    # loop does not run): a call is cut a whole consume_timeout after it was first seen,
+    # and a call that follows a stamped one on the same worker is not cut by that one's
+    # deadline.
+    async def no_watchdog(self: ConsumeTimeouts) -> None:
+        await anyio.sleep_forever()
+
+    monkeypatch.setattr(ConsumeTimeouts, "run", no_watchdog)
+    go = anyio.Event()
+    started: list[int] = []
+
+    async def handle(msg: ConsumerMessage) -> None:
+        started.append(msg.queue_offset)
+        if msg.queue_offset == 0:
+            await go.wait()
+        else:
+            await anyio.sleep_forever()  # only the watchdog ends it
+
+    async with workers(handle, consume_concurrency=1, consume_timeout=100.0) as h:
+        check = h.pool._timeouts.check
+        t = time.monotonic() + 10_000.0  # later than any deadline the real clock gives
+        h.feed(2)
+        await anyio.wait_all_tasks_blocked()
+        assert started == [0]
+        check(t)  # first sees call 0: its deadline is t + 100
+        go.set()
+        await anyio.wait_all_tasks_blocked()
+        assert started == [0, 1]
+        check(t + 100.0)  # call 0's deadline: call 1 is first seen here, not cut
+        await anyio.wait_all_tasks_blocked()
+        check(t + 199.0)
+        await anyio.wait_all_tasks_blocked()
+        assert h.sent_back == []
+        check(t + 200.0)  # a whole timeout after call 1 was first seen
+        with anyio.fail_after(10):
+            await h.sent.wait()
+        assert h.sent_back == [(1, h.state.config.retry_delay_level)]
+    assert h.pq.tracker.committable() == 2
+    assert h.pq.running == 0
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio: on_done a message
+async def test_a_failure_marking_a_run_is_loud_and_stalls_neither_its_queue_nor_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The successes are marked in their queues by a loop callback (_mark_finished). An
+    # exception there (a bug: it only counts) used to end the callback: the runs after
+    # the failing one stayed unmarked, and the handled messages' offsets in flight for
+    # ever (no commit past them, pulls held by the span limit). Now it is logged as an
+    # error, the other runs are marked, and the failing queue starts again from its
+    # commit point: its handled messages come again, nothing is committed past them.
+    on_run_done = ProcessQueue.on_run_done
+    raised: list[ProcessQueue] = []
+
+    def run_done(self: ProcessQueue, run: Any, generation: int, size: int, now: float) -> None:
+        if self.mq.queue_id == 0 and not raised:
+            raised.append(self)
+            raise RuntimeError("a bug")
+        on_run_done(self, run, generation, size, now)
+
+    monkeypatch.setattr(ProcessQueue, "on_run_done", run_done)
+
+    async def handle(msg: ConsumerMessage) -> None:
+        pass
+
+    with capture_logs() as events:
+        async with workers(handle, consume_concurrency=1) as h:
+            other = ProcessQueue(MessageQueue("t", "broker-a", 1), 0)
+            msgs = [ConsumerMessage("t", b"xy", {}, 1, o, o) for o in range(4)]
+            for m in msgs:
+                m._pq, m._generation, m._settler = other, 0, h.settler
+            other.on_pulled(msgs, 4)
+            h.feed(4)  # queue 0's run first: both are marked by one callback
+            h.pool.deliver(other, msgs)
+            with anyio.fail_after(10):
+                while other.consumed_total < 4:
+                    await other.wait_changed()
+            assert other.tracker.committable() == 4
+            assert (other.cached_count, other.cached_bytes) == (0, 0)
+            assert raised == [h.pq]
+            # queue 0: nothing committed past its handled messages, nothing left holding
+            # its pulls, pulled again from its commit point
+            tracker = h.pq.tracker
+            assert (tracker.committable(), tracker.next_offset, tracker.in_flight) == (0, 0, 0)
+            assert (h.pq.cached_count, h.pq.cached_bytes) == (0, 0)
+            again = h.feed(4)
+            assert [m.queue_offset for m in again] == [0, 1, 2, 3]
+            await h.consumed(4)
+            assert tracker.committable() == 4
+    (failed,) = [e for e in events if e["event"] == "mark_finished_failed"]
+    assert failed["log_level"] == "error"
+    assert (failed["queue"], failed["offsets"]) == (0, [0, 3])
+
+
+@given(st.data())
+@settings(max_examples=200, deadline=None)
+def test_the_successes_pending_are_cut_into_runs_that_end_as_their_messages_one_by_one(
+    data: st.DataObject,
+) -> None:
+    # _mark_finished cuts the successes settled since its last call into runs of
+    # consecutive offsets of one queue and generation (benchmarks/README.md, "Round 14":
+    # the cut without a counter of its own): whatever the order, the queues, the
+    # broker's gaps and a reset's stale generation, each queue ends as on_done of each
+    # message in turn leaves it.
+    pool = WorkerPool.__new__(WorkerPool)  # only what _mark_finished reads: no loop
+    pool._state = ConsumerState("g", ConsumerConfig(), get_logger("test"))
+    pool._finished = []
+    # each queue twice: one marked by _mark_finished, one by on_done (the reference)
+    pairs = [tuple(ProcessQueue(MessageQueue("t", "b", q), 0) for _ in "ab") for q in range(2)]
+    pending: list[ConsumerMessage] = []
+    reference: list[tuple[ProcessQueue, ConsumerMessage]] = []
+    for marked, one in pairs:
+        one.last_consumed = marked.last_consumed = 0.0
+        for _ in range(data.draw(st.integers(1, 3), "pulls")):
+            if data.draw(st.integers(0, 4), "reset") == 0:  # a seek: what is pulled is stale
+                back = data.draw(st.integers(0, marked.tracker.next_offset), "to")
+                marked.reset(back)
+                one.reset(back)
+            start = marked.tracker.next_offset
+            offsets = list(range(start, start + data.draw(st.integers(1, 8), "n")))
+            gap = data.draw(st.integers(0, 2), "gap")
+            for pq, out in ((marked, pending), (one, None)):
+                got = [ConsumerMessage("t", b"x" * (o % 5), {}, 0, o, o) for o in offsets]
+                for m in got:
+                    m._pq, m._generation = pq, pq.tracker.generation
+                pq.on_pulled(got, offsets[-1] + 1 + gap)
+                if out is not None:
+                    out.extend(got)
+                else:
+                    reference.extend((pq, m) for m in got)
+    order = data.draw(st.permutations(range(len(pending))), "order")
+    cut = data.draw(st.integers(0, len(order)), "finished")  # the rest still in calls
+    pool._finished.extend(pending[i] for i in order[:cut])
+    pool._mark_finished()
+    assert pool._finished == []
+    for i in order[:cut]:
+        pq, m = reference[i]
+        pq.on_done(m, m._generation, pq.last_consumed)
+    for marked, one in pairs:
+        t, r = marked.tracker, one.tracker
+        assert (t.committable(), t.in_flight, t._low, t._stop, list(t._runs), sorted(t._early),
+                marked.cached_count, marked.cached_bytes) == (
+                r.committable(), r.in_flight, r._low, r._stop, list(r._runs), sorted(r._early),
+                one.cached_count, one.cached_bytes)  # fmt: skip
 
 
 async def test_a_burst_that_empties_the_queue_does_not_yield_again(
