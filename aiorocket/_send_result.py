@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
 
 from aiorocket.message import MessageQueue
 
@@ -62,6 +64,24 @@ _set_offset_msg_id, _set_transaction_id, _set_recall_handle = (
 )
 
 
+class _Unfrozen:
+    """``SendResult``'s slots, in its order, without the frozen ``__setattr__``: a batch's
+    results are filled in as these (plain slot stores, not a setter call each) and then
+    become ``SendResult``s by ``__class__`` assignment, which Python allows between
+    classes of the same slots; half the CPU of the setters, and every message of an
+    auto-batched request gets one (benchmarks/README.md, "Goal 3, round 10")."""
+
+    __slots__ = SendResult.__slots__
+
+    status: SendStatus
+    msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+    offset_msg_id: str
+    transaction_id: str | None
+    recall_handle: str | None
+
+
 def results_of_batch(
     result: SendResult, msg_ids: Sequence[str], offset_msg_ids: Sequence[str]
 ) -> list[SendResult]:
@@ -73,17 +93,21 @@ def results_of_batch(
         result.queue_offset,
         result.transaction_id,
     )
-    out = []
-    for i, msg_id in enumerate(msg_ids):
-        r = _new(SendResult)
-        _set_status(r, status)
-        _set_msg_id(r, msg_id)
-        _set_queue(r, queue)
-        _set_queue_offset(r, first + i if first >= 0 else -1)
-        _set_offset_msg_id(r, offset_msg_ids[i])
-        _set_transaction_id(r, txn)
-        _set_recall_handle(r, None)
-        out.append(r)
+    offsets = range(first, first + len(msg_ids)) if first >= 0 else repeat(-1)
+    out: list[Any] = []
+    append = out.append
+    # not strict: ``offsets`` may be endless (``repeat``); the ids are as many
+    for msg_id, offset_msg_id, offset in zip(msg_ids, offset_msg_ids, offsets, strict=False):
+        r = _new(_Unfrozen)
+        r.status = status
+        r.msg_id = msg_id
+        r.queue = queue
+        r.queue_offset = offset
+        r.offset_msg_id = offset_msg_id
+        r.transaction_id = txn
+        r.recall_handle = None
+        r.__class__ = SendResult  # type: ignore[assignment]
+        append(r)
     return out
 
 

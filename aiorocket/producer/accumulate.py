@@ -61,7 +61,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,16 +77,16 @@ from aiorocket.client.results import SendResult
 from aiorocket.errors import ClientClosedError, RequestTimeoutError
 from aiorocket.message import RETRY_TOPIC_PREFIX, Message
 from aiorocket.producer.backend import ResultCallback
-from aiorocket.producer.batch import pack_record, split_batch_result
+from aiorocket.producer.batch import id_record, pack_record, split_batch_result
 from aiorocket.producer.config import BATCH_MAX_DELAY, ProducerConfig
 from aiorocket.producer.prepare import (
     Outgoing,
     check_body,
     check_topic,
-    id_properties,
+    id_text,
     properties_with_id,
 )
-from aiorocket.producer.sender import Plan, Sender, take_slot
+from aiorocket.producer.sender import Plan, Sender
 
 __all__ = [
     "BATCH_IN_FLIGHT",
@@ -105,13 +105,19 @@ BATCH_IN_FLIGHT = 4
 class _Waiting:
     msg: Message
     body: bytes
-    properties: str  # encoded, with the message's UNIQ_KEY
+    #: encoded, with the message's UNIQ_KEY; None: the id alone (``id_text``), encoded
+    #: only if the message leaves alone (a batch carries its record)
+    properties: str | None
     #: its record in a batch body (encoded once, at hand-over: retries reuse it)
     record: bytes
     msg_id: str
     deadline: float
     #: the awaiting caller's (``send``); None for ``start_send``, whose reporter is told
     done: OneShotEvent | None
+    #: ``start_send``: the task group's reporter (None until a slot is taken), and the
+    #: caller's callback
+    reporter: _Reporter | None = None
+    on_result: ResultCallback | None = None
     result: SendResult | None = None
     error: BaseException | None = None
     #: out of the queue: in a request, or answered
@@ -120,9 +126,6 @@ class _Waiting:
     gone: bool = False
     #: answered, or its caller left: no later answer counts
     answered: bool = False
-    #: ``start_send``: the task group's reporter, and the caller's callback
-    reporter: _Reporter | None = None
-    on_result: ResultCallback | None = None
 
     def finish(self, result: SendResult | None, error: BaseException | None) -> None:
         if self.answered:  # the sweeper may have answered it (its timeout)
@@ -208,6 +211,37 @@ async def _settle(callback_result: Awaitable[None]) -> None:
     await callback_result
 
 
+class _StartedSlots:
+    """The ``max_in_flight`` slots of ``start_send`` messages: a count, taken and given
+    back inline. An ``anyio.Semaphore``'s ``acquire_nowait`` and ``release`` were two
+    calls a message, and a request's answers give back all of theirs at once
+    (benchmarks/README.md, "Goal 3, round 10"). Waiting for one is the slow path (all
+    taken: once per answer in a loop of ``start_send``)."""
+
+    __slots__ = ("_freed", "value")
+
+    def __init__(self, slots: int) -> None:
+        #: slots free
+        self.value = slots
+        self._freed = Signal()
+
+    def release(self, n: int = 1) -> None:
+        self.value += n
+        self._freed.notify()
+
+    async def acquire(self, deadline: float, now: Callable[[], float], what: str) -> None:
+        """One slot by ``deadline``, else ``RequestTimeoutError``; cancelled, none taken."""
+        if self.value:  # no checkpoint, as ``take_slot``'s fast path
+            self.value -= 1
+            return
+        with anyio.move_on_after(deadline - now()):
+            while not self.value:  # woken with the others: one of them may take it first
+                await self._freed.wait()
+            self.value -= 1
+            return
+        raise RequestTimeoutError(f"no in-flight slot freed up in time ({what})")
+
+
 class _Reporter:
     """The one task of a task group that reports its ``start_send`` messages (module
     docstring): it ends when none is unanswered, and the group's next one starts another."""
@@ -221,7 +255,7 @@ class _Reporter:
         self.unanswered: set[_Waiting] = set()
         #: answered, not reported yet; ``wake`` after adding (``answer``, and
         #: ``AutoBatcher._answer`` inline for a request's messages)
-        self.answered: deque[_Waiting] = deque()
+        self.answered: list[_Waiting] = []
         self.wake = Signal()
 
     def answer(self, waiting: _Waiting) -> None:
@@ -235,16 +269,21 @@ class _Reporter:
     async def run(self) -> None:
         try:
             while True:
-                while self.answered:
-                    w = self.answered.popleft()
+                # Taken whole: a loop over a list, not a ``popleft`` a message (what a
+                # callback's answers add comes in the next round; after a failure the
+                # rest are not reported, as before: the group fails)
+                answered, self.answered = self.answered, []
+                for w in answered:
                     if w.error is not None:
                         raise w.error
-                    assert w.result is not None
-                    if w.on_result is not None:
-                        ret = w.on_result(w.result)
+                    on_result = w.on_result
+                    if on_result is not None:
+                        ret = on_result(w.result)  # type: ignore[arg-type]  # set with error None
                         # an awaitable runs on, as in the callers' tasks of ``send``
                         if ret is not None and inspect.isawaitable(ret):
                             self._tg.start_soon(_settle, ret)
+                if self.answered:
+                    continue
                 if not self.unanswered:
                     return
                 await self.wake.wait()
@@ -265,6 +304,8 @@ class AutoBatcher:
         self._log = log
         self._requests = config.batch_in_flight or BATCH_IN_FLIGHT  # per topic
         self._full = config.batch_max_bytes
+        self._max_size = config.max_message_size
+        self._compress_over = config.compress_over
         # With answers every few ms the delay seldom ends a wait; it bounds the wait
         # behind a slow broker's requests while others of the topic are free.
         self._delay = config.batch_max_delay  # seconds (``BATCH_MAX_DELAY`` by default)
@@ -280,7 +321,7 @@ class AutoBatcher:
         #: a measurable share of a batched message's CPU (benchmarks/README.md, goal 3)
         self._riding: list[list[_Waiting]] = []
         #: messages handed over by ``start_send`` and not answered yet
-        self.started_slots = anyio.Semaphore(config.max_in_flight)
+        self.started_slots = _StartedSlots(config.max_in_flight)
         #: per task group with ``start_send`` messages unanswered, its reporter task
         self._reporters: dict[anyio.abc.TaskGroup, _Reporter] = {}
         #: batches sent and messages in them (the mean batch size is their ratio).
@@ -303,7 +344,7 @@ class AutoBatcher:
             and msg.priority is None
             and msg.lite_topic is None
             and not msg.topic.startswith(RETRY_TOPIC_PREFIX)
-            and len(msg.body) < self._config.compress_over
+            and len(msg.body) < self._compress_over
         )
 
     async def send(self, msg: Message, deadline: float) -> SendResult:
@@ -314,7 +355,10 @@ class AutoBatcher:
         caller, is answered by the sweeper; one in a request that ends by its deadline
         by that request.
         """
-        return await self._wait(self._prepare(msg, deadline, awaited=True))
+        loop = self._loop
+        if loop is None:
+            raise ClientClosedError("producer is not started or closed")
+        return await self._wait(self._prepare(msg, deadline, loop.new_event(), None, None))
 
     def start_nowait(
         self, task_group: anyio.abc.TaskGroup, msg: Message, deadline: float,
@@ -325,19 +369,17 @@ class AutoBatcher:
         (module docstring). Synchronous while a slot is free (its common case: a
         coroutine per message was a measurable share of its CPU): None once handed over;
         else the prepared message, for ``start_when_free``. A bad message fails here."""
-        waiting = self._prepare(msg, deadline, awaited=False)
-        try:
-            self.started_slots.acquire_nowait()
-        except anyio.WouldBlock:
-            waiting.on_result = on_result
-            return waiting
+        slots = self.started_slots
+        if not slots.value:
+            return self._prepare(msg, deadline, None, None, on_result)
         reporter = self._reporters.get(task_group)
+        waiting = self._prepare(msg, deadline, None, reporter, on_result)  # may raise
+        slots.value -= 1
         if reporter is None:  # the group's first: ``_hand_over`` starts its reporter
             self._hand_over(task_group, waiting, on_result)
             return None
         # ``_hand_over`` inline (a call a message; ``_prepare`` found the batcher open
         # and nothing awaited since)
-        waiting.reporter, waiting.on_result = reporter, on_result
         reporter.unanswered.add(waiting)
         self._enqueue(waiting)
         return None
@@ -346,7 +388,7 @@ class AutoBatcher:
         """Hand ``waiting`` (from ``start_nowait``) over once a slot frees up, by its
         deadline (else ``RequestTimeoutError``); cancelled, nothing was handed over."""
         started = f"{self._config.max_in_flight} messages started"
-        await take_slot(self.started_slots, waiting.deadline, self._sender.now, started)
+        await self.started_slots.acquire(waiting.deadline, self._sender.now, started)
         self._hand_over(task_group, waiting, waiting.on_result)
 
     def _hand_over(
@@ -385,27 +427,32 @@ class AutoBatcher:
         else:  # answered: the sweeper passes over it in ``_riding``
             waiting.gone = True
 
-    def _prepare(self, msg: Message, deadline: float, *, awaited: bool) -> _Waiting:
-        """``awaited``: by a ``send`` caller (with an event to wake it).
+    def _prepare(
+        self, msg: Message, deadline: float, done: OneShotEvent | None,
+        reporter: _Reporter | None, on_result: ResultCallback | None,
+    ) -> _Waiting:  # fmt: skip
+        """``done``: a ``send`` caller's event to wake it; ``reporter`` and ``on_result``:
+        a ``start_send`` caller's.
 
         ``accepts(msg)`` held: its body is bytes, no delay, priority or lite topic (what
         ``check_schedule`` looks at). A topic with a lane was checked when it got one.
         """
-        loop = self._loop
-        if self._tg is None or loop is None:
+        if self._tg is None or self._loop is None:
             raise ClientClosedError("producer is not started or closed")
         if msg.topic not in self._lanes:
             check_topic(msg.topic)
-        body = bytes(msg.body)
-        if not 0 < len(body) <= self._config.max_message_size:
-            check_body(msg, self._config.max_message_size)
+        body = msg.body
+        if type(body) is not bytes:  # a copy of a bytearray's or memoryview's (no call else)
+            body = bytes(body)
+        if not 0 < len(body) <= self._max_size:
+            check_body(msg, self._max_size)
         if msg.properties or msg.tags or msg.keys:
             text, data, msg_id = properties_with_id(msg)
-        else:  # and no delay, timer, priority or lite topic (accepts): the id alone
-            text, data, msg_id = id_properties()
-        record = pack_record(body, data, msg.flag)
-        done = loop.new_event() if awaited else None
-        return _Waiting(msg, body, text, record, msg_id, deadline, done)
+            record = pack_record(body, data, msg.flag)
+            return _Waiting(msg, body, text, record, msg_id, deadline, done, reporter, on_result)
+        # and no delay, timer, priority or lite topic (accepts): the id alone
+        record, msg_id = id_record(body, msg.flag)
+        return _Waiting(msg, body, None, record, msg_id, deadline, done, reporter, on_result)
 
     def _enqueue(self, waiting: _Waiting) -> _TopicLane:
         """Queue ``waiting`` on its topic's lane and see that a request takes it."""
@@ -512,22 +559,26 @@ class AutoBatcher:
     def _take(self, topic: str, lane: _TopicLane) -> list[_Waiting]:
         """The next request's messages: all that wait, up to ``batch_max_bytes``."""
         assert self._loop is not None
-        max_bytes, now = self._config.batch_max_bytes, self._loop.now()
+        max_bytes, now = self._full, self._loop.now()
         batch: list[_Waiting] = []
-        size = 0
-        while lane.waiting:
-            nxt = lane.waiting[0]
-            n = len(nxt.record)
-            if batch and size + n > max_bytes:
+        waiting = lane.waiting
+        # Locals, and the lane's byte count updated once: this loop runs a message
+        size = taken = 0  # the records' bytes in ``batch``; taken out of ``waiting``
+        while waiting:
+            n = len(waiting[0].record)
+            if size and size + n > max_bytes:  # ``size``: ``batch`` is not empty
                 break
-            lane.waiting.popleft()
-            lane.waiting_bytes -= n
+            nxt = waiting.popleft()
             nxt.taken = True
+            taken += n
             if nxt.deadline <= now:  # its caller is giving up: do not send it
+                lane.waiting_bytes -= taken  # (``finish`` may call back into the lane)
+                taken = 0
                 nxt.finish(None, RequestTimeoutError(f"send to {topic!r} timed out waiting"))
                 continue
             batch.append(nxt)
             size += n
+        lane.waiting_bytes -= taken
         return batch
 
     async def _lane_worker(self, topic: str, lane: _TopicLane) -> None:
@@ -625,25 +676,29 @@ class AutoBatcher:
         reporters' part (``_Reporter.answer``) inline and each reporter woken once, not
         per message (the answer's handling is part of the turnaround between an answer
         and the next request: benchmarks/README.md, "Goal 3, round 9")."""
-        release = self.started_slots.release
         woken: _Reporter | None = None
-        for w, result in zip(sent, results, strict=True):
-            if w.answered:  # the sweeper answered it (its timeout)
-                continue
-            w.answered = True
-            w.result = result
-            done = w.done
-            if done is not None:
-                done.set()
-                continue
-            reporter = w.reporter
-            assert reporter is not None
-            reporter.unanswered.discard(w)
-            release()
-            reporter.answered.append(w)
-            if reporter is not woken:  # a notify per message was a call per message
-                reporter.wake.notify()
-                woken = reporter
+        freed = 0  # ``start_send`` slots, given back at once
+        try:
+            for w, result in zip(sent, results, strict=True):
+                if w.answered:  # the sweeper answered it (its timeout)
+                    continue
+                w.answered = True
+                w.result = result
+                done = w.done
+                if done is not None:
+                    done.set()
+                    continue
+                reporter = w.reporter
+                assert reporter is not None
+                reporter.unanswered.discard(w)
+                freed += 1
+                reporter.answered.append(w)
+                if reporter is not woken:  # a notify per message was a call per message
+                    reporter.wake.notify()
+                    woken = reporter
+        finally:
+            if freed:
+                self.started_slots.release(freed)
 
     async def _request(
         self, topic: str, batch: list[_Waiting], plan: Plan, deadline: float
@@ -676,7 +731,8 @@ class AutoBatcher:
     def _outgoing(topic: str, batch: list[_Waiting], single: bool) -> Outgoing:
         if single:  # exactly what a send without batching would be
             w = batch[0]
-            return Outgoing(topic, w.body, w.properties, 0, w.msg_id, w.msg.flag)
+            text = id_text(w.msg_id) if w.properties is None else w.properties
+            return Outgoing(topic, w.body, text, 0, w.msg_id, w.msg.flag)
         # A batch request (one that lost callers stays one: its request code is set).
         body = b"".join([w.record for w in batch])
         # The batch's own properties are appended to every message's: keep them empty.

@@ -30,6 +30,7 @@ __all__ = [
     "TRANSACTION_COMMIT_TYPE",
     "TRANSACTION_NOT_TYPE",
     "TRANSACTION_ROLLBACK_TYPE",
+    "UNIQ_ENTRY",
     "Outgoing",
     "check_body",
     "check_schedule",
@@ -37,6 +38,7 @@ __all__ = [
     "encode_props",
     "encoded_props",
     "id_properties",
+    "id_text",
     "prepare_message",
     "properties_with_id",
     "wire_properties",
@@ -83,7 +85,7 @@ def _within_limit(data: bytes) -> bytes:
 
 
 #: what precedes a generated id in the encoded properties
-_UNIQ_ENTRY = f"{PROPERTY_UNIQ_KEY}\x01"
+UNIQ_ENTRY = f"{PROPERTY_UNIQ_KEY}\x01"
 
 
 def properties_with_id(msg: Message) -> tuple[str, bytes, str]:
@@ -98,7 +100,7 @@ def properties_with_id(msg: Message) -> tuple[str, bytes, str]:
     if not props:
         return id_properties()
     msg_id = create_unique_id()
-    text = f"{encode_properties(props)}{_UNIQ_ENTRY}{msg_id}\x02"
+    text = f"{encode_properties(props)}{UNIQ_ENTRY}{msg_id}\x02"
     return text, _within_limit(text.encode()), msg_id
 
 
@@ -106,8 +108,13 @@ def id_properties() -> tuple[str, bytes, str]:
     """``properties_with_id`` of a message without wire properties: a generated id alone
     (ASCII, far within the limit)."""
     msg_id = create_unique_id()
-    text = f"{_UNIQ_ENTRY}{msg_id}\x02"
+    text = id_text(msg_id)
     return text, text.encode(), msg_id
+
+
+def id_text(msg_id: str) -> str:
+    """The encoded properties of a message whose only one is its id ``msg_id``."""
+    return f"{UNIQ_ENTRY}{msg_id}\x02"
 
 
 def wire_properties(

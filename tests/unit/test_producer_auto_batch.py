@@ -643,6 +643,54 @@ async def test_start_send_waiting_for_a_slot_times_out_or_is_cancelled_unsent() 
         assert [r.msg_id for r in results] == [results[0].msg_id]
 
 
+async def test_loops_waiting_for_start_send_slots_all_go_on_as_one_answer_frees_them() -> None:
+    # Issue 43, goal 3, round 10: the start_send slots are a count given back once per
+    # answered request (no semaphore call a message). Three loops of two task groups
+    # wait for slots while one request carries two of their messages: its answer frees
+    # two slots at once, both go to waiting loops (none is lost or taken twice), the
+    # third loop goes on at the next answer, and each result is a whole SendResult.
+    async with (
+        cluster(brokers=1) as fake,
+        producer(fake, auto_batch=True, batch_in_flight=1, max_in_flight=2) as p,
+    ):
+        broker = fake.brokers[0]
+        results: list[SendResult] = []
+        async with anyio.create_task_group() as tg:
+            await occupy_the_lane(tg, p, broker)  # an awaited send: it takes no slot
+            for body in (b"a", b"b"):  # both slots: they wait behind the held request
+                await p.start_send(tg, Message(TOPIC, body), on_result=results.append)
+            assert p.batcher is not None and p.batcher.started_slots.value == 0
+            started: list[bytes] = []
+
+            async def loop(group: anyio.abc.TaskGroup, bodies: list[bytes]) -> None:
+                for body in bodies:
+                    await p.start_send(group, Message(TOPIC, body), on_result=results.append)
+                    assert p.batcher is not None
+                    assert p.batcher.started_slots.value >= 0  # no slot taken twice
+                    started.append(body)
+
+            async with anyio.create_task_group() as other:
+                tg.start_soon(loop, tg, [b"c1", b"c2"])
+                other.start_soon(loop, other, [b"d1"])
+                tg.start_soon(loop, tg, [b"e1"])
+                await anyio.wait_all_tasks_blocked()
+                assert started == []  # all three wait for a slot
+                assert broker.hold is not None
+                broker.hold.set()  # the first request's answer, then [a, b]'s: on they go
+        assert sorted(started) == [b"c1", b"c2", b"d1", b"e1"]
+        sent = [
+            body for i in range(len(broker.received(BATCH))) for body in bodies_of_batch(broker, i)
+        ]
+        sent += [c.body for c in broker.received(V2)]
+        assert sorted(sent) == sorted([b"first", b"a", b"b", b"c1", b"c2", b"d1", b"e1"])
+        assert len(results) == 6 and len({r.msg_id for r in results}) == 6
+        for r in results:
+            assert type(r) is SendResult and r == dataclasses.replace(r)  # whole, comparable
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                r.queue_offset = 0  # type: ignore[misc]
+        assert p.batcher.started_slots.value == 2  # every slot back
+
+
 async def test_a_request_carries_what_the_answer_before_it_freed() -> None:
     # Issue 43, goal 3: a worker took what waited as soon as its request was answered,
     # before the senders that answer woke could send again: with every request busy,
@@ -694,9 +742,10 @@ async def test_a_batched_record_carries_the_wire_properties_of_whatever_field_is
             if not batcher.accepts(msg):
                 continue
             accepted += 1
-            w = batcher._prepare(msg, math.inf, awaited=False)
+            w = batcher._prepare(msg, math.inf, None, None, None)
             expected = {**msg.wire_properties(), "UNIQ_KEY": w.msg_id}
-            assert decode_properties(w.properties) == expected
+            alone = batcher._outgoing(TOPIC, [w], True)  # what it carries sent alone
+            assert decode_properties(alone.properties) == expected
             ((flag, body, props),) = decode_records(w.record)
             assert (flag, body, decode_properties(props)) == (msg.flag, b"b", expected)
         assert accepted == 5  # none, tags, keys, properties, flag

@@ -1,0 +1,299 @@
+"""The auto-batched producer's client work a message, counted (issue 43, goal 3).
+
+    python benchmarks/produce_count.py count [--tree DIR] [--low 5000] [--high 25000]
+    python benchmarks/produce_count.py calls [--tree DIR] [--messages 30000] [--top 25]
+    python benchmarks/produce_count.py ops   [--tree DIR] [--messages 3000] [--top 25]
+    python benchmarks/produce_count.py serve                  # the fake cluster alone
+    python benchmarks/produce_count.py run N --namesrv ADDR   # the client alone
+
+The client is compare.py's auto-batched produce child (``produce.py``'s
+``run_start_send``: one loop of ``start_send`` with a callback, 64 slots, 1 KiB bodies)
+with ``batch_in_flight=2``, so that every run makes batches of 30 (the 32 KiB cap) as it
+does against a real broker at 64 in flight (benchmarks/README.md, "Goal 3, round 8"):
+the per-message share of each request's work is then the same in every run. It sends to
+a fake NameServer and broker (``serve``) in a process of their own, which answer every
+request at once, so what is counted is the client's own work, its socket calls
+included (not the kernel's side of them).
+
+* ``count``: instructions a message by cachegrind (valgrind), which do not depend on
+  the machine's load: (I(high) - I(low)) / (high - low), each run after the same
+  1,000-message warm-up; then Python calls a message (``calls``).
+* ``calls``: function calls a message by cProfile over ``--messages`` after the
+  warm-up, and the functions that make the most of them.
+* ``ops``: bytecodes a message per function (a ``sys.settrace`` opcode counter: slow;
+  the count is the figure, not the time).
+
+``--tree DIR`` runs the client on another checkout's ``aiorocket`` (by ``PYTHONPATH``:
+old and new alternating from one script); the fake cluster always runs this one's.
+Not a test: it prints its figures and asserts nothing about them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import cProfile
+import json
+import os
+import pstats
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import anyio
+
+HERE = Path(__file__).resolve().parent
+TOPIC = "count_t"
+QUEUES = 8
+WARMUP = 1_000
+SIZE = 1024
+IN_FLIGHT = 64
+
+# -- the fake cluster (process of its own: not counted) -----------------------------------
+
+
+async def serve() -> None:
+    """A NameServer routing ``TOPIC`` to one broker of ``QUEUES`` queues, and that broker,
+    answering every send at once; prints the NameServer's address, ends with stdin."""
+    from aiorocket.protocol.codes import RequestCode
+    from aiorocket.protocol.command import RemotingCommand
+    from aiorocket.protocol.message_codec import offset_message_id
+    from aiorocket.testing.fake_remoting import FakeRemotingServer, ServerSession
+
+    sends = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+    total_at = struct.Struct(">i")
+    offsets: dict[int, int] = collections.defaultdict(int)
+    broker_addr = ""
+
+    async def on_broker(session: ServerSession, cmd: RemotingCommand) -> None:
+        broker.received.clear()  # kept by the server for tests: not wanted here
+        if cmd.code not in sends:
+            await session.send(RemotingCommand.response_to(cmd))
+            return
+        count, pos, body = 0, 0, cmd.body
+        if cmd.code == RequestCode.SEND_BATCH_MESSAGE:
+            while pos < len(body):  # the records' TOTALSIZE fields
+                pos += total_at.unpack_from(body, pos)[0]
+                count += 1
+        else:
+            count = 1
+        queue_id = int(cmd.ext_fields["e"])
+        first = offsets[queue_id]
+        offsets[queue_id] += count
+        ids = ",".join(offset_message_id(broker_addr, 4096 * (first + i)) for i in range(count))
+        ext = {
+            "msgId": ids, "queueId": str(queue_id), "queueOffset": str(first),
+            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true",
+        }  # fmt: skip
+        await session.send(RemotingCommand.response_to(cmd, ext_fields=ext))
+
+    async def on_namesrv(session: ServerSession, cmd: RemotingCommand) -> None:
+        namesrv.received.clear()
+        route = {
+            "queueDatas": [
+                {"brokerName": "broker-a", "readQueueNums": QUEUES, "writeQueueNums": QUEUES,
+                 "perm": 6},
+            ],
+            "brokerDatas": [
+                {"cluster": "c", "brokerName": "broker-a", "brokerAddrs": {"0": broker_addr}}
+            ],
+        }  # fmt: skip
+        await session.send(RemotingCommand.response_to(cmd, body=json.dumps(route).encode()))
+
+    broker = FakeRemotingServer(on_broker)
+    namesrv = FakeRemotingServer(on_namesrv)
+    async with broker, namesrv:
+        broker_addr = broker.address
+        print(namesrv.address, flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.read)  # until the parent closes it
+
+
+# -- the client (what is counted) ---------------------------------------------------------
+
+
+async def client(namesrv: str, count: int, profile: Any = None) -> None:
+    from produce import run_start_send
+
+    from aiorocket.producer import Producer
+
+    body = bytes(range(256)) * (SIZE // 256)
+    settings: dict[str, Any] = {
+        "max_in_flight": IN_FLIGHT, "auto_batch": True, "batch_in_flight": 2,
+        # valgrind and the tracer run the client 50-500x slower: no send may time out,
+        # and no wait for a full batch may end by the clock (10 ms pass within a batch's
+        # 30 messages there, where they take ~0.5 ms): the sweeper would wake per batch
+        "send_timeout": 3600.0, "batch_max_delay": 60.0,
+    }  # fmt: skip
+    async with Producer("count_producer", namesrv, **settings) as producer:
+        await run_start_send(producer, TOPIC, body, WARMUP)
+        assert producer.batcher is not None
+        b0, m0 = producer.batcher.batches, producer.batcher.batched_messages
+        if profile is not None:
+            profile()
+        _, latencies = await run_start_send(producer, TOPIC, body, count)
+        if profile is not None:
+            profile()
+        b, m = producer.batcher.batches - b0, producer.batcher.batched_messages - m0
+    if len(latencies) != count:
+        raise SystemExit(f"{len(latencies)} of {count} sends answered")
+    print(f"batches {b}, mean {m / max(b, 1):.2f} messages", file=sys.stderr)
+
+
+def run_client(namesrv: str, count: int, profile: Any = None) -> None:
+    anyio.run(client, namesrv, count, profile)
+
+
+# -- the counts ---------------------------------------------------------------------------
+
+
+class Cluster:
+    """``serve`` in a child process, for as long as the ``with``."""
+
+    def __enter__(self) -> str:
+        env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "serve"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().strip()
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def client_env(tree: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{HERE}"}
+
+
+def cachegrind(tree: Path, namesrv: str, n: int, out_dir: str) -> int:
+    out = os.path.join(out_dir, f"cg.{n}")
+    subprocess.run(
+        ["valgrind", "-q", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}",
+         sys.executable, str(Path(__file__).resolve()), "run", str(n), "--namesrv", namesrv],
+        env=client_env(tree), check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    match = re.search(r"^summary: (\d+)", Path(out).read_text(), re.MULTILINE)
+    assert match is not None
+    return int(match.group(1))
+
+
+def in_child(tree: Path, mode: str, args: argparse.Namespace) -> None:
+    """``mode`` (calls, ops) in a child on ``tree``'s aiorocket, against a fresh cluster."""
+    with Cluster() as namesrv:
+        cmd = [sys.executable, str(Path(__file__).resolve()), f"_{mode}", namesrv,
+               str(args.messages), str(args.top)]  # fmt: skip
+        subprocess.run(cmd, env=client_env(tree), check=True)
+
+
+def count(args: argparse.Namespace) -> None:
+    tree = Path(args.tree).resolve()
+    print(f"client: {tree} ({_head(tree)})")
+    if shutil.which("valgrind") is None:
+        print("no valgrind: instructions not counted")
+    else:
+        with tempfile.TemporaryDirectory(prefix="produce_count") as out_dir:
+            counts = {}
+            for n in (args.low, args.high):
+                with Cluster() as namesrv:  # a fresh one: the same offsets, ids, routes
+                    counts[n] = cachegrind(tree, namesrv, n, out_dir)
+            per = (counts[args.high] - counts[args.low]) / (args.high - args.low)
+            print(f"instructions a message: {per:,.0f} "
+                  f"(I({args.high:,}) {counts[args.high]:,} - I({args.low:,}) "
+                  f"{counts[args.low]:,})")  # fmt: skip
+    args.messages = 30_000
+    in_child(tree, "calls", args)
+
+
+def _head(tree: Path) -> str:
+    done = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)  # fmt: skip
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "aiorocket"],
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return done.stdout.strip() + (" + uncommitted" if dirty else "")
+
+
+def calls_here(namesrv: str, messages: int, top: int) -> None:
+    prof = cProfile.Profile()
+    on = iter([prof.enable, prof.disable])
+    run_client(namesrv, messages, lambda: next(on)())
+    stats = pstats.Stats(prof)
+    total = sum(cc for cc, _nc, _tt, _ct, _callers in stats.stats.values())  # type: ignore[attr-defined]
+    print(f"Python calls a message: {total / messages:.2f} (cProfile, {messages:,} messages)")
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][0])  # type: ignore[attr-defined]
+    for (file, line, name), (cc, _nc, tt, _ct, _callers) in rows[:top]:
+        where = f"{Path(file).name}:{line}" if line else file
+        print(f"  {cc / messages:6.2f}  {tt / messages * 1e6:6.2f} us  {name} ({where})")
+
+
+def ops_here(namesrv: str, messages: int, top: int) -> None:
+    counts: collections.Counter[str] = collections.Counter()
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        if event == "opcode":
+            code = frame.f_code
+            counts[f"{code.co_name} ({Path(code.co_filename).name}:{code.co_firstlineno})"] += 1
+        return tracer
+
+    tracing = iter([tracer, None])  # on for the counted run, then off
+
+    def switch() -> None:
+        sys.settrace(next(tracing))
+
+    run_client(namesrv, messages, switch)
+    print(f"bytecodes a message: {sum(counts.values()) / messages:.1f} ({messages:,} messages)")
+    for name, n in counts.most_common(top):
+        print(f"  {n / messages:7.1f}  {name}")
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    sub.add_parser("serve")
+    r = sub.add_parser("run")
+    r.add_argument("n", type=int)
+    r.add_argument("--namesrv", required=True)
+    for mode, messages in (("count", 30_000), ("calls", 30_000), ("ops", 3_000)):
+        s = sub.add_parser(mode)
+        s.add_argument("--tree", default=str(HERE.parent), help="the checkout to count")
+        s.add_argument("--messages", type=int, default=messages)
+        s.add_argument("--top", type=int, default=25)
+        if mode == "count":
+            s.add_argument("--low", type=int, default=5_000)
+            s.add_argument("--high", type=int, default=25_000)
+    for mode in ("_calls", "_ops"):
+        s = sub.add_parser(mode)
+        s.add_argument("namesrv")
+        s.add_argument("messages", type=int)
+        s.add_argument("top", type=int)
+    return p.parse_args(argv)
+
+
+def main() -> None:
+    args = parse()
+    if args.mode == "serve":
+        anyio.run(serve)
+    elif args.mode == "run":
+        run_client(args.namesrv, args.n)
+    elif args.mode == "count":
+        count(args)
+    elif args.mode in ("calls", "ops"):
+        in_child(Path(args.tree).resolve(), args.mode, args)
+    elif args.mode == "_calls":
+        calls_here(args.namesrv, args.messages, args.top)
+    else:
+        ops_here(args.namesrv, args.messages, args.top)
+
+
+if __name__ == "__main__":
+    main()
