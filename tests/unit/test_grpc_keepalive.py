@@ -82,6 +82,9 @@ async def test_a_slow_proxy_that_answers_pings_keeps_its_connection() -> None:
         assert link.accepted == before
 
 
+@pytest.mark.parametrize("anyio_backend", [
+    pytest.param(("asyncio", {"loop_factory": VirtualTimeLoop}), id="asyncio-virtual"),
+])  # fmt: skip
 async def test_a_stall_after_the_silences_first_ping_is_noticed_by_the_next_call() -> None:
     """A receive parks (a long poll with nothing to deliver): the silence gets its first
     PING, answered. Then the path stalls. A PING per interval is not allowed (the Proxy
@@ -90,7 +93,9 @@ async def test_a_stall_after_the_silences_first_ping_is_noticed_by_the_next_call
     not when it times out (before: at the request timeout, then one more for the probe's
     PING). The request timeout is set past the hang guards, so only the PINGs can end
     the calls in time (a 10 s one, and a wall-clock bound of 3.5 s, left a loaded
-    machine 1.25 s)."""
+    machine 1.25 s). On a virtual clock (the fake Proxy, the link and the client in
+    this loop): on the wall clock, a starved run's wait for the first PINGs could
+    outlast the 10 s heartbeat, whose answer ends the silence, and a third PING went."""
     async with (
         FakeProxy() as fake,
         FaultProxy(fake.endpoint) as link,
