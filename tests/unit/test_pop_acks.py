@@ -4,6 +4,7 @@ when refused for good or still unacked at the close (issue 38, items 6 and 7).""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import anyio
@@ -27,6 +28,7 @@ from aiorocket.protocol.command import RemotingCommand
 from aiorocket.received import PopMessage
 from aiorocket.testing.fake_grpc import FakeProxy
 from aiorocket.testing.fake_remoting import ServerSession
+from aiorocket.testing.sim.vloop import VirtualTimeLoop
 from tests.unit.consumer_fakes import TOPIC, Collector, FakeCluster, running
 from tests.unit.test_grpc_pop_runtime import _message, _pop
 from tests.unit.test_lite_lost_event import FakeLiteBroker
@@ -129,10 +131,19 @@ async def test_an_ack_refused_for_good_releases_the_message() -> None:
         assert runtime.unsent_acks == 0  # refused earlier: not counted again by the close
 
 
-async def test_the_close_releases_the_acks_it_could_not_deliver() -> None:
+@pytest.mark.parametrize("anyio_backend", [
+    pytest.param(("asyncio", {"loop_factory": VirtualTimeLoop}), id="asyncio-virtual"),
+])  # fmt: skip
+async def test_the_close_releases_the_acks_it_could_not_deliver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Item 7: the Proxy refuses every ack (unavailable): the close tries within its bound,
     reports those acks and makes their messages visible again, instead of leaving them
-    to a Proxy that renews them."""
+    to a Proxy that renews them. On a virtual clock (the fake Proxy and the consumer in
+    this loop, whose time the acks' due times read too, as in the simulator): its 1 s
+    request timeout and the close's bound are exact whatever the load (on the wall
+    clock a starved run's start and first ack retry outlasted a 10 s guard)."""
+    monkeypatch.setattr(time, "monotonic", asyncio.get_running_loop().time)
     handled = anyio.Event()
 
     async def handle(msg: ConsumerMessage) -> None:
@@ -140,6 +151,7 @@ async def test_the_close_releases_the_acks_it_could_not_deliver() -> None:
 
     async with FakeProxy() as proxy:
         proxy.messages = [_message(0)]
+        proxy.receive_delay = 5  # a long poll, as the Proxy's: no receive loop spins
         consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5,
                             request_timeout=1.0)  # fmt: skip
         consumer.subscribe("t")
