@@ -33,7 +33,12 @@ pytest.importorskip("grpclib")
 from aiorocket.consumer.pop.grpc_source import RECEIVERS, GrpcSource
 from aiorocket.grpc import PopMessage
 from aiorocket.grpc._push_message import handle_invisible_time
-from tests.integration.test_grpc_push import _dead_letters, grpc_consumer, runtime_of
+from tests.integration.test_grpc_push import (
+    _dead_letters,
+    grpc_consumer,
+    runtime_of,
+    spy_changes,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -229,13 +234,19 @@ async def test_the_consume_timeout_stops_a_stuck_handler_and_the_message_comes_b
             await anyio.sleep_forever()
         second.set()
 
-    consumer = grpc_consumer(rocketmq, group, topic, handle, consume_timeout=2.0)
+    # request_timeout: the Proxy's first answers on a loaded machine (load 30: over 3 s)
+    consumer = grpc_consumer(rocketmq, group, topic, handle, consume_timeout=2.0,
+                             request_timeout=30)  # fmt: skip
     async with consumer:
-        with anyio.fail_after(30):
+        changes = spy_changes(consumer)
+        backoff = runtime_of(consumer).source.backoff(1)
+        with anyio.fail_after(120):  # left to the Proxy, which renews it: never back
             await second.wait()
     assert [a for a, _ in attempts] == [1, 2]
-    # Back after the timeout and the policy's first backoff, not the 30 s invisible time.
-    assert 1.9 <= attempts[1][1] - attempts[0][1] < 15
+    # Back after the timeout and the policy's first backoff (the nack's one request),
+    # not left to the invisible time.
+    assert changes == [(b"stuck", backoff)]
+    assert attempts[1][1] - attempts[0][1] >= 1.9
 
 
 # gRPC on asyncio only (grpclib); remoting on both loops.
