@@ -61,7 +61,11 @@ async def test_signed_clients_send_and_receive_through_an_acl_proxy(
     topic, group = unique_name("gacl"), unique_name("g")
     await acl_proxy.create_topic(topic, queues=2, brokers=[acl_proxy.state["proxy_broker"]])
     await acl_proxy.create_group(group)
-    async with Producer("pg", proxy=acl_proxy.proxy_grpc, credentials=ADMIN) as producer:
+    # The first client of a Proxy just started: on a loaded machine (a JVM starting
+    # beside it) its first settings took longer than the default 3 s request timeout
+    # once. Only a bound: a Proxy that answers is not waited on.
+    async with Producer("pg", proxy=acl_proxy.proxy_grpc, credentials=ADMIN,
+                        request_timeout=30.0) as producer:  # fmt: skip
         sent = [await producer.send(Message(topic, b"signed %d" % i)) for i in range(3)]
     options = GrpcOptions(credentials=ADMIN)
     async with SimpleConsumer(
