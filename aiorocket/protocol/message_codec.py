@@ -134,6 +134,18 @@ def _topic_tail(topic_len: int) -> struct.Struct:
 
 
 _TOPIC_TAIL_EMPTY = _topic_tail(0)
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(body_len: int, lead_len: int) -> struct.Struct:
+    """A usual record of a ``body_len``-byte body and a ``lead_len``-byte topic lead
+    (the length byte and the topic) as ``_decode_alike`` reads it in one unpack: the
+    fields of _USUAL_EAGER, then the body, the lead and the properties' length."""
+    return struct.Struct(f"{_USUAL_EAGER.format}{body_len}s{lead_len}sH")
+
+
+# TOTALSIZE and BODYLEN, to tell whether an answer's first two records are laid out alike
+_SIZES = struct.Struct(">i80xI")
 _HEAD_SIZE = _HEAD.size
 # Smallest legal record: V1 magic, IPv4 hosts, empty body, topic and properties.
 MIN_RECORD_SIZE = _HEAD_SIZE + _TAILS[0].size + 1 + 2  # 91, as in Java
@@ -223,9 +235,7 @@ def decode_messages(
     bad = 0
     while True:
         try:
-            _decode_into(
-                out, data, pos, broker_name, check_crc, decompress, message_class, stamp
-            )
+            _decode_into(out, data, pos, broker_name, check_crc, decompress, message_class, stamp)
             return out
         except MessageDecodeError as exc:
             if undecodable is None or exc.position is None:
@@ -321,6 +331,8 @@ def _decode_usual(
     last_lead: bytes | None = None
     unpack_tail = _TOPIC_TAIL_EMPTY.unpack_from
     tail_size = _TOPIC_TAIL_EMPTY.size
+    if consumer:
+        pos = _decode_alike(out, data, pos, end, message_class, alike, pop)
     try:
         while pos < end:
             # (typed as the consumer's: the other classes' fields are a subset)
@@ -407,8 +419,75 @@ def _decode_usual(
 _POP_OWN = ("", 1, None, "", None, 0, 0, None, False)
 
 
+def _decode_alike(
+    out: list[MessageExt],
+    data: bytes,
+    pos: int,
+    end: int,
+    message_class: type[MessageExt],
+    alike: tuple[Any, ...],
+    pop: bool,
+) -> int:
+    """``_decode_usual``'s records from ``pos`` while they are laid out as the first
+    two (the body's length, the topic): each read by one unpack, its body and the
+    fields after it included, where its fixed part and its tail were two unpacks and
+    its body a slice (benchmarks/ceiling.py; benchmarks/README.md, "Round 14"). Returns
+    the position of the first record it did not decode, ``pos`` when the first two
+    differ (answers of varied sizes: ``_decode_usual`` reads them all, as before, and
+    this costs them two small unpacks an answer). ConsumerMessage and PopMessage only,
+    stored as ``_decode_usual`` stores them: a record that is not usual, or of another
+    layout, is left to it."""
+    try:
+        total, body_len = _SIZES.unpack_from(data, pos)
+        if _SIZES.unpack_from(data, pos + total)[1] != body_len:
+            return pos
+        t = pos + _USUAL_EAGER.size + body_len  # the topic's length byte
+        lead = data[t : t + data[t] + 1]
+        topic = lead[1:].decode()
+    except (struct.error, IndexError, UnicodeDecodeError):
+        return pos  # short or corrupt: _decode_usual says how
+    whole = _layout(body_len, len(lead))
+    unpack_whole = whole.unpack_from
+    whole_size = whole.size
+    fixed = _USUAL_EAGER.size
+    magic_v1 = _MAGIC_V1_SIGNED
+    unusual = _UNUSUAL_FLAGS
+    new_msg = object.__new__
+    try:
+        while pos < end:
+            msg: ConsumerMessage = new_msg(message_class)  # type: ignore[assignment]
+            # the fields a message keeps straight into its slots, as _decode_usual's
+            (total, magic, msg.queue_id, msg.queue_offset, flags_low, msg.reconsume_times,
+             body_len_now, msg.body, lead_now, props_len) = unpack_whole(data, pos)  # fmt: skip
+            rec_end = pos + total
+            p = pos + whole_size  # the properties
+            # (the properties' length, mostly below 257, is a cached int: no new one)
+            if magic != magic_v1 or unusual[flags_low] or rec_end > end:
+                break  # not a usual record
+            if body_len_now != body_len or lead_now != lead or rec_end - p != props_len:
+                break  # of another layout, or its fields do not add up
+            raw_props = data[p:rec_end]
+            if not raw_props.isascii():
+                break
+            msg.topic = topic
+            msg._raw_properties = raw_props  # type: ignore[misc]
+            msg._head = data[pos : pos + fixed]  # type: ignore[misc]
+            (msg.broker_name, msg._pq, msg._generation, msg._settler, msg._settled, msg._held,
+             msg._timed_out, msg._failure, msg._retry_delay, msg._trace) = alike  # fmt: skip
+            if pop:
+                pm: PopMessage = msg  # type: ignore[assignment]
+                (pm.receipt_handle, pm.delivery_attempt, pm.message_group,
+                 pm._message_id, pm._renewal, pm._ack_tries, pm._ack_state, pm._copies,
+                 pm._nacking) = _POP_OWN  # fmt: skip
+            out.append(msg)
+            pos = rec_end
+    except struct.error:
+        pass  # a record shorter than the layout at the end of the bytes: _decode_usual's
+    return pos
+
+
 def _raw_host_str(raw: bytes) -> str:
-    """"ip:port" of an IPv4 address and its int32 port, as the 8 bytes stored."""
+    """ "ip:port" of an IPv4 address and its int32 port, as the 8 bytes stored."""
     return f"{_inet_ntoa(raw[:4])}:{int.from_bytes(raw[4:], 'big', signed=True)}"
 
 

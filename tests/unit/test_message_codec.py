@@ -939,3 +939,118 @@ def test_messages_read_in_place_keep_nothing_of_the_received_bytes() -> None:
         assert sys.getrefcount(chunk) == baseline
         assert all(type(m.body) is bytes for m in kept)
         assert _fields(kept) == _fields(decode_messages(records, message_class=cls))
+
+
+# ------------------------ records laid out alike read by one unpack each (Round 14)
+
+#: what the records are drawn from: few lengths, so that layouts repeat
+_LAYOUT_PARTS = st.tuples(
+    st.sampled_from([b"bcdef", b"bcdefg", b""]),  # the body
+    st.sampled_from(["T", "U", "é"]),  # the topic (U: T's length, another; é: 2 bytes)
+    st.sampled_from([{"K": "v"}, {"K": "vv"}]),  # the properties
+)
+#: runs of records alike: a layout and how many records in a row have it
+_RUNS = st.lists(st.tuples(_LAYOUT_PARTS, st.integers(1, 3)), min_size=1, max_size=6)
+
+
+def _alike_records(parts: list[tuple[bytes, str, dict[str, str]]]) -> bytes:
+    return b"".join(
+        encode_stored_message(topic, body, props, queue_id=i % 3, queue_offset=2**33 + i,
+                              reconsume_times=i, born_host=f"10.0.0.{i % 2}:1")
+        for i, (body, topic, props) in enumerate(parts)
+    )  # fmt: skip
+
+
+def _reference(data: bytes, cls: type[MessageExt]) -> object:
+    """What the checked path alone makes of ``data``: each message's fields as
+    MessageExt has them, or the error."""
+    got = _checked(data)
+    if isinstance(got, str):
+        return got
+    return _stored_fields(got)
+
+
+def _stored_fields(messages: list[MessageExt]) -> list[list[object]]:
+    names = [f.name for f in dataclasses.fields(MessageExt) if f.name != "properties"]
+    return [[getattr(m, n) for n in names] + [dict(m.properties)] for m in messages]
+
+
+@given(
+    st.data(),
+    _RUNS,
+    st.sampled_from(["MessageExt", "ConsumerMessage", "PopMessage", "subclass"]),
+)
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_runs_of_records_laid_out_alike_decode_as_the_checked_path(
+    data: st.DataObject, runs: list[tuple[tuple[bytes, str, dict[str, str]], int]], kind: str
+) -> None:
+    """An answer whose first two records are laid out alike (the body's length, the
+    topic) is read by one unpack a record while its records keep that layout, their body
+    and tail included (benchmarks/README.md, "Round 14"), the rest as before. Any run of
+    layouts, the topic, the body's length or the properties' changing anywhere in it,
+    mutated or cut, read in place with other bytes or the rest of the records after it,
+    or as a copy, decodes to the same messages (every field) or the same error as the
+    checked path: a record of another layout is never read as the first two's. An
+    equivalence guard: it passes on the code before Round 14, and fails when a record
+    of another topic of the same length is read as the layout's."""
+    from aiorocket.received import PopMessage
+
+    cls: type[MessageExt] = {
+        "MessageExt": MessageExt, "ConsumerMessage": ConsumerMessage,
+        "PopMessage": PopMessage, "subclass": _Sub,
+    }[kind]  # fmt: skip
+    records = _alike_records([part for part, n in runs for _ in range(n)])
+    mutable = bytearray(records)
+    for _ in range(data.draw(st.integers(0, 2))):
+        mutable[data.draw(st.integers(0, len(mutable) - 1))] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.none() | st.integers(1, len(mutable)))  # None: whole
+    body = bytes(mutable[:cut])
+    after = data.draw(st.binary(max_size=60) | st.just(records[len(body) :]))
+    chunk = b"\0" * 7 + body + after
+    want = _reference(body, cls)
+    for read, start, end in ((body, 0, len(body)), (chunk, 7, 7 + len(body))):
+        try:
+            got: object = _stored_fields(
+                decode_messages(read, broker_name="b", message_class=cls, start=start, end=end)
+            )
+        except MessageDecodeError as exc:
+            got = str(exc)
+        assert got == want
+
+
+def test_a_run_of_alike_records_then_others_decodes_every_field() -> None:
+    """The layout's edges, each after a run of three alike records: a topic of the same
+    length, a longer body, a shorter one (the last record, at the very end of the
+    bytes: the layout would read past them), other properties; the stamp and every
+    private default of a ConsumerMessage and a PopMessage as their ``__init__`` sets
+    them. Fails when a record of another topic of the same length is read as the
+    layout's."""
+    from aiorocket.received import PopMessage
+
+    run = [(b"bcdef", "T", {"K": "v"})] * 3
+    for other in [(b"bcdef", "U", {"K": "v"}), (b"bcdefg", "T", {"K": "v"}),
+                  (b"bcde", "T", {"K": "v"}), (b"bcdef", "T", {"K": "vv"})]:  # fmt: skip
+        data = _alike_records([*run, other, *run, other])
+        want = _reference(data, MessageExt)
+        assert isinstance(want, list) and len(want) == 8
+        for cls in (MessageExt, ConsumerMessage, PopMessage, _Sub):
+            assert message_codec._decode_usual([], data, 0, len(data), "b", cls) == len(data)
+            stamp: Any = (object(), 3, object())
+            got = decode_messages(data, broker_name="b", message_class=cls, stamp=stamp)
+            assert _stored_fields(got) == want
+            if cls is not MessageExt:
+                built = [
+                    cls(m.topic, m.body, dict(m.properties), m.queue_id, m.queue_offset, 0)
+                    for m in got
+                ]
+                for m, b in zip(got, built, strict=True):
+                    # the stamp, then every field of the class's own: defaults alike
+                    b._pq, b._generation, b._settler = stamp  # type: ignore[attr-defined]
+                    assert [getattr(m, f.name) for f in dataclasses.fields(b)
+                            if f.name not in _STORED] == [
+                        getattr(b, f.name) for f in dataclasses.fields(b)
+                        if f.name not in _STORED]  # fmt: skip
+
+
+#: the fields a stored record sets (the others are the class's own and defaults)
+_STORED = frozenset(f.name for f in dataclasses.fields(MessageExt))
