@@ -36,7 +36,7 @@ from __future__ import annotations
 import platform
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack
 from datetime import timedelta
 from types import TracebackType
@@ -173,6 +173,9 @@ class Session:
         #: connection, or after they were dropped (not at the start): a lite consumer
         #: sends its lite subscriptions again (the Proxy drops them with the old stream)
         self.on_reconnected: Callable[[], None] | None = None
+        #: a push consumer's: sends the acks it owes, before ``release_held``'s
+        #: termination frees every message the Proxy gave it (``_owed_first``)
+        self.before_release: Callable[[], Awaitable[None]] | None = None
         #: a push consumer's handler for VerifyMessageCommand (None: NOT_IMPLEMENTED,
         #: as Java's clients other than the push consumer answer)
         self.on_verify: VerifyHandler | None = None
@@ -647,9 +650,10 @@ class Session:
         to nobody else: without this they stay invisible for ``renewMaxTimeMillis``
         (3 h). NotifyClientTermination is the only per-client release the Proxy offers;
         it also frees what this client is still handling, which may then come back
-        (duplicates of the in-flight window; their later acks are refused or ignored).
-        It also drops this client's settings, so they go again at once on the telemetry
-        stream (receives wait for them: ``ready`` is cleared meanwhile), then a heartbeat
+        (duplicates of the in-flight window; their later acks are refused or ignored),
+        and those whose ack is still owed, which go first (``_owed_first``). It also
+        drops this client's settings, so they go again at once on the telemetry stream
+        (receives wait for them: ``ready`` is cleared meanwhile), then a heartbeat
         registers the consumer again. Concurrent calls for one break coalesce: a release
         begun after a caller's call started covers it.
         """
@@ -662,6 +666,7 @@ class Session:
                 # The notice removes the settings this client sent on the current
                 # connection: they must be there first, to be sent again after it.
                 await self.wait_ready()
+                await self._owed_first()
                 try:
                     await self._notify_and_register()
                     self.log.info("held_messages_released", attempt=attempt)
@@ -672,6 +677,24 @@ class Session:
                         return
                     self.log.debug("held_messages_release_retry", error=str(err))
                 await anyio.sleep(min(5.0, 0.5 * 2**attempt))
+
+    async def _owed_first(self) -> None:
+        """The acks the consumer owes, sent before the termination (``before_release``).
+
+        The termination frees every handle the Proxy gave this client, those of
+        messages whose handler succeeded and whose ack is still owed too (queued, or
+        waiting for its retry after a refusal or a lost connection): handed out again,
+        such a message is handled twice, outside the in-flight window (the simulator's
+        grpc_receive seed 42000: m-2's ack refused, then its connection silent, the
+        release at the reconnect freed it before the ack's retry was due). Bounded as a
+        close is: an ack still not taken by then waits for its retry, and its message
+        is released with the rest.
+        """
+        send = self.before_release
+        if send is None:
+            return
+        with anyio.move_on_after(close_bound(self.transport.request_timeout)):
+            await send()
 
     async def _notify_and_register(self) -> None:
         """NotifyClientTermination, then the settings and a heartbeat again. Receives

@@ -105,6 +105,8 @@ class FakeProxy:
         self.calls: list[str] = []
         #: receipt handles acked, in order; AckMessage waits for ``ack_gate`` when set
         self.acked: list[str] = []
+        #: what ``acked`` held when each NotifyClientTermination came (it frees the rest)
+        self.acked_at_termination: list[list[str]] = []
         self.ack_gate: asyncio.Event | None = None
         #: the next this many AckMessage calls fail with gRPC UNAVAILABLE
         self.ack_failures = 0
@@ -184,6 +186,7 @@ class FakeProxy:
                 self.calls.append(name)
                 cid = _client_id(stream)
                 if name == "NotifyClientTermination":  # the real one drops the settings
+                    self.acked_at_termination.append(list(self.acked))
                     self._known.discard(cid)
                     self.registered.discard(cid)
                     self.applied.append(name)

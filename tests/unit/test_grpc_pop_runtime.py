@@ -20,6 +20,7 @@ from aiorocket._log import get_logger
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.backend import PopBackend
 from aiorocket.consumer.dispatch import WorkerPool
+from aiorocket.consumer.pop import acks as acks_module
 from aiorocket.consumer.pop import grpc_source as grpc_source_module
 from aiorocket.consumer.pop import receiver as receiver_module
 from aiorocket.consumer.pop import settler as settler_module
@@ -169,6 +170,75 @@ def _one_message_consumer(proxy: FakeProxy, handle: Any, **settings: Any) -> Con
                         **settings)  # fmt: skip
     consumer.subscribe("t")
     return consumer
+
+
+async def test_an_owed_ack_goes_before_the_release_that_follows_a_broken_receive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """m0 handled, its ack refused once (retriable) and waiting for its retry; then a
+    receive stream breaks, and the consumer ends the Proxy's hold on what it gave it
+    (NotifyClientTermination), which frees m0 too unless its ack went first: the Proxy
+    would hand it out again, a duplicate outside the in-flight window (simulator
+    grpc_receive seed 42000). The owed ack goes before the termination, not after its
+    backoff. Before, the termination found rh0 unacked (its retry 60 s away here)."""
+    monkeypatch.setattr(acks_module, "FIRST_BACKOFF", 60.0)
+    monkeypatch.setattr(acks_module, "MAX_BACKOFF", 60.0)
+    async with FakeProxy() as proxy:
+        proxy.ack_failures = 1
+        consumer = _one_message_consumer(proxy, _ok)
+        async with consumer:
+            runtime = _runtime(consumer)
+            with anyio.fail_after(10):  # the refusal answered to the client: no event
+                while runtime.acks.retried < 1:  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+            proxy.receive_mode = "reset"
+            proxy.messages = [_message(1), _message(2)]  # m2 written, never arrives
+            with anyio.fail_after(10):
+                while not proxy.acked_at_termination:  # noqa: ASYNC110 - no event
+                    await anyio.sleep(0.005)
+        assert "rh0" in proxy.acked_at_termination[0]
+        assert proxy.acked.count("rh0") == 1
+
+
+async def test_owed_acks_cut_short_before_the_release_go_back_to_the_flusher(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The acks sent ahead of a release (``AckBatcher.send_owed``) are cut short by its
+    bound while their request is out (the Proxy holds it): they are queued again and the
+    flusher, asleep until a retry 60 s away, is woken for them, not left until the next
+    success's ack wakes it."""
+    monkeypatch.setattr(acks_module, "FIRST_BACKOFF", 60.0)
+    monkeypatch.setattr(acks_module, "MAX_BACKOFF", 60.0)
+    msgs = [_pop(i) for i in range(3)]
+    async with (
+        FakeProxy() as proxy,
+        SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as session,
+        anyio.create_task_group() as tg,
+    ):
+        proxy.ack_failures = 1
+        acks = AckBatcher(GrpcSource(session, LOG), delay=0)
+        tg.start_soon(acks.run)
+        for m in msgs:
+            acks.add(m)
+        with anyio.fail_after(10):  # refused once: its retry 60 s away
+            while acks.retried < len(msgs):  # noqa: ASYNC110 - no event
+                await anyio.sleep(0.005)
+            proxy.ack_gate = asyncio.Event()
+            proxy.ack_started.clear()
+            with anyio.CancelScope() as bound:
+                tg.start_soon(_cut_when_started, proxy, bound)
+                await acks.send_owed()
+            assert bound.cancelled_caught and acks.pending == len(msgs)
+            proxy.ack_gate.set()  # (the cut request's entries are acked too: harmless)
+            while acks.acked < len(msgs):  # noqa: ASYNC110 - answered to the client
+                await anyio.sleep(0.005)
+        tg.cancel_scope.cancel()
+    assert acks.pending == 0 and proxy.calls.count("AckMessage") == 3
+
+
+async def _cut_when_started(proxy: FakeProxy, scope: anyio.CancelScope) -> None:
+    await proxy.ack_started.wait()
+    scope.cancel()
 
 
 async def test_a_proxy_that_does_not_renew_gets_renewals_from_the_client() -> None:

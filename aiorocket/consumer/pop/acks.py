@@ -184,6 +184,18 @@ class AckBatcher:
             self._requeue(all_=all_retries)
             await self._flush()
 
+    async def send_owed(self) -> None:
+        """Send every ack owed now, the retries too without waiting for their backoff:
+        a release of everything the server gave this client comes next (gRPC's
+        termination after a broken receive), which would free a message whose ack is
+        still owed. Cut short by its caller's bound, what it did not send is queued
+        again (``_flush``) and the flusher woken for it: nothing else may wake it."""
+        try:
+            await self.flush(all_retries=True)
+        finally:
+            if self._pending:
+                self._wake.set()
+
     async def _flush(self) -> None:
         refused: list[PopMessage] = []
         try:

@@ -21,7 +21,7 @@ client renews: the Proxy's renewal of a lite message fails (see ``__init__``).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -254,6 +254,9 @@ class GrpcSource:
         await self.session.forward_to_dead_letter(
             msg, delivery_attempt=attempt, max_delivery_attempts=max_attempts
         )
+
+    def acks_before_release(self, send: Callable[[], Awaitable[None]]) -> None:
+        self.session.session.before_release = send
 
     def lost(self, err: RocketMQError) -> bool:
         return isinstance(err, ProxyResponseError) and err.code == _INVALID_RECEIPT_HANDLE

@@ -507,6 +507,10 @@ class RemotingSource:
             origin_topic=topic,
         )  # fmt: skip
 
+    def acks_before_release(self, send: Callable[[], Awaitable[None]]) -> None:
+        """Nothing: a broker has no release of everything a client holds (each popped
+        message is renewed, acked or released by itself)."""
+
     def lost(self, err: RocketMQError) -> bool:
         return False
 

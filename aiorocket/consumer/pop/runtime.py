@@ -199,6 +199,10 @@ class PopRuntime:
             source, ACK_DELAY, release=lambda msgs: self.settler.make_visible(msgs, bound),
             forget=self.renewer.forget,
         )  # fmt: skip
+        # What a release of everything this client holds (gRPC's termination after a
+        # broken receive) would free and hand out again: the successes whose ack waits
+        # for its retry go first, without their backoff (grpc_receive seed 42000).
+        source.acks_before_release(self.acks.send_owed)
         self.settler = PopSettler(
             source, self.acks, max_attempts=attempts, backoff=source.backoff,
             retry_pause=source.retry_pause, log=state.log,

@@ -62,7 +62,7 @@ A remoting pull consumer has no ``PopSource``: its requests go through
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Protocol
 
 from aiorocket._trace import TraceSender
@@ -163,6 +163,13 @@ class PopSource(Protocol):
     async def dead_letter(self, msg: PopMessage, *, attempt: int, max_attempts: int) -> None:
         """Move ``msg`` to the group's dead-letter queue (``%DLQ%<group>``); settled
         too when ``dead_letter_settles``. Raised: ``msg`` is not known to be moved."""
+
+    def acks_before_release(self, send: Callable[[], Awaitable[None]]) -> None:
+        """``send()`` sends the acks the consumer owes: the source awaits it before it
+        ends the server's hold on every message it gave this client (gRPC: the
+        NotifyClientTermination after a broken receive, ``Session.release_held``),
+        which would hand out again a message whose handler succeeded and whose ack is
+        still owed. A source that never releases so (remoting) ignores it."""
 
     def lost(self, err: RocketMQError) -> bool:
         """A renewal failed with ``err`` because the server no longer knows this
