@@ -104,20 +104,42 @@ async def check_commit(store: OffsetStore, pq: ProcessQueue, offset: int) -> Non
     """Raise [`CommitFailedError`][aiorocket.errors.CommitFailedError] if the
     application's commit of ``offset`` for ``pq`` would move the group's stored offset
     back: below the offset read when the queue was checked after a lost connection, or,
-    not checked yet, below the one stored now. A failed query raises its own error."""
+    not checked yet, below the one stored now; or if ``pq`` was revoked (by the end of
+    the check: a rebalance while earlier stores or this query were awaited), its new
+    owner continuing from its own commits. A failed query raises its own error."""
     floor = pq.tracker.floor
+    stored: int | None = None
     if floor is not None and offset < floor:
-        stored: int | None = floor
+        stored = floor
     elif pq.offset_unverified:
-        stored = await group_ahead(store, pq, offset)
-    else:
-        return
+        stored = await _ahead_now(store, pq, offset)
+    if pq.dropped:
+        raise CommitFailedError(
+            f"{pq.mq} is not assigned to this consumer any more (a rebalance gave it to "
+            "another member during the commit): nothing of it was committed"
+        )
     if stored is not None:
         raise CommitFailedError(
             f"offset {offset} of {pq.mq} is behind the group's stored offset {stored}: the "
             "connection to its broker was lost and the group moved on meanwhile; nothing "
             "was committed (the messages in between may be consumed twice)"
         )
+
+
+async def _ahead_now(store: OffsetStore, pq: ProcessQueue, offset: int) -> int | None:
+    """``group_ahead`` by a query no loss of the connection overlapped: the answer of
+    one that a loss overlapped may predate a commit made since (``verify_offset``'s
+    rule), so it is asked again, on the new connection; a loss during that one too
+    fails the commit of the queue."""
+    for _ in range(2):
+        disconnects = pq.disconnects
+        stored = await group_ahead(store, pq, offset)
+        if pq.disconnects == disconnects:
+            return stored
+    raise CommitFailedError(
+        f"the connection to the broker of {pq.mq} was lost during each check of the "
+        "group's stored offset: nothing of it was committed"
+    )
 
 
 class OffsetCommitter:

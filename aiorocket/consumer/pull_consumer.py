@@ -338,7 +338,9 @@ class PullConsumer:
         for pq, offset in plan:
             # Checked again (no query unless its connection was lost since): the stores
             # before this one awaited their brokers, and meanwhile this queue's broker may
-            # have dropped us and another member committed past it (pull_remoting 44028).
+            # have dropped us and another member committed past it (pull_remoting 44028),
+            # or a rebalance revoked it (its new owner's commits are not ours to pass).
+            # Nothing is awaited between this check and the store's request.
             await check_commit(store, pq, offset)
             await store.persist(pq.mq, offset)
             pq.tracker.mark_committed(offset)

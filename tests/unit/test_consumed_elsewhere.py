@@ -16,7 +16,7 @@ import pytest
 from aiorocket._log import get_logger
 from aiorocket.client.broker import PULL_COMMIT_OFFSET
 from aiorocket.consumer import ConsumeFromWhere, PullConsumer
-from aiorocket.consumer.committer import OffsetCommitter, verify_offset
+from aiorocket.consumer.committer import OffsetCommitter, check_commit, verify_offset
 from aiorocket.consumer.process_queue import ProcessQueue
 from aiorocket.errors import CommitFailedError, RequestTimeoutError, RocketMQError
 from aiorocket.message import MessageQueue
@@ -331,12 +331,20 @@ async def test_an_apps_commit_behind_the_groups_offset_after_a_disconnect_is_ref
             assert broker.offsets == {(TOPIC, 0): 12}
 
 
-async def test_an_apps_commit_checks_each_queue_again_after_the_stores_before_it() -> None:
-    """pull_remoting seed 44028. The application commits a0 and b0; both pass their
-    checks, and while a0's commit waits for broker-a, broker-b drops us and the group's
-    offset of b0 moves to 10 (another member consumed it). b0's old position is not
-    stored over it: CommitFailedError. Before, the checks ran only before the first
-    store, and 2 was stored over 10 (the other member's messages consumed again)."""
+@pytest.mark.parametrize(
+    ("meanwhile", "refusal"), [("lost", "stored offset 10"), ("revoked", "not assigned")]
+)
+async def test_an_apps_commit_checks_each_queue_again_after_the_stores_before_it(
+    meanwhile: str, refusal: str
+) -> None:
+    """The application commits a0 and b0; both pass their checks, and while a0's commit
+    waits for broker-a the group's offset of b0 moves to 10 (another member consumed
+    it): broker-b dropped us (``lost``: pull_remoting seed 44028), or a rebalance
+    revoked b0 (``revoked``: here the application's own ``assign``). b0's old position
+    is not stored over it: CommitFailedError, a0 stored. Before 728ece4 the checks ran
+    only before the first store (both cases stored 2 over 10: the other member's
+    messages consumed again); before the revoked case's fix the check before b0's store
+    asked only about a lost connection (that case stored 2 over 10)."""
     broker_a, broker_b = FakeBroker("broker-a", 0), ParkingBroker("broker-b")
     broker_a.offsets[(TOPIC, 0)] = broker_b.offsets[(TOPIC, 0)] = 0
     cluster = FakeCluster({"broker-a": [broker_a], "broker-b": [broker_b]})
@@ -355,7 +363,7 @@ async def test_an_apps_commit_checks_each_queue_again_after_the_stores_before_it
 
             async def commit() -> None:
                 try:
-                    await consumer.commit({a0: 0, b0: 2})
+                    await consumer.commit({a0: 1, b0: 2})
                 except CommitFailedError as exc:
                     failed.append(exc)
 
@@ -363,12 +371,47 @@ async def test_an_apps_commit_checks_each_queue_again_after_the_stores_before_it
                 received = broker_a.commit_received
                 tg.start_soon(commit)
                 await received.wait()  # both checked; a0's store waits at broker-a
-                asked = await broker_b.cut_off(10)
-                await asked.wait()  # the pull task's check of b0: the loss was seen
+                if meanwhile == "lost":
+                    asked = await broker_b.cut_off(10)
+                    await asked.wait()  # the pull task's check of b0: the loss was seen
+                else:
+                    consumer.assign([a0])
+                    while b0 in consumer.assignment():  # noqa: ASYNC110 - no event
+                        await anyio.sleep(0.005)
+                    broker_b.offsets[(TOPIC, 0)] = 10  # the new owner's commit
                 hold.set()
-        assert len(failed) == 1 and "stored offset 10" in str(failed[0])
+        assert len(failed) == 1 and refusal in str(failed[0])
         assert broker_b.offsets[(TOPIC, 0)] == 10
-        assert broker_a.offsets[(TOPIC, 0)] == 0
+        assert broker_a.offsets[(TOPIC, 0)] == 1
+
+
+class LostDuringTheQuery(MemoryStore):
+    """The connection of the first read is lost while it is out: its answer (``stored``)
+    was made before another member committed ``then``, which later reads find."""
+
+    def __init__(self, pq: ProcessQueue, stored: int, then: int) -> None:
+        super().__init__(stored)
+        self.pq, self.then = pq, then
+
+    async def read(self, mq: MessageQueue) -> int | None:
+        answer = await super().read(mq)
+        if self.reads == 1:
+            self.pq.mark_unverified()  # the loss, reported before the answer is read
+            self.stored = self.then
+        return answer
+
+
+async def test_an_apps_commit_is_not_checked_by_a_query_a_lost_connection_overlapped() -> None:
+    """b0 is unverified (its connection was lost); the application's commit of 2 asks
+    the group's offset, and the connection is lost again while the query is out: its
+    answer (0) may predate a commit made since (10, by the member that took the queue),
+    so it is asked again, and the commit is refused. Before, the answer 0 passed the
+    check (verify_offset already guarded its query so)."""
+    pq = unverified_queue_at(2)
+    store = LostDuringTheQuery(pq, 0, 10)
+    with pytest.raises(CommitFailedError, match="stored offset 10"):
+        await check_commit(store, pq, 2)
+    assert store.reads == 2 and store.writes == []
 
 
 class SilentOnUnregister(FakeBroker):
