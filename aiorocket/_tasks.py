@@ -36,7 +36,23 @@ from types import TracebackType
 import anyio
 import anyio.abc
 
-__all__ = ["BackgroundTasks"]
+__all__ = ["BackgroundTasks", "close_bound"]
+
+
+def close_bound(request_timeout: float) -> float:
+    """How long each network step of a client's close may take, for every client and
+    transport: a remoting unregister or a gRPC termination (a request under way awaited
+    first, then a try; or two tries, each with its own request timeout), one broker's
+    offset commits, a pop consumer's releases and last acks; at least 5 s.
+
+    Not ``shutdown_timeout``: that bounds the application's work in flight (running
+    handlers, a producer's batched sends), which may be set short, or 0, by an
+    application that wants no drain, while the close's goodbye to the servers still has
+    to go (a producer left listed is called back for its transactions, a consumer
+    keeps its queues, until the broker expires it: 2 min). The Java clients bound
+    their unregister by the request timeout too (``MQClientInstance.unregisterClient``:
+    ``mqClientApiTimeout``), never by a shutdown setting."""
+    return max(2 * request_timeout, 5.0)
 
 
 class BackgroundTasks:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 import anyio.abc
 
-from aiorocket._tasks import BackgroundTasks
+from aiorocket._tasks import BackgroundTasks, close_bound
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.trace import RemotingTraceSender
 from aiorocket.consumer.allocation import AllocateStrategy
@@ -75,11 +75,6 @@ class RebalanceListener(Protocol):
     async def on_queues_revoked(self, queues: list[MessageQueue]) -> None: ...
 
     async def on_queues_assigned(self, queues: list[MessageQueue]) -> None: ...
-
-
-def _close_bound(request_timeout: float) -> float:
-    """How long one broker's offset commits (and the unregistering) may take at close."""
-    return max(request_timeout * 2, 5.0)
 
 
 async def _require_namesrv(client: ClientInstance, topics: Iterable[str]) -> None:
@@ -240,7 +235,7 @@ class Engine:
         committer = OffsetCommitter(
             self.offset_store,
             state.log,
-            bound=_close_bound(cfg.request_timeout),
+            bound=close_bound(cfg.request_timeout),
             lock_held=self._locks.valid if self._locks is not None else None,
         )
         self.commits = AutoCommit(state, committer, self.offset_store)
@@ -331,11 +326,11 @@ class Engine:
         with anyio.CancelScope(shield=True):
             cut = await self.delivery.drain(graceful=self._graceful)
             if cut:  # before the commit: it may move past them
-                await self._settler.hand_back(cut, _close_bound(cfg.request_timeout))
+                await self._settler.hand_back(cut, close_bound(cfg.request_timeout))
             # Before unregistering: the members that take our queues when the broker
             # tells them we left read these offsets.
             await self.commits.commit_all()  # bounded per broker
-            with anyio.move_on_after(_close_bound(cfg.request_timeout)):
+            with anyio.move_on_after(close_bound(cfg.request_timeout)):
                 if self._locks is not None:
                     await self._locks.unlock_at_close([*state.process_queues, *state.releasing])
                 await self._membership.unregister()

@@ -50,7 +50,7 @@ from grpclib.client import Stream
 
 from aiorocket._log import get_logger
 from aiorocket._stacks import process_stacks
-from aiorocket._tasks import BackgroundTasks
+from aiorocket._tasks import BackgroundTasks, close_bound
 from aiorocket.errors import (
     ClientClosedError,
     ConnectionClosedError,
@@ -68,7 +68,6 @@ __all__ = [
     "OrphanHandler",
     "Session",
     "VerifyHandler",
-    "close_bound",
     "ensure_asyncio",
 ]
 
@@ -94,12 +93,6 @@ HEARTBEAT_FAILURES = 2
 #: seconds after abandoning a connection for failed heartbeats before the next time
 #: (the Java client: 30 s): a Proxy slow for every connection is not helped by more
 RECOVERY_COOLDOWN = 30.0
-
-
-def close_bound(request_timeout: float) -> float:
-    """How long a session's close may take: the wait for the calls under way and the
-    termination's two tries (as a remoting consumer's unregister)."""
-    return max(2 * request_timeout, 5.0)
 
 
 def ensure_asyncio(what: str) -> None:

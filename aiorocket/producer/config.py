@@ -91,7 +91,9 @@ class ProducerConfig:
     #: the broker asks again later).
     check_concurrency: int = 4
     check_backlog: int = 2000
-    #: how long closing waits for the brokers to acknowledge the unregistration.
+    #: how long closing waits for the sends in flight (auto-batched requests carrying
+    #: other callers' messages) to end. The unregistration that follows is bounded as a
+    #: consumer's, by ``max(2 x request_timeout, 5 s)`` (``aiorocket._tasks.close_bound``).
     shutdown_timeout: float = 5.0
     #: a topic the NameServer has no route for is sent to the brokers of this topic's
     #: route, which create it (Java ``createTopicKey``; brokers with

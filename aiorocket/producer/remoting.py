@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from aiorocket._tasks import BackgroundTasks
+from aiorocket._tasks import BackgroundTasks, close_bound
 from aiorocket._trace import Tracer
 from aiorocket.client.instance import ClientInstance
 from aiorocket.client.recall import RecallHandle, recall_message
@@ -239,7 +239,10 @@ class RemotingProducer:
 
     async def _unregister(self) -> None:
         assert self._membership is not None
-        limit = self.config.shutdown_timeout
+        # The close's network step, bounded as a consumer's (``close_bound``), not by
+        # ``shutdown_timeout`` (the drain's): a heartbeat under way awaited and a try on
+        # a new connection, or two tries, fit in it.
+        limit = close_bound(self.config.request_timeout)
         with anyio.CancelScope(shield=True), anyio.move_on_after(limit):
             await self._membership.unregister_all()
 

@@ -836,12 +836,20 @@ async def test_a_heartbeat_under_way_as_the_close_begins_goes_before_the_unregis
         assert p.client.client_id not in broker.members
 
 
-async def test_the_close_unregisters_within_its_bound_when_the_heartbeat_under_way_hangs() -> None:
-    """A heartbeat under way that hangs ends by its request timeout, its connection
-    closed; the unregister then goes once, on a new connection, inside the close's bound
-    (``shutdown_timeout``, 60 s here: the old code, not waiting, passes this too)."""
+@pytest.mark.parametrize("shutdown_timeout", [60.0, 0.5])
+async def test_the_close_unregisters_within_its_bound_when_the_heartbeat_under_way_hangs(
+    shutdown_timeout: float,
+) -> None:
+    """A heartbeat under way that hangs ends by its request timeout (1 s), its
+    connection closed; the unregister then goes once, on a new connection, inside the
+    close's bound (``close_bound``: max(2 x request_timeout, 5 s), as a consumer's),
+    whatever ``shutdown_timeout`` (it bounds the drain of the sends in flight). Before,
+    that bound was ``shutdown_timeout``: at 0.5 s the wait was cut and the unregister
+    never sent, the producer left listed by the broker (called back for its
+    transactions until it expires, 2 min); at 60 s the old code, not waiting, passed."""
     async with member_cluster() as (fake, broker):
-        settings = {"heartbeat_interval": 0.2, "request_timeout": 1.0, "shutdown_timeout": 60}
+        settings = {"heartbeat_interval": 0.2, "request_timeout": 1.0,
+                    "shutdown_timeout": shutdown_timeout}  # fmt: skip
         async with producer(fake, **settings) as p:
             await listed(p, broker)
             broker.hangs.hang = True

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from aiorocket._tasks import BackgroundTasks
+from aiorocket._tasks import BackgroundTasks, close_bound
 from aiorocket.consumer.delivery import DeliveryFactory, DeliveryParts
 from aiorocket.consumer.pop.acks import AckBatcher
 from aiorocket.consumer.pop.in_hand import InHand
@@ -322,7 +322,7 @@ class PopRuntime:
     @property
     def _bound(self) -> float:
         """Seconds each network step of the close may take."""
-        return max(self.state.config.request_timeout * 2, 5.0)
+        return close_bound(self.state.config.request_timeout)
 
     async def _wind_down(self) -> None:
         """Steps 1 and 3-6 of the close (shielded): the background tasks still run."""
