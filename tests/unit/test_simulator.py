@@ -84,8 +84,15 @@ PRODUCER_SEEDS = range(0, 16)
 #: 42136: broker b paused from 23.59 to 43.59, the close from 32.99; r1.5-8's release
 #: reached it during the close, after renewals of it that had timed out there: resumed,
 #: the broker ran a renewal first and the release named a replaced check point (the
-#: checker's: a release, back after the renewal's time; release_stale)
-LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007, 3014, 3025, 4244, 20153, 42136]
+#: checker's: a release, back after the renewal's time; release_stale). Since the
+#: model keeps a lite message's pop time at a change (5.5.0), the releases run and a
+#: renewal run after them hides the message again (``released`` with ``sent``)
+#: 44040: broker a paused from 18.01 to 38.01; r0.1-2's renewals and its ack (same check
+#: point) queued there: the model ran a renewal first, which gave the message a new
+#: check point, and the ack did nothing (the model's: 5.5.0 keeps the pop time at a
+#: lite change, ``processChangeInvisibleTimeForLite``, and ``ackLite`` lands either way)
+LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007, 3014, 3025, 4244, 20153, 42136,
+              44040]  # fmt: skip
 #: the pull consumer's shapes over remoting (virtual time, about a second each): on
 #: cce0824 seed 7 finds issue 38 item 11 (duplicates past the window after a crash)
 #: 18: under load, its async for body's 25 s sleep let trio's autojump run a pull's
@@ -454,11 +461,12 @@ def test_seed_32153_records_the_refused_releases_the_checker_counts() -> None:
 
 
 def _released_to_a_pause(sent: float | None, *, paused: bool = True, broker: str = "a",
-                         back: bool = True) -> History:  # fmt: skip
+                         back: bool = True, kind: str = "release_stale") -> History:  # fmt: skip
     """lite_remoting seed 42136's r1.5-8: delivered at 0 by broker ``a``, paused (if
     ``paused``) from 2 to 12; a close from 5 to 12; its release, sent at ``sent`` (None:
-    never) to ``broker``, found the check point replaced by a renewal queued before it
-    (``release_stale``, written when the broker ran it, at 12); back after that
+    never) to ``broker``, was undone by a renewal queued before it (written when the
+    broker ran it, at 12): it found the check point replaced (``release_stale``) or ran
+    first and the renewal hid the message again (``released``); back after that
     renewal's invisible time (22) and acked, if ``back``."""
     steps: list[tuple[float, str, str, dict[str, object]]] = [
         (0, "stored", "r-0", {}), (0, "delivered", "r-0", {"broker": "a", "attempt": 1}),
@@ -471,7 +479,9 @@ def _released_to_a_pause(sent: float | None, *, paused: bool = True, broker: str
         steps += [(2, "broker_paused", "", {"broker": "a"}),
                   (12, "broker_resumed", "", {"broker": "a"})]  # fmt: skip
     if sent is not None:
-        steps.append((max(sent, 12), "release_stale", "r-0", {"broker": broker, "sent": sent}))
+        steps.append((max(sent, 12), kind, "r-0", {"broker": broker, "sent": sent}))
+        if kind == "released":
+            steps.append((max(sent, 12), "renewed", "r-0", {"broker": broker, "sent": 3.0}))
     if back:
         steps += [(22, "revived", "r-0", {"attempt": 1}),
                   (22, "delivered", "r-0", {"broker": "a", "attempt": 2}),
@@ -481,34 +491,56 @@ def _released_to_a_pause(sent: float | None, *, paused: bool = True, broker: str
     return _history(*sorted(steps, key=lambda step: step[0]))
 
 
-def test_a_release_sent_to_a_paused_broker_in_the_close_is_a_release() -> None:
+@pytest.mark.parametrize("kind", ["release_stale", "released"])
+def test_a_release_sent_to_a_paused_broker_in_the_close_is_a_release(kind: str) -> None:
     """lite_remoting seed 42136: the close's release reached the paused broker during
-    the close; the broker, resumed, ran a renewal queued before it first and the
-    release named a replaced check point: a release, back after the renewal's time.
-    No release, one sent before the close or after its end, one to a broker not paused
-    or to another broker is still caught; one never back is none_lost's."""
-    assert _caught(_released_to_a_pause(sent=6.0)) == set()
-    assert _caught(_released_to_a_pause(sent=11.9)) == set()
-    assert "released_at_close" in _caught(_released_to_a_pause(sent=None))
-    assert "released_at_close" in _caught(_released_to_a_pause(sent=4.0))
-    assert "released_at_close" in _caught(_released_to_a_pause(sent=12.5))
-    assert "released_at_close" in _caught(_released_to_a_pause(sent=6.0, paused=False))
-    assert "released_at_close" in _caught(_released_to_a_pause(sent=6.0, broker="b"))
-    assert _caught(_released_to_a_pause(sent=6.0, back=False)) == {"none_lost"}
+    the close; the broker, resumed, ran a renewal queued before it, which undid the
+    release (it named a replaced check point, or ran first and was hidden again): a
+    release, back after the renewal's time. No release, one sent before the close or
+    after its end, one to a broker not paused or to another broker is still caught;
+    one never back is none_lost's."""
+    assert _caught(_released_to_a_pause(sent=6.0, kind=kind)) == set()
+    assert _caught(_released_to_a_pause(sent=11.9, kind=kind)) == set()
+    assert "released_at_close" in _caught(_released_to_a_pause(sent=None, kind=kind))
+    assert "released_at_close" in _caught(_released_to_a_pause(sent=4.0, kind=kind))
+    assert "released_at_close" in _caught(_released_to_a_pause(sent=12.5, kind=kind))
+    assert "released_at_close" in _caught(
+        _released_to_a_pause(sent=6.0, paused=False, kind=kind))  # fmt: skip
+    assert "released_at_close" in _caught(_released_to_a_pause(sent=6.0, broker="b", kind=kind))
+    assert _caught(_released_to_a_pause(sent=6.0, back=False, kind=kind)) == {"none_lost"}
 
 
-def test_seed_42136_records_the_stale_releases_the_checker_counts() -> None:
-    """The simulated lite broker records a release naming a replaced check point with
-    when it reached the broker; the run passes with those events and fails
-    released_at_close alone without them."""
+def test_seed_42136_records_the_releases_a_later_renewal_undid() -> None:
+    """The simulated lite broker records each change with when it reached the broker;
+    at the resume the close's two releases of r1.5-8 ran (a lite change keeps the pop
+    time) and a renewal queued before them ran last, hiding it until 53.59. The run
+    passes with those events and fails released_at_close alone without the releases."""
     report = run(42136, "lite_remoting")
     assert report.ok, str(report)
-    stale = [(round(e.at, 2), e.key, round(e.info["sent"], 2))
-             for e in report.history.of("release_stale") if e.key == "r1.5-8"]  # fmt: skip
-    assert stale == [(43.59, "r1.5-8", 35.99), (43.59, "r1.5-8", 39.39)]
+    changes = [(e.kind, round(e.at, 2), round(e.info["sent"], 2)) for e in report.history.events
+               if e.key == "r1.5-8" and e.kind in ("renewed", "released")]  # fmt: skip
+    assert [c for c in changes if c[0] == "released"] == [
+        ("released", 43.59, 35.99), ("released", 43.59, 39.39)]  # fmt: skip
+    assert changes[-1][:2] == ("renewed", 43.59)
     without = History(lambda: 0.0)
-    without.events = [e for e in report.history.events if e.kind != "release_stale"]
+    without.events = [e for e in report.history.events
+                      if not (e.kind == "released" and e.key == "r1.5-8")]  # fmt: skip
     assert {v.invariant for v in check(without)} == {"released_at_close"}
+
+
+def test_seed_44040_a_lite_ack_lands_after_a_renewal_queued_with_it() -> None:
+    """lite_remoting seed 44040: r0.1-2's renewal sent at 29.0 and its ack sent at 37.17
+    waited at the paused broker a; resumed at 38.01, it ran the renewal first. A lite
+    change keeps the pop time (5.5.0's ``processChangeInvisibleTimeForLite``), so the
+    ack names the check point still held and lands: delivered once. Before, the
+    model's renewal gave the message a new check point, the ack did nothing, and the
+    message came back at 48.01 (acked_after_success)."""
+    report = run(44040, "lite_remoting")
+    assert report.ok, str(report)
+    events = [(e.kind, round(e.at, 2)) for e in report.history.events if e.key == "r0.1-2"
+              and e.kind in ("delivered", "renewed", "acked")]  # fmt: skip
+    assert events == [("delivered", 12.61), ("renewed", 18.0), ("renewed", 38.01),
+                      ("acked", 38.01)]  # fmt: skip
 
 
 def _acked_after_a_silence(*, silent: bool = True, revived: float = 4.25,

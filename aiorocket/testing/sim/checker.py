@@ -385,12 +385,14 @@ def released_at_close(history: History, bounds: Bounds) -> list[Violation]:
     client is left, and (pull) the member unregistered and unlocked its queues.
 
     A release that reached its broker while it was paused (``broker_paused`` ..
-    ``broker_resumed``), during the close, and found its check point replaced
-    (``release_stale``) counts as a release: the broker runs what it queued meanwhile
-    in an order of its own when it resumes, a renewal the client sent before the
-    release among them, which no client orders (lite_remoting seed 42136). The message
-    comes back after that renewal's invisible time, as docs/consumer.md says of a
-    release that fails; ``none_lost`` judges it."""
+    ``broker_resumed``), during the close, counts as a release whether it found its
+    check point replaced (``release_stale``) or ran and a renewal run after it hid the
+    message again (``released`` with ``sent``: a lite message's changes keep its pop
+    time, the last one run sets its visible time): the broker runs what it queued
+    meanwhile in an order of its own when it resumes, a renewal the client sent before
+    the release among them, which no client orders (lite_remoting seed 42136). The
+    message comes back after that renewal's invisible time, as docs/consumer.md says
+    of a release that fails; ``none_lost`` judges it."""
     pauses = _pauses(history)
     out = [Violation("released_at_close", k, "still invisible to the group after close")
            for e in history.of("held_after_close") for k in e.info["keys"]
@@ -406,7 +408,7 @@ def released_at_close(history: History, bounds: Bounds) -> list[Violation]:
 def _released_while_paused(history: History, key: str, held: Event,
                            pauses: dict[object, list[tuple[float, float]]]) -> bool:  # fmt: skip
     """Whether the close that ended at ``held`` sent a release of ``key`` that reached
-    its paused broker and found a check point the broker replaced meanwhile."""
+    its paused broker (and was undone there: a replaced check point, a later renewal)."""
     start = max((e.at for e in history.of("close_start")
                  if e.info.get("consumer") == held.info.get("consumer") and e.at <= held.at),
                 default=None)  # fmt: skip
@@ -414,7 +416,8 @@ def _released_while_paused(history: History, key: str, held: Event,
         return False
     return any(start <= e.info["sent"] <= held.at and
                any(a <= e.info["sent"] < b for a, b in pauses.get(e.info.get("broker"), ()))
-               for e in history.of("release_stale") if e.key == key)  # fmt: skip
+               for e in history.events if e.key == key and "sent" in e.info
+               and e.kind in ("release_stale", "released"))  # fmt: skip
 
 
 def memory_within_cache(history: History, bounds: Bounds) -> list[Violation]:

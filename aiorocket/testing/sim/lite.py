@@ -11,7 +11,9 @@ so:
   per lite topic); a message whose invisible time ends unsettled comes back in place,
   its delivery count (``orderCountInfo``) one higher;
 * an ack or renewal naming a pop time the broker no longer holds for that offset is
-  answered SUCCESS and does nothing;
+  answered SUCCESS and does nothing; a renewal or release keeps the pop time (5.5.0's
+  ``processChangeInvisibleTimeForLite``: only the next visible time changes), so the
+  handle the client builds from its answer names the same check point;
 * in an exclusive group (``lite.sub.model`` Exclusive) a lite topic belongs to the
   member that subscribed it last: the broker drops it for the others and tells them
   (NOTIFY_UNSUBSCRIBE_LITE). The nemesis plays that other member (``contested``): it
@@ -26,8 +28,8 @@ so:
 * a paused broker (SIGSTOP) answers nothing until it resumes, then answers late: a long
   poll parked before the pause too (it hands out nothing stored meanwhile until then);
   what it queued meanwhile runs in an order of its own (a renewal sent before a
-  release may run after it or, here, first: the release then names a replaced check
-  point, ``release_stale``).
+  release may run after it, the last change run setting the visible time; a release
+  naming a check point a redelivery replaced is ``release_stale``).
 
 Requests are answered through the project's own frame codec and store-record encoder.
 """
@@ -414,16 +416,28 @@ class SimLiteBroker:
         return RemotingCommand.response_to(cmd)
 
     def _change(self, cmd: RemotingCommand, sent: float) -> RemotingCommand:
+        """A lite message's new visible time, under the pop time it was popped with: 5.5.0
+        (``ChangeInvisibleTimeProcessor.processChangeInvisibleTimeForLite``) updates the
+        consumer order info's next visible time for the offset and that pop time, and
+        answers the same pop time with the invisible time counted from it, so the
+        handle keeps its check point: an ack (``ackLite``: ``commitAndNext`` under the
+        pop time) lands whether a renewal queued with it ran first or not, and the last
+        change run sets the visible time (lite_remoting seed 44040). A change naming a
+        pop time the broker no longer holds (the message popped again, or acked) does
+        nothing and is answered as one that did."""
         m = self._find(cmd)
         invisible = int(cmd.ext_fields["invisibleTime"])
         if m is None and not invisible:
             self._stale_release(cmd, sent)
-        self._pop_time = max(self._pop_time + 1, int(anyio.current_time() * 1000))
+        pop_time = int(cmd.ext_fields["extraInfo"].split(" ")[1])
+        visible_at = anyio.current_time() + invisible / 1000
         if m is not None:
-            m.pop_time = self._pop_time
-            m.visible_at = anyio.current_time() + invisible / 1000
-            self.history.add("renewed" if invisible else "released", m.key, until=m.visible_at)
-        fields = {"popTime": str(self._pop_time), "invisibleTime": str(invisible),
+            m.visible_at = visible_at
+            # ``sent``: a release a renewal queued with it at a paused broker undid
+            self.history.add("renewed" if invisible else "released", m.key,
+                             until=m.visible_at, broker=self.name, sent=sent)  # fmt: skip
+        fields = {"popTime": str(pop_time),
+                  "invisibleTime": str(int(visible_at * 1000) - pop_time),
                   "reviveQid": "999"}  # fmt: skip
         return RemotingCommand.response_to(cmd, ext_fields=fields)
 
