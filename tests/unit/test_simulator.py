@@ -147,8 +147,13 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007, 3014, 3025, 4244, 201
 #: to 44.6 s, two messages retried in place twice at 31 s: at the run's 200 s the last
 #: message was in its first (hung) call, uncommitted (none_lost). The run now lasts its
 #: drawn waits longer (the workload's: pull_workload._run_bound)
+#: 60398: joiner-0's commits timed out, its connection closed and the broker dropped it;
+#: it gave its queues up and took them back at 24.00 from the stored offsets, pulling
+#: p-10's retry copy (offset 2), asked back at 21.00, again. 53038 (orderly): revokes and
+#: re-assigns of a queue waiting out p-0's 31 s in-place retry pulled offset 0 again.
+#: Both the in-flight window's duplicate, taken for an early retry (the checker's)
 PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 72, 146, 239, 1111, 2070, 7017, 9360,
-              15021, 43086, 43185, 44028, 60033]  # fmt: skip
+              15021, 43086, 43185, 44028, 53038, 60033, 60398]  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
@@ -716,6 +721,20 @@ def test_seed_42000_records_the_refused_acks_the_checker_discounts() -> None:
             (3, "handler_end", "m-0", {}), (5, "pulled", "m-0", {**_RQ, "offset": 3}),
             (5, "handler_start", "m-0", {}),
         ]),
+        ("retry_after_delay", [  # its copy pulled again skipped, the retry itself early
+            (0, "pulled", "m-0", {**_RQ, "offset": 2}), (0, "handler_start", "m-0", {}),
+            (0, "handler_failed", "m-0", {"retry": 7.0, "due": 10.0}),
+            (0, "handler_end", "m-0", {}), (3, "pulled", "m-0", {**_RQ, "offset": 2}),
+            (3, "handler_start", "m-0", {}), (3, "handler_ok", "m-0", {}),
+            (3, "handler_end", "m-0", {}), (5, "pulled", "m-0", {**_RQ, "offset": 4}),
+            (5, "handler_start", "m-0", {}),
+        ]),
+        ("retry_after_delay", [  # its copy pulled again after a commit had passed it
+            (0, "pulled", "m-0", {**_RQ, "offset": 2}), (0, "handler_start", "m-0", {}),
+            (0, "handler_failed", "m-0", {"retry": 7.0, "due": 10.0}),
+            (0, "handler_end", "m-0", {}), (1, "committed", "", {**_RQ, "offset": 3}),
+            (3, "pulled", "m-0", {**_RQ, "offset": 2}), (3, "handler_start", "m-0", {}),
+        ]),
         ("retry_after_delay", [  # never back
             (0, "handler_start", "m-0", {}),
             (0, "handler_failed", "m-0", {"retry": 3.0, "due": 3.0}),
@@ -786,6 +805,44 @@ def test_a_copy_delivered_before_the_ask_is_not_its_retry() -> None:
         (86.8, "handler_ok", "m-0", {}), (86.8, "handler_end", "m-0", {}),
     )  # fmt: skip
     assert "retry_after_delay" not in _caught(history)
+
+
+def test_its_own_copy_pulled_again_is_not_its_retry() -> None:
+    """pull_remoting 60398: p-10's retry copy (offset 2) asked back 7 s at 21.00; the
+    member's commits had timed out, it gave its queues up and took them back from the
+    stored offsets at 24.00 and pulled that copy again (the in-flight window); the copy
+    the ask sent back came at 44.00. 53038 (orderly): a queue revoked and re-assigned
+    while its offset 0 waited out a 31 s retry in place pulled it again, twice."""
+    history = _history(
+        (0, "committed", "", {**_RQ, "offset": 0}),
+        (21, "pulled", "m-0", {**_RQ, "offset": 2}),
+        (21, "handler_start", "m-0", {"attempt": 2}),
+        (21, "handler_failed", "m-0", {"attempt": 2, "retry": 7.0, "due": 10.0}),
+        (21, "handler_end", "m-0", {}), (22, "commit_failed", "", {**_RQ, "offset": 3}),
+        (24, "pulled", "m-0", {**_RQ, "offset": 2}),
+        (24, "handler_start", "m-0", {"attempt": 2}),
+        (24, "handler_failed", "m-0", {"attempt": 2, "retry": 7.0, "due": 10.0}),
+        (24, "handler_end", "m-0", {}),
+        (44, "pulled", "m-0", {**_RQ, "offset": 4}), (44, "pulled", "m-0", {**_RQ, "offset": 5}),
+        (44, "handler_start", "m-0", {"attempt": 3}),
+        (44, "handler_ok", "m-0", {}), (44, "handler_end", "m-0", {}),
+    )  # fmt: skip
+    assert "retry_after_delay" not in _caught(history)
+    q = {"broker": "a", "queue": "t:0", "offset": 0}
+    orderly = _history(
+        (30, "pulled", "m-0", q), (30, "handler_start", "m-0", {"attempt": 1}),
+        (30, "handler_failed", "m-0", {"attempt": 1, "retry": 31.0, "due": 31.0}),
+        (30, "handler_end", "m-0", {}),
+        (35, "pulled", "m-0", q), (35, "handler_start", "m-0", {"attempt": 1}),
+        (35, "handler_failed", "m-0", {"attempt": 1, "retry": 31.0, "due": 31.0}),
+        (35, "handler_end", "m-0", {}),
+        (41, "pulled", "m-0", q), (41, "handler_start", "m-0", {"attempt": 1}),
+        (41, "handler_failed", "m-0", {"attempt": 1, "retry": 31.0, "due": 31.0}),
+        (41, "handler_end", "m-0", {}),
+        (72, "handler_start", "m-0", {"attempt": 2}),  # in place, after its 31 s
+        (72, "handler_ok", "m-0", {}), (72, "handler_end", "m-0", {}),
+    )  # fmt: skip
+    assert "retry_after_delay" not in _caught(orderly)
 
 
 def test_a_pause_of_a_consumer_already_closing_binds_not_the_next_one() -> None:

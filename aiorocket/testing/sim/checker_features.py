@@ -30,7 +30,8 @@ def retry_after_delay(history: History, bounds: Bounds) -> list[Violation]:
     come back (or is dead-lettered at its last attempt) unless a close came first. Not
     judged: a close, a broker crash or another member in between (the queue's offset
     may not have moved yet: docs/reliability.md's in-flight window). A copy of the
-    message delivered before the ask (such a window's duplicate) is not its retry."""
+    message delivered before the ask (such a window's duplicate) is not its retry, nor
+    is that copy pulled again from an offset no commit had passed."""
     out = []
     events = history.events
     for i, ask in enumerate(events):
@@ -39,6 +40,7 @@ def retry_after_delay(history: History, bounds: Bounds) -> list[Violation]:
         later = events[i + 1:]
         starts = [n for n, e in enumerate(later) if e.kind == "handler_start" and e.key == ask.key]
         starts = starts[_in_hand(events[:i], ask.key):]
+        starts = starts[_pulled_again(events[:i], later, ask.key, starts):]
         between = later[: starts[0] if starts else len(later)]
         if any(e.kind in ("close_start", "broker_crashed") for e in between):
             continue
@@ -81,6 +83,46 @@ def _in_hand(earlier: list[Event], key: str) -> int:
     span = [e for e in earlier if e.at >= since and e.key == key]
     delivered = sum(e.kind in _DELIVERIES for e in span)
     return max(0, delivered - sum(e.kind == "handler_start" for e in span))
+
+
+def _pulled_again(earlier: list[Event], later: list[Event], key: str, starts: list[int]) -> int:
+    """How many of the next ``starts`` (in ``later``) handle only a copy of ``key``
+    delivered by the ask's time and pulled again from its offset before any commit had
+    passed it: the in-flight window's duplicate (docs/reliability.md), not the copy the
+    ask sent back. pull_remoting seed 60398: joiner-0's commits timed out, the broker
+    dropped it as a member, it gave its queues up and took them back from the stored
+    offsets, pulling p-10's retry copy (retry-topic offset 2) again 3 s after asking it
+    back; 53038 (orderly): revokes and re-assigns of a queue waiting out p-0's in-place
+    31 s retry pulled its offset 0 again. A start after a new copy, or after none (an
+    orderly retry in place), is judged."""
+    held = {_copy(e) for e in earlier if e.kind == "pulled" and e.key == key} - {None}
+    passed: dict[tuple[str, str], int] = {}  # stored commits of each queue, the highest
+    for e in earlier:
+        if e.kind == "committed":
+            queue = (e.info["broker"], e.info["queue"])
+            passed[queue] = max(passed.get(queue, 0), e.info["offset"])
+    skipped, n = 0, 0
+    for s in starts:
+        again = False
+        for e in later[n:s]:
+            if e.kind == "committed":
+                queue = (e.info["broker"], e.info["queue"])
+                passed[queue] = max(passed.get(queue, 0), e.info["offset"])
+            elif e.kind in _DELIVERIES and e.key == key:
+                copy = _copy(e)
+                if copy is None or copy not in held or passed.get(copy[:2], 0) > copy[2]:
+                    return skipped  # a new copy (or one a commit had passed): judged
+                again = True
+        if not again:
+            return skipped
+        skipped, n = skipped + 1, s + 1
+    return skipped
+
+
+def _copy(e: Event) -> tuple[str, str, int] | None:
+    """Where a pulled copy was: broker, queue, offset (a POP delivery names none)."""
+    offset = e.info.get("offset")
+    return None if offset is None else (e.info.get("broker", ""), e.info.get("queue", ""), offset)
 
 
 def not_received_while_paused(history: History, bounds: Bounds) -> list[Violation]:
