@@ -206,3 +206,68 @@ def test_a_lite_topic_whose_notice_was_heard_is_judged() -> None:
     # another client's lost notice excuses nobody else
     other = (10.0, "lite_notice_lost", {"broker": "a", "client": "d", "lite_topic": "r0"})
     assert len(_agrees(_history(_EVICTED, other, _KEPT))) == 1
+
+
+class _Call:
+    """One gRPC call to the simulated Proxy: its request, the answer it got."""
+
+    def __init__(self, request: object) -> None:
+        self.request, self.answers = request, list[object]()
+
+    async def recv_message(self) -> object:
+        return self.request
+
+    async def send_message(self, answer: object) -> None:
+        self.answers.append(answer)
+
+
+def test_a_lite_handle_from_before_a_renewal_still_settles_its_message() -> None:
+    """5.5.0 keeps a lite message's pop time at a change
+    (``ChangeInvisibleTimeProcessor.processChangeInvisibleTimeForLite``) and the Proxy
+    builds the new receipt handle from that answer, so an ack sent with the handle from
+    before a renewal (the renewal's answer still on its way, or lost) lands
+    (``AckMessageProcessor.ackLite``: ``commitAndNext`` under the pop time), as the
+    remoting model has it (lite_remoting seed 44040). Before, the simulated Proxy
+    ignored it and the message came back. A handle of an earlier pop still names
+    nothing, nor a normal message's old handle (apache/rocketmq#9583)."""
+    pytest.importorskip("grpclib")
+    from datetime import timedelta
+
+    from aiorocket.grpc import _pb as pb
+    from aiorocket.testing.sim.lite_proxy import SimLiteProxy
+
+    history = History(lambda: 0.0)
+    proxy = SimLiteProxy(Schedule(0, "grpc_lite", {}, []), history, exclusive=False)
+    proxy.store_lite("m-0", 0, 0)
+    proxy.add("n-0")  # a normal message beside it
+    lite, normal = proxy.store
+    for m in (lite, normal):
+        proxy._hand_out(m, 30.0, auto_renew=False)
+    first = {m.key: m.handle for m in (lite, normal)}
+
+    async def settle() -> None:
+        for m in (lite, normal):  # renewed: the Proxy answers a new handle
+            change = _Call(pb.ChangeInvisibleDurationRequest(
+                receipt_handle=m.handle, invisible_duration=timedelta(seconds=30),
+                lite_topic=m.lite_topic,
+            ))  # fmt: skip
+            await proxy._change(change)  # type: ignore[arg-type]
+            assert change.answers[0].receipt_handle != first[m.key]  # type: ignore[attr-defined]
+        ack = _Call(pb.AckMessageRequest(entries=[
+            pb.AckMessageEntry(receipt_handle=first[m.key], lite_topic=m.lite_topic)
+            for m in (lite, normal)
+        ]))  # fmt: skip
+        await proxy._ack(ack)  # type: ignore[arg-type]
+
+    anyio.run(settle, backend="asyncio")
+    assert (lite.state, normal.state) == ("acked", "inflight")
+    assert [e.key for e in history.of("acked")] == ["m-0"]
+    # popped again once its invisible time ended: the first pop's handle names nothing
+    proxy.store_lite("m-1", 1, 1)
+    again = proxy.store[-1]
+    proxy._hand_out(again, 0.0, auto_renew=False)
+    earlier = again.handle
+    proxy._visible()  # revived
+    proxy._hand_out(again, 30.0, auto_renew=False)
+    assert proxy._settling(earlier, again.lite_topic) is None
+    assert proxy._settling(again.handle, again.lite_topic) is again

@@ -12,7 +12,8 @@ reference), and says so:
   messages only once those out are settled; one whose invisible time ends comes back
   in place);
 * an ack or a change of a lite message must name its lite topic: one that does not is
-  answered OK and ignored (the message comes back);
+  answered OK and ignored (the message comes back); a change keeps the message's pop
+  time, so a handle from before a renewal still settles it (``_by_handle``);
 * the Proxy's own renewal of a lite message fails (5.5.0 renews the parent topic's
   queue, the broker answers NO_EXIST): an auto-renewed receive's lite messages come
   back after the receive's invisible duration, as those written to a receive stream
@@ -171,6 +172,24 @@ class SimLiteProxy(RestartingProxy):
 
     def _renews(self, m: ProxyMessage) -> bool:
         return m.lite_topic is None  # 5.5.0's renewal of a lite message fails
+
+    def _by_handle(self, handle: str) -> ProxyMessage | None:
+        """The message ``handle`` names. A lite message's handles from one pop all name
+        it, the one before a renewal too: 5.5.0's broker keeps a lite message's pop time
+        at a change (``ChangeInvisibleTimeProcessor.processChangeInvisibleTimeForLite``:
+        the consumer order info's next visible time under that pop time, answered with
+        the same pop time), the Proxy builds the new handle from that answer, and an ack
+        under the pop time lands (``AckMessageProcessor.ackLite``: ``commitAndNext``),
+        so an ack sent with the old handle while a renewal was on its way is no stale
+        ack (the model of the remoting brokers, ``lite.SimLiteBroker._change``, keeps
+        it the same way). A handle of an earlier pop names nothing (the broker's pop
+        time moved on); a normal message's old handle neither (apache/rocketmq#9583)."""
+        m = super()._by_handle(handle)
+        if m is None:
+            pop = handle.rstrip("+")  # a change's new handle is the old one and a "+"
+            m = next((m for m in self.store if m.lite_topic is not None
+                      and m.state == "inflight" and m.handle.rstrip("+") == pop), None)  # fmt: skip
+        return m
 
     def _settling(self, handle: str, lite_topic: str | None) -> ProxyMessage | None:
         m = self._by_handle(handle)
