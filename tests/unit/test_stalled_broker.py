@@ -6,11 +6,16 @@ import anyio
 import pytest
 
 from .consumer_fakes import FAST, Collector, FakeBroker, FakeCluster, consumer_of, running
+from .virtual_clock import ON_VIRTUAL_CLOCKS
 
 pytestmark = pytest.mark.anyio
 
 
+@ON_VIRTUAL_CLOCKS
 async def test_a_consumer_behind_a_stalled_connection_reconnects_and_consumes() -> None:
+    """On a virtual clock (the fake broker and the consumer in this loop): the request
+    timeouts and the guards are exact whatever the load (on the wall clock a starved
+    run's reconnect and pulls outlasted the guard of one pull timeout plus 5 s)."""
     broker = FakeBroker("broker-a", 0)
     cluster = FakeCluster({"broker-a": [broker]})
     handler = Collector(2)
