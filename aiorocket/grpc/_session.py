@@ -221,6 +221,20 @@ class Session:
         self._quiet = anyio.Event()
         #: when the close must be over (``close_bound`` after it began)
         self._close_deadline: float | None = None
+        #: set while a release's termination is still to go (``_hold``): receives wait,
+        #: and settings answered meanwhile (a new stream's) do not let them go
+        self._holding = False
+        #: set from the hold until the release registered again (no heartbeat of the
+        #: heartbeat loop meanwhile); the unset ``ready`` event the hold put in place
+        self._releasing = False
+        self._held_ready: anyio.Event | None = None
+        #: a release waits for the settings: their answer takes the hold for it
+        self._release_pending = False
+        #: settings-dependent requests (receives) let go while ``ready`` and not written
+        #: yet (``admit``): the termination waits for them; ``_all_written`` is set as
+        #: each is written or given up
+        self._unwritten = 0
+        self._all_written = anyio.Event()
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -397,6 +411,28 @@ class Session:
         """The Proxy has this client's settings on the current connection."""
         return self._ready.is_set()
 
+    def admit(self) -> Callable[[], None]:
+        """Let a settings-dependent request (a receive) go: the caller saw ``ready``
+        and has not awaited since. Returns ``written``, to be called once its request
+        is written to the connection, or given up (again: harmless).
+
+        Until then a release's termination waits for it (``_admitted_written``): it
+        would otherwise reach the Proxy after the termination dropped this client's
+        settings, and be refused (5.5.0: INTERNAL_SERVER_ERROR, ``"settings" is
+        null``). Between the check and the write lie the connection's opening and its
+        stream slots."""
+        self._unwritten += 1
+        done = False
+
+        def written() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                self._unwritten -= 1
+                self._all_written.set()
+
+        return written
+
     async def wait_ready(self) -> None:
         """Until the Proxy has this client's settings on the current connection.
 
@@ -407,8 +443,11 @@ class Session:
         ``_RETRY_WHILE_AWAITED`` s, instead of after its growing backoff: consumers
         receive again within about that much of the Proxy's return.
         """
-        if self._ready.is_set():
-            return
+        while not self._ready.is_set():  # (replaced by a release's hold: again)
+            await self._ready_changed()
+
+    async def _ready_changed(self) -> None:
+        """Until the current ``ready`` event is set; the telemetry loop retries now."""
         self._waiting += 1
         try:
             self._wake.set()
@@ -479,7 +518,9 @@ class Session:
                 self._quiet.set()
             self.settings = value
             self._settings_seen.set()
-            if not self._ready.is_set():
+            # While held, the termination still to go would drop these settings: the
+            # release lets receives go after it (``_notify_and_register``).
+            if not self._ready.is_set() and not self._holding:
                 if self._down_since is not None:
                     down = round(time.monotonic() - self._down_since, 3)
                     self.log.info("telemetry_stream_restored", down_s=down)
@@ -487,6 +528,10 @@ class Session:
                 self._ready.set()
                 self.connections += 1
                 self._changed()
+                if self._release_pending:
+                    # In the same step: the receives woken with the release (a Proxy
+                    # back) find the session held, not one whose termination is near.
+                    self._hold()
                 if self.connections > 1 and self.on_reconnected is not None:
                     self.on_reconnected()
         elif kind == "recover_orphaned_transaction_command":
@@ -579,6 +624,11 @@ class Session:
             await anyio.sleep(self.heartbeat_interval)
             if self._leaving:
                 return
+            if self._releasing:
+                # The release sends its own heartbeat after the settings; one of ours
+                # could reach the Proxy between its termination and those settings:
+                # refused (UNRECOGNIZED_CLIENT_TYPE).
+                continue
             try:
                 await self.heartbeat()
                 timeouts = 0
@@ -645,10 +695,12 @@ class Session:
         it also frees what this client is still handling, which may then come back
         (duplicates of the in-flight window; their later acks are refused or ignored),
         and those whose ack is still owed, which go first (``_owed_first``). It also
-        drops this client's settings, so they go again at once on the telemetry stream
-        (receives wait for them: ``ready`` is cleared meanwhile), then a heartbeat
-        registers the consumer again. Concurrent calls for one break coalesce: a release
-        begun after a caller's call started covers it.
+        drops this client's settings, so they go again at once on the telemetry stream,
+        then a heartbeat registers the consumer again. Receives wait from before the
+        acks until those settings are answered (``_hold``), and the termination waits
+        for the requests of those let go before (``admit``): a receive that reaches the
+        Proxy between the termination and the settings is refused. Concurrent calls for
+        one break coalesce: a release begun after a caller's call started covers it.
         """
         begun = self._releases
         async with self._release_lock:
@@ -658,8 +710,7 @@ class Session:
             for attempt in range(_RELEASE_ATTEMPTS):
                 # The notice removes the settings this client sent on the current
                 # connection: they must be there first, to be sent again after it.
-                await self.wait_ready()
-                await self._owed_first()
+                await self._until_held()
                 try:
                     await self._notify_and_register()
                     self.log.info("held_messages_released", attempt=attempt)
@@ -689,15 +740,63 @@ class Session:
         with anyio.move_on_after(close_bound(self.transport.request_timeout)):
             await send()
 
-    async def _notify_and_register(self) -> None:
-        """NotifyClientTermination, then the settings and a heartbeat again. Receives
-        wait meanwhile (``ready`` cleared): one sent between the two would be refused."""
-        cleared = self._ready.is_set()
-        if cleared:
-            self._ready = anyio.Event()
-        unready = self._ready
+    async def _until_held(self) -> None:
+        """Until the Proxy has this client's settings, with the hold (``_hold``) taken
+        in the same step as they came: no receive woken by them goes first."""
+        self._release_pending = True
         try:
-            await self.notify_termination()
+            while not self._holding and not self._ready.is_set():
+                await self._ready_changed()
+        except BaseException:
+            if self._holding:  # taken for this release, which does not come
+                self._unhold()
+            raise
+        finally:
+            self._release_pending = False
+        self._hold()  # (taken already when the settings came while it waited)
+
+    def _hold(self) -> None:
+        """From now until the release's end no receive goes (``ready`` is False): one
+        would race the termination. No heartbeat of the loop either."""
+        if self._holding:
+            return
+        self._holding = self._releasing = True
+        if self._ready.is_set():
+            self._ready = self._held_ready = anyio.Event()
+        else:  # the settings are not there: their stream's event stays
+            self._held_ready = None
+
+    def _unhold(self) -> None:
+        """The release's end: receives go on, unless the settings are not there (a
+        stream that broke meanwhile is the telemetry loop's to mark)."""
+        unready, self._held_ready = self._held_ready, None
+        self._holding = self._releasing = False
+        if unready is not None and self._ready is unready and self._stream is not None:
+            unready.set()
+
+    async def _admitted_written(self) -> None:
+        """Until the receives let go before the hold have their requests written
+        (``admit``); bounded by a request timeout (a connection that never opens)."""
+        with anyio.move_on_after(self.transport.request_timeout):
+            while self._unwritten:
+                self._all_written = anyio.Event()
+                await self._all_written.wait()
+
+    async def _notify_and_register(self) -> None:
+        """The owed acks, NotifyClientTermination, then the settings and a heartbeat
+        again. Receives wait throughout (``_hold``), decided before the first await:
+        one that goes between the termination and the new settings is refused, and a
+        receive woken with this release (a Proxy back) had the acks' flush to go in.
+        The acks do not wait for ``ready`` (the Proxy takes an ack without settings)."""
+        self._hold()  # (``_until_held`` took it: the owed acks' await is no gap)
+        try:
+            await self._owed_first()
+            await self._admitted_written()
+            try:
+                await self.notify_termination()
+            finally:
+                # Settings answered from here came after the termination: they count.
+                self._holding = False
             try:
                 await self.resync_settings()
             except ClientClosedError:
@@ -707,10 +806,8 @@ class Session:
                 # stream, the heartbeat loop registers again.
                 self.log.warning("reregistration_failed", error=str(err))
         finally:
-            # Not answered (a stream that broke meanwhile is the telemetry loop's to
-            # mark): receives go on rather than wait for nothing.
-            if cleared and self._ready is unready and self._stream is not None:
-                unready.set()
+            # Not answered: receives go on rather than wait for nothing.
+            self._unhold()
 
     async def query_route(self, topic: str, *, fresh: bool = False) -> list[pb.MessageQueue]:
         """The topic's queues (cached for 30 s, as the Java client refreshes them)."""

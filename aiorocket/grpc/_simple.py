@@ -312,11 +312,15 @@ class SimpleConsumer:
         req = self._receive_request(topic, mq, max_messages, invisible_duration, attempt)
         self._receiving[key] = self._receiving.get(key, 0) + 1
         broken: list[bool] = []  # the stream broke before the Proxy ended it (``_read``)
+        # No await since the check: a release's termination waits for this request.
+        written = self.session.admit()
         try:
             try:
                 try:
-                    await self._read(response, req, timeout, broker, out, bad, each, idle, broken)
+                    await self._read(response, req, timeout, broker, out, bad, each, idle,
+                                     broken, written)  # fmt: skip
                 finally:
+                    written()  # (given up)
                     if not out and not bad:
                         self._attempts.setdefault(key, []).append(attempt)
             except RocketMQError as err:
@@ -383,16 +387,20 @@ class SimpleConsumer:
         broker: str, out: list[M], bad: list[tuple[M, str]],
         each: Callable[[M], None] | None = None,
         idle: Callable[[], None] | None = None, broken: list[bool] | None = None,
+        written: Callable[[], None] | None = None,
     ) -> None:  # fmt: skip
         """Read one receive stream into ``out`` (and undecodable messages into ``bad``),
         message by message: what came before an error is in the lists when it raises
         (what had arrived unread when the read was cut off too: ``_rescue``); ``each``
         gets every message of ``out`` as it is appended, ``idle`` is called when the
         next read would wait for the connection (``WireStream.pending``); ``broken``
-        gets True when the read ends in an error before the Proxy ended the stream."""
+        gets True when the read ends in an error before the Proxy ended the stream;
+        ``written`` is called once the request is written (``Session.admit``)."""
         async with self.transport.server_stream(
             "ReceiveMessage", req, response, timeout=timeout
         ) as stream:
+            if written is not None:
+                written()
             try:
                 async for resp in stream:
                     msg = resp.message

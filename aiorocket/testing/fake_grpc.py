@@ -107,6 +107,8 @@ class FakeProxy:
         self.acked: list[str] = []
         #: what ``acked`` held when each NotifyClientTermination came (it frees the rest)
         self.acked_at_termination: list[list[str]] = []
+        #: set at the first NotifyClientTermination (once it dropped the settings)
+        self.termination_seen = asyncio.Event()
         self.ack_gate: asyncio.Event | None = None
         #: the next this many AckMessage calls fail with gRPC UNAVAILABLE
         self.ack_failures = 0
@@ -190,6 +192,7 @@ class FakeProxy:
                     self._known.discard(cid)
                     self.registered.discard(cid)
                     self.applied.append(name)
+                    self.termination_seen.set()
                     self._terminated.set()  # what was held until now
                     self._terminated = asyncio.Event()
                 elif name == "Heartbeat":

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,6 +29,7 @@ from aiorocket.consumer.pop import settler as settler_module
 from aiorocket.consumer.pop.acks import AckBatcher
 from aiorocket.consumer.pop.grpc_source import GrpcSource
 from aiorocket.consumer.pop.runtime import PopRuntime
+from aiorocket.errors import RocketMQError
 from aiorocket.grpc import SimpleConsumer, _fast
 from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._push_message import PopMessage
@@ -239,6 +242,142 @@ async def test_owed_acks_cut_short_before_the_release_go_back_to_the_flusher(
 async def _cut_when_started(proxy: FakeProxy, scope: anyio.CancelScope) -> None:
     await proxy.ack_started.wait()
     scope.cancel()
+
+
+def _written_after(
+    monkeypatch: pytest.MonkeyPatch,
+    consumer: SimpleConsumer,
+    go: Callable[[], Awaitable[Any]],
+    order: list[str],
+) -> None:
+    """A receive's request held between its check of the session and its write until
+    ``go()`` returns, as the opening of a connection to a Proxy back holds it; each
+    write noted in ``order``."""
+    real = consumer.transport.server_stream
+
+    @asynccontextmanager
+    async def held(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        await go()
+        async with real(*args, **kwargs) as stream:
+            order.append("receive written")
+            yield stream
+
+    monkeypatch.setattr(consumer.transport, "server_stream", held)
+
+
+@asynccontextmanager
+async def _warm_consumer() -> AsyncIterator[tuple[FakeProxy, SimpleConsumer, anyio.abc.TaskGroup]]:
+    """A consumer on the fake Proxy that received once: its assignment known, the
+    next receive has no await between its check of the session and its write."""
+    async with (
+        FakeProxy() as proxy,
+        SimpleConsumer("g", proxy.endpoint, {"t": "*"}) as consumer,
+        anyio.create_task_group() as tg,
+    ):
+        assert await consumer.receive(1, 30) == []
+        yield proxy, consumer, tg
+
+
+async def _receive_into(consumer: SimpleConsumer, out: list[object], done: anyio.Event) -> None:
+    try:
+        out.append(await consumer.receive(1, 30))
+    except RocketMQError as err:
+        out.append(err)
+    finally:
+        done.set()
+
+
+async def test_a_receive_during_the_owed_acks_waits_for_the_settings_after_the_release(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A release (after a broken receive) sends the owed acks, then NotifyClientTermination
+    (which drops this client's settings at the Proxy), then the settings again. A
+    receive that comes while the acks' request is out (as one woken with the release
+    when a restarted Proxy has the settings) waits for the settings sent after the
+    termination, and the owed ack still goes first (seed 42000). Before (b069a51) it
+    went at once: its request, written after the termination (held here until the Proxy
+    had it), was refused ('"settings" is null': test_grpc_proxy_restart's CI failure)."""
+    async with _warm_consumer() as (proxy, consumer, tg):
+        session = consumer.session
+        acks = AckBatcher(GrpcSource(consumer, LOG), delay=0)
+        acks.add(_pop(0))
+        session.before_release = acks.send_owed
+        order: list[str] = []
+        _written_after(monkeypatch, consumer, proxy.termination_seen.wait, order)
+        proxy.ack_gate = asyncio.Event()
+        got: list[object] = []
+        received = anyio.Event()
+        with anyio.fail_after(10):
+            tg.start_soon(session.release_held)
+            await proxy.ack_started.wait()  # the owed ack's request out, held
+            tg.start_soon(_receive_into, consumer, got, received)
+            await anyio.wait_all_tasks_blocked()  # the receive went, or waits
+            proxy.ack_gate.set()
+            await received.wait()
+        assert got == [[]] and order == ["receive written"]
+        assert proxy.receives_without_settings == 0
+        assert proxy.acked_at_termination == [["h0"]]
+
+
+async def test_the_settings_back_after_a_restart_go_to_a_waiting_release_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Proxy restart: a receive and then a release (its stream broke) wait for the
+    session. When the new Proxy has the settings, the release takes the session in the
+    same step: the receive, woken first, waits for the settings sent after the
+    termination. Before (b069a51) it went first; its request, written after the
+    termination (held here until the Proxy had it), was refused: '"settings" is null'."""
+    async with _warm_consumer() as (proxy, consumer, tg):
+        session = consumer.session
+        order: list[str] = []
+        _written_after(monkeypatch, consumer, proxy.termination_seen.wait, order)
+        got: list[object] = []
+        received = anyio.Event()
+        with anyio.fail_after(10):
+            await proxy.stop()
+            while session.ready:  # noqa: ASYNC110 - the stream's end: no event
+                await anyio.sleep(0.005)
+            tg.start_soon(_receive_into, consumer, got, received)
+            await anyio.wait_all_tasks_blocked()  # the receive waits for the session
+            tg.start_soon(session.release_held)
+            await anyio.wait_all_tasks_blocked()  # and the release after it
+            await proxy.start()
+            await received.wait()
+        assert got == [[]] and order == ["receive written"]
+        assert proxy.receives_without_settings == 0
+
+
+async def test_the_release_waits_for_the_request_of_a_receive_let_go_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A receive that saw the session ready before a release began, its request not
+    written yet (held here, as the opening of a connection holds it): the termination
+    waits for that write, else the receive would reach the Proxy after the termination
+    dropped the settings. Before (b069a51) the termination went at once."""
+    async with _warm_consumer() as (proxy, consumer, tg):
+        session = consumer.session
+        order: list[str] = []
+        write = anyio.Event()
+        _written_after(monkeypatch, consumer, write.wait, order)
+        real_notify = session.notify_termination
+
+        async def notify() -> None:
+            order.append("termination")
+            await real_notify()
+
+        monkeypatch.setattr(session, "notify_termination", notify)
+        got: list[object] = []
+        received = anyio.Event()
+        with anyio.fail_after(10):
+            tg.start_soon(_receive_into, consumer, got, received)
+            await anyio.wait_all_tasks_blocked()  # at its write
+            tg.start_soon(session.release_held)
+            await anyio.wait_all_tasks_blocked()
+            write.set()
+            await received.wait()
+            await proxy.termination_seen.wait()
+        assert got == [[]] and order == ["receive written", "termination"]
+        assert proxy.receives_without_settings == 0
 
 
 async def test_a_proxy_that_does_not_renew_gets_renewals_from_the_client() -> None:
