@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
@@ -35,6 +36,7 @@ from aiorocket.grpc import _pb as pb
 from aiorocket.grpc._push_message import PopMessage
 from aiorocket.results import Reconsume
 from aiorocket.testing.fake_grpc import FakeProxy
+from aiorocket.testing.sim.vloop import VirtualTimeLoop
 
 pytestmark = pytest.mark.anyio
 
@@ -45,6 +47,14 @@ def anyio_backend() -> str:
 
 
 LOG = get_logger("test")
+
+#: The fake Proxy and the consumer in one loop on a virtual clock, the clock that
+#: ``time.monotonic`` is patched to read (the renewer's and the settler's due times): a
+#: test waiting out handlers, renewals and backoffs costs no wall clock, and its timing
+#: does not depend on the machine's load.
+VIRTUAL = pytest.mark.parametrize("anyio_backend", [
+    pytest.param(("asyncio", {"loop_factory": VirtualTimeLoop}), id="asyncio-virtual"),
+])  # fmt: skip
 
 
 @pytest.fixture
@@ -380,10 +390,16 @@ async def test_the_release_waits_for_the_request_of_a_receive_let_go_before_it(
         assert proxy.receives_without_settings == 0
 
 
-async def test_a_proxy_that_does_not_renew_gets_renewals_from_the_client() -> None:
+@VIRTUAL
+async def test_a_proxy_that_does_not_renew_gets_renewals_from_the_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The Proxy refuses auto-renewed receives (``enableProxyAutoRenew=false``): the
     consumer receives with its ``invisible_duration`` and renews a message whose handler
-    outlives the renewal margin itself; the ack then carries the renewed handle."""
+    outlives the renewal margin itself; the ack then carries the renewed handle. On a
+    virtual clock (the fake Proxy and the consumer in this loop, whose time the renewer's
+    due times read too): the handler's 6.5 s cost 6.5 s of wall clock before."""
+    monkeypatch.setattr(time, "monotonic", asyncio.get_running_loop().time)
     handled = anyio.Event()
 
     async def handle(msg: ConsumerMessage) -> None:
@@ -392,6 +408,7 @@ async def test_a_proxy_that_does_not_renew_gets_renewals_from_the_client() -> No
 
     async with FakeProxy() as proxy:
         proxy.auto_renew = False
+        proxy.receive_delay = 5  # a long poll, as the Proxy's: no receive loop spins
         consumer = _one_message_consumer(proxy, handle, invisible_duration=10)
         async with consumer:
             with anyio.fail_after(20):
@@ -494,20 +511,25 @@ async def _fail(msg: ConsumerMessage) -> None:
     raise RuntimeError("handler failed")
 
 
-async def test_a_nack_the_proxy_could_not_take_is_sent_again_later() -> None:
+@VIRTUAL
+async def test_a_nack_the_proxy_could_not_take_is_sent_again_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The handler fails; the Proxy refuses the nack's ChangeInvisibleDuration 5 times
     (retriable): after the settler's 3 requests the nack waits in the backlog, the
     message still held, and is sent again with the acks' backoff until it goes through.
     Before, the settler logged ``nack_failed`` and let go of the message: no nack ever
     reached the Proxy, which kept the message invisible (auto-renewed) for hours."""
+    monkeypatch.setattr(time, "monotonic", asyncio.get_running_loop().time)
     async with FakeProxy() as proxy:
         proxy.change_refusal = (pb.Code.TOO_MANY_REQUESTS, 5)
+        proxy.receive_delay = 5  # a long poll, as the Proxy's: no receive loop spins
         consumer = _one_message_consumer(proxy, _fail)
         async with consumer:
             runtime = _runtime(consumer)
             # The nack through, and its answer taken: ~2 s of backoffs (0.4 + 0.8 s in
             # the settler, 0.1 + 0.2 + 0.4 s from the backlog), under a guard far from
-            # them (it was 10 s, which a starved run overran).
+            # them (virtual: exact whatever the load).
             with anyio.fail_after(60):
                 while not proxy.invisible_changes or runtime.budget.count:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
