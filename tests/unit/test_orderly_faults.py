@@ -3,12 +3,14 @@ reset (OFFSET_ILLEGAL) while a handler runs, lock requests that fail or are refu
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
+from trio.testing import MockClock
 
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.process_queue import ProcessQueue
@@ -16,6 +18,7 @@ from aiorocket.errors import ConfigError
 from aiorocket.message import MessageQueue
 from aiorocket.results import Reconsume
 from aiorocket.testing.logs import capture_logs
+from aiorocket.testing.sim.vloop import VirtualTimeLoop
 
 from .consumer_fakes import (
     TOPIC,
@@ -32,6 +35,20 @@ from .consumer_fakes import (
 )
 
 pytestmark = pytest.mark.anyio
+
+#: The fake brokers and the consumer in one loop on a virtual clock (the simulator's
+#: VirtualTimeLoop): a test that waits out request timeouts and lock lifetimes costs no
+#: wall clock, and its timing does not depend on the machine's load. Its test patches
+#: ``time.monotonic`` to read the loop's clock (``virtual_monotonic``).
+VIRTUAL = pytest.mark.parametrize("anyio_backend", [
+    pytest.param(("asyncio", {"loop_factory": VirtualTimeLoop}), id="asyncio-virtual"),
+    pytest.param(("trio", {"clock": MockClock(autojump_threshold=0)}), id="trio-virtual"),
+])  # fmt: skip
+
+
+def virtual_monotonic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``time.monotonic`` reads the running loop's (virtual) clock."""
+    monkeypatch.setattr(time, "monotonic", anyio.current_time)
 
 
 def one_broker() -> tuple[FakeCluster, FakeBroker]:
@@ -174,11 +191,15 @@ async def test_orderly_close_sends_an_unlock_lost_with_its_connection_again() ->
         assert not broker.members, "and the member unregistered on the new connection"
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # 5 s (the close's bound): once
-async def test_orderly_close_unlocks_a_healthy_broker_while_another_does_not_answer() -> None:
+@VIRTUAL
+async def test_orderly_close_unlocks_a_healthy_broker_while_another_does_not_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # A frozen broker's unlock, sent twice (a timeout closes the connection) or after a
     # renewal to it in flight, took the close's whole unlock bound: the queues of the
     # brokers after it were never unlocked and stayed locked for the lock expiry (60 s).
+    # (Virtual time: the close's 5 s bound cost 5 s of wall clock before.)
+    virtual_monotonic(monkeypatch)
     a, b = FakeBroker("a", 0), FakeBroker("b", 0)
     cluster = FakeCluster({"a": [a], "b": [b]})
     handle = Collector(2)
@@ -564,9 +585,14 @@ async def test_orderly_close_during_the_revokes_commit_retries_commits_before_un
     assert stored_at_unlock(broker, 0) == 2
 
 
-async def test_orderly_revokes_commit_is_given_up_past_lock_max_live_time() -> None:
+@VIRTUAL
+async def test_orderly_revokes_commit_is_given_up_past_lock_max_live_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # A broker that renews locks but takes no commit keeps the queue from its next owner
     # for lock_max_live_time at most: then it is unlocked uncommitted, and logged.
+    # (Virtual time: the 1.5 s lifetime cost ~3 s of wall clock a backend before.)
+    virtual_monotonic(monkeypatch)
     with capture_logs() as logs:
         async with revoking_queue_0(lock_renew_interval=0.2, lock_max_live_time=1.5) as (
             broker, consumer, _,
