@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
+from trio.testing import MockClock
 
 from aiorocket.client.pop import (
     ACK_MESSAGE,
@@ -28,10 +29,29 @@ from aiorocket.protocol.message_codec import SYSFLAG_COMPRESSED
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import ServerSession
 from aiorocket.testing.logs import capture_logs
+from aiorocket.testing.sim.vloop import VirtualTimeLoop
 
 from .consumer_fakes import TOPIC, FakeCluster, PopBroker, running
 
 pytestmark = pytest.mark.anyio
+
+#: The fake broker and the consumer in one loop on a virtual clock (asyncio: the
+#: simulator's VirtualTimeLoop; trio: MockClock; every address numeric, no resolver
+#: thread), ``time.monotonic`` patched to read it (``virtual``): a test waiting out
+#: backoffs and request timeouts costs no wall clock, and its timing does not depend
+#: on the machine's load. Not for a test that counts requests over a span of time
+#: against a defect that would spin (the clock would not move while it spins).
+VIRTUAL = pytest.mark.parametrize("anyio_backend", [
+    pytest.param(("asyncio", {"loop_factory": VirtualTimeLoop}), id="asyncio-virtual"),
+    pytest.param(("trio", {"clock": MockClock(autojump_threshold=0)}), id="trio-virtual"),
+])  # fmt: skip
+
+
+@pytest.fixture
+def virtual(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``time.monotonic`` reads the running loop's (virtual) clock."""
+    monkeypatch.setattr(time, "monotonic", anyio.current_time)
+
 
 SEND_BACK = 36  # RequestCode.CONSUMER_SEND_MSG_BACK
 
@@ -151,6 +171,8 @@ class RefusingAckBroker(PopBroker):
         await super().handle(session, cmd)
 
 
+@VIRTUAL
+@pytest.mark.usefixtures("virtual")
 async def test_an_undecodable_record_whose_ack_is_refused_is_acked_on_a_retry() -> None:
     # Before: the refused ack was logged and dropped; the dead-lettered record stayed
     # invisible, came back and was dead-lettered a second time (simulator seed 211).
@@ -247,6 +269,8 @@ async def test_a_pop_backoff_pause_does_not_hold_up_the_close(
     assert broker.pops <= 2  # one pop of each loop, then their pauses
 
 
+@VIRTUAL
+@pytest.mark.usefixtures("virtual")
 async def test_the_backoff_ends_with_the_first_messages() -> None:
     broker = PopBroker()
     broker.polling_full = 5  # the two loops back off 0.1, 0.2, 0.4, 0.8, 1.6 s
@@ -465,6 +489,8 @@ class DroppingPopBroker(PopBroker):
         await super().handle(session, cmd)
 
 
+@VIRTUAL
+@pytest.mark.usefixtures("virtual")
 async def test_a_pop_lost_with_its_connection_pops_again_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
