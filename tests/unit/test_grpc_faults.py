@@ -4,6 +4,8 @@ gets an answer, a session stream the Proxy ends or refuses."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
@@ -32,6 +34,7 @@ from aiorocket.producer import Producer
 from aiorocket.protocol.message_codec import CompressionType, compress_body
 from aiorocket.testing.fake_grpc import FakeProxy
 from aiorocket.testing.logs import capture_logs
+from aiorocket.testing.sim.vloop import VirtualTimeLoop
 
 pytestmark = pytest.mark.anyio
 
@@ -312,6 +315,9 @@ async def test_a_telemetry_command_is_a_refusal_only_with_a_status_that_says_so(
     assert refused.value.code == 40100 and not refused.value.retriable
 
 
+@pytest.mark.parametrize("anyio_backend", [
+    pytest.param(("asyncio", {"loop_factory": VirtualTimeLoop}), id="asyncio-virtual"),
+])  # fmt: skip
 async def test_a_consumer_receives_within_a_second_of_a_restarted_proxy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -320,7 +326,9 @@ async def test_a_consumer_receives_within_a_second_of_a_restarted_proxy(
     waiting receive makes the session send at once, not after its reconnect backoff.
     The backoff is made 30 s, past the guard: only the waiting receive can bring the
     session back in time (a 1.5 s bound against a ~3 s backoff left a loaded machine
-    little)."""
+    little). On a virtual clock (the fake Proxy and the consumer in one loop,
+    time.monotonic the loop's): the Proxy's 4 s down cost 4 s of wall clock before."""
+    monkeypatch.setattr(time, "monotonic", asyncio.get_running_loop().time)
     monkeypatch.setattr(_session, "_STREAM_BACKOFF", 30.0)
     handled = anyio.Event()
 
@@ -328,6 +336,7 @@ async def test_a_consumer_receives_within_a_second_of_a_restarted_proxy(
         handled.set()
 
     async with FakeProxy() as proxy:
+        proxy.receive_delay = 5  # a long poll, as the Proxy's: no receive loop spins
         consumer = Consumer("g", proxy=proxy.endpoint, handler=handle, long_poll_timeout=5)
         consumer.subscribe("t")
         async with consumer:
