@@ -7,16 +7,15 @@ import time
 
 import anyio
 import pytest
-from trio.testing import MockClock
 
 from aiorocket.consumer import ConsumeFromWhere, Consumer, ConsumerMessage
 from aiorocket.protocol.codes import RequestCode
 from aiorocket.protocol.command import RemotingCommand
 from aiorocket.testing.fake_remoting import ServerSession
-from aiorocket.testing.sim.vloop import VirtualTimeLoop
 
 from . import consumer_fakes
 from .consumer_fakes import FAST, TOPIC, FakeBroker, FakeCluster, running
+from .virtual_clock import ON_VIRTUAL_CLOCKS
 
 pytestmark = pytest.mark.anyio
 
@@ -75,10 +74,7 @@ async def test_a_commit_cancelled_at_close_is_sent_again_by_the_final_commit() -
         assert broker.offsets == {(TOPIC, 0): 2, (TOPIC, 1): 2}
 
 
-@pytest.mark.parametrize("anyio_backend", [
-    pytest.param(("asyncio", {"loop_factory": VirtualTimeLoop}), id="asyncio-virtual"),
-    pytest.param(("trio", {"clock": MockClock(autojump_threshold=0)}), id="trio-virtual"),
-])  # fmt: skip
+@ON_VIRTUAL_CLOCKS
 async def test_a_silent_broker_does_not_keep_the_others_offsets_from_being_committed_at_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -10,7 +10,6 @@ from typing import Any
 
 import anyio
 import pytest
-from trio.testing import MockClock
 
 from aiorocket.consumer import Consumer, ConsumerMessage
 from aiorocket.consumer.process_queue import ProcessQueue
@@ -18,7 +17,6 @@ from aiorocket.errors import ConfigError
 from aiorocket.message import MessageQueue
 from aiorocket.results import Reconsume
 from aiorocket.testing.logs import capture_logs
-from aiorocket.testing.sim.vloop import VirtualTimeLoop
 
 from .consumer_fakes import (
     TOPIC,
@@ -33,21 +31,15 @@ from .consumer_fakes import (
     take_all,
     take_none,
 )
+from .virtual_clock import ON_VIRTUAL_CLOCKS
 
 pytestmark = pytest.mark.anyio
 
-#: The fake brokers and the consumer in one loop on a virtual clock (the simulator's
-#: VirtualTimeLoop): a test that waits out request timeouts and lock lifetimes costs no
-#: wall clock, and its timing does not depend on the machine's load. Its test patches
-#: ``time.monotonic`` to read the loop's clock (``virtual_monotonic``).
-VIRTUAL = pytest.mark.parametrize("anyio_backend", [
-    pytest.param(("asyncio", {"loop_factory": VirtualTimeLoop}), id="asyncio-virtual"),
-    pytest.param(("trio", {"clock": MockClock(autojump_threshold=0)}), id="trio-virtual"),
-])  # fmt: skip
-
 
 def virtual_monotonic(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``time.monotonic`` reads the running loop's (virtual) clock."""
+    """``time.monotonic`` reads the running loop's clock: a test ``ON_VIRTUAL_CLOCKS``
+    (the fake brokers and the consumer in one loop) then waits out request timeouts and
+    lock lifetimes at no cost of wall clock, whatever the machine's load."""
     monkeypatch.setattr(time, "monotonic", anyio.current_time)
 
 
@@ -191,7 +183,7 @@ async def test_orderly_close_sends_an_unlock_lost_with_its_connection_again() ->
         assert not broker.members, "and the member unregistered on the new connection"
 
 
-@VIRTUAL
+@ON_VIRTUAL_CLOCKS
 async def test_orderly_close_unlocks_a_healthy_broker_while_another_does_not_answer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -585,7 +577,7 @@ async def test_orderly_close_during_the_revokes_commit_retries_commits_before_un
     assert stored_at_unlock(broker, 0) == 2
 
 
-@VIRTUAL
+@ON_VIRTUAL_CLOCKS
 async def test_orderly_revokes_commit_is_given_up_past_lock_max_live_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -11,7 +11,6 @@ from typing import Any
 
 import anyio
 import pytest
-from trio.testing import MockClock
 
 from aiorocket.client.pop import (
     ACK_MESSAGE,
@@ -29,27 +28,19 @@ from aiorocket.protocol.message_codec import SYSFLAG_COMPRESSED
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.testing.fake_remoting import ServerSession
 from aiorocket.testing.logs import capture_logs
-from aiorocket.testing.sim.vloop import VirtualTimeLoop
 
 from .consumer_fakes import TOPIC, FakeCluster, PopBroker, running
+from .virtual_clock import ON_VIRTUAL_CLOCKS
 
 pytestmark = pytest.mark.anyio
-
-#: The fake broker and the consumer in one loop on a virtual clock (asyncio: the
-#: simulator's VirtualTimeLoop; trio: MockClock; every address numeric, no resolver
-#: thread), ``time.monotonic`` patched to read it (``virtual``): a test waiting out
-#: backoffs and request timeouts costs no wall clock, and its timing does not depend
-#: on the machine's load. Not for a test that counts requests over a span of time
-#: against a defect that would spin (the clock would not move while it spins).
-VIRTUAL = pytest.mark.parametrize("anyio_backend", [
-    pytest.param(("asyncio", {"loop_factory": VirtualTimeLoop}), id="asyncio-virtual"),
-    pytest.param(("trio", {"clock": MockClock(autojump_threshold=0)}), id="trio-virtual"),
-])  # fmt: skip
 
 
 @pytest.fixture
 def virtual(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``time.monotonic`` reads the running loop's (virtual) clock."""
+    """``time.monotonic`` reads the running loop's clock: a test ``ON_VIRTUAL_CLOCKS``
+    (the fake broker and the consumer in one loop) then waits out backoffs and request
+    timeouts at no cost of wall clock. Not for a test that counts requests over a span
+    of time against a defect that would spin: the clock does not move while it spins."""
     monkeypatch.setattr(time, "monotonic", anyio.current_time)
 
 
@@ -171,7 +162,7 @@ class RefusingAckBroker(PopBroker):
         await super().handle(session, cmd)
 
 
-@VIRTUAL
+@ON_VIRTUAL_CLOCKS
 @pytest.mark.usefixtures("virtual")
 async def test_an_undecodable_record_whose_ack_is_refused_is_acked_on_a_retry() -> None:
     # Before: the refused ack was logged and dropped; the dead-lettered record stayed
@@ -269,7 +260,7 @@ async def test_a_pop_backoff_pause_does_not_hold_up_the_close(
     assert broker.pops <= 2  # one pop of each loop, then their pauses
 
 
-@VIRTUAL
+@ON_VIRTUAL_CLOCKS
 @pytest.mark.usefixtures("virtual")
 async def test_the_backoff_ends_with_the_first_messages() -> None:
     broker = PopBroker()
@@ -489,7 +480,7 @@ class DroppingPopBroker(PopBroker):
         await super().handle(session, cmd)
 
 
-@VIRTUAL
+@ON_VIRTUAL_CLOCKS
 @pytest.mark.usefixtures("virtual")
 async def test_a_pop_lost_with_its_connection_pops_again_at_once(
     monkeypatch: pytest.MonkeyPatch,
