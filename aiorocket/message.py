@@ -107,6 +107,7 @@ def is_system_property(name: str) -> bool:
     """A property the client or broker set (not the application's own)."""
     return name in SYSTEM_PROPERTIES or name.startswith("__RMQ.TRANSIENT.")
 
+
 #: Prefixes of a consumer group's retry topic (``%RETRY%<group>``: failed messages come
 #: back through it) and dead-letter topic (``%DLQ%<group>``), named by the broker.
 RETRY_TOPIC_PREFIX = "%RETRY%"
@@ -358,12 +359,25 @@ def _deferred_properties(slot: Any) -> property:
     return property(read, put, delete, doc="The stored properties.")
 
 
+def _defaulted(default: Any, slot: Any) -> property:
+    """A field read from its ``slot``, else ``default`` (which is not stored)."""
+    get = slot.__get__
+
+    def read(self: MessageExt) -> Any:
+        try:
+            return get(self)
+        except AttributeError:
+            return default
+
+    return property(read, slot.__set__, slot.__delete__, doc="Unset: its default.")
+
+
 def _slot_name(name: str) -> str:
     """The second name of a deferred field's slot: its own name is the property."""
     return f"_{name}"
 
 
-def _defer_fields(cls: type[MessageExt]) -> None:
+def _defer_fields(cls: type[MessageExt], defaults: Mapping[str, Any]) -> None:
     """Each deferred field's slot of ``cls`` under its second name, the field's own
     name a property over it. Python 3.10's ``dataclass(slots=True)`` declares every
     field's slot again in a subclass (3.11 leaves the base's), and a subclass's slot of
@@ -377,20 +391,31 @@ def _defer_fields(cls: type[MessageExt]) -> None:
     if slot is not None and not isinstance(slot, property):
         setattr(cls, _slot_name("properties"), slot)
         cls.properties = _deferred_properties(slot)  # type: ignore[assignment,misc]
+    for name, default in defaults.items():
+        slot = cls.__dict__.get(name)
+        if slot is not None and not isinstance(slot, property):
+            setattr(cls, _slot_name(name), slot)
+            setattr(cls, name, _defaulted(default, slot))
 
 
 #: the fields whose properties ``__init__`` stores past
-_STORED_PAST = frozenset({*_DEFERRED, "properties"})
+_STORED_PAST = {*_DEFERRED, "properties"}
 
 
-def init_stores_slots(cls: type[MessageExt]) -> None:
+def init_stores_slots(cls: type[MessageExt], defaults: Mapping[str, Any] | None = None) -> None:
     """Give ``cls`` the deferred fields' properties where its own slots would hide them
     (``_defer_fields``), and make its dataclass ``__init__`` store them straight into
     their slots (by their second names) rather than through the properties: a property's
     setter costs ~0.2 µs a field, ten a message built by ``__init__`` (gRPC, pop, the
     checked decoder). The generated code is ``self.<field> = <field>`` per field; only
-    the attribute names it stores change."""
-    _defer_fields(cls)
+    the attribute names it stores change.
+
+    ``defaults``: fields of ``cls`` (and its subclasses) that read as the given value
+    while their slot is unset, so that a decoder may leave them unset: the fields a
+    message seldom changes (benchmarks/README.md, "Round 15")."""
+    if defaults:
+        _STORED_PAST.update(defaults)
+    _defer_fields(cls, defaults or {})
     init = cls.__init__
     code = init.__code__
     init.__code__ = code.replace(

@@ -204,7 +204,15 @@ class ConsumerMessage(MessageExt):
         )
 
 
-init_stores_slots(ConsumerMessage)
+#: ConsumerMessage's fields that a decoder may leave unset (read as these defaults until
+#: set): a pulled message seldom changes them (a timeout, a wrapper's failure, a retry
+#: delay, a trace), and four slots a message stored and freed were ~150 of its ~22,000
+#: instructions (benchmarks/ceiling.py; benchmarks/README.md, "Round 15")
+UNSET_DEFAULTS: dict[str, Any] = {
+    "_timed_out": False, "_failure": None, "_retry_delay": None, "_trace": None,
+}  # fmt: skip
+
+init_stores_slots(ConsumerMessage, UNSET_DEFAULTS)
 
 
 @dataclass(slots=True, eq=False, repr=False)
@@ -260,4 +268,4 @@ class PopMessage(ConsumerMessage):
         )
 
 
-init_stores_slots(PopMessage)
+init_stores_slots(PopMessage, UNSET_DEFAULTS)

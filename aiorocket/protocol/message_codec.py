@@ -136,12 +136,19 @@ def _topic_tail(topic_len: int) -> struct.Struct:
 _TOPIC_TAIL_EMPTY = _topic_tail(0)
 
 
+# A usual record's fixed part as _decode_alike reads it: _USUAL_EAGER's fields but
+# TOTALSIZE and MAGICCODE read as one signed 64-bit int (TOTALSIZE * 2**32 + the magic
+# code, unsigned), compared with the layout's in one step: one int a record, not two.
+_ALIKE_EAGER = ">q" + _USUAL_EAGER.format[3:]
+
+
 @functools.lru_cache(maxsize=64)
-def _layout(body_len: int, lead_len: int) -> struct.Struct:
-    """A usual record of a ``body_len``-byte body and a ``lead_len``-byte topic lead
-    (the length byte and the topic) as ``_decode_alike`` reads it in one unpack: the
-    fields of _USUAL_EAGER, then the body, the lead and the properties' length."""
-    return struct.Struct(f"{_USUAL_EAGER.format}{body_len}s{lead_len}sH")
+def _layout(body_len: int, lead_len: int, props_len: int) -> struct.Struct:
+    """A usual record of a ``body_len``-byte body, a ``lead_len``-byte topic lead (the
+    length byte and the topic) and ``props_len`` bytes of properties, as
+    ``_decode_alike`` reads it in one unpack: the fields of _ALIKE_EAGER, then the
+    body, the lead, the properties' length and the properties."""
+    return struct.Struct(f"{_ALIKE_EAGER}{body_len}s{lead_len}sH{props_len}s")
 
 
 # TOTALSIZE and BODYLEN, to tell whether an answer's first two records are laid out alike
@@ -308,12 +315,12 @@ def _decode_usual(
     queue, generation, settler = (None, 0, None) if stamp is None else stamp
     # a subclass of ConsumerMessage: built by its __init__, then stamped
     stamped = stamp is not None and not consumer and issubclass(message_class, ConsumerMessage)
-    # What every ConsumerMessage of the answer gets alike, stored from one tuple: ten
-    # values by one unpack, where a load and a store each were ten bytecode pairs more
+    # What every ConsumerMessage of the answer gets alike, stored from one tuple: six
+    # values by one unpack, where a load and a store each were six bytecode pairs more
     # (benchmarks/ceiling.py; benchmarks/README.md, "Round 13"). broker_name, the stamp,
-    # then the dataclass's defaults of _settled, _held, _timed_out, _failure,
-    # _retry_delay and _trace.
-    alike = (broker_name, queue, generation, settler, False, False, False, None, None, None)
+    # then the dataclass's defaults of _settled and _held; its other defaults are left
+    # unset (aiorocket.received.UNSET_DEFAULTS; "Round 15").
+    alike = (broker_name, queue, generation, settler, False, False)
     unpack_eager = _USUAL_EAGER.unpack_from
     unpack_rest = _USUAL_REST.unpack_from
     fixed = _USUAL_EAGER.size
@@ -378,8 +385,8 @@ def _decode_usual(
                 # first asked for (aiorocket.message, "Fields read on first access")
                 # (in _StoredHead's __slots__: mypy counts only the dataclass's own)
                 msg._head = data[pos:b]  # type: ignore[misc]
-                (msg.broker_name, msg._pq, msg._generation, msg._settler, msg._settled, msg._held,
-                 msg._timed_out, msg._failure, msg._retry_delay, msg._trace) = alike  # fmt: skip
+                (msg.broker_name, msg._pq, msg._generation, msg._settler, msg._settled,
+                 msg._held) = alike  # fmt: skip
                 if pop:  # PopMessage's own fields, as its __init__ sets them
                     pm: PopMessage = msg  # type: ignore[assignment]
                     (pm.receipt_handle, pm.delivery_attempt, pm.message_group,
@@ -429,14 +436,16 @@ def _decode_alike(
     pop: bool,
 ) -> int:
     """``_decode_usual``'s records from ``pos`` while they are laid out as the first
-    two (the body's length, the topic): each read by one unpack, its body and the
-    fields after it included, where its fixed part and its tail were two unpacks and
-    its body a slice (benchmarks/ceiling.py; benchmarks/README.md, "Round 14"). Returns
-    the position of the first record it did not decode, ``pos`` when the first two
-    differ (answers of varied sizes: ``_decode_usual`` reads them all, as before, and
-    this costs them two small unpacks an answer). ConsumerMessage and PopMessage only,
-    stored as ``_decode_usual`` stores them: a record that is not usual, or of another
-    layout, is left to it."""
+    two (the body's length, the topic): each read by one unpack, its body, the fields
+    after it and (when they are as long as the first record's) its properties included,
+    where its fixed part and its tail were two unpacks and its body and properties
+    slices (benchmarks/ceiling.py; benchmarks/README.md, "Round 14" and "Round 15").
+    Returns the position of the first record it did not decode, ``pos`` when the first
+    two differ (answers of varied sizes: ``_decode_usual`` reads them all, as before,
+    and this costs them two small unpacks an answer). A record whose properties are of
+    another length (KEYS of varied lengths) stays in the run: its properties are sliced
+    as before. ConsumerMessage and PopMessage only, stored as ``_decode_usual`` stores
+    them: a record that is not usual, or of another layout, is left to it."""
     try:
         total, body_len = _SIZES.unpack_from(data, pos)
         if _SIZES.unpack_from(data, pos + total)[1] != body_len:
@@ -444,36 +453,46 @@ def _decode_alike(
         t = pos + _USUAL_EAGER.size + body_len  # the topic's length byte
         lead = data[t : t + data[t] + 1]
         topic = lead[1:].decode()
-    except (struct.error, IndexError, UnicodeDecodeError):
+        # the first record's properties' length, as its TOTALSIZE says (a wrong one is
+        # not as the record's own field says: the first record breaks the run below)
+        props_at = t - pos + len(lead) + 2
+        whole = _layout(body_len, len(lead), max(total - props_at, 0))
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError):
         return pos  # short or corrupt: _decode_usual says how
-    whole = _layout(body_len, len(lead))
     unpack_whole = whole.unpack_from
-    whole_size = whole.size
+    size = whole.size
+    props_len_alike = size - props_at
+    # a record of this layout begins with these 8 bytes: its TOTALSIZE, the V1 magic
+    total_magic = (size << 32) + MAGIC_V1
     fixed = _USUAL_EAGER.size
-    magic_v1 = _MAGIC_V1_SIGNED
     unusual = _UNUSUAL_FLAGS
     new_msg = object.__new__
     try:
         while pos < end:
             msg: ConsumerMessage = new_msg(message_class)  # type: ignore[assignment]
             # the fields a message keeps straight into its slots, as _decode_usual's
-            (total, magic, msg.queue_id, msg.queue_offset, flags_low, msg.reconsume_times,
-             body_len_now, msg.body, lead_now, props_len) = unpack_whole(data, pos)  # fmt: skip
-            rec_end = pos + total
-            p = pos + whole_size  # the properties
+            (head, msg.queue_id, msg.queue_offset, flags_low, msg.reconsume_times, body_len_now,
+             msg.body, lead_now, props_len, raw_props) = unpack_whole(data, pos)  # fmt: skip
+            if unusual[flags_low] or body_len_now != body_len or lead_now != lead:
+                break  # not a usual record, or of another layout
             # (the properties' length, mostly below 257, is a cached int: no new one)
-            if magic != magic_v1 or unusual[flags_low] or rec_end > end:
-                break  # not a usual record
-            if body_len_now != body_len or lead_now != lead or rec_end - p != props_len:
-                break  # of another layout, or its fields do not add up
-            raw_props = data[p:rec_end]
+            if head == total_magic and props_len == props_len_alike:
+                rec_end = pos + size
+                if rec_end > end:
+                    break
+            else:  # another TOTALSIZE: properties of another length, or not usual
+                rec_end = pos + (head >> 32)
+                p = pos + props_at
+                if head & 0xFFFFFFFF != MAGIC_V1 or rec_end > end or rec_end - p != props_len:
+                    break  # not a usual record, or its fields do not add up
+                raw_props = data[p:rec_end]
             if not raw_props.isascii():
                 break
             msg.topic = topic
             msg._raw_properties = raw_props  # type: ignore[misc]
             msg._head = data[pos : pos + fixed]  # type: ignore[misc]
-            (msg.broker_name, msg._pq, msg._generation, msg._settler, msg._settled, msg._held,
-             msg._timed_out, msg._failure, msg._retry_delay, msg._trace) = alike  # fmt: skip
+            (msg.broker_name, msg._pq, msg._generation, msg._settler, msg._settled,
+             msg._held) = alike  # fmt: skip
             if pop:
                 pm: PopMessage = msg  # type: ignore[assignment]
                 (pm.receipt_handle, pm.delivery_attempt, pm.message_group,

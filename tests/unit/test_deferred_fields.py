@@ -205,3 +205,40 @@ def test_init_stores_the_properties_in_their_slot(cls: type[MessageExt]) -> None
     m = cls("T", b"", {"K": "v"}, 0, 0, 0)
     assert not hasattr(m, "_raw_properties")
     assert m.properties == {"K": "v"}
+
+
+# -- the fields a pulled message seldom changes, left unset (benchmarks/README.md, "Round 15")
+
+
+@pytest.mark.parametrize("cls", [ConsumerMessage, PopMessage])
+def test_a_pulled_message_leaves_the_seldom_changed_fields_unset_reading_their_defaults(
+    cls: type[ConsumerMessage],
+) -> None:
+    """The usual path stores none of ``UNSET_DEFAULTS`` (four slots a message less); each
+    reads as the dataclass's default until set, then as set, and pickling, copies and
+    ``replace`` carry it either way, as ``__init__``, which stores them in their slots,
+    does. Fails on the code before Round 15 (the decoder stored the defaults)."""
+    record = encode_stored_message("T", b"body", {"TAGS": "t"}, queue_offset=42)
+    [m] = decode_messages(record, broker_name="b", message_class=cls, stamp=(None, 0, None))
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    for name in ("_timed_out", "_failure", "_retry_delay", "_trace"):
+        slot = getattr(cls, f"_{name}")  # the slot, under its second name
+        with pytest.raises(AttributeError):  # unset
+            slot.__get__(m)
+        assert getattr(m, name) == defaults[name]
+    assert _fields(copy.copy(m)) == _fields(m)
+    changed = {"_timed_out": True, "_failure": ValueError("x"), "_retry_delay": 2.5,
+               "_trace": "a trace"}  # fmt: skip
+    for name, value in changed.items():
+        setattr(m, name, value)
+        getattr(cls, f"_{name}").__get__(m)  # set now
+    for made in (m, pickle.loads(pickle.dumps(m)), copy.copy(m), dataclasses.replace(m)):
+        got = {name: getattr(made, name) for name in changed}
+        assert {n: v for n, v in got.items() if n != "_failure"} == {
+            n: v for n, v in changed.items() if n != "_failure"
+        }
+        assert isinstance(got["_failure"], ValueError)
+    assert m._take_retry_delay() == 2.5 and m._retry_delay is None
+    built = cls("T", b"b", {}, 1, 2, 3, _trace="t", _retry_delay=1.0)
+    assert (built._trace, built._retry_delay, built._timed_out) == ("t", 1.0, False)
+    assert getattr(cls, "__trace").__get__(built) == "t"  # stored in the slot itself

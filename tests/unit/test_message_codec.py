@@ -1054,3 +1054,59 @@ def test_a_run_of_alike_records_then_others_decodes_every_field() -> None:
 
 #: the fields a stored record sets (the others are the class's own and defaults)
 _STORED = frozenset(f.name for f in dataclasses.fields(MessageExt))
+
+
+# ---------- the properties and the head in the layout (benchmarks/README.md, Round 15)
+
+
+def _patched(record: bytes, at: int, value: bytes) -> bytes:
+    return record[:at] + value + record[at + len(value) :]
+
+
+def test_the_layouts_edges_at_the_head_and_the_properties_decode_as_the_checked_path() -> None:
+    """``_decode_alike`` reads a record's properties in its one unpack when they are as
+    long as the first record's, and TOTALSIZE with the magic code as one number; a
+    record of another TOTALSIZE stays in the run when it is a usual record whose
+    properties are of another length. After three alike records, each of these decodes
+    (every field) or fails as the checked path does, read as it is and in place with
+    more records after it: properties of another length; the same with the V2 magic or
+    a corrupt one; the layout's TOTALSIZE with a properties' length one off either way;
+    a TOTALSIZE one more or one less than the fields. An equivalence guard: it fails
+    when the magic code of a record of another TOTALSIZE goes unchecked, or a
+    properties' length unlike the first record's goes unchecked at the layout's
+    TOTALSIZE."""
+    from aiorocket.received import PopMessage
+
+    run = _alike_records([(b"bcdef", "T", {"K": "v"})] * 3)
+    size = len(run) // 3
+    longer = _alike_records([(b"bcdef", "T", {"K": "vvv"})])
+    props_len_at = size - len(b"K\x01v\x02") - 2
+    others = [
+        longer,
+        _patched(longer, 4, struct.pack(">I", MAGIC_V2)),
+        _patched(longer, 4, b"\xde\xad\xbe\xef"),
+        _patched(run[:size], props_len_at, struct.pack(">H", 3)),
+        _patched(run[:size], props_len_at, struct.pack(">H", 5)),
+        _patched(run[:size], 0, struct.pack(">i", size + 1)),
+        _patched(run[:size], 0, struct.pack(">i", size - 1)),
+        _patched(run[:size], 4, b"\xde\xad\xbe\xef"),
+    ]
+    for other in others:
+        data = run + other + run
+        want = _reference(data, MessageExt)
+        for cls in (ConsumerMessage, PopMessage):
+            in_place = (b"\0" * 5 + data + run, 5, 5 + len(data))
+            for read, start, end in ((data, 0, len(data)), in_place):
+                try:
+                    got: object = _stored_fields(
+                        decode_messages(read, broker_name="b", message_class=cls,
+                                        start=start, end=end)
+                    )  # fmt: skip
+                except MessageDecodeError as exc:
+                    got = str(exc)
+                assert got == want, (other, cls)
+    # the properties of another length are read in the run, as are the records after them
+    data = run + longer + run
+    alike: Any = ("b", None, 0, None, False, False)
+    read = message_codec._decode_alike([], data, 0, len(data), ConsumerMessage, alike, False)
+    assert read == len(data)
