@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+import anyio
 import pytest
 
 from aiorocket.errors import RequestTimeoutError
@@ -18,6 +19,7 @@ from aiorocket.producer import LatencyFaultTolerance
 from aiorocket.producer.stall import STALL_FLOOR, StallWatch
 
 from .test_producer_fake_broker import TOPIC, cluster, producer
+from .virtual_clock import ON_VIRTUAL_CLOCKS
 
 pytestmark = pytest.mark.anyio
 
@@ -65,13 +67,19 @@ async def test_an_ordered_send_never_moves_off_a_stalled_broker() -> None:
         assert time.monotonic() - started >= 0.95
 
 
-async def test_with_stall_retry_off_a_send_waits_for_the_silent_broker() -> None:
+@ON_VIRTUAL_CLOCKS
+async def test_with_stall_retry_off_a_send_waits_for_the_silent_broker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """With ``stall_retry=False`` a send that picked the silent broker waits there for its
     timeout and fails, though it has retries left and broker-b answers (with the stall
     watch on, it would be abandoned at its bound and stored on broker-b); then broker-a
     is avoided. The fault record's clock is frozen, so which broker a send picks does not
     depend on how long anything took; only the one send to broker-a has a short timeout
-    (sends to broker-b that took 0.8 s on a starved machine failed too: ``3 == 1``)."""
+    (sends to broker-b that took 0.8 s on a starved machine failed too: ``3 == 1``).
+    On a virtual clock (the fake brokers and the producer in one loop, time.monotonic
+    the loop's): the 2.5 s timeout cost 2.5 s of wall clock a backend before."""
+    monkeypatch.setattr(time, "monotonic", anyio.current_time)
     async with cluster() as fake:
         p = producer(fake, stall_retry=False, send_timeout=30)
         p.fault = LatencyFaultTolerance(clock=lambda: 0.0)  # an isolation stays as it is
