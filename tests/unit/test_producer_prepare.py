@@ -195,3 +195,27 @@ def test_a_batch_result_splits_into_ordinary_send_results() -> None:
         (-1, "", SendStatus.FLUSH_DISK_TIMEOUT),
         (-1, "", SendStatus.FLUSH_DISK_TIMEOUT),
     ]
+
+
+def test_a_single_send_result_is_an_ordinary_frozen_send_result() -> None:
+    # ``send_result`` (each single-message answer) fills its slots as an ``_Unfrozen``
+    # and changes its class: the object must be one ``SendResult(...)`` would have made.
+    import copy
+    import dataclasses
+    import pickle
+
+    from aiorocket._send_result import send_result
+    from aiorocket.client.results import SendResult, SendStatus
+    from aiorocket.message import MessageQueue
+
+    q = MessageQueue("t", "broker-a", 3)
+    fields = (SendStatus.FLUSH_SLAVE_TIMEOUT, "A", q, 7, "O1", "txn", "handle")
+    built, made = send_result(*fields), SendResult(*fields)
+    assert type(built) is SendResult
+    assert built == made and hash(built) == hash(made) and repr(built) == repr(made)
+    assert tuple(getattr(built, f.name) for f in dataclasses.fields(built)) == fields
+    assert pickle.loads(pickle.dumps(built)) == made
+    assert copy.copy(built) == made
+    assert dataclasses.replace(built, queue_offset=8) == SendResult(*fields[:3], 8, *fields[4:])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.msg_id = "changed"  # type: ignore[misc]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import sys
 import threading
 import time
 
@@ -29,9 +31,8 @@ def test_unique_ids_are_unique_and_well_formed() -> None:
 
 
 def test_unique_ids_survive_a_frozen_or_backward_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_unique_id, "_uid_last_ms", _unique_id._uid_last_ms)
-    monkeypatch.setattr(_unique_id, "_uid_seq", _unique_id._uid_seq)
-    monkeypatch.setattr(_unique_id, "_uid_head", _unique_id._uid_head)
+    # restored after the test: the frozen clock's head is 5 s ahead of the real one
+    monkeypatch.setattr(_unique_id, "_uid_state", _unique_id._uid_state)
     frozen = time.time_ns() + 5_000_000_000
     monkeypatch.setattr(time, "time_ns", lambda: frozen)
     ids = [create_unique_id() for _ in range(70_000)]  # more than the 16-bit sequence
@@ -62,3 +63,44 @@ def test_unique_ids_are_unique_across_threads() -> None:
         t.join()
     all_ids = [i for r in results for i in r]
     assert len(set(all_ids)) == len(all_ids) == 80_000
+
+
+def test_unique_ids_are_unique_across_threads_switching_milliseconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Threads switched every few bytecodes while the clock moves on every few ids: the
+    lock-free common case races the threads starting new milliseconds (and full
+    sequences: the clock stands still for up to 70,000 calls), and no id repeats."""
+    monkeypatch.setattr(_unique_id, "_uid_state", _unique_id._uid_state)
+    base = time.time_ns() + 60_000_000_000  # a minute ahead: every head is new
+    calls = itertools.count()
+
+    def clock() -> int:
+        # 10 ms steps every 7 calls, and a still stretch of 70,000 calls once
+        i = next(calls)
+        if 100_000 <= i < 170_000:
+            return base + 10**9
+        return base + (i // 7) * 10_000_000
+
+    monkeypatch.setattr(time, "time_ns", clock)
+    results: list[list[str]] = [[] for _ in range(4)]
+
+    def work(out: list[str]) -> None:
+        out.extend(create_unique_id() for _ in range(60_000))
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(r,)) for r in results]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    all_ids = [i for r in results for i in r]
+    assert len(set(all_ids)) == len(all_ids) == 240_000
+    assert all(_UNIQ.fullmatch(i) for i in all_ids)
+    for r in results:  # each thread's time parts never go backwards
+        times = [int(i[20:28], 16) for i in r]
+        assert times == sorted(times)
