@@ -189,7 +189,7 @@ class FakeProxy:
                 cid = _client_id(stream)
                 if name == "NotifyClientTermination":  # the real one drops the settings
                     self.acked_at_termination.append(list(self.acked))
-                    self._known.discard(cid)
+                    self._drop_settings(cid)
                     self.registered.discard(cid)
                     self.applied.append(name)
                     self.termination_seen.set()
@@ -264,6 +264,12 @@ class FakeProxy:
         self._known.add(cid)
         self.registered.add(cid)
         self.applied.append("settings")
+
+    def _drop_settings(self, cid: str) -> None:
+        """A NotifyClientTermination of ``cid`` read: its settings are gone (5.5.0's
+        ``ClientActivity.notifyClientTermination`` removes them from the settings
+        manager before anything else)."""
+        self._known.discard(cid)
 
     def _heartbeat(self, cid: str, known: bool) -> None:
         if known:

@@ -681,6 +681,10 @@ def test_seed_42000_records_the_refused_acks_the_checker_discounts() -> None:
             (1, "half_open", "", {"broker": "proxy", "connections": 1, "within": 14.0}),
             (16, "reconnected", "", {"broker": "proxy"}), (30, "end", "", {}),
         ]),
+        ("receives_after_settings", [  # refused '"settings" is null' after a release
+            (0, "delivered", "m-0", {}), (1, "receive_refused", "", {"why": "settings is null"}),
+            (9, "end", "", {}),
+        ]),
         ("cancelled_txn_resolved", [  # cancelled, yet reported
             (0, "txn_cancelled", "t-0", {"db": "commit"}),
             (0, "txn_reported", "t-0", {"state": "commit"}),

@@ -24,7 +24,7 @@ from aiorocket.testing.sim.checker_more import (
     lite_resubscribed,
     lite_subscription_agrees,
 )
-from aiorocket.testing.sim.checker_net import reconnects_after_half_open
+from aiorocket.testing.sim.checker_net import receives_after_settings, reconnects_after_half_open
 from aiorocket.testing.sim.checker_rates import send_rate_within_limit, topic_rate_within_limit
 from aiorocket.testing.sim.checker_reply import (
     no_waiter_left,
@@ -589,7 +589,8 @@ INVARIANTS: dict[str, Callable[[History, Bounds], list[Violation]]] = {
               retry_after_delay, not_received_while_paused, rate_within_limit,
               reconnects_after_half_open, cancelled_txn_resolved, handled_once_with_dedup,
               reply_is_its_own, request_within_bound, reply_not_missed, no_waiter_left,
-              topic_rate_within_limit, send_rate_within_limit, lite_resubscribed)
+              topic_rate_within_limit, send_rate_within_limit, lite_resubscribed,
+              receives_after_settings)
 }  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """Invariants of network faults (``checker.INVARIANTS`` holds them with the others): a
-client leaves a half-open connection and reconnects within its bound."""
+client leaves a half-open connection and reconnects within its bound; no receive
+reaches the Proxy without the client's settings (after a restart or a release)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from aiorocket.testing.sim.history import History
 if TYPE_CHECKING:
     from aiorocket.testing.sim.checker import Bounds, Violation
 
-__all__ = ["reconnects_after_half_open"]
+__all__ = ["receives_after_settings", "reconnects_after_half_open"]
 
 
 def reconnects_after_half_open(history: History, bounds: Bounds) -> list[Violation]:
@@ -63,3 +64,16 @@ def _paused_in(history: History, start: float, end: float) -> bool:
         if e.at >= start and paused:
             return True
     return bool(paused)
+
+
+def receives_after_settings(history: History, bounds: Bounds) -> list[Violation]:
+    """docs/grpc.md (the release after a broken receive): the consumer's receives wait
+    from before its NotifyClientTermination until its settings are answered again, and
+    after a Proxy restart until the new Proxy answered its settings; a receive the Proxy
+    refused for want of them (``"settings" is null``) reached it in that window."""
+    from aiorocket.testing.sim.checker import Violation
+
+    return [Violation("receives_after_settings", "",
+                      f"a receive reached the Proxy at {e.at:.3f} without the client's "
+                      f"settings ({e.info.get('why', '')})")
+            for e in history.of("receive_refused")]  # fmt: skip

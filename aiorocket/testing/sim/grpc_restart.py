@@ -1,9 +1,11 @@
 """Workload: ``grpc_receive`` (a consumer with a handler through the Proxy, the same
 draws) with the Proxy restarted at a random point (issue 38 item 14's shape).
 
-``RestartingProxy`` forgets every client at a restart, as 5.5.0 does: a receive from a
-client that has not sent its settings on a Telemetry stream since is refused
-(INTERNAL_SERVER_ERROR, ``"settings" is null``); its renewals of what it handed out stop
+``RestartingProxy`` forgets every client at a restart, as 5.5.0 does, and a client at
+its NotifyClientTermination (``ClientActivity.notifyClientTermination`` removes its
+settings): a receive from a client that has not sent its settings on a Telemetry stream
+since is refused (INTERNAL_SERVER_ERROR, ``"settings" is null``: ``SimProxy``, a
+``receive_refused`` the checker counts against the client); its renewals of what it handed out stop
 (those messages come back after their invisible duration); what the brokers hold stays.
 When it answers again three more messages are stored (published meanwhile) and it
 records ``proxy_back`` with how many messages then wait visible;
@@ -61,14 +63,15 @@ class RestartingProxy(SimProxy):
     def on_settings(self, client: str) -> None:
         """``client``'s settings came on a Telemetry stream."""
 
-    async def _receive(self, stream: Stream[Any, Any]) -> None:
-        if _client(stream) not in self.known:
-            await stream.recv_message()
-            self.history.add("note", "", what="receive refused: settings is null")
-            await stream.send_message(pb.ReceiveMessageResponse(status=pb.Status(
-                code=pb.Code.INTERNAL_SERVER_ERROR, message='"settings" is null')))  # fmt: skip
-            return
-        await super()._receive(stream)
+    def _drop_settings(self, cid: str) -> None:
+        # 5.5.0's ClientActivity.notifyClientTermination removes the client's settings
+        # (GrpcClientSettingsManager.removeAndGetClientSettings) as it reads the request:
+        # a receive after it and before new settings is refused as after a restart
+        super()._drop_settings(cid)
+        self.known.discard(cid)
+
+    def _has_settings(self, client: str) -> bool:
+        return client in self.known
 
     async def bounce(self, down: float) -> None:
         """Go down for ``down`` seconds and come back knowing no client."""

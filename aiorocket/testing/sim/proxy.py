@@ -19,6 +19,10 @@ handle), invisible until when or auto-renewed, acked, dead-lettered. What it mod
 * NotifyClientTermination ends the Proxy's hold on what it received for the client
   (DefaultReceiptHandleManager): written to a stream that broke, or never handled, it
   becomes visible again;
+* a receive from a client whose settings it does not hold (none applied yet, or
+  dropped by its NotifyClientTermination, as 5.5.0's ``ClientActivity`` does) is
+  refused INTERNAL_SERVER_ERROR ``"settings" is null`` (``ReceiveMessageActivity`` reads
+  them first) and recorded ``receive_refused``;
 * the clients it lists (``registered``, the fake Proxy's): a settings message registers
   its client (``ClientActivity.processAndWriteClientSettings``), the termination
   removes it. The Proxy runs Telemetry messages, Heartbeat and NotifyClientTermination
@@ -50,7 +54,7 @@ with needs_extra("grpc", "aiorocket.testing.sim.proxy (the simulated Proxy)"):
     from grpclib.exceptions import GRPCError
 
 from aiorocket.grpc import _pb as pb
-from aiorocket.testing.fake_grpc import FakeProxy
+from aiorocket.testing.fake_grpc import FakeProxy, _client_id
 
 if TYPE_CHECKING:
     from grpclib.server import Stream
@@ -143,6 +147,11 @@ class SimProxy(FakeProxy):
         return [m for m in self.store if m.state == "ready"
                 and (m.lite_topic or m.group) not in busy]  # fmt: skip
 
+    def _has_settings(self, client: str) -> bool:
+        """Whether the Proxy holds ``client``'s settings (a settings message applied,
+        no NotifyClientTermination since: the fake's)."""
+        return client in self._known
+
     def _ready_for(self, stream: Stream[Any, Any]) -> list[ProxyMessage]:
         """What a receive on ``stream`` may hand out now (``lite_proxy``: only the
         client's lite subscriptions)."""
@@ -185,6 +194,14 @@ class SimProxy(FakeProxy):
         generation = self.generation
         req = await stream.recv_message()
         assert req is not None
+        if not self._has_settings(_client_id(stream)):
+            # 5.5.0's ReceiveMessageActivity reads the client's settings first; the
+            # client promises never to send one then (docs/grpc.md), so the checker
+            # counts it (``receive_refused``: ``receives_after_settings``)
+            self.history.add("receive_refused", "", why="settings is null")
+            await stream.send_message(pb.ReceiveMessageResponse(status=pb.Status(
+                code=pb.Code.INTERNAL_SERVER_ERROR, message='"settings" is null')))  # fmt: skip
+            return
         index = self.receives
         self.receives += 1
         timeout = req.long_polling_timeout.total_seconds() if req.long_polling_timeout else 5.0
