@@ -282,10 +282,15 @@ async def test_orderly_lock_renewal_does_not_send_a_queue_revoked_since_it_picke
             assert {mq.broker_name for mq in consumer.assignment()} == {"a"}
 
 
-async def test_orderly_close_unlocks_known_brokers_while_one_route_query_finds_the_rest() -> None:
+@ON_VIRTUAL_CLOCKS
+async def test_orderly_close_unlocks_known_brokers_while_one_route_query_finds_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Each queue whose master the cached route did not name cost a NameServer request
     # of its own, one after the other, before the first unlock: a slow NameServer kept
     # every broker's queues locked, and those two requests took the close's bound.
+    # (Virtual time: a 6 s call under load on the wall clock, near its 10 s guards.)
+    virtual_monotonic(monkeypatch)
     a, b = FakeBroker("a", 0), FakeBroker("b", 0)
     cluster = FakeCluster({"a": [a], "b": [b]})
     handle = Collector(2)
