@@ -29,6 +29,8 @@ which the clients' task groups require.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncIterator
 
 from aiorocket._extras import needs_extra
@@ -74,6 +76,21 @@ def health_routes(service: RocketMQService, path: str = "/health") -> list[web.R
     ]
 
 
+def _forget_run_apps_cancel() -> None:
+    """``web.run_app`` stops on SIGTERM/SIGINT by cancelling the task that runs the app,
+    then runs the cleanup in that task, in the ``finally`` that handles the cancellation.
+    The cancellation still counts there (``Task.cancelling()``), so anyio takes each cancel
+    scope the close cancels and leaves (the lag refresher's, a client's task group) for
+    that outside cancellation and raises it again: every client closed after it was told
+    it was cancelled, and a consumer skipped its drain (``shutdown_timeout``), cutting its
+    running handlers at once. The cleanup is the handling of that cancellation: it is
+    uncounted (a cancellation that comes during the cleanup counts as usual)."""
+    task = asyncio.current_task()
+    if task is not None and sys.version_info >= (3, 11):
+        while task.cancelling():
+            task.uncancel()
+
+
 def setup(
     app: web.Application, service: RocketMQService, *, health_path: str | None = "/health"
 ) -> RocketMQService:
@@ -85,6 +102,7 @@ def setup(
     async def run(app: web.Application) -> AsyncIterator[None]:
         async with service:
             yield
+            _forget_run_apps_cancel()
 
     app[ROCKETMQ] = service
     app.cleanup_ctx.append(run)
