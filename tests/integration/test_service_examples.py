@@ -47,9 +47,11 @@ class Service:
         self.log = log
         self._out = log.open("w")
         self.proc = subprocess.Popen(cmd, env=env, stdout=self._out, stderr=subprocess.STDOUT)
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
+        # Guards, not claims: a service starved on a loaded machine (load 30+) took over
+        # a minute to start its interpreter, and answers late.
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
 
-    def wait_listening(self, timeout: float = 60) -> None:
+    def wait_listening(self, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()
@@ -86,7 +88,7 @@ class Service:
         self._out.close()
 
 
-def eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
+def eventually(check: Callable[[], bool], timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "condition not met in time"
@@ -118,11 +120,14 @@ def test_orders_are_consumed_and_lag_falls_to_zero(
     unique_name: Callable[[str], str],
 ) -> None:
     topic = unique_name("orders")
-    # The topic does not exist yet: the service starts, but it is not ready.
+    # The topic does not exist yet: the service starts, but it is not ready. Its
+    # shutdown_timeout (and the FastAPI service's lag interval) is 600 s, past the 120 s
+    # its exit is awaited: an idle service's stop that waited for it fails there.
     service = services(
         framework, ORDERS_TOPIC=topic, ORDERS_GROUP=unique_name("g"),
         AIOROCKET_CONSUMER_REBALANCE_INTERVAL="0.5",
         AIOROCKET_CONSUMER_ROUTE_REFRESH_INTERVAL="0.5",
+        ORDER_SHUTDOWN_TIMEOUT="600", ORDERS_LAG_INTERVAL="600",
     )  # fmt: skip
     service.wait_listening()
     ready = service.get("/health/ready")
@@ -138,7 +143,14 @@ def test_orders_are_consumed_and_lag_falls_to_zero(
     report = service.get("/health").json()
     (consumer,) = report["consumers"]
     assert consumer["joined"] is True and consumer["topics"] == [topic]
-    assert len([q for q in consumer["queues"] if q["topic"] == topic]) == 4
+
+    def topic_queues() -> int:
+        (consumer,) = service.get("/health").json()["consumers"]
+        return len([q for q in consumer["queues"] if q["topic"] == topic])
+
+    # Ready may come before the second broker's queues are assigned (at load 38 the
+    # first report after it had broker-a's two only): awaited, not asserted at once.
+    eventually(lambda: topic_queues() == 4)
 
     ids = []
     for i in range(20):
@@ -166,9 +178,9 @@ def test_orders_are_consumed_and_lag_falls_to_zero(
         assert any(line.startswith("messaging_process_duration_seconds_count")
                    and line.endswith(" 20.0") for line in durations), text  # fmt: skip
     assert service.get("/health/live").json() == {"live": True}
-    elapsed = service.stop(timeout=30)
+    service.stop(timeout=120)
     assert service.exited_cleanly(), service.log.read_text()
-    assert elapsed < 15
+    assert "shutdown_timeout" not in service.log.read_text()  # nothing ran: nothing cut
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -185,29 +197,40 @@ def test_sigterm_during_slow_handlers_loses_no_order(
     shutdown_timeout = 0.5  # shorter than a handler: the running ones are cancelled
     common = {"ORDERS_TOPIC": topic, "ORDERS_GROUP": group,
               "ORDER_SHUTDOWN_TIMEOUT": str(shutdown_timeout)}  # fmt: skip
-    # Each order takes 1.5 s, 16 at a time: SIGTERM comes when the first 16 are done
-    # and the next ones run; those are cancelled after shutdown_timeout, uncommitted.
+    # 1.5 s an item, 16 orders at a time: 16 orders of one item are done first, then
+    # 44 of 400 items (600 s each) run when SIGTERM comes. They are cancelled after
+    # shutdown_timeout, uncommitted: a close that waited for them instead fails at the
+    # 120 s its exit is awaited.
     first = services(framework, **common, ORDER_PROCESSING_SECONDS="1.5",
                      ORDERS_JOURNAL=str(journal1))  # fmt: skip
     first.wait_listening()
     eventually(lambda: first.get("/health/ready").status_code == 200)
-    posted = set()
-    for i in range(60):
-        created = first.http.post("/orders", json={"item": f"i{i}"})
-        assert created.status_code == 201, created.text
-        posted.add(created.json()["id"])
+
+    def post(n: int, quantity: int) -> set[str]:
+        ids = set()
+        for i in range(n):
+            created = first.http.post("/orders", json={"item": f"i{i}", "quantity": quantity})
+            assert created.status_code == 201, created.text
+            ids.add(created.json()["id"])
+        return ids
+
     def first_done() -> set[str]:
         return set(journal1.read_text().split()) if journal1.exists() else set()
 
-    eventually(lambda: len(first_done()) >= 16)
+    quick = post(16, 1)
+    eventually(lambda: first_done() == quick)
+    posted = quick | post(44, 400)
     eventually(lambda: first.get("/health").json()["consumers"][0]["in_flight"] > 0)
-    elapsed = first.stop(timeout=60)
+    elapsed = first.stop(timeout=120)
     assert first.exited_cleanly(), first.log.read_text()
-    # uvicorn / run_app close, then the consumer drains within shutdown_timeout, commits
-    # and unregisters (bounded by a few request timeouts).
-    assert elapsed < shutdown_timeout + 8, first.log.read_text()
+    # uvicorn / run_app close, then the consumer drains within shutdown_timeout (its
+    # warning names the bound it kept and the handlers it cut), commits and unregisters.
+    cut = [line for line in first.log.read_text().splitlines() if "shutdown_timeout" in line]
+    assert len(cut) == 1 and f"timeout={shutdown_timeout}" in cut[0], (
+        f"exit {first.proc.returncode} after {elapsed:.1f} s:\n{first.log.read_text()}"
+    )
     done_first = first_done()
-    assert 16 <= len(done_first) < len(posted)  # some finished, some did not
+    assert done_first == quick  # the slow ones were cut, not finished
 
     second = services(framework, **common, ORDERS_JOURNAL=str(journal2))
     second.wait_listening()
@@ -215,13 +238,15 @@ def test_sigterm_during_slow_handlers_loses_no_order(
     def second_done() -> set[str]:
         return set(journal2.read_text().split()) if journal2.exists() else set()
 
-    eventually(lambda: posted - done_first <= second_done(), timeout=60)
+    eventually(lambda: posted - done_first <= second_done())
     # Nothing lost: every order was processed by one instance or the other; what the
     # first finished was committed, so the second got at most the in-flight window again.
     assert done_first | second_done() == posted
     redone = done_first & second_done()
-    print(f"posted {len(posted)}, first finished {len(done_first)} (stopped in {elapsed:.1f} s), "
-          f"second {len(second_done())}, processed twice {len(redone)}")
+    print(
+        f"posted {len(posted)}, first finished {len(done_first)} (stopped in {elapsed:.1f} s), "
+        f"second {len(second_done())}, processed twice {len(redone)}"
+    )
     assert len(redone) <= 16, f"{len(redone)} finished orders processed again"
-    second.stop(timeout=30)
+    second.stop(timeout=120)
     assert second.exited_cleanly(), second.log.read_text()
