@@ -929,13 +929,15 @@ def test_grpc_producer_seed(seed: int) -> None:
 
 
 def test_memory_within_cache_is_judged_by_each_held_messages_state() -> None:
-    """grpc_restart 1041: 0.5 s after the Proxy had m-0..9 acked, the renewer held 2
-    messages; both were late-0 (published while the Proxy was down) in its slow handler
-    and its copy, unsettled: in hand, not a leak (the old count called them settled)."""
+    """grpc_restart 1041: 0.5 s after the Proxy had m-0..9 acked, the renewer still held
+    late-0 (published while the Proxy was down) in its slow handler, unsettled: in
+    hand, not a leak (the old count called it settled). How many are in hand is the
+    client's timing: 2 (late-0 and a copy) until 3779124, whose session sends no
+    receive between a release's termination and the settings again; 1 since."""
     report = _run(1041, "grpc_restart")
     assert report.ok, str(report)
     last = report.history.of("held")[-1].info
-    assert (last["in_hand"], last["count"], last["stranded"]) == (2, 0, 0)
+    assert last["in_hand"] >= 1 and (last["count"], last["stranded"]) == (0, 0), last
 
 
 @pytest.mark.parametrize("defect", ["forget", "strand"])
