@@ -72,6 +72,24 @@ def create_unique_id() -> str:
     return _switch(now)
 
 
+def _start_afresh_in_a_forked_child() -> None:
+    """A forked child is another process: its ids take a prefix of their own (its pid,
+    new random bytes). Kept, the parent's prefix and millisecond state gave the child the
+    very ids the parent makes in the same millisecond (an application that dedups by
+    message id drops one of the two). The lock too: a thread of the parent may have held
+    it at the fork, and no thread of the child will ever let it go."""
+    global _uid_lock, _uid_prefix, _uid_month, _uid_next, _uid_state
+    _uid_lock = threading.Lock()
+    _uid_prefix = ""
+    _uid_month = (0, -1)
+    _uid_next = itertools.count().__next__
+    _uid_state = (-1, "", 0)
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows, which does not fork)
+    os.register_at_fork(after_in_child=_start_afresh_in_a_forked_child)
+
+
 def _switch(now: int) -> str:
     """The id that starts a head: a new millisecond ``now``, a clock that stepped back
     (the last head's millisecond goes on), or a full sequence (the next millisecond)."""

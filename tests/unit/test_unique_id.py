@@ -104,3 +104,27 @@ def test_unique_ids_are_unique_across_threads_switching_milliseconds(
     for r in results:  # each thread's time parts never go backwards
         times = [int(i[20:28], 16) for i in r]
         assert times == sorted(times)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_makes_ids_of_its_own() -> None:
+    """After a fork, parent and child make ids at once: none is the other's (before, the
+    child kept the parent's prefix and millisecond state, so both made the same ids in
+    the same millisecond)."""
+    create_unique_id()  # the parent's prefix and state are set before the fork
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its ids to the parent, then out without pytest's exit
+        try:
+            os.write(write, ",".join(create_unique_id() for _ in range(2000)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    parent_ids = {create_unique_id() for _ in range(2000)}
+    with os.fdopen(read, "rb") as pipe:
+        child_ids = set(pipe.read().decode().split(","))
+    os.waitpid(pid, 0)
+    assert len(child_ids) == 2000
+    assert not parent_ids & child_ids
+    # the child's prefix is its own (pid and random bytes), so no millisecond collides
+    assert {i[:20] for i in child_ids}.isdisjoint({i[:20] for i in parent_ids})
