@@ -65,6 +65,12 @@ def _client_id(stream: Stream[Any, Any]) -> str:
     return str(stream.metadata.get("x-mq-client-id", "")) if stream.metadata else ""
 
 
+#: the answer of 5.5.0's ReceiveMessageActivity to a client whose settings it does not
+#: hold (it reads them first)
+SETTINGS_IS_NULL = pb.ReceiveMessageResponse(
+    status=pb.Status(code=pb.Code.INTERNAL_SERVER_ERROR, message='"settings" is null')
+)
+
 ReceiveMode = Literal["ok", "unavailable", "reset", "hang", "stall"]
 _PATH = "/apache.rocketmq.v2.MessagingService/"
 _OK = pb.Status(code=pb.Code.OK, message="OK")
@@ -443,9 +449,7 @@ class FakeProxy:
         self.receive_started.set()
         if _client_id(stream) not in self._known:
             self.receives_without_settings += 1
-            await stream.send_message(pb.ReceiveMessageResponse(status=pb.Status(
-                code=pb.Code.INTERNAL_SERVER_ERROR, message='"settings" is null'
-            )))  # fmt: skip
+            await stream.send_message(SETTINGS_IS_NULL)
             return
         if self.receive_refusal is not None:
             await stream.send_message(pb.ReceiveMessageResponse(status=pb.Status(

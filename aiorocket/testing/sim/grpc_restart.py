@@ -22,6 +22,7 @@ from aiorocket._extras import needs_extra
 
 with needs_extra("grpc", "aiorocket.testing.sim.grpc_restart (the gRPC restart workload)"):
     from aiorocket.grpc import _pb as pb
+    from aiorocket.testing.fake_grpc import _client_id
     from aiorocket.testing.sim.grpc_workload import _phase
     from aiorocket.testing.sim.proxy import SimProxy
 
@@ -34,10 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["RestartingProxy", "grpc_restart"]
 
 Handler = Callable[[Any], Awaitable[None]]
-
-
-def _client(stream: Stream[Any, Any]) -> str:
-    return str(stream.metadata.get("x-mq-client-id", "")) if stream.metadata else ""
 
 
 class RestartingProxy(SimProxy):
@@ -55,8 +52,8 @@ class RestartingProxy(SimProxy):
         async for cmd in stream:
             kind, settings = pb.oneof(cmd, "command")
             if kind == "settings":
-                self.known.add(_client(stream))
-                self.on_settings(_client(stream))
+                self.known.add(_client_id(stream))
+                self.on_settings(_client_id(stream))
                 await stream.send_message(pb.TelemetryCommand(status=pb.Status(
                     code=pb.Code.OK, message="OK"), settings=settings))  # fmt: skip
 

@@ -54,7 +54,7 @@ with needs_extra("grpc", "aiorocket.testing.sim.proxy (the simulated Proxy)"):
     from grpclib.exceptions import GRPCError
 
 from aiorocket.grpc import _pb as pb
-from aiorocket.testing.fake_grpc import FakeProxy, _client_id
+from aiorocket.testing.fake_grpc import SETTINGS_IS_NULL, FakeProxy, _client_id
 
 if TYPE_CHECKING:
     from grpclib.server import Stream
@@ -199,8 +199,7 @@ class SimProxy(FakeProxy):
             # client promises never to send one then (docs/grpc.md), so the checker
             # counts it (``receive_refused``: ``receives_after_settings``)
             self.history.add("receive_refused", "", why="settings is null")
-            await stream.send_message(pb.ReceiveMessageResponse(status=pb.Status(
-                code=pb.Code.INTERNAL_SERVER_ERROR, message='"settings" is null')))  # fmt: skip
+            await stream.send_message(SETTINGS_IS_NULL)
             return
         index = self.receives
         self.receives += 1
