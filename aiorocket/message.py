@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -398,8 +399,15 @@ def _defer_fields(cls: type[MessageExt], defaults: Mapping[str, Any]) -> None:
             setattr(cls, name, _defaulted(default, slot))
 
 
-#: the fields whose properties ``__init__`` stores past
-_STORED_PAST = {*_DEFERRED, "properties"}
+#: the fields whose properties every class's ``__init__`` stores past
+_STORED_PAST = frozenset({*_DEFERRED, "properties"})
+
+#: each class's own unset defaults, as given to ``init_stores_slots``: a class gets its
+#: own and its bases' (a subclass's slot of the same name needs the property again on
+#: Python 3.10, see ``_defer_fields``), no other class's. When every call widened one
+#: set, a class set up later with a field of such a name but no property over it had
+#: its ``__init__`` store that field into a slot the class does not have.
+_DEFAULTS: weakref.WeakKeyDictionary[type, Mapping[str, Any]] = weakref.WeakKeyDictionary()
 
 
 def init_stores_slots(cls: type[MessageExt], defaults: Mapping[str, Any] | None = None) -> None:
@@ -413,13 +421,16 @@ def init_stores_slots(cls: type[MessageExt], defaults: Mapping[str, Any] | None 
     ``defaults``: fields of ``cls`` (and its subclasses) that read as the given value
     while their slot is unset, so that a decoder may leave them unset: the fields a
     message seldom changes (benchmarks/README.md, "Round 15")."""
-    if defaults:
-        _STORED_PAST.update(defaults)
-    _defer_fields(cls, defaults or {})
+    _DEFAULTS[cls] = dict(defaults or {})
+    inherited: dict[str, Any] = {}
+    for c in reversed(cls.__mro__):  # the nearest class's default wins
+        inherited.update(_DEFAULTS.get(c, {}))
+    stored_past = _STORED_PAST | inherited.keys()
+    _defer_fields(cls, inherited)
     init = cls.__init__
     code = init.__code__
     init.__code__ = code.replace(
-        co_names=tuple(_slot_name(n) if n in _STORED_PAST else n for n in code.co_names)
+        co_names=tuple(_slot_name(n) if n in stored_past else n for n in code.co_names)
     )
 
 

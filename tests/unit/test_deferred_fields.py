@@ -8,12 +8,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aiorocket.message import _DEFERRED, MessageExt
+from aiorocket.message import _DEFERRED, MessageExt, init_stores_slots
 from aiorocket.protocol.message_codec import decode_messages
 from aiorocket.protocol.store_record import encode_stored_message
 from aiorocket.received import ConsumerMessage, PopMessage
@@ -128,6 +129,49 @@ def test_a_message_without_init_or_head_has_no_fields() -> None:
     m = object.__new__(ConsumerMessage)
     with pytest.raises(AttributeError, match="born_host"):
         _ = m.born_host
+
+
+_REQUIRED: dict[str, Any] = {"topic": "t", "body": b"", "properties": {}, "queue_id": 0,
+                             "queue_offset": 0, "commit_log_offset": 0}  # fmt: skip
+
+
+def test_a_class_stores_past_its_own_and_its_bases_defaults_not_another_classs() -> None:
+    """``init_stores_slots``'s defaults stay with their class and its subclasses. A class
+    set up after ConsumerMessage with a field of the name of one of its defaults
+    (``_trace``) but no default of its own keeps that field in its own slot. Fails on the
+    code before: every call widened one module-level set, and that class's ``__init__``
+    stored ``_trace`` into ``__trace``, a slot it does not have (AttributeError)."""
+
+    @dataclasses.dataclass(slots=True, eq=False)
+    class Traced(MessageExt):
+        _trace: str | None = None
+
+    init_stores_slots(Traced)
+    assert Traced(**_REQUIRED, _trace="kept")._trace == "kept"
+    assert "_trace" in Traced.__init__.__code__.co_names  # stored through its own slot
+
+    @dataclasses.dataclass(slots=True, eq=False)
+    class Hinted(MessageExt):
+        _hint: str | None = None
+
+    init_stores_slots(Hinted, {"_hint": None})
+
+    @dataclasses.dataclass(slots=True, eq=False)
+    class Later(MessageExt):
+        _hint: str | None = None
+
+    init_stores_slots(Later)  # Hinted's default is not Later's
+    assert Later(**_REQUIRED, _hint="kept")._hint == "kept"
+
+    @dataclasses.dataclass(slots=True, eq=False)
+    class HintedMore(Hinted):
+        extra: int = 0
+
+    init_stores_slots(HintedMore)  # a subclass stores past its base's defaulted field
+    assert "__hint" in HintedMore.__init__.__code__.co_names
+    m = HintedMore(**_REQUIRED, _hint="kept")
+    assert m._hint == "kept" and getattr(HintedMore, "__hint").__get__(m) == "kept"
+    assert dataclasses.replace(m, _hint=None)._hint is None
 
 
 @pytest.mark.parametrize("cls", [MessageExt, ConsumerMessage, PopMessage])
