@@ -77,18 +77,27 @@ def health_routes(service: RocketMQService, path: str = "/health") -> list[web.R
 
 
 def _forget_run_apps_cancel() -> None:
-    """``web.run_app`` stops on SIGTERM/SIGINT by cancelling the task that runs the app,
-    then runs the cleanup in that task, in the ``finally`` that handles the cancellation.
-    The cancellation still counts there (``Task.cancelling()``), so anyio takes each cancel
-    scope the close cancels and leaves (the lag refresher's, a client's task group) for
-    that outside cancellation and raises it again: every client closed after it was told
-    it was cancelled, and a consumer skipped its drain (``shutdown_timeout``), cutting its
-    running handlers at once. The cleanup is the handling of that cancellation: it is
-    uncounted (a cancellation that comes during the cleanup counts as usual)."""
+    """``web.run_app`` stops on SIGTERM/SIGINT by cancelling the task that runs the app
+    (its ``_run_app``) once, then runs the cleanup in that task, in the ``finally`` that
+    handles the cancellation. The cancellation still counts there (``Task.cancelling()``),
+    so anyio takes each cancel scope the close cancels and leaves (the lag refresher's, a
+    client's task group) for that outside cancellation and raises it again: every client
+    closed after it was told it was cancelled, and a consumer skipped its drain
+    (``shutdown_timeout``), cutting its running handlers at once. The cleanup is the
+    handling of that cancellation: it is uncounted, and only it. An app run by its own
+    ``AppRunner`` in a task that something else cancels (a cancel scope it is embedded
+    in, the program's shutdown) closes as cancelled, and that cancellation still counts
+    for whoever handles it after the cleanup (a cancel scope decides by the count whether
+    the cancellation is its own to swallow). A cancellation that comes during the cleanup
+    counts as usual."""
     task = asyncio.current_task()
-    if task is not None and sys.version_info >= (3, 11):
-        while task.cancelling():
-            task.uncancel()
+    if task is None or sys.version_info < (3, 11) or not task.cancelling():
+        return
+    # run_app's own task runs aiohttp's _run_app: nothing else cancels it, and run_app
+    # cancels it once (the second, an other's, counts)
+    run_app = getattr(getattr(web, "_run_app", None), "__code__", None)
+    if run_app is not None and getattr(task.get_coro(), "cr_code", None) is run_app:
+        task.uncancel()
 
 
 def setup(

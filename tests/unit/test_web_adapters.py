@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import sys
 from types import TracebackType
+from typing import Any
 
+import anyio
 import httpx
 import pytest
 from aiohttp import web
@@ -87,44 +91,96 @@ async def test_aiohttp_setup_runs_the_service_with_the_app() -> None:
     assert service.exited == 1 and not service.ready()
 
 
+def _two_consumers_app(cluster: FakeCluster) -> tuple[web.Application, RocketMQService]:
+    """An app with two consumers on ``cluster``, telemetry on (as where OpenTelemetry is
+    installed: the lag refresher's task group runs)."""
+    service = RocketMQService(cluster.namesrv.address, from_env=False, telemetry=True)
+    for group in ("g1", "g2"):
+        consumer = Consumer(group, cluster.namesrv.address, handler=_ignore,
+                            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                            **FAST)  # fmt: skip
+        consumer.subscribe(TOPIC)
+        service.add_consumer(consumer)
+    app = web.Application()
+    rmq_aiohttp.setup(app, service)
+    return app, service
+
+
+def _closed(logs: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+    return sorted((e["group"], e["graceful"]) for e in logs if e["event"] == "consumer_closed")
+
+
 async def test_aiohttp_run_apps_stop_closes_every_consumer_gracefully() -> None:
     """``web.run_app`` stops by cancelling the task that runs the app, then runs the
     cleanup in it. That cancellation still counted there: anyio raised it again as the
     close left the lag refresher's task group (telemetry on, as where OpenTelemetry is
     installed), so every consumer was told it was cancelled (``graceful=False``) and cut
     its running handlers at once, without its ``shutdown_timeout`` (the aiohttp order
-    service logged no drain; the FastAPI one did)."""
+    service logged no drain; the FastAPI one did). aiohttp's own ``run_app`` here, in a
+    thread of its own with its own loop, stopped as its SIGTERM handler stops it (it
+    raises ``GracefulExit`` in that loop); the fake cluster runs in the test's loop."""
     cluster = FakeCluster({"broker-a": [FakeBroker("broker-a", 0)]})
-    started = asyncio.Event()
     async with running(cluster):
-        service = RocketMQService(cluster.namesrv.address, from_env=False, telemetry=True)
-        for group in ("g1", "g2"):
-            consumer = Consumer(group, cluster.namesrv.address, handler=_ignore,
-                                consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-                                **FAST)  # fmt: skip
-            consumer.subscribe(TOPIC)
-            service.add_consumer(consumer)
-        app = web.Application()
-        rmq_aiohttp.setup(app, service)
+        app, service = _two_consumers_app(cluster)
+        started, here = asyncio.Event(), asyncio.get_running_loop()
 
-        async def run_app() -> None:  # web.run_app's _run_app, without signals and sites
-            runner = web.AppRunner(app, handle_signals=False)
-            await runner.setup()
-            try:
-                started.set()
-                await asyncio.sleep(3600)
-            finally:
-                await runner.cleanup()
+        async def tell_started(app: web.Application) -> None:  # after the service's start
+            here.call_soon_threadsafe(started.set)
+
+        app.on_startup.append(tell_started)
+        its_loop = asyncio.new_event_loop()  # run_app closes it
+        serve = functools.partial(web.run_app, app, host="127.0.0.1", port=0, print=None,
+                                  handle_signals=False, loop=its_loop)  # fmt: skip
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(anyio.to_thread.run_sync, serve))
+                await started.wait()
+                assert service.ready()
+                its_loop.call_soon_threadsafe(_graceful_exit)  # as on SIGTERM
+    assert _closed(logs) == [("g1", True), ("g2", True)]
+
+
+def _graceful_exit() -> None:
+    raise web.GracefulExit  # what run_app's SIGINT/SIGTERM handler does
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout, Task.cancelling")
+async def test_an_embedded_apps_cleanup_leaves_an_outer_cancellation_counted() -> None:
+    """An app run by its own ``AppRunner`` in a task of a larger program, under a deadline
+    of its own (``asyncio.timeout``), and the program cancels that task as the deadline
+    passes: asyncio throws one ``CancelledError`` for both, and the timeout turns it into
+    its ``TimeoutError`` only if the task's cancellation count says nothing else asked.
+    The cleanup no longer uncounts what is not run_app's: the program's cancellation
+    propagates, and the consumers close as cancelled. Before, the cleanup uncounted every
+    pending cancellation: the timeout took the program's for its own and raised
+    ``TimeoutError``, which the program's code may catch and go on."""
+    cluster = FakeCluster({"broker-a": [FakeBroker("broker-a", 0)]})
+    async with running(cluster):
+        app, service = _two_consumers_app(cluster)
+        started = asyncio.Event()
+        deadline: list[asyncio.Timeout] = []
+
+        async def embedded() -> None:
+            async with asyncio.timeout(None) as its_deadline:
+                deadline.append(its_deadline)
+                runner = web.AppRunner(app, handle_signals=False)
+                await runner.setup()
+                try:
+                    started.set()
+                    await asyncio.Event().wait()
+                finally:
+                    await runner.cleanup()
 
         with capture_logs() as logs:
-            task = asyncio.create_task(run_app())
+            task = asyncio.create_task(embedded())
             await started.wait()
             assert service.ready()
-            task.cancel()  # as run_app on SIGTERM
+            deadline[0].reschedule(asyncio.get_running_loop().time())  # passes now
+            task.cancel()  # and the program cancels the task, before it runs again
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-    closed = [(e["group"], e["graceful"]) for e in logs if e["event"] == "consumer_closed"]
-    assert sorted(closed) == [("g1", True), ("g2", True)]
+        assert task.cancelled()  # not TimeoutError
+    assert _closed(logs) == [("g1", False), ("g2", False)]
 
 
 async def _ignore(msg: object) -> None:
