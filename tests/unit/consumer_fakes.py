@@ -481,6 +481,7 @@ class PopBroker(FakeBroker):
         self.polling_full = 0
         self.empty_at_once = False
         self.pops = 0
+        self.popped = anyio.Event()  # set (and replaced) at every pop
         self.pops_with_messages = 0
         self.refuse_send_back = False
         #: commit-log offsets of the records sent back (to the DLQ)
@@ -526,6 +527,8 @@ class PopBroker(FakeBroker):
 
     async def _pop(self, cmd: RemotingCommand) -> RemotingCommand:
         self.pops += 1
+        self.popped.set()
+        self.popped = anyio.Event()
         if self.polling_full:
             self.polling_full -= 1
             return RemotingCommand.response_to(cmd, POLLING_FULL, "polling full")
