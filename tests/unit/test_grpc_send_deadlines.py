@@ -5,6 +5,10 @@ callers' messages. The request runs while any of its callers waits (issue 39, it
 and a retry leaves out the messages whose callers have gone, so after a caller got its
 ``RequestTimeoutError`` or was cancelled no attempt carrying its message starts. Against
 the fake Proxy, which records when each SendMessage request came and what it carried.
+
+On a virtual clock (the simulator's ``VirtualTimeLoop``, ``time.monotonic`` the loop's:
+the fake Proxy and the producer in one loop): the deadlines, hangs and delays below are
+exact whatever the machine's load, and cost no wall clock.
 """
 
 from __future__ import annotations
@@ -23,13 +27,20 @@ from aiorocket.errors import ProxyUnavailableError, RequestTimeoutError
 from aiorocket.message import Message
 from aiorocket.producer import Producer
 from aiorocket.testing.fake_grpc import FakeProxy
+from aiorocket.testing.sim.vloop import VirtualTimeLoop
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+def anyio_backend() -> object:
+    return ("asyncio", {"loop_factory": VirtualTimeLoop})  # grpclib is asyncio-only
+
+
+@pytest.fixture(autouse=True)
+def _virtual_monotonic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The producer's deadlines and grpclib's read ``time.monotonic``: the loop's clock."""
+    monkeypatch.setattr(time, "monotonic", anyio.current_time)
 
 
 def record_send_attempts(producer: Producer) -> list[float]:
@@ -150,7 +161,6 @@ async def test_a_send_keeps_its_own_timeout_in_a_request_shared_with_a_shorter_o
         assert sorted(m.body for m in proxy.sent) == [b"warm-up", b"x", b"y", b"z"]
 
 
-
 @asynccontextmanager
 async def _proxy_down(retries: int, auto_batch: bool) -> AsyncIterator[tuple[FakeProxy, Producer]]:
     """A producer (5 s send timeout) that sent once, and its Proxy stopped since."""
@@ -188,8 +198,7 @@ async def test_a_send_with_no_retries_still_fails_at_once_when_the_proxy_is_down
     """``retries=0`` asks for one attempt: an unreachable Proxy fails it at once."""
     async with _proxy_down(0, False) as (proxy, producer):
         # At once, not backing off until the Proxy is back (it stays down) or its
-        # timeout (600 s): 60 s is a hang's guard (it was `< 1.0` s of wall clock
-        # against 5 s).
+        # timeout (600 s): the 60 s guard (virtual) fails a send that backs off.
         with anyio.fail_after(60), pytest.raises(ProxyUnavailableError):
             await producer.send(Message("t", b"during"), timeout=600)
         await proxy.start()
