@@ -185,6 +185,18 @@ def _one_message_consumer(proxy: FakeProxy, handle: Any, **settings: Any) -> Con
     return consumer
 
 
+async def _refused_then_a_broken_receive(proxy: FakeProxy, runtime: PopRuntime) -> None:
+    """Once rh0's ack was refused (retriable), a receive stream breaks (m2 written,
+    never arriving), and the consumer's release follows: until its termination."""
+    with anyio.fail_after(10):  # the refusal answered to the client: no event
+        while runtime.acks.retried < 1:  # noqa: ASYNC110
+            await anyio.sleep(0.005)
+    proxy.receive_mode = "reset"
+    proxy.messages = [_message(1), _message(2)]
+    with anyio.fail_after(10):
+        await proxy.termination_seen.wait()
+
+
 async def test_an_owed_ack_goes_before_the_release_that_follows_a_broken_receive(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -200,17 +212,43 @@ async def test_an_owed_ack_goes_before_the_release_that_follows_a_broken_receive
         proxy.ack_failures = 1
         consumer = _one_message_consumer(proxy, _ok)
         async with consumer:
-            runtime = _runtime(consumer)
-            with anyio.fail_after(10):  # the refusal answered to the client: no event
-                while runtime.acks.retried < 1:  # noqa: ASYNC110
-                    await anyio.sleep(0.005)
-            proxy.receive_mode = "reset"
-            proxy.messages = [_message(1), _message(2)]  # m2 written, never arrives
-            with anyio.fail_after(10):
-                while not proxy.acked_at_termination:  # noqa: ASYNC110 - no event
-                    await anyio.sleep(0.005)
+            await _refused_then_a_broken_receive(proxy, _runtime(consumer))
         assert "rh0" in proxy.acked_at_termination[0]
         assert proxy.acked.count("rh0") == 1
+
+
+async def test_a_handled_message_whose_ack_the_release_did_not_get_through_is_not_handled_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """m0 handled, its ack refused (retriable), and refused again when it goes ahead of
+    the release that follows a broken receive: the termination frees m0, and the Proxy
+    hands it back to this consumer (rh0b). The copy of a handled message whose ack is
+    owed is acked with its new handle, not handed to the application again. Before, the
+    message counted as settled once its ack was queued, and the copy was handled a
+    second time (calls ['id0', 'id1', 'id0'])."""
+    monkeypatch.setattr(acks_module, "FIRST_BACKOFF", 60.0)
+    monkeypatch.setattr(acks_module, "MAX_BACKOFF", 60.0)
+    calls: list[str] = []
+
+    async def handle(msg: ConsumerMessage) -> None:
+        calls.append(msg.msg_id)
+
+    async with FakeProxy() as proxy:
+        proxy.ack_failures = 10**6  # every ack refused until the termination
+        consumer = _one_message_consumer(proxy, handle)
+        async with consumer:
+            runtime = _runtime(consumer)
+            await _refused_then_a_broken_receive(proxy, runtime)
+            assert "rh0" not in proxy.acked_at_termination[0]  # refused at the release too
+            proxy.ack_failures = 0
+            proxy.receive_mode = "ok"
+            proxy.messages = [_copy(0, "rh0b")]  # freed by the termination, back to us
+            with anyio.fail_after(10):
+                while "rh0b" not in proxy.acked:
+                    await proxy.wait_acked()
+            assert calls.count("id0") == 1, calls
+        assert len(runtime.in_hand) == 0  # let go of as the close ended the owed acks
+    assert calls.count("id0") == 1, calls
 
 
 async def test_owed_acks_cut_short_before_the_release_go_back_to_the_flusher(

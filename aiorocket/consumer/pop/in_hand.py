@@ -33,7 +33,24 @@ a receive pays one call (``handed_on``: the pass is stale after it). A first del
 pays nothing (``admit`` and ``settled`` return at once for it). The message found is
 not indexed (its settling stays as cheap): a further copy finds it by the same search.
 Two stored messages with one id (a producer's retry) in hand at once are handled once
-and both settled by that call. The remoting pull consumer follows the same rule for a
+and both settled by that call.
+
+A message stays in hand after its handler succeeded until its ack is answered (or
+refused for good, or handed to the close): *handled, not acked*. The termination that
+follows a broken receive frees such a message too when its ack is still refused then
+(the owed acks go first, ``Session.release_held``, but a Proxy may refuse them again),
+and the Proxy may hand it back to this consumer: handled again, it would be a duplicate
+outside the in-flight window, an avoidable one. So a copy of a handled message whose
+ack is not answered is not dispatched: ``admit`` says ``HANDLED``, and the receiver
+acks the copy's handle at once (``Settler.finish``): the application handled the
+message, and the copy's handle is the one the server now renews (the first is stale
+after the release). The index then names the copy, the newest handle: a further copy
+finds it while its ack is owed. Such an entry leaves the index when its ack is done
+with (``AckBatcher``'s ``forget``: answered, refused for good, or left to the close,
+which releases it), so the index holds no more than the renewer does (which keeps a
+message until its ack is done with): the cache and the owed acks. A copy that comes
+after the ack was answered, or refused for good (the message then released on purpose),
+is a new delivery and handled. The remoting pull consumer follows the same rule for a
 retry-topic copy of a message in a handler call (``aiorocket.consumer.in_hand``, whose
 ``same_message`` both use).
 """
@@ -48,7 +65,12 @@ from aiorocket.consumer.in_hand import hashable, same_message
 if TYPE_CHECKING:
     from aiorocket.received import PopMessage
 
-__all__ = ["InHand"]
+__all__ = ["ATTACHED", "DISPATCH", "HANDLED", "InHand"]
+
+#: what ``InHand.admit`` makes of a received message: hand it to the application; a copy
+#: of a message in hand, attached to it (settled by its outcome); a copy of a message
+#: handled whose ack is not answered yet (acked at once, not handled again)
+DISPATCH, ATTACHED, HANDLED = 0, 1, 2
 
 
 def _key(msg: PopMessage) -> str:
@@ -78,24 +100,31 @@ class InHand:
         #: None: not gathered
         self._unkeyed: dict[bytes, list[PopMessage]] | None = None
 
-    def admit(self, msg: PopMessage) -> bool:
-        """Index ``msg``; False (and attached to it) when it is a copy of one in hand."""
+    def admit(self, msg: PopMessage) -> int:
+        """Index ``msg``: ``DISPATCH``; or ``ATTACHED`` to the message in hand it is a
+        copy of; or ``HANDLED``: a copy of a handled message whose ack is owed (the
+        caller acks it, see the module doc)."""
         key = _key(msg)
         if not key:
-            return True
+            return DISPATCH
         held = self._by_id.get(key)
         if held is None and not msg._message_id and self._held is not None:
             held = self._unindexed(msg, key)
+        if held is None or held is msg:
+            self._by_id[key] = msg
+            return DISPATCH
         # a message whose retry is being asked for is still in hand: a copy handled now
         # would come back before the retry's delay (NotifyClientTermination released it)
-        if held is None or (held._settled and not held._nacking) or held is msg:
-            self._by_id[key] = msg
-            return True
+        if held._settled and not held._nacking:
+            self._by_id[key] = msg  # (a handled one's copy: its handle is the live one)
+            # handled, its ack not answered (success, or a dead-lettering's ack): the
+            # copy is acked, not handled again; else settled for good: a new delivery
+            return HANDLED if held._ack_state else DISPATCH
         if held._copies is None:
             held._copies = [msg]
         else:
             held._copies.append(msg)
-        return False
+        return ATTACHED
 
     def _unindexed(self, msg: PopMessage, key: str) -> PopMessage | None:
         """A remoting redelivery's first delivery still in hand, not indexed (its id was
@@ -124,7 +153,10 @@ class InHand:
         self._unkeyed = None
 
     def settled(self, msg: PopMessage) -> None:
-        """``msg`` is settled: no longer in hand."""
+        """``msg`` is settled, or its ack done with: no longer in hand once both are
+        (a handled message stays while its ack is owed, see the module doc)."""
+        if msg._ack_state:
+            return  # the ack batcher calls again when the ack is done with
         key = _key(msg)
         if key and self._by_id.get(key) is msg:
             del self._by_id[key]

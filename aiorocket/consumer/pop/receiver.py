@@ -6,7 +6,8 @@ room, so slow handlers stop the consumer from popping more (messages that would 
 invisible to the rest of the group) instead of growing memory. A received batch is
 held by the renewer at once, split by ``PopQueue``
 and delivered to the strategy, but for copies of messages still in hand
-(``aiorocket.consumer.pop.in_hand``).
+(``aiorocket.consumer.pop.in_hand``): attached to the message in hand, or, when it was
+handled and its ack is owed, acked at once.
 
 While the consumer is behind (a receive came back full: messages were waiting beyond
 its batch), ``PopSource.behind_receivers`` more loops receive beside them, and park
@@ -41,6 +42,7 @@ import anyio
 
 from aiorocket._signal import Signal
 from aiorocket.consumer.pauses import Pauses
+from aiorocket.consumer.pop.in_hand import DISPATCH, HANDLED
 from aiorocket.errors import RocketMQError
 from aiorocket.received import ConsumerMessage, PopMessage
 
@@ -231,16 +233,21 @@ class Receiver:
         settler = self._settler
         admit = self._in_hand.admit
         split: dict[int, tuple[PopQueue, bool, list[PopMessage], list[PopMessage]]] = {}
+        handled: list[PopMessage] = []
         try:
             for msg in messages:
                 msg._settler = settler
+                verdict = admit(msg)
+                if verdict == HANDLED:
+                    handled.append(msg)  # in no queue: acked below, never delivered
+                    continue
                 pq, new = self._queues.queue_of(msg)
                 msg._pq = pq
                 entry = split.get(id(pq))
                 if entry is None:
                     entry = split[id(pq)] = (pq, new, [], [])
                 # A copy of a message in hand is counted and held, not dispatched (in_hand).
-                (entry[2] if admit(msg) else entry[3]).append(msg)
+                (entry[2] if verdict == DISPATCH else entry[3]).append(msg)
         finally:
             self._in_hand.handed_on()
         delivery = self._delivery
@@ -253,6 +260,14 @@ class Receiver:
                                msg_ids=[m.message_id for m in copies][:8])  # fmt: skip
             if msgs:
                 delivery.deliver(pq, list[ConsumerMessage](msgs))
+        if handled:
+            # Copies of handled messages whose ack is owed (a release freed them): the
+            # application had them, so each copy's handle (the live one) is acked now;
+            # held by the renewer until that ack is done with, like any owed ack.
+            for msg in handled:
+                settler.finish(msg)
+            self._log.info("redelivered_after_handling", n=len(handled),
+                           msg_ids=[m.message_id for m in handled][:8])  # fmt: skip
 
 
 class _Arrivals:

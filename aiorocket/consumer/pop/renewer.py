@@ -145,8 +145,12 @@ class Renewer:
                 heapq.heapify(self._held)
                 self._empty = 0
 
-    def held(self) -> list[PopMessage]:
-        """Every held message not settled yet (those of a sweep in flight too)."""
+    def held(self, *, owed: bool = False) -> list[PopMessage]:
+        """Every held message not settled yet (those of a sweep in flight too);
+        ``owed``: and those settled whose ack is owed (in hand, ``in_hand``)."""
+        if owed:
+            held = [m for _, _, batch in self._held for m in batch if _in_hand(m)]
+            return held + [m for m in self._renewing if _in_hand(m)]
         held = [m for _, _, batch in self._held for m in batch if not m._settled]
         return held + [m for m in self._renewing if not m._settled]
 
@@ -236,6 +240,11 @@ class Renewer:
             hint="the server no longer knows this delivery: the message is delivered again",
         )  # fmt: skip
         self._on_lost(msg)
+
+
+def _in_hand(msg: PopMessage) -> bool:
+    """Unsettled, or handled with its ack owed."""
+    return not msg._settled or bool(msg._ack_state)
 
 
 def _renewable(msg: PopMessage) -> bool:

@@ -195,9 +195,19 @@ class PopRuntime:
             request_timeout=cfg.request_timeout, on_lost=self._lost, is_lost=source.lost,
             log=state.log,
         )  # fmt: skip
+        # In hand until its ack is done with, as the renewer holds it (in_hand): a copy
+        # the Proxy hands back meanwhile is acked, not handled again.
+        in_hand = self.in_hand = InHand(partial(self.renewer.held, owed=True))
+        forget = self.renewer.forget
+
+        def settled(msg: PopMessage) -> None:
+            """Settled, or its ack done with: each lets go once both are."""
+            in_hand.settled(msg)
+            forget(msg)
+
         self.acks = AckBatcher(
             source, ACK_DELAY, release=lambda msgs: self.settler.make_visible(msgs, bound),
-            forget=self.renewer.forget,
+            forget=settled,
         )  # fmt: skip
         # What a release of everything this client holds (gRPC's termination after a
         # broken receive) would free and hand out again: the successes whose ack waits
@@ -212,13 +222,6 @@ class PopRuntime:
                 state=state, settler=self.settler, ordered=self.fifo, commits=None, locks=None
             )
         )
-        in_hand = self.in_hand = InHand(self.renewer.held)
-        forget = self.renewer.forget
-
-        def settled(msg: PopMessage) -> None:
-            in_hand.settled(msg)
-            forget(msg)
-
         self.receiver = Receiver(
             source, PopQueues(self.budget, fifo=self.fifo, on_settled=settled),
             self.budget, self.renewer, in_hand,
