@@ -5,6 +5,19 @@ topic like any push consumer; which of the bind topic's lite topics it is served
 separate set it keeps on the Proxy with ``SyncLiteSubscription``. The Apache Proxy
 serves this only in cluster mode (5.5.0: in local mode it fails with a
 NullPointerException, reported as INTERNAL_SERVER_ERROR; see docs/consumer/lite.md).
+
+A sync is not gated by a session's release (``Session.admit``, which receives go
+through), and needs not be: the 5.5.0 Proxy reads no client settings for it
+(``ClientActivity.syncLiteSubscription``: the request's topic, group and lite topics
+checked, then ``ClientProcessor.syncLiteSubscription``: bind topic, quota, rate limit,
+then ``LiteSubscriptionService`` to every broker), so one that lands between a
+termination and the settings sent again is not refused as a receive is. And a lite
+consumer never releases: its receives are not auto-renewed, so a broken one sends no
+termination (``SimpleConsumer._holds_what_it_wrote``). Were it to, the termination
+would also drop its lite subscriptions on the brokers
+(``GrpcClientSettingsManager.offlineClientLiteSubscription``: a COMPLETE_REMOVE, not
+awaited, in no order with the resync that the settings after it start): one more reason
+a lite consumer must not release.
 """
 
 from __future__ import annotations
