@@ -60,6 +60,7 @@ from aiorocket.errors import (
     UnsupportedTransportError,
 )
 from aiorocket.grpc import _pb as pb
+from aiorocket.grpc._release_hold import ReleaseHold
 from aiorocket.grpc._transport import GrpcTransport, check_status
 from aiorocket.namespace import wrap
 
@@ -221,19 +222,10 @@ class Session:
         self._quiet = anyio.Event()
         #: when the close must be over (``close_bound`` after it began)
         self._close_deadline: float | None = None
-        #: set while a release's termination is still to go (``_hold``): receives wait,
-        #: and settings answered meanwhile (a new stream's) do not let them go
-        self._holding = False
-        #: set from the hold until the release registered again (no heartbeat of the
-        #: heartbeat loop meanwhile); the unset ``ready`` event the hold put in place
-        self._releasing = False
-        self._held_ready: anyio.Event | None = None
-        #: a release waits for the settings: their answer takes the hold for it
-        self._release_pending = False
-        #: settings-dependent requests (receives) let go while ``ready`` and not written
-        #: yet (``admit``): the termination waits for them; ``_all_written`` is set as
-        #: each is written or given up
-        self._unwritten = 0
+        #: where a release of held messages stands (``release_held``), and the receives
+        #: let go while ``ready`` not written yet (``admit``): the termination waits for
+        #: them; ``_all_written`` is set as each is written or given up
+        self._release = ReleaseHold()
         self._all_written = anyio.Event()
 
     # -- lifecycle -----------------------------------------------------------------
@@ -421,14 +413,14 @@ class Session:
         settings, and be refused (5.5.0: INTERNAL_SERVER_ERROR, ``"settings" is
         null``). Between the check and the write lie the connection's opening and its
         stream slots."""
-        self._unwritten += 1
+        self._release.admit()
         done = False
 
         def written() -> None:
             nonlocal done
             if not done:
                 done = True
-                self._unwritten -= 1
+                self._release.written()
                 self._all_written.set()
 
         return written
@@ -520,7 +512,7 @@ class Session:
             self._settings_seen.set()
             # While held, the termination still to go would drop these settings: the
             # release lets receives go after it (``_notify_and_register``).
-            if not self._ready.is_set() and not self._holding:
+            if not self._ready.is_set() and not self._release.holds_receives:
                 if self._down_since is not None:
                     down = round(time.monotonic() - self._down_since, 3)
                     self.log.info("telemetry_stream_restored", down_s=down)
@@ -528,7 +520,7 @@ class Session:
                 self._ready.set()
                 self.connections += 1
                 self._changed()
-                if self._release_pending:
+                if self._release.awaiting:
                     # In the same step: the receives woken with the release (a Proxy
                     # back) find the session held, not one whose termination is near.
                     self._hold()
@@ -624,7 +616,7 @@ class Session:
             await anyio.sleep(self.heartbeat_interval)
             if self._leaving:
                 return
-            if self._releasing:
+            if self._release.quiets_heartbeats:
                 # The release sends its own heartbeat after the settings; one of ours
                 # could reach the Proxy between its termination and those settings:
                 # refused (UNRECOGNIZED_CLIENT_TYPE).
@@ -743,34 +735,30 @@ class Session:
     async def _until_held(self) -> None:
         """Until the Proxy has this client's settings, with the hold (``_hold``) taken
         in the same step as they came: no receive woken by them goes first."""
-        self._release_pending = True
+        self._release.begin()
         try:
-            while not self._holding and not self._ready.is_set():
+            while self._release.awaiting and not self._ready.is_set():
                 await self._ready_changed()
         except BaseException:
-            if self._holding:  # taken for this release, which does not come
-                self._unhold()
+            self._unhold()  # (when taken for this release, which does not come)
             raise
-        finally:
-            self._release_pending = False
         self._hold()  # (taken already when the settings came while it waited)
 
     def _hold(self) -> None:
         """From now until the release's end no receive goes (``ready`` is False): one
         would race the termination. No heartbeat of the loop either."""
-        if self._holding:
+        if self._release.holds_receives:
             return
-        self._holding = self._releasing = True
         if self._ready.is_set():
-            self._ready = self._held_ready = anyio.Event()
+            self._ready = anyio.Event()
+            self._release.hold(self._ready)
         else:  # the settings are not there: their stream's event stays
-            self._held_ready = None
+            self._release.hold(None)
 
     def _unhold(self) -> None:
         """The release's end: receives go on, unless the settings are not there (a
         stream that broke meanwhile is the telemetry loop's to mark)."""
-        unready, self._held_ready = self._held_ready, None
-        self._holding = self._releasing = False
+        unready = self._release.end()
         if unready is not None and self._ready is unready and self._stream is not None:
             unready.set()
 
@@ -778,7 +766,7 @@ class Session:
         """Until the receives let go before the hold have their requests written
         (``admit``); bounded by a request timeout (a connection that never opens)."""
         with anyio.move_on_after(self.transport.request_timeout):
-            while self._unwritten:
+            while self._release.unwritten:
                 self._all_written = anyio.Event()
                 await self._all_written.wait()
 
@@ -796,7 +784,7 @@ class Session:
                 await self.notify_termination()
             finally:
                 # Settings answered from here came after the termination: they count.
-                self._holding = False
+                self._release.terminated()
             try:
                 await self.resync_settings()
             except ClientClosedError:
