@@ -940,6 +940,20 @@ def test_memory_within_cache_is_judged_by_each_held_messages_state() -> None:
     assert last["in_hand"] >= 1 and (last["count"], last["stranded"]) == (0, 0), last
 
 
+def test_grpc_restart_82012_a_handled_copy_whose_ack_is_owed_is_acked_not_handled() -> None:
+    """m-2 handled at its third attempt, its ack refused until 3.04; the Proxy hands it
+    out again meanwhile (attempt 4 at 0.06): the client acks that copy with the owed
+    ack's retries, it does not handle it again (aiorocket.consumer.pop.in_hand); the
+    checker counts the copy as handed on (received_handed_on: its ack comes past the
+    5 s bound while the Proxy refuses). Before, the copy was handled a second time."""
+    report = _run(82012, "grpc_restart")
+    assert report.ok, str(report)
+    m2 = [(e.kind, e.info.get("attempt")) for e in report.history.events
+          if e.key == "m-2" and e.kind in ("delivered", "handler_ok", "acked")]  # fmt: skip
+    assert m2 == [("delivered", 1), ("delivered", 2), ("delivered", 3), ("handler_ok", 3),
+                  ("delivered", 4), ("acked", None)]  # fmt: skip
+
+
 @pytest.mark.parametrize("defect", ["forget", "strand"])
 def test_a_renewer_leak_in_the_client_is_caught(
     defect: str, monkeypatch: pytest.MonkeyPatch

@@ -238,7 +238,11 @@ def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
     (docs/consumer.md, "Pause and resume") is that "one whose release fails comes back
     after its invisible time", which ``none_lost`` judges (pop_remoting 32153). One
     of a FIFO lane (a lite topic: the ``lane`` its handler calls name) waits
-    behind the lane's running handler: its bound counts from that call's end. (Not
+    behind the lane's running handler: its bound counts from that call's end. A copy of
+    a message handled whose ack is still owed (refused so far) is acked by the client,
+    not handled again (``aiorocket.consumer.pop.in_hand``): its ack goes with the owed
+    one's retries, past this bound when the server refuses them (grpc_restart 82012,
+    82017); ``none_lost`` judges it. (Not
     judged: a delivery whose connection closed under its receive, ``lost_on_wire``
     after it; nor one whose broker went silent, half-open, before it was handed on or
     came back: a renewal on the silent connection costs a request timeout, which with
@@ -275,7 +279,9 @@ def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
             before = events[: next(i for i, e in enumerate(events) if e is d)]
             in_call = (sum(e.kind == "handler_start" for e in before)
                        > sum(e.kind == "handler_end" for e in before))  # fmt: skip
-            if not kept and not in_call and not any(
+            # a copy of a message handled and not acked yet is acked, not handled again
+            # (in_hand): its ack waits behind the refused one, judged by none_lost
+            if not kept and not in_call and not _ack_owed(before) and not any(
                 e.kind in ("handler_start", "released", "release_refused", "dead_lettered",
                            "acked")
                 for e in window
@@ -285,6 +291,17 @@ def received_handed_on(history: History, bounds: Bounds) -> list[Violation]:
                                      f"nor settled within {bounds.hand_on}s"))  # fmt: skip
                 break
     return out
+
+
+def _ack_owed(events: list[Event]) -> bool:
+    """A key's ``events`` end with a success not acked since (the client owes its ack)."""
+    owed = False
+    for e in events:
+        if e.kind == "handler_ok":
+            owed = True
+        elif e.kind == "acked":
+            owed = False
+    return owed
 
 
 Calls = dict[object, list[tuple[float, float, str]]]
