@@ -386,6 +386,7 @@ class BrokerClient:
             raise error_for_response(resp.code, resp.remark, RequestCode.PULL_MESSAGE)
         messages: list[MessageExt] = []
         undecodable: list[UndecodableRecord] = []
+        summary: list[int] = []  # the messages' one body length, if the decoder knows it
         if status is PullStatus.FOUND and decode:
             # read where it was received, not copied out first (benchmarks/ceiling.py;
             # benchmarks/README.md, "Round 12")
@@ -398,6 +399,7 @@ class BrokerClient:
                 stamp=stamp,
                 start=start,
                 end=end,
+                summary=summary,
             )
         # the four numbers without an ext_int call each (once a pull); a malformed one
         # raises ext_int's error
@@ -419,6 +421,7 @@ class BrokerClient:
             messages=messages,
             suggest_which_broker_id=suggested,
             undecodable=undecodable,
+            body_len=summary[0] if summary else -1,
         )
 
     # -- offsets -------------------------------------------------------------------

@@ -38,3 +38,6 @@ class PullResult:
     suggest_which_broker_id: int = 0
     #: records that could not be decoded (only with ``pull(..., keep_undecodable=True)``)
     undecodable: list[UndecodableRecord] = field(default_factory=list)
+    #: the body length every message has, when the decoder read them all as records laid
+    #: out alike (``decode_messages``' summary); -1: not known
+    body_len: int = -1

@@ -24,6 +24,7 @@ never committed past too early, only (within that round) not yet committed past.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -41,7 +42,7 @@ from aiorocket.received import ConsumerMessage
 if TYPE_CHECKING:
     from aiorocket.consumer.handler import Handler, TimeoutSlot
     from aiorocket.consumer.in_hand import CallCopies
-    from aiorocket.consumer.process_queue import ProcessQueue
+    from aiorocket.consumer.process_queue import ProcessQueue, PulledRun
     from aiorocket.consumer.state import ConsumerState
     from aiorocket.received import QueueView, Settler
 
@@ -51,6 +52,12 @@ __all__ = ["WorkItem", "WorkerPool", "close_and_take"]
 WorkItem = ConsumerMessage | list[ConsumerMessage]
 
 _BURST = 32  # handler calls between forced checkpoints
+#: noted answers kept for ``_mark_finished`` at most (``WorkerPool._runs``): enough for
+#: a work queue some answers deep; the finished messages they may keep alive are at most
+#: this many times ``process_queue.RUN_BYTES`` of bodies
+_NOTED_RUNS = 64
+#: the noted answers after the oldest that a success not in the oldest is looked for in
+_LOOK_AHEAD = 4
 
 
 def close_and_take(queue: WorkQueue[WorkItem]) -> list[ConsumerMessage]:
@@ -98,6 +105,11 @@ class WorkerPool:
         #: (the module); non-empty exactly while ``_mark_finished`` is scheduled
         self._finished: list[ConsumerMessage] = []
         self._call_soon: Callable[[Callable[[], None]], object] | None = None
+        #: with ``_finished``: the answers delivered that ``on_pulled`` noted as one run,
+        #: oldest first, until their last message is marked (``_mark_finished``); a few
+        #: only (a noted answer whose last message never succeeds stays until pushed
+        #: out), so the finished messages they keep alive stay few
+        self._runs: deque[PulledRun] | None = None
 
     # -- Delivery ------------------------------------------------------------------
 
@@ -109,6 +121,13 @@ class WorkerPool:
             messages = self._attach(pq, messages)
             if not messages:
                 return
+        runs = self._runs
+        if runs is not None:
+            # the answer on_pulled just noted as one run, if it is this very list (a
+            # retry queue's copies in hand taken out make another); once a pull
+            noted: PulledRun | None = pq.pulled_run  # type: ignore[attr-defined]  # remoting's
+            if noted is not None and noted[0] is messages:
+                runs.append(noted)
         size = self._batch_size
         if size == 1:
             queue.put_many(messages)  # unwrapped: most handlers take one message
@@ -169,14 +188,51 @@ class WorkerPool:
         """Mark the successes settled since the last call in their queues, a run of
         consecutive offsets of one queue and generation at a time (the module).
 
-        Once a burst of handler calls (benchmarks/ceiling.py): the loop below is what a
-        message costs here (benchmarks/README.md, "Round 14")."""
+        Once a burst of handler calls (benchmarks/ceiling.py): the successes that came in
+        the order of an answer noted as one run (``ProcessQueue.pulled_run``, kept in
+        ``_runs`` as it was delivered) are found in it by identity, a slice of it at a
+        time, and marked as that slice, with no look at each message; the rest a message
+        at a time (``_mark_each``; benchmarks/README.md, "Round 16")."""
         if not self._finished:
             return
         # taken first: the next success schedules the next call, whatever happens here
         finished = self._finished[:]
         self._finished.clear()
         now = time.monotonic()  # the queues' last_consumed
+        runs = self._runs
+        i = 0
+        n = len(finished)
+        while runs:
+            msg = finished[i]
+            msgs, first, generation, sizes, body_len = runs[0]
+            p = msg.queue_offset - first  # its place in the answer, if it is that one's
+            if not (0 <= p < len(msgs) and msgs[p] is msg):
+                if not _to_run_of(runs, msg):
+                    break  # in no noted answer: the rest a message at a time
+                msgs, first, generation, sizes, body_len = runs[0]
+                p = msg.queue_offset - first
+            k = len(msgs) - p  # the rest of the answer, or of the successes
+            if k > n - i:
+                k = n - i
+            run = finished if k == n else finished[i : i + k]
+            # Compared by identity (messages have no other equality): the same messages
+            # in the same order are the answer's offsets [first + p, first + p + k) of
+            # its queue and generation, one run (on_pulled checked them increasing).
+            if run == (msgs if k == len(msgs) else msgs[p : p + k]):
+                size = k * body_len if sizes is None else sum(sizes[p : p + k])
+                self._mark_run(msg._pq, run, generation, size, now)  # type: ignore[arg-type]
+            else:  # one of them failed, was skipped or ran late: a message at a time
+                self._mark_each(run, now)
+            if p + k == len(msgs):
+                runs.popleft()  # its last message: done with it
+            i += k
+            if i == n:
+                return
+        self._mark_each(finished[i:] if i else finished, now)
+
+    def _mark_each(self, finished: list[ConsumerMessage], now: float) -> None:
+        """``_mark_finished`` for successes not found in a noted answer: cut into runs
+        of consecutive offsets of one queue and generation by a look at each message."""
         first = finished[0]
         pq: ProcessQueue = first._pq  # type: ignore[assignment]  # remoting's only
         generation = first._generation
@@ -289,6 +345,9 @@ class WorkerPool:
         if copies is not None:
             copies.open()
         self._call_soon = capture().call_soon
+        direct = type(self._settler) is RemotingSettler
+        if direct and self._call_soon is not None and self._inline():
+            self._runs = deque(maxlen=_NOTED_RUNS)  # the workers fill _finished
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
@@ -310,17 +369,24 @@ class WorkerPool:
         finally:
             self._outer = self._waits = None
             self._mark_finished()
+            self._runs = None
             if self._done is not None:
                 self._done.set()
+
+    def _inline(self) -> bool:
+        """Whether the workers call the handler a message at a time inline (an async
+        handler of one message): a traced or deduplicated call takes the general path
+        (``Handler.call`` does both)."""
+        handler = self._handler
+        return (handler.is_async and not handler.batch and self._state.trace is None
+                and handler.dedup is None)  # fmt: skip
 
     async def _worker(self, slot: TimeoutSlot) -> None:
         # A single message for an async handler (the common case) is handled inline below;
         # batches and thread-run handlers take _consume_batch. The inline path saves the
         # list, two coroutine frames and the settle coroutine per message.
         handler = self._handler
-        # A traced or deduplicated call takes the general path (Handler.call does both).
-        inline = (handler.is_async and not handler.batch and self._state.trace is None
-                  and handler.dedup is None)  # fmt: skip
+        inline = self._inline()
         fn = handler.fn
         retry_level = self._state.config.retry_delay_level
         settler = self._settler
@@ -438,6 +504,27 @@ class WorkerPool:
         pq.notify()
         for m in live:
             await self._settler.settle(m, level)
+
+
+def _to_run_of(runs: deque[PulledRun], msg: ConsumerMessage) -> bool:
+    """Whether one of the few noted answers after the oldest holds ``msg``; if one does,
+    the answers before it are dropped (their other messages failed, were skipped or are
+    still running: marked a message at a time when they finish). If none does, the
+    oldest answers whose last message is settled are dropped (done with, or nearly), so
+    that a few answers whose last message never came this way do not keep the next
+    successes from their answers. A bounded look: a success in no noted answer (a local
+    retry, an answer with the broker's gaps) costs a few steps a call, not a message."""
+    offset = msg.queue_offset
+    for r in range(1, min(len(runs), 1 + _LOOK_AHEAD)):
+        msgs, first = runs[r][:2]
+        p = offset - first
+        if 0 <= p < len(msgs) and msgs[p] is msg:
+            for _ in range(r):
+                runs.popleft()
+            return True
+    while runs and runs[0][0][-1]._settled:  # type: ignore[attr-defined]  # ConsumerMessage
+        runs.popleft()
+    return False
 
 
 def _queued(queue: WorkQueue[WorkItem]) -> Iterator[ConsumerMessage]:

@@ -23,13 +23,27 @@ if TYPE_CHECKING:
     from aiorocket.consumer.config import ConsumerConfig
 
 __all__ = [
+    "RUN_BYTES",
     "TRANSITIONS",
     "CacheBudget",
     "InvalidQueueTransition",
     "ProcessQueue",
+    "PulledRun",
     "QueueState",
     "next_state",
 ]
+
+
+#: A pull's answer whose offsets are one run (``ProcessQueue.on_pulled``): its messages
+#: in offset order (the list itself, compared by identity), the first one's offset, the
+#: queue's generation, and the bodies' sizes: one a message, or None and the one length
+#: they all have.
+PulledRun = tuple[Sequence[MessageExt], int, int, list[int] | None, int]
+
+#: The bodies an answer noted as ``pulled_run`` may hold at most: a delivery may keep
+#: noted answers' messages past their handling (64 answers at most: ``WorkerPool``), so
+#: only small ones are noted (the many-messages-a-second case they are for).
+RUN_BYTES = 64 * 1024
 
 
 class QueueState(enum.Enum):
@@ -148,6 +162,7 @@ class ProcessQueue:
         "offset_unverified",
         "order_lock",
         "pull_scope",
+        "pulled_run",
         "pulled_total",
         "request_scope",
         "running",
@@ -179,6 +194,10 @@ class ProcessQueue:
         #: orderly: the scope of the queue's consume loop (cancelled only by the close)
         self.consume_scope: anyio.CancelScope | None = None
         self.pulled_total = 0
+        #: The answer ``on_pulled`` just took, when its offsets are one run: what the
+        #: delivery it is handed to next may mark a run at a time (see ``PulledRun``);
+        #: the pull task clears it once the answer is delivered.
+        self.pulled_run: PulledRun | None = None
         self._discarded = 0  # pulled, then forgotten unconsumed by a reset
         self.undecodable_total = 0  # records dead-lettered or skipped, never delivered
         # A pull answer over the frame limit: pull this queue this many messages at a
@@ -278,15 +297,37 @@ class ProcessQueue:
         """Wait until a message of this queue finishes (or the queue is dropped)."""
         await self._changed.wait()
 
-    def on_pulled(self, messages: Sequence[MessageExt], next_offset: int) -> None:
-        self.tracker.add([m.queue_offset for m in messages], next_offset)
+    def on_pulled(
+        self, messages: Sequence[MessageExt], next_offset: int, body_len: int = -1
+    ) -> None:
+        """Record a pull's ``messages`` (offsets increasing) and its ``next_offset``.
+        ``body_len``: every message's body is that long (the decoder's summary of an
+        answer laid out alike), so their sizes are not read a message at a time; -1:
+        unknown.
+
+        Once a pull (benchmarks/ceiling.py): an answer whose offsets are one run of
+        consecutive offsets, of at most ``RUN_BYTES`` of bodies, is noted in
+        ``pulled_run``, so that its successes can be marked a run at a time without a
+        look at each message (benchmarks/README.md, "Round 16")."""
+        self.pulled_run = None
+        offsets = [m.queue_offset for m in messages]
+        self.tracker.add(offsets, next_offset)  # checks that the offsets increase
         n = len(messages)
-        size = sum([len(m.body) for m in messages])
+        sizes: list[int] | None = None
+        if body_len < 0:
+            sizes = [len(m.body) for m in messages]
+            size = sum(sizes)
+        else:
+            size = n * body_len
         self.cached_count += n
         if self._budget is not None:
             self._budget.add(n, size)
         self.cached_bytes += size
         self.pulled_total += n
+        # increasing (tracker.add raised otherwise), so consecutive when the ends are
+        # n - 1 apart
+        if n and offsets[-1] - offsets[0] == n - 1 and size <= RUN_BYTES:
+            self.pulled_run = (messages, offsets[0], self.tracker.generation, sizes, body_len)
 
     def on_done(self, msg: MessageExt, generation: int, now: float = 0.0) -> bool:
         """Mark a message finished; False if it belonged to an older generation (reset).

@@ -315,7 +315,9 @@ class Puller:
                         if namespace:  # the application's name (settling wraps it again)
                             m.topic = unwrap(namespace, m.topic)
                 try:
-                    pq.on_pulled(accepted, next_offset)
+                    # (the bodies' one length, if the decoder read them laid out alike:
+                    # the answer's summary, not a look at each message; "Round 16")
+                    pq.on_pulled(accepted, next_offset, result.body_len)
                 except ValueError as exc:
                     # An answer that breaks the tracker's contract (offsets that do not
                     # increase, a next offset not past them): start again from the
@@ -334,6 +336,7 @@ class Puller:
                     # this step, has left: the read that brought this answer scheduled
                     # its write (ProtocolWire.data_received; issue 43, goal 4).
                     deliver(pq, accepted)
+                    pq.pulled_run = None  # for that delivery only (ProcessQueue.on_pulled)
             elif status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG):
                 pq.tracker.add((), max(result.next_begin_offset, offset))
             else:  # OFFSET_ILLEGAL (PULL_OFFSET_MOVED)

@@ -208,6 +208,7 @@ def decode_messages(
     stamp: Stamp | None = None,
     start: int = 0,
     end: int | None = None,
+    summary: list[int] | None = None,
 ) -> list[MessageExt]:
     """Decode the concatenated store records of a PULL_MESSAGE (FOUND) response body.
 
@@ -221,6 +222,10 @@ def decode_messages(
     ConsumerMessage or a subclass, the queue, generation and settler each message gets.
     ``start`` and ``end``: the records are ``body[start:end]``, read where they are
     (``RemotingCommand.body_in_place``); positions in errors count from ``start``.
+    ``summary``: when every message returned was read as a record laid out alike
+    (ConsumerMessage and PopMessage: one body length, ``_decode_alike``), that body
+    length is appended to it, so the consumer's accounting need not read each
+    message's (benchmarks/README.md, "Round 16"); nothing otherwise.
     """
     data = body if type(body) is bytes else bytes(body)
     out: list[MessageExt] = []
@@ -234,7 +239,7 @@ def decode_messages(
         # and errors say what and where as they did.
         stop = len(data) if end is None else end
         if not check_crc:
-            pos = _decode_usual(out, data, start, stop, broker_name, message_class, stamp)
+            pos = _decode_usual(out, data, start, stop, broker_name, message_class, stamp, summary)
             if pos == stop:
                 return out
         data = data[start:stop]
@@ -242,7 +247,10 @@ def decode_messages(
     bad = 0
     while True:
         try:
-            _decode_into(out, data, pos, broker_name, check_crc, decompress, message_class, stamp)
+            _decode_into(
+                out, data, pos, broker_name, check_crc, decompress, message_class, stamp,
+                summary,
+            )  # fmt: skip
             return out
         except MessageDecodeError as exc:
             if undecodable is None or exc.position is None:
@@ -264,8 +272,9 @@ def _decode_into(
     decompress: bool,
     message_class: type[MessageExt],
     stamp: Stamp | None,
+    summary: list[int] | None = None,
 ) -> None:
-    """Decode the records from ``pos`` into ``out``.
+    """Decode the records from ``pos`` into ``out`` (``summary``: ``decode_messages``'s).
 
     Once per message (benchmarks/ceiling.py; benchmarks/README.md, "Round 4 (issue 43,
     goal 1)": ~80 fewer bytecodes a record): the usual record, V1 magic, IPv4 hosts,
@@ -278,7 +287,7 @@ def _decode_into(
     """
     end = len(data)
     if not check_crc:
-        pos = _decode_usual(out, data, pos, end, broker_name, message_class, stamp)
+        pos = _decode_usual(out, data, pos, end, broker_name, message_class, stamp, summary)
     if pos < end:
         start = len(out)
         _decode_checked(out, data, pos, broker_name, check_crc, decompress, message_class)
@@ -295,6 +304,7 @@ def _decode_usual(
     broker_name: str,
     message_class: type[MessageExt],
     stamp: Stamp | None = None,
+    summary: list[int] | None = None,
 ) -> int:
     """The fast path of ``_decode_into``: decode usual records from ``pos`` to ``end``;
     return the position of the first record it did not decode (``end`` after the last).
@@ -339,7 +349,11 @@ def _decode_usual(
     unpack_tail = _TOPIC_TAIL_EMPTY.unpack_from
     tail_size = _TOPIC_TAIL_EMPTY.size
     if consumer:
+        fresh = not out  # the answer's first records: a summary may speak for them all
         pos = _decode_alike(out, data, pos, end, message_class, alike, pop)
+        if pos == end and fresh and out and summary is not None:
+            # every record read laid out alike, of one body length (decode_messages)
+            summary.append(len(out[0].body))
     try:
         while pos < end:
             # (typed as the consumer's: the other classes' fields are a subset)

@@ -1009,13 +1009,21 @@ def test_runs_of_records_laid_out_alike_decode_as_the_checked_path(
     chunk = b"\0" * 7 + body + after
     want = _reference(body, cls)
     for read, start, end in ((body, 0, len(body)), (chunk, 7, 7 + len(body))):
+        summary: list[int] = []
         try:
-            got: object = _stored_fields(
-                decode_messages(read, broker_name="b", message_class=cls, start=start, end=end)
-            )
+            messages = decode_messages(
+                read, broker_name="b", message_class=cls, start=start, end=end,
+                summary=summary,
+            )  # fmt: skip
+            got: object = _stored_fields(messages)
         except MessageDecodeError as exc:
             got = str(exc)
         assert got == want
+        # the summary, when there is one, is every message's body length ("Round 16")
+        assert summary == [] or (
+            len(summary) == 1 and cls in (ConsumerMessage, PopMessage) and messages
+            and all(len(m.body) == summary[0] for m in messages)
+        )  # fmt: skip
 
 
 def test_a_run_of_alike_records_then_others_decodes_every_field() -> None:
@@ -1054,6 +1062,45 @@ def test_a_run_of_alike_records_then_others_decodes_every_field() -> None:
 
 #: the fields a stored record sets (the others are the class's own and defaults)
 _STORED = frozenset(f.name for f in dataclasses.fields(MessageExt))
+
+
+def test_an_answer_read_laid_out_alike_is_summarized_by_its_one_body_length() -> None:
+    """The decoder's summary of an answer (benchmarks/README.md, "Round 16"): the one
+    body length of its messages when it read every record laid out alike, in place or
+    a copy, for ConsumerMessage and PopMessage, also when undecodable records before
+    them were set apart; nothing when a record of another layout, or one the checked
+    path read, is among them, nor for the other classes. Fails on the code before it
+    (no summary)."""
+    from aiorocket.received import PopMessage
+
+    alike = [(b"bcdef", "T", {"K": "v"})] * 3
+    cases = [
+        (alike, [5]),
+        ([*alike, (b"bcdefg", "T", {"K": "v"})], []),  # a longer body ends the run
+        ([(b"bcdefg", "T", {"K": "v"}), *alike], []),  # the first two differ
+        ([*alike, (b"bcdef", "U", {"K": "v"})], []),  # another topic ends it
+    ]
+    for parts, want in cases:
+        data = _alike_records(parts)
+        for cls in (ConsumerMessage, PopMessage, MessageExt, _Sub):
+            for read, start in ((data, 0), (b"\0" * 3 + data + b"\0" * 9, 3)):
+                summary: list[int] = []
+                got = decode_messages(read, message_class=cls, start=start,
+                                      end=start + len(data), summary=summary)  # fmt: skip
+                assert len(got) == len(parts)
+                assert summary == (want if cls in (ConsumerMessage, PopMessage) else [])
+    # an undecodable first record set apart: the rest, all alike, are summarized
+    broken = _record(0, b"not a zstd frame", sys_flag=0x1 | 2 << 8) + _alike_records(alike)
+    summary = []
+    bad: list[message_codec.UndecodableRecord] = []
+    got = decode_messages(broken, message_class=ConsumerMessage, undecodable=bad,
+                          summary=summary)  # fmt: skip
+    assert (len(got), len(bad), summary) == (3, 1, [5])
+    # a compressed record (the checked path) after alike ones: no summary
+    data = _alike_records(alike) + raw_record(body=zlib.compress(b"xy" * 50), sys_flag=1)
+    summary = []
+    got = decode_messages(data, message_class=ConsumerMessage, summary=summary)
+    assert (len(got), summary) == (4, [])
 
 
 # ---------- the properties and the head in the layout (benchmarks/README.md, Round 15)

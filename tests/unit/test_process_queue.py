@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiorocket.consumer.config import ConsumerConfig
-from aiorocket.consumer.process_queue import CacheBudget, ProcessQueue
+from aiorocket.consumer.process_queue import RUN_BYTES, CacheBudget, ProcessQueue
 from aiorocket.message import MessageQueue
 from aiorocket.received import ConsumerMessage
 
@@ -202,3 +202,38 @@ def test_a_run_marked_done_at_once_ends_as_its_messages_one_by_one(data: st.Data
         runs.on_run_done(run, 0, sum(len(m.body) for m in run), now)
         assert _state(one) == _state(runs)
         i = j
+
+
+def test_an_answer_of_one_run_is_noted_for_its_delivery_with_its_sizes() -> None:
+    # on_pulled notes an answer whose offsets are one run, of at most RUN_BYTES of
+    # bodies, for the delivery it is handed to next (benchmarks/README.md, "Round 16"):
+    # the list itself, its first offset, the generation, and its bodies' sizes (or the
+    # one length the decoder's summary gave, which also counts the cached bytes); an
+    # answer with the broker's gaps, an empty or a large one, or one the tracker
+    # refuses, is not noted. Fails on the code before it (no note, no body length).
+    pq = ProcessQueue(MessageQueue("t", "b", 0), 10)
+    msgs = [ConsumerMessage("t", b"x" * (o % 3), {}, 0, o, o) for o in range(10, 14)]
+    pq.on_pulled(msgs, 14)
+    assert pq.pulled_run is not None and pq.pulled_run[0] is msgs
+    assert pq.pulled_run[1:] == (10, 0, [1, 2, 0, 1], -1)
+    assert (pq.cached_count, pq.cached_bytes) == (4, 4)
+    pq.reset(14)
+    alike = [ConsumerMessage("t", b"abc", {}, 0, o, o) for o in range(14, 17)]
+    pq.on_pulled(alike, 17, 3)
+    assert pq.pulled_run is not None and pq.pulled_run[0] is alike
+    assert pq.pulled_run[1:] == (14, 1, None, 3)
+    assert (pq.cached_count, pq.cached_bytes) == (3, 9)
+    gaps = [ConsumerMessage("t", b"x", {}, 0, o, o) for o in (17, 19)]
+    pq.on_pulled(gaps, 20)
+    assert pq.pulled_run is None
+    pq.on_pulled([], 21)
+    assert pq.pulled_run is None
+    pulled(pq, 2)
+    assert pq.pulled_run is not None
+    large = [ConsumerMessage("t", b"x" * (RUN_BYTES // 2 + 1), {}, 0, o, o) for o in (23, 24)]
+    pq.on_pulled(large, 25)
+    assert pq.pulled_run is None
+    pulled(pq, 2)
+    with pytest.raises(ValueError):  # below what was pulled: the tracker refuses it
+        pq.on_pulled([ConsumerMessage("t", b"x", {}, 0, 3, 3)], 4)
+    assert pq.pulled_run is None
