@@ -5,15 +5,26 @@
     python benchmarks/produce_count.py ops   [--tree DIR] [--messages 3000] [--top 25]
     python benchmarks/produce_count.py serve                  # the fake cluster alone
     python benchmarks/produce_count.py run N --namesrv ADDR   # the client alone
+    (each client mode takes --id-step-us US: the ids' clock, below; 0: the real one)
 
 The client is compare.py's auto-batched produce child (``produce.py``'s
 ``run_start_send``: one loop of ``start_send`` with a callback, 64 slots, 1 KiB bodies)
-with ``batch_in_flight=2``, so that every run makes batches of 30 (the 32 KiB cap) as it
-does against a real broker at 64 in flight (benchmarks/README.md, "Goal 3, round 8"):
-the per-message share of each request's work is then the same in every run. It sends to
-a fake NameServer and broker (``serve``) in a process of their own, which answer every
-request at once, so what is counted is the client's own work, its socket calls
-included (not the kernel's side of them).
+with ``batch_in_flight=2``, so that every run makes the batches it makes against a real
+broker at 64 in flight (two requests of 32 since round 12, 30 before: benchmarks/
+README.md, "Goal 3, rounds 8 and 12"): the per-message share of each request's work is
+then the same in every run. It sends to a fake NameServer and broker (``serve``) in a
+process of their own, which answer every request at once, so what is counted is the
+client's own work, its socket calls included (not the kernel's side of them).
+
+The ids' clock. A message id is formatted whole once a millisecond and, within it, is a
+counter's next number (``aiorocket._unique_id``): at full speed ~33 messages share a
+millisecond. Under cachegrind (~50x slower) and the tracer (~500x) a millisecond passed
+every message or two, so the id's slow path was counted as every message's (round 11).
+The client's ids therefore read a clock that advances ``--id-step-us`` (30 µs: ~33 ids a
+millisecond, the real client's rate at ~33,000 messages a second) at each reading, a C
+call (``itertools.count``) in place of ``time.time_ns`` in the id module alone: every
+run switches millisecond every ~33 ids whatever valgrind's slowdown, as the real client
+does. ``--id-step-us 0`` keeps the real clock (the figures of rounds 10 and 11).
 
 * ``count``: instructions a message by cachegrind (valgrind), which do not depend on
   the machine's load: (I(high) - I(low)) / (high - low), each run after the same
@@ -33,6 +44,7 @@ from __future__ import annotations
 import argparse
 import collections
 import cProfile
+import itertools
 import json
 import os
 import pstats
@@ -42,6 +54,8 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
+import types
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -145,7 +159,20 @@ async def client(namesrv: str, count: int, profile: Any = None) -> None:
     print(f"batches {b}, mean {m / max(b, 1):.2f} messages", file=sys.stderr)
 
 
-def run_client(namesrv: str, count: int, profile: Any = None) -> None:
+def pace_the_id_clock(step_us: float) -> None:
+    """The id module's clock advances ``step_us`` a reading (module docstring); the rest
+    of ``time`` is the real one's."""
+    if not step_us:
+        return
+    import aiorocket._unique_id as unique_id
+
+    clock = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if k[0] != "_"})
+    clock.time_ns = itertools.count(time.time_ns(), round(step_us * 1000)).__next__
+    setattr(unique_id, "time", clock)  # noqa: B010 - not a name the module exports
+
+
+def run_client(namesrv: str, count: int, profile: Any = None, id_step_us: float = 0.0) -> None:
+    pace_the_id_clock(id_step_us)
     anyio.run(client, namesrv, count, profile)
 
 
@@ -174,11 +201,12 @@ def client_env(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{HERE}"}
 
 
-def cachegrind(tree: Path, namesrv: str, n: int, out_dir: str) -> int:
+def cachegrind(tree: Path, namesrv: str, n: int, out_dir: str, id_step_us: float) -> int:
     out = os.path.join(out_dir, f"cg.{n}")
     subprocess.run(
         ["valgrind", "-q", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}",
-         sys.executable, str(Path(__file__).resolve()), "run", str(n), "--namesrv", namesrv],
+         sys.executable, str(Path(__file__).resolve()), "run", str(n), "--namesrv", namesrv,
+         "--id-step-us", str(id_step_us)],
         env=client_env(tree), check=True, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     match = re.search(r"^summary: (\d+)", Path(out).read_text(), re.MULTILINE)
@@ -190,13 +218,14 @@ def in_child(tree: Path, mode: str, args: argparse.Namespace) -> None:
     """``mode`` (calls, ops) in a child on ``tree``'s aiorocket, against a fresh cluster."""
     with Cluster() as namesrv:
         cmd = [sys.executable, str(Path(__file__).resolve()), f"_{mode}", namesrv,
-               str(args.messages), str(args.top)]  # fmt: skip
+               str(args.messages), str(args.top), "--id-step-us", str(args.id_step_us)]  # fmt: skip
         subprocess.run(cmd, env=client_env(tree), check=True)
 
 
 def count(args: argparse.Namespace) -> None:
     tree = Path(args.tree).resolve()
-    print(f"client: {tree} ({_head(tree)})")
+    clock = f"{args.id_step_us} us a reading" if args.id_step_us else "the real one"
+    print(f"client: {tree} ({_head(tree)}); the ids' clock: {clock}")
     if shutil.which("valgrind") is None:
         print("no valgrind: instructions not counted")
     else:
@@ -204,7 +233,7 @@ def count(args: argparse.Namespace) -> None:
             counts = {}
             for n in (args.low, args.high):
                 with Cluster() as namesrv:  # a fresh one: the same offsets, ids, routes
-                    counts[n] = cachegrind(tree, namesrv, n, out_dir)
+                    counts[n] = cachegrind(tree, namesrv, n, out_dir, args.id_step_us)
             per = (counts[args.high] - counts[args.low]) / (args.high - args.low)
             print(f"instructions a message: {per:,.0f} "
                   f"(I({args.high:,}) {counts[args.high]:,} - I({args.low:,}) "
@@ -221,10 +250,10 @@ def _head(tree: Path) -> str:
     return done.stdout.strip() + (" + uncommitted" if dirty else "")
 
 
-def calls_here(namesrv: str, messages: int, top: int) -> None:
+def calls_here(namesrv: str, messages: int, top: int, id_step_us: float) -> None:
     prof = cProfile.Profile()
     on = iter([prof.enable, prof.disable])
-    run_client(namesrv, messages, lambda: next(on)())
+    run_client(namesrv, messages, lambda: next(on)(), id_step_us)
     stats = pstats.Stats(prof)
     total = sum(cc for cc, _nc, _tt, _ct, _callers in stats.stats.values())  # type: ignore[attr-defined]
     print(f"Python calls a message: {total / messages:.2f} (cProfile, {messages:,} messages)")
@@ -234,7 +263,7 @@ def calls_here(namesrv: str, messages: int, top: int) -> None:
         print(f"  {cc / messages:6.2f}  {tt / messages * 1e6:6.2f} us  {name} ({where})")
 
 
-def ops_here(namesrv: str, messages: int, top: int) -> None:
+def ops_here(namesrv: str, messages: int, top: int, id_step_us: float) -> None:
     counts: collections.Counter[str] = collections.Counter()
 
     def tracer(frame: FrameType, event: str, arg: object) -> Any:
@@ -250,7 +279,7 @@ def ops_here(namesrv: str, messages: int, top: int) -> None:
     def switch() -> None:
         sys.settrace(next(tracing))
 
-    run_client(namesrv, messages, switch)
+    run_client(namesrv, messages, switch, id_step_us)
     print(f"bytecodes a message: {sum(counts.values()) / messages:.1f} ({messages:,} messages)")
     for name, n in counts.most_common(top):
         print(f"  {n / messages:7.1f}  {name}")
@@ -260,14 +289,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="mode", required=True)
     sub.add_parser("serve")
+    id_step = {"type": float, "default": 30.0, "help": "µs the ids' clock advances a reading"}
     r = sub.add_parser("run")
     r.add_argument("n", type=int)
     r.add_argument("--namesrv", required=True)
+    r.add_argument("--id-step-us", **id_step)  # type: ignore[arg-type]
     for mode, messages in (("count", 30_000), ("calls", 30_000), ("ops", 3_000)):
         s = sub.add_parser(mode)
         s.add_argument("--tree", default=str(HERE.parent), help="the checkout to count")
         s.add_argument("--messages", type=int, default=messages)
         s.add_argument("--top", type=int, default=25)
+        s.add_argument("--id-step-us", **id_step)  # type: ignore[arg-type]
         if mode == "count":
             s.add_argument("--low", type=int, default=5_000)
             s.add_argument("--high", type=int, default=25_000)
@@ -276,6 +308,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         s.add_argument("namesrv")
         s.add_argument("messages", type=int)
         s.add_argument("top", type=int)
+        s.add_argument("--id-step-us", **id_step)  # type: ignore[arg-type]
     return p.parse_args(argv)
 
 
@@ -284,15 +317,15 @@ def main() -> None:
     if args.mode == "serve":
         anyio.run(serve)
     elif args.mode == "run":
-        run_client(args.namesrv, args.n)
+        run_client(args.namesrv, args.n, id_step_us=args.id_step_us)
     elif args.mode == "count":
         count(args)
     elif args.mode in ("calls", "ops"):
         in_child(Path(args.tree).resolve(), args.mode, args)
     elif args.mode == "_calls":
-        calls_here(args.namesrv, args.messages, args.top)
+        calls_here(args.namesrv, args.messages, args.top, args.id_step_us)
     else:
-        ops_here(args.namesrv, args.messages, args.top)
+        ops_here(args.namesrv, args.messages, args.top, args.id_step_us)
 
 
 if __name__ == "__main__":

@@ -9,22 +9,26 @@ There is no linger timer for what arrives. A topic keeps at most ``batch_in_flig
 requests under way; a message that finds one of them free leaves at once (with whatever
 else was sent in the same event loop iteration), so an idle producer adds no latency.
 Messages that arrive while all of them are busy wait, and the next request to free up
-takes everything waiting (up to ``batch_max_bytes``), after letting the callers its own
-answer woke send again (so it carries their messages too): the batch size follows the
-load, as aiokafka's accumulator does. Two rules keep the batches full under load: a
-message that arrives while a worker is about to take (woken, or in those passes after
-its answer) starts no other request (that worker takes it), and what a request could not
-carry (past ``batch_max_bytes``) starts another only as a full batch, else it waits for
-the next answer or arrival, but at most ``batch_max_delay`` (10 ms, Java's
-``batchMaxDelayMs``): then a free request takes it, partial (the sweeper's wake-up, one
-a topic), so that a slow broker's request does not hold it while others are free. A
-worker's take right after its answer, less than a full batch while another request is
-under way, waits so too: after a request the delay started (or a slow first answer), the
-requests merge back into full ones instead of staying three of 21. Without them, with 64
-sends in flight each answer's freed sends, or the few left over, left in a free request
-of their own: batches of 21 messages, where now two requests carry 30 each (the 32 KiB
-cap), a third fewer requests for the broker and fewer instructions a message in the
-client (benchmarks/README.md, "Goal 3, round 4").
+takes everything waiting (up to ``batch_max_bytes`` of bodies, as Java's ``holdSize``
+counts, and ``max_message_size`` of records), after letting the callers its own answer
+woke send again (so it carries their messages too): the batch size follows the load, as
+aiokafka's accumulator does. Two rules keep the batches full under load: a message that
+arrives while a worker is about to take (woken, or in those passes after its answer)
+starts no other request (that worker takes it), and what a request could not carry (past
+``batch_max_bytes``) starts another only as a full batch, else it waits for the next
+answer or arrival, but at most ``batch_max_delay`` (10 ms, Java's ``batchMaxDelayMs``):
+then a free request takes it, partial (the sweeper's wake-up, one a topic), so that a
+slow broker's request does not hold it while others are free. A worker's take right
+after its answer, less than a full batch while another request is under way, waits so
+too: after a request the delay started (or a slow first answer), the requests merge back
+into full ones instead of staying three of 21. Without them, with 64 sends in flight
+each answer's freed sends, or the few left over, left in a free request of their own:
+batches of 21 messages, where now two requests carry 32 each (the 32 KiB of 1 KiB
+bodies), a third fewer requests for the broker and fewer instructions a message in the
+client (benchmarks/README.md, "Goal 3, rounds 4 and 12"). Neither wait holds sends that
+nothing can join: while every ``start_send`` slot is taken no message can arrive before
+an answer, so less than a full batch leaves at once if fewer than two requests are under
+way (``_more_may_come``), which keeps the two-request pipeline that the slots allow.
 
 Batch requests run in the producer's task group (they carry several callers' messages,
 so no single caller owns them), in up to ``batch_in_flight`` worker tasks per topic,
@@ -146,7 +150,7 @@ def _expire(lane: _TopicLane, now: float) -> float:
     pool = lane.waiting
     for w in [w for w in pool if w.deadline <= now]:
         pool.remove(w)
-        lane.waiting_bytes -= len(w.record)
+        lane.waiting_bytes -= len(w.body)
         w.taken = w.gone = True  # no request carries it from now
         w.finish(None, RequestTimeoutError(f"send to {w.msg.topic!r} waited for a batch "
                                            "past its timeout"))  # fmt: skip
@@ -179,7 +183,7 @@ def _earliest(lane: _TopicLane) -> float:
 @dataclass(eq=False, slots=True)
 class _TopicLane:
     waiting: deque[_Waiting] = field(default_factory=deque)
-    waiting_bytes: int = 0  # of their records: whether a full batch waits
+    waiting_bytes: int = 0  # of their bodies: whether a full batch waits
     in_flight: int = 0  # requests under way
     workers: int = 0  # worker tasks alive (at most batch_in_flight)
     idle: int = 0  # workers waiting for messages
@@ -423,7 +427,7 @@ class AutoBatcher:
             waiting.taken = True
             lane = self._lanes[waiting.msg.topic]
             lane.waiting.remove(waiting)
-            lane.waiting_bytes -= len(waiting.record)
+            lane.waiting_bytes -= len(waiting.body)
         else:  # answered: the sweeper passes over it in ``_riding``
             waiting.gone = True
 
@@ -461,7 +465,7 @@ class AutoBatcher:
         if lane is None:
             lane = self._lanes[topic] = _TopicLane()
         lane.waiting.append(waiting)
-        lane.waiting_bytes += len(waiting.record)
+        lane.waiting_bytes += len(waiting.body)
         # A worker about to take (woken, or after its answer) takes it too, under load
         # the common case: checked here, without ``_kick``'s two calls a message.
         if lane.workers - lane.idle <= lane.in_flight:
@@ -486,6 +490,18 @@ class AutoBatcher:
         else:
             return False
         return True
+
+    def _more_may_come(self, under_way: int) -> bool:
+        """Whether less than a full batch should wait for more while ``under_way``
+        requests of its topic are: not while every ``start_send`` slot is taken (nothing
+        can arrive before an answer) and fewer than two are under way. Two requests are
+        the pipeline that a number of slots allows (one at the broker while the client
+        works on the other's answer: benchmarks/README.md, "Goal 3, round 8"); waiting
+        with one left it alone until the delay or its answer (64 slots and batches of
+        33: 31 sends waited, "Goal 3, round 12"). With two under way the wait stands,
+        so that what is left over rides with the next answer's sends instead of in a
+        small request of its own."""
+        return under_way >= 2 or self.started_slots.value > 0
 
     def _linger_over(self, topic: str, lane: _TopicLane, now: float) -> float:
         """What a request could not carry has waited ``batch_max_delay``: a free request
@@ -520,7 +536,7 @@ class AutoBatcher:
             if not waiting.taken:  # cancelled while waiting: take it back
                 waiting.taken = True
                 lane.waiting.remove(waiting)
-                lane.waiting_bytes -= len(waiting.record)
+                lane.waiting_bytes -= len(waiting.body)
             elif not waiting.answered:  # cancelled in a request: leave its retries
                 waiting.gone = True
         if waiting.error is not None:
@@ -557,18 +573,24 @@ class AutoBatcher:
         self._tg.start_soon(self._lane_worker, topic, lane)
 
     def _take(self, topic: str, lane: _TopicLane) -> list[_Waiting]:
-        """The next request's messages: all that wait, up to ``batch_max_bytes``."""
+        """The next request's messages: all that wait, up to ``batch_max_bytes`` of
+        bodies (Java's ``holdSize`` counts bodies: a 32 KiB batch is 32 messages of 1 KiB,
+        not the 30 whose records fit) and ``max_message_size`` of records (what the
+        broker stores of one batch request)."""
         assert self._loop is not None
-        max_bytes, now = self._full, self._loop.now()
+        max_bytes, max_records, now = self._full, self._max_size, self._loop.now()
         batch: list[_Waiting] = []
         waiting = lane.waiting
         # Locals, and the lane's byte count updated once: this loop runs a message
-        size = taken = 0  # the records' bytes in ``batch``; taken out of ``waiting``
+        size = taken = 0  # the bodies' bytes in ``batch``; taken out of ``waiting``
+        records = 0  # the records' bytes in ``batch``
         while waiting:
-            n = len(waiting[0].record)
-            if size and size + n > max_bytes:  # ``size``: ``batch`` is not empty
+            nxt = waiting[0]
+            n, r = len(nxt.body), len(nxt.record)
+            # ``records``: ``batch`` is not empty (a message alone goes whatever its size)
+            if records and (size + n > max_bytes or records + r > max_records):
                 break
-            nxt = waiting.popleft()
+            waiting.popleft()
             nxt.taken = True
             taken += n
             if nxt.deadline <= now:  # its caller is giving up: do not send it
@@ -578,6 +600,7 @@ class AutoBatcher:
                 continue
             batch.append(nxt)
             size += n
+            records += r
         lane.waiting_bytes -= taken
         return batch
 
@@ -593,7 +616,10 @@ class AutoBatcher:
         answered = False  # the take after this worker's answer (and its passes)
         try:
             while True:
-                if answered and lane.in_flight and lane.waiting_bytes < self._full:
+                if (
+                    answered and lane.in_flight and lane.waiting_bytes < self._full
+                    and self._more_may_come(lane.in_flight)
+                ):  # fmt: skip
                     # Less than a full batch while another request is under way: it
                     # waits for that answer, an arrival or the delay (module docstring),
                     # as what a request could not carry does, so requests merge again.
@@ -616,7 +642,8 @@ class AutoBatcher:
                 lane.retire = False
                 lane.in_flight += 1
                 if lane.waiting:  # more than a request carries waited (module docstring)
-                    if lane.waiting_bytes >= self._full:  # a full batch: it leaves now
+                    # A full batch leaves now, and so does what no arrival can fill
+                    if lane.waiting_bytes >= self._full or not self._more_may_come(lane.in_flight):
                         self._kick(topic, lane, _earliest(lane))
                     else:  # the next answer or arrival, or a free request after the delay
                         self._linger(lane, now_of())
@@ -749,6 +776,6 @@ class AutoBatcher:
         for lane in self._lanes.values():
             while lane.waiting:
                 w = lane.waiting.popleft()
-                lane.waiting_bytes -= len(w.record)
+                lane.waiting_bytes -= len(w.body)
                 w.taken = True
                 w.finish(None, ClientClosedError("the producer closed before the message left"))

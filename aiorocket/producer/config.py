@@ -68,7 +68,10 @@ class ProducerConfig:
     #: a fifth of the CPU per message, and a lower send p99 (benchmarks/README.md,
     #: "gRPC"). Nothing waits for a timer, so a lone send leaves at once either way.
     auto_batch: bool | None = None
-    #: the largest batch auto-batching builds (Java ``batchMaxBytes``).
+    #: the largest batch auto-batching builds, in bytes of message bodies over remoting
+    #: (as Java's ``batchMaxBytes`` counts: 32 messages of 1 KiB, whose records, each
+    #: with its header and properties, take more; a request's records stay within
+    #: ``max_message_size`` too); over gRPC a message counts its body and 200 bytes.
     batch_max_bytes: int = 32 * KIB
     #: requests per topic under way at once with auto-batching; more messages wait and
     #: leave together in the next request that frees up. None (default): 4 over remoting

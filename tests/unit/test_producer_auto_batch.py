@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from functools import partial
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -27,8 +29,7 @@ from aiorocket.errors import (
 from aiorocket.message import Message
 from aiorocket.producer import Producer, accumulate
 from aiorocket.producer.accumulate import AutoBatcher
-from aiorocket.producer.batch import decode_records, pack_record
-from aiorocket.producer.prepare import properties_with_id
+from aiorocket.producer.batch import decode_records
 from aiorocket.protocol.codes import RequestCode, ResponseCode
 from aiorocket.protocol.message_codec import decode_offset_message_id, decode_properties
 from tests.unit.test_producer_fake_broker import TOPIC, FakeBroker, cluster, producer, wait_for
@@ -88,8 +89,7 @@ async def test_what_a_request_could_not_carry_leaves_only_full_or_with_the_next(
     # full batch (the delay is long here, past the guards). On a virtual clock (the fake
     # broker and the producer in this loop): on the wall clock a starved run outlasted
     # m00's 3 s send timeout while its answer was held.
-    record = len(pack_record(b"m00", properties_with_id(Message(TOPIC, b"m00"))[1]))
-    settings = {"auto_batch": True, "batch_max_bytes": 3 * record, "batch_max_delay": 60.0}
+    settings = {"auto_batch": True, "batch_max_bytes": 3 * len(b"m00"), "batch_max_delay": 60.0}
     async with cluster(brokers=1) as fake, producer(fake, **settings) as p:
         broker = fake.brokers[0]
         broker.hold = anyio.Event()
@@ -122,8 +122,7 @@ async def test_what_a_request_could_not_carry_leaves_in_a_free_request_after_the
     # the slow requests still hang, and it is stored; the lane's byte count of what waits is 0.
     # On a virtual clock (the fake broker and the producer in this loop): on the wall
     # clock a starved run outlasted m00's send timeout while its answer was held.
-    record = len(pack_record(b"m00", properties_with_id(Message(TOPIC, b"m00"))[1]))
-    settings = {"auto_batch": True, "batch_max_bytes": 3 * record}
+    settings = {"auto_batch": True, "batch_max_bytes": 3 * len(b"m00")}  # three bodies
     async with cluster(brokers=1) as fake, producer(fake, **settings) as p:
         broker = fake.brokers[0]
         broker.hold = anyio.Event()
@@ -270,11 +269,130 @@ async def test_batches_stay_under_batch_max_bytes() -> None:
                 tg.start_soon(p.send, Message(TOPIC, body))
             await anyio.wait_all_tasks_blocked()
             broker.hold.set()
-        sizes = [len(decode_records(c.body)) for c in broker.received(BATCH)]
-        # A record is 100 bytes of body + header + ~50 of properties: 2 fit in 400 bytes.
-        assert sum(sizes) + len(broker.received(V2)) == 8
-        assert max(sizes) == 2
-        assert all(len(c.body) <= 400 for c in broker.received(BATCH))
+        batches = [decode_records(c.body) for c in broker.received(BATCH)]
+        # The cap counts bodies, as Java's batchMaxBytes: 4 of 100 bytes fit in 400 bytes
+        # (their records, each with a header and ~50 bytes of properties, take more).
+        assert sum(map(len, batches)) + len(broker.received(V2)) == 8
+        assert max(map(len, batches)) == 4
+        assert all(sum(len(body) for _, body, _ in b) <= 400 for b in batches)
+
+
+class EachHeld:
+    """A broker's ``hold`` that holds each request by an event of its own, in the order
+    they arrive (``events``)."""
+
+    def __init__(self) -> None:
+        self.events: list[anyio.Event] = []
+
+    async def wait(self) -> None:
+        event = anyio.Event()
+        self.events.append(event)
+        await event.wait()
+
+
+def batch_sizes(broker: FakeBroker) -> list[int]:
+    return [len(decode_records(c.body)) for c in broker.received(BATCH)]
+
+
+@asynccontextmanager
+async def start_send_loop(
+    n: int, body: bytes, **settings: Any
+) -> AsyncIterator[tuple[FakeBroker, EachHeld]]:
+    """compare.py's auto-batched loop: ``n`` of ``start_send``, each as soon as a slot is
+    free, every request held by an event of its own (``EachHeld``) until the ``with``
+    ends; then each send is answered once and every slot is back."""
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, **settings) as p:
+        broker = fake.brokers[0]
+        held = EachHeld()
+        broker.hold = held  # type: ignore[assignment]
+        results: list[SendResult] = []
+        async with anyio.create_task_group() as tg:
+
+            async def loop() -> None:
+                for _ in range(n):
+                    await p.start_send(tg, Message(TOPIC, body), on_result=results.append)
+
+            tg.start_soon(loop)
+            yield broker, held
+            broker.hold = None
+            for event in held.events:
+                event.set()
+        assert len(results) == n and len({r.msg_id for r in results}) == n
+        assert len(broker.received(V2)) == 0 and sum(batch_sizes(broker)) == n
+        assert p.batcher.started_slots.value == p.config.max_in_flight  # type: ignore[union-attr]
+
+
+#: batches of 4 bodies of 1,000 bytes, counted by bodies or by records (4 x 1,064 bytes),
+#: and no delay ending a wait
+FOUR_A_REQUEST = {"batch_max_bytes": 4_500, "batch_max_delay": 60.0}
+
+
+@ON_VIRTUAL_CLOCKS
+async def test_a_request_carries_32_kib_of_bodies_so_64_sends_ride_two() -> None:
+    # Issue 43, goal 3, round 12: batch_max_bytes counted records (a 1 KiB body's is
+    # 1,088 bytes with its header and id), so 64 sends in flight rode two requests of 30
+    # and 4 waited for a full batch; Java's batchMaxBytes counts bodies
+    # (ProduceAccumulator.readyToSend). On a virtual clock: no delay ends a wait here.
+    async with start_send_loop(128, b"x" * 1024, max_in_flight=64) as (broker, _):
+        await wait_for(lambda: broker.holding == 2)
+        await anyio.wait_all_tasks_blocked()
+        assert batch_sizes(broker) == [32, 32]  # every send in flight rides, none waits
+
+
+async def test_a_batch_request_stays_within_max_message_size_whatever_its_bodies() -> None:
+    # Counting bodies, a batch of small bodies with large properties could outgrow what
+    # the broker stores of one request (max_message_size, its records): it stops there.
+    settings = {"auto_batch": True, "batch_in_flight": 1, "max_message_size": 10_000}
+    async with cluster(brokers=1) as fake, producer(fake, **settings) as p:
+        broker = fake.brokers[0]
+        async with anyio.create_task_group() as tg:
+            await occupy_the_lane(tg, p, broker)
+            for i in range(7):  # ~3 KiB records of 3-byte bodies: 3 fit in 10,000 bytes
+                tg.start_soon(p.send, Message(TOPIC, b"m%02d" % i, keys=["k" * 3000]))
+            await anyio.wait_all_tasks_blocked()
+            broker.hold.set()
+        assert sorted(batch_sizes(broker) + [1] * (len(broker.received(V2)) - 1)) == [1, 3, 3]
+        assert all(len(c.body) <= 10_000 for c in broker.received(BATCH))
+
+
+@ON_VIRTUAL_CLOCKS
+async def test_what_no_send_can_join_leaves_at_once_so_two_requests_stay_under_way() -> None:
+    # Issue 43, goal 3, round 12: with every start_send slot taken, less than a full batch
+    # waited for an arrival that could not come (nothing arrives before an answer): the
+    # 2 of 6 sends left past a request of 4 waited for its answer, and after it the 4
+    # refilled waited for the other's, so one request was under way at a time (until
+    # batch_max_delay, 60 s here: the pipeline fell to one request). Now they leave at
+    # once while fewer than two requests are under way. On a virtual clock: the delay
+    # does not end the wait on main, wait_for's 5 s do.
+    async with start_send_loop(12, bytes(1000), max_in_flight=6, **FOUR_A_REQUEST) as (
+        broker, held
+    ):  # fmt: skip
+        await wait_for(lambda: broker.holding == 2)  # the 6 at once: 4 and the 2 left
+        first = batch_sizes(broker)  # in the order they arrived (trio's order)
+        assert sorted(first) == [2, 4]
+        held.events[first.index(4)].set()  # the 4 answered: 4 more refill their slots
+        await wait_for(lambda: broker.holding == 2 and len(held.events) == 3)
+        assert batch_sizes(broker)[2] == 4  # taken at once: the 2 still under way
+        held.events[first.index(2)].set()  # the 2 answered: the last 2 sends
+        await wait_for(lambda: broker.holding == 2 and len(held.events) == 4)
+        assert batch_sizes(broker)[3] == 2
+
+
+@ON_VIRTUAL_CLOCKS
+async def test_what_is_left_past_two_requests_waits_for_the_next_answer_with_no_slot_free() -> None:
+    # The rule above keeps two requests under way, not more: with 10 slots and 4 a
+    # request, the 2 left past two requests wait (they ride with the next answer's
+    # sends, not in a small request of their own), as before round 12.
+    async with start_send_loop(14, bytes(1000), max_in_flight=10, **FOUR_A_REQUEST) as (
+        broker, held
+    ):  # fmt: skip
+        await wait_for(lambda: broker.holding == 2)
+        await anyio.wait_all_tasks_blocked()
+        assert batch_sizes(broker) == [4, 4] and broker.holding == 2
+        held.events[0].set()  # 4 more: 6 wait, a full batch leaves and 2 wait again
+        await wait_for(lambda: len(held.events) == 3)
+        await anyio.wait_all_tasks_blocked()
+        assert batch_sizes(broker) == [4, 4, 4] and broker.holding == 2
 
 
 async def test_keyed_delayed_and_large_messages_never_wait_for_a_batch() -> None:
