@@ -545,8 +545,12 @@ class FakeProxy:
 
     # -- lifecycle -------------------------------------------------------------------
 
+    def _new_server(self) -> Server:
+        """The grpclib server of a start (the simulator's Proxy wraps its connections)."""
+        return Server([self])
+
     async def start(self) -> None:
-        server = Server([self])
+        server = self._new_server()
         await server.start("127.0.0.1", self.port)
         listener: Any = server._server  # an asyncio.Server
         self.port = int(listener.sockets[0].getsockname()[1])

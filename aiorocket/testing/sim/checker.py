@@ -24,7 +24,11 @@ from aiorocket.testing.sim.checker_more import (
     lite_resubscribed,
     lite_subscription_agrees,
 )
-from aiorocket.testing.sim.checker_net import receives_after_settings, reconnects_after_half_open
+from aiorocket.testing.sim.checker_net import (
+    past_late_spans,
+    receives_after_settings,
+    reconnects_after_half_open,
+)
 from aiorocket.testing.sim.checker_rates import send_rate_within_limit, topic_rate_within_limit
 from aiorocket.testing.sim.checker_reply import (
     no_waiter_left,
@@ -583,7 +587,7 @@ def resumes_after_restart(history: History, bounds: Bounds) -> list[Violation]:
     spans = list(itertools.zip_longest(_closes(history), ends, fillvalue=_end(history)))
     delivered = [e.at for e in history.of("delivered")]
     for back in history.of("proxy_back"):
-        due = back.at + bounds.resume
+        due = past_late_spans(history, back.at, back.at + bounds.resume)
         # no consumer running (closing, or ended) at some point of the window: not judged
         if not back.info["waiting"] or due > _end(history) or \
                 any(start <= due and stop >= back.at for start, stop in spans):  # fmt: skip

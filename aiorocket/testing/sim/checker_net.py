@@ -77,3 +77,25 @@ def receives_after_settings(history: History, bounds: Bounds) -> list[Violation]
                       f"a receive reached the Proxy at {e.at:.3f} without the client's "
                       f"settings ({e.info.get('why', '')})")
             for e in history.of("receive_refused")]  # fmt: skip
+
+
+#: the events of spans in which the Proxy got or ran a client's requests late (the
+#: ``_late`` variants' faults: ``arrival``, ``pool_busy``), each ending at ``until``
+LATE_SPANS = ("arrival_held", "pool_busy")
+
+
+def past_late_spans(history: History, start: float, due: float) -> float:
+    """``due``, a bound from ``start`` on the client's answer, moved out by the time
+    within it that the network held the client's requests or the Proxy's pool let them
+    wait: that time is not the client's (as a Proxy refusing acks is not)."""
+    spans = [(e.at, float(e.info["until"])) for e in history.events if e.kind in LATE_SPANS]
+    if not spans:
+        return due
+    moved = due
+    for _ in range(len(spans) + 1):  # each pass may bring another span into the window
+        held = sum(min(until, moved) - max(at, start) for at, until in spans
+                   if at < moved and until > start)  # fmt: skip
+        if due + held <= moved:
+            break
+        moved = due + held
+    return moved

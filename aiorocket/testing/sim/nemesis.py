@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Fault", "Schedule", "draw"]
+__all__ = ["LATE", "LATE_WORKLOADS", "Fault", "Schedule", "draw"]
 
 #: broker answer codes the nemesis uses (ResponseCode)
 SYSTEM_ERROR, SYSTEM_BUSY, POLLING_FULL = 1, 2, 209
@@ -160,8 +160,28 @@ def _draws() -> dict[str, Any]:
     return {**_DRAWS, **DRAWS, **PRODUCER_DRAWS, "request_reply": draw_request_reply}
 
 
+#: the suffix of a workload's variant whose requests reach the Proxy late: the network
+#: holding a connection's bytes (``arrival``) and the Proxy's consumer pool busy
+#: (``pool_busy``), drawn after the base workload's draws of the same seed
+LATE = "_late"
+#: the workloads that have one (their Proxy is ``SimProxy`` or a subclass)
+LATE_WORKLOADS = ("grpc_receive", "fifo_async_for", "grpc_restart", "grpc_lite")
+
+
 def draw(seed: int, workload: str) -> Schedule:
-    """The schedule of run ``seed`` of ``workload``."""
+    """The schedule of run ``seed`` of ``workload`` (a ``LATE`` variant: the base
+    workload's schedule of ``seed`` and the late faults)."""
+    base = workload.removesuffix(LATE)
+    params, faults = _draw_base(seed, base)
+    if base != workload:
+        from aiorocket.testing.sim.arrival import draw_arrival_delay
+        from aiorocket.testing.sim.pool_busy import draw_pool_busy
+
+        faults += draw_arrival_delay(seed, base) + draw_pool_busy(seed, base)
+    return Schedule(seed, workload, params, faults)
+
+
+def _draw_base(seed: int, workload: str) -> tuple[dict[str, Any], list[Fault]]:
     rng = random.Random(f"{workload}:{seed}")
     params, faults = _draws()[workload](rng)
     params["server_seed"] = rng.randrange(2**32)
@@ -183,7 +203,7 @@ def draw(seed: int, workload: str) -> Schedule:
     from aiorocket.testing.sim.offset_faults import draw_offset_faults
 
     faults += draw_offset_faults(seed, workload, params, faults)
-    return Schedule(seed, workload, params, faults)
+    return params, faults
 
 
 def _settings_late(seed: int, workload: str) -> list[Fault]:

@@ -52,9 +52,12 @@ from aiorocket._extras import needs_extra
 with needs_extra("grpc", "aiorocket.testing.sim.proxy (the simulated Proxy)"):
     from grpclib.const import Status as GrpcStatus
     from grpclib.exceptions import GRPCError
+    from grpclib.server import Server
 
 from aiorocket.grpc import _pb as pb
 from aiorocket.testing.fake_grpc import SETTINGS_IS_NULL, FakeProxy, _client_id
+from aiorocket.testing.sim.arrival import ArrivalDelays
+from aiorocket.testing.sim.pool_busy import ConsumerPool
 
 if TYPE_CHECKING:
     from grpclib.server import Stream
@@ -117,6 +120,10 @@ class SimProxy(FakeProxy):
         self._settings_late: float | None = late[0] if late else None
         #: clients whose first settings came (only those after are applied late)
         self._settings_from: set[str] = set()
+        #: the network holding what clients write on some connections (``arrival``)
+        self._arrivals = ArrivalDelays(schedule.of("arrival_delay"), history)
+        #: the consumer pool's busy spells (``pool_busy``)
+        self._pool = ConsumerPool(schedule.of("pool_busy"), history)
 
     #: the topic every message is of
     topic = "t"
@@ -194,6 +201,8 @@ class SimProxy(FakeProxy):
         generation = self.generation
         req = await stream.recv_message()
         assert req is not None
+        self._pool.arrived(receive=True)
+        await self._pool.turn()  # (the consumer pool runs it: then the settings are read)
         if not self._has_settings(_client_id(stream)):
             # 5.5.0's ReceiveMessageActivity reads the client's settings first; the
             # client promises never to send one then (docs/grpc.md), so the checker
@@ -266,7 +275,9 @@ class SimProxy(FakeProxy):
         moment writes no more (what it has not written stays visible, as on a reset);
         ``reconnected`` once a call comes on a new connection."""
         self.generation += 1
-        silenced = list(getattr(self, "_transports", ()))
+        # (with ``arrival_delay``, also those whose every call is still held)
+        held: list[Any] = self._arrivals.transports()
+        silenced = list(set(getattr(self, "_transports", ())) | set(held))
         for transport in silenced:
             transport.pause_reading()
             transport.write = transport.writelines = _lost
@@ -312,6 +323,8 @@ class SimProxy(FakeProxy):
         await self._take(stream)
         req = await stream.recv_message()
         assert req is not None
+        self._pool.arrived(receive=False)
+        await self._pool.turn()
         index = self.ack_calls
         self.ack_calls += 1
         for f in self.schedule.of("ack_refused"):
@@ -336,6 +349,8 @@ class SimProxy(FakeProxy):
         await self._take(stream)
         req = await stream.recv_message()
         assert req is not None
+        self._pool.arrived(receive=False)
+        await self._pool.turn()
         seconds = req.invisible_duration.total_seconds() if req.invisible_duration else 0.0
         m = self._settling(req.receipt_handle, req.lite_topic)
         new = f"{req.receipt_handle}+"
@@ -374,13 +389,23 @@ class SimProxy(FakeProxy):
         out[path] = plain._replace(func=terminated)
         return out
 
+    def _new_server(self) -> Server:
+        server = super()._new_server()
+        if self._arrivals:  # grpclib's server passes its factory at start: set it before
+            wrapped: Any = self._arrivals.wrap(server._protocol_factory)
+            server._protocol_factory = wrapped  # type: ignore[method-assign]
+        return server
+
     async def __aenter__(self) -> SimProxy:
         await self.start()
         return self
 
     def drop_connections(self) -> None:
         self.generation += 1
+        held = self._arrivals.transports()  # (before the fake forgets its own)
         super().drop_connections()
+        for transport in held:  # a reset or a restart closes them too
+            transport.close()
 
     def terminate(self) -> None:
         """The client said goodbye (or its connections are gone): the Proxy stops
@@ -388,4 +413,3 @@ class SimProxy(FakeProxy):
         for m in self.store:
             if m.state == "inflight" and m.auto_renew:
                 m.auto_renew, m.visible_at = False, self.now()
-

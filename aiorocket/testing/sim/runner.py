@@ -17,7 +17,7 @@ from typing import Any
 
 from aiorocket.testing.sim.checker import Bounds, Violation, check
 from aiorocket.testing.sim.history import History
-from aiorocket.testing.sim.nemesis import Schedule, draw
+from aiorocket.testing.sim.nemesis import LATE, LATE_WORKLOADS, Schedule, draw
 
 __all__ = ["WORKLOADS", "Report", "run", "shrink"]
 
@@ -178,9 +178,15 @@ def _producer_workloads() -> dict[str, Callable[..., History]]:
     return out
 
 
+def _runner(workload: str) -> Callable[..., History]:
+    """A workload's runner (a ``LATE`` variant's is its base workload's)."""
+    return _workloads()[workload.removesuffix(LATE)]
+
+
 WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for", "producer_stall",
              "lite_remoting", "pull_remoting", "producer_sends", "producer_txn",
-             "grpc_producer", "grpc_restart", "request_reply", "grpc_lite")  # fmt: skip
+             "grpc_producer", "grpc_restart", "request_reply", "grpc_lite",
+             *(w + LATE for w in LATE_WORKLOADS))  # fmt: skip
 
 
 def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = None,
@@ -190,12 +196,13 @@ def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = 
     handler."""
     schedule = schedule or draw(seed, workload)
     # the client's own random choices (a first queue, a jitter) replay with the seed too
-    random.seed(f"client:{workload}:{seed}")
+    # (a ``LATE`` variant's as its base workload's: the same run, the late faults added)
+    random.seed(f"client:{workload.removesuffix(LATE)}:{seed}")
     started = time.monotonic()
     crash = None
     history = History(lambda: 0.0)
     try:
-        history = _workloads()[workload](schedule, handler)
+        history = _runner(workload)(schedule, handler)
     except Exception as exc:
         crash = traceback.format_exc(limit=8)
         # what happened up to the crash (a client that corrupted trio's state, say)
