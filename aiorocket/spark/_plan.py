@@ -1,6 +1,11 @@
-"""Driver-side planning: resolve offset specs against the brokers, build queue ranges."""
+"""Driver-side planning: resolve offset specs against the brokers, build queue ranges
+and the Spark partitions (:class:`QueueSplit`) that carry them to the executors."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
 
 from aiorocket.client.instance import ClientInstance
 from aiorocket.errors import ConfigError
@@ -8,6 +13,19 @@ from aiorocket.message import MessageQueue
 from aiorocket.spark import _broker
 from aiorocket.spark._offsets import Offsets, Range, split_ranges
 from aiorocket.spark._options import EARLIEST, LATEST, OffsetSpec, ReadOptions
+
+
+@dataclass(frozen=True)
+class QueueSplit(InputPartition):
+    """One Spark task: offsets ``[start, end)`` of one queue."""
+
+    mq: MessageQueue
+    start: int
+    end: int
+
+    @classmethod
+    def of(cls, r: Range) -> QueueSplit:
+        return cls(r.mq, r.start, r.end)
 
 
 async def resolve(

@@ -1,38 +1,30 @@
-"""The executor side of reading: pull one queue range, yield Arrow record batches."""
+"""The executor side of reading: pull one queue range, yield Arrow record batches.
+
+Imported by ``read()`` only (``source`` imports it there): it brings pyarrow in.
+"""
 
 from __future__ import annotations
 
 import concurrent.futures
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from aiorocket.message import MessageExt, MessageQueue
+from aiorocket.message import MessageExt
+from aiorocket.spark._arrow import BatchBuilder
 from aiorocket.spark._broker import Segment, pull_segment
-from aiorocket.spark._offsets import Range
 from aiorocket.spark._options import ReadOptions
+from aiorocket.spark._plan import QueueSplit
 from aiorocket.spark._runtime import runtime
-from aiorocket.spark._schema import BatchBuilder
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: rows per record batch handed to Spark (pulls bring 32 at a time).
 ROWS_PER_BATCH = 4096
-
-
-@dataclass(frozen=True)
-class QueueSplit(InputPartition):
-    """One Spark task: offsets ``[start, end)`` of one queue."""
-
-    mq: MessageQueue
-    start: int
-    end: int
-
-    @classmethod
-    def of(cls, r: Range) -> QueueSplit:
-        return cls(r.mq, r.start, r.end)
 
 
 def read_split(

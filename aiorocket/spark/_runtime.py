@@ -20,13 +20,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiorocket._loop import first_error
 from aiorocket.client.instance import ClientInstance
-from aiorocket.message import MessageExt
-from aiorocket.producer.producer import Producer
-from aiorocket.producer.transaction import TransactionState
 from aiorocket.spark._options import ClientOptions, WriteOptions
 
 if TYPE_CHECKING:
+    # The producer only where one is made (the sink's tasks and commit): the source's
+    # planner processes import this module and never send.
     from aiorocket.grpc._producer import GrpcProducer
+    from aiorocket.message import MessageExt
+    from aiorocket.producer.producer import Producer
+    from aiorocket.producer.transaction import TransactionState
     from aiorocket.spark._grpc import Answers
 
 T = TypeVar("T")
@@ -111,6 +113,8 @@ class _Runtime:
         )
 
     def producer(self, opts: WriteOptions) -> Producer:
+        from aiorocket.producer.producer import Producer
+
         return self._open(  # type: ignore[no-any-return]
             self._producers,
             opts,
@@ -136,6 +140,8 @@ class _Runtime:
         answer would leave a second stored copy) and no auto-batching (the broker takes
         no half messages in batches). Its own group is not the half messages' one, so
         the broker's check-backs go to the driver, not here."""
+        from aiorocket.producer.producer import Producer
+
         return self._open(  # type: ignore[no-any-return]
             self._senders,
             opts,
@@ -154,6 +160,7 @@ class _Runtime:
     def checker(self, opts: WriteOptions) -> Producer:
         """The driver's member of the half messages' group: answers check-backs from
         the commit records (exactly-once)."""
+        from aiorocket.producer.producer import Producer
         from aiorocket.spark._txn import TxnLog, verdict
 
         assert opts.txn_log is not None

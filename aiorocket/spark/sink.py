@@ -5,6 +5,10 @@ message carries a deterministic id, ``<query>-<batch>-<partition>-<row>``, in th
 property named by ``dedupKeyProperty`` (default ``sparkDedupKey``), so consumers can
 drop the copies: a retried task, or a micro-batch replayed after a restart from the
 checkpoint, produces the same ids for the same rows.
+
+Making a writer (``writer()``, ``streamWriter()``: a planner process of Spark's on the
+driver) checks the columns and the topic and sends nothing: the producer and the
+exactly-once machinery (``_txn``) are imported by the tasks and the commit that use them.
 """
 
 from __future__ import annotations
@@ -13,10 +17,9 @@ import uuid
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -38,13 +41,15 @@ from aiorocket._log import get_logger
 from aiorocket.client.instance import ClientInstance
 from aiorocket.errors import ConfigError, TopicNotExistError
 from aiorocket.message import Message
-from aiorocket.producer.producer import Producer
-from aiorocket.producer.transaction import HalfMessage, TransactionState
-from aiorocket.spark import _txn
 from aiorocket.spark._flow import hand_over
 from aiorocket.spark._options import WriteOptions
 from aiorocket.spark._runtime import call, runtime
-from aiorocket.spark._txn import TXN_PROPERTY
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from aiorocket.producer.producer import Producer
+    from aiorocket.producer.transaction import HalfMessage
 
 __all__ = [
     "RocketMQStreamWriter",
@@ -197,6 +202,9 @@ async def _send_all(producer: Producer, lists: AsyncIterable[list[Message]]) -> 
 async def _send_halves(
     producer: Producer, lists: AsyncIterable[list[Message]], opts: WriteOptions
 ) -> list[HalfMessage]:
+    from aiorocket.producer.transaction import HalfMessage
+    from aiorocket.spark import _txn
+
     async def send(msg: Message) -> HalfMessage:
         result = await producer.send_prepared(
             msg, producer_group=opts.producer_group, check_immunity=opts.txn_timeout
@@ -253,6 +261,8 @@ class _Sender:
     def _send_exactly_once(
         self, rt: Any, batches: Iterator[pa.RecordBatch], prefix: str, task: _Txn
     ) -> SinkCommit:
+        from aiorocket.spark import _txn
+
         # Unique per task attempt: a retried task is another transaction.
         txn = f"{self.write_id}.{task.partition}.{task.attempt}"
         tag = _txn.tag(task.batch, task.query, txn)
@@ -263,7 +273,7 @@ class _Sender:
             for batch in batches:
                 messages = _messages(batch, self.opts, prefix, count)
                 for msg in messages:
-                    msg.properties[TXN_PROPERTY] = tag
+                    msg.properties[_txn.TXN_PROPERTY] = tag
                 count += len(messages)
                 yield messages
 
@@ -317,6 +327,8 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
     def _end(self, messages: list[WriterCommitMessage | None], batch: int, commit: bool) -> None:
         """Exactly-once: the driver ends the batch's half messages (``_txn``)."""
+        from aiorocket.spark import _txn
+
         opts = self._sender.opts
         assert opts.txn_log is not None
         rt = runtime()
@@ -348,5 +360,8 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):
 
             rt.run(_grpc.rollback(rt.grpc_checker(opts)[0], halves))
             return
+        from aiorocket.producer.transaction import TransactionState
+        from aiorocket.spark import _txn
+
         rollback = TransactionState.ROLLBACK
         rt.run(_txn.end_all(rt.client(opts.client), opts.producer_group, halves, rollback))

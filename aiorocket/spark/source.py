@@ -1,11 +1,17 @@
-"""``spark.read.format("rocketmq")`` and ``spark.readStream.format("rocketmq")``."""
+"""``spark.read.format("rocketmq")`` and ``spark.readStream.format("rocketmq")``.
+
+Spark plans in Python processes of their own on the driver, one for each kind of
+planning call (its lookup of ``pyspark_*`` sources, ``schema()``, the writer, the
+stream reader, the commit), and each imports this module afresh. So it imports what planning needs
+and no more: the executors' reading (``_read``: pyarrow) and the sink (``sink``: the
+producer) are imported where they are used, not here.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -29,10 +35,12 @@ from aiorocket.message import MessageQueue
 from aiorocket.spark import _broker
 from aiorocket.spark._offsets import Offsets, Range, from_json, rate_limit, split_ranges, to_json
 from aiorocket.spark._options import ReadOptions, parse_read, parse_write
-from aiorocket.spark._plan import batch_ranges, resolve
-from aiorocket.spark._read import QueueSplit, read_split
+from aiorocket.spark._plan import QueueSplit, batch_ranges, resolve
 from aiorocket.spark._runtime import call
 from aiorocket.spark._schema import SCHEMA, check_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "RocketMQBatchReader",
@@ -102,6 +110,8 @@ class RocketMQBatchReader(DataSourceReader):
         return [QueueSplit.of(r) for r in self.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from aiorocket.spark._read import read_split
+
         return read_split(self.opts, self.schema, partition)
 
 
@@ -194,6 +204,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [QueueSplit.of(r) for r in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from aiorocket.spark._read import read_split
+
         return read_split(self.opts, self.schema, partition)
 
     def commit(self, end: dict[str, Any]) -> None:

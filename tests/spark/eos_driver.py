@@ -99,7 +99,6 @@ def child(namesrv: str, source: str, target: str, workdir: str, per_batch: int,
     from pyspark import TaskContext
     from pyspark.sql import SparkSession
 
-    from aiorocket.spark import _txn
     from aiorocket.spark.sink import RocketMQStreamWriter
     from aiorocket.spark.source import RocketMQDataSource
 
@@ -111,6 +110,11 @@ def child(namesrv: str, source: str, target: str, workdir: str, per_batch: int,
             return out
 
         def commit(self, messages: list[Any], batchId: int) -> None:
+            # Imported here, not captured from child(): Spark's planner processes unpickle
+            # these classes and would import the producer with _txn, as the connector's
+            # own planning does not (tests/spark/test_planning.py).
+            from aiorocket.spark import _txn
+
             mark(f"tasks-done:{batchId}")
             _hook_answers()  # Spark runs a writer's commit in a Python process of its own
             write = _txn.TxnLog.write
