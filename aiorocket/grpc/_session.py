@@ -756,10 +756,20 @@ class Session:
             self._release.hold(None)
 
     def _unhold(self) -> None:
-        """The release's end: receives go on, unless the settings are not there (a
-        stream that broke meanwhile is the telemetry loop's to mark)."""
+        """The release's end: receives go on, unless the settings are not there: a
+        stream that broke meanwhile is the telemetry loop's to mark, and settings sent
+        on the current one and not answered yet (sent again after the termination, or a
+        new stream's after a Proxy restart) are ``_on_command``'s, which lets receives
+        go when their answer comes. Let go before it, a receive reaches a Proxy that
+        dropped the settings (the termination) or never had them: refused."""
         unready = self._release.end()
-        if unready is not None and self._ready is unready and self._stream is not None:
+        stream = self._stream
+        if (
+            unready is not None
+            and self._ready is unready
+            and stream is not None
+            and stream not in self._unanswered
+        ):
             unready.set()
 
     async def _admitted_written(self) -> None:
@@ -794,7 +804,7 @@ class Session:
                 # stream, the heartbeat loop registers again.
                 self.log.warning("reregistration_failed", error=str(err))
         finally:
-            # Not answered: receives go on rather than wait for nothing.
+            # Receives go on now, or when the settings sent again are answered.
             self._unhold()
 
     async def query_route(self, topic: str, *, fresh: bool = False) -> list[pb.MessageQueue]:

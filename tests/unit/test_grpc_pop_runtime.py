@@ -429,6 +429,35 @@ async def test_the_release_waits_for_the_request_of_a_receive_let_go_before_it(
 
 
 @VIRTUAL
+async def test_receives_wait_past_a_release_for_settings_the_proxy_has_not_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A release whose settings, sent again after the termination, the Proxy has not
+    answered within a request timeout (its pool behind): at the release's end receives
+    wait for that answer. Before, the end let them go whenever a telemetry stream was
+    open (9fa69ea), and a receive reached a Proxy that had dropped the settings: refused
+    '"settings" is null' (a retry, a refusal the client promises never to cause). On a
+    virtual clock (the fake Proxy and the consumer in this loop): the request timeout
+    and the Proxy's 20 s cost no wall clock."""
+    monkeypatch.setattr(time, "monotonic", asyncio.get_running_loop().time)
+    async with _warm_consumer() as (proxy, consumer, tg):
+        session = consumer.session
+        proxy.lag["settings"] = 20.0  # those sent after the termination: held 20 s
+        got: list[object] = []
+        received = anyio.Event()
+        with anyio.fail_after(60):
+            tg.start_soon(session.release_held)
+            await proxy.termination_seen.wait()
+            await proxy.held.wait()  # the settings sent again, not answered
+            tg.start_soon(_receive_into, consumer, got, received)
+            await received.wait()
+        assert proxy.receives_without_settings == 0
+        assert got == [[]]
+        after = proxy.applied[proxy.applied.index("NotifyClientTermination") :]
+        assert "settings" in after  # the answer the receive waited for
+
+
+@VIRTUAL
 async def test_a_proxy_that_does_not_renew_gets_renewals_from_the_client(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
