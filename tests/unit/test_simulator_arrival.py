@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from aiorocket.testing.sim.arrival import ArrivalDelays, draw_arrival_delay
 from aiorocket.testing.sim.history import History
 from aiorocket.testing.sim.nemesis import LATE, Fault, Schedule, draw
@@ -194,3 +196,58 @@ def test_the_time_requests_were_held_is_not_the_clients_in_resuming() -> None:
     assert verdict(held=True, delivered_at=2.5) == []
     assert verdict(held=False, delivered_at=2.5) == ["resumes_after_restart"]
     assert verdict(held=True, delivered_at=3.0) == ["resumes_after_restart"]
+
+
+def test_grpc_receive_late_83026_the_drain_starts_again_after_a_failed_start() -> None:
+    """The first consumer closed at 0.83 s with m-0, 3, 5, 6, 7 failed (their invisible
+    time changed: they come back) and m-8 never received (the connections went silent
+    at the 8th delivery). The second consumer, the drain, opened connection 4 at 2.0,
+    which the network held from its open for 3 s (``arrival_delay`` after 0): its first
+    heartbeat was not answered within the request timeout, ``async with`` raised
+    RequestTimeoutError at 4.0 (typed, the application's to retry) and the run ended
+    with the six unconsumed in the Proxy: ``none_lost`` failed, nothing the client had
+    was lost. The drain now starts a new consumer a second later, as an application
+    would (the workload's defect, not the client's nor the Proxy model's)."""
+    from aiorocket.testing.sim import run
+
+    report = run(83026, "grpc_receive_late")
+    assert report.ok, str(report)
+    events = report.history.events
+    failed = next(e for e in events if e.kind == "app_error")
+    assert failed.info["where"] == "second: async with", failed.info
+    assert "RequestTimeoutError" in failed.info["error"] and failed.info["typed"]
+    assert [e.info["connection"] for e in report.history.of("arrival_held")] == [4]
+    acked_after = {e.key for e in events if e.kind == "acked" and e.at > failed.at}
+    assert acked_after >= {"m-0", "m-3", "m-5", "m-6", "m-7", "m-8"}
+    starts = [e for e in events if e.kind == "topic_rate_limit"]
+    assert [e.info["consumer"] for e in starts] == ["first", "second", "second"]
+
+
+def test_fifo_async_for_late_80253_a_failed_start_is_tried_again() -> None:
+    """fifo_async_for has one consumer: connection 0 (its Telemetry stream) held from its
+    open for 3 s, so no settings within the request timeout and ``async with`` raised
+    ProxyUnavailableError at 2.0; every message stayed in the Proxy, unconsumed
+    (``none_lost``). A new consumer now starts a second later and consumes them."""
+    from aiorocket.testing.sim import run
+
+    report = run(80253, "fifo_async_for_late")
+    assert report.ok, str(report)
+    failed = report.history.of("app_error")
+    assert len(failed) == 1 and "ProxyUnavailableError" in failed[0].info["error"], failed
+    assert report.history.keys("acked") == report.history.keys("stored")
+
+
+#: seeds whose drain (or only) consumer's start failed, its connection held from its open
+#: for 3 s (settings or the first heartbeat unanswered within the request timeout):
+#: none_lost failed on 3b7432f, the messages unconsumed in the Proxy (the workload's)
+FAILED_START_SEEDS = [("grpc_receive_late", 83058), ("grpc_restart_late", 83094),
+                      ("grpc_restart_late", 83104), ("fifo_async_for_late", 80012)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("workload", "seed"), FAILED_START_SEEDS)
+def test_a_consumer_whose_start_failed_is_started_again(workload: str, seed: int) -> None:
+    from aiorocket.testing.sim import run
+
+    report = run(seed, workload)
+    assert report.ok, str(report)
+    assert any(e.info["typed"] for e in report.history.of("app_error")), str(report)

@@ -23,7 +23,7 @@ from aiorocket._extras import needs_extra
 with needs_extra("grpc", "aiorocket.testing.sim.grpc_restart (the gRPC restart workload)"):
     from aiorocket.grpc import _pb as pb
     from aiorocket.testing.fake_grpc import _client_id
-    from aiorocket.testing.sim.grpc_workload import _phase
+    from aiorocket.testing.sim.grpc_workload import _drain, _phase
     from aiorocket.testing.sim.proxy import SimProxy
 
 if TYPE_CHECKING:
@@ -108,8 +108,7 @@ async def grpc_restart(schedule: Schedule, history: History, handler: Handler | 
         try:
             await _phase(proxy, history, sim_handler, closes[0] if closes else None, "first")
             await task  # the restart is part of the run, whenever the phase ended
-            if not proxy.settled():
-                await _phase(proxy, history, sim_handler, None, "second")
+            await _drain(proxy, history, sim_handler)
         finally:
             task.cancel()
         history.add("end")
