@@ -61,17 +61,20 @@ def test_a_delayed_connection_keeps_its_order_and_another_goes_ahead() -> None:
         await asyncio.sleep(0.1)
         a.write_eof()
         await asyncio.sleep(0.1)
+        # What arrived until now: the closes below add b's EOF on Python 3.12+ only
+        # (there ``wait_closed`` waits for the server's connections, and reads it).
+        seen[:] = [(round(at - start, 3), what) for at, what in log]
         for t in (a, b):
             t.close()
         server.close()
         await server.wait_closed()
-        log[:] = [(round(at - start, 3), what) for at, what in log]
 
+    seen: list[tuple[float, str]] = []
     try:
         loop.run_until_complete(main())
     finally:
         loop.close()
-    assert log == [(0.1, "b0"), (1.0, "a0"), (1.0, "a1"), (1.5, "a2"), (1.6, "EOF")]
+    assert seen == [(0.1, "b0"), (1.0, "a0"), (1.0, "a1"), (1.5, "a2"), (1.6, "EOF")]
     assert [(e.info["connection"]) for e in history.of("arrival_held")] == [0]
 
 
