@@ -142,10 +142,18 @@ def main() -> None:
         # (aiorocket's handler run) was still the slowest run of its side in every
         # sitting, while the sides after it were not (benchmarks/README.md, "The first
         # consume run and the warm-up pass").
+        # Every side once, not aiorocket alone: after aiorocket's pass alone its handler
+        # run 1 was still its side's slowest in a fresh cluster (173k against 312k/276k
+        # msg/s, 2026-11-30 19:47), the brokers still compiling the pull path for the
+        # sides that came after it (benchmarks/README.md, "Round 17's sittings").
         n = a.count
-        title = f"consume warm-up pass (not recorded): aiorocket ({n:,} msgs)"
-        warm_consume = measure(title, partial(_runs.consume, env, "aiorocket", topic, n))
-        meta["consume_warm_pass_result"] = {k: warm_consume.get(k) for k in ("msgs_per_s", "error")}
+        meta["consume_warm_pass_result"] = {}
+        for cli in [cli for cli in clients if cli != "official"]:
+            title = f"consume warm-up pass (not recorded): {cli} ({n:,} msgs)"
+            warm_consume = measure(title, partial(_runs.consume, env, cli, topic, n))
+            meta["consume_warm_pass_result"][cli] = {
+                k: warm_consume.get(k) for k in ("msgs_per_s", "error")
+            }
     for run in range(0 if "consume" in a.skip else a.runs):
         for cli in clients:
             if cli == "official" and run > 0:
