@@ -154,7 +154,11 @@ def _split_note(split: dict[str, float] | None) -> str:
                     f"before their stream's end")  # fmt: skip
     own = ""
     if "own_cpu_p99_ms" in split:  # the remoting split: the consumer's CPU in its share
-        own = (f"; the consumer's CPU in stream + dispatch p50/p99 "
+        share = ""
+        if "share_p99_ms" in split:
+            share = (f"; the consumer's share (stream + dispatch of a message) p50/p99 "
+                     f"{split['share_p50_ms']:.2f}/{split['share_p99_ms']:.2f} ms")  # fmt: skip
+        own = (f"{share}; the consumer's CPU in stream + dispatch p50/p99 "
                f"{split['own_cpu_p50_ms']:.2f}/{split['own_cpu_p99_ms']:.2f} ms (slowest 1%: "
                f"{split['tail_own_cpu_ms']:.2f}), handler calls ahead p50/p99 "
                f"{split['ahead_p50']:.0f}/{split['ahead_p99']:.0f}")  # fmt: skip
