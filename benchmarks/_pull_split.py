@@ -29,10 +29,14 @@ pull's messages run one behind another, behind what earlier reads queued). Wall 
 CPU is the machine's share. One CPU clock read per message (a system call, ~0.5 µs).
 
 The summary's ``gap`` is a queue's turnaround, from a pull's answer to the queue's next
-pull leaving (the tracker, the hand-off, the loop). It times ``BrokerClient.pull`` from
-the outside (a benchmark's business only): two clock reads per pull and one dict entry
-per message, keyed by the message object (alive until its handler ran). Clocks: the
-broker's store time (ms) and this host's wall clock.
+pull leaving (the tracker, the hand-off, the loop). ``share``: stream + dispatch of
+each message (wall), the consumer's share as goal 4 of issue 43 names it.
+``wait_client``: the part of a message's ``wait`` after its queue's previous answer was
+read (that answer's decode, the turnaround and the next pull's write: the client's); the
+rest of ``wait`` is that answer's way back (the broker, the network, the OS). It times
+``BrokerClient.pull`` from the outside (a benchmark's business only): two clock reads
+per pull and one dict entry per message, keyed by the message object (alive until its
+handler ran). Clocks: the broker's store time (ms) and this host's wall clock.
 """
 
 from __future__ import annotations
@@ -49,21 +53,28 @@ class PullSplit(ReceiveSplit):
 
     def __init__(self) -> None:
         super().__init__()
-        #: message id -> the thread's CPU ns at its answer's read and decode end, and the
-        #: handler calls counted by then
-        self._cpu_at: dict[object, tuple[int, int, int]] = {}
+        #: message id -> the thread's CPU ns at its answer's read and decode end, the
+        #: handler calls counted by then, and when its queue's previous answer was read
+        #: (wall µs; 0: none)
+        self._cpu_at: dict[object, tuple[int, int, int, int]] = {}
         self._handled = 0
         #: per steady sample, in the order of ``_total``: CPU µs of stream + dispatch,
         #: and the handler calls ahead of it since its answer was decoded
         self._own_cpu: list[int] = []
         self._ahead: list[int] = []
+        #: per steady sample: the part of its ``wait`` after its queue's previous answer
+        #: was read (that answer's decode and the turnaround: the client's), µs
+        self._wait_client: list[int] = []
 
     def sample(self, message_id: object, stored_us: int, now_us: int, steady: bool) -> None:
         cpu = self._cpu_at.pop(message_id, None)
         handled = self._handled = self._handled + 1
-        if cpu is not None and steady and message_id in self._at:
+        times = self._at.get(message_id)
+        if cpu is not None and steady and times is not None:
             self._own_cpu.append((time.thread_time_ns() - cpu[0]) // 1000)
             self._ahead.append(handled - 1 - cpu[2])
+            left = times[0]  # its pull left; stored before: it waited for that
+            self._wait_client.append(max(0, left - max(stored_us, cpu[3])))
         super().sample(message_id, stored_us, now_us, steady)
 
     def summary(self) -> dict[str, float]:
@@ -71,7 +82,14 @@ class PullSplit(ReceiveSplit):
         own, ahead, total = self._own_cpu, self._ahead, self._total
         if not out or len(own) != len(total):
             return out
-        for name, xs, unit in (("own_cpu", own, 1000), ("ahead", ahead, 1)):
+        # the consumer's share per message, wall time (goal 4: "< 3 ms"): stream +
+        # dispatch of one message, whose p99 the parts' own p99s (of different
+        # messages) do not give; own_cpu is its CPU time
+        share = [a + b for a, b in zip(self._parts["stream"], self._parts["dispatch"],
+                                       strict=True)]  # fmt: skip
+        for name, xs, unit in (("share", share, 1000), ("own_cpu", own, 1000),
+                               ("ahead", ahead, 1),
+                               ("wait_client", self._wait_client, 1000)):  # fmt: skip
             s = sorted(xs)
             out[f"{name}_p50" + ("_ms" if unit > 1 else "")] = s[len(s) // 2] / unit
             out[f"{name}_p99" + ("_ms" if unit > 1 else "")] = (
@@ -82,6 +100,8 @@ class PullSplit(ReceiveSplit):
         tail = slowest[: max(1, len(total) // 100)]
         out["tail_own_cpu_ms"] = sum(own[i] for i in tail) / len(tail) / 1000
         out["tail_ahead"] = sum(ahead[i] for i in tail) / len(tail)
+        waited = self._wait_client
+        out["tail_wait_client_ms"] = sum(waited[i] for i in tail) / len(tail) / 1000
         return out
 
     def install(self) -> None:
@@ -91,6 +111,7 @@ class PullSplit(ReceiveSplit):
         cls: Any = broker.BrokerClient
         wire: Any = ProtocolWire
         pull, at, sizes, ends, gaps = cls.pull, self._at, self._sizes, self._ends, self._gaps
+        reads: dict[int, int] = {}  # per queue (its pull task): its last answer's read
         cpu_at, cpu_clock = self._cpu_at, time.thread_time_ns
         received = wire.data_received
         last_read = [0]  # wall µs of the latest read, any connection
@@ -106,6 +127,7 @@ class PullSplit(ReceiveSplit):
         async def timed_pull(client: Any, *args: Any, **kw: Any) -> Any:
             left = time.time_ns() // 1000
             queue = id(asyncio.current_task())  # one pull task per queue
+            before = reads.get(queue, 0)
             if queue in ends:
                 gaps.append(left - ends[queue])
             result = await pull(client, *args, **kw)
@@ -114,13 +136,14 @@ class PullSplit(ReceiveSplit):
             seen = left <= last_read[0] <= end
             read = last_read[0] if seen else end
             cpu_read = last_read_cpu[0] if seen else cpu_end
+            reads[queue] = read
             msgs = result.messages
             if msgs:
                 sizes.append(len(msgs))
             handled = self._handled
             for m in msgs:
                 at[id(m)] = (left, read, end)
-                cpu_at[id(m)] = (cpu_read, cpu_end, handled)
+                cpu_at[id(m)] = (cpu_read, cpu_end, handled, before)
             return result
 
         cls.pull = timed_pull

@@ -26,6 +26,7 @@ from functools import partial
 
 import _common as c
 import anyio
+import anyio.abc
 from produce import run_start_send, run_workers
 
 from aiorocket.consumer import Consumer, ConsumerMessage
@@ -91,13 +92,98 @@ async def paced(
     auto_batch: bool,
     senders: int = 512,
 ) -> None:
-    """Send at ``rate`` with timed bodies from ``senders`` long-lived sender tasks (at most
-    that many sends in flight); the result has send latency percentiles.
+    """Send at ``rate`` with timed bodies, at most ``senders`` sends unanswered; the
+    result has send latency percentiles.
 
-    Like the Java harness's send callbacks, the hand-off costs next to nothing: a bare
-    future per idle sender (a task per message would cost anyio ~30 µs, a memory stream
-    ~13 µs: on 2 shared cores that much harness CPU would show in the latency tail).
-    When all senders are busy, messages queue and the pacing falls behind."""
+    Auto-batched, as the Java harness's ``send(msg, callback)`` with a semaphore of
+    ``senders`` permits: one loop of ``start_send`` with ``max_in_flight=senders`` and a
+    callback per message, no task and no wake-up a message (the common producer of the
+    e2e case: its CPU is taken from the cores the brokers and the consumer under test
+    share; benchmarks/README.md, "Goal 4, round 9"). Plain (``auto_batch`` off), from
+    ``senders`` long-lived tasks awaiting ``send``, each handed its message by a bare
+    future (a task per message would cost anyio ~30 µs, a memory stream ~13 µs). When
+    every send is unanswered, the pacing falls behind."""
+    if auto_batch:
+        await _paced_callbacks(namesrv, topic, count, size, rate, senders)
+    else:
+        await _paced_tasks(namesrv, topic, count, size, rate, senders)
+
+
+async def _paced_callbacks(
+    namesrv: str, topic: str, count: int, size: int, rate: int, senders: int
+) -> None:
+    import asyncio
+
+    payload = os.urandom(size)
+    lat: list[float] = []
+    answered = 0
+    clock = time.perf_counter
+    loop = asyncio.get_running_loop()
+    # Stamped when due and queued here while every slot is taken (as the tasks' harness
+    # queued them for a free sender): a producer that falls behind shows in send ->
+    # stored, not in a pacing that waits (which would stamp them late)
+    backlog: deque[Message | None] = deque()
+    waiting: list[asyncio.Future[None]] = []  # the sender's, while the backlog is empty
+    async with Producer(
+        "bench_aio_paced", namesrv, auto_batch=True, max_in_flight=senders
+    ) as producer:
+
+        def timed(start: float, _: object) -> None:
+            nonlocal answered
+            answered += 1
+            if start >= warm:
+                lat.append(clock() - start)
+
+        async def sender(tg: anyio.abc.TaskGroup) -> None:
+            while True:
+                while backlog:  # one wake-up a pacing step, not a message
+                    msg = backlog.popleft()
+                    if msg is None:
+                        return
+                    await producer.start_send(tg, msg, on_result=partial(timed, clock()))
+                waiter = loop.create_future()
+                waiting.append(waiter)
+                await waiter
+
+        def wake() -> None:
+            if waiting:
+                waiting.pop().set_result(None)
+
+        c.emit("READY")
+        cpu0, t0 = time.process_time(), clock()
+        warm = t0 + WARM_SECONDS
+        sent = 0
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sender, tg)
+                while sent < count:
+                    due = min(count, int((clock() - t0) * rate) + 1)
+                    while sent < due:
+                        backlog.append(Message(topic, c.stamped(payload)))
+                        sent += 1
+                    wake()
+                    await anyio.sleep(0.0005)
+                backlog.append(None)
+                wake()
+        except Exception as exc:  # a failed send ends the group: the rest count as failed
+            if not all(isinstance(e, RocketMQError) for e in _leaves(exc)):
+                raise
+        elapsed = clock() - t0
+        cpu = time.process_time() - cpu0
+    _paced_result(producer, count, elapsed, cpu, count - answered, lat, senders)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions in ``exc``, an exception group's nested ones flattened."""
+    inner = getattr(exc, "exceptions", None)
+    if inner is None:
+        return [exc]
+    return [leaf for e in inner for leaf in _leaves(e)]
+
+
+async def _paced_tasks(
+    namesrv: str, topic: str, count: int, size: int, rate: int, senders: int
+) -> None:
     import asyncio
 
     payload = os.urandom(size)
@@ -106,7 +192,7 @@ async def paced(
     idle: deque[asyncio.Future[Message | None]] = deque()
     backlog: deque[Message] = deque()
     lat: list[float] = []
-    async with Producer("bench_aio_paced", namesrv, auto_batch=auto_batch) as producer:
+    async with Producer("bench_aio_paced", namesrv, auto_batch=False) as producer:
 
         async def sender() -> None:
             nonlocal failed
@@ -150,6 +236,13 @@ async def paced(
                 submit(None)
         elapsed = time.perf_counter() - t0
         cpu = time.process_time() - cpu0
+    _paced_result(producer, count, elapsed, cpu, failed, lat, senders)
+
+
+def _paced_result(
+    producer: Producer, count: int, elapsed: float, cpu: float, failed: int,
+    lat: list[float], senders: int,
+) -> None:  # fmt: skip
     lat.sort()
     c.emit_result(
         {

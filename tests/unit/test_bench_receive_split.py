@@ -115,9 +115,17 @@ async def test_the_pull_split_times_each_pull_and_the_queues_turnaround(
     # CPU, so far below the wall time of stream + dispatch; the second message's
     # handler call came after the first's (one call ahead of it).
     assert 0 <= s["own_cpu_p99_ms"] < s["stream_p50_ms"]
+    # The consumer's share of a message, stream + dispatch (goal 4's figure): the same
+    # message's two parts, both at least the fake's 3 ms between the read and the decode
+    assert s["share_p50_ms"] >= 3.0 and s["share_p99_ms"] >= s["stream_p50_ms"]
+    # Both were stored before the first pull; the second pull brought them, so of their
+    # wait the part after the first answer's read is the client's (its 3 ms, the gap)
+    assert 3.0 <= s["wait_client_p50_ms"] <= s["wait_p50_ms"] - 2.0
     assert s["ahead_p50"] == 1 and s["ahead_p99"] == 1 and s["tail_ahead"] in (0, 1)
     note = report._split_note(s)
     assert "the consumer's CPU in stream + dispatch" in note and "ahead p50/p99 1/1" in note
+    assert "the consumer's share (stream + dispatch of a message) p50/p99" in note
+    assert "wait after its queue's previous answer was read" in note
 
 
 def test_the_receives_out_at_each_store_time_are_counted() -> None:

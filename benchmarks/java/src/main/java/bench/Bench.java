@@ -20,6 +20,7 @@ import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.remoting.protocol.heartbeat.SubscriptionData;
 
 /**
  * The Java side of benchmarks/compare.py. Prints "READY" once started, "PROGRESS n" now
@@ -131,20 +132,31 @@ public final class Bench {
       }
     }
     // rocketmq-client 5.x bumps the subscription version when the first rebalance assigns
-    // queues and sends a heartbeat with it only if the heartbeat lock is free; when the
-    // start-up heartbeat still holds it, the broker answers every pull "subscription not
-    // latest" until the next 30 s heartbeat. Wait for the assignment and send it here.
+    // queues and sends a heartbeat with it only if the heartbeat lock is free (tryLock);
+    // when another heartbeat holds it, the broker answers every pull "subscription not
+    // latest" until the next 30 s heartbeat. Wait for the assignment and the version's
+    // bump (the rebalance fills the process queues first, then bumps it), then send a
+    // heartbeat until one takes the lock: it carries the new version. (Sending one as
+    // soon as the queues were there raced the rebalance's own: it could go out with the
+    // old version and hold the lock the rebalance's tried, and the consumer then got
+    // nothing for ~30 s: compare.py's e2e case at 19:53 UTC on 2026-11-30, Goal 4,
+    // round 9 in benchmarks/README.md.)
     // In POP mode the broker's assignment (QUERY_ASSIGNMENT) fills the pop process queues
     // instead: READY only once it is there, or the e2e latency case counts the start-up.
     boolean pop = "1".equals(System.getenv("BENCH_POP"));
     long assignDeadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
     RebalanceImpl rebalance = consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl();
-    while ((pop ? rebalance.getPopProcessQueueTable() : rebalance.getProcessQueueTable())
-        .isEmpty() && System.nanoTime() < assignDeadline) {
+    SubscriptionData sub = rebalance.getSubscriptionInner().get(topic);
+    long firstVersion = sub == null ? 0 : sub.getSubVersion();
+    while (((pop ? rebalance.getPopProcessQueueTable() : rebalance.getProcessQueueTable())
+        .isEmpty() || (sub != null && sub.getSubVersion() == firstVersion))
+        && System.nanoTime() < assignDeadline) {
       Thread.sleep(20);
     }
-    consumer.getDefaultMQPushConsumerImpl().getmQClientFactory()
-        .sendHeartbeatToAllBrokerWithLock();
+    while (!consumer.getDefaultMQPushConsumerImpl().getmQClientFactory()
+        .sendHeartbeatToAllBrokerWithLock() && System.nanoTime() < assignDeadline) {
+      Thread.sleep(20);
+    }
     System.out.println("READY");
     System.out.flush();
     int seen = 0;
