@@ -41,6 +41,8 @@ from typing import Any
 
 import anyio
 
+from tests.spark.worker_python import worker_python
+
 #: at most this long a driver waits at the target point: it is killed, or released by the
 #: controller (``released``), long before
 PAUSE = 30.0
@@ -94,7 +96,7 @@ def _hook_answers() -> None:
 
 def child(namesrv: str, source: str, target: str, workdir: str, per_batch: int,
           proxy: str | None = None) -> None:  # fmt: skip
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = worker_python(Path(workdir))
     os.environ["EOS_MARKERS"] = os.path.join(workdir, "markers")
     from pyspark import TaskContext
     from pyspark.sql import SparkSession
