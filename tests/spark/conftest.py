@@ -27,6 +27,7 @@ from aiorocket.message import Message
 from aiorocket.spark import register
 from aiorocket.testing.broker import LocalRocketMQ
 from tests.integration.helpers import send_many, wait_dispatched
+from tests.spark.jvm import DRIVER_JAVA_OPTIONS
 from tests.spark.worker_python import worker_python
 
 
@@ -42,6 +43,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

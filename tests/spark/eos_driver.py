@@ -41,6 +41,7 @@ from typing import Any
 
 import anyio
 
+from tests.spark.jvm import DRIVER_JAVA_OPTIONS
 from tests.spark.worker_python import worker_python
 
 #: at most this long a driver waits at the target point: it is killed, or released by the
@@ -154,7 +155,8 @@ def child(namesrv: str, source: str, target: str, workdir: str, per_batch: int,
         # local[2, 3]: a failed task is tried up to 3 times (a killed Python worker)
         SparkSession.builder.master("local[2,3]").appName("eos-crash")
         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.showConsoleProgress", "false").getOrCreate()
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS).getOrCreate()
     )  # fmt: skip
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(RocketMQDataSource)

@@ -25,6 +25,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.spark.conftest import Filled
+from tests.spark.jvm import DRIVER_JAVA_OPTIONS
 
 pytestmark = pytest.mark.integration
 
@@ -93,3 +94,11 @@ def test_python_workers_import_pyspark_from_site_packages(spark: SparkSession) -
     (path,) = spark.sparkContext.parallelize([0], 1).map(where).collect()
     assert ".zip" not in path
     assert Path(path).resolve().parent == Path(pyspark.__file__).resolve().parent
+
+
+def test_the_driver_jvm_runs_with_the_tests_java_options(spark: SparkSession) -> None:
+    """The session's JVM got ``DRIVER_JAVA_OPTIONS`` (tests/spark/jvm.py: C1 only)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert set(DRIVER_JAVA_OPTIONS.split()) <= set(args)
