@@ -1,7 +1,8 @@
 """One local Spark (``local[2]``) for the whole test session, and topics filled once.
 
 Spark's Python workers run ``PYSPARK_PYTHON``, not necessarily this interpreter: it is
-set to ``sys.executable`` so that they import this checkout's aiorocket and pyarrow.
+set to this one (through the launcher of ``tests/spark/worker_python.py``, which has
+them import pyspark compiled) so that they import this checkout's aiorocket and pyarrow.
 The ``rocketmq`` format is registered by hand: Spark's own lookup (top-level
 ``pyspark_*`` modules) cannot see through an editable install's import hook.
 """
@@ -26,11 +27,13 @@ from aiorocket.message import Message
 from aiorocket.spark import register
 from aiorocket.testing.broker import LocalRocketMQ
 from tests.integration.helpers import send_many, wait_dispatched
+from tests.spark.jvm import DRIVER_JAVA_OPTIONS
+from tests.spark.worker_python import worker_python
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    os.environ["PYSPARK_PYTHON"] = worker_python(tmp_path_factory.mktemp("spark-python"))
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     session = (
         SparkSession.builder.master("local[2]")
@@ -40,6 +43,7 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -41,6 +41,9 @@ from typing import Any
 
 import anyio
 
+from tests.spark.jvm import DRIVER_JAVA_OPTIONS
+from tests.spark.worker_python import worker_python
+
 #: at most this long a driver waits at the target point: it is killed, or released by the
 #: controller (``released``), long before
 PAUSE = 30.0
@@ -94,7 +97,7 @@ def _hook_answers() -> None:
 
 def child(namesrv: str, source: str, target: str, workdir: str, per_batch: int,
           proxy: str | None = None) -> None:  # fmt: skip
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = worker_python(Path(workdir))
     os.environ["EOS_MARKERS"] = os.path.join(workdir, "markers")
     from pyspark import TaskContext
     from pyspark.sql import SparkSession
@@ -152,7 +155,8 @@ def child(namesrv: str, source: str, target: str, workdir: str, per_batch: int,
         # local[2, 3]: a failed task is tried up to 3 times (a killed Python worker)
         SparkSession.builder.master("local[2,3]").appName("eos-crash")
         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.showConsoleProgress", "false").getOrCreate()
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS).getOrCreate()
     )  # fmt: skip
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(RocketMQDataSource)

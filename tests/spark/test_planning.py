@@ -20,9 +20,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pyspark
 import pytest
+from pyspark.sql import SparkSession
 
 from tests.spark.conftest import Filled
+from tests.spark.jvm import DRIVER_JAVA_OPTIONS
 
 pytestmark = pytest.mark.integration
 
@@ -76,3 +79,26 @@ def test_planning_imports_neither_pyarrow_nor_the_producer(
     result = json.loads(proc.stdout.splitlines()[-1])
     assert (result["batch"], result["micro"]) == (4, 4)  # the calls did plan every queue
     assert result["loaded"] == []
+
+
+def test_python_workers_import_pyspark_from_site_packages(spark: SparkSession) -> None:
+    """Spark's Python processes (here an executor's worker) run the session's launcher
+    (tests/spark/worker_python.py): pyspark from site-packages and its compiled files,
+    not from Spark's zip (compiled again by every process Spark started)."""
+
+    def where(_: object) -> str:
+        import pyspark
+
+        return pyspark.__file__ or ""
+
+    (path,) = spark.sparkContext.parallelize([0], 1).map(where).collect()
+    assert ".zip" not in path
+    assert Path(path).resolve().parent == Path(pyspark.__file__).resolve().parent
+
+
+def test_the_driver_jvm_runs_with_the_tests_java_options(spark: SparkSession) -> None:
+    """The session's JVM got ``DRIVER_JAVA_OPTIONS`` (tests/spark/jvm.py: C1 only)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert set(DRIVER_JAVA_OPTIONS.split()) <= set(args)
