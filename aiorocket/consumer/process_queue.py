@@ -298,19 +298,26 @@ class ProcessQueue:
         await self._changed.wait()
 
     def on_pulled(
-        self, messages: Sequence[MessageExt], next_offset: int, body_len: int = -1
+        self,
+        messages: Sequence[MessageExt],
+        next_offset: int,
+        body_len: int = -1,
+        offsets: Sequence[int] | None = None,
     ) -> None:
         """Record a pull's ``messages`` (offsets increasing) and its ``next_offset``.
         ``body_len``: every message's body is that long (the decoder's summary of an
         answer laid out alike), so their sizes are not read a message at a time; -1:
-        unknown.
+        unknown. ``offsets``: the messages' queue offsets, in order (the decoder's, that
+        read them: "Round 17"), so that they are not read a message at a time either;
+        None: unknown.
 
         Once a pull (benchmarks/ceiling.py): an answer whose offsets are one run of
         consecutive offsets, of at most ``RUN_BYTES`` of bodies, is noted in
         ``pulled_run``, so that its successes can be marked a run at a time without a
         look at each message (benchmarks/README.md, "Round 16")."""
         self.pulled_run = None
-        offsets = [m.queue_offset for m in messages]
+        if offsets is None or len(offsets) != len(messages):
+            offsets = [m.queue_offset for m in messages]
         self.tracker.add(offsets, next_offset)  # checks that the offsets increase
         n = len(messages)
         sizes: list[int] | None = None
