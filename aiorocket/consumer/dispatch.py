@@ -52,6 +52,7 @@ __all__ = ["WorkItem", "WorkerPool", "close_and_take"]
 WorkItem = ConsumerMessage | list[ConsumerMessage]
 
 _BURST = 32  # handler calls between forced checkpoints
+_RAISED = object()  # _worker_remoting: the handler raised (its failure logged)
 #: noted answers kept for ``_mark_finished`` at most (``WorkerPool._runs``): enough for
 #: a work queue some answers deep; the finished messages they may keep alive are at most
 #: this many times ``process_queue.RUN_BYTES`` of bodies
@@ -385,6 +386,9 @@ class WorkerPool:
         # A single message for an async handler (the common case) is handled inline below;
         # batches and thread-run handlers take _consume_batch. The inline path saves the
         # list, two coroutine frames and the settle coroutine per message.
+        if self._runs is not None:  # remoting on asyncio, inline: the commonest case
+            await self._worker_remoting(slot)
+            return
         handler = self._handler
         inline = self._inline()
         fn = handler.fn
@@ -475,10 +479,85 @@ class WorkerPool:
                         countdown = _BURST
                         if queue:
                             await anyio.lowlevel.checkpoint()
-            if slot.current is not None:  # the handler overran consume_timeout
-                current, slot.current = slot.current, None
-                slot.timed_out = False
-                await self._settle_timed_out(current if isinstance(current, list) else [current])
+            await self._settle_overrun(slot)
+
+    async def _worker_remoting(self, slot: TimeoutSlot) -> None:
+        """``_worker`` over remoting on asyncio with an inline handler (``run`` then keeps
+        ``_runs``): its loop with only that case's steps, so that a message costs no test
+        of which case it is (inline, the settler, the loop), no second name for the item
+        and, for a success, no failure level (once per message: benchmarks/ceiling.py;
+        benchmarks/README.md, "Round 17"). The steps, their order and every await are
+        ``_worker``'s inline ones, but a result's level is asked for after the call's
+        ``running`` drop (no await between them)."""
+        handler = self._handler
+        fn = handler.fn
+        retry_level = self._state.config.retry_delay_level
+        settler = self._settler
+        call_soon = self._call_soon
+        assert call_soon is not None  # asyncio (run)
+        finished = self._finished
+        mark_finished = self._mark_finished
+        queue = self.queue
+        pop_nowait = queue.pop_nowait
+        countdown = _BURST
+        while True:
+            with anyio.CancelScope() as scope:
+                slot.scope = scope
+                while True:
+                    # an inline worker's queue holds single messages only
+                    try:
+                        msg: ConsumerMessage = pop_nowait()  # type: ignore[assignment]
+                    except IndexError:
+                        countdown = _BURST  # waiting yields: a new burst starts
+                        try:
+                            msg = await queue.get()  # type: ignore[assignment]
+                        except anyio.EndOfStream:
+                            return
+                    pq = msg._pq  # msg.current(), without the call
+                    if (pq is None or msg._settled or pq.dropped
+                            or msg._generation != pq.tracker.generation):  # fmt: skip
+                        continue
+                    pq.running += 1
+                    slot.deadline = 0.0  # stamped by the watchdog ("Round 14")
+                    slot.current = msg
+                    try:
+                        result = await fn(msg)
+                    except Exception as exc:
+                        handler.log_failure(pq, msg, exc)
+                        result = _RAISED
+                    slot.current = None  # not reached when cancelled: the worker settles it
+                    pq.running -= 1
+                    # a success (None, or a result whose level is None) is settled at once
+                    # and marked in its queue when the worker yields (the module); unless
+                    # the handler settled it: then its waiters must still see running drop
+                    if result is None or (
+                        level := retry_level if result is _RAISED
+                        else handler.level_of(pq, msg, result)
+                    ) is None:  # fmt: skip
+                        if msg._settled:
+                            pq.notify()
+                        else:
+                            msg._settled = True
+                            if not finished:
+                                call_soon(mark_finished)
+                            finished.append(msg)
+                    else:
+                        pq.notify()
+                        await settler.settle(msg, level)
+                    countdown -= 1
+                    if not countdown:
+                        countdown = _BURST  # as _worker's burst checkpoint
+                        if queue:
+                            await anyio.lowlevel.checkpoint()
+            await self._settle_overrun(slot)
+
+    async def _settle_overrun(self, slot: TimeoutSlot) -> None:
+        """After a worker's scope ended: if its handler call overran consume_timeout (the
+        watchdog cancelled the scope with the call's messages in ``slot``), settle them."""
+        if slot.current is not None:
+            current, slot.current = slot.current, None
+            slot.timed_out = False
+            await self._settle_timed_out(current if isinstance(current, list) else [current])
 
     async def _settle_timed_out(self, batch: list[ConsumerMessage]) -> None:
         pq = batch[0]._pq

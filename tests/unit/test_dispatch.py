@@ -513,7 +513,9 @@ async def test_a_burst_that_empties_the_queue_does_not_yield_again(
     checkpoint = anyio.lowlevel.checkpoint
 
     async def counted() -> None:
-        yields.append(sys._getframe(1).f_code.co_name)
+        # the workers' loops: _worker's, and over remoting on asyncio _worker_remoting's
+        name = sys._getframe(1).f_code.co_name
+        yields.append("_worker" if name == "_worker_remoting" else name)
         await checkpoint()
 
     monkeypatch.setattr(anyio.lowlevel, "checkpoint", counted)
@@ -1165,3 +1167,43 @@ async def test_a_copy_of_a_message_whose_local_retry_is_dropped_with_its_queue_i
         await retry_consumed(h, 2)
     assert calls.seen == [("a", 0), ("marker", 1), ("a", 1)]
     assert copies[0].settled and h.sent_back == []
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio: _worker's loop
+async def test_the_remoting_loop_settles_every_kind_of_result_as_the_general_one() -> None:
+    # Over remoting on asyncio an inline handler runs in _worker_remoting (benchmarks/
+    # README.md, "Round 17"), which asks a result's level only when it is not None, after
+    # the call's running drop: None, True and ConsumeStatus.SUCCESS are successes,
+    # marked and committed; a raise, False, RECONSUME_LATER and Reconsume(n) are sent
+    # back with their level before the offset moves past them; a success the handler
+    # settled itself is not settled again. Each queue ends with nothing cached or
+    # running, as _worker leaves it (test_failures_are_sent_back_before_the_offset_moves
+    # runs it on trio).
+    outcomes: list[object] = [None, True, ConsumeStatus.SUCCESS, "raise", False,
+                              ConsumeStatus.RECONSUME_LATER, Reconsume(5), "settle"]  # fmt: skip
+    loops: set[str] = set()
+
+    async def handle(msg: ConsumerMessage) -> object:
+        loops.add(sys._getframe(1).f_code.co_name)  # the worker's loop awaiting the call
+        outcome = outcomes[msg.queue_offset % len(outcomes)]
+        if outcome == "raise":
+            raise RuntimeError("boom")
+        if outcome == "settle":
+            await msg.ack()
+            return None
+        return outcome
+
+    n = 3 * len(outcomes)
+    async with workers(handle, consume_concurrency=2) as h:
+        msgs = h.feed(n)
+        with anyio.fail_after(10):
+            while h.pq.tracker.committable() < n:
+                await h.pq.wait_changed()
+    assert loops == {"_worker_remoting"}
+    failed = {3: 0, 4: 0, 5: 0, 6: 5}  # the place among outcomes -> its level
+    assert sorted(h.sent_back) == sorted(
+        (o, failed[o % len(outcomes)]) for o in range(n) if o % len(outcomes) in failed
+    )
+    assert all(m.settled for m in msgs)
+    assert (h.pq.cached_count, h.pq.cached_bytes, h.pq.running) == (0, 0, 0)
+    assert h.pq.consumed_total == n
