@@ -369,6 +369,22 @@ def _decode_usual(
     # then the dataclass's defaults of _settled and _held; its other defaults are left
     # unset (aiorocket.received.UNSET_DEFAULTS; "Round 15").
     alike = (broker_name, queue, generation, settler, False, False)
+    if consumer:
+        fresh = not out  # the answer's first records: a summary may speak for them all
+        # the queue offsets of the records _decode_bulk took, a sequence each time
+        columns: list[Sequence[int]] | None = [] if offsets is not None and fresh else None
+        pos = _decode_alike(out, data, pos, end, message_class, alike, pop, columns)
+        if pos == end:
+            if fresh and out:
+                if summary is not None:
+                    # every record read laid out alike, of one body length (decode_messages)
+                    summary.append(len(out[0].body))
+                if columns and offsets is not None and sum(map(len, columns)) == len(out):
+                    # ... and by _decode_bulk, which read their offsets too (decode_messages)
+                    offsets.append(
+                        columns[0] if len(columns) == 1 else tuple(chain.from_iterable(columns))
+                    )
+            return pos  # all of them: nothing for the loop below, nor its names, to do
     unpack_eager = _USUAL_EAGER.unpack_from
     unpack_rest = _USUAL_REST.unpack_from
     fixed = _USUAL_EAGER.size
@@ -386,20 +402,6 @@ def _decode_usual(
     last_lead: bytes | None = None
     unpack_tail = _TOPIC_TAIL_EMPTY.unpack_from
     tail_size = _TOPIC_TAIL_EMPTY.size
-    if consumer:
-        fresh = not out  # the answer's first records: a summary may speak for them all
-        # the queue offsets of the records _decode_bulk took, a sequence each time
-        columns: list[Sequence[int]] | None = [] if offsets is not None and fresh else None
-        pos = _decode_alike(out, data, pos, end, message_class, alike, pop, columns)
-        if pos == end and fresh and out:
-            if summary is not None:
-                # every record read laid out alike, of one body length (decode_messages)
-                summary.append(len(out[0].body))
-            if columns and offsets is not None and sum(map(len, columns)) == len(out):
-                # ... and by _decode_bulk, which read their offsets too (decode_messages)
-                offsets.append(
-                    columns[0] if len(columns) == 1 else tuple(chain.from_iterable(columns))
-                )
     try:
         while pos < end:
             # (typed as the consumer's: the other classes' fields are a subset)
