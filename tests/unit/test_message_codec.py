@@ -1221,6 +1221,7 @@ def test_an_answer_of_one_layout_is_read_many_records_at_a_time() -> None:
     from aiorocket.received import PopMessage
 
     size = _record_size()
+    decode_messages(_one_layout(4), message_class=ConsumerMessage)  # the layout seen
     for n, taken in ((32, [32]), (31, [16, 8, 4]), (70, [64, 4]), (3, [])):
         data = _one_layout(n)
         want = _checked_or_error(data)
@@ -1253,6 +1254,37 @@ def test_an_answer_of_one_layout_is_read_many_records_at_a_time() -> None:
             assert [_all_fields(m) for m in many] == [_all_fields(m) for m in one]
 
 
+def test_an_answer_of_a_layout_no_answer_had_before_is_read_a_record_at_a_time() -> None:
+    """The first answer of a layout is read a record at a time, the next ones of that
+    layout many records an unpack: an answer whose records are alike but unlike the
+    last answer's compiles no bulk struct (about what its read would save). The same
+    messages either way. Fails on the code without ``_BULK_LAYOUTS`` (every answer of
+    4 records or more read in bulk)."""
+    calls: list[int] = []
+    bulk = message_codec._decode_bulk
+
+    def counted(*args: Any) -> int:
+        calls.append(args[3])
+        return bulk(*args)
+
+    # a body length no other test uses: a layout not seen yet
+    data = b"".join(
+        encode_stored_message("Tq", bytes([i]) * 333, {"K": "v"}, queue_offset=i)
+        for i in range(8)
+    )  # fmt: skip
+    message_codec._BULK_LAYOUTS.clear()
+    message_codec._decode_bulk = counted  # type: ignore[assignment]
+    try:
+        first = decode_messages(data, broker_name="b", message_class=ConsumerMessage)
+        assert calls == []
+        second = decode_messages(data, broker_name="b", message_class=ConsumerMessage)
+        assert calls == [8]
+    finally:
+        message_codec._decode_bulk = bulk  # type: ignore[assignment]
+    assert [_all_fields(m) for m in first] == [_all_fields(m) for m in second]
+    assert _stored_fields(first) == _checked_or_error(data)
+
+
 @pytest.mark.parametrize(("at", "value"), _FIELD_PATCHES)
 def test_a_record_unlike_the_others_in_an_answer_of_one_layout_decodes_as_the_checked_path(
     at: int, value: bytes
@@ -1280,8 +1312,8 @@ def test_a_record_unlike_the_others_in_an_answer_of_one_layout_decodes_as_the_ch
                 40, b"\x02Tp", 5, "Tp", cls, ("b", None, 0, None, False, False),
                 cls is PopMessage, None,
             ) == 0  # fmt: skip
-            for read, start, end in ((patched, 0, len(patched)),
-                                     (b"\0" * 3 + patched + data, 3, 3 + len(patched))):  # fmt: skip
+            in_place = (b"\0" * 3 + patched + data, 3, 3 + len(patched))
+            for read, start, end in ((patched, 0, len(patched)), in_place):
                 offsets: list[Any] = []
                 assert _pulled_or_error(read, start, end, cls, offsets) == want, (at, k)
                 if offsets:
@@ -1348,5 +1380,8 @@ def test_an_answer_of_one_layout_whose_every_record_has_one_sys_flag_decodes_as_
             None,
         )  # fmt: skip
         assert taken == (0 if low & 0x31 else n * size)
-        for read, start, end in ((patched, 0, n * size), (b"\0" + patched + b"\0", 1, 1 + n * size)):
+        for read, start, end in (
+            (patched, 0, n * size),
+            (b"\0" + patched + b"\0", 1, 1 + n * size),
+        ):
             assert _pulled_or_error(read, start, end, cls, []) == want
