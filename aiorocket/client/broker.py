@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiorocket._send_result import send_result
@@ -387,6 +387,7 @@ class BrokerClient:
         messages: list[MessageExt] = []
         undecodable: list[UndecodableRecord] = []
         summary: list[int] = []  # the messages' one body length, if the decoder knows it
+        offsets: list[Sequence[int]] = []  # ... and their offsets
         if status is PullStatus.FOUND and decode:
             # read where it was received, not copied out first (benchmarks/ceiling.py;
             # benchmarks/README.md, "Round 12")
@@ -400,6 +401,7 @@ class BrokerClient:
                 start=start,
                 end=end,
                 summary=summary,
+                offsets=offsets,
             )
         # the four numbers without an ext_int call each (once a pull); a malformed one
         # raises ext_int's error
@@ -422,6 +424,7 @@ class BrokerClient:
             suggest_which_broker_id=suggested,
             undecodable=undecodable,
             body_len=summary[0] if summary else -1,
+            offsets=offsets[0] if offsets else None,
         )
 
     # -- offsets -------------------------------------------------------------------

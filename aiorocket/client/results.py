@@ -7,6 +7,7 @@ The send result is shared with the gRPC transport, so it is defined in the neutr
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from aiorocket._send_result import SendResult, SendStatus
@@ -41,3 +42,6 @@ class PullResult:
     #: the body length every message has, when the decoder read them all as records laid
     #: out alike (``decode_messages``' summary); -1: not known
     body_len: int = -1
+    #: the messages' queue offsets in order, when the decoder read them with their
+    #: records (``decode_messages``' ``offsets``); None: not known
+    offsets: Sequence[int] | None = None

@@ -52,6 +52,7 @@ __all__ = ["WorkItem", "WorkerPool", "close_and_take"]
 WorkItem = ConsumerMessage | list[ConsumerMessage]
 
 _BURST = 32  # handler calls between forced checkpoints
+_RAISED = object()  # _worker_remoting: the handler raised (its failure logged)
 #: noted answers kept for ``_mark_finished`` at most (``WorkerPool._runs``): enough for
 #: a work queue some answers deep; the finished messages they may keep alive are at most
 #: this many times ``process_queue.RUN_BYTES`` of bodies
@@ -128,6 +129,8 @@ class WorkerPool:
             noted: PulledRun | None = pq.pulled_run  # type: ignore[attr-defined]  # remoting's
             if noted is not None and noted[0] is messages:
                 runs.append(noted)
+            if pq._calls is None:  # type: ignore[attr-defined]  # a ProcessQueue, its calls
+                pq._calls = self._running_calls  # type: ignore[attr-defined]  # counted here
         size = self._batch_size
         if size == 1:
             queue.put_many(messages)  # unwrapped: most handlers take one message
@@ -183,6 +186,17 @@ class WorkerPool:
 
     def start_queue(self, pq: QueueView) -> None:
         pass
+
+    def _running_calls(self, pq: ProcessQueue) -> int:
+        """``pq``'s handler calls in this pool's workers now, for
+        ``ProcessQueue.handler_calls`` (``_worker_remoting`` counts none up and down: its
+        slot says it)."""
+        n = 0
+        for slot in self._slots:
+            current = slot.current
+            if current is not None and not isinstance(current, list) and current._pq is pq:
+                n += 1
+        return n
 
     def _mark_finished(self) -> None:
         """Mark the successes settled since the last call in their queues, a run of
@@ -276,7 +290,7 @@ class WorkerPool:
         self._mark_finished()  # their commit follows: nothing finished may stay pending
         with anyio.move_on_after(self._state.config.shutdown_timeout):
             for pq in pqs:
-                while pq.running:
+                while pq.handler_calls():
                     await pq.wait_changed()
         # and those that ended while it waited: a wake-up (another handler's failure)
         # can run before the callback that marks them, and the commit reads them next
@@ -288,13 +302,13 @@ class WorkerPool:
         its messages would be pulled again and handled beside the running calls."""
         outer = self._outer
         for pq in pqs:
-            if pq.running and outer is not None:
+            if pq.handler_calls() and outer is not None:
                 self._state.finishing[pq.mq] = pq
                 outer.start_soon(self._finish_revoked, pq)
 
     async def _finish_revoked(self, pq: ProcessQueue) -> None:
         try:
-            while pq.running:
+            while pq.handler_calls():
                 await pq.wait_changed()
         finally:  # cancelled too (the consumer closes): nothing is started then
             self._state.let_go(self._state.finishing, pq)
@@ -348,6 +362,10 @@ class WorkerPool:
         direct = type(self._settler) is RemotingSettler
         if direct and self._call_soon is not None and self._inline():
             self._runs = deque(maxlen=_NOTED_RUNS)  # the workers fill _finished
+            # _worker_remoting's calls are counted from their slots: the queues of any
+            # messages queued already (deliver sets it for the others)
+            for pq in self._state.process_queues.values():
+                pq._calls = self._running_calls
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
@@ -385,6 +403,9 @@ class WorkerPool:
         # A single message for an async handler (the common case) is handled inline below;
         # batches and thread-run handlers take _consume_batch. The inline path saves the
         # list, two coroutine frames and the settle coroutine per message.
+        if self._runs is not None:  # remoting on asyncio, inline: the commonest case
+            await self._worker_remoting(slot)
+            return
         handler = self._handler
         inline = self._inline()
         fn = handler.fn
@@ -475,15 +496,99 @@ class WorkerPool:
                         countdown = _BURST
                         if queue:
                             await anyio.lowlevel.checkpoint()
-            if slot.current is not None:  # the handler overran consume_timeout
-                current, slot.current = slot.current, None
-                slot.timed_out = False
-                await self._settle_timed_out(current if isinstance(current, list) else [current])
+            await self._settle_overrun(slot)
 
-    async def _settle_timed_out(self, batch: list[ConsumerMessage]) -> None:
+    async def _worker_remoting(self, slot: TimeoutSlot) -> None:
+        """``_worker`` over remoting on asyncio with an inline handler (``run`` then keeps
+        ``_runs``): its loop with only that case's steps, so that a message costs no test
+        of which case it is (inline, the settler, the loop), no second name for the item
+        and, for a success, no failure level (once per message: benchmarks/ceiling.py;
+        benchmarks/README.md, "Round 17"). The steps, their order and every await are
+        ``_worker``'s inline ones, but a result's level is asked for after the call's
+        ``running`` drop (no await between them), and ``running`` counts the call from
+        its slot (``slot.current``, which the call sets and clears anyway: the queue's
+        ``_calls``, set by ``deliver``; ``ProcessQueue.handler_calls``), not by a count up
+        and down."""
+        handler = self._handler
+        fn = handler.fn
+        retry_level = self._state.config.retry_delay_level
+        settler = self._settler
+        call_soon = self._call_soon
+        assert call_soon is not None  # asyncio (run)
+        finished = self._finished
+        mark_finished = self._mark_finished
+        queue = self.queue
+        pop_nowait = queue.pop_nowait
+        countdown = _BURST
+        while True:
+            with anyio.CancelScope() as scope:
+                slot.scope = scope
+                while True:
+                    # an inline worker's queue holds single messages only
+                    try:
+                        msg: ConsumerMessage = pop_nowait()  # type: ignore[assignment]
+                    except IndexError:
+                        countdown = _BURST  # waiting yields: a new burst starts
+                        try:
+                            msg = await queue.get()  # type: ignore[assignment]
+                        except anyio.EndOfStream:
+                            return
+                    pq = msg._pq  # msg.current(), without the call
+                    if (pq is None or msg._settled or pq.dropped
+                            or msg._generation != pq.tracker.generation):  # fmt: skip
+                        continue
+                    slot.deadline = 0.0  # stamped by the watchdog ("Round 14")
+                    slot.current = msg  # running (ProcessQueue.handler_calls)
+                    try:
+                        result = await fn(msg)
+                    except Exception as exc:
+                        handler.log_failure(pq, msg, exc)
+                        result = _RAISED
+                    # not reached when cancelled: the worker settles it; running drops
+                    slot.current = None
+                    # a success (None, or a result whose level is None) is settled at once
+                    # and marked in its queue when the worker yields (the module); unless
+                    # the handler settled it: then its waiters must still see running drop
+                    if result is None or (
+                        level := retry_level if result is _RAISED
+                        else handler.level_of(pq, msg, result)
+                    ) is None:  # fmt: skip
+                        if msg._settled:
+                            pq.notify()
+                        else:
+                            msg._settled = True
+                            if not finished:
+                                call_soon(mark_finished)
+                            finished.append(msg)
+                    else:
+                        pq.notify()
+                        await settler.settle(msg, level)
+                    countdown -= 1
+                    if not countdown:
+                        countdown = _BURST  # as _worker's burst checkpoint
+                        if queue:
+                            await anyio.lowlevel.checkpoint()
+            await self._settle_overrun(slot, counted=False)
+
+    async def _settle_overrun(self, slot: TimeoutSlot, *, counted: bool = True) -> None:
+        """After a worker's scope ended: if its handler call overran consume_timeout (the
+        watchdog cancelled the scope with the call's messages in ``slot``), settle them.
+        ``counted``: the call counted itself in ``running`` (``_worker``); else its slot
+        did (``ProcessQueue.handler_calls``), and clearing it was its drop
+        (``_worker_remoting``)."""
+        if slot.current is not None:
+            current, slot.current = slot.current, None
+            slot.timed_out = False
+            batch = current if isinstance(current, list) else [current]
+            await self._settle_timed_out(batch, counted=counted)
+
+    async def _settle_timed_out(
+        self, batch: list[ConsumerMessage], *, counted: bool = True
+    ) -> None:
         pq = batch[0]._pq
         assert pq is not None
-        pq.running -= 1
+        if counted:
+            pq.running -= 1
         pq.notify()
         self._handler.log_timeout(pq, batch[0])
         for m in batch:

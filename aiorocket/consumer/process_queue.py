@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -143,6 +143,7 @@ class ProcessQueue:
 
     __slots__ = (
         "_budget",
+        "_calls",
         "_changed",
         "_discarded",
         "_room",
@@ -183,7 +184,13 @@ class ProcessQueue:
         self.tracker = OffsetTracker(start_offset)
         self.cached_count = 0
         self.cached_bytes = 0
-        self.running = 0  # handlers currently running for this queue
+        #: handler calls running for this queue that their callers count (``+= 1`` and
+        #: ``-= 1`` around each: orderly steps, batches, ``_worker``); ``handler_calls()``
+        #: adds those a worker pool counts from its workers' slots
+        self.running = 0
+        #: the calls a worker pool counts from its workers' slots, not a call at a time
+        #: (``WorkerPool._worker_remoting``): how many of them are this queue's now
+        self._calls: Callable[[ProcessQueue], int] | None = None
         #: the lifecycle (see QueueState); changed only by _enter (pause, resume, drop)
         self.state = QueueState.ACTIVE
         #: ``state is DROPPED``, kept by _enter as a plain attribute: every delivery path
@@ -237,6 +244,15 @@ class ProcessQueue:
         self._changed = Signal()
         self._room = Signal()  # a pull waiting for cache room may go
         self._room_at: tuple[int, int] | None = None  # (count, bytes) it resumes at
+
+    def handler_calls(self) -> int:
+        """Handler calls running for this queue now: ``running`` (their callers' count)
+        and those a worker pool counts from its workers' slots (``_calls``: over remoting
+        on asyncio, where a count up and down a message was 14 bytecodes of the worker's;
+        benchmarks/README.md, "Round 17"). What a revoke waits for, what the stats
+        show."""
+        calls = self._calls
+        return self.running if calls is None else self.running + calls(self)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -298,19 +314,26 @@ class ProcessQueue:
         await self._changed.wait()
 
     def on_pulled(
-        self, messages: Sequence[MessageExt], next_offset: int, body_len: int = -1
+        self,
+        messages: Sequence[MessageExt],
+        next_offset: int,
+        body_len: int = -1,
+        offsets: Sequence[int] | None = None,
     ) -> None:
         """Record a pull's ``messages`` (offsets increasing) and its ``next_offset``.
         ``body_len``: every message's body is that long (the decoder's summary of an
         answer laid out alike), so their sizes are not read a message at a time; -1:
-        unknown.
+        unknown. ``offsets``: the messages' queue offsets, in order (the decoder's, that
+        read them: "Round 17"), so that they are not read a message at a time either;
+        None: unknown.
 
         Once a pull (benchmarks/ceiling.py): an answer whose offsets are one run of
         consecutive offsets, of at most ``RUN_BYTES`` of bodies, is noted in
         ``pulled_run``, so that its successes can be marked a run at a time without a
         look at each message (benchmarks/README.md, "Round 16")."""
         self.pulled_run = None
-        offsets = [m.queue_offset for m in messages]
+        if offsets is None or len(offsets) != len(messages):
+            offsets = [m.queue_offset for m in messages]
         self.tracker.add(offsets, next_offset)  # checks that the offsets increase
         n = len(messages)
         sizes: list[int] | None = None
@@ -432,6 +455,6 @@ class ProcessQueue:
 
     def __repr__(self) -> str:
         return (
-            f"<ProcessQueue {self.mq} cached={self.cached_count} running={self.running} "
+            f"<ProcessQueue {self.mq} cached={self.cached_count} running={self.handler_calls()} "
             f"commit={self.tracker.committable()}{' dropped' if self.dropped else ''}>"
         )

@@ -316,8 +316,13 @@ class Puller:
                             m.topic = unwrap(namespace, m.topic)
                 try:
                     # (the bodies' one length, if the decoder read them laid out alike:
-                    # the answer's summary, not a look at each message; "Round 16")
-                    pq.on_pulled(accepted, next_offset, result.body_len)
+                    # the answer's summary, not a look at each message; "Round 16"; and
+                    # their offsets, if it read them too and none was left out here:
+                    # "Round 17")
+                    pq.on_pulled(
+                        accepted, next_offset, result.body_len,
+                        result.offsets if accepted is result.messages else None,
+                    )  # fmt: skip
                 except ValueError as exc:
                     # An answer that breaks the tracker's contract (offsets that do not
                     # increase, a next offset not past them): start again from the

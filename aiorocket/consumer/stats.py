@@ -55,7 +55,7 @@ def queue_stats(
                 queue=mq,
                 cached=pq.cached_count,
                 cached_bytes=pq.cached_bytes,
-                running=pq.running,
+                running=pq.handler_calls(),
                 committed_offset=pq.tracker.committable(),
                 next_offset=pq.tracker.next_offset,
                 pulled=pq.pulled_total,

@@ -29,8 +29,9 @@ import socket
 import struct
 import threading
 import zlib
-from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field, replace
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 import lz4.frame
@@ -151,6 +152,41 @@ def _layout(body_len: int, lead_len: int, props_len: int) -> struct.Struct:
     return struct.Struct(f"{_ALIKE_EAGER}{body_len}s{lead_len}sH{props_len}s")
 
 
+# The fields of one record of a layout (``_layout``) and the places in them of those
+# ``_decode_bulk`` reads a column of: TOTALSIZE and the magic, the queue id and offset,
+# SYSFLAG's low byte, the reconsume times, BODYLEN, the body, the topic's lead, the
+# properties' length and the properties.
+_FIELDS = 10
+_HEAD_AT, _QID_AT, _QOFF_AT, _FLAGS_AT, _RECONSUME_AT = 0, 1, 2, 3, 4
+_BODY_LEN_AT, _BODY_AT, _LEAD_AT, _PROPS_LEN_AT, _PROPS_AT = 5, 6, 7, 8, 9
+#: the fewest records read by one unpack (``_decode_bulk``), and the most
+_BULK_MIN, _BULK_MAX = 4, 64
+#: records of a bulk unpack for as many records left: the largest power of two not
+#: above it (at most _BULK_MAX), so that few bulk structs are made for any answers
+_BULK_N = tuple(
+    min(1 << (left.bit_length() - 1), _BULK_MAX) if left else 0 for left in range(_BULK_MAX + 1)
+)
+
+
+#: the layouts (``_layout``'s structs) of answers decoded since the last clear: an answer
+#: is read many records an unpack only when an earlier one had its layout, so that an
+#: answer whose records are alike but unlike the last answer's (one body length an
+#: answer) compiles no bulk struct (~8 µs for 32 records on the 2-core test machine:
+#: about what one answer's bulk read saves); cleared when it holds _BULK_LAYOUTS_MAX
+_BULK_LAYOUTS: set[struct.Struct] = set()
+_BULK_LAYOUTS_MAX = 64
+
+
+@functools.lru_cache(maxsize=32)
+def _bulk(layout: struct.Struct, n: int) -> tuple[struct.Struct, struct.Struct]:
+    """``n`` records of ``layout`` one after the other, read by one unpack: their
+    fields (``layout``'s), and their fixed parts (a ``bytes`` each)."""
+    fixed = _USUAL_EAGER.size
+    one = f"{fixed}s{layout.size - fixed}x"  # a record's fixed part, the rest skipped
+    return (struct.Struct(">" + layout.format[1:] * n),
+            struct.Struct(">" + one * (n - 1) + f"{fixed}s"))  # fmt: skip
+
+
 # TOTALSIZE and BODYLEN, to tell whether an answer's first two records are laid out alike
 _SIZES = struct.Struct(">i80xI")
 _HEAD_SIZE = _HEAD.size
@@ -209,6 +245,7 @@ def decode_messages(
     start: int = 0,
     end: int | None = None,
     summary: list[int] | None = None,
+    offsets: list[Sequence[int]] | None = None,
 ) -> list[MessageExt]:
     """Decode the concatenated store records of a PULL_MESSAGE (FOUND) response body.
 
@@ -225,7 +262,10 @@ def decode_messages(
     ``summary``: when every message returned was read as a record laid out alike
     (ConsumerMessage and PopMessage: one body length, ``_decode_alike``), that body
     length is appended to it, so the consumer's accounting need not read each
-    message's (benchmarks/README.md, "Round 16"); nothing otherwise.
+    message's (benchmarks/README.md, "Round 16"); nothing otherwise. ``offsets``: when
+    every message returned was read so (``_decode_bulk``), their queue offsets in order
+    are appended to it, as one sequence, so that the consumer's accounting need not
+    read each message's either ("Round 17"); nothing otherwise.
     """
     data = body if type(body) is bytes else bytes(body)
     out: list[MessageExt] = []
@@ -239,7 +279,9 @@ def decode_messages(
         # and errors say what and where as they did.
         stop = len(data) if end is None else end
         if not check_crc:
-            pos = _decode_usual(out, data, start, stop, broker_name, message_class, stamp, summary)
+            pos = _decode_usual(
+                out, data, start, stop, broker_name, message_class, stamp, summary, offsets
+            )
             if pos == stop:
                 return out
         data = data[start:stop]
@@ -249,7 +291,7 @@ def decode_messages(
         try:
             _decode_into(
                 out, data, pos, broker_name, check_crc, decompress, message_class, stamp,
-                summary,
+                summary, offsets,
             )  # fmt: skip
             return out
         except MessageDecodeError as exc:
@@ -273,8 +315,10 @@ def _decode_into(
     message_class: type[MessageExt],
     stamp: Stamp | None,
     summary: list[int] | None = None,
+    offsets: list[Sequence[int]] | None = None,
 ) -> None:
-    """Decode the records from ``pos`` into ``out`` (``summary``: ``decode_messages``'s).
+    """Decode the records from ``pos`` into ``out`` (``summary``, ``offsets``:
+    ``decode_messages``'s).
 
     Once per message (benchmarks/ceiling.py; benchmarks/README.md, "Round 4 (issue 43,
     goal 1)": ~80 fewer bytecodes a record): the usual record, V1 magic, IPv4 hosts,
@@ -287,7 +331,9 @@ def _decode_into(
     """
     end = len(data)
     if not check_crc:
-        pos = _decode_usual(out, data, pos, end, broker_name, message_class, stamp, summary)
+        pos = _decode_usual(
+            out, data, pos, end, broker_name, message_class, stamp, summary, offsets
+        )
     if pos < end:
         start = len(out)
         _decode_checked(out, data, pos, broker_name, check_crc, decompress, message_class)
@@ -305,6 +351,7 @@ def _decode_usual(
     message_class: type[MessageExt],
     stamp: Stamp | None = None,
     summary: list[int] | None = None,
+    offsets: list[Sequence[int]] | None = None,
 ) -> int:
     """The fast path of ``_decode_into``: decode usual records from ``pos`` to ``end``;
     return the position of the first record it did not decode (``end`` after the last).
@@ -331,6 +378,22 @@ def _decode_usual(
     # then the dataclass's defaults of _settled and _held; its other defaults are left
     # unset (aiorocket.received.UNSET_DEFAULTS; "Round 15").
     alike = (broker_name, queue, generation, settler, False, False)
+    if consumer:
+        fresh = not out  # the answer's first records: a summary may speak for them all
+        # the queue offsets of the records _decode_bulk took, a sequence each time
+        columns: list[Sequence[int]] | None = [] if offsets is not None and fresh else None
+        pos = _decode_alike(out, data, pos, end, message_class, alike, pop, columns)
+        if pos == end:
+            if fresh and out:
+                if summary is not None:
+                    # every record read laid out alike, of one body length (decode_messages)
+                    summary.append(len(out[0].body))
+                if columns and offsets is not None and sum(map(len, columns)) == len(out):
+                    # ... and by _decode_bulk, which read their offsets too (decode_messages)
+                    offsets.append(
+                        columns[0] if len(columns) == 1 else tuple(chain.from_iterable(columns))
+                    )
+            return pos  # all of them: nothing for the loop below, nor its names, to do
     unpack_eager = _USUAL_EAGER.unpack_from
     unpack_rest = _USUAL_REST.unpack_from
     fixed = _USUAL_EAGER.size
@@ -348,12 +411,6 @@ def _decode_usual(
     last_lead: bytes | None = None
     unpack_tail = _TOPIC_TAIL_EMPTY.unpack_from
     tail_size = _TOPIC_TAIL_EMPTY.size
-    if consumer:
-        fresh = not out  # the answer's first records: a summary may speak for them all
-        pos = _decode_alike(out, data, pos, end, message_class, alike, pop)
-        if pos == end and fresh and out and summary is not None:
-            # every record read laid out alike, of one body length (decode_messages)
-            summary.append(len(out[0].body))
     try:
         while pos < end:
             # (typed as the consumer's: the other classes' fields are a subset)
@@ -448,6 +505,7 @@ def _decode_alike(
     message_class: type[MessageExt],
     alike: tuple[Any, ...],
     pop: bool,
+    columns: list[Sequence[int]] | None = None,
 ) -> int:
     """``_decode_usual``'s records from ``pos`` while they are laid out as the first
     two (the body's length, the topic): each read by one unpack, its body, the fields
@@ -459,7 +517,8 @@ def _decode_alike(
     and this costs them two small unpacks an answer). A record whose properties are of
     another length (KEYS of varied lengths) stays in the run: its properties are sliced
     as before. ConsumerMessage and PopMessage only, stored as ``_decode_usual`` stores
-    them: a record that is not usual, or of another layout, is left to it."""
+    them: a record that is not usual, or of another layout, is left to it. ``columns``:
+    each time ``_decode_bulk`` takes records, their offsets are appended to it."""
     try:
         total, body_len = _SIZES.unpack_from(data, pos)
         if _SIZES.unpack_from(data, pos + total)[1] != body_len:
@@ -479,6 +538,34 @@ def _decode_alike(
     # a record of this layout begins with these 8 bytes: its TOTALSIZE, the V1 magic
     total_magic = (size << 32) + MAGIC_V1
     fixed = _USUAL_EAGER.size
+    # Records of exactly this layout, one after the other (all of an answer of messages
+    # of one size): many read by one unpack and checked a column at a time
+    # (_decode_bulk), when an earlier answer had this layout; what it does not take is
+    # read a record at a time below.
+    seen = whole in _BULK_LAYOUTS
+    if not seen:
+        if len(_BULK_LAYOUTS) >= _BULK_LAYOUTS_MAX:
+            _BULK_LAYOUTS.clear()
+        _BULK_LAYOUTS.add(whole)
+    while seen:
+        left = (end - pos) // size
+        if left < _BULK_MIN:
+            break
+        n = _BULK_N[left] if left < _BULK_MAX else _BULK_MAX
+        try:
+            # the last of them is where a record of this size would be: a cheap sign
+            # that they all are (each is checked all the same)
+            if _SIZES.unpack_from(data, pos + (n - 1) * size)[0] != size:
+                break
+        except struct.error:
+            break
+        taken = _decode_bulk(
+            out, data, pos, n, whole, total_magic, body_len, lead, props_len_alike,
+            topic, message_class, alike, pop, columns,
+        )  # fmt: skip
+        if not taken:
+            break
+        pos += taken
     unusual = _UNUSUAL_FLAGS
     new_msg = object.__new__
     try:
@@ -517,6 +604,76 @@ def _decode_alike(
     except struct.error:
         pass  # a record shorter than the layout at the end of the bytes: _decode_usual's
     return pos
+
+
+def _decode_bulk(
+    out: list[MessageExt],
+    data: bytes,
+    pos: int,
+    n: int,
+    layout: struct.Struct,
+    total_magic: int,
+    body_len: int,
+    lead: bytes,
+    props_len: int,
+    topic: str,
+    message_class: type[MessageExt],
+    alike: tuple[Any, ...],
+    pop: bool,
+    columns: list[Sequence[int]] | None,
+) -> int:
+    """``_decode_alike``'s next ``n`` records at ``pos`` (``data`` holds them), when
+    every one is a usual record of ``layout`` (its TOTALSIZE and magic ``total_magic``,
+    its body ``body_len`` bytes, its topic's lead ``lead``, ``props_len`` bytes of ASCII
+    properties, SYSFLAG's low byte as the first one's and not one that sends a record to
+    the checked path): they are then read by one unpack, checked a field's column at a
+    time in C (``tuple.count``), their messages made by one ``map`` and their fields
+    stored from the columns; returns the bytes taken (``n`` records), or 0 when any of
+    them is not such a record: nothing is kept, and ``_decode_alike`` reads them one at
+    a time, as it did (benchmarks/ceiling.py; benchmarks/README.md, "Round 17").
+
+    The checks are the per-record loop's, on every record: a record whose TOTALSIZE is
+    the layout's and whose properties' length is too has its fields add up to it, so
+    the records lie one after the other, each within the bytes. ``columns``: their
+    offsets are appended to it, as one tuple."""
+    fields, fixed_parts = _bulk(layout, n)
+    vals = fields.unpack_from(data, pos)
+    f = _FIELDS
+    flags = vals[_FLAGS_AT::f]
+    if (
+        vals[_HEAD_AT::f].count(total_magic) != n
+        or vals[_BODY_LEN_AT::f].count(body_len) != n
+        or vals[_LEAD_AT::f].count(lead) != n
+        or vals[_PROPS_LEN_AT::f].count(props_len) != n
+        or _UNUSUAL_FLAGS[flags[0]]
+        or flags.count(flags[0]) != n
+    ):
+        return 0
+    props = vals[_PROPS_AT::f]
+    if not all(map(bytes.isascii, props)):
+        return 0
+    # each record's fixed bytes (the deferred fields', aiorocket.message)
+    heads = fixed_parts.unpack_from(data, pos)
+    queue_offsets = vals[_QOFF_AT::f]
+    # (typed as the consumer's, as _decode_usual's: PopMessage's fields are a superset)
+    msgs: list[ConsumerMessage] = list(map(object.__new__, repeat(message_class, n)))  # type: ignore[arg-type]
+    # the targets are assigned in order: each message first, then its fields
+    for (msg, msg.queue_id, msg.queue_offset, msg.reconsume_times, msg.body,
+         msg._raw_properties, msg._head) in zip(
+            msgs, vals[_QID_AT::f], queue_offsets, vals[_RECONSUME_AT::f],
+            vals[_BODY_AT::f], props, heads, strict=True):  # fmt: skip
+        msg.topic = topic
+        (msg.broker_name, msg._pq, msg._generation, msg._settler, msg._settled,
+         msg._held) = alike  # fmt: skip
+        if pop:
+            pm: PopMessage = msg
+            (pm.receipt_handle, pm.delivery_attempt, pm.message_group,
+             pm._message_id, pm._renewal, pm._ack_tries, pm._ack_state, pm._copies,
+             pm._nacking) = _POP_OWN  # fmt: skip
+    out += msgs
+    if columns is not None:
+        columns.append(queue_offsets)
+    return n * layout.size
 
 
 def _raw_host_str(raw: bytes) -> str:

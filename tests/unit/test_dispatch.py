@@ -145,7 +145,7 @@ async def test_every_message_is_handled_once_and_committed() -> None:
             await done.wait()
     assert sorted(seen) == list(range(100))
     assert h.pq.tracker.committable() == 100
-    assert (h.pq.cached_count, h.pq.cached_bytes, h.pq.running) == (0, 0, 0)
+    assert (h.pq.cached_count, h.pq.cached_bytes, h.pq.handler_calls()) == (0, 0, 0)
     assert h.pq.consumed_total == 100
 
 
@@ -216,7 +216,7 @@ async def test_slow_handlers_spread_over_all_workers_and_no_more() -> None:
         h.feed(10)  # one put wakes one worker; each taker wakes the next
         with anyio.fail_after(10):
             await all_busy.wait()
-        assert h.pq.running == 4
+        assert h.pq.handler_calls() == 4
         assert h.pq.tracker.committable() == 0  # nothing finished: nothing committable
         gate.set()
         await h.consumed(10)
@@ -303,7 +303,7 @@ async def test_consume_timeout_cancels_the_handler_and_sends_it_back() -> None:
             await h.sent.wait()
         assert h.sent_back == [(0, h.state.config.retry_delay_level)]
     assert h.pq.tracker.committable() == 3
-    assert h.pq.running == 0
+    assert h.pq.handler_calls() == 0
 
 
 async def test_each_call_gets_the_whole_consume_timeout_after_slow_ones() -> None:
@@ -367,7 +367,7 @@ async def test_the_watchdog_stamps_each_call_when_it_first_sees_it_and_cuts_it_a
             await h.sent.wait()
         assert h.sent_back == [(1, h.state.config.retry_delay_level)]
     assert h.pq.tracker.committable() == 2
-    assert h.pq.running == 0
+    assert h.pq.handler_calls() == 0
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio: on_done a message
@@ -513,7 +513,9 @@ async def test_a_burst_that_empties_the_queue_does_not_yield_again(
     checkpoint = anyio.lowlevel.checkpoint
 
     async def counted() -> None:
-        yields.append(sys._getframe(1).f_code.co_name)
+        # the workers' loops: _worker's, and over remoting on asyncio _worker_remoting's
+        name = sys._getframe(1).f_code.co_name
+        yields.append("_worker" if name == "_worker_remoting" else name)
         await checkpoint()
 
     monkeypatch.setattr(anyio.lowlevel, "checkpoint", counted)
@@ -562,7 +564,7 @@ async def test_a_burst_of_successes_is_marked_in_its_queue_as_one_run(
         assert calls == [("on_run_done", BURST)]
         assert all(m.settled for m in msgs)
         assert h.pq.tracker.committable() == BURST
-        assert (h.pq.cached_count, h.pq.cached_bytes, h.pq.running) == (0, 0, 0)
+        assert (h.pq.cached_count, h.pq.cached_bytes, h.pq.handler_calls()) == (0, 0, 0)
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -623,7 +625,7 @@ async def test_a_revoked_queues_quiesce_marks_the_successes_not_marked_yet() -> 
         (msg,) = h.feed(1)
         with anyio.fail_after(10):
             await handled.wait()
-        assert msg.settled and h.pq.running == 0
+        assert msg.settled and h.pq.handler_calls() == 0
         assert h.pq.tracker.committable() == 0  # not marked yet: the callback comes next
         h.pq.drop()
         await h.pool.quiesce([h.pq])
@@ -648,7 +650,7 @@ async def test_a_revoked_queues_quiesce_marks_a_success_that_ended_while_it_wait
     async with workers(handle, consume_concurrency=2) as h:
         h.feed(2)
         with anyio.fail_after(10):
-            while h.pq.running < 2:  # both handlers started (the pool has no event)
+            while h.pq.handler_calls() < 2:  # both handlers started (the pool has no event)
                 await anyio.lowlevel.checkpoint()
         h.pq.drop()
         committable: list[int] = []
@@ -818,7 +820,7 @@ async def test_a_failure_on_a_dropped_queue_is_not_sent_back() -> None:
         h.pq.dropped = True  # the queue left while the handler ran
         go_on.set()
         with anyio.fail_after(10):
-            while h.pq.running:
+            while h.pq.handler_calls():
                 await h.pq.wait_changed()
     assert h.sent_back == []
 
@@ -844,7 +846,7 @@ async def test_a_revoked_queue_waits_for_its_running_handler_before_it_is_taken_
         await h.pool.quiesce([h.pq])  # gives up after shutdown_timeout: the call runs on
         del h.state.process_queues[MQ]
         await h.pool.release([h.pq])
-        assert h.pq.running == 1
+        assert h.pq.handler_calls() == 1
         assert h.state.waits_for(MQ)  # a rebalance leaves it out (_not_releasing)
         h.state.wanted_back.add(MQ)  # assigned to us again meanwhile
         go_on.set()
@@ -1165,3 +1167,94 @@ async def test_a_copy_of_a_message_whose_local_retry_is_dropped_with_its_queue_i
         await retry_consumed(h, 2)
     assert calls.seen == [("a", 0), ("marker", 1), ("a", 1)]
     assert copies[0].settled and h.sent_back == []
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio: _worker's loop
+async def test_the_remoting_loop_settles_every_kind_of_result_as_the_general_one() -> None:
+    # Over remoting on asyncio an inline handler runs in _worker_remoting (benchmarks/
+    # README.md, "Round 17"), which asks a result's level only when it is not None, after
+    # the call's running drop: None, True and ConsumeStatus.SUCCESS are successes,
+    # marked and committed; a raise, False, RECONSUME_LATER and Reconsume(n) are sent
+    # back with their level before the offset moves past them; a success the handler
+    # settled itself is not settled again. Each queue ends with nothing cached or
+    # running, as _worker leaves it (test_failures_are_sent_back_before_the_offset_moves
+    # runs it on trio).
+    outcomes: list[object] = [None, True, ConsumeStatus.SUCCESS, "raise", False,
+                              ConsumeStatus.RECONSUME_LATER, Reconsume(5), "settle"]  # fmt: skip
+    loops: set[str] = set()
+
+    async def handle(msg: ConsumerMessage) -> object:
+        loops.add(sys._getframe(1).f_code.co_name)  # the worker's loop awaiting the call
+        outcome = outcomes[msg.queue_offset % len(outcomes)]
+        if outcome == "raise":
+            raise RuntimeError("boom")
+        if outcome == "settle":
+            await msg.ack()
+            return None
+        return outcome
+
+    n = 3 * len(outcomes)
+    async with workers(handle, consume_concurrency=2) as h:
+        msgs = h.feed(n)
+        with anyio.fail_after(10):
+            while h.pq.tracker.committable() < n:
+                await h.pq.wait_changed()
+    assert loops == {"_worker_remoting"}
+    failed = {3: 0, 4: 0, 5: 0, 6: 5}  # the place among outcomes -> its level
+    assert sorted(h.sent_back) == sorted(
+        (o, failed[o % len(outcomes)]) for o in range(n) if o % len(outcomes) in failed
+    )
+    assert all(m.settled for m in msgs)
+    assert (h.pq.cached_count, h.pq.cached_bytes, h.pq.handler_calls()) == (0, 0, 0)
+    assert h.pq.consumed_total == n
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio: _worker counts its calls
+async def test_the_remoting_loop_counts_its_calls_in_running_from_their_slots() -> None:
+    # _worker_remoting counts no call up and down (benchmarks/README.md, "Round 17"): a
+    # queue's handler_calls() is its callers' own count (running) plus its calls in the
+    # workers' slots, so it reads the calls in progress, another caller's += and -= move
+    # running only, a revoked queue's quiesce waits for the calls, and a call cut by the
+    # consume timeout leaves both at 0 (never below). Fails without the slots' part (0
+    # while calls run: quiesce would not wait for them before the revoke's commit).
+    started = anyio.Event()
+    release = anyio.Event()
+    calls = 0
+
+    async def handle(msg: ConsumerMessage) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            started.set()
+        if msg.queue_offset < 3:
+            await release.wait()
+        else:
+            await anyio.sleep(10)  # overruns the consume timeout
+
+    async with workers(handle, consume_concurrency=4, consume_timeout=1.5) as h:
+        h.feed(3)
+        with anyio.fail_after(10):
+            await started.wait()
+        assert (h.pq.handler_calls(), h.pq.running) == (3, 0)
+        h.pq.running += 1  # another caller's call (an orderly step, a batch)
+        assert (h.pq.handler_calls(), h.pq.running) == (4, 1)
+        h.pq.running -= 1
+        quiesced = anyio.Event()
+
+        async def quiesce() -> None:
+            await h.pool.quiesce([h.pq])
+            quiesced.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(quiesce)
+            await anyio.sleep(0.05)
+            assert not quiesced.is_set()  # the three calls run
+            release.set()
+            with anyio.fail_after(10):
+                await quiesced.wait()
+        assert h.pq.handler_calls() == 0 and h.pq.tracker.committable() == 3
+        h.feed(1)  # offset 3: cut by the consume timeout, sent back
+        with anyio.fail_after(10):
+            await h.sent.wait()
+        assert (h.pq.handler_calls(), h.pq.running) == (0, 0)
+        assert h.sent_back == [(3, 0)]

@@ -1157,3 +1157,231 @@ def test_the_layouts_edges_at_the_head_and_the_properties_decode_as_the_checked_
     alike: Any = ("b", None, 0, None, False, False)
     read = message_codec._decode_alike([], data, 0, len(data), ConsumerMessage, alike, False)
     assert read == len(data)
+
+
+# ------------------ records of one layout read many at a time (benchmarks/README.md, Round 17)
+
+
+def _one_layout(n: int, *, first_offset: int = 2**33) -> bytes:
+    """``n`` records of one layout (the same TOTALSIZE and fields' lengths), whose
+    queue ids, offsets, reconsume times, hosts and properties' values differ."""
+    return b"".join(
+        encode_stored_message("Tp", bytes([i % 256]) * 40, {"K": f"v{i % 10}"},
+                              queue_id=i % 3, queue_offset=first_offset + i,
+                              reconsume_times=i % 4, born_host=f"10.0.0.{i % 2}:1",
+                              commit_log_offset=10**9 + 7 * i)
+        for i in range(n)
+    )  # fmt: skip
+
+
+def _record_size() -> int:
+    return len(_one_layout(1))
+
+
+#: a record's fields that the bulk path checks in each record, as (where, bytes): in a
+#: record of _one_layout (40-byte body, topic "Tp", properties "K\x01vN\x02")
+_FIELD_PATCHES = [
+    (0, struct.pack(">i", 150)),  # TOTALSIZE
+    (4, struct.pack(">I", MAGIC_V2)),  # the magic code: V2
+    (4, b"\xde\xad\xbe\xef"),  # ... corrupt
+    (39, b"\x01"),  # SYSFLAG: compressed (the checked path's)
+    (39, b"\x02"),  # SYSFLAG: multi tags (a usual record, another flag than the first's)
+    (39, b"\x10"),  # SYSFLAG: an IPv6 born host
+    (84, struct.pack(">I", 39)),  # BODYLEN one short
+    (84, struct.pack(">I", 41)),  # ... one long
+    (129, b"S"),  # the topic's second byte
+    (128, b"\x03"),  # the topic's length byte
+    (131, struct.pack(">H", 6)),  # the properties' length one long
+    (134, b"\xc3"),  # a property's byte not ASCII
+]
+
+
+def _checked_or_error(data: bytes) -> object:
+    got = _checked(data)
+    return got if isinstance(got, str) else _stored_fields(got)
+
+
+def _pulled_or_error(
+    read: bytes, start: int, end: int, cls: type[MessageExt], offsets: list[Any]
+) -> object:
+    try:
+        return _stored_fields(decode_messages(read, broker_name="b", message_class=cls,
+                                              start=start, end=end, offsets=offsets))  # fmt: skip
+    except MessageDecodeError as exc:
+        return str(exc)
+
+
+def test_an_answer_of_one_layout_is_read_many_records_at_a_time() -> None:
+    """An answer whose records are all of one layout (benchmarks/ceiling.py's) is read
+    by ``_decode_bulk``, many records an unpack (32 at a time, and 16 + 8 + 4 + 3 of 31
+    records), each message equal to the checked path's (every field, and the stamp and
+    defaults of ConsumerMessage and PopMessage as the record-at-a-time path sets them),
+    and the answer's offsets are given with it (``decode_messages(offsets=)``). Fails on
+    the code before Round 17 (no ``_decode_bulk``, no ``offsets``)."""
+    from aiorocket.received import PopMessage
+
+    size = _record_size()
+    decode_messages(_one_layout(4), message_class=ConsumerMessage)  # the layout seen
+    for n, taken in ((32, [32]), (31, [16, 8, 4]), (70, [64, 4]), (3, [])):
+        data = _one_layout(n)
+        want = _checked_or_error(data)
+        for cls in (ConsumerMessage, PopMessage):
+            calls: list[int] = []
+            bulk = message_codec._decode_bulk
+
+            def counted(*args: Any, _bulk: Any = bulk, _calls: list[int] = calls) -> int:
+                got = _bulk(*args)
+                _calls.append(got // size)
+                return got
+
+            message_codec._decode_bulk = counted  # type: ignore[assignment]
+            try:
+                read = b"\0" * 11 + data + b"\0" * 300
+                offsets: list[Any] = []
+                assert _pulled_or_error(read, 11, 11 + len(data), cls, offsets) == want
+            finally:
+                message_codec._decode_bulk = bulk  # type: ignore[assignment]
+            assert calls == taken
+            whole = sum(taken) == n and n > 0
+            assert offsets == ([tuple(range(2**33, 2**33 + n))] if whole else [])
+            # the defaults and the stamp as the record-at-a-time path sets them
+            stamp: Any = (object(), 5, object())
+            many = decode_messages(data, broker_name="b", message_class=cls, stamp=stamp)
+            one: list[MessageExt] = []
+            for i in range(n):  # each record alone: never a bulk read
+                one += decode_messages(data[i * size : (i + 1) * size], broker_name="b",
+                                       message_class=cls, stamp=stamp)  # fmt: skip
+            assert [_all_fields(m) for m in many] == [_all_fields(m) for m in one]
+
+
+def test_an_answer_of_a_layout_no_answer_had_before_is_read_a_record_at_a_time() -> None:
+    """The first answer of a layout is read a record at a time, the next ones of that
+    layout many records an unpack: an answer whose records are alike but unlike the
+    last answer's compiles no bulk struct (about what its read would save). The same
+    messages either way. Fails on the code without ``_BULK_LAYOUTS`` (every answer of
+    4 records or more read in bulk)."""
+    calls: list[int] = []
+    bulk = message_codec._decode_bulk
+
+    def counted(*args: Any) -> int:
+        calls.append(args[3])
+        return bulk(*args)
+
+    # a body length no other test uses: a layout not seen yet
+    data = b"".join(
+        encode_stored_message("Tq", bytes([i]) * 333, {"K": "v"}, queue_offset=i)
+        for i in range(8)
+    )  # fmt: skip
+    message_codec._BULK_LAYOUTS.clear()
+    message_codec._decode_bulk = counted  # type: ignore[assignment]
+    try:
+        first = decode_messages(data, broker_name="b", message_class=ConsumerMessage)
+        assert calls == []
+        second = decode_messages(data, broker_name="b", message_class=ConsumerMessage)
+        assert calls == [8]
+    finally:
+        message_codec._decode_bulk = bulk  # type: ignore[assignment]
+    assert [_all_fields(m) for m in first] == [_all_fields(m) for m in second]
+    assert _stored_fields(first) == _checked_or_error(data)
+
+
+@pytest.mark.parametrize(("at", "value"), _FIELD_PATCHES)
+def test_a_record_unlike_the_others_in_an_answer_of_one_layout_decodes_as_the_checked_path(
+    at: int, value: bytes
+) -> None:
+    """One record of an answer of one layout (first, in the middle, last) with one
+    field of another value: the bulk read takes none of its records, and the answer
+    decodes (every field) or fails as the checked path says, as it is and in place
+    with more records after it. An equivalence guard: it fails when any one of the
+    bulk read's column checks (TOTALSIZE and magic, SYSFLAG, BODYLEN, the topic, the
+    properties' length, ASCII properties) is left out."""
+    from aiorocket.received import PopMessage
+
+    n, size = 20, _record_size()
+    data = _one_layout(n)
+    for k in (0, 9, n - 1):
+        record = bytearray(data[k * size : (k + 1) * size])
+        record[at : at + len(value)] = value
+        patched = data[: k * size] + bytes(record) + data[(k + 1) * size :]
+        want = _checked_or_error(patched)
+        for cls in (ConsumerMessage, PopMessage):
+            # the bulk read that would take record k (20 records: 16, then 4) takes none
+            first, m = (0, 16) if k < 16 else (16 * size, 4)
+            assert message_codec._decode_bulk(
+                [], patched, first, m, message_codec._layout(40, 3, 5), (size << 32) + MAGIC_V1,
+                40, b"\x02Tp", 5, "Tp", cls, ("b", None, 0, None, False, False),
+                cls is PopMessage, None,
+            ) == 0  # fmt: skip
+            in_place = (b"\0" * 3 + patched + data, 3, 3 + len(patched))
+            for read, start, end in ((patched, 0, len(patched)), in_place):
+                offsets: list[Any] = []
+                assert _pulled_or_error(read, start, end, cls, offsets) == want, (at, k)
+                if offsets:
+                    assert isinstance(want, list)
+                    assert list(offsets[0]) == [row[_QUEUE_OFFSET_AT] for row in want]
+
+
+#: the place of queue_offset among ``_stored_fields``' columns
+_QUEUE_OFFSET_AT = [f.name for f in dataclasses.fields(MessageExt) if f.name != "properties"].index(
+    "queue_offset"
+)
+
+
+@given(st.data(), st.integers(4, 70), st.sampled_from(["ConsumerMessage", "PopMessage"]))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_answers_of_one_layout_mutated_or_cut_decode_as_the_checked_path(
+    data: st.DataObject, n: int, kind: str
+) -> None:
+    """An answer of ``n`` records of one layout, with up to three bytes changed
+    anywhere and cut anywhere, read in place between other bytes or before the rest of
+    its records, or as it is: the same messages (every field) or the same error as the
+    checked path, and when the decoder gives the offsets, they are the messages'. An
+    equivalence guard of the bulk read (it passes on the code before Round 17)."""
+    from aiorocket.received import PopMessage
+
+    cls: type[MessageExt] = ConsumerMessage if kind == "ConsumerMessage" else PopMessage
+    records = _one_layout(n)
+    mutable = bytearray(records)
+    for _ in range(data.draw(st.integers(0, 3))):
+        mutable[data.draw(st.integers(0, len(mutable) - 1))] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.none() | st.integers(1, len(mutable)))
+    body = bytes(mutable[:cut])
+    after = data.draw(st.binary(max_size=40) | st.just(records[len(body) :]))
+    want = _checked_or_error(body)
+    for read, start, end in ((body, 0, len(body)), (b"\0" * 7 + body + after, 7, 7 + len(body))):
+        offsets: list[Any] = []
+        got = _pulled_or_error(read, start, end, cls, offsets)
+        assert got == want
+        if offsets:
+            assert isinstance(got, list)
+            assert list(offsets[0]) == [row[_QUEUE_OFFSET_AT] for row in got]
+
+
+@pytest.mark.parametrize("low", [0x01, 0x10, 0x20, 0x31, 0x02])
+def test_an_answer_of_one_layout_whose_every_record_has_one_sys_flag_decodes_as_the_checked_path(
+    low: int,
+) -> None:
+    """Every record of an answer of one layout with the same SYSFLAG low byte: a
+    compressed body or an IPv6 host (each record then is the checked path's, which
+    decodes or refuses it), or multi tags (a usual record: read many at a time). Fails
+    when the bulk read does not check the first record's flag."""
+    from aiorocket.received import PopMessage
+
+    n, size = 8, _record_size()
+    data = bytearray(_one_layout(n))
+    for k in range(n):
+        data[k * size + 39] = low
+    patched = bytes(data)
+    want = _checked_or_error(patched)
+    for cls in (ConsumerMessage, PopMessage):
+        taken = message_codec._decode_bulk(
+            [], patched, 0, n, message_codec._layout(40, 3, 5), (size << 32) + MAGIC_V1, 40,
+            b"\x02Tp", 5, "Tp", cls, ("b", None, 0, None, False, False), cls is PopMessage,
+            None,
+        )  # fmt: skip
+        assert taken == (0 if low & 0x31 else n * size)
+        for read, start, end in (
+            (patched, 0, n * size),
+            (b"\0" + patched + b"\0", 1, 1 + n * size),
+        ):
+            assert _pulled_or_error(read, start, end, cls, []) == want

@@ -237,3 +237,40 @@ def test_an_answer_of_one_run_is_noted_for_its_delivery_with_its_sizes() -> None
     with pytest.raises(ValueError):  # below what was pulled: the tracker refuses it
         pq.on_pulled([ConsumerMessage("t", b"x", {}, 0, 3, 3)], 4)
     assert pq.pulled_run is None
+
+
+class _OffsetReads(ConsumerMessage):
+    """A message that counts the reads of its queue offset."""
+
+    __slots__ = ("reads",)
+
+    def __init__(self, offset: int) -> None:
+        super().__init__("t", b"ab", {}, 0, offset, offset)
+        self.reads = 0
+
+    def __getattribute__(self, name: str) -> object:
+        if name == "queue_offset":
+            object.__setattr__(self, "reads", object.__getattribute__(self, "reads") + 1)
+        return object.__getattribute__(self, name)
+
+
+def test_an_answer_whose_offsets_the_decoder_gave_is_recorded_without_reading_each() -> None:
+    # on_pulled takes the offsets the decoder read with the records (benchmarks/README.md,
+    # "Round 17"), a sequence of them, and reads no message's: the tracker, the note of
+    # one run and the counts are as when it reads each one. Offsets of another length than
+    # the messages are not trusted (each message's is read); offsets that do not increase
+    # are refused as before. Fails on the code before it (no offsets parameter).
+    for given_offsets in ((10, 11, 12), None, (10, 11)):
+        pq = ProcessQueue(MessageQueue("t", "b", 0), 10)
+        msgs = [_OffsetReads(o) for o in range(10, 13)]
+        pq.on_pulled(msgs, 13, 2, given_offsets)
+        reads = sum(m.reads for m in msgs)
+        assert reads == (0 if given_offsets == (10, 11, 12) else 3)
+        assert pq.pulled_run is not None and pq.pulled_run[0] is msgs
+        assert pq.pulled_run[1:] == (10, 0, None, 2)
+        assert (pq.cached_count, pq.cached_bytes, pq.tracker.next_offset) == (3, 6, 13)
+        assert pq.tracker.min_in_flight == 10
+    pq = ProcessQueue(MessageQueue("t", "b", 0), 10)
+    with pytest.raises(ValueError):
+        pq.on_pulled([_OffsetReads(o) for o in (10, 11)], 12, 2, (11, 10))
+    assert (pq.cached_count, pq.pulled_run) == (0, None)
