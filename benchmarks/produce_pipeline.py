@@ -90,10 +90,10 @@ def child(argv: list[str]) -> None:
     spans: list[tuple[float, float, int]] = []
     run = accumulate.AutoBatcher._run
 
-    async def timed(self: accumulate.AutoBatcher, topic: str, batch: list[Any]) -> None:
+    async def timed(self: accumulate.AutoBatcher, topic: str, batch: list[Any], *rest: Any) -> None:
         t0 = time.perf_counter()
         try:
-            await run(self, topic, batch)
+            await run(self, topic, batch, *rest)
         finally:
             spans.append((t0, time.perf_counter(), len(batch)))
 

@@ -17,6 +17,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import pytest
+import sniffio
 
 from aiorocket._loop import first_error
 from aiorocket.client.results import SendResult
@@ -337,6 +338,82 @@ async def test_a_request_carries_32_kib_of_bodies_so_64_sends_ride_two() -> None
         await wait_for(lambda: broker.holding == 2)
         await anyio.wait_all_tasks_blocked()
         assert batch_sizes(broker) == [32, 32]  # every send in flight rides, none waits
+
+
+@ON_VIRTUAL_CLOCKS
+async def test_answers_that_arrive_together_free_their_sends_one_request_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 43, goal 3, round 13: two requests of 32 (64 slots) answered together
+    # freed all 64 sends before either next request was written, so both left in one
+    # write and the broker, idle meanwhile, answered them together again: the
+    # requests stayed in lockstep, the broker idle while the client worked on 64. Now
+    # the second answer waits until the first one's next request is written (and, on
+    # asyncio, handed to the socket): that request carries the first answer's 32
+    # while the second answer's sends are still unanswered.
+    from aiorocket.remoting.connection import Connection
+    from aiorocket.remoting.wire import ProtocolWire
+
+    results: list[SendResult] = []
+    written: list[tuple[int, int]] = []  # (reported, free slots) as each batch is queued
+    flushed: list[tuple[int, int]] = []  # the same as each batch reaches the socket
+    slots: accumulate._StartedSlots | None = None
+
+    def seen() -> tuple[int, int]:
+        assert slots is not None
+        return len(results), slots.value
+
+    write, flush = Connection._write, ProtocolWire._flush
+
+    def spy_write(self: Connection, frame: bytes) -> Any:
+        if len(frame) > 30_000:  # a batch of 32 x 1 KiB (not a heartbeat)
+            written.append(seen())
+        return write(self, frame)
+
+    def spy_flush(self: ProtocolWire, frames: list[bytes], sent: Any) -> None:
+        flushed.extend(seen() for f in frames if len(f) > 30_000)
+        flush(self, frames, sent)
+
+    monkeypatch.setattr(Connection, "_write", spy_write)
+    monkeypatch.setattr(ProtocolWire, "_flush", spy_flush)
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, max_in_flight=64) as p:
+        assert p.batcher is not None
+        slots = p.batcher.started_slots
+        broker = fake.brokers[0]
+        held = EachHeld()
+        broker.hold = held  # type: ignore[assignment]
+        async with anyio.create_task_group() as tg:
+
+            async def loop() -> None:
+                for _ in range(128):
+                    msg = Message(TOPIC, b"x" * 1024)
+                    await p.start_send(tg, msg, on_result=results.append)
+
+            tg.start_soon(loop)
+            await wait_for(lambda: broker.holding == 2)
+            assert written == [(0, 0), (0, 0)]
+            session = broker.session
+            assert session is not None
+            raw, answers = session.send_raw, []
+
+            async def in_one_write(data: bytes) -> bool:  # the two answers: one read
+                answers.append(data)
+                if len(answers) == 2:
+                    session.send_raw = raw  # type: ignore[method-assign]
+                    return await raw(b"".join(answers))
+                return True
+
+            session.send_raw = in_one_write  # type: ignore[method-assign]
+            broker.hold = None
+            for event in held.events:  # both answered at once
+                event.set()
+        assert len(results) == 128 and batch_sizes(broker) == [32, 32, 32, 32]
+    # The third request left with the first answer's 32 reported, the second's not
+    # (on main: all 64, both requests in one write)
+    assert written[2] == (32, 0) and written[3] == (64, 0)
+    if sniffio.current_async_library() == "asyncio":  # on the socket before the second
+        # answer freed a send (trio's writer is a task woken in no set order)
+        assert flushed[2] == (32, 0)
 
 
 async def test_a_batch_request_stays_within_max_message_size_whatever_its_bodies() -> None:
