@@ -416,6 +416,53 @@ async def test_answers_that_arrive_together_free_their_sends_one_request_at_a_ti
         assert flushed[2] == (32, 0)
 
 
+@ON_VIRTUAL_CLOCKS
+async def test_an_answer_waiting_for_its_turn_reaches_its_callers_when_the_producer_closes() -> None:
+    # The answers of a topic are handled one at a time: a request answered while the
+    # turn is held waits for it. Cancelled there (the producer closing past its
+    # shutdown_timeout), its callers still get the answer it has, not an error.
+    sent: dict[int, object] = {}
+
+    async def send(p: Producer, i: int) -> None:
+        try:
+            sent[i] = await p.send(Message(TOPIC, b"m%d" % i))
+        except ClientClosedError as exc:
+            sent[i] = exc
+
+    with anyio.fail_after(60):  # unanswered callers would wait for ever
+        await callers_after_close(send, sent)
+    assert sorted(sent) == list(range(6))
+    assert all(isinstance(r, SendResult) for r in sent.values()), sent
+
+
+async def callers_after_close(
+    send: Callable[[Producer, int], Any], sent: dict[int, object]
+) -> None:
+    """Two requests answered while a turn is held that is never given back, then the
+    producer closed."""
+    async with cluster(brokers=1) as fake, anyio.create_task_group() as tg:
+        p = producer(fake, auto_batch=True, batch_in_flight=2, shutdown_timeout=1.0)
+        await p.__aenter__()
+        broker = fake.brokers[0]
+        held = EachHeld()
+        broker.hold = held  # type: ignore[assignment]
+        tg.start_soon(send, p, 0)
+        await wait_for(lambda: broker.holding == 1)
+        for i in range(1, 6):  # the second request
+            tg.start_soon(send, p, i)
+        await wait_for(lambda: broker.holding == 2)
+        assert p.batcher is not None
+        lane = p.batcher._lanes[TOPIC]
+        lane.turn = object()  # held by a worker that never gives it back
+        broker.hold = None
+        for event in held.events:
+            event.set()
+        await wait_for(lambda: broker.holding == 0)
+        await anyio.wait_all_tasks_blocked()
+        assert not sent  # answered, waiting for the turn
+        await p.__aexit__(None, None, None)  # the drain's bound passes: cancelled
+
+
 async def test_a_batch_request_stays_within_max_message_size_whatever_its_bodies() -> None:
     # Counting bodies, a batch of small bodies with large properties could outgrow what
     # the broker stores of one request (max_message_size, its records): it stops there.
