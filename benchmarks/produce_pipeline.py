@@ -52,18 +52,24 @@ def _machine() -> tuple[float, float]:
     return sum(v) / HZ, (v[3] + v[4]) / HZ
 
 
+def _shares(intervals: list[tuple[float, float]]) -> dict[int, float]:
+    """The share of the time from the first start to the last end with 0, 1, 2 ...
+    of ``intervals`` (start, end) open."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    share: dict[int, float] = {}
+    count, last = 0, events[0][0]
+    for t, step in events:
+        share[count] = share.get(count, 0.0) + t - last
+        count, last = count + step, t
+    total = sum(share.values()) or 1.0
+    return {k: round(v / total, 3) for k, v in sorted(share.items())}
+
+
 def timeline(spans: list[tuple[float, float, int]]) -> dict[str, Any]:
     """``spans``: (take, answer, messages) of each request of the measured run."""
     spans = sorted(spans)
     starts = [s for s, _, _ in spans]
     ends = sorted(e for _, e, _ in spans)
-    events = sorted([(s, 1) for s in starts] + [(e, -1) for e in ends])
-    share: dict[int, float] = {}
-    under_way, last = 0, events[0][0]
-    for t, step in events:
-        share[under_way] = share.get(under_way, 0.0) + t - last
-        under_way, last = under_way + step, t
-    total = sum(share.values()) or 1.0
     rtt = sum(e - s for s, e, _ in spans) / len(spans)
     turns = []
     for s in starts:
@@ -76,7 +82,7 @@ def timeline(spans: list[tuple[float, float, int]]) -> dict[str, Any]:
     return {
         "requests": len(spans),
         "batch": batch,
-        "under_way_share": {k: round(v / total, 3) for k, v in sorted(share.items())},
+        "under_way_share": _shares([(s, e) for s, e, _ in spans]),
         "rtt_ms": rtt * 1e3,
         "turnaround_ms": turnaround * 1e3,
         "left_together": together / len(spans),
@@ -95,13 +101,6 @@ def at_broker(wire: list[tuple[float, float]]) -> dict[str, Any]:
     wire = sorted(w for w in wire if w[1] >= w[0])  # answered (NaN compares false)
     if not wire:
         return {}
-    events = sorted([(w, 1) for w, _ in wire] + [(r, -1) for _, r in wire])
-    share: dict[int, float] = {}
-    at, last = 0, events[0][0]
-    for t, step in events:
-        share[at] = share.get(at, 0.0) + t - last
-        at, last = at + step, t
-    total = sum(share.values()) or 1.0
     alone, shared = [], []
     for i, (w, r) in enumerate(wire):
         near = wire[max(0, i - 8) : i] + wire[i + 1 : i + 9]
@@ -114,7 +113,7 @@ def at_broker(wire: list[tuple[float, float]]) -> dict[str, Any]:
             gaps.append(w - reads[i - 1])
     ms = lambda xs: 1e3 * sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
     return {
-        "at_broker_share": {k: round(v / total, 3) for k, v in sorted(share.items())},
+        "at_broker_share": _shares(wire),
         "broker_ms": ms([r - w for w, r in wire]),
         "broker_alone_ms": ms(alone),
         "alone_share": len(alone) / len(wire),

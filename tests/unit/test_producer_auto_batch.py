@@ -417,7 +417,7 @@ async def test_answers_that_arrive_together_free_their_sends_one_request_at_a_ti
 
 
 @ON_VIRTUAL_CLOCKS
-async def test_an_answer_waiting_for_its_turn_reaches_its_callers_when_the_producer_closes() -> None:
+async def test_an_answer_waiting_for_its_turn_reaches_its_callers_at_close() -> None:
     # The answers of a topic are handled one at a time: a request answered while the
     # turn is held waits for it. Cancelled there (the producer closing past its
     # shutdown_timeout), its callers still get the answer it has, not an error.
