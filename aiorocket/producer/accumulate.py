@@ -30,12 +30,13 @@ nothing can join: while every ``start_send`` slot is taken no message can arrive
 an answer, so less than a full batch leaves at once if fewer than two requests are under
 way (``_more_may_come``), which keeps the two-request pipeline that the slots allow.
 The answers of a topic's requests are handled one at a time (``_TopicLane.turn``): an
-answer that comes while another worker handles its own waits until that worker's next
-request is written (or it goes idle). Handled together, two answers freed all 64 sends
-before either next request left, both left in one write, the broker answered them
-together again and idled while the client worked on the 64 (the two requests in
-lockstep); one at a time, the broker works on the other request while the client turns
-one around (benchmarks/README.md, "Goal 3, round 13").
+answer that comes while another worker handles the answer to a full request waits until
+that worker's next request is written (or it goes idle). Handled together, two answers
+freed all 64 sends before either next request left, both left in one write, the broker
+answered them together again and idled while the client worked on the 64 (the two
+requests in lockstep); one at a time, the broker works on the other request while the
+client turns one around (benchmarks/README.md, "Goal 3, round 13"). Partial requests (a
+paced producer's) take no turn: their answers are handled as they come.
 
 Batch requests run in the producer's task group (they carry several callers' messages,
 so no single caller owns them), in up to ``batch_in_flight`` worker tasks per topic,
@@ -206,6 +207,8 @@ class _TopicLane:
     #: goes idle): another answer of the topic waits for it (``AutoBatcher._run``)
     turn: object | None = None
     turned: Signal = field(default_factory=Signal)  # ``turn`` was given back
+    #: whether the latest ``_take`` filled its request (its answer then takes the turn)
+    took_full: bool = False
 
 
 #: ``_TopicLane.turn`` while the request of the worker that held it is being written
@@ -625,6 +628,11 @@ class AutoBatcher:
             size += n
             records += r
         lane.waiting_bytes -= taken
+        # Full: one more message of the batch's mean size would not have fit
+        count = len(batch) or 1
+        lane.took_full = (
+            size + size // count > max_bytes or records + records // count > max_records
+        )
         return batch
 
     async def _lane_worker(self, topic: str, lane: _TopicLane) -> None:
@@ -674,7 +682,9 @@ class AutoBatcher:
                     else:  # the next answer or arrival, or a free request after the delay
                         self._linger(lane, now_of())
                 try:
-                    await self._run(topic, batch, lane, me)
+                    # Only a full request's answer takes the turn: its freed sends fill
+                    # the next one (a paced producer's partial requests wait for none)
+                    await self._run(topic, batch, lane, me if lane.took_full else None)
                 finally:
                     lane.in_flight -= 1
                     self._finished.notify()
@@ -705,7 +715,9 @@ class AutoBatcher:
             lane.turn = _LEAVING
             call_soon(partial(_turn_over, lane))
 
-    async def _run(self, topic: str, batch: list[_Waiting], lane: _TopicLane, me: object) -> None:
+    async def _run(
+        self, topic: str, batch: list[_Waiting], lane: _TopicLane, me: object | None
+    ) -> None:
         sender = self._sender
         # The request runs while any caller waits; the sweeper answers the others.
         deadlines = [w.deadline for w in batch]
@@ -736,7 +748,8 @@ class AutoBatcher:
                 # leaves before this answer frees more sends (module docstring)
                 while lane.turn is not None:
                     await lane.turned.wait()
-                lane.turn = me
+                if me is not None:  # a full request's (``_lane_worker``)
+                    lane.turn = me
             finally:  # cancelled in the wait: the answer still reaches its callers
                 self._answer(sent, results)
                 for w in batch:  # left before the last attempt, which did not carry it

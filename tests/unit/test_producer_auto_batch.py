@@ -417,6 +417,26 @@ async def test_answers_that_arrive_together_free_their_sends_one_request_at_a_ti
 
 
 @ON_VIRTUAL_CLOCKS
+async def test_only_a_full_request_s_answer_holds_the_turn() -> None:
+    # The turn is for answers whose freed sends fill the next request (64 slots, two
+    # requests of 32); a paced producer's partial requests are answered as they come.
+    # The callbacks run while the answer's worker turns around: they see the turn held.
+    held: list[bool] = []
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, max_in_flight=64) as p:
+        assert p.batcher is not None
+        lanes = p.batcher._lanes
+
+        def on_result(_: SendResult) -> None:
+            held.append(lanes[TOPIC].turn is not None)
+
+        for n in (4, 64):  # one partial request of 4 KiB, then two full ones of 32 KiB
+            async with anyio.create_task_group() as tg:
+                for _ in range(n):
+                    await p.start_send(tg, Message(TOPIC, b"x" * 1024), on_result=on_result)
+    assert held[:4] == [False] * 4 and any(held[4:])
+
+
+@ON_VIRTUAL_CLOCKS
 async def test_an_answer_waiting_for_its_turn_reaches_its_callers_at_close() -> None:
     # The answers of a topic are handled one at a time: a request answered while the
     # turn is held waits for it. Cancelled there (the producer closing past its
