@@ -35,8 +35,12 @@ that worker's next request is written (or it goes idle). Handled together, two a
 freed all 64 sends before either next request left, both left in one write, the broker
 answered them together again and idled while the client worked on the 64 (the two
 requests in lockstep); one at a time, the broker works on the other request while the
-client turns one around (benchmarks/README.md, "Goal 3, round 13"). Partial requests (a
-paced producer's) take no turn: their answers are handled as they come.
+client turns one around (benchmarks/README.md, "Goal 3, round 13"). Only the answer to
+a full request that comes while every ``start_send`` slot is taken takes the turn (its
+freed sends make the next request, and nothing else can arrive first); a paced
+producer's answers, or those of ``send`` callers' tasks (each of which wakes in a loop
+pass of its own, so a turn would hold the other answers for passes full of them), are
+handled as they come.
 
 Batch requests run in the producer's task group (they carry several callers' messages,
 so no single caller owns them), in up to ``batch_in_flight`` worker tasks per topic,
@@ -748,7 +752,9 @@ class AutoBatcher:
                 # leaves before this answer frees more sends (module docstring)
                 while lane.turn is not None:
                     await lane.turned.wait()
-                if me is not None:  # a full request's (``_lane_worker``)
+                if me is not None and not self.started_slots.value:
+                    # A full request's (``_lane_worker``) while every ``start_send``
+                    # slot is taken: its answer's sends are the next request's
                     lane.turn = me
             finally:  # cancelled in the wait: the answer still reaches its callers
                 self._answer(sent, results)

@@ -417,10 +417,12 @@ async def test_answers_that_arrive_together_free_their_sends_one_request_at_a_ti
 
 
 @ON_VIRTUAL_CLOCKS
-async def test_only_a_full_request_s_answer_holds_the_turn() -> None:
-    # The turn is for answers whose freed sends fill the next request (64 slots, two
-    # requests of 32); a paced producer's partial requests are answered as they come.
-    # The callbacks run while the answer's worker turns around: they see the turn held.
+async def test_only_a_full_request_s_answer_with_every_slot_taken_holds_the_turn() -> None:
+    # The turn is for answers whose freed sends make the next request: a full request's
+    # while every start_send slot is taken (64 slots, two requests of 32). A paced
+    # producer's partial requests, and send callers' (a task each, woken in passes of
+    # their own), are answered as they come. The callbacks and the woken callers run
+    # while the answer's worker turns around: they see whether it holds the turn.
     held: list[bool] = []
     async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, max_in_flight=64) as p:
         assert p.batcher is not None
@@ -429,11 +431,18 @@ async def test_only_a_full_request_s_answer_holds_the_turn() -> None:
         def on_result(_: SendResult) -> None:
             held.append(lanes[TOPIC].turn is not None)
 
+        async def send() -> None:
+            on_result(await p.send(Message(TOPIC, b"x" * 1024)))
+
         for n in (4, 64):  # one partial request of 4 KiB, then two full ones of 32 KiB
             async with anyio.create_task_group() as tg:
                 for _ in range(n):
                     await p.start_send(tg, Message(TOPIC, b"x" * 1024), on_result=on_result)
-    assert held[:4] == [False] * 4 and any(held[4:])
+        async with anyio.create_task_group() as tg:  # 64 send callers: full requests
+            for _ in range(64):
+                tg.start_soon(send)
+    assert held[:4] == [False] * 4 and any(held[4:68]) and not any(held[68:])
+    assert len(held) == 132
 
 
 @ON_VIRTUAL_CLOCKS
