@@ -9,8 +9,12 @@ requests' timeline (the child wraps ``AutoBatcher._run``): the share of the run'
 with 0, 1, 2, ... requests under way, a request's mean time from its take to its answer
 (``rtt``), the mean time from the latest answer before a request to its take
 (``turnaround``: the client's work on the answers and the refill), the share of requests
-that left within 0.1 ms of another, and ``60 / (rtt + turnaround)``: the rate two
-requests of 30 would give (benchmarks/README.md, "Goal 3, round 8").
+that left within 0.1 ms of another, and ``2 x batch / (rtt + turnaround)``: the rate two
+requests would give (benchmarks/README.md, "Goal 3, round 8"); and, from each request's
+``WireTiming`` (its frame's write to the socket, its answer's read off it), the share of
+the run with 0, 1, 2 ... requests at the broker, a request's broker time alone there and
+with another, the share of requests written in one write with the one before (the two
+requests in lockstep) and the time from an answer's read to the next write (round 13).
 
     .venv/bin/python benchmarks/produce_pipeline.py --count 60000 --rounds 3
 
@@ -48,18 +52,24 @@ def _machine() -> tuple[float, float]:
     return sum(v) / HZ, (v[3] + v[4]) / HZ
 
 
+def _shares(intervals: list[tuple[float, float]]) -> dict[int, float]:
+    """The share of the time from the first start to the last end with 0, 1, 2 ...
+    of ``intervals`` (start, end) open."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    share: dict[int, float] = {}
+    count, last = 0, events[0][0]
+    for t, step in events:
+        share[count] = share.get(count, 0.0) + t - last
+        count, last = count + step, t
+    total = sum(share.values()) or 1.0
+    return {k: round(v / total, 3) for k, v in sorted(share.items())}
+
+
 def timeline(spans: list[tuple[float, float, int]]) -> dict[str, Any]:
     """``spans``: (take, answer, messages) of each request of the measured run."""
     spans = sorted(spans)
     starts = [s for s, _, _ in spans]
     ends = sorted(e for _, e, _ in spans)
-    events = sorted([(s, 1) for s in starts] + [(e, -1) for e in ends])
-    share: dict[int, float] = {}
-    under_way, last = 0, events[0][0]
-    for t, step in events:
-        share[under_way] = share.get(under_way, 0.0) + t - last
-        under_way, last = under_way + step, t
-    total = sum(share.values()) or 1.0
     rtt = sum(e - s for s, e, _ in spans) / len(spans)
     turns = []
     for s in starts:
@@ -68,14 +78,48 @@ def timeline(spans: list[tuple[float, float, int]]) -> dict[str, Any]:
             turns.append(s - ends[i - 1])
     turnaround = sum(turns) / max(len(turns), 1)
     together = sum(1 for a, b in pairwise(starts) if b - a < 1e-4)
+    batch = sum(n for _, _, n in spans) / len(spans)
     return {
         "requests": len(spans),
-        "batch": sum(n for _, _, n in spans) / len(spans),
-        "under_way_share": {k: round(v / total, 3) for k, v in sorted(share.items())},
+        "batch": batch,
+        "under_way_share": _shares([(s, e) for s, e, _ in spans]),
         "rtt_ms": rtt * 1e3,
         "turnaround_ms": turnaround * 1e3,
         "left_together": together / len(spans),
-        "model_msg_s": 60 / (rtt + turnaround),
+        "model_msg_s": 2 * batch / (rtt + turnaround),
+    }
+
+
+def at_broker(wire: list[tuple[float, float]]) -> dict[str, Any]:
+    """``wire``: (written, read) of each request of the measured run, on the loop's clock:
+    from its frame's write to the socket to its answer's read off it (``WireTiming``),
+    the broker's time as the client sees it. The share of the run with 0, 1, 2 ...
+    requests at the broker; the mean broker time of a request alone there and of one
+    with another; the share of requests written to the socket in one write with the one
+    before (the same ``Sent``: lockstep, benchmarks/README.md "Goal 3, round 13"); the
+    mean time from an answer's read to the next write (the client's turnaround)."""
+    wire = sorted(w for w in wire if w[1] >= w[0])  # answered (NaN compares false)
+    if not wire:
+        return {}
+    alone, shared = [], []
+    for i, (w, r) in enumerate(wire):
+        near = wire[max(0, i - 8) : i] + wire[i + 1 : i + 9]
+        (shared if any(w2 < r and r2 > w for w2, r2 in near) else alone).append(r - w)
+    reads = sorted(r for _, r in wire)
+    gaps = []
+    for w, _ in wire:
+        i = bisect.bisect_left(reads, w)
+        if i:
+            gaps.append(w - reads[i - 1])
+    ms = lambda xs: 1e3 * sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+    return {
+        "at_broker_share": _shares(wire),
+        "broker_ms": ms([r - w for w, r in wire]),
+        "broker_alone_ms": ms(alone),
+        "alone_share": len(alone) / len(wire),
+        "broker_with_another_ms": ms(shared),
+        "written_together": sum(1 for a, b in pairwise(wire) if a[0] == b[0]) / len(wire),
+        "read_to_write_ms": ms(gaps),
     }
 
 
@@ -86,14 +130,24 @@ def child(argv: list[str]) -> None:
     import aio_children
 
     from aiorocket.producer import accumulate
+    from aiorocket.producer import sender as sender_module
 
     spans: list[tuple[float, float, int]] = []
+    timings: list[Any] = []  # each request's ``WireTiming`` (every send is a request)
+    wire_timing = sender_module.WireTiming
+
+    def recorded() -> Any:
+        timing = wire_timing()
+        timings.append(timing)
+        return timing
+
+    sender_module.WireTiming = recorded  # type: ignore[misc, assignment]
     run = accumulate.AutoBatcher._run
 
-    async def timed(self: accumulate.AutoBatcher, topic: str, batch: list[Any]) -> None:
+    async def timed(self: accumulate.AutoBatcher, topic: str, batch: list[Any], *rest: Any) -> None:
         t0 = time.perf_counter()
         try:
-            await run(self, topic, batch)
+            await run(self, topic, batch, *rest)
         finally:
             spans.append((t0, time.perf_counter(), len(batch)))
 
@@ -104,10 +158,12 @@ def child(argv: list[str]) -> None:
     def mark(line: str) -> None:
         if line == "READY":
             spans.clear()  # the warm-up's requests are not the run's
+            timings.clear()
         ready(line)
 
     def result(data: dict[str, Any]) -> None:
-        emit({**data, "timeline": timeline(spans)})
+        wire = [(t.sent.at, t.read_at) for t in timings if t.sent is not None]
+        emit({**data, "timeline": {**timeline(spans), **at_broker(wire)}})
 
     _common.emit, _common.emit_result = mark, result
     aio_children.main(argv)

@@ -29,6 +29,18 @@ client (benchmarks/README.md, "Goal 3, rounds 4 and 12"). Neither wait holds sen
 nothing can join: while every ``start_send`` slot is taken no message can arrive before
 an answer, so less than a full batch leaves at once if fewer than two requests are under
 way (``_more_may_come``), which keeps the two-request pipeline that the slots allow.
+The answers of a topic's requests are handled one at a time (``_TopicLane.turn``): an
+answer that comes while another worker handles the answer to a full request waits until
+that worker's next request is written (or it goes idle). Handled together, two answers
+freed all 64 sends before either next request left, both left in one write, the broker
+answered them together again and idled while the client worked on the 64 (the two
+requests in lockstep); one at a time, the broker works on the other request while the
+client turns one around (benchmarks/README.md, "Goal 3, round 13"). Only the answer to
+a full request that comes while every ``start_send`` slot is taken takes the turn (its
+freed sends make the next request, and nothing else can arrive first); a paced
+producer's answers, or those of ``send`` callers' tasks (each of which wakes in a loop
+pass of its own, so a turn would hold the other answers for passes full of them), are
+handled as they come.
 
 Batch requests run in the producer's task group (they carry several callers' messages,
 so no single caller owns them), in up to ``batch_in_flight`` worker tasks per topic,
@@ -67,6 +79,7 @@ import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import anyio
@@ -194,6 +207,23 @@ class _TopicLane:
     retire: bool = False
     #: when what a request could not carry may leave partial (``batch_max_delay``)
     linger_until: float = math.inf
+    #: the worker that handles its request's answer until its next request leaves (or it
+    #: goes idle): another answer of the topic waits for it (``AutoBatcher._run``)
+    turn: object | None = None
+    turned: Signal = field(default_factory=Signal)  # ``turn`` was given back
+    #: whether the latest ``_take`` filled its request (its answer then takes the turn)
+    took_full: bool = False
+
+
+#: ``_TopicLane.turn`` while the request of the worker that held it is being written
+_LEAVING = object()
+
+
+def _turn_over(lane: _TopicLane) -> None:
+    """Give ``lane``'s turn back once the write queued before this call has run."""
+    if lane.turn is _LEAVING:
+        lane.turn = None
+        lane.turned.notify()
 
 
 def _retire_if_idle(lane: _TopicLane, now: float) -> float:
@@ -602,6 +632,11 @@ class AutoBatcher:
             size += n
             records += r
         lane.waiting_bytes -= taken
+        # Full: one more message of the batch's mean size would not have fit
+        count = len(batch) or 1
+        lane.took_full = (
+            size + size // count > max_bytes or records + records // count > max_records
+        )
         return batch
 
     async def _lane_worker(self, topic: str, lane: _TopicLane) -> None:
@@ -614,6 +649,7 @@ class AutoBatcher:
         assert self._loop is not None
         now_of = self._loop.now
         answered = False  # the take after this worker's answer (and its passes)
+        me = object()  # this worker's ``lane.turn``
         try:
             while True:
                 if (
@@ -629,6 +665,8 @@ class AutoBatcher:
                 else:
                     batch = self._take(topic, lane) if self._tg is not None else []
                 answered = False
+                if lane.turn is me:  # its next request leaves (or none): the next answer's turn
+                    self._give_turn(lane, later=bool(batch))
                 if not batch:
                     lane.idle += 1
                     lane.idle_since = now_of()
@@ -648,7 +686,9 @@ class AutoBatcher:
                     else:  # the next answer or arrival, or a free request after the delay
                         self._linger(lane, now_of())
                 try:
-                    await self._run(topic, batch)
+                    # Only a full request's answer takes the turn: its freed sends fill
+                    # the next one (a paced producer's partial requests wait for none)
+                    await self._run(topic, batch, lane, me if lane.took_full else None)
                 finally:
                     lane.in_flight -= 1
                     self._finished.notify()
@@ -660,11 +700,28 @@ class AutoBatcher:
                 await anyio.lowlevel.checkpoint()
                 answered = True
         finally:
+            if lane.turn is me:
+                self._give_turn(lane, later=False)
             lane.workers -= 1
             if not (lane.workers or lane.waiting) and self._lanes.get(topic) is lane:
                 del self._lanes[topic]
 
-    async def _run(self, topic: str, batch: list[_Waiting]) -> None:
+    def _give_turn(self, lane: _TopicLane, later: bool) -> None:
+        """The holder of ``lane.turn`` is done with its answer. ``later``: it is about
+        to hand its next request to the connection, whose write to the socket is queued
+        behind the running task (asyncio: ``ProtocolWire``): the turn stays taken until
+        that write has run, so no other answer of the topic is handled before it."""
+        call_soon = self._loop.call_soon if later and self._loop is not None else None
+        if call_soon is None:
+            lane.turn = None
+            lane.turned.notify()
+        else:
+            lane.turn = _LEAVING
+            call_soon(partial(_turn_over, lane))
+
+    async def _run(
+        self, topic: str, batch: list[_Waiting], lane: _TopicLane, me: object | None
+    ) -> None:
         sender = self._sender
         # The request runs while any caller waits; the sweeper answers the others.
         deadlines = [w.deadline for w in batch]
@@ -690,10 +747,20 @@ class AutoBatcher:
                 w.finish(None, closed)
             raise
         else:
-            self._answer(sent, results)
-            for w in batch:  # left before the last attempt, which did not carry it
-                if not w.answered:
-                    w.finish(None, RequestTimeoutError(f"send to {topic!r} timed out"))
+            try:
+                # Another worker of the topic handles its answer: its next request
+                # leaves before this answer frees more sends (module docstring)
+                while lane.turn is not None:
+                    await lane.turned.wait()
+                if me is not None and not self.started_slots.value:
+                    # A full request's (``_lane_worker``) while every ``start_send``
+                    # slot is taken: its answer's sends are the next request's
+                    lane.turn = me
+            finally:  # cancelled in the wait: the answer still reaches its callers
+                self._answer(sent, results)
+                for w in batch:  # left before the last attempt, which did not carry it
+                    if not w.answered:
+                        w.finish(None, RequestTimeoutError(f"send to {topic!r} timed out"))
         finally:
             if riding:
                 self._riding[:] = [b for b in self._riding if b is not batch]

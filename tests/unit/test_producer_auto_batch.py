@@ -17,6 +17,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import pytest
+import sniffio
 
 from aiorocket._loop import first_error
 from aiorocket.client.results import SendResult
@@ -337,6 +338,158 @@ async def test_a_request_carries_32_kib_of_bodies_so_64_sends_ride_two() -> None
         await wait_for(lambda: broker.holding == 2)
         await anyio.wait_all_tasks_blocked()
         assert batch_sizes(broker) == [32, 32]  # every send in flight rides, none waits
+
+
+@ON_VIRTUAL_CLOCKS
+async def test_answers_that_arrive_together_free_their_sends_one_request_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 43, goal 3, round 13: two requests of 32 (64 slots) answered together
+    # freed all 64 sends before either next request was written, so both left in one
+    # write and the broker, idle meanwhile, answered them together again: the
+    # requests stayed in lockstep, the broker idle while the client worked on 64. Now
+    # the second answer waits until the first one's next request is written (and, on
+    # asyncio, handed to the socket): that request carries the first answer's 32
+    # while the second answer's sends are still unanswered.
+    from aiorocket.remoting.connection import Connection
+    from aiorocket.remoting.wire import ProtocolWire
+
+    results: list[SendResult] = []
+    written: list[tuple[int, int]] = []  # (reported, free slots) as each batch is queued
+    flushed: list[tuple[int, int]] = []  # the same as each batch reaches the socket
+    slots: accumulate._StartedSlots | None = None
+
+    def seen() -> tuple[int, int]:
+        assert slots is not None
+        return len(results), slots.value
+
+    write, flush = Connection._write, ProtocolWire._flush
+
+    def spy_write(self: Connection, frame: bytes) -> Any:
+        if len(frame) > 30_000:  # a batch of 32 x 1 KiB (not a heartbeat)
+            written.append(seen())
+        return write(self, frame)
+
+    def spy_flush(self: ProtocolWire, frames: list[bytes], sent: Any) -> None:
+        flushed.extend(seen() for f in frames if len(f) > 30_000)
+        flush(self, frames, sent)
+
+    monkeypatch.setattr(Connection, "_write", spy_write)
+    monkeypatch.setattr(ProtocolWire, "_flush", spy_flush)
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, max_in_flight=64) as p:
+        assert p.batcher is not None
+        slots = p.batcher.started_slots
+        broker = fake.brokers[0]
+        held = EachHeld()
+        broker.hold = held  # type: ignore[assignment]
+        async with anyio.create_task_group() as tg:
+
+            async def loop() -> None:
+                for _ in range(128):
+                    msg = Message(TOPIC, b"x" * 1024)
+                    await p.start_send(tg, msg, on_result=results.append)
+
+            tg.start_soon(loop)
+            await wait_for(lambda: broker.holding == 2)
+            assert written == [(0, 0), (0, 0)]
+            session = broker.session
+            assert session is not None
+            raw, answers = session.send_raw, []
+
+            async def in_one_write(data: bytes) -> bool:  # the two answers: one read
+                answers.append(data)
+                if len(answers) == 2:
+                    session.send_raw = raw  # type: ignore[method-assign]
+                    return await raw(b"".join(answers))
+                return True
+
+            session.send_raw = in_one_write  # type: ignore[method-assign]
+            broker.hold = None
+            for event in held.events:  # both answered at once
+                event.set()
+        assert len(results) == 128 and batch_sizes(broker) == [32, 32, 32, 32]
+    # The third request left with the first answer's 32 reported, the second's not
+    # (on main: all 64, both requests in one write)
+    assert written[2] == (32, 0) and written[3] == (64, 0)
+    if sniffio.current_async_library() == "asyncio":  # on the socket before the second
+        # answer freed a send (trio's writer is a task woken in no set order)
+        assert flushed[2] == (32, 0)
+
+
+@ON_VIRTUAL_CLOCKS
+async def test_only_a_full_request_s_answer_with_every_slot_taken_holds_the_turn() -> None:
+    # The turn is for answers whose freed sends make the next request: a full request's
+    # while every start_send slot is taken (64 slots, two requests of 32). A paced
+    # producer's partial requests, and send callers' (a task each, woken in passes of
+    # their own), are answered as they come. The callbacks and the woken callers run
+    # while the answer's worker turns around: they see whether it holds the turn.
+    held: list[bool] = []
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, max_in_flight=64) as p:
+        assert p.batcher is not None
+        lanes = p.batcher._lanes
+
+        def on_result(_: SendResult) -> None:
+            held.append(lanes[TOPIC].turn is not None)
+
+        async def send() -> None:
+            on_result(await p.send(Message(TOPIC, b"x" * 1024)))
+
+        for n in (4, 64):  # one partial request of 4 KiB, then two full ones of 32 KiB
+            async with anyio.create_task_group() as tg:
+                for _ in range(n):
+                    await p.start_send(tg, Message(TOPIC, b"x" * 1024), on_result=on_result)
+        async with anyio.create_task_group() as tg:  # 64 send callers: full requests
+            for _ in range(64):
+                tg.start_soon(send)
+    assert held[:4] == [False] * 4 and any(held[4:68]) and not any(held[68:])
+    assert len(held) == 132
+
+
+@ON_VIRTUAL_CLOCKS
+async def test_an_answer_waiting_for_its_turn_reaches_its_callers_at_close() -> None:
+    # The answers of a topic are handled one at a time: a request answered while the
+    # turn is held waits for it. Cancelled there (the producer closing past its
+    # shutdown_timeout), its callers still get the answer it has, not an error.
+    sent: dict[int, object] = {}
+
+    async def send(p: Producer, i: int) -> None:
+        try:
+            sent[i] = await p.send(Message(TOPIC, b"m%d" % i))
+        except ClientClosedError as exc:
+            sent[i] = exc
+
+    with anyio.fail_after(60):  # unanswered callers would wait for ever
+        await callers_after_close(send, sent)
+    assert sorted(sent) == list(range(6))
+    assert all(isinstance(r, SendResult) for r in sent.values()), sent
+
+
+async def callers_after_close(
+    send: Callable[[Producer, int], Any], sent: dict[int, object]
+) -> None:
+    """Two requests answered while a turn is held that is never given back, then the
+    producer closed."""
+    async with cluster(brokers=1) as fake, anyio.create_task_group() as tg:
+        p = producer(fake, auto_batch=True, batch_in_flight=2, shutdown_timeout=1.0)
+        await p.__aenter__()
+        broker = fake.brokers[0]
+        held = EachHeld()
+        broker.hold = held  # type: ignore[assignment]
+        tg.start_soon(send, p, 0)
+        await wait_for(lambda: broker.holding == 1)
+        for i in range(1, 6):  # the second request
+            tg.start_soon(send, p, i)
+        await wait_for(lambda: broker.holding == 2)
+        assert p.batcher is not None
+        lane = p.batcher._lanes[TOPIC]
+        lane.turn = object()  # held by a worker that never gives it back
+        broker.hold = None
+        for event in held.events:
+            event.set()
+        await wait_for(lambda: broker.holding == 0)
+        await anyio.wait_all_tasks_blocked()
+        assert not sent  # answered, waiting for the turn
+        await p.__aexit__(None, None, None)  # the drain's bound passes: cancelled
 
 
 async def test_a_batch_request_stays_within_max_message_size_whatever_its_bodies() -> None:
