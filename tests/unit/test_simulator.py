@@ -166,8 +166,12 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007, 3014, 3025, 4244, 201
 #: p-10's retry copy (offset 2), asked back at 21.00, again. 53038 (orderly): revokes and
 #: re-assigns of a queue waiting out p-0's 31 s in-place retry pulled offset 0 again.
 #: Both the in-flight window's duplicate, taken for an early retry (the checker's)
+#: 173081: joiner-1 asked p-2's retry copy (offset 2) back 7 s at 26.65 (sent back, due
+#: 36.65); its commits timing out, its queues were taken back from the stored offset and
+#: the copy handled and asked back again at 30.01; the 26.65 send-back's copy came at
+#: 37.00, 7 s after the second ask (the checker's: the first ask's copy is due first)
 PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 72, 146, 239, 1111, 2070, 7017, 9360,
-              15021, 43086, 43185, 44028, 53038, 60033, 60398]  # fmt: skip
+              15021, 43086, 43185, 44028, 53038, 60033, 60398, 173081]  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
@@ -753,6 +757,24 @@ def test_seed_42000_records_the_refused_acks_the_checker_discounts() -> None:
             (0, "handler_end", "m-0", {}), (1, "committed", "", {**_RQ, "offset": 3}),
             (3, "pulled", "m-0", {**_RQ, "offset": 2}), (3, "handler_start", "m-0", {}),
         ]),
+        ("retry_after_delay", [  # asked again: the first ask's send-back never taken
+            (0, "handler_start", "m-0", {"attempt": 2}),
+            (0, "handler_failed", "m-0", {"attempt": 2, "retry": 7.0, "due": 10.0}),
+            (0, "handler_end", "m-0", {}), (3, "handler_start", "m-0", {"attempt": 2}),
+            (3, "handler_failed", "m-0", {"attempt": 2, "retry": 7.0, "due": 10.0}),
+            (3, "handler_end", "m-0", {}), (3, "sent_back", "m-0", {"attempt": 3}),
+            (11, "handler_start", "m-0", {"attempt": 3}),
+        ]),
+        ("retry_after_delay", [  # asked again after the first ask's copy was handled
+            (0, "handler_start", "m-0", {"attempt": 2}),
+            (0, "handler_failed", "m-0", {"attempt": 2, "retry": 7.0, "due": 10.0}),
+            (0, "handler_end", "m-0", {}), (0, "sent_back", "m-0", {"attempt": 3}),
+            (10, "handler_start", "m-0", {"attempt": 3}), (10, "handler_ok", "m-0", {}),
+            (10, "handler_end", "m-0", {}), (11, "handler_start", "m-0", {"attempt": 2}),
+            (11, "handler_failed", "m-0", {"attempt": 2, "retry": 7.0, "due": 10.0}),
+            (11, "handler_end", "m-0", {}), (11, "sent_back", "m-0", {"attempt": 3}),
+            (15, "handler_start", "m-0", {"attempt": 3}),
+        ]),
         ("retry_after_delay", [  # never back
             (0, "handler_start", "m-0", {}),
             (0, "handler_failed", "m-0", {"retry": 3.0, "due": 3.0}),
@@ -861,6 +883,37 @@ def test_its_own_copy_pulled_again_is_not_its_retry() -> None:
         (72, "handler_ok", "m-0", {}), (72, "handler_end", "m-0", {}),
     )  # fmt: skip
     assert "retry_after_delay" not in _caught(orderly)
+
+
+def test_a_copy_asked_back_twice_may_come_back_after_the_first_ask() -> None:
+    """pull_remoting 173081: p-2's retry copy (offset 2) asked back 7 s (10 s level) at
+    26.65 and sent back; the member's commits timing out, its queues were taken back from
+    the stored offsets, and at 30.01 the copy was pulled again, handled and asked back
+    again (the in-flight window). The first send-back's copy (offset 9) came at 37.00,
+    in a batch that pulled offset 2 once more: 7 s after the second ask, 10.35 s after
+    the first. Each handling of the copy sent one back, due a level after it was sent;
+    the first is due first (the Java client does the same: each consumption of a copy
+    calls sendMessageBack, the broker schedules each with the level's delay)."""
+    history = _history(
+        (0, "committed", "", {**_RQ, "offset": 0}),
+        (26.65, "pulled", "m-0", {**_RQ, "offset": 2}),
+        (26.65, "handler_start", "m-0", {"attempt": 2}),
+        (26.65, "handler_failed", "m-0", {"attempt": 2, "retry": 7.0, "due": 10.0}),
+        (26.65, "handler_end", "m-0", {}), (26.65, "sent_back", "m-0", {"attempt": 2}),
+        (30.01, "pulled", "m-0", {**_RQ, "offset": 2}),
+        (30.01, "handler_start", "m-0", {"attempt": 2}),
+        (30.01, "handler_failed", "m-0", {"attempt": 2, "retry": 7.0, "due": 10.0}),
+        (30.01, "handler_end", "m-0", {}), (30.01, "sent_back", "m-0", {"attempt": 3}),
+        (37.0, "pulled", "m-0", {**_RQ, "offset": 2}),
+        (37.0, "pulled", "m-0", {**_RQ, "offset": 9}),
+        (37.0, "handler_start", "m-0", {"attempt": 2}),
+        (37.0, "handler_failed", "m-0", {"attempt": 2, "retry": 7.0, "due": 10.0}),
+        (37.0, "handler_end", "m-0", {}),
+        (37.0, "handler_start", "m-0", {"attempt": 3}),
+        (37.0, "handler_ok", "m-0", {}), (37.0, "handler_end", "m-0", {}),
+        (37.0, "dead_lettered", "m-0", {"by": "client"}),  # the third ask's
+    )  # fmt: skip
+    assert "retry_after_delay" not in _caught(history)
 
 
 def test_a_pause_of_a_consumer_already_closing_binds_not_the_next_one() -> None:

@@ -55,12 +55,42 @@ def retry_after_delay(history: History, bounds: Bounds) -> list[Violation]:
             continue
         if nxt.info.get("member") != ask.info.get("member"):
             continue
-        if nxt.at < ask.at + ask.info["due"] - 0.001:
+        if nxt.at < _first_due(events, i) - 0.001:
             out.append(_violation("retry_after_delay", ask.key,
                                   f"asked back after {ask.info['retry']}s (due "
                                   f"{ask.info['due']}s) at {ask.at:.2f}, handled again at "
                                   f"{nxt.at:.2f}"))  # fmt: skip
     return out
+
+
+def _first_due(events: list[Event], i: int) -> float:
+    """When the message asked back at ``events[i]`` may come back at the earliest: at
+    that ask's due time, or sooner where the same attempt (a copy handled again: the
+    in-flight window) had been asked back before and the broker took that send-back
+    (``sent_back``) with no later attempt started since: that copy is due ``due`` after
+    it was sent back, whichever ask came first (pull_remoting 173081: p-2's retry copy
+    asked back 7 s at 26.65 and sent back, handled again at 30.01 after its queue was
+    taken back from the stored offset and asked back again; the 26.65 copy came at
+    37.00). Not across a close or a broker crash."""
+    ask = events[i]
+    key, attempt = ask.key, ask.info.get("attempt")
+    first = ask.at + float(ask.info["due"])
+    sent: float | None = None  # a send-back of the key seen before (scanning back) any ask
+    for e in reversed(events[:i]):
+        if e.kind in ("close_start", "broker_crashed"):
+            break
+        if e.key != key:
+            continue
+        if e.kind == "sent_back":
+            sent = e.at
+        elif e.kind == "handler_start":
+            if attempt is None or (e.info.get("attempt") or 0) > attempt:
+                break  # a later attempt started: that send-back's copy came already
+        elif e.kind == "handler_failed":  # the send-back seen last was this failure's
+            if "due" in e.info and e.info.get("attempt") == attempt and sent is not None:
+                first = min(first, sent + float(e.info["due"]))
+            sent = None
+    return first
 
 
 def _in_hand(earlier: list[Event], key: str) -> int:
