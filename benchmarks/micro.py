@@ -263,7 +263,7 @@ async def consume_path(n: int, mode: str, size: int = 1024) -> float:
     finder = BrokerFinder(namesrv)
     store: Any = _NoOffsets()
     commits = AutoCommit(state, OffsetCommitter(store, log, bound=5.0), store)
-    settler = RemotingSettler(state, broker, finder, lambda msg: None)
+    settler = RemotingSettler(state, broker, finder, lambda msg, after: None)
     delivery: Delivery
     iterated: Iterated | None = None
     if mode == "handler":

@@ -117,7 +117,8 @@ class ConsumerConfig:
     #: idempotent consumption: claim each message's key in a store before its handler
     #: runs, and skip keys handled already (``aiorocket.consumer.dedup``); handlers only.
     dedup: Dedup | None = None
-    #: when a send-back fails, retry the message locally after this many seconds (Java: 5).
+    #: when a send-back fails, retry the message locally after this many seconds (Java: 5),
+    #: or after the send-back's delay level's time if that is longer.
     local_retry_delay: float = 5.0
     #: timeout of other requests (routes, heartbeats, offsets, send-backs).
     request_timeout: float = 3.0

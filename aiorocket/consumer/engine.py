@@ -436,13 +436,13 @@ class Engine:
 
     # -- local retries -------------------------------------------------------------------
 
-    def _retry_later(self, msg: ConsumerMessage) -> None:
+    def _retry_later(self, msg: ConsumerMessage, after: float) -> None:
         if self._tg is None or self.state.closing:
             return
-        self._tg.start_soon(self._redeliver_later, msg)
+        self._tg.start_soon(self._redeliver_later, msg, after)
 
-    async def _redeliver_later(self, msg: ConsumerMessage) -> None:
-        await anyio.sleep(self.state.config.local_retry_delay)
+    async def _redeliver_later(self, msg: ConsumerMessage, after: float) -> None:
+        await anyio.sleep(after)
         pq = msg._pq
         if pq is not None and not pq.dropped:
             self.delivery.deliver(pq, [msg])

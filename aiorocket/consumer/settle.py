@@ -25,7 +25,7 @@ from aiorocket.errors import (
     RocketMQError,
 )
 from aiorocket.namespace import wrap
-from aiorocket.results import delay_level_for
+from aiorocket.results import DELAY_LEVELS, delay_level_for
 
 if TYPE_CHECKING:
     from aiorocket.client.broker import BrokerClient
@@ -33,7 +33,19 @@ if TYPE_CHECKING:
     from aiorocket.consumer.state import ConsumerState
     from aiorocket.received import ConsumerMessage
 
-__all__ = ["RemotingSettler"]
+__all__ = ["RemotingSettler", "local_retry_after"]
+
+
+def local_retry_after(local_retry_delay: float, delay_level: int) -> float:
+    """Seconds before a message whose send-back failed is delivered here again: Java's
+    ``local_retry_delay`` (5 s), or the send-back's delay level's time if longer, so a
+    message asked back after 30 s (``Reconsume(delay=30)``, level 4) is not retried
+    after 5 s because its send-back failed ("never earlier than asked",
+    docs/consumer.md). Level 0 (the broker's choice) and below: ``local_retry_delay``.
+    """
+    if 1 <= delay_level <= len(DELAY_LEVELS):
+        return max(local_retry_delay, float(DELAY_LEVELS[delay_level - 1]))
+    return local_retry_delay
 
 
 class RemotingSettler:
@@ -48,8 +60,10 @@ class RemotingSettler:
     finder:
         Finds the master of a message's broker group.
     retry_later:
-        ``retry_later(msg)`` delivers ``msg`` again after ``local_retry_delay``: for a
-        send-back that failed, and for broadcasting's local retries.
+        ``retry_later(msg, after)`` delivers ``msg`` again ``after`` seconds from now:
+        for a send-back that failed (``local_retry_delay``, or the delay the send-back
+        was asked for if longer: :func:`local_retry_after`), and for broadcasting's
+        local retries (``local_retry_delay``).
     """
 
     def __init__(
@@ -57,7 +71,7 @@ class RemotingSettler:
         state: ConsumerState,
         broker: BrokerClient,
         finder: BrokerFinder,
-        retry_later: Callable[[ConsumerMessage], None],
+        retry_later: Callable[[ConsumerMessage, float], None],
     ) -> None:
         self._state = state
         self._broker = broker
@@ -100,7 +114,7 @@ class RemotingSettler:
             if msg.reconsume_times < cfg.broadcast_max_retries:
                 msg.reconsume_times += 1
                 msg._settled = False
-                self._retry_later(msg)
+                self._retry_later(msg, cfg.local_retry_delay)
                 return
             state.dropped_messages += 1
             state.log.warning(
@@ -126,7 +140,7 @@ class RemotingSettler:
                 raise
             if not sent:
                 msg._settled = False
-                self._retry_later(msg)
+                self._retry_later(msg, local_retry_after(cfg.local_retry_delay, delay_level))
                 return
         pq.on_done(msg, msg._generation)
 

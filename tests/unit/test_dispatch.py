@@ -72,6 +72,7 @@ class Harness:
         self.failure_yields = False
         #: messages given to ``retry_later`` (None: a failed send-back is a test's error)
         self.retried: list[ConsumerMessage] | None = None
+        self.retried_after: list[float] = []  # each local retry's wait, in seconds
         self.retried_one = anyio.Event()
 
     async def send_back(
@@ -86,10 +87,11 @@ class Harness:
         self.sent_back.append((msg.queue_offset, delay_level))
         self.sent.set()
 
-    def retry_later(self, msg: ConsumerMessage) -> None:
+    def retry_later(self, msg: ConsumerMessage, after: float) -> None:
         if self.retried is None:
             raise AssertionError("no send-back fails here")
         self.retried.append(msg)
+        self.retried_after.append(after)
         self.retried_one.set()
 
     async def consumed(self, n: int) -> None:
@@ -174,6 +176,38 @@ async def test_failures_are_sent_back_before_the_offset_moves(outcome: object, l
     assert h.sent_back == [(1, level)]
     assert all(m.settled for m in msgs)
     assert h.pq.tracker.committable() == 3
+
+
+@pytest.mark.parametrize(
+    ("outcome", "after"),
+    [
+        ("raise", 5.0),  # local_retry_delay (Java's 5 s)
+        (Reconsume(2), 5.0),  # level 2: 5 s
+        (Reconsume(4), 30.0),  # level 4: 30 s, longer than local_retry_delay
+        (Reconsume(delay=7), 10.0),  # sent back with level 3 (10 s): not before
+        (Reconsume(delay=3601), 7200.0),  # past 1 h: level 18 (2 h)
+    ],
+)
+async def test_a_failed_send_back_retries_locally_no_earlier_than_asked(
+    outcome: object, after: float
+) -> None:
+    """A send-back that fails leaves the message to a local retry: after
+    ``local_retry_delay``, or after the delay the send-back was asked for when that is
+    longer, so ``Reconsume(delay=30)`` never comes back after 5 s (docs/consumer.md)."""
+
+    async def handle(msg: ConsumerMessage) -> object:
+        if outcome == "raise":
+            raise RuntimeError("boom")
+        return outcome
+
+    async with workers(handle, consume_concurrency=1) as h:
+        h.retried = []
+        h.failing_sends = 1
+        h.feed(1)
+        with anyio.fail_after(10):
+            await h.retried_one.wait()
+    assert h.retried_after == [after]
+    assert h.sent_back == [] and not h.retried[0].settled
 
 
 async def test_a_batch_handler_returning_a_wrong_type_fails_only_its_batch() -> None:
