@@ -118,8 +118,15 @@ public final class Bench {
     long cpu0 = OS.getProcessCpuTime();
     long t0 = System.nanoTime();
     DefaultMQPushConsumer consumer = make.call();
+    // The subscription's version before start() (subscribe() made it): the rebalance that
+    // start() begins may bump it before this thread could read it afterwards, and READY
+    // would then wait for a bump that had already come (below).
+    long firstVersion = 0;
     for (int attempt = 1; ; attempt++) { // start() throws when the route query times out
       try {
+        SubscriptionData made = consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl()
+            .getSubscriptionInner().get(topic);
+        firstVersion = made == null ? 0 : made.getSubVersion();
         consumer.start();
         break;
       } catch (IllegalStateException | org.apache.rocketmq.client.exception.MQClientException e) {
@@ -147,7 +154,6 @@ public final class Bench {
     long assignDeadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
     RebalanceImpl rebalance = consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl();
     SubscriptionData sub = rebalance.getSubscriptionInner().get(topic);
-    long firstVersion = sub == null ? 0 : sub.getSubVersion();
     while (((pop ? rebalance.getPopProcessQueueTable() : rebalance.getProcessQueueTable())
         .isEmpty() || (sub != null && sub.getSubVersion() == firstVersion))
         && System.nanoTime() < assignDeadline) {
