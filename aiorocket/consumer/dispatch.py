@@ -402,7 +402,9 @@ class WorkerPool:
     async def _worker(self, slot: TimeoutSlot) -> None:
         # A single message for an async handler (the common case) is handled inline below;
         # batches and thread-run handlers take _consume_batch. The inline path saves the
-        # list, two coroutine frames and the settle coroutine per message.
+        # list, two coroutine frames and the settle coroutine per message. Its inline
+        # steps have a twin in _worker_remoting: a change to one is a change to both
+        # (test_dispatch's "settles every kind of result as the general one" compares them).
         if self._runs is not None:  # remoting on asyncio, inline: the commonest case
             await self._worker_remoting(slot)
             return

@@ -208,7 +208,9 @@ class _TopicLane:
     #: when what a request could not carry may leave partial (``batch_max_delay``)
     linger_until: float = math.inf
     #: the worker that handles its request's answer until its next request leaves (or it
-    #: goes idle): another answer of the topic waits for it (``AutoBatcher._run``)
+    #: goes idle): another answer of the topic waits for it (``AutoBatcher._run``).
+    #: None (free), a worker's own token (held), or ``_LEAVING`` (given back once the
+    #: holder's next request has been handed to the socket)
     turn: object | None = None
     turned: Signal = field(default_factory=Signal)  # ``turn`` was given back
     #: whether the latest ``_take`` filled its request (its answer then takes the turn)
@@ -709,8 +711,10 @@ class AutoBatcher:
     def _give_turn(self, lane: _TopicLane, later: bool) -> None:
         """The holder of ``lane.turn`` is done with its answer. ``later``: it is about
         to hand its next request to the connection, whose write to the socket is queued
-        behind the running task (asyncio: ``ProtocolWire``): the turn stays taken until
-        that write has run, so no other answer of the topic is handled before it."""
+        behind the running task (asyncio: remoting's ``ProtocolWire``): the turn stays
+        taken until that write has run, so no other answer of the topic is handled
+        before it. (Over gRPC the request's frames are written on their own schedule:
+        there the loop pass only orders the answers, which is all the turn is for.)"""
         call_soon = self._loop.call_soon if later and self._loop is not None else None
         if call_soon is None:
             lane.turn = None

@@ -446,6 +446,28 @@ async def test_only_a_full_request_s_answer_with_every_slot_taken_holds_the_turn
 
 
 @ON_VIRTUAL_CLOCKS
+async def test_a_partial_request_s_answer_takes_no_turn_even_with_every_slot_taken() -> None:
+    # max_in_flight=8 and 1 KiB bodies: every start_send slot is taken by 8 sends, which
+    # leave as one partial request (8 KiB of 32). Its answer frees sends that could not
+    # fill a request anyway: it takes no turn (``_TopicLane.took_full``), whatever the
+    # slots say (review of round 13: the slot rule alone decided the test above).
+    held: list[bool] = []
+    async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, max_in_flight=8) as p:
+        assert p.batcher is not None
+        lanes = p.batcher._lanes
+
+        def on_result(_: SendResult) -> None:
+            held.append(lanes[TOPIC].turn is not None)
+
+        for _ in range(3):
+            async with anyio.create_task_group() as tg:
+                for _ in range(8):
+                    await p.start_send(tg, Message(TOPIC, b"x" * 1024), on_result=on_result)
+        assert batch_sizes(fake.brokers[0]) == [8, 8, 8]
+    assert held == [False] * 24
+
+
+@ON_VIRTUAL_CLOCKS
 async def test_an_answer_waiting_for_its_turn_reaches_its_callers_at_close() -> None:
     # The answers of a topic are handled one at a time: a request answered while the
     # turn is held waits for it. Cancelled there (the producer closing past its
