@@ -416,6 +416,18 @@ async def test_answers_that_arrive_together_free_their_sends_one_request_at_a_ti
         assert flushed[2] == (32, 0)
 
 
+def recording_turns(p: Any, held: list[bool]) -> Callable[[SendResult], None]:
+    """An ``on_result`` that records whether the topic's turn is held as it runs (the
+    callbacks run while the answer's worker turns around)."""
+    assert p.batcher is not None
+    lanes = p.batcher._lanes
+
+    def on_result(_: SendResult) -> None:
+        held.append(lanes[TOPIC].turn is not None)
+
+    return on_result
+
+
 @ON_VIRTUAL_CLOCKS
 async def test_only_a_full_request_s_answer_with_every_slot_taken_holds_the_turn() -> None:
     # The turn is for answers whose freed sends make the next request: a full request's
@@ -425,11 +437,7 @@ async def test_only_a_full_request_s_answer_with_every_slot_taken_holds_the_turn
     # while the answer's worker turns around: they see whether it holds the turn.
     held: list[bool] = []
     async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, max_in_flight=64) as p:
-        assert p.batcher is not None
-        lanes = p.batcher._lanes
-
-        def on_result(_: SendResult) -> None:
-            held.append(lanes[TOPIC].turn is not None)
+        on_result = recording_turns(p, held)
 
         async def send() -> None:
             on_result(await p.send(Message(TOPIC, b"x" * 1024)))
@@ -453,12 +461,7 @@ async def test_a_partial_request_s_answer_takes_no_turn_even_with_every_slot_tak
     # slots say (review of round 13: the slot rule alone decided the test above).
     held: list[bool] = []
     async with cluster(brokers=1) as fake, producer(fake, auto_batch=True, max_in_flight=8) as p:
-        assert p.batcher is not None
-        lanes = p.batcher._lanes
-
-        def on_result(_: SendResult) -> None:
-            held.append(lanes[TOPIC].turn is not None)
-
+        on_result = recording_turns(p, held)
         for _ in range(3):
             async with anyio.create_task_group() as tg:
                 for _ in range(8):
