@@ -166,14 +166,30 @@ def _draws() -> dict[str, Any]:
 LATE = "_late"
 #: the workloads that have one (their Proxy is ``SimProxy`` or a subclass)
 LATE_WORKLOADS = ("grpc_receive", "fifo_async_for", "grpc_restart", "grpc_lite")
+#: the suffix of ``producer_sends``'s variant that also fills requests while every
+#: ``start_send`` slot is taken (``producer_draws.draw_full``): the base workload's draws
+#: of the seed, and the full senders' drawn after them from a stream of their own
+FULL = "_full"
+
+
+def base_workload(workload: str) -> str:
+    """The workload whose draws (and runner) a variant's are: ``LATE`` or ``FULL`` off."""
+    return workload.removesuffix(LATE).removesuffix(FULL)
 
 
 def draw(seed: int, workload: str) -> Schedule:
     """The schedule of run ``seed`` of ``workload`` (a ``LATE`` variant: the base
-    workload's schedule of ``seed`` and the late faults)."""
-    base = workload.removesuffix(LATE)
+    workload's schedule of ``seed`` and the late faults; ``FULL``: and the full
+    senders)."""
+    base = base_workload(workload)
     params, faults = _draw_base(seed, base)
-    if base != workload:
+    if workload.endswith(FULL):
+        from aiorocket.testing.sim.producer_draws import draw_full
+
+        more, extra = draw_full(seed, base, params)
+        params.update(more)
+        faults += extra
+    elif base != workload:
         from aiorocket.testing.sim.arrival import draw_arrival_delay
         from aiorocket.testing.sim.pool_busy import draw_pool_busy
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiorocket.testing.sim.nemesis import SYSTEM_BUSY, SYSTEM_ERROR, Fault, _grpc_receive
 
-__all__ = ["PRODUCER_DRAWS", "draw_send_rate"]
+__all__ = ["PRODUCER_DRAWS", "draw_full", "draw_send_rate"]
 
 _BROKERS = ("sim-broker-a", "sim-broker-b")
 
@@ -56,6 +56,42 @@ def draw_send_rate(seed: int, workload: str) -> dict[str, Any]:
         return {}
     rng = random.Random(f"{workload}:{seed}:send_rate")
     return {"max_rate": rng.choice([2.0, 5.0, 20.0])} if rng.random() < 0.4 else {}
+
+
+def draw_full(seed: int, workload: str,
+              params: dict[str, Any]) -> tuple[dict[str, Any], list[Fault]]:  # fmt: skip
+    """``producer_sends_full``'s full senders (``nemesis.FULL``), from a stream of its own
+    drawn after every other draw (a seed's base draws are ``producer_sends``'): tasks
+    that each keep one ``start_send`` of a 1 KiB body under way, as many as (or more
+    than) ``max_in_flight`` (48 or 64), so that requests of 32 KiB (32 bodies) fill while
+    every slot is taken and their answers take the topic's turn (``_TopicLane.turn``);
+    auto-batched and unpaced (no ``max_rate``) whatever the base drew. Their faults: a
+    broker slow, refusing or reset for one of their messages (the request of the turn's
+    holder, or of an answer waiting for it, hangs, fails or times out), sends cancelled
+    by the application, every full sender cancelled at once (``full_cancel``) while
+    their requests are under way, the producer closed under every sender
+    (``full_close``)."""
+    rng = random.Random(f"{workload}:{seed}:full")
+    slots = rng.choice([48, 64, 64])
+    senders = slots + rng.choice([0, 0, 8])  # more: some wait for a slot
+    per_sender = rng.randint(3, 6)
+    full: dict[str, Any] = {
+        "max_in_flight": slots, "senders": senders, "per_sender": per_sender,
+        "short": sorted(rng.sample(range(senders), k=rng.randint(0, 8))),  # 1 s, else 5 s
+    }  # fmt: skip
+    names = [f"f{s}-{n}" for s in range(senders) for n in range(per_sender)]
+    faults = _send_faults(rng, names)
+    if rng.random() < 0.5:  # sends cancelled from outside: at once, or while under way
+        faults += [Fault("send_cancel", {"key": key, "after": rng.choice([0.0, 0.2, 0.5, 1.5])})
+                   for key in rng.sample(names, k=rng.randint(1, 3))]  # fmt: skip
+    # both struck once n full sends had their outcome (they take a fraction of a
+    # virtual second: a time would mostly fall after them)
+    if rng.random() < 0.2:  # every full sender cancelled at once
+        faults.append(Fault("full_cancel", {"outcomes": rng.randrange(len(names) * 3 // 4)}))
+    if rng.random() < 0.2:  # the producer closed under them and the base sends
+        faults.append(Fault("full_close", {"outcomes": rng.randrange(len(names) * 3 // 4)}))
+    params.pop("max_rate", None)  # paced, requests would not fill
+    return {"auto_batch": True, "full": full}, faults
 
 
 def _producer_txn(rng: random.Random) -> tuple[dict[str, Any], list[Fault]]:

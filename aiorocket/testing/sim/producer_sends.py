@@ -8,10 +8,18 @@ truth (``send_stored``): stored exactly as sent where reported, not stored when
 reported failed early, in order per key, within its own deadline (from its turn, with
 a drawn ``max_rate``: ``send_rate.Turns``; each arrival at a broker is then recorded,
 ``send_arrived``, for ``send_rate_within_limit``).
+
+``producer_sends_full`` (``nemesis.FULL``, ``producer_draws.draw_full``) adds full
+senders: 48-64 tasks each keeping one ``start_send`` of a 1 KiB body under way, with
+``max_in_flight`` as many, so that requests of 32 fill while every slot is taken (the
+auto-batcher's turn, ``_TopicLane.turn``); all of them cancelled at once
+(``full_cancel``), or the producer closed under every sender (``full_close``), after a
+drawn number of their outcomes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import zlib
@@ -84,6 +92,11 @@ def _body(key: str, big: bool) -> bytes:
     return key.encode() + (b"." * 6000 if big else b"")
 
 
+def _full_body(key: str) -> bytes:
+    # 1 KiB: 32 of them fill a request (``batch_max_bytes``, 32 KiB)
+    return key.encode().ljust(1024, b".")
+
+
 def _pick(queues: Sequence[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
     return queues[int(arg) % len(queues)]
 
@@ -101,6 +114,9 @@ async def producer_sends(
 
         turns = send_turns(schedule, history)
         rate: dict[str, Any] = {} if turns is None else {"max_rate": turns.rate}
+        full = p.get("full")  # producer_sends_full (``producer_draws.draw_full``)
+        if full is not None:
+            rate["max_in_flight"] = full["max_in_flight"]
         producer = Producer("sim-producers", cluster.namesrv.address, retries=p["retries"],
                             send_timeout=TIMEOUT, auto_batch=p["auto_batch"], **rate)  # fmt: skip
 
@@ -161,20 +177,101 @@ async def producer_sends(
                     errors = getattr(exc, "exceptions", None)
                     log.failed(key, errors[0] if errors else exc, started, timeout)
 
-        try:
-            async with producer:
-                for i in range(4):  # latencies known on both brokers
-                    called(f"warm-{i}")
-                    await producer.send(Message(TOPIC, f"warm-{i}".encode()))
+        def full_ok(key: str, body: bytes, started: float, timeout: float,
+                    answered: list[bool], result: Any) -> None:  # fmt: skip
+            answered.append(True)
+            log.ok(key, body, result, started=started, timeout=timeout)
+
+        async def full_sender(s: int) -> None:
+            """One ``start_send`` under way at a time, of a 1 KiB body: with the others,
+            every slot taken and requests filled (``producer_sends_full``)."""
+            assert full is not None
+            timeout = 1.0 if s in full["short"] else TIMEOUT
+            for n in range(full["per_sender"]):
+                key = f"f{s}-{n}"
+                body, started = _full_body(key), history.now()
+                answered: list[bool] = []
+                msg = Message(TOPIC, body, keys=[key])
+                try:
+                    with cancel_after(key) as scope:
+                        async with anyio.create_task_group() as tg:
+                            started = called(key)
+                            on_result = functools.partial(full_ok, key, body, started, timeout,
+                                                          answered)  # fmt: skip
+                            await producer.start_send(tg, msg, timeout=timeout,
+                                                      on_result=on_result)  # fmt: skip
+                except anyio.get_cancelled_exc_class():  # every full sender cancelled
+                    if not answered:
+                        history.add("send_cancelled", key, elapsed=history.now() - started)
+                    raise
+                except Exception as exc:  # the failed send's task raised in tg
+                    errors = getattr(exc, "exceptions", None)
+                    log.failed(key, errors[0] if errors else exc, started, timeout)
+                else:
+                    if not answered:
+                        cancelled(key, scope, started)
+                finally:
+                    full_outcome()
+
+        # full_cancel, full_close: struck once ``outcomes`` full sends had their outcome
+        strike = {kind: f.args["outcomes"] for kind in ("full_cancel", "full_close")
+                  for f in schedule.of(kind)}  # fmt: skip
+        struck = {kind: anyio.Event() for kind in strike}
+        outcomes = 0
+
+        def full_outcome() -> None:
+            nonlocal outcomes
+            outcomes += 1
+            for kind, n in strike.items():
+                if outcomes > n:
+                    struck[kind].set()
+
+        async def full_senders() -> None:
+            assert full is not None
+            try:
                 async with anyio.create_task_group() as tg:
-                    for k in range(p["keys"]):
-                        tg.start_soon(ordered, k)
-                    for s in range(p["senders"]):
-                        tg.start_soon(plain, s)
-                history.add("close_start", "")
+
+                    async def senders() -> None:
+                        async with anyio.create_task_group() as each:
+                            for s in range(full["senders"]):
+                                each.start_soon(full_sender, s)
+                        tg.cancel_scope.cancel()  # all done: the watch below too
+
+                    tg.start_soon(senders)
+                    if "full_cancel" in struck:  # every full sender cancelled at once
+                        await struck["full_cancel"].wait()
+                        tg.cancel_scope.cancel()
+            finally:
+                for event in struck.values():  # not struck: no more outcomes come
+                    event.set()
+
+        close = struck.get("full_close")
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                # full_close: the producer closes under every sender, which then run in a
+                # task group outside it (only then: a group would wrap the errors)
+                outside = None if close is None else \
+                    await stack.enter_async_context(anyio.create_task_group())  # fmt: skip
+                async with producer:
+                    for i in range(4):  # latencies known on both brokers
+                        called(f"warm-{i}")
+                        await producer.send(Message(TOPIC, f"warm-{i}".encode()))
+                    async with anyio.create_task_group() as tg:
+                        group = tg if outside is None else outside
+                        for k in range(p["keys"]):
+                            group.start_soon(ordered, k)
+                        for s in range(p["senders"]):
+                            group.start_soon(plain, s)
+                        if full is not None:
+                            group.start_soon(full_senders)
+                    if close is not None:
+                        await close.wait()
+                    history.add("close_start", "")
+                history.add("close_end", "")
         except Exception as exc:
             record_error(history, exc, "producer")
-        history.add("close_end", "")
+            if not history.of("close_end"):
+                history.add("close_end", "")
         await anyio.sleep(5.0)  # what slow brokers still store, stored; tasks ended
         left = client_tasks()
         if left:

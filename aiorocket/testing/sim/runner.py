@@ -17,7 +17,7 @@ from typing import Any
 
 from aiorocket.testing.sim.checker import Bounds, Violation, check
 from aiorocket.testing.sim.history import History
-from aiorocket.testing.sim.nemesis import LATE, LATE_WORKLOADS, Schedule, draw
+from aiorocket.testing.sim.nemesis import FULL, LATE, LATE_WORKLOADS, Schedule, base_workload, draw
 
 __all__ = ["WORKLOADS", "Report", "run", "shrink"]
 
@@ -179,14 +179,14 @@ def _producer_workloads() -> dict[str, Callable[..., History]]:
 
 
 def _runner(workload: str) -> Callable[..., History]:
-    """A workload's runner (a ``LATE`` variant's is its base workload's)."""
-    return _workloads()[workload.removesuffix(LATE)]
+    """A workload's runner (a ``LATE`` or ``FULL`` variant's is its base workload's)."""
+    return _workloads()[base_workload(workload)]
 
 
 WORKLOADS = ("pop_remoting", "grpc_receive", "fifo_async_for", "producer_stall",
              "lite_remoting", "pull_remoting", "producer_sends", "producer_txn",
              "grpc_producer", "grpc_restart", "request_reply", "grpc_lite",
-             *(w + LATE for w in LATE_WORKLOADS))  # fmt: skip
+             *(w + LATE for w in LATE_WORKLOADS), "producer_sends" + FULL)  # fmt: skip
 
 
 def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = None,
@@ -196,8 +196,8 @@ def run(seed: int, workload: str = "pop_remoting", *, handler: Handler | None = 
     handler."""
     schedule = schedule or draw(seed, workload)
     # the client's own random choices (a first queue, a jitter) replay with the seed too
-    # (a ``LATE`` variant's as its base workload's: the same run, the late faults added)
-    random.seed(f"client:{workload.removesuffix(LATE)}:{seed}")
+    # (a variant's as its base workload's: the same run, the variant's draws added)
+    random.seed(f"client:{base_workload(workload)}:{seed}")
     started = time.monotonic()
     crash = None
     history = History(lambda: 0.0)
