@@ -210,7 +210,43 @@ def notes(results: dict[str, Any]) -> list[str]:
                         )
                         + _split_note(r.get("receive_split"))
                     )
+    out += _floor_notes(results)
     return out
+
+
+def _floor_notes(results: dict[str, Any]) -> list[str]:
+    """The common paced producer alone (``_runs.latency_floor``) against the same
+    producer beside each side's consumer: send p99 per run and their medians. The
+    producer's own send p99 (its request's round trip) goes with send -> stored; alone,
+    it is what the brokers and the machine give without any consumer."""
+    out = []
+    for i, r in enumerate(results.get("latency_floor", []), 1):
+        reason = invalid_reason(r)
+        if reason:
+            out.append(f"latency floor run {i}: INVALID ({reason})")
+    floor = valid(results.get("latency_floor", []))
+    if not floor:
+        return out
+
+    def p99s(runs: list[dict[str, Any]]) -> list[float]:
+        xs = (r.get("producer", {}).get("send_p99_ms") for r in runs if not invalid_reason(r))
+        return [float(x) for x in xs if isinstance(x, int | float)]
+
+    def show(xs: list[float]) -> str:
+        return f"{statistics.median(xs):.1f} ms (runs {' / '.join(f'{x:.1f}' for x in xs)})"
+
+    alone = p99s(floor)
+    if not alone:
+        return out
+    line = f"latency floor: the common paced producer alone, send p99 {show(alone)}"
+    beside = []
+    for client, runs in results.get("latency", {}).items():
+        xs = p99s(runs)
+        if xs:
+            beside.append(f"{client} {show(xs)}")
+    if beside:
+        line += "; beside each consumer: " + ", ".join(beside)
+    return [*out, line]
 
 
 #: aiorocket-grpc-batch: the producer with auto_batch (requests shared); a producer column

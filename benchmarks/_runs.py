@@ -169,6 +169,28 @@ def latency(
     }
 
 
+def latency_floor(env: Env, rate: int, seconds: float, warmup: float) -> dict[str, Any]:
+    """The common paced producer of :func:`latency` alone: the same child, rate and
+    count on a fresh topic on ``env.broker``, with no consumer. Its send p99 is what the
+    brokers and the machine give every side's send -> stored without any consumer's
+    work beside it (goal 4 of issue 43: "the rest is the shared machine"); the sides'
+    own runs carry the same producer's send p99 beside their consumer."""
+    topic = s.new_topic(env.cl, "bench_lat_floor", env.broker)
+    n = int(rate * (seconds + warmup))
+    quiet = s.wait_cluster_quiet(env.cl)
+    argv, extra_env = env.producer(COMMON_SENDER, "paced", topic, n, rate)
+    p = c.Child("common paced producer alone", argv, extra_env).start().wait(timeout=600)
+    return {
+        "send_p50_ms": p.get("send_p50_ms"),  # shown as the run ends (compare.measure)
+        "send_p99_ms": p.get("send_p99_ms"),
+        "producer": p,
+        "sender": COMMON_SENDER,
+        "rate": rate,
+        "messages": n,
+        "cluster_cpu_pct_before": quiet,
+    }
+
+
 def send_latency(
     env: Env, client: str, topic: str, rate: int, seconds: float, in_flight: int
 ) -> dict[str, Any]:

@@ -66,6 +66,12 @@ def parse() -> argparse.Namespace:
         help="skip the unrecorded paced run that warms the brokers before the latency runs",
     )
     add(
+        "--no-latency-floor",
+        dest="latency_floor",
+        action="store_false",
+        help="skip the common paced producer's run alone (no consumer) before each latency run",
+    )
+    add(
         "--no-grpc-warm-pass",
         dest="grpc_warm_pass",
         action="store_false",
@@ -213,10 +219,18 @@ def main() -> None:
             warm_pass = measure(title, partial(_runs.latency, env, "aiorocket", a.rate, secs, warm))
             meta["latency_warm_pass_result"] = {k: warm_pass.get(k) for k in LAT_KEYS}
         for run in range(a.runs):
-            for cli in clients:  # consumers, all fed by the one common paced producer
+            pace = f"{a.rate:,} msg/s for {warm:.0f}+{secs:.0f}s"
+            if a.latency_floor:
+                # the common producer alone, each run (the machine's share of send->stored)
+                title = f"e2e latency run {run + 1}: common producer alone at {pace}"
+                floor = partial(_runs.latency_floor, env, a.rate, secs, warm)
+                res.setdefault("latency_floor", []).append(measure(title, floor))
+            # The sides' order turns each run: the run after the floor's (a producer alone,
+            # its messages never read) is each side's in turn, not always aiorocket's.
+            turn = run % len(clients)
+            for cli in clients[turn:] + clients[:turn]:  # all fed by the one common producer
                 if cli == "official" and run > 0:
                     continue
-                pace = f"{a.rate:,} msg/s for {warm:.0f}+{secs:.0f}s"
                 title = f"e2e latency run {run + 1}: common producer -> {cli} at {pace}"
                 r = measure(title, partial(_runs.latency, env, cli, a.rate, secs, warm))
                 res["latency"].setdefault(cli, []).append(r)

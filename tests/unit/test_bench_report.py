@@ -78,3 +78,26 @@ def test_the_tail_split_has_a_row_per_side_with_java_beside_aiorocket() -> None:
     assert by_name["p99 send -> stored"]["java"] == 20.0
     assert by_name["p99 stored -> user"]["aiorocket"] == 4.0
     assert by_name["p99 stored -> user"]["java"] == 9.0
+
+
+def _beside(send_p99: float) -> dict[str, Any]:
+    return {**_lat(20.0), "producer": {"failed": 0, "elapsed": 1.0, "send_p99_ms": send_p99}}
+
+
+def test_the_latency_floor_puts_the_producer_alone_beside_each_side() -> None:
+    # compare.py's latency case runs the common paced producer alone too (no consumer,
+    # _runs.latency_floor): its send p99 is the machine's and the brokers' share of
+    # send -> stored, to read against the same producer's beside each consumer
+    alone = [{"producer": {"failed": 0, "send_p99_ms": x}} for x in (16.5, 27.0, 20.1)]
+    failed = {"producer": {"failed": 3, "send_p99_ms": 1.0}}
+    lat = {"aiorocket": [_beside(23.2), _beside(15.8)], "java": [_beside(29.2), _beside(3.8)]}
+    res: dict[str, Any] = {"consume": {}, "produce": {}, "send": {}, "latency": lat,
+                           "latency_floor": [*alone, failed]}  # fmt: skip
+    text = "\n".join(report.notes(res))
+    assert (
+        "latency floor: the common paced producer alone, send p99 20.1 ms "
+        "(runs 16.5 / 27.0 / 20.1); beside each consumer: aiorocket 19.5 ms "
+        "(runs 23.2 / 15.8), java 16.5 ms (runs 29.2 / 3.8)"
+    ) in text
+    assert "latency floor run 4: INVALID (3 failed sends)" in text
+    assert not [n for n in report.notes({**res, "latency_floor": []}) if "floor" in n]
