@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -188,8 +188,14 @@ class Puller:
             addr, pulled_from = found
             from_slave = pulled_from != MASTER_ID
             tracker = pq.tracker
-            offset = tracker.next_offset
-            commit = tracker.committable() if clustering and state.auto_commit else 0
+            # (the tracker's next_offset and committable() without their calls: once a
+            # pull, benchmarks/README.md, "Round 18")
+            offset = tracker._next
+            if clustering and state.auto_commit:
+                low = tracker._low
+                commit = low if low >= 0 else offset
+            else:
+                commit = 0
             if from_slave or pq.offset_unverified:
                 commit = 0  # a slave takes no commits (Java clears the flag); the flusher does
             elif commit == tracker.committed:  # not ``dirty``: committable() once a pull
@@ -298,8 +304,8 @@ class Puller:
                         continue
                     if pq.dropped or generation != pq.tracker.generation:
                         continue
-                # decoded as ConsumerMessage (message_class above)
-                accepted = cast("list[ConsumerMessage]", result.messages)
+                # decoded as ConsumerMessage (message_class above; no cast's call)
+                accepted: list[ConsumerMessage] = result.messages  # type: ignore[assignment]
                 # Offsets increase, so whole-list passes run only when something is
                 # dropped: inner-batch records before the requested offset, or tags.
                 if accepted and accepted[0].queue_offset < offset:
