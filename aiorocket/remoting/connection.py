@@ -456,8 +456,14 @@ class Connection:
         if wake < self._next_sweep:
             self._sweep.notify()  # the sweeper must wake earlier for this one
         try:
-            # _send's steps without its coroutine (once a request)
-            sent = self._write(frame)
+            # _send's steps without its coroutine, _write's without its call (once a
+            # request: benchmarks/README.md, "Round 11" and "Round 18")
+            if self._closed:
+                raise self._closed_error()
+            try:
+                sent = self._wire.write(frame)
+            except anyio.BrokenResourceError:
+                raise self._closed_error() from None
             if self._wire.paused:
                 await self._drain()
             await pending.event.wait()
