@@ -415,17 +415,12 @@ class BrokerClient:
             for name in _PULL_NUMBERS:
                 resp.ext_int(name, 0)
             raise
+        # by position: a class called with keywords gets them as a dict, made and read
+        # once a pull (benchmarks/README.md, "Round 18")
         return PullResult(
-            status=status,
-            next_begin_offset=next_begin,
-            min_offset=low,
-            max_offset=high,
-            messages=messages,
-            suggest_which_broker_id=suggested,
-            undecodable=undecodable,
-            body_len=summary[0] if summary else -1,
-            offsets=offsets[0] if offsets else None,
-        )
+            status, next_begin, low, high, messages, suggested, undecodable,
+            summary[0] if summary else -1, offsets[0] if offsets else None,
+        )  # fmt: skip
 
     # -- offsets -------------------------------------------------------------------
 

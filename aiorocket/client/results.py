@@ -31,6 +31,9 @@ class PullStatus(enum.Enum):
 
 @dataclass(slots=True)
 class PullResult:
+    """One pull's answer. (``BrokerClient.pull`` makes it by position: its fields' order
+    is read there.)"""
+
     status: PullStatus
     next_begin_offset: int
     min_offset: int

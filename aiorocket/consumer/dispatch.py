@@ -422,6 +422,7 @@ class WorkerPool:
         mark_finished = self._mark_finished
         queue = self.queue
         pop_nowait = queue.pop_nowait
+        queued = queue.queued
         countdown = _BURST
         while True:
             # One long-lived cancel scope per worker; the watchdog cancels it only when the
@@ -429,9 +430,9 @@ class WorkerPool:
             with anyio.CancelScope() as scope:
                 slot.scope = scope
                 while True:
-                    try:
+                    if queued:
                         item = pop_nowait()
-                    except IndexError:
+                    else:
                         countdown = _BURST  # waiting yields: a new burst starts
                         try:
                             item = await queue.get()
@@ -521,15 +522,17 @@ class WorkerPool:
         mark_finished = self._mark_finished
         queue = self.queue
         pop_nowait = queue.pop_nowait
+        queued = queue.queued
         countdown = _BURST
         while True:
             with anyio.CancelScope() as scope:
                 slot.scope = scope
                 while True:
                     # an inline worker's queue holds single messages only
-                    try:
-                        msg: ConsumerMessage = pop_nowait()  # type: ignore[assignment]
-                    except IndexError:
+                    msg: ConsumerMessage
+                    if queued:
+                        msg = pop_nowait()  # type: ignore[assignment]
+                    else:
                         countdown = _BURST  # waiting yields: a new burst starts
                         try:
                             msg = await queue.get()  # type: ignore[assignment]

@@ -111,6 +111,7 @@ class Iterated:
         previous: ConsumerMessage | None = None
         finish = self._settler.finish
         pop_nowait = queue.pop_nowait
+        queued = queue.queued  # asked first: no IndexError a wait ("Round 18")
         burst = self.burst
         countdown = _WORKER_BURST
         in_pass = 0  # taken this pass, counted a worker's burst at a time
@@ -131,9 +132,9 @@ class Iterated:
                         await anyio.lowlevel.checkpoint()  # let pulls run between bursts
                         in_pass = 0
                         pass_began = monotonic()
-                try:
+                if queued:
                     item = pop_nowait()
-                except IndexError:
+                else:
                     try:
                         item = await queue.get()
                     except anyio.EndOfStream:

@@ -45,6 +45,9 @@ class Pauses:
         #: topics resumed by name while everything is paused
         self._resumed: set[str] = set()
         self._queues: set[MessageQueue] = set()
+        #: ``any`` as a plain attribute, kept by every change: a pull task reads it once a
+        #: pull, where ``queue_paused`` cost a call (benchmarks/README.md, "Round 18")
+        self.some = False
         self._changed = Signal()
         #: called after each change (wakes waiting pull tasks)
         self.on_change: list[Callable[[], None]] = []
@@ -113,6 +116,7 @@ class Pauses:
         await self._changed.wait()
 
     def _notify(self) -> None:
+        self.some = self.any
         self._changed.notify()
         for callback in self.on_change:
             callback()

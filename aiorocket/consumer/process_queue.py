@@ -283,10 +283,13 @@ class ProcessQueue:
     # -- pull side -----------------------------------------------------------------
 
     def has_capacity(self, cfg: ConsumerConfig) -> bool:
+        # (the tracker's span() without its call: once a pull, "Round 18")
+        tracker = self.tracker
+        low = tracker._low
         return (
             self.cached_count < cfg.pull_threshold_for_queue
             and self.cached_bytes < cfg.pull_threshold_size_for_queue
-            and self.tracker.span() <= cfg.consume_concurrently_max_span
+            and (tracker._next - low if low >= 0 else 0) <= cfg.consume_concurrently_max_span
         )
 
     async def wait_room(self, cfg: ConsumerConfig) -> None:

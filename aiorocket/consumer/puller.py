@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -14,6 +14,7 @@ from aiorocket.client.pull_request import PullHeader
 from aiorocket.client.results import PullResult, PullStatus
 from aiorocket.consumer.committer import verify_offset
 from aiorocket.consumer.config import MessageModel
+from aiorocket.consumer.process_queue import QueueState
 from aiorocket.consumer.undecodable import dead_letter_undecodable
 from aiorocket.errors import (
     BrokerResponseError,
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
     from aiorocket.consumer.state import ConsumerState
 
 __all__ = ["Deliver", "Puller"]
+
+_PAUSED = QueueState.PAUSED
 
 #: ``deliver(pq, messages)``: the delivery strategy's entry (see aiorocket.consumer.delivery)
 Deliver = Callable[["ProcessQueue", list[ConsumerMessage]], None]
@@ -154,7 +157,9 @@ class Puller:
             expression_type=sub.expression_type if with_sub else None,
         )  # fmt: skip
         while not pq.dropped:
-            if pq.paused or pauses.queue_paused(pq.mq):
+            # (pq.paused and pauses.queue_paused without their calls while nothing is
+            # paused: once a pull, benchmarks/README.md, "Round 18")
+            if pq.state is _PAUSED or (pauses.some and pauses.queue_paused(pq.mq)):
                 # Paused (PullConsumer.pause, Consumer.pause): a change of either wakes
                 # the queue; the next pull starts at the offset this one stopped at.
                 await pq.wait_changed()
@@ -188,8 +193,14 @@ class Puller:
             addr, pulled_from = found
             from_slave = pulled_from != MASTER_ID
             tracker = pq.tracker
-            offset = tracker.next_offset
-            commit = tracker.committable() if clustering and state.auto_commit else 0
+            # (the tracker's next_offset and committable() without their calls: once a
+            # pull, benchmarks/README.md, "Round 18")
+            offset = tracker._next
+            if clustering and state.auto_commit:
+                low = tracker._low
+                commit = low if low >= 0 else offset
+            else:
+                commit = 0
             if from_slave or pq.offset_unverified:
                 commit = 0  # a slave takes no commits (Java clears the flag); the flusher does
             elif commit == tracker.committed:  # not ``dirty``: committable() once a pull
@@ -298,8 +309,8 @@ class Puller:
                         continue
                     if pq.dropped or generation != pq.tracker.generation:
                         continue
-                # decoded as ConsumerMessage (message_class above)
-                accepted = cast("list[ConsumerMessage]", result.messages)
+                # decoded as ConsumerMessage (message_class above; no cast's call)
+                accepted: list[ConsumerMessage] = result.messages  # type: ignore[assignment]
                 # Offsets increase, so whole-list passes run only when something is
                 # dropped: inner-batch records before the requested offset, or tags.
                 if accepted and accepted[0].queue_offset < offset:

@@ -125,10 +125,17 @@ class WireTiming:
 
 
 class _Pending:
-    __slots__ = (
-        "deadline", "error", "event", "give_up", "read_at", "response", "stall_after",
-        "stall_at", "stalled", "suspect",
-    )  # fmt: skip
+    """A request waiting for its answer. The stall fields are the class's for a request
+    without a stall check (nearly all: every pull), which never writes them; a
+    ``_StallPending`` has its own (once a request: benchmarks/README.md, "Round 18")."""
+
+    __slots__ = ("deadline", "error", "event", "read_at", "response")
+
+    stall_at: float = math.inf
+    stall_after: float = math.inf
+    give_up: Callable[[], bool] | None = None
+    stalled: bool = False
+    suspect: bool = False
 
     def __init__(self, deadline: float, event: OneShotEvent) -> None:
         self.event = event
@@ -136,9 +143,20 @@ class _Pending:
         self.response: RemotingCommand | None = None
         self.read_at = math.nan
         self.error: BaseException | None = None
-        self.stall_at = math.inf
-        self.stall_after = math.inf
-        self.give_up: Callable[[], bool] | None = None
+
+
+class _StallPending(_Pending):
+    """A request with a stall check (``Connection.request``'s ``stall``)."""
+
+    __slots__ = ("give_up", "stall_after", "stall_at", "stalled", "suspect")
+
+    def __init__(
+        self, deadline: float, event: OneShotEvent, stall_at: float, stall: StallCheck
+    ) -> None:
+        super().__init__(deadline, event)
+        self.stall_after = stall[0]
+        self.stall_at = stall_at
+        self.give_up = stall[1]
         self.stalled = False
         self.suspect = False
 
@@ -294,7 +312,7 @@ class Connection:
         self._done.set()
 
     def _on_command(self, cmd: RemotingCommand) -> None:
-        if cmd.is_response:
+        if cmd.flag & _RESPONSE:  # cmd.is_response without its call (once a frame)
             self._on_response(cmd)
         elif self._handlers is not None and self._requests is not None:
             self._requests.send_nowait(cmd)
@@ -366,7 +384,8 @@ class Connection:
             earliest = math.inf
             expired = []
             for opaque, pending in self._pending.items():
-                if pending.stall_at <= now:
+                # (a plain _Pending's stall_at is inf: only a _StallPending gets here)
+                if pending.stall_at <= now and isinstance(pending, _StallPending):
                     if pending.give_up is not None and pending.give_up():
                         if pending.suspect:
                             pending.stalled = True
@@ -426,18 +445,25 @@ class Connection:
         loop = self._loop or capture()
         now = loop.now()
         deadline = now + timeout
-        pending = _Pending(deadline, loop.new_event())
-        wake = deadline
+        pending: _Pending
         if stall is not None and stall[0] < timeout:
-            pending.stall_after = stall[0]
-            wake = pending.stall_at = now + stall[0]
-            pending.give_up = stall[1]
+            wake = now + stall[0]
+            pending = _StallPending(deadline, loop.new_event(), wake, stall)
+        else:
+            wake = deadline
+            pending = _Pending(deadline, loop.new_event())
         self._pending[opaque] = pending
         if wake < self._next_sweep:
             self._sweep.notify()  # the sweeper must wake earlier for this one
         try:
-            # _send's steps without its coroutine (once a request)
-            sent = self._write(frame)
+            # _send's steps without its coroutine, _write's without its call (once a
+            # request: benchmarks/README.md, "Round 11" and "Round 18")
+            if self._closed:
+                raise self._closed_error()
+            try:
+                sent = self._wire.write(frame)
+            except anyio.BrokenResourceError:
+                raise self._closed_error() from None
             if self._wire.paused:
                 await self._drain()
             await pending.event.wait()

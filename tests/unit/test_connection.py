@@ -391,3 +391,44 @@ def test_a_bound_method_handler_is_unregistered_by_another_reference_to_it() -> 
     assert dispatcher._handlers.get(41) == mine.on_x
     dispatcher.unregister(41, mine.on_x)
     assert 41 not in dispatcher._handlers
+
+
+async def test_a_stall_check_gives_up_twice_or_waits_while_it_says_no() -> None:
+    """A guard ("Round 18": the stall fields live on a request with a stall check only):
+    given up when ``give_up`` says so at the check and again after the grace, the
+    connection open; asked again every period while it says no, then answered; a
+    request without one beside them, answered as before."""
+    from aiorocket.errors import BrokerStalledError
+
+    release = anyio.Event()
+
+    async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+        if cmd.code == 2:
+            return  # never answer
+        if cmd.code == 3:
+            await release.wait()
+        await echo_handler(session, cmd)
+
+    asked: list[str] = []
+
+    def yes() -> bool:
+        asked.append("yes")
+        return True
+
+    def no() -> bool:
+        asked.append("no")
+        if len([a for a in asked if a == "no"]) == 3:
+            release.set()
+        return False
+
+    async with FakeRemotingServer(handler) as server, ConnectionPool() as pool:
+        conn = await pool.get(server.address)
+        with anyio.fail_after(5):
+            with pytest.raises(BrokerStalledError):
+                await conn.request(RemotingCommand.request(2), 4, stall=(0.05, yes))
+            assert asked == ["yes", "yes"] and not conn.closed and conn.pending_count == 0
+            asked.clear()
+            resp = await conn.request(RemotingCommand.request(3, {"a": "b"}), 4, stall=(0.05, no))
+            assert resp.ext_fields == {"a": "b"} and asked[:3] == ["no", "no", "no"]
+            plain = await conn.request(RemotingCommand.request(1, {"c": "d"}), 4)
+            assert plain.ext_fields == {"c": "d"} and conn.pending_count == 0

@@ -300,3 +300,47 @@ def test_a_frame_cut_across_reads_is_joined_once_and_the_next_one_read_in_place(
                 else:
                     assert not any(data is r for r in reads)
             assert out == [a, b]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b'{"code":0,"flag":1,"language":"JAVA","opaque":7,"serializeTypeCurrentRPC":"JSON",'
+        b'"version":475,"extFields":{"nextBeginOffset":"12","minOffset":"0"}}',
+        b'{"code":1,"opaque":7}',  # no extFields, language, version, flag
+        b'{"code":1,"opaque":7,"extFields":{}}',
+        b'{"code":1,"opaque":7,"extFields":null,"remark":null}',
+        b'{"code":1,"opaque":7,"remark":"why","extFields":{"a":"b"}}',
+        b'{"code":1,"opaque":true,"flag":1}',  # bools are ints to the checked path
+        b'{"code":1,"opaque":7,"flag":false}',
+        b'{"code":1,"opaque":7,"version":"475"}',  # not an int: 0
+        b'{"code":1,"opaque":7,"version":true}',
+        b'{"code":1,"opaque":7,"language":5}',  # made a string
+        b'{"code":1,"opaque":7,"remark":12}',
+        b'{"code":1,"opaque":7,"extFields":{"n":5,"b":false,"z":null,"s":"x"}}',
+        b'{"code":1,"opaque":7,"extFields":""}',
+        b'{"code":true}',
+        b'{"code":1,"opaque":"7"}',
+        b'{"code":1,"extFields":[1]}',
+        b'{"code":1,"extFields":{"n":[1]}}',
+        b'{"opaque":7}',
+        b"[1]",
+    ],
+)
+def test_a_header_decodes_as_the_checked_path_decodes_it(json_impl: None, header: bytes) -> None:
+    """A guard ("Round 18": a broker's header is read by one test of its types): every
+    header gives the command, or the error, that the field-by-field checks give."""
+    import json
+
+    def outcome(decode: object) -> object:
+        try:
+            cmd = decode()  # type: ignore[operator]
+        except ProtocolError as exc:
+            return ("error", str(exc))
+        return (
+            cmd.code, type(cmd.opaque), cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields,
+            type(cmd.language), cmd.language, cmd.version, cmd.body, cmd.skipped_body,
+        )  # fmt: skip
+
+    fast = outcome(lambda: frame._decode_json_header(header))
+    assert fast == outcome(lambda: frame._decode_json_object(json.loads(header)))

@@ -44,3 +44,20 @@ def test_a_change_calls_back() -> None:
     p.resume(["a"])
     assert len(calls) == 2
 
+
+def test_some_is_any_after_every_change() -> None:
+    """A guard ("Round 18": the pull task reads ``some``, not ``queue_paused``, while
+    nothing is paused): ``some`` says what ``any`` says after every pause and resume,
+    so a queue that ``queue_paused`` calls paused is never pulled."""
+    p = Pauses()
+    q = MessageQueue("a", "broker-a", 0)
+    steps: list[tuple[str, list[str | MessageQueue]]] = [
+        ("pause", [q]), ("resume", [q]), ("pause", ["b"]), ("pause", [q]),
+        ("resume", ["b"]), ("resume", []), ("pause", []), ("resume", ["a"]),
+        ("resume", []), ("pause", ["a", q]), ("resume", [q, "a"]),
+    ]  # fmt: skip
+    assert p.some is p.any is False
+    for name, targets in steps:
+        getattr(p, name)(targets)
+        assert p.some is p.any
+        assert p.some or not p.queue_paused(q)

@@ -124,3 +124,30 @@ async def test_a_signing_connection_sends_a_pull_as_a_signed_command() -> None:
              "expression_type": "TAG"}  # fmt: skip
     assert fields == _expected("g", mq, (40, 32, PULL_SUSPEND, 0), fixed)
     assert signed == signature("sk", {**fields, "AccessKey": "ak"}, b"")
+
+
+@pytest.mark.anyio
+async def test_an_answer_s_numbers_reach_their_fields_of_the_pull_result() -> None:
+    """A guard ("Round 18": ``BrokerClient.pull`` makes its result by position): each
+    number of an answer is the field of its name, for an answer of each status."""
+    from aiorocket.client.broker import BrokerClient
+    from aiorocket.client.results import PullStatus
+    from aiorocket.protocol.codes import ResponseCode
+
+    codes = iter((ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+                  ResponseCode.PULL_OFFSET_MOVED))  # fmt: skip
+
+    async def handler(session: ServerSession, cmd: RemotingCommand) -> None:
+        ext = {"nextBeginOffset": "11", "minOffset": "3", "maxOffset": "97",
+               "suggestWhichBrokerId": "2"}  # fmt: skip
+        await session.send(RemotingCommand.response_to(cmd, next(codes), ext_fields=ext))
+
+    async with FakeRemotingServer(handler) as server, ConnectionPool() as pool:
+        client = BrokerClient(pool)
+        mq = MessageQueue("t", "b", 0)
+        for status in (PullStatus.NO_NEW_MSG, PullStatus.NO_MATCHED_MSG,
+                       PullStatus.OFFSET_ILLEGAL):  # fmt: skip
+            r = await client.pull(server.address, "g", mq, 5)
+            assert (r.status, r.next_begin_offset, r.min_offset, r.max_offset,
+                    r.suggest_which_broker_id, r.messages, r.undecodable, r.body_len,
+                    r.offsets) == (status, 11, 3, 97, 2, [], [], -1, None)  # fmt: skip
