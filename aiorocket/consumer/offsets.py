@@ -102,7 +102,11 @@ class OffsetTracker:
         # when nothing is in flight: no offset matches), _runs the later runs as
         # (start, stop) in order, _early the offsets finished while a lower one was
         # not. Finishing the lowest (nearly always: benchmarks/README.md, "Round 5")
-        # moves a counter, with no set or deque per offset.
+        # moves a counter, with no set or deque per offset. Outside readers: the process
+        # queue (has_capacity, on_done's common cases) and the puller read ``_low`` and
+        # ``_next`` directly on the hot path, and the process queue moves ``_low``
+        # (benchmarks/README.md, rounds 13 and 18 under ceiling.py): "-1 when nothing is
+        # in flight" and ``_next`` as the idle commit point are their contract too.
         self._low = -1
         self._stop = -1
         self._runs: deque[tuple[int, int]] = deque()
