@@ -281,7 +281,8 @@ class RemotingProducer:
             return await batcher.send(msg, self._open_sender().deadline(timeout))
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
+        if not sender.acquire_nowait():
+            await sender.acquire(deadline)
         try:
             return await sender.send(out, plan, deadline)
         finally:
@@ -324,7 +325,8 @@ class RemotingProducer:
     ) -> None:  # fmt: skip
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
+        if not sender.acquire_nowait():
+            await sender.acquire(deadline)
         try:
             task_group.start_soon(self._send_in_slot, sender, out, plan, deadline, on_result)
         except BaseException:
@@ -348,7 +350,8 @@ class RemotingProducer:
     ) -> None:  # fmt: skip
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
+        if not sender.acquire_nowait():
+            await sender.acquire(deadline)
         try:
             await sender.send_oneway(out, plan, deadline)
         finally:
@@ -362,7 +365,8 @@ class RemotingProducer:
         out, ids = prepare_batch(messages, self.config)
         plan = sender.plan(messages[0], sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
+        if not sender.acquire_nowait():
+            await sender.acquire(deadline)
         try:
             result = await sender.send(out, plan, deadline, batch=True)
         finally:
@@ -383,7 +387,8 @@ class RemotingProducer:
         sender = self._open_sender()
         plan = sender.plan(msg, None, None, None)
         out = prepare_message(msg, config, extra_properties=extra)
-        await sender.acquire(deadline)
+        if not sender.acquire_nowait():
+            await sender.acquire(deadline)
         try:
             return await sender.send(out, plan, deadline)
         finally:
@@ -489,7 +494,8 @@ class RemotingProducer:
         if plan.attempts != 1:
             plan = sender.round_robin_once if not plan.pinned else Plan(plan.choose, 1, True)
         deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
+        if not sender.acquire_nowait():
+            await sender.acquire(deadline)
         try:
             return await sender.send(out, plan, deadline)
         finally:
