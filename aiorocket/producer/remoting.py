@@ -272,21 +272,19 @@ class RemotingProducer:
             return None
         return batcher if batcher.accepts(msg) else None
 
-    async def send(
+    def send(
         self, msg: Message, *, timeout: float | None, sharding_key: object,
         selector: QueueSelector | None, selector_arg: object,
-    ) -> SendResult:  # fmt: skip
+    ) -> Awaitable[SendResult]:  # fmt: skip
+        """The send's coroutine (the batcher's, or the sender's taking its own slot),
+        awaited by ``Producer.send``: no coroutine of its own around it (a plain send's
+        frames: benchmarks/README.md, "The plain send, round 1"); a message or option
+        found wrong raises here, before any slot is taken."""
         batcher = self._batcher_for(msg, sharding_key, selector)
         if batcher is not None:
-            return await batcher.send(msg, self._open_sender().deadline(timeout))
+            return batcher.send(msg, self._open_sender().deadline(timeout))
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
-        deadline = sender.deadline(timeout)
-        if not sender.acquire_nowait():
-            await sender.acquire(deadline)
-        try:
-            return await sender.send(out, plan, deadline)
-        finally:
-            sender.release()
+        return sender.send(out, plan, sender.deadline(timeout), slot=True)
 
     def start_send(
         self, task_group: anyio.abc.TaskGroup, msg: Message, *,
