@@ -5,7 +5,8 @@
     python benchmarks/produce_count.py ops   [--tree DIR] [--messages 3000] [--top 25]
     python benchmarks/produce_count.py serve                  # the fake cluster alone
     python benchmarks/produce_count.py run N --namesrv ADDR   # the client alone
-    (each client mode takes --id-step-us US: the ids' clock, below; 0: the real one)
+    (each client mode takes --id-step-us US: the ids' clock, below; 0: the real one;
+    --plain: the plain send path, below; --backend asyncio|trio)
 
 The client is compare.py's auto-batched produce child (``produce.py``'s
 ``run_start_send``: one loop of ``start_send`` with a callback, 64 slots, 1 KiB bodies)
@@ -36,6 +37,11 @@ does. ``--id-step-us 0`` keeps the real clock (the figures of rounds 10 and 11).
 
 ``--tree DIR`` runs the client on another checkout's ``aiorocket`` (by ``PYTHONPATH``:
 old and new alternating from one script); the fake cluster always runs this one's.
+``--plain`` counts compare.py's ``aiorocket-plain`` produce child instead
+(``aio_children.py produce ... plain``: ``auto_batch`` off, 64 tasks each awaiting
+``send`` in a loop: a request, an answer and a ``SendResult`` a message; the path of the
+exactly-once Spark sink's half messages too).
+
 Not a test: it prints its figures and asserts nothing about them.
 """
 
@@ -131,7 +137,10 @@ async def serve() -> None:
 # -- the client (what is counted) ---------------------------------------------------------
 
 
-async def client(namesrv: str, count: int, profile: Any = None) -> None:
+async def client(namesrv: str, count: int, profile: Any = None, plain: bool = False) -> None:
+    if plain:
+        await plain_client(namesrv, count, profile)
+        return
     from produce import run_start_send
 
     from aiorocket.producer import Producer
@@ -159,6 +168,45 @@ async def client(namesrv: str, count: int, profile: Any = None) -> None:
     print(f"batches {b}, mean {m / max(b, 1):.2f} messages", file=sys.stderr)
 
 
+async def plain_client(namesrv: str, count: int, profile: Any = None) -> None:
+    """``--plain``: compare.py's ``aiorocket-plain`` produce child (``aio_children.py
+    produce ... plain``: ``auto_batch`` off, ``IN_FLIGHT`` tasks each awaiting ``send`` in
+    a loop, ``produce.py``'s ``run_workers``): a request, an answer and a ``SendResult``
+    a message."""
+    from aiorocket.message import Message
+    from aiorocket.producer import Producer
+
+    body = bytes(range(256)) * (SIZE // 256)
+    settings: dict[str, Any] = {
+        "max_in_flight": IN_FLIGHT, "auto_batch": False, "send_timeout": 3600.0,
+    }  # fmt: skip
+
+    async def run(producer: Producer, n: int) -> int:
+        """``run_workers``'s loop, with exactly ``n`` sends (not ``n // 64 * 64``)."""
+        left, answered = [n], [0]
+
+        async def worker() -> None:
+            while left[0] > 0:
+                left[0] -= 1
+                await producer.send(Message(TOPIC, body))
+                answered[0] += 1
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(IN_FLIGHT):
+                tg.start_soon(worker)
+        return answered[0]
+
+    async with Producer("count_producer", namesrv, **settings) as producer:
+        await run(producer, WARMUP)
+        if profile is not None:
+            profile()
+        answered = await run(producer, count)
+        if profile is not None:
+            profile()
+    if answered != count:
+        raise SystemExit(f"{answered} of {count} sends answered")
+
+
 def pace_the_id_clock(step_us: float) -> None:
     """The id module's clock advances ``step_us`` a reading (module docstring); the rest
     of ``time`` is the real one's."""
@@ -171,9 +219,12 @@ def pace_the_id_clock(step_us: float) -> None:
     setattr(unique_id, "time", clock)  # noqa: B010 - not a name the module exports
 
 
-def run_client(namesrv: str, count: int, profile: Any = None, id_step_us: float = 0.0) -> None:
+def run_client(
+    namesrv: str, count: int, profile: Any = None, id_step_us: float = 0.0,
+    plain: bool = False, backend: str = "asyncio",
+) -> None:  # fmt: skip
     pace_the_id_clock(id_step_us)
-    anyio.run(client, namesrv, count, profile)
+    anyio.run(client, namesrv, count, profile, plain, backend=backend)
 
 
 # -- the counts ---------------------------------------------------------------------------
@@ -201,12 +252,18 @@ def client_env(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{HERE}"}
 
 
-def cachegrind(tree: Path, namesrv: str, n: int, out_dir: str, id_step_us: float) -> int:
+def client_flags(args: argparse.Namespace) -> list[str]:
+    """The client's own options, for its child process."""
+    flags = ["--id-step-us", str(args.id_step_us), "--backend", args.backend]
+    return flags + ["--plain"] * args.plain
+
+
+def cachegrind(tree: Path, namesrv: str, n: int, out_dir: str, flags: list[str]) -> int:
     out = os.path.join(out_dir, f"cg.{n}")
     subprocess.run(
         ["valgrind", "-q", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}",
          sys.executable, str(Path(__file__).resolve()), "run", str(n), "--namesrv", namesrv,
-         "--id-step-us", str(id_step_us)],
+         *flags],
         env=client_env(tree), check=True, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     match = re.search(r"^summary: (\d+)", Path(out).read_text(), re.MULTILINE)
@@ -218,14 +275,15 @@ def in_child(tree: Path, mode: str, args: argparse.Namespace) -> None:
     """``mode`` (calls, ops) in a child on ``tree``'s aiorocket, against a fresh cluster."""
     with Cluster() as namesrv:
         cmd = [sys.executable, str(Path(__file__).resolve()), f"_{mode}", namesrv,
-               str(args.messages), str(args.top), "--id-step-us", str(args.id_step_us)]  # fmt: skip
+               str(args.messages), str(args.top), *client_flags(args)]  # fmt: skip
         subprocess.run(cmd, env=client_env(tree), check=True)
 
 
 def count(args: argparse.Namespace) -> None:
     tree = Path(args.tree).resolve()
     clock = f"{args.id_step_us} us a reading" if args.id_step_us else "the real one"
-    print(f"client: {tree} ({_head(tree)}); the ids' clock: {clock}")
+    path = "plain (auto_batch off, 64 tasks awaiting send)" if args.plain else "auto-batched"
+    print(f"client: {tree} ({_head(tree)}); {path}, {args.backend}; the ids' clock: {clock}")
     if shutil.which("valgrind") is None:
         print("no valgrind: instructions not counted")
     else:
@@ -233,7 +291,7 @@ def count(args: argparse.Namespace) -> None:
             counts = {}
             for n in (args.low, args.high):
                 with Cluster() as namesrv:  # a fresh one: the same offsets, ids, routes
-                    counts[n] = cachegrind(tree, namesrv, n, out_dir, args.id_step_us)
+                    counts[n] = cachegrind(tree, namesrv, n, out_dir, client_flags(args))
             per = (counts[args.high] - counts[args.low]) / (args.high - args.low)
             print(f"instructions a message: {per:,.0f} "
                   f"(I({args.high:,}) {counts[args.high]:,} - I({args.low:,}) "
@@ -250,10 +308,10 @@ def _head(tree: Path) -> str:
     return done.stdout.strip() + (" + uncommitted" if dirty else "")
 
 
-def calls_here(namesrv: str, messages: int, top: int, id_step_us: float) -> None:
+def calls_here(namesrv: str, messages: int, top: int, **client: Any) -> None:
     prof = cProfile.Profile()
     on = iter([prof.enable, prof.disable])
-    run_client(namesrv, messages, lambda: next(on)(), id_step_us)
+    run_client(namesrv, messages, lambda: next(on)(), **client)
     stats = pstats.Stats(prof)
     total = sum(cc for cc, _nc, _tt, _ct, _callers in stats.stats.values())  # type: ignore[attr-defined]
     print(f"Python calls a message: {total / messages:.2f} (cProfile, {messages:,} messages)")
@@ -263,7 +321,7 @@ def calls_here(namesrv: str, messages: int, top: int, id_step_us: float) -> None
         print(f"  {cc / messages:6.2f}  {tt / messages * 1e6:6.2f} us  {name} ({where})")
 
 
-def ops_here(namesrv: str, messages: int, top: int, id_step_us: float) -> None:
+def ops_here(namesrv: str, messages: int, top: int, **client: Any) -> None:
     counts: collections.Counter[str] = collections.Counter()
 
     def tracer(frame: FrameType, event: str, arg: object) -> Any:
@@ -279,7 +337,7 @@ def ops_here(namesrv: str, messages: int, top: int, id_step_us: float) -> None:
     def switch() -> None:
         sys.settrace(next(tracing))
 
-    run_client(namesrv, messages, switch, id_step_us)
+    run_client(namesrv, messages, switch, **client)
     print(f"bytecodes a message: {sum(counts.values()) / messages:.1f} ({messages:,} messages)")
     for name, n in counts.most_common(top):
         print(f"  {n / messages:7.1f}  {name}")
@@ -290,16 +348,26 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     sub = p.add_subparsers(dest="mode", required=True)
     sub.add_parser("serve")
     id_step = {"type": float, "default": 30.0, "help": "µs the ids' clock advances a reading"}
+
+    def client_args(s: argparse.ArgumentParser) -> None:
+        s.add_argument("--id-step-us", **id_step)  # type: ignore[arg-type]
+        s.add_argument(
+            "--plain",
+            action="store_true",
+            help="the plain send path (auto_batch off, 64 tasks awaiting send)",
+        )
+        s.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+
     r = sub.add_parser("run")
     r.add_argument("n", type=int)
     r.add_argument("--namesrv", required=True)
-    r.add_argument("--id-step-us", **id_step)  # type: ignore[arg-type]
+    client_args(r)
     for mode, messages in (("count", 30_000), ("calls", 30_000), ("ops", 3_000)):
         s = sub.add_parser(mode)
         s.add_argument("--tree", default=str(HERE.parent), help="the checkout to count")
         s.add_argument("--messages", type=int, default=messages)
         s.add_argument("--top", type=int, default=25)
-        s.add_argument("--id-step-us", **id_step)  # type: ignore[arg-type]
+        client_args(s)
         if mode == "count":
             s.add_argument("--low", type=int, default=5_000)
             s.add_argument("--high", type=int, default=25_000)
@@ -308,8 +376,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         s.add_argument("namesrv")
         s.add_argument("messages", type=int)
         s.add_argument("top", type=int)
-        s.add_argument("--id-step-us", **id_step)  # type: ignore[arg-type]
+        client_args(s)
     return p.parse_args(argv)
+
+
+def client_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"id_step_us": args.id_step_us, "plain": args.plain, "backend": args.backend}
 
 
 def main() -> None:
@@ -317,15 +389,15 @@ def main() -> None:
     if args.mode == "serve":
         anyio.run(serve)
     elif args.mode == "run":
-        run_client(args.namesrv, args.n, id_step_us=args.id_step_us)
+        run_client(args.namesrv, args.n, **client_options(args))
     elif args.mode == "count":
         count(args)
     elif args.mode in ("calls", "ops"):
         in_child(Path(args.tree).resolve(), args.mode, args)
     elif args.mode == "_calls":
-        calls_here(args.namesrv, args.messages, args.top, args.id_step_us)
+        calls_here(args.namesrv, args.messages, args.top, **client_options(args))
     else:
-        ops_here(args.namesrv, args.messages, args.top, args.id_step_us)
+        ops_here(args.namesrv, args.messages, args.top, **client_options(args))
 
 
 if __name__ == "__main__":

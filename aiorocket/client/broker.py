@@ -91,6 +91,10 @@ def unsupported(feature: BrokerFeature, addr: str, version: int) -> UnsupportedB
 
 #: a reply's properties as encoded (NAME \x01 value \x02): aiorocket.producer.reply
 _REPLY_MARK = f"{PROPERTY_MESSAGE_TYPE}\x01{REPLY_MESSAGE_TYPE}\x02"
+#: the reply mark after another property
+_REPLY_MARK_AFTER = f"\x02{_REPLY_MARK}"
+#: the member itself, without the enum class's attribute look-up a message
+_SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2
 
 
 def _send_code(properties: str, batch: bool) -> RequestCode:
@@ -98,9 +102,9 @@ def _send_code(properties: str, batch: bool) -> RequestCode:
     the same header, which the broker pushes to the requester besides storing it."""
     if batch:
         return RequestCode.SEND_BATCH_MESSAGE
-    if properties.startswith(_REPLY_MARK) or f"\x02{_REPLY_MARK}" in properties:
+    if properties.startswith(_REPLY_MARK) or _REPLY_MARK_AFTER in properties:
         return RequestCode.SEND_REPLY_MESSAGE_V2
-    return RequestCode.SEND_MESSAGE_V2
+    return _SEND_MESSAGE_V2
 
 
 def check_response(resp: RemotingCommand, request_code: int, addr: str = "") -> RemotingCommand:
@@ -173,6 +177,44 @@ def _send_ext(
     if max_reconsume_times is not None:
         ext["l"] = str(max_reconsume_times)
     return ext
+
+
+def send_request(
+    mq: MessageQueue, body: bytes, properties: str, producer_group: str, flag: int,
+    sys_flag: int, batch: bool, default_topic: str, default_topic_queue_nums: int,
+) -> RemotingCommand:  # fmt: skip
+    """``BrokerClient.send_message``'s request (its feature check is the caller's:
+    ``feature_of_properties``), for a caller that sends it on a connection of its own
+    (the producer's sender: two coroutines a send less, benchmarks/README.md, "The plain
+    send, round 1")."""
+    ext = _send_ext(
+        mq, properties, producer_group, flag, sys_flag, None, None, batch, default_topic,
+        default_topic_queue_nums,
+    )  # fmt: skip
+    return RemotingCommand(_send_code(properties, batch), 0, 0, None, ext, body)
+
+
+def send_answer(
+    resp: RemotingCommand, code: int, mq: MessageQueue, msg_id: str, sys_flag: int
+) -> SendResult:
+    """The result of the send of request ``code`` to ``mq`` that ``resp`` answers, or
+    its typed error (``error_for_response``)."""
+    status = _SEND_OK_CODES.get(resp.code)  # type: ignore[call-overload]
+    if status is None:
+        raise error_for_response(resp.code, resp.remark, code)
+    ext_fields = resp.ext_fields
+    queue_id = resp.ext_int("queueId", mq.queue_id)
+    return send_result(
+        status,
+        msg_id,
+        mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id),
+        resp.ext_int("queueOffset", -1),
+        ext_fields.get("msgId", ""),
+        # RocketMQ 4.x (4.9.7) answers a half message without a transactionId: the
+        # id is then the message's own (UNIQ_KEY), which is what 5.x answers too.
+        ext_fields.get("transactionId") or (msg_id if sys_flag & _TRANSACTION_PREPARED else None),
+        ext_fields.get("recallHandle") or None,
+    )
 
 
 class BrokerClient:
@@ -257,25 +299,18 @@ class BrokerClient:
             mq, properties, producer_group, flag, sys_flag, reconsume_times, max_reconsume_times,
             batch, default_topic, default_topic_queue_nums,
         )  # fmt: skip
-        code = _send_code(properties, batch)
-        resp = await self._call(addr, code, ext, body, timeout, stall, timing)
-        status = _SEND_OK_CODES.get(resp.code)  # type: ignore[call-overload]
-        if status is None:
-            raise error_for_response(resp.code, resp.remark, code)
-        ext_fields = resp.ext_fields
-        queue_id = resp.ext_int("queueId", mq.queue_id)
-        return send_result(
-            status,
-            msg_id,
-            mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id),
-            resp.ext_int("queueOffset", -1),
-            ext_fields.get("msgId", ""),
-            # RocketMQ 4.x (4.9.7) answers a half message without a transactionId: the
-            # id is then the message's own (UNIQ_KEY), which is what 5.x answers too.
-            ext_fields.get("transactionId")
-            or (msg_id if sys_flag & _TRANSACTION_PREPARED else None),
-            ext_fields.get("recallHandle") or None,
-        )
+        cmd = RemotingCommand(_send_code(properties, batch), 0, 0, None, ext, body)
+        resp = await self.send_command(addr, cmd, timeout or self.timeout, stall, timing)
+        return send_answer(resp, cmd.code, mq, msg_id, sys_flag)
+
+    async def send_command(
+        self, addr: str, cmd: RemotingCommand, timeout: float, stall: StallCheck | None,
+        timing: WireTiming | None,
+    ) -> RemotingCommand:  # fmt: skip
+        """``call``'s request, made: the answer to a send (the producer's sender awaits
+        ``pool.live(addr)``'s ``request`` itself when there is a live connection)."""
+        conn = self.pool.live(addr) or await self.pool.get(addr)
+        return await conn.request(cmd, timeout, stall, timing)
 
     async def send_message_oneway(
         self,
@@ -623,4 +658,4 @@ class BrokerClient:
         )
 
 
-__all__ = ["BrokerClient", "BrokerResponseError"]
+__all__ = ["BrokerClient", "BrokerResponseError", "send_answer", "send_request"]

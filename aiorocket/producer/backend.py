@@ -59,10 +59,10 @@ class ProducerBackend(Protocol):
         """Let what is in flight end (bounded by ``shutdown_timeout``), then disconnect."""
         ...
 
-    async def send(
+    def send(
         self, msg: Message, *, timeout: float | None, sharding_key: object,
         selector: QueueSelector | None, selector_arg: object,
-    ) -> SendResult: ...  # fmt: skip
+    ) -> Awaitable[SendResult]: ...  # fmt: skip
 
     def start_send(
         self, task_group: anyio.abc.TaskGroup, msg: Message, *,

@@ -13,6 +13,7 @@ Pure and clock-injectable: no I/O here.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -70,13 +71,24 @@ class LatencyFaultTolerance:
         self._latency_max = tuple(latency_max)
         self._not_available = tuple(not_available)
         self._failure_latency_ms = failure_latency_ms
+        #: a latency below this avoids a broker for no time (every threshold it reaches
+        #: has a duration of 0): ``record``'s common case without the table's walk
+        self._free_below = next(
+            (t for t, d in zip(self._latency_max, self._not_available, strict=True) if d),
+            math.inf,
+        )
         self._items: dict[str, FaultItem] = {}
 
     def record(self, broker: str, latency_ms: float, *, failed: bool = False) -> float:
         """Record one send to ``broker``; return how many seconds it is now avoided."""
         if failed:
             latency_ms = max(latency_ms, self._failure_latency_ms)
-        duration = not_available_duration(latency_ms, self._latency_max, self._not_available) / 1000
+        if latency_ms < self._free_below:
+            duration = 0.0
+        else:
+            duration = (
+                not_available_duration(latency_ms, self._latency_max, self._not_available) / 1000
+            )
         self._items[broker] = FaultItem(broker, latency_ms, self._clock() + duration)
         return duration
 

@@ -8,6 +8,7 @@ conflicting delay settings, oversized properties.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from aiorocket._unique_id import create_unique_id
 
@@ -62,6 +63,25 @@ class Outgoing:
     sys_flag: int
     msg_id: str
     flag: int = 0
+
+
+class _UnfrozenOutgoing:
+    """``Outgoing``'s slots without the frozen ``__setattr__``: ``prepare_message`` fills
+    one in (a plain slot store a field, not a setter call each) and makes it an
+    ``Outgoing`` by ``__class__`` assignment (``_send_result._Unfrozen``'s way; a plain
+    send prepares one a message)."""
+
+    __slots__ = Outgoing.__slots__
+
+    topic: str
+    body: bytes
+    properties: str
+    sys_flag: int
+    msg_id: str
+    flag: int
+
+
+_new = object.__new__
 
 
 def encode_props(props: dict[str, str]) -> str:
@@ -140,7 +160,11 @@ def prepare_message(
     check_topic(msg.topic)
     check_body(msg, config.max_message_size)
     check_schedule(msg)
-    props, msg_id = wire_properties(msg, extra_properties)
+    if extra_properties:
+        props, msg_id = wire_properties(msg, extra_properties)
+        text = encode_props(props)
+    else:  # the auto-batcher's encoding: no dict for the id (most messages have no other)
+        text, _, msg_id = properties_with_id(msg)
     body = bytes(msg.body)
     if len(body) >= config.compress_over:
         packed = compress_body(body, config.compression, config.compression_level)
@@ -148,4 +172,12 @@ def prepare_message(
             body = packed
             sys_flag |= SYSFLAG_COMPRESSED | (int(config.compression) << 8)
     topic = wrap(config.namespace, msg.topic) if config.namespace else msg.topic
-    return Outgoing(topic, body, encode_props(props), sys_flag, msg_id, msg.flag)
+    out: Any = _new(_UnfrozenOutgoing)  # Outgoing(topic, body, text, sys_flag, msg_id, msg.flag)
+    out.topic = topic
+    out.body = body
+    out.properties = text
+    out.sys_flag = sys_flag
+    out.msg_id = msg_id
+    out.flag = msg.flag
+    out.__class__ = Outgoing
+    return out  # type: ignore[no-any-return]

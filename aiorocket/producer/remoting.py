@@ -272,20 +272,19 @@ class RemotingProducer:
             return None
         return batcher if batcher.accepts(msg) else None
 
-    async def send(
+    def send(
         self, msg: Message, *, timeout: float | None, sharding_key: object,
         selector: QueueSelector | None, selector_arg: object,
-    ) -> SendResult:  # fmt: skip
+    ) -> Awaitable[SendResult]:  # fmt: skip
+        """The send's coroutine (the batcher's, or the sender's taking its own slot),
+        awaited by ``Producer.send``: no coroutine of its own around it (a plain send's
+        frames: benchmarks/README.md, "The plain send, round 1"); a message or option
+        found wrong raises here, before any slot is taken."""
         batcher = self._batcher_for(msg, sharding_key, selector)
         if batcher is not None:
-            return await batcher.send(msg, self._open_sender().deadline(timeout))
+            return batcher.send(msg, self._open_sender().deadline(timeout))
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
-        deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
-        try:
-            return await sender.send(out, plan, deadline)
-        finally:
-            sender.release()
+        return sender.send(out, plan, sender.deadline(timeout), slot=True)
 
     def start_send(
         self, task_group: anyio.abc.TaskGroup, msg: Message, *,
@@ -324,7 +323,8 @@ class RemotingProducer:
     ) -> None:  # fmt: skip
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
+        if not sender.acquire_nowait():
+            await sender.acquire(deadline)
         try:
             task_group.start_soon(self._send_in_slot, sender, out, plan, deadline, on_result)
         except BaseException:
@@ -348,7 +348,8 @@ class RemotingProducer:
     ) -> None:  # fmt: skip
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
+        if not sender.acquire_nowait():
+            await sender.acquire(deadline)
         try:
             await sender.send_oneway(out, plan, deadline)
         finally:
@@ -362,7 +363,8 @@ class RemotingProducer:
         out, ids = prepare_batch(messages, self.config)
         plan = sender.plan(messages[0], sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
+        if not sender.acquire_nowait():
+            await sender.acquire(deadline)
         try:
             result = await sender.send(out, plan, deadline, batch=True)
         finally:
@@ -383,7 +385,8 @@ class RemotingProducer:
         sender = self._open_sender()
         plan = sender.plan(msg, None, None, None)
         out = prepare_message(msg, config, extra_properties=extra)
-        await sender.acquire(deadline)
+        if not sender.acquire_nowait():
+            await sender.acquire(deadline)
         try:
             return await sender.send(out, plan, deadline)
         finally:
@@ -489,7 +492,8 @@ class RemotingProducer:
         if plan.attempts != 1:
             plan = sender.round_robin_once if not plan.pinned else Plan(plan.choose, 1, True)
         deadline = sender.deadline(timeout)
-        await sender.acquire(deadline)
+        if not sender.acquire_nowait():
+            await sender.acquire(deadline)
         try:
             return await sender.send(out, plan, deadline)
         finally:

@@ -93,14 +93,24 @@ class PublishRoutes:
             addrs.update(info.route.all_master_addrs().values())
         return addrs
 
-    async def get(self, topic: str) -> PublishInfo:
-        """The topic's publish info; queried on first use or when it has no queue."""
+    def cached(self, topic: str) -> PublishInfo | None:
+        """The topic's publish info if ``get`` would return it without a query (its
+        cached route's, or a borrowed route still in use), else None: a plain call
+        where ``get`` costs a coroutine (once a send attempt)."""
         route = self._namesrv.cached_route(topic)
         info = self._infos.get(topic)
-        if route is not None and info is not None and info.route is route and info.queues:
+        if info is None:
+            return None
+        if route is not None:
+            return info if info.route is route and info.queues else None
+        return info if self._borrowing(topic, info.route) else None
+
+    async def get(self, topic: str) -> PublishInfo:
+        """The topic's publish info; queried on first use or when it has no queue."""
+        info = self.cached(topic)
+        if info is not None:
             return info
-        if route is None and info is not None and self._borrowing(topic, info.route):
-            return info
+        route = self._namesrv.cached_route(topic)
         if route is None or not route.write_queues():
             route = await self._query(topic, route)
         return self._update(topic, route)

@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 
 from aiorocket._loop import capture
-from aiorocket.client.broker import DEFAULT_TOPIC, BrokerClient
+from aiorocket.client.broker import DEFAULT_TOPIC, BrokerClient, send_answer, send_request
 from aiorocket.client.results import SendResult
 from aiorocket.errors import (
     AccessDeniedError,
@@ -57,6 +57,7 @@ from aiorocket.producer.selectors import (
     lite_selector,
 )
 from aiorocket.producer.stall import STALL_ISOLATION, StallWatch
+from aiorocket.protocol.features import feature_of_properties
 from aiorocket.remoting.connection import WireTiming
 
 __all__ = [
@@ -181,6 +182,15 @@ class Sender:
             raise ConfigError(f"timeout must be positive, got {timeout!r}")
         return self.now() + timeout
 
+    def acquire_nowait(self) -> bool:
+        """A slot if one is free now (``acquire``'s fast path without its two
+        coroutines: a plain send takes a slot a message); False: ``acquire`` it."""
+        try:
+            self._slots.acquire_nowait()
+        except anyio.WouldBlock:
+            return False
+        return True
+
     async def acquire(self, deadline: float) -> None:
         pending = f"{self._config.max_in_flight} requests pending"
         await take_slot(self._slots, deadline, self.now, pending)
@@ -237,113 +247,135 @@ class Sender:
 
     async def send(
         self, out: Outgoing, plan: Plan, deadline: float, *, batch: bool = False,
-        retry: Retry | None = None,
+        retry: Retry | None = None, slot: bool = False,
     ) -> SendResult:  # fmt: skip
-        """Send (holding a slot already) with up to ``plan.attempts`` attempts by ``deadline``.
+        """Send (holding a slot already, or ``slot``) with up to ``plan.attempts`` attempts
+        by ``deadline``.
 
         ``retry`` (a request shared by several callers) gives what each retry sends and
         its deadline, or None when no caller waits any more (no retry then).
+
+        ``slot``: take an in-flight slot first (by ``deadline``, as ``acquire``) and give
+        it back at the end, for a caller that would otherwise be a coroutine around this
+        one only for that (``ProducerEngine.send``: benchmarks/README.md, "The plain
+        send, round 1").
         """
-        avoid: str | None = None
-        last_error: RocketMQError | None = None
-        #: the first attempt after which the message may be stored (abandoned at a stall,
-        #: its connection closed, no answer): a later refusal must not hide it
-        unsure: RocketMQError | None = None
-        tried: list[str] = []
-        for attempt in range(plan.attempts):
-            if attempt and retry is not None:
-                again = retry()
-                if again is None:
-                    break
-                out, deadline = again
-            remaining = deadline - self.now()
-            if remaining <= 0:
-                raise RequestTimeoutError(
-                    f"send to {out.topic!r} did not succeed within its timeout "
-                    f"(brokers tried: {tried})"
-                ) from last_error
-            info = await self.routes.get(out.topic)
-            mq = plan.choose(info, avoid)
-            addr = info.broker_addr(mq.broker_name)
-            if addr is None:
-                last_error = NoRouteError(f"broker {mq.broker_name!r} has no master")
-                avoid = mq.broker_name
-                await _quietly(self.routes.refresh(out.topic))
-                continue
-            self._membership.saw(addr)
-            tried.append(mq.broker_name)
-            # Only an attempt that another one can replace is abandoned at a stall: the
-            # last one waits for its answer (abandoned, it would be reported failed while
-            # the slow broker may still store it).
-            last = attempt + 1 >= plan.attempts
-            watch = None if plan.pinned or last else self.stall
-            started = time.monotonic()
-            timing = WireTiming()
-            try:
-                # The request's own deadline bounds the wait for the answer.
-                result = await self._broker.send_message(
-                    addr, mq, out.body, out.properties, producer_group=self._group,
-                    msg_id=out.msg_id, flag=out.flag, sys_flag=out.sys_flag, batch=batch,
-                    timeout=remaining, default_topic=self._default_topic,
-                    default_topic_queue_nums=self._config.default_topic_queue_nums,
-                    stall=None if watch is None else watch.check(mq.broker_name, deadline),
-                    timing=timing,
-                )  # fmt: skip
-            except BrokerStalledError as exc:  # others answer: isolate it, try another
-                self._fault.isolate(mq.broker_name, _ms_since(started), STALL_ISOLATION)
-                assert watch is not None
-                watch.stalled(mq.broker_name)
-                last_error = exc
-                unsure = unsure or exc
-            except BrokerResponseError as exc:
-                self._fault.record(mq.broker_name, _ms_since(started), failed=True)
-                # Another broker may take it: a retriable answer, or NO_PERMISSION (as in
-                # Java: a broker whose write permission is off answers it too).
-                if not (exc.retriable or isinstance(exc, AccessDeniedError)):
-                    if unsure is None:
-                        raise
-                    raise _failed(exc, unsure) from exc
-                last_error = exc
-                if isinstance(exc, TopicNotExistError):
+        if slot and not self.acquire_nowait():
+            await self.acquire(deadline)  # cancelled or timed out here: no slot taken
+        try:
+            avoid: str | None = None
+            last_error: RocketMQError | None = None
+            #: the first attempt after which the message may be stored (abandoned at a stall,
+            #: its connection closed, no answer): a later refusal must not hide it
+            unsure: RocketMQError | None = None
+            tried: list[str] = []
+            for attempt in range(plan.attempts):
+                if attempt and retry is not None:
+                    again = retry()
+                    if again is None:
+                        break
+                    out, deadline = again
+                remaining = deadline - self.now()
+                if remaining <= 0:
+                    raise RequestTimeoutError(
+                        f"send to {out.topic!r} did not succeed within its timeout "
+                        f"(brokers tried: {tried})"
+                    ) from last_error
+                info = self.routes.cached(out.topic) or await self.routes.get(out.topic)
+                mq = plan.choose(info, avoid)
+                addr = info.broker_addr(mq.broker_name)
+                if addr is None:
+                    last_error = NoRouteError(f"broker {mq.broker_name!r} has no master")
+                    avoid = mq.broker_name
                     await _quietly(self.routes.refresh(out.topic))
-            except (ConnectionClosedError, TimeoutError) as exc:
-                self._fault.record(mq.broker_name, _ms_since(started), failed=True)
-                if isinstance(exc, RocketMQError):
+                    continue
+                self._membership.saw(addr)
+                tried.append(mq.broker_name)
+                # Only an attempt that another one can replace is abandoned at a stall: the
+                # last one waits for its answer (abandoned, it would be reported failed while
+                # the slow broker may still store it).
+                last = attempt + 1 >= plan.attempts
+                watch = None if plan.pinned or last else self.stall
+                started = time.monotonic()
+                timing = WireTiming()
+                try:
+                    # ``BrokerClient.send_message``, its steps inline: two coroutines a send
+                    # less. The request's own deadline bounds the wait for the answer.
+                    broker = self._broker
+                    feature = feature_of_properties(out.properties)
+                    if feature is not None:
+                        await broker.require(addr, feature, mq)
+                    cmd = send_request(
+                        mq, out.body, out.properties, self._group, out.flag, out.sys_flag, batch,
+                        self._default_topic, self._config.default_topic_queue_nums,
+                    )  # fmt: skip
+                    stall = None if watch is None else watch.check(mq.broker_name, deadline)
+                    conn = broker.pool.live(addr)
+                    if conn is None:
+                        resp = await broker.send_command(addr, cmd, remaining, stall, timing)
+                    else:
+                        resp = await conn.request(cmd, remaining, stall, timing)
+                    result = send_answer(resp, cmd.code, mq, out.msg_id, out.sys_flag)
+                except BrokerStalledError as exc:  # others answer: isolate it, try another
+                    self._fault.isolate(mq.broker_name, _ms_since(started), STALL_ISOLATION)
+                    assert watch is not None
+                    watch.stalled(mq.broker_name)
                     last_error = exc
+                    unsure = unsure or exc
+                except BrokerResponseError as exc:
+                    self._fault.record(mq.broker_name, _ms_since(started), failed=True)
+                    # Another broker may take it: a retriable answer, or NO_PERMISSION (as in
+                    # Java: a broker whose write permission is off answers it too).
+                    if not (exc.retriable or isinstance(exc, AccessDeniedError)):
+                        if unsure is None:
+                            raise
+                        raise _failed(exc, unsure) from exc
+                    last_error = exc
+                    if isinstance(exc, TopicNotExistError):
+                        await _quietly(self.routes.refresh(out.topic))
+                except (ConnectionClosedError, TimeoutError) as exc:
+                    self._fault.record(mq.broker_name, _ms_since(started), failed=True)
+                    if isinstance(exc, RocketMQError):
+                        last_error = exc
+                    else:
+                        last_error = RequestTimeoutError(
+                            f"send to {addr} got no answer in {remaining:.3f}s"
+                        )
+                    unsure = unsure or last_error
+                    if plan.pinned:  # it may have been stored: retrying could reorder
+                        if last_error is exc:
+                            raise
+                        raise last_error from exc
                 else:
-                    last_error = RequestTimeoutError(
-                        f"send to {addr} got no answer in {remaining:.3f}s"
-                    )
-                unsure = unsure or last_error
-                if plan.pinned:  # it may have been stored: retrying could reorder
-                    if last_error is exc:
-                        raise
-                    raise last_error from exc
-            else:
-                self._fault.record(mq.broker_name, _broker_ms(timing, started))
-                # The stall bound is checked against wall time since the write was
-                # queued: its baseline stays the same measure.
-                took = _ms_since(started)
-                if self.stall is not None and not plan.pinned:  # the last attempt's too
-                    self.stall.answered(mq.broker_name, took / 1000)
-                if self._config.namespace:
-                    queue = unwrap_queue(self._config.namespace, result.queue)
-                    return dataclasses.replace(result, queue=queue)
-                return result
-            avoid = mq.broker_name
-            self._log.warning(
-                "send_failed", topic=out.topic, broker=mq.broker_name, addr=addr,
-                attempt=attempt + 1, attempts=plan.attempts,
-                avoid_for_s=round(self._fault.unavailable_for(mq.broker_name), 3),
-                error=str(last_error),
-            )  # fmt: skip
-            if plan.pinned and attempt + 1 < plan.attempts:
-                pause = min(PINNED_RETRY_PAUSE * (attempt + 1), deadline - self.now())
-                await anyio.sleep(max(pause, 0))
-        assert last_error is not None
-        if unsure is None or isinstance(last_error, (RequestTimeoutError, ConnectionClosedError)):
-            raise last_error  # the last attempt's own error says "may be stored" already
-        raise _failed(last_error, unsure) from last_error
+                    self._fault.record(mq.broker_name, _broker_ms(timing, started))
+                    # The stall bound is checked against wall time since the write was
+                    # queued: its baseline stays the same measure.
+                    took = _ms_since(started)
+                    if self.stall is not None and not plan.pinned:  # the last attempt's too
+                        self.stall.answered(mq.broker_name, took / 1000)
+                    if self._config.namespace:
+                        queue = unwrap_queue(self._config.namespace, result.queue)
+                        return dataclasses.replace(result, queue=queue)
+                    return result
+                avoid = mq.broker_name
+                self._log.warning(
+                    "send_failed", topic=out.topic, broker=mq.broker_name, addr=addr,
+                    attempt=attempt + 1, attempts=plan.attempts,
+                    avoid_for_s=round(self._fault.unavailable_for(mq.broker_name), 3),
+                    error=str(last_error),
+                )  # fmt: skip
+                if plan.pinned and attempt + 1 < plan.attempts:
+                    pause = min(PINNED_RETRY_PAUSE * (attempt + 1), deadline - self.now())
+                    await anyio.sleep(max(pause, 0))
+            assert last_error is not None
+            if unsure is None or isinstance(
+                last_error, (RequestTimeoutError, ConnectionClosedError)
+            ):
+                raise last_error  # the last attempt's own error says "may be stored" already
+            raise _failed(last_error, unsure) from last_error
+        finally:
+            if slot:
+                self.release()
 
     async def send_oneway(self, out: Outgoing, plan: Plan, deadline: float) -> None:
         """One oneway attempt (holding a slot already): done once the request is written."""

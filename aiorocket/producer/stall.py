@@ -109,7 +109,8 @@ class StallWatch:
         """The stall check of one attempt to ``broker`` of a send that ends at ``deadline``
         and has another attempt left (for ``BrokerClient.send_message``): abandon it only
         while another broker answers and the next attempt still gets a stall bound."""
-        bound = self.bound(broker)
+        # ``bound``, inline (once a send attempt)
+        bound = min(self._cap, max(STALL_FLOOR, STALL_MULTIPLE * self._latency.get(broker, 0.0)))
 
         def give_up() -> bool:
             return deadline - self._clock() > bound and self.others_answer(broker)

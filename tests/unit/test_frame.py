@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import pickle
 import struct
 import sys
@@ -344,3 +345,29 @@ def test_a_header_decodes_as_the_checked_path_decodes_it(json_impl: None, header
 
     fast = outcome(lambda: frame._decode_json_header(header))
     assert fast == outcome(lambda: frame._decode_json_object(json.loads(header)))
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"code": 0, "opaque": 7, "flag": 1, "language": "JAVA", "version": 475,
+         "extFields": {"msgId": "X", "queueId": "3"}},
+        {"code": 0},  # every field but the code left out
+        {"code": 0, "remark": "r", "extFields": None},
+        {"code": 0, "opaque": True, "flag": 1},  # a bool opaque: not an int by type
+        {"code": 0, "remark": 5, "extFields": {"n": 1, "b": True, "z": None}},
+        {"code": 0, "language": 3, "version": "x"},
+    ],
+)  # fmt: skip
+def test_a_usual_header_s_fast_decoding_matches_the_field_by_field_one(
+    header: dict[str, object],
+) -> None:
+    """``_decode_json_header`` takes a broker's usual header by exact types in one test
+    and leaves anything else to ``_decode_json_object``: the same command either way."""
+    from aiorocket.protocol.frame import _decode_json_header, _decode_json_object
+
+    raw = json.dumps(header).encode()
+    decoded = _decode_json_header(raw)
+    assert decoded == _decode_json_object(json.loads(raw))
+    assert type(decoded.opaque) is type(header.get("opaque", 0))
+

@@ -455,6 +455,34 @@ async def test_in_flight_requests_are_bounded() -> None:
         assert len(broker.received(RequestCode.SEND_MESSAGE_V2)) == 15
 
 
+async def test_a_send_cancelled_at_its_slot_or_its_answer_gives_its_slot_back() -> None:
+    """``send`` takes its slot in the sender's own coroutine (no coroutine of the engine's
+    around it): cancelled while it waits for a slot it holds none, cancelled while its
+    request waits for an answer it gives its slot back, and a refused send too; the
+    slots are all free after, and a send then gets its result."""
+    async with cluster(brokers=1) as fake, producer(fake, max_in_flight=2, retries=0) as p:
+        broker = fake.brokers[0]
+        broker.hold = held = anyio.Event()
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                for i in range(4):  # two held at the broker, two waiting for a slot
+                    tg.start_soon(p.send, Message(TOPIC, b"%d" % i))
+                await wait_for(lambda: broker.holding == 2)
+                await anyio.wait_all_tasks_blocked()
+                assert p.in_flight == 2
+                scope.cancel()
+        assert p.in_flight == 0
+        broker.hold = None
+        held.set()  # the abandoned two are answered late: nobody waits for them
+        broker.mode = ResponseCode.MESSAGE_ILLEGAL
+        with pytest.raises(BrokerResponseError):
+            await p.send(Message(TOPIC, b"refused"))
+        assert p.in_flight == 0
+        broker.mode = "ok"
+        result = await p.send(Message(TOPIC, b"after"))
+        assert result.status is SendStatus.SEND_OK and p.in_flight == 0
+
+
 async def test_async_result_callback_and_failures_reach_the_task_group() -> None:
     got: list[str] = []
 

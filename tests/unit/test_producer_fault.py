@@ -88,3 +88,30 @@ def test_rejects_inconsistent_tables() -> None:
         LatencyFaultTolerance(latency_max=(1, 2), not_available=(0,))
     with pytest.raises(ValueError):
         LatencyFaultTolerance(latency_max=(5, 1), not_available=(0, 0))
+
+
+@pytest.mark.parametrize(
+    ("latency_max", "not_available"),
+    [
+        (LATENCY_MAX_MS, NOT_AVAILABLE_MS),
+        ((10, 20, 30), (5, 0, 7)),  # a first threshold that avoids already
+        ((10, 20), (0, 0)),  # a table that never avoids
+    ],
+)
+def test_record_avoids_a_broker_as_the_table_says_for_every_latency(
+    latency_max: tuple[int, ...], not_available: tuple[int, ...]
+) -> None:
+    """``record`` skips the table's walk below its first non-zero duration: the same
+    durations as the walk, at and around every threshold and for failures."""
+    clock = Clock()
+    fault = LatencyFaultTolerance(clock=clock, latency_max=latency_max, not_available=not_available)
+    latencies = [0.0, float("nan"), 10.0**9]
+    for t in latency_max:
+        latencies += [t - 0.5, t, t + 0.5]
+    for latency in latencies:
+        expected = not_available_duration(latency, latency_max, not_available) / 1000
+        assert fault.record("b", latency) == expected
+        assert fault.unavailable_for("b") == pytest.approx(expected)
+        failed = not_available_duration(max(latency, FAILURE_LATENCY_MS), latency_max,
+                                        not_available) / 1000  # fmt: skip
+        assert fault.record("b", latency, failed=True) == failed
