@@ -36,6 +36,7 @@ from aiorocket.errors import (
     AccessDeniedError,
     BrokerResponseError,
     BrokerStalledError,
+    ClientClosedError,
     ConfigError,
     ConnectionClosedError,
     NoRouteError,
@@ -333,6 +334,14 @@ class Sender:
                     last_error = exc
                     if isinstance(exc, TopicNotExistError):
                         await _quietly(self.routes.refresh(out.topic))
+                except ClientClosedError as exc:
+                    # Closed under the send (the producer's close): an earlier attempt that
+                    # may have stored the message must not read as "not stored" (fault
+                    # simulator, producer_sends_full 90183: a request written to a slow
+                    # broker, the close, the retry refused by the closed pool, then stored).
+                    if unsure is None:
+                        raise
+                    raise _failed(exc, unsure) from exc
                 except (ConnectionClosedError, TimeoutError) as exc:
                     self._fault.record(mq.broker_name, _ms_since(started), failed=True)
                     if isinstance(exc, RocketMQError):

@@ -55,3 +55,20 @@ def test_producer_sends_full_seed_takes_the_turn(seed: int, monkeypatch: Any) ->
     assert report.ok, str(report)
     assert turns >= 1
     assert report.history.of("send_ok")
+
+
+#: closes under a written send (found by a 1,000-seed run; each failed
+#: ``send_reported_truly`` before the sender kept an earlier attempt's "may be stored"
+#: through the closed pool's refusal of the retry)
+CLOSE_SEEDS = [90183, 90664, 90708, 90860, 90922]
+
+
+@pytest.mark.parametrize("seed", CLOSE_SEEDS)
+def test_a_send_closed_under_after_a_written_attempt_says_it_may_be_stored(seed: int) -> None:
+    """``full_close`` closes the producer while a plain send's first attempt is written
+    to a slow broker: the retry meets the closed pool (``ClientClosedError``), and the
+    send's error must still say "may be stored" (the broker stores the first attempt's
+    request later), not a bare refusal."""
+    report = run(seed, "producer_sends" + FULL)
+    assert report.ok, str(report)
+    assert any(e.info.get("uncertain") for e in report.history.of("send_failed"))
