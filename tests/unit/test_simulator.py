@@ -170,8 +170,14 @@ LITE_SEEDS = [*range(0, 12), 21, 22, 114, 126, 1001, 1007, 3014, 3025, 4244, 201
 #: 36.65); its commits timing out, its queues were taken back from the stored offset and
 #: the copy handled and asked back again at 30.01; the 26.65 send-back's copy came at
 #: 37.00, 7 s after the second ask (the checker's: the first ask's copy is due first)
+#: 180103: p-10 asked back 31 s (60 s level) at 18.63 and sent back; after broker-a's
+#: crash (28.32) its queue was pulled again from the stored offset at 41.91 and p-10
+#: asked back again (sent back, labelled attempt 3); the 18.63 copy came at 78.91 (asked
+#: back), the 41.91 one at 101.91. 181134: the same across joiner-0's close (p-25 at
+#: 29.08 / 31.08, p-38 at 29.72 / 31.08). The checker stopped looking for the earlier
+#: ask at the crash (the close) and matched copies by attempt (the checker's)
 PULL_SEEDS = [*range(0, 17), 18, 19, 20, 21, 25, 68, 72, 146, 239, 1111, 2070, 7017, 9360,
-              15021, 43086, 43185, 44028, 53038, 60033, 60398, 173081]  # fmt: skip
+              15021, 43086, 43185, 44028, 53038, 60033, 60398, 173081, 180103, 181134]  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", POP_SEEDS)
@@ -632,6 +638,30 @@ def test_seed_42000_records_the_refused_acks_the_checker_discounts() -> None:
     assert m2 == ["delivered", "acked"]
 
 
+#: pull_remoting 180103 to 78.91: p-10 (sim-pull:2 offset 1) asked back 31 s (the 60 s
+#: level) at 18.63 and sent back; broker-a crashed at 28.32 (offsets and locks lost, its
+#: scheduled copies kept); no commit had passed offset 1, so it was pulled again at
+#: 41.91, handled, asked back and sent back again (the model labels that copy attempt 3)
+_OWN = {"broker": "a", "queue": "sim-pull:2", "offset": 1}
+_TWICE_ASKED: list[tuple[float, str, str, dict[str, object]]] = [
+    (0.0, "committed", "", {"broker": "a", "queue": "sim-pull:2", "offset": 0}),
+    (18.63, "pulled", "p-10", _OWN), (18.63, "handler_start", "p-10", {"attempt": 1}),
+    (18.63, "handler_failed", "p-10", {"attempt": 1, "retry": 31.0, "due": 60.0}),
+    (18.63, "handler_end", "p-10", {}), (18.63, "sent_back", "p-10", {"broker": "a", "attempt": 1}),
+    (28.32, "broker_crashed", "", {"broker": "a", "lost": {}}),
+    (41.91, "pulled", "p-10", _OWN), (41.91, "handler_start", "p-10", {"attempt": 1}),
+    (41.91, "handler_failed", "p-10", {"attempt": 1, "retry": 31.0, "due": 60.0}),
+    (41.91, "handler_end", "p-10", {}), (41.91, "sent_back", "p-10", {"broker": "a", "attempt": 2}),
+]  # fmt: skip
+#: ... the 18.63 copy (retry offset 4, attempt 2) at 78.91, asked back and sent back
+_FIRST_COPY_BACK: list[tuple[float, str, str, dict[str, object]]] = [
+    (78.91, "pulled", "p-10", {**_RQ, "offset": 4}),
+    (78.91, "handler_start", "p-10", {"attempt": 2}),
+    (78.91, "handler_failed", "p-10", {"attempt": 2, "retry": 31.0, "due": 60.0}),
+    (78.91, "handler_end", "p-10", {}), (78.91, "sent_back", "p-10", {"broker": "a", "attempt": 3}),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("invariant", "steps"),
     [
@@ -775,6 +805,15 @@ def test_seed_42000_records_the_refused_acks_the_checker_discounts() -> None:
             (11, "handler_end", "m-0", {}), (11, "sent_back", "m-0", {"attempt": 3}),
             (15, "handler_start", "m-0", {"attempt": 3}),
         ]),
+        ("retry_after_delay", [  # 180103's shape: the first copy before its due
+            *_TWICE_ASKED, (70.0, "pulled", "p-10", {**_RQ, "offset": 4}),
+            (70.0, "handler_start", "p-10", {"attempt": 2}),
+        ]),
+        ("retry_after_delay", [  # 180103's shape: the second copy before its due (95 <
+            # 101.91) though after the first copy's (78.63): that copy came at 78.91
+            *_TWICE_ASKED, *_FIRST_COPY_BACK, (95.0, "pulled", "p-10", {**_RQ, "offset": 5}),
+            (95.0, "handler_start", "p-10", {"attempt": 3}),
+        ]),
         ("retry_after_delay", [  # never back
             (0, "handler_start", "m-0", {}),
             (0, "handler_failed", "m-0", {"retry": 3.0, "due": 3.0}),
@@ -912,6 +951,24 @@ def test_a_copy_asked_back_twice_may_come_back_after_the_first_ask() -> None:
         (37.0, "handler_start", "m-0", {"attempt": 3}),
         (37.0, "handler_ok", "m-0", {}), (37.0, "handler_end", "m-0", {}),
         (37.0, "dead_lettered", "m-0", {"by": "client"}),  # the third ask's
+    )  # fmt: skip
+    assert "retry_after_delay" not in _caught(history)
+
+
+def test_copies_sent_back_come_back_each_at_its_own_due() -> None:
+    """pull_remoting 180103: p-10 handled twice from its original offset (18.63, and
+    41.91 after broker-a's crash: the in-flight window), each time asked back 31 s (the
+    60 s level) and sent back. The 18.63 copy came at 78.91, 19 s before the 41.91 ask's
+    due, and was asked back; the 41.91 copy came at 101.91, 23 s before the 78.91 ask's.
+    Each on time: a start is judged against the earliest due of the copies sent back and
+    not delivered by the ask, across the crash (the broker keeps its scheduled copies),
+    whatever attempt the model labels them."""
+    history = _history(
+        *_TWICE_ASKED, *_FIRST_COPY_BACK,
+        (101.91, "pulled", "p-10", {**_RQ, "offset": 5}),
+        (101.91, "handler_start", "p-10", {"attempt": 3}),
+        (101.91, "handler_ok", "p-10", {}), (101.91, "handler_end", "p-10", {}),
+        (138.91, "pulled", "p-10", {**_RQ, "offset": 6}), (139.0, "acked", "p-10", {}),
     )  # fmt: skip
     assert "retry_after_delay" not in _caught(history)
 

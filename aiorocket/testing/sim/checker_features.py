@@ -55,7 +55,7 @@ def retry_after_delay(history: History, bounds: Bounds) -> list[Violation]:
             continue
         if nxt.info.get("member") != ask.info.get("member"):
             continue
-        if nxt.at < _first_due(events, i) - 0.001:
+        if nxt.at < _first_due(events, i, i + 1 + starts[0]) - 0.001:
             out.append(_violation("retry_after_delay", ask.key,
                                   f"asked back after {ask.info['retry']}s (due "
                                   f"{ask.info['due']}s) at {ask.at:.2f}, handled again at "
@@ -63,34 +63,61 @@ def retry_after_delay(history: History, bounds: Bounds) -> list[Violation]:
     return out
 
 
-def _first_due(events: list[Event], i: int) -> float:
-    """When the message asked back at ``events[i]`` may come back at the earliest: at
-    that ask's due time, or sooner where the same attempt (a copy handled again: the
-    in-flight window) had been asked back before and the broker took that send-back
-    (``sent_back``) with no later attempt started since: that copy is due ``due`` after
-    it was sent back, whichever ask came first (pull_remoting 173081: p-2's retry copy
-    asked back 7 s at 26.65 and sent back, handled again at 30.01 after its queue was
-    taken back from the stored offset and asked back again; the 26.65 copy came at
-    37.00). Not across a close or a broker crash."""
+def _first_due(events: list[Event], i: int, j: int) -> float:
+    """When the message asked back at ``events[i]`` may be handled again at the earliest
+    (by the start at ``events[j]``): at that ask's due time, or sooner where a copy sent
+    back before that start (``sent_back``, each due its ask's ``due`` after it was sent)
+    was not yet delivered when the message was asked back: the broker keeps every copy
+    sent back, through a close or a crash of its own (the model's crash loses offsets
+    and locks), and hands them over earliest due first. A copy delivered before the ask
+    (at a place, broker / queue / offset, where no copy of the message had been) came
+    already, the earliest due of that broker first; one delivered after it may be the
+    start's. Copies are told apart by where they were delivered, not by their attempt:
+    the model labels a copy with the highest reconsume count of any copy plus one
+    (docs/simulator.md). pull_remoting 173081: p-2's retry copy asked back 7 s at 26.65
+    and sent back, handled again at 30.01 (the in-flight window) and asked back again;
+    the 26.65 copy came at 37.00. 180103: p-10 asked back 31 s (60 s) at 18.63 and sent
+    back; broker-a crashed and its queue was pulled again from its stored offset at
+    41.91, p-10 asked back again (sent back, "attempt 3"); the 18.63 copy came at 78.91
+    and, asked back, the 41.91 one at 101.91. A history that locates no delivery of the
+    message (a hand-written one) counts a start of an attempt higher than any before as
+    a new copy's delivery."""
     ask = events[i]
-    key, attempt = ask.key, ask.info.get("attempt")
-    first = ask.at + float(ask.info["due"])
-    sent: float | None = None  # a send-back of the key seen before (scanning back) any ask
-    for e in reversed(events[:i]):
-        if e.kind in ("close_start", "broker_crashed"):
-            break
-        if e.key != key:
+    key = ask.key
+    mine = [(n, e) for n, e in enumerate(events[:j]) if e.key == key]
+    located = any(e.kind in _DELIVERIES and _copy(e) is not None for _, e in mine)
+    pending: list[tuple[float, str]] = []  # the copies sent back not yet delivered: due, broker
+    seen: set[tuple[str, str, int]] = set()
+    last: Event | None = None  # the failure a send-back is of
+    top = 0  # the highest attempt started (a history locating no delivery)
+    for n, e in mine:
+        if e.kind == "handler_failed":
+            last = e if "due" in e.info else None
+        elif e.kind == "sent_back":
+            if last is not None:
+                pending.append((e.at + float(last.info["due"]), str(e.info.get("broker", ""))))
+            last = None
+        elif n > i:
             continue
-        if e.kind == "sent_back":
-            sent = e.at
-        elif e.kind == "handler_start":
-            if attempt is None or (e.info.get("attempt") or 0) > attempt:
-                break  # a later attempt started: that send-back's copy came already
-        elif e.kind == "handler_failed":  # the send-back seen last was this failure's
-            if "due" in e.info and e.info.get("attempt") == attempt and sent is not None:
-                first = min(first, sent + float(e.info["due"]))
-            sent = None
-    return first
+        elif located and e.kind in _DELIVERIES:
+            copy = _copy(e)
+            if copy is not None and copy not in seen:
+                seen.add(copy)
+                _take(pending, copy[0])
+        elif not located and e.kind == "handler_start":
+            attempt = int(e.info.get("attempt") or 0)
+            if attempt > top:
+                _take(pending, None)
+            top = max(top, attempt)
+    return min([ask.at + float(ask.info["due"]), *(due for due, _ in pending)])
+
+
+def _take(pending: list[tuple[float, str]], broker: str | None) -> None:
+    """A new copy delivered (from ``broker``): the earliest due of the copies that broker
+    was sent, or of any where it was sent none (a broker the history does not name)."""
+    theirs = [c for c in pending if c[1] == broker] or pending
+    if theirs:
+        pending.remove(min(theirs))
 
 
 def _in_hand(earlier: list[Event], key: str) -> int:
