@@ -282,7 +282,14 @@ class Sender:
                         f"send to {out.topic!r} did not succeed within its timeout "
                         f"(brokers tried: {tried})"
                     ) from last_error
-                info = self.routes.cached(out.topic) or await self.routes.get(out.topic)
+                info = self.routes.cached(out.topic)
+                if info is None:
+                    try:
+                        info = await self.routes.get(out.topic)
+                    except RocketMQError as exc:  # as an attempt's refusal, below
+                        if unsure is None:
+                            raise
+                        raise _failed(exc, unsure) from exc
                 mq = plan.choose(info, avoid)
                 addr = info.broker_addr(mq.broker_name)
                 if addr is None:

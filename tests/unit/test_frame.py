@@ -370,4 +370,3 @@ def test_a_usual_header_s_fast_decoding_matches_the_field_by_field_one(
     decoded = _decode_json_header(raw)
     assert decoded == _decode_json_object(json.loads(raw))
     assert type(decoded.opaque) is type(header.get("opaque", 0))
-

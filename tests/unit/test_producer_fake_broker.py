@@ -886,3 +886,35 @@ async def test_the_close_unregisters_within_its_bound_when_the_heartbeat_under_w
             stalled = {id(s) for s in broker.server.sessions if s.stalled}
     assert p.client.client_id not in broker.members
     assert len(broker.hangs.unregisters) == 1 and not stalled & set(broker.hangs.unregisters)
+
+
+async def test_a_retry_whose_route_look_up_fails_still_says_the_first_may_be_stored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An attempt that lost its connection under the request may have stored the
+    message; when the retry's route look-up then fails (here: the producer closed under
+    it), the send raises the first attempt's "may be stored" error with the look-up's as
+    its cause, not the look-up's alone ("not stored")."""
+    from aiorocket.producer.routes import PublishRoutes
+
+    cached = PublishRoutes.cached
+    looked_up = 0  # by the armed send: its first attempt finds the route, a retry not
+
+    def forgotten(self: PublishRoutes, topic: str) -> Any:
+        nonlocal looked_up
+        looked_up += 1
+        return cached(self, topic) if looked_up == 1 else None
+
+    async def refused(self: PublishRoutes, topic: str) -> Any:
+        raise ClientClosedError("connection pool is closed")
+
+    async with cluster() as fake, producer(fake) as p:
+        await p.send(Message(TOPIC, b"warm"))  # the route and both connections
+        for b in ("broker-a", "broker-b"):
+            fake.broker(b).mode = "hangup"  # the request is read, then the close
+        monkeypatch.setattr(PublishRoutes, "cached", forgotten)
+        monkeypatch.setattr(PublishRoutes, "get", refused)
+        with pytest.raises(ConnectionClosedError) as caught:
+            await p.send(Message(TOPIC, b"m"))
+        assert isinstance(caught.value.__cause__, ClientClosedError)
+        assert "may still store the message" in str(caught.value)
