@@ -291,6 +291,10 @@ class BrokerClient:
         property of a feature newer than the broker (a 4.x broker stores a 5.x timer
         message and delivers it at once) raises ``UnsupportedBrokerFeatureError`` first.
         ``timing`` gets the send request's time on the wire (not a feature probe's).
+
+        The producer's plain send (``producer.sender.Sender.send``) repeats these steps
+        inline with ``send_request``/``send_answer`` (two coroutines a send less:
+        benchmarks/README.md, "The plain send, round 1"): a change here goes there too.
         """
         feature = feature_of_properties(properties)
         if feature is not None:

@@ -87,7 +87,9 @@ class StallWatch:
         self._last_stall[broker] = self._clock()
 
     def bound(self, broker: str) -> float:
-        """Seconds an attempt to ``broker`` may go unanswered before it counts as stalled."""
+        """Seconds an attempt to ``broker`` may go unanswered before it counts as stalled.
+
+        ``check`` computes the same bound inline (once a send): change both together."""
         latency = self._latency.get(broker, 0.0)
         return min(self._cap, max(STALL_FLOOR, STALL_MULTIPLE * latency))
 
