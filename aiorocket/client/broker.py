@@ -182,14 +182,15 @@ def _send_ext(
 def send_request(
     mq: MessageQueue, body: bytes, properties: str, producer_group: str, flag: int,
     sys_flag: int, batch: bool, default_topic: str, default_topic_queue_nums: int,
+    reconsume_times: int | None = None, max_reconsume_times: int | None = None,
 ) -> RemotingCommand:  # fmt: skip
     """``BrokerClient.send_message``'s request (its feature check is the caller's:
-    ``feature_of_properties``), for a caller that sends it on a connection of its own
-    (the producer's sender: two coroutines a send less, benchmarks/README.md, "The plain
-    send, round 1")."""
+    ``feature_of_properties``), also for a caller that sends it on a connection of its
+    own (the producer's sender: two coroutines a send less, benchmarks/README.md, "The
+    plain send, round 1")."""
     ext = _send_ext(
-        mq, properties, producer_group, flag, sys_flag, None, None, batch, default_topic,
-        default_topic_queue_nums,
+        mq, properties, producer_group, flag, sys_flag, reconsume_times, max_reconsume_times,
+        batch, default_topic, default_topic_queue_nums,
     )  # fmt: skip
     return RemotingCommand(_send_code(properties, batch), 0, 0, None, ext, body)
 
@@ -299,11 +300,10 @@ class BrokerClient:
         feature = feature_of_properties(properties)
         if feature is not None:
             await self.require(addr, feature, mq)
-        ext = _send_ext(
-            mq, properties, producer_group, flag, sys_flag, reconsume_times, max_reconsume_times,
-            batch, default_topic, default_topic_queue_nums,
+        cmd = send_request(
+            mq, body, properties, producer_group, flag, sys_flag, batch, default_topic,
+            default_topic_queue_nums, reconsume_times, max_reconsume_times,
         )  # fmt: skip
-        cmd = RemotingCommand(_send_code(properties, batch), 0, 0, None, ext, body)
         resp = await self.send_command(addr, cmd, timeout or self.timeout, stall, timing)
         return send_answer(resp, cmd.code, mq, msg_id, sys_flag)
 

@@ -348,8 +348,7 @@ class RemotingProducer:
     ) -> None:  # fmt: skip
         sender, out, plan = self._plan(msg, sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
-        if not sender.acquire_nowait():
-            await sender.acquire(deadline)
+        await sender.acquire(deadline)
         try:
             await sender.send_oneway(out, plan, deadline)
         finally:
@@ -363,8 +362,7 @@ class RemotingProducer:
         out, ids = prepare_batch(messages, self.config)
         plan = sender.plan(messages[0], sharding_key, selector, selector_arg)
         deadline = sender.deadline(timeout)
-        if not sender.acquire_nowait():
-            await sender.acquire(deadline)
+        await sender.acquire(deadline)
         try:
             result = await sender.send(out, plan, deadline, batch=True)
         finally:
@@ -385,8 +383,7 @@ class RemotingProducer:
         sender = self._open_sender()
         plan = sender.plan(msg, None, None, None)
         out = prepare_message(msg, config, extra_properties=extra)
-        if not sender.acquire_nowait():
-            await sender.acquire(deadline)
+        await sender.acquire(deadline)
         try:
             return await sender.send(out, plan, deadline)
         finally:
